@@ -1,0 +1,2 @@
+//! Codec benchmarks (filled in by the benchmark work).
+fn main() {}

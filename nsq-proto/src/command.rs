@@ -1,0 +1,330 @@
+//! Client-to-server commands, encoded into any [`BufMut`].
+//!
+//! Every encoder validates its input first and writes nothing when it returns an error, so a
+//! rejected command can never leave half a frame in an output buffer.
+
+use crate::frame::{DEFAULT_MAX_MSG_SIZE, MessageId};
+use crate::identify::Identify;
+use crate::names::{Channel, Topic};
+use bytes::BufMut;
+use std::fmt;
+use std::time::Duration;
+
+/// The protocol magic, sent once before anything else: two spaces and `V2`.
+pub const MAGIC_V2: &[u8; 4] = b"  V2";
+
+/// nsqd's default `--max-body-size` (5 MiB): the limit on an MPUB body.
+pub const DEFAULT_MAX_BODY_SIZE: u32 = 5 * 1024 * 1024;
+
+/// nsqd's default `--max-req-timeout` (1 hour): the longest REQ and DPUB delay.
+pub const DEFAULT_MAX_REQ_TIMEOUT: Duration = Duration::from_secs(60 * 60);
+
+/// The server limits the encoders check before writing.
+///
+/// They mirror nsqd's `--max-msg-size`, `--max-body-size` and `--max-req-timeout`; the defaults
+/// are nsqd's defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest single message body, in bytes.
+    pub max_msg_size: u32,
+    /// Largest MPUB body (count field plus every length-prefixed message), in bytes.
+    pub max_body_size: u32,
+    /// Longest DPUB / REQ delay.
+    pub max_req_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_msg_size: DEFAULT_MAX_MSG_SIZE,
+            max_body_size: DEFAULT_MAX_BODY_SIZE,
+            max_req_timeout: DEFAULT_MAX_REQ_TIMEOUT,
+        }
+    }
+}
+
+/// Why a command was not encoded. Nothing was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CommandError {
+    /// A message body is empty (nsqd answers `E_BAD_MESSAGE`).
+    EmptyBody,
+    /// A message body exceeds `max_msg_size`.
+    BodyTooLarge {
+        /// Position of the message in an MPUB batch (0 for PUB and DPUB).
+        index: usize,
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: u32,
+    },
+    /// An MPUB batch holds no messages.
+    EmptyBatch,
+    /// An empty message inside an MPUB batch.
+    EmptyBodyInBatch {
+        /// Position of the empty message.
+        index: usize,
+    },
+    /// An MPUB body exceeds `max_body_size`.
+    BatchTooLarge {
+        /// The size of the MPUB body.
+        len: u64,
+        /// The limit.
+        max: u32,
+    },
+    /// A DPUB or REQ delay exceeds `max_req_timeout`.
+    DelayTooLong {
+        /// The requested delay.
+        delay: Duration,
+        /// The limit.
+        max: Duration,
+    },
+    /// The AUTH secret is empty.
+    EmptySecret,
+    /// An IDENTIFY field is outside the range nsqd accepts.
+    InvalidIdentify(&'static str),
+    /// The IDENTIFY body could not be serialised.
+    Serialize(String),
+}
+
+impl fmt::Display for CommandError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CommandError::EmptyBody => f.write_str("message body is empty"),
+            CommandError::BodyTooLarge { index, len, max } => write!(
+                f,
+                "message {index} is {len} bytes, larger than max_msg_size {max}"
+            ),
+            CommandError::EmptyBatch => f.write_str("MPUB needs at least one message"),
+            CommandError::EmptyBodyInBatch { index } => {
+                write!(f, "message {index} of the MPUB batch is empty")
+            }
+            CommandError::BatchTooLarge { len, max } => write!(
+                f,
+                "MPUB body is {len} bytes, larger than max_body_size {max}"
+            ),
+            CommandError::DelayTooLong { delay, max } => {
+                write!(f, "delay {delay:?} exceeds max_req_timeout {max:?}")
+            }
+            CommandError::EmptySecret => f.write_str("AUTH secret is empty"),
+            CommandError::InvalidIdentify(why) => write!(f, "invalid IDENTIFY: {why}"),
+            CommandError::Serialize(e) => write!(f, "cannot serialise IDENTIFY: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for CommandError {}
+
+/// Writes an unsigned integer in decimal ASCII.
+fn put_decimal(buf: &mut impl BufMut, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    buf.put_slice(&digits[i..]);
+}
+
+fn delay_ms(delay: Duration) -> u64 {
+    u64::try_from(delay.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn check_body(index: usize, body: &[u8], limits: &Limits) -> Result<(), CommandError> {
+    if body.is_empty() {
+        return Err(CommandError::EmptyBody);
+    }
+    if body.len() > limits.max_msg_size as usize {
+        return Err(CommandError::BodyTooLarge {
+            index,
+            len: body.len(),
+            max: limits.max_msg_size,
+        });
+    }
+    Ok(())
+}
+
+fn check_delay(delay: Duration, limits: &Limits) -> Result<(), CommandError> {
+    if delay > limits.max_req_timeout {
+        return Err(CommandError::DelayTooLong {
+            delay,
+            max: limits.max_req_timeout,
+        });
+    }
+    Ok(())
+}
+
+/// Writes the protocol magic `"  V2"`.
+pub fn magic(buf: &mut impl BufMut) {
+    buf.put_slice(MAGIC_V2);
+}
+
+/// Writes `IDENTIFY\n` + u32 length + JSON, after checking every field against nsqd's ranges.
+pub fn identify(buf: &mut impl BufMut, identify: &Identify) -> Result<(), CommandError> {
+    identify.validate()?;
+    let json = serde_json::to_vec(identify).map_err(|e| CommandError::Serialize(e.to_string()))?;
+    buf.put_slice(b"IDENTIFY\n");
+    buf.put_u32(json.len() as u32);
+    buf.put_slice(&json);
+    Ok(())
+}
+
+/// Writes `AUTH\n` + u32 length + secret.
+pub fn auth(buf: &mut impl BufMut, secret: &[u8]) -> Result<(), CommandError> {
+    if secret.is_empty() {
+        return Err(CommandError::EmptySecret);
+    }
+    buf.put_slice(b"AUTH\n");
+    buf.put_u32(secret.len() as u32);
+    buf.put_slice(secret);
+    Ok(())
+}
+
+/// Writes `SUB <topic> <channel>\n`.
+pub fn sub(buf: &mut impl BufMut, topic: &Topic, channel: &Channel) {
+    buf.put_slice(b"SUB ");
+    buf.put_slice(topic.as_str().as_bytes());
+    buf.put_u8(b' ');
+    buf.put_slice(channel.as_str().as_bytes());
+    buf.put_u8(b'\n');
+}
+
+/// Writes `PUB <topic>\n` + u32 length + body.
+pub fn publish(
+    buf: &mut impl BufMut,
+    topic: &Topic,
+    body: &[u8],
+    limits: &Limits,
+) -> Result<(), CommandError> {
+    check_body(0, body, limits)?;
+    buf.put_slice(b"PUB ");
+    buf.put_slice(topic.as_str().as_bytes());
+    buf.put_u8(b'\n');
+    buf.put_u32(body.len() as u32);
+    buf.put_slice(body);
+    Ok(())
+}
+
+/// Writes `MPUB <topic>\n` + u32 body length + u32 count + (u32 length + body) per message.
+pub fn multi_publish<B: AsRef<[u8]>>(
+    buf: &mut impl BufMut,
+    topic: &Topic,
+    bodies: &[B],
+    limits: &Limits,
+) -> Result<(), CommandError> {
+    if bodies.is_empty() {
+        return Err(CommandError::EmptyBatch);
+    }
+    let mut total: u64 = 4;
+    for (index, body) in bodies.iter().enumerate() {
+        let body = body.as_ref();
+        if body.is_empty() {
+            return Err(CommandError::EmptyBodyInBatch { index });
+        }
+        check_body(index, body, limits)?;
+        total += 4 + body.len() as u64;
+    }
+    if total > u64::from(limits.max_body_size) {
+        return Err(CommandError::BatchTooLarge {
+            len: total,
+            max: limits.max_body_size,
+        });
+    }
+    buf.put_slice(b"MPUB ");
+    buf.put_slice(topic.as_str().as_bytes());
+    buf.put_u8(b'\n');
+    buf.put_u32(total as u32);
+    buf.put_u32(bodies.len() as u32);
+    for body in bodies {
+        let body = body.as_ref();
+        buf.put_u32(body.len() as u32);
+        buf.put_slice(body);
+    }
+    Ok(())
+}
+
+/// Writes `DPUB <topic> <defer_ms>\n` + u32 length + body.
+pub fn deferred_publish(
+    buf: &mut impl BufMut,
+    topic: &Topic,
+    delay: Duration,
+    body: &[u8],
+    limits: &Limits,
+) -> Result<(), CommandError> {
+    check_delay(delay, limits)?;
+    check_body(0, body, limits)?;
+    buf.put_slice(b"DPUB ");
+    buf.put_slice(topic.as_str().as_bytes());
+    buf.put_u8(b' ');
+    put_decimal(buf, delay_ms(delay));
+    buf.put_u8(b'\n');
+    buf.put_u32(body.len() as u32);
+    buf.put_slice(body);
+    Ok(())
+}
+
+/// Writes `RDY <count>\n`. Checking `count` against the server's max_rdy_count is the
+/// connection's job, which knows the negotiated value.
+pub fn rdy(buf: &mut impl BufMut, count: u32) {
+    buf.put_slice(b"RDY ");
+    put_decimal(buf, u64::from(count));
+    buf.put_u8(b'\n');
+}
+
+/// Writes `FIN <id>\n`.
+pub fn fin(buf: &mut impl BufMut, id: &MessageId) {
+    buf.put_slice(b"FIN ");
+    buf.put_slice(id.as_bytes());
+    buf.put_u8(b'\n');
+}
+
+/// Writes `REQ <id> <delay_ms>\n`.
+pub fn req(
+    buf: &mut impl BufMut,
+    id: &MessageId,
+    delay: Duration,
+    limits: &Limits,
+) -> Result<(), CommandError> {
+    check_delay(delay, limits)?;
+    buf.put_slice(b"REQ ");
+    buf.put_slice(id.as_bytes());
+    buf.put_u8(b' ');
+    put_decimal(buf, delay_ms(delay));
+    buf.put_u8(b'\n');
+    Ok(())
+}
+
+/// Writes `TOUCH <id>\n`.
+pub fn touch(buf: &mut impl BufMut, id: &MessageId) {
+    buf.put_slice(b"TOUCH ");
+    buf.put_slice(id.as_bytes());
+    buf.put_u8(b'\n');
+}
+
+/// Writes `CLS\n`.
+pub fn cls(buf: &mut impl BufMut) {
+    buf.put_slice(b"CLS\n");
+}
+
+/// Writes `NOP\n`.
+pub fn nop(buf: &mut impl BufMut) {
+    buf.put_slice(b"NOP\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimal() {
+        for n in [0u64, 7, 10, 99, 100, 2500, u64::MAX] {
+            let mut v = Vec::new();
+            put_decimal(&mut v, n);
+            assert_eq!(v, n.to_string().as_bytes());
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! # nsq-proto: the sans-IO core of an NSQ client
+//!
+//! This crate speaks NSQ's TCP protocol without doing any IO. It never opens a socket, reads a
+//! clock or spawns a thread: bytes, events and timestamps go in, bytes and events come out.
+//! Runtime adapters (`nsq-tokio`, `nsq-async-std`, `nsq-blocking`) only move bytes between
+//! sockets and this core, so every runtime gets identical protocol behaviour, and the whole
+//! protocol can be tested deterministically and fuzzed.
+//!
+//! ## The codec
+//!
+//! * [`FrameDecoder`] splits server frames off a [`bytes::BytesMut`] read buffer. Whole frames
+//!   are split off and frozen, so a [`Message`] body is a slice of the read buffer, not a copy.
+//!   Sizes are checked before anything is allocated.
+//! * The [`command`] module encodes every client command into any [`bytes::BufMut`], after
+//!   validating its input; on error nothing is written.
+//! * [`Topic`] and [`Channel`] are validated names; [`Identify`], [`IdentifyResponse`],
+//!   [`AuthResponse`] and [`LookupResponse`] are the JSON bodies of the protocol.
+//!
+//! ```
+//! use bytes::BytesMut;
+//! use nsq_proto::{command, Frame, FrameDecoder, Limits, Topic};
+//!
+//! // Client side: encode a PUB.
+//! let topic = Topic::new("events")?;
+//! let mut out = BytesMut::new();
+//! command::publish(&mut out, &topic, b"hello", &Limits::default())?;
+//! assert_eq!(&out[..], b"PUB events\n\x00\x00\x00\x05hello");
+//!
+//! // Server side: a message frame arrives in two pieces.
+//! let mut wire = Vec::new();
+//! wire.extend_from_slice(&(4u32 + 26 + 5).to_be_bytes()); // size
+//! wire.extend_from_slice(&2u32.to_be_bytes()); // frame type: message
+//! wire.extend_from_slice(&1_700_000_000_000_000_000i64.to_be_bytes()); // timestamp
+//! wire.extend_from_slice(&1u16.to_be_bytes()); // attempts
+//! wire.extend_from_slice(b"0123456789abcdef"); // id
+//! wire.extend_from_slice(b"hello"); // body
+//!
+//! let decoder = FrameDecoder::default();
+//! let mut read_buf = BytesMut::from(&wire[..10]);
+//! assert!(decoder.decode(&mut read_buf)?.is_none()); // needs more bytes
+//! read_buf.extend_from_slice(&wire[10..]);
+//! match decoder.decode(&mut read_buf)? {
+//!     Some(Frame::Message(msg)) => {
+//!         assert_eq!(msg.attempts, 1);
+//!         assert_eq!(&msg.body[..], b"hello");
+//!         assert_eq!(msg.id.to_string(), "0123456789abcdef");
+//!     }
+//!     other => panic!("unexpected {other:?}"),
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod command;
+mod error_code;
+mod frame;
+mod identify;
+mod lookup;
+mod names;
+
+pub use command::{CommandError, Limits, MAGIC_V2};
+pub use error_code::{ErrorCode, ServerError};
+pub use frame::{
+    DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_MSG_SIZE, DecodeError, FRAME_TYPE_ERROR,
+    FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE, Frame, FrameDecoder, MESSAGE_HEADER_LEN, Message,
+    MessageId, Response, encode_frame, encode_message_frame,
+};
+pub use identify::{AuthResponse, DEFAULT_MAX_RDY_COUNT, Identify, IdentifyResponse, ReplyError};
+pub use lookup::{LookupProducer, LookupResponse, join_host_port};
+pub use names::{Channel, EPHEMERAL_SUFFIX, MAX_NAME_LEN, NameError, Topic, validate_name};

@@ -1,0 +1,157 @@
+//! nsqlookupd `/lookup` replies.
+
+use crate::identify::ReplyError;
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+
+/// One nsqd that nsqlookupd knows to carry a topic.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+#[non_exhaustive]
+pub struct LookupProducer {
+    /// The address the nsqd asks clients to use.
+    pub broadcast_address: String,
+    /// The nsqd's hostname.
+    pub hostname: String,
+    /// The address nsqlookupd saw the nsqd connect from.
+    pub remote_address: String,
+    /// The nsqd's TCP port.
+    pub tcp_port: u16,
+    /// The nsqd's HTTP port.
+    pub http_port: u16,
+    /// The nsqd's version.
+    pub version: String,
+}
+
+impl LookupProducer {
+    /// The address to connect to, `broadcast_address:tcp_port`, with IPv6 literals bracketed
+    /// (`[::1]:4150`). Also the key producers are deduplicated by across lookupds.
+    pub fn tcp_address(&self) -> String {
+        join_host_port(&self.broadcast_address, self.tcp_port)
+    }
+}
+
+/// Joins a host and port, bracketing IPv6 literals (`::1` -> `[::1]:4150`).
+pub fn join_host_port(host: &str, port: u16) -> String {
+    let mut out = String::with_capacity(host.len() + 8);
+    if host.contains(':') && !host.starts_with('[') {
+        out.push('[');
+        out.push_str(host);
+        out.push(']');
+    } else {
+        out.push_str(host);
+    }
+    let _ = write!(out, ":{port}");
+    out
+}
+
+/// A parsed `/lookup` reply.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+#[non_exhaustive]
+pub struct LookupResponse {
+    /// Channels of the topic known to nsqlookupd.
+    pub channels: Vec<String>,
+    /// The nsqd instances carrying the topic.
+    pub producers: Vec<LookupProducer>,
+}
+
+#[derive(Deserialize)]
+struct Envelope {
+    status_code: i64,
+    #[serde(default)]
+    status_txt: String,
+    #[serde(default)]
+    data: Option<LookupResponse>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum AnyReply {
+    Envelope(Envelope),
+    Flat(LookupResponse),
+}
+
+#[derive(Deserialize)]
+struct Message {
+    message: String,
+}
+
+impl LookupResponse {
+    /// Parses a `/lookup` reply given the HTTP status and body.
+    ///
+    /// Accepts the flat v1 form (`{"channels":[..],"producers":[..]}`) and the old
+    /// `{"status_code","status_txt","data"}` envelope. A 404 (or enveloped) `TOPIC_NOT_FOUND`
+    /// means "no producers yet" and parses as an empty reply.
+    pub fn parse(status: u16, body: &[u8]) -> Result<LookupResponse, ReplyError> {
+        if status != 200 {
+            let text = serde_json::from_slice::<Message>(body)
+                .map(|m| m.message)
+                .or_else(|_| serde_json::from_slice::<Envelope>(body).map(|e| e.status_txt))
+                .unwrap_or_else(|_| String::from_utf8_lossy(&body[..body.len().min(200)]).into());
+            if status == 404 && text == "TOPIC_NOT_FOUND" {
+                return Ok(LookupResponse::default());
+            }
+            return Err(ReplyError::new("lookup", format!("HTTP {status}: {text}")));
+        }
+        match serde_json::from_slice::<AnyReply>(body) {
+            Ok(AnyReply::Flat(r)) => Ok(r),
+            Ok(AnyReply::Envelope(e)) => {
+                if e.status_code == 200 {
+                    Ok(e.data.unwrap_or_default())
+                } else if e.status_txt == "TOPIC_NOT_FOUND" {
+                    Ok(LookupResponse::default())
+                } else {
+                    Err(ReplyError::new(
+                        "lookup",
+                        format!("status {}: {}", e.status_code, e.status_txt),
+                    ))
+                }
+            }
+            Err(e) => Err(ReplyError::new("lookup", e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const V1: &[u8] = br#"{"channels":["c"],"producers":[{"remote_address":"127.0.0.1:5000","hostname":"h","broadcast_address":"10.0.0.1","tcp_port":4150,"http_port":4151,"version":"1.3.0","extra":true}]}"#;
+
+    #[test]
+    fn flat() {
+        let r = LookupResponse::parse(200, V1).unwrap();
+        assert_eq!(r.channels, vec!["c".to_string()]);
+        assert_eq!(r.producers[0].tcp_address(), "10.0.0.1:4150");
+    }
+
+    #[test]
+    fn envelope() {
+        let body = br#"{"status_code":200,"status_txt":"OK","data":{"channels":[],"producers":[{"broadcast_address":"::1","tcp_port":4150}]}}"#;
+        let r = LookupResponse::parse(200, body).unwrap();
+        assert_eq!(r.producers[0].tcp_address(), "[::1]:4150");
+    }
+
+    #[test]
+    fn not_found() {
+        let r = LookupResponse::parse(404, br#"{"message":"TOPIC_NOT_FOUND"}"#).unwrap();
+        assert!(r.producers.is_empty());
+        let r = LookupResponse::parse(
+            200,
+            br#"{"status_code":500,"status_txt":"TOPIC_NOT_FOUND","data":null}"#,
+        )
+        .unwrap();
+        assert!(r.producers.is_empty());
+        assert!(LookupResponse::parse(500, br#"{"message":"INTERNAL_ERROR"}"#).is_err());
+        assert!(LookupResponse::parse(404, b"nope").is_err());
+    }
+
+    #[test]
+    fn bad_port() {
+        let body = br#"{"channels":[],"producers":[{"broadcast_address":"a","tcp_port":70000}]}"#;
+        assert!(LookupResponse::parse(200, body).is_err());
+        let body = br#"{"channels":[],"producers":[{"broadcast_address":"a","tcp_port":-1}]}"#;
+        assert!(LookupResponse::parse(200, body).is_err());
+    }
+}

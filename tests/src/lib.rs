@@ -1,0 +1,2 @@
+//! A strict in-process stand-in for nsqd and nsqlookupd, and the cross-adapter conformance
+//! suite. Filled in by the test-broker work.
