@@ -149,7 +149,9 @@ fn check_body(index: usize, body: &[u8], limits: &Limits) -> Result<(), CommandE
 }
 
 fn check_delay(delay: Duration, limits: &Limits) -> Result<(), CommandError> {
-    if delay > limits.max_req_timeout {
+    // Compared in whole milliseconds, the unit that goes on the wire: a delay that only
+    // exceeds the limit by a fraction of a millisecond is sent as the limit itself.
+    if delay_ms(delay) > delay_ms(limits.max_req_timeout) {
         return Err(CommandError::DelayTooLong {
             delay,
             max: limits.max_req_timeout,

@@ -241,13 +241,41 @@ impl FrameDecoder {
     /// Splits the next whole frame off the front of `buf`.
     ///
     /// Returns `Ok(None)` when more bytes are needed; `buf` is then reserved for the rest of the
-    /// frame, so the next read fills it without reallocating. On error `buf` is left as it was.
+    /// frame, so the next read fills it without reallocating. The size field is checked as soon
+    /// as its 4 bytes are here and the frame type as soon as its 4 bytes are, both before
+    /// anything is reserved for the frame's data. On error `buf` is left as it was (apart from
+    /// spare capacity); the stream cannot be resynchronised, so drop the connection.
     pub fn decode(&self, buf: &mut BytesMut) -> Result<Option<Frame>, DecodeError> {
-        if buf.len() < 4 {
-            buf.reserve(8 - buf.len());
+        let len = buf.len();
+        if len < 4 {
+            buf.reserve(8 - len);
             return Ok(None);
         }
         let size = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]);
+        self.check_size(size)?;
+        if len < 8 {
+            // Validate the frame type as soon as it is here, before reserving for the data.
+            buf.reserve(8 - len);
+            return Ok(None);
+        }
+        let frame_type = u32::from_be_bytes([buf[4], buf[5], buf[6], buf[7]]);
+        check_frame_type(frame_type, size)?;
+        let total = 4 + size as usize;
+        if len < total {
+            buf.reserve(total - len);
+            return Ok(None);
+        }
+        let mut data = buf.split_to(total).freeze();
+        data.advance(8);
+        Ok(Some(match frame_type {
+            FRAME_TYPE_RESPONSE => Frame::Response(Response::from_data(data)),
+            FRAME_TYPE_ERROR => Frame::Error(ServerError::from_frame_data(data)),
+            _ => Frame::Message(decode_message(data)),
+        }))
+    }
+
+    /// Checks a frame's size field: not `HTTP`, at least 4, at most the limit.
+    fn check_size(self, size: u32) -> Result<(), DecodeError> {
         if size == HTTP_MAGIC {
             return Err(DecodeError::HttpPort);
         }
@@ -260,31 +288,20 @@ impl FrameDecoder {
                 max: self.max_frame_size,
             });
         }
-        let total = 4 + size as usize;
-        if buf.len() < total {
-            buf.reserve(total - buf.len());
-            return Ok(None);
+        Ok(())
+    }
+}
+
+/// Checks a frame type, and that a message frame (of `size`) can hold the message header.
+fn check_frame_type(frame_type: u32, size: u32) -> Result<(), DecodeError> {
+    match frame_type {
+        FRAME_TYPE_MESSAGE if (size as usize - 4) < MESSAGE_HEADER_LEN => {
+            Err(DecodeError::MessageTooShort {
+                len: size as usize - 4,
+            })
         }
-        let frame_type = u32::from_be_bytes([buf[4], buf[5], buf[6], buf[7]]);
-        match frame_type {
-            FRAME_TYPE_RESPONSE | FRAME_TYPE_ERROR => {}
-            FRAME_TYPE_MESSAGE => {
-                if (size as usize) - 4 < MESSAGE_HEADER_LEN {
-                    return Err(DecodeError::MessageTooShort {
-                        len: size as usize - 4,
-                    });
-                }
-            }
-            other => return Err(DecodeError::UnknownFrameType(other)),
-        }
-        let mut frame = buf.split_to(total);
-        frame.advance(8);
-        let data = frame.freeze();
-        Ok(Some(match frame_type {
-            FRAME_TYPE_RESPONSE => Frame::Response(Response::from_data(data)),
-            FRAME_TYPE_ERROR => Frame::Error(ServerError::from_frame_data(data)),
-            _ => Frame::Message(decode_message(data)),
-        }))
+        FRAME_TYPE_RESPONSE | FRAME_TYPE_ERROR | FRAME_TYPE_MESSAGE => Ok(()),
+        other => Err(DecodeError::UnknownFrameType(other)),
     }
 }
 

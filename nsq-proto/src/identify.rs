@@ -95,6 +95,14 @@ impl ReplyError {
     }
 }
 
+/// Checks that a reply body is a JSON object (serde would also accept an array for a struct).
+pub(crate) fn expect_json_object(what: &'static str, data: &[u8]) -> Result<(), ReplyError> {
+    match data.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') => Ok(()),
+        _ => Err(ReplyError::new(what, "expected a JSON object")),
+    }
+}
+
 impl fmt::Display for ReplyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "malformed {} reply: {}", self.what, self.detail)
@@ -164,6 +172,7 @@ impl IdentifyResponse {
         if data == b"OK" {
             return Ok(IdentifyResponse::default());
         }
+        expect_json_object("IDENTIFY", data)?;
         serde_json::from_slice(data).map_err(|e| ReplyError::new("IDENTIFY", e))
     }
 
@@ -199,6 +208,7 @@ pub struct AuthResponse {
 impl AuthResponse {
     /// Parses the JSON data of the response frame that answered AUTH.
     pub fn parse(data: &[u8]) -> Result<AuthResponse, ReplyError> {
+        expect_json_object("AUTH", data)?;
         serde_json::from_slice(data).map_err(|e| ReplyError::new("AUTH", e))
     }
 }

@@ -53,6 +53,8 @@
 pub mod command;
 mod error_code;
 mod frame;
+#[doc(hidden)]
+pub mod fuzzing;
 mod identify;
 mod lookup;
 mod names;

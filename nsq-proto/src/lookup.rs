@@ -1,6 +1,6 @@
 //! nsqlookupd `/lookup` replies.
 
-use crate::identify::ReplyError;
+use crate::identify::{ReplyError, expect_json_object};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 
@@ -94,22 +94,45 @@ impl LookupResponse {
             }
             return Err(ReplyError::new("lookup", format!("HTTP {status}: {text}")));
         }
-        match serde_json::from_slice::<AnyReply>(body) {
-            Ok(AnyReply::Flat(r)) => Ok(r),
+        expect_json_object("lookup", body)?;
+        let reply = match serde_json::from_slice::<AnyReply>(body) {
+            Ok(AnyReply::Flat(r)) => r,
             Ok(AnyReply::Envelope(e)) => {
                 if e.status_code == 200 {
-                    Ok(e.data.unwrap_or_default())
+                    e.data.unwrap_or_default()
                 } else if e.status_txt == "TOPIC_NOT_FOUND" {
-                    Ok(LookupResponse::default())
+                    LookupResponse::default()
                 } else {
-                    Err(ReplyError::new(
+                    return Err(ReplyError::new(
                         "lookup",
                         format!("status {}: {}", e.status_code, e.status_txt),
-                    ))
+                    ));
                 }
             }
-            Err(e) => Err(ReplyError::new("lookup", e)),
+            Err(e) => return Err(ReplyError::new("lookup", e)),
+        };
+        reply.check_producers()?;
+        Ok(reply)
+    }
+
+    /// Rejects producers that cannot be connected to: no `broadcast_address` or a `tcp_port`
+    /// of 0 (missing). Ports outside `0..=65535` already fail to parse.
+    fn check_producers(&self) -> Result<(), ReplyError> {
+        for (i, p) in self.producers.iter().enumerate() {
+            if p.broadcast_address.is_empty() {
+                return Err(ReplyError::new(
+                    "lookup",
+                    format!("producer {i} has no broadcast_address"),
+                ));
+            }
+            if p.tcp_port == 0 {
+                return Err(ReplyError::new(
+                    "lookup",
+                    format!("producer {i} ({}) has no tcp_port", p.broadcast_address),
+                ));
+            }
         }
+        Ok(())
     }
 }
 

@@ -1,0 +1,152 @@
+//! Fuzzing entry points, shared by the cargo-fuzz targets in `fuzz/` and by the corpus replay
+//! test (`tests/fuzz_corpus.rs`), so the code CI runs on stable is exactly what the fuzzers run.
+//!
+//! Each entry point takes arbitrary bytes, must never panic on its own account, and asserts the
+//! properties that must hold for every input (a failed assertion is a bug the fuzzer found).
+//! Not part of the public API.
+
+use crate::frame::{
+    DecodeError, FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, Frame, FrameDecoder, encode_frame,
+    encode_message_frame,
+};
+use crate::identify::{AuthResponse, IdentifyResponse};
+use crate::lookup::{LookupResponse, join_host_port};
+use bytes::BytesMut;
+
+/// How a decode run ended: the frames it produced, then either the error that stopped it or
+/// the number of bytes left waiting for more input.
+#[derive(Debug, PartialEq, Eq)]
+struct DecodeRun {
+    frames: Vec<Frame>,
+    end: Result<usize, DecodeError>,
+}
+
+/// Decodes `buf` until it needs more bytes or fails, appending frames to `frames`.
+fn drain(
+    decoder: FrameDecoder,
+    buf: &mut BytesMut,
+    frames: &mut Vec<Frame>,
+) -> Result<(), DecodeError> {
+    while let Some(frame) = decoder.decode(buf)? {
+        frames.push(frame);
+    }
+    Ok(())
+}
+
+/// Frame stream decoding under arbitrary chunking.
+///
+/// Input layout: byte 0 is a control byte: its low 4 bits give `n`, the number of chunk-size
+/// bytes that follow, and bit 4 selects a small frame size limit (256) instead of the default,
+/// so the too-large path is reachable with small inputs. The next `n` bytes are chunk sizes,
+/// used cyclically (0 counts as 1); everything after them is the server byte stream.
+///
+/// Asserts that decoding the stream in one piece and fed chunk by chunk give the same frames
+/// and the same outcome, and that re-encoding the frames reproduces the bytes they came from.
+pub fn frame_stream(data: &[u8]) {
+    let Some((&control, rest)) = data.split_first() else {
+        return;
+    };
+    let n = usize::from(control & 0x0f).min(rest.len());
+    let (sizes, stream) = rest.split_at(n);
+    let decoder = if control & 0x10 == 0 {
+        FrameDecoder::default()
+    } else {
+        FrameDecoder::new(256)
+    };
+
+    // One shot.
+    let mut buf = BytesMut::from(stream);
+    let mut frames = Vec::new();
+    let end = drain(decoder, &mut buf, &mut frames).map(|()| buf.len());
+    let whole = DecodeRun { frames, end };
+
+    // Chunked.
+    let mut buf = BytesMut::new();
+    let mut frames = Vec::new();
+    let mut offset = 0;
+    let mut chunk = 0;
+    let mut end = Ok(());
+    while offset < stream.len() {
+        let size = sizes
+            .get(chunk % sizes.len().max(1))
+            .map_or(1, |&s| usize::from(s).max(1));
+        chunk += 1;
+        let next = (offset + size).min(stream.len());
+        buf.extend_from_slice(&stream[offset..next]);
+        offset = next;
+        if let Err(e) = drain(decoder, &mut buf, &mut frames) {
+            end = Err(e);
+            break;
+        }
+    }
+    let chunked = DecodeRun {
+        frames,
+        end: end.map(|()| buf.len()),
+    };
+    assert_eq!(
+        whole, chunked,
+        "chunked decoding differs from one-shot decoding"
+    );
+
+    // The frames are exactly the bytes they were decoded from.
+    let mut reencoded = BytesMut::new();
+    for frame in &whole.frames {
+        match frame {
+            Frame::Response(r) => encode_frame(&mut reencoded, FRAME_TYPE_RESPONSE, r.as_bytes()),
+            Frame::Error(e) => encode_frame(&mut reencoded, FRAME_TYPE_ERROR, e.raw()),
+            Frame::Message(m) => encode_message_frame(&mut reencoded, m),
+        }
+    }
+    assert_eq!(
+        &reencoded[..],
+        &stream[..reencoded.len()],
+        "re-encoded frames differ from the input"
+    );
+    if let Ok(left) = whole.end {
+        assert_eq!(reencoded.len() + left, stream.len());
+    }
+}
+
+/// IDENTIFY (and AUTH) reply parsing: never panics; a parsed IDENTIFY reply survives a trip
+/// through JSON unchanged, and its derived values are in range.
+pub fn identify_reply(data: &[u8]) {
+    if let Ok(reply) = IdentifyResponse::parse(data) {
+        let _ = reply.msg_timeout();
+        let _ = reply.max_msg_timeout();
+        assert_eq!(
+            i64::from(reply.max_rdy()),
+            reply.max_rdy_count.clamp(0, i64::from(u32::MAX))
+        );
+        let json = serde_json::to_vec(&reply).expect("an IdentifyResponse serialises");
+        assert_eq!(IdentifyResponse::parse(&json), Ok(reply));
+    }
+    if let Ok(reply) = AuthResponse::parse(data) {
+        let json = serde_json::to_vec(&reply).expect("an AuthResponse serialises");
+        assert_eq!(AuthResponse::parse(&json), Ok(reply));
+    }
+}
+
+/// nsqlookupd reply parsing. Input layout: a big-endian u16 HTTP status, then the body.
+///
+/// Never panics; every producer of a parsed reply has a usable address, and a parsed reply
+/// survives a trip through the flat v1 JSON form unchanged.
+pub fn lookup_reply(data: &[u8]) {
+    let Some((status, body)) = data.split_first_chunk::<2>() else {
+        return;
+    };
+    let status = u16::from_be_bytes(*status);
+    if let Ok(reply) = LookupResponse::parse(status, body) {
+        for producer in &reply.producers {
+            let address = producer.tcp_address();
+            assert!(!producer.broadcast_address.is_empty());
+            assert_ne!(producer.tcp_port, 0);
+            assert!(address.ends_with(&format!(":{}", producer.tcp_port)));
+            assert_eq!(
+                address,
+                join_host_port(&producer.broadcast_address, producer.tcp_port)
+            );
+        }
+        let json = serde_json::to_vec(&reply).expect("a LookupResponse serialises");
+        assert_eq!(LookupResponse::parse(200, &json), Ok(reply));
+    }
+}
