@@ -56,20 +56,16 @@ pub struct LookupResponse {
     pub producers: Vec<LookupProducer>,
 }
 
-#[derive(Deserialize)]
-struct Envelope {
-    status_code: i64,
-    #[serde(default)]
+/// A 200 reply in either form: the old envelope has `status_code`, the v1 form does not.
+/// (Not an untagged enum: a malformed envelope would silently parse as an empty flat reply.)
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct AnyReply {
+    status_code: Option<i64>,
     status_txt: String,
-    #[serde(default)]
     data: Option<LookupResponse>,
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum AnyReply {
-    Envelope(Envelope),
-    Flat(LookupResponse),
+    channels: Vec<String>,
+    producers: Vec<LookupProducer>,
 }
 
 #[derive(Deserialize)]
@@ -87,29 +83,35 @@ impl LookupResponse {
         if status != 200 {
             let text = serde_json::from_slice::<Message>(body)
                 .map(|m| m.message)
-                .or_else(|_| serde_json::from_slice::<Envelope>(body).map(|e| e.status_txt))
-                .unwrap_or_else(|_| String::from_utf8_lossy(&body[..body.len().min(200)]).into());
+                .ok()
+                .or_else(|| {
+                    serde_json::from_slice::<AnyReply>(body)
+                        .ok()
+                        .filter(|r| r.status_code.is_some())
+                        .map(|r| r.status_txt)
+                })
+                .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(200)]).into());
             if status == 404 && text == "TOPIC_NOT_FOUND" {
                 return Ok(LookupResponse::default());
             }
             return Err(ReplyError::new("lookup", format!("HTTP {status}: {text}")));
         }
         expect_json_object("lookup", body)?;
-        let reply = match serde_json::from_slice::<AnyReply>(body) {
-            Ok(AnyReply::Flat(r)) => r,
-            Ok(AnyReply::Envelope(e)) => {
-                if e.status_code == 200 {
-                    e.data.unwrap_or_default()
-                } else if e.status_txt == "TOPIC_NOT_FOUND" {
-                    LookupResponse::default()
-                } else {
-                    return Err(ReplyError::new(
-                        "lookup",
-                        format!("status {}: {}", e.status_code, e.status_txt),
-                    ));
-                }
+        let reply =
+            serde_json::from_slice::<AnyReply>(body).map_err(|e| ReplyError::new("lookup", e))?;
+        let reply = match reply.status_code {
+            None => LookupResponse {
+                channels: reply.channels,
+                producers: reply.producers,
+            },
+            Some(200) => reply.data.unwrap_or_default(),
+            Some(_) if reply.status_txt == "TOPIC_NOT_FOUND" => LookupResponse::default(),
+            Some(code) => {
+                return Err(ReplyError::new(
+                    "lookup",
+                    format!("status {code}: {}", reply.status_txt),
+                ));
             }
-            Err(e) => return Err(ReplyError::new("lookup", e)),
         };
         reply.check_producers()?;
         Ok(reply)
