@@ -265,12 +265,15 @@ impl FrameDecoder {
             buf.reserve(total - len);
             return Ok(None);
         }
-        let mut data = buf.split_to(total).freeze();
-        data.advance(8);
-        Ok(Some(match frame_type {
-            FRAME_TYPE_RESPONSE => Frame::Response(Response::from_data(data)),
-            FRAME_TYPE_ERROR => Frame::Error(ServerError::from_frame_data(data)),
-            _ => Frame::Message(decode_message(data)),
+        let mut frame = buf.split_to(total).freeze();
+        if frame_type == FRAME_TYPE_MESSAGE {
+            return Ok(Some(Frame::Message(decode_message(frame))));
+        }
+        frame.advance(8);
+        Ok(Some(if frame_type == FRAME_TYPE_RESPONSE {
+            Frame::Response(Response::from_data(frame))
+        } else {
+            Frame::Error(ServerError::from_frame_data(frame))
         }))
     }
 
@@ -305,19 +308,21 @@ fn check_frame_type(frame_type: u32, size: u32) -> Result<(), DecodeError> {
     }
 }
 
-/// Decodes message frame data already known to hold at least the 26-byte header.
-fn decode_message(mut data: Bytes) -> Message {
-    let h = &data[..MESSAGE_HEADER_LEN];
+/// Decodes a whole message frame (size and type included) already known to hold at least the
+/// 26-byte message header; the body is the rest of it, one `advance` and no copy.
+fn decode_message(mut frame: Bytes) -> Message {
+    const BODY_START: usize = 8 + MESSAGE_HEADER_LEN;
+    let h = &frame[8..BODY_START];
     let timestamp = i64::from_be_bytes([h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]]);
     let attempts = u16::from_be_bytes([h[8], h[9]]);
     let mut id = [0u8; 16];
     id.copy_from_slice(&h[10..26]);
-    data.advance(MESSAGE_HEADER_LEN);
+    frame.advance(BODY_START);
     Message {
         timestamp,
         attempts,
         id: MessageId(id),
-        body: data,
+        body: frame,
     }
 }
 
