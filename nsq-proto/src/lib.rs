@@ -51,11 +51,13 @@
 //! ```
 
 pub mod command;
+pub mod consumer;
 mod error_code;
 mod frame;
 mod identify;
 mod lookup;
 mod names;
+mod rng;
 
 pub use command::{CommandError, Limits, MAGIC_V2};
 pub use error_code::{ErrorCode, ServerError};
@@ -67,3 +69,4 @@ pub use frame::{
 pub use identify::{AuthResponse, DEFAULT_MAX_RDY_COUNT, Identify, IdentifyResponse, ReplyError};
 pub use lookup::{LookupProducer, LookupResponse, join_host_port};
 pub use names::{Channel, EPHEMERAL_SUFFIX, MAX_NAME_LEN, NameError, Topic, validate_name};
+pub use rng::Rng;
