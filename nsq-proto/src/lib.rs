@@ -51,6 +51,7 @@
 //! ```
 
 pub mod command;
+pub mod connection;
 pub mod consumer;
 mod error_code;
 mod frame;
@@ -60,6 +61,11 @@ mod names;
 mod rng;
 
 pub use command::{CommandError, Limits, MAGIC_V2};
+pub use connection::{
+    CloseReason, Compression, ConfigError, Connection, ConnectionConfig, ConnectionError,
+    ConnectionEvent, ConnectionState, Negotiated, NegotiatedCompression, PublishError,
+    PublishToken, Role, Secret, TlsConfig,
+};
 pub use error_code::{ErrorCode, ServerError};
 pub use frame::{
     DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_MSG_SIZE, DecodeError, FRAME_TYPE_ERROR,
