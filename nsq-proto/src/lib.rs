@@ -54,6 +54,8 @@ pub mod command;
 pub mod connection;
 mod error_code;
 mod frame;
+#[doc(hidden)]
+pub mod fuzzing;
 mod identify;
 mod lookup;
 mod names;
