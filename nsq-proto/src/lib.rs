@@ -55,6 +55,8 @@ pub mod connection;
 pub mod consumer;
 mod error_code;
 mod frame;
+#[doc(hidden)]
+pub mod fuzzing;
 mod identify;
 mod lookup;
 mod names;

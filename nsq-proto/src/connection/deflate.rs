@@ -78,6 +78,9 @@ impl DeflateDecoder {
             }
             return Err(DeflateError::DataAfterEnd);
         }
+        // Size the output window to the input (deflate rarely expands more than ~8x in
+        // practice; more output just takes further calls), so small reads stay cheap.
+        let max = max.min(self.input.len().saturating_mul(8).max(4096));
         let start = out.len();
         out.resize(start + max, 0);
         let mut produced = 0;

@@ -40,8 +40,8 @@
 //! ```
 
 mod config;
-mod deflate;
-mod snappy;
+pub(crate) mod deflate;
+pub(crate) mod snappy;
 #[doc(hidden)]
 pub mod test_support;
 mod tls;

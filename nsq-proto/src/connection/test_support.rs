@@ -554,10 +554,17 @@ impl FakeNsqd {
         };
         match &mut self.tls {
             Some(tls) => {
-                tls.writer().write_all(&data).expect("in-memory TLS write");
+                let mut rest = &data[..];
                 let mut w = Vec::new();
-                while tls.wants_write() {
-                    let _ = tls.write_tls(&mut w);
+                loop {
+                    let n = tls.writer().write(rest).expect("in-memory TLS write");
+                    rest = &rest[n..];
+                    while tls.wants_write() {
+                        let _ = tls.write_tls(&mut w);
+                    }
+                    if rest.is_empty() || n == 0 {
+                        break;
+                    }
                 }
                 self.wire_out.extend_from_slice(&w);
             }

@@ -9,7 +9,7 @@ use rustls::{
     ClientConfig, ClientConnection, DigitallySignedStruct, RootCertStore, SignatureScheme,
 };
 use std::fmt;
-use std::io::{self, Read, Write};
+use std::io::{self, BufRead, Write};
 use std::sync::Arc;
 
 /// TLS settings for a connection. Certificate verification is on unless the loudly named
@@ -291,23 +291,17 @@ impl TlsLayer {
         out: &mut BytesMut,
     ) -> Result<TlsPull, TlsError> {
         loop {
-            let start = plain.len();
-            plain.resize(start + max, 0);
-            let read = self.conn.reader().read(&mut plain[start..]);
-            match read {
-                Ok(0) => {
-                    plain.truncate(start);
-                    return Ok(TlsPull::Closed);
-                }
-                Ok(n) => {
-                    plain.truncate(start + n);
+            let mut reader = self.conn.reader();
+            match reader.fill_buf() {
+                Ok([]) => return Ok(TlsPull::Closed),
+                Ok(chunk) => {
+                    let n = chunk.len().min(max);
+                    plain.extend_from_slice(&chunk[..n]);
+                    reader.consume(n);
                     return Ok(TlsPull::Data);
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => plain.truncate(start),
-                Err(e) => {
-                    plain.truncate(start);
-                    return Err(TlsError::Buffer(e.to_string()));
-                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(TlsError::Buffer(e.to_string())),
             }
             if self.input.is_empty() {
                 return Ok(TlsPull::NeedInput);

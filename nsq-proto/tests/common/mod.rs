@@ -51,6 +51,11 @@ pub fn fake(config: FakeNsqdConfig) -> FakeNsqd {
     FakeNsqd::new(config)
 }
 
+fn next_ca() -> usize {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// A CA, and a server certificate for `names` signed by it.
 pub struct TestPki {
     pub ca_der: CertificateDer<'static>,
@@ -62,9 +67,10 @@ pub fn pki(names: &[&str]) -> TestPki {
     let ca_key = rcgen::KeyPair::generate().unwrap();
     let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "nsq-rs test CA");
+    ca_params.distinguished_name.push(
+        rcgen::DnType::CommonName,
+        format!("nsq-rs test CA {}", next_ca()),
+    );
     let ca = ca_params.self_signed(&ca_key).unwrap();
     let key = rcgen::KeyPair::generate().unwrap();
     let params =
