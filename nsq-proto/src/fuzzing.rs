@@ -206,3 +206,7 @@ pub fn connection_summary(data: &[u8]) -> Summary {
     }
     summary
 }
+
+/// Arbitrary operation sequences against a [`Consumer`](crate::consumer::Consumer); panics if
+/// an RDY invariant breaks. See `crate::consumer::fuzz_ops`.
+pub use crate::consumer::fuzz_ops::consumer_ops;

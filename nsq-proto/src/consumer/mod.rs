@@ -40,6 +40,7 @@
 //! ```
 
 mod config;
+pub(crate) mod fuzz_ops;
 pub mod lookupd;
 mod machine;
 pub mod policy;
