@@ -68,6 +68,7 @@ pub use connection::{
     ConnectionEvent, ConnectionState, Negotiated, NegotiatedCompression, PublishError,
     PublishToken, Role, Secret, TlsConfig,
 };
+pub use consumer::{Consumer, ConsumerConfig, ConsumerEvent};
 pub use error_code::{ErrorCode, ServerError};
 pub use frame::{
     DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_MSG_SIZE, DecodeError, FRAME_TYPE_ERROR,

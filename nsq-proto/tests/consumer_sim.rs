@@ -573,3 +573,87 @@ fn close_with_nothing_in_flight_finishes_promptly() {
     w.run_for(SEC * 300);
     assert!(w.nsqds.values().all(|n| n.connects.len() == 1));
 }
+
+#[test]
+fn rdy_refilled_only_when_running_low() {
+    let mut w = world_with(1, 8, 0);
+    w.handler = Handler::Hold;
+    let rdy_count = |w: &World| {
+        rdy_log(w, &addr(0))
+            .iter()
+            .filter(|c| matches!(c, Cmd::Rdy(_)))
+            .count()
+    };
+    let before = rdy_count(&w);
+    w.nsqds.get_mut(&addr(0)).unwrap().push(8, 1);
+    w.settle();
+    assert_eq!(w.held.len(), 8);
+    let mut held = std::mem::take(&mut w.held);
+    // Answering 6 of 8: remaining 8 - 8 = 0 counted since the last RDY, so the first answer
+    // already finds it low and refills once; no RDY per message after that.
+    for (c, m) in held.drain(..6) {
+        w.consumer.finish(w.now, c, &m.id).unwrap();
+    }
+    w.settle();
+    assert_eq!(rdy_count(&w), before + 1);
+    // Fresh window: 2 more received, 2 more answered -> remaining 6 of 8, no refill.
+    w.handler = Handler::Finish;
+    w.nsqds.get_mut(&addr(0)).unwrap().push(1, 1);
+    w.settle();
+    assert_eq!(rdy_count(&w), before + 1);
+    // Enough traffic to cross the 25% mark refills again.
+    w.nsqds.get_mut(&addr(0)).unwrap().push(6, 1);
+    w.settle();
+    assert_eq!(rdy_count(&w), before + 2);
+    for (c, m) in held {
+        w.consumer.finish(w.now, c, &m.id).unwrap();
+    }
+    w.settle();
+    w.assert_clean();
+    assert_eq!(w.server_total_rdy(), 8);
+}
+
+#[test]
+fn full_jitter_backoff_window_is_within_the_ceiling() {
+    let cfg = ConsumerConfig {
+        max_in_flight: 2,
+        backoff_strategy: nsq_proto::consumer::BackoffStrategy::FullJitter,
+        ..ConsumerConfig::default()
+    };
+    let mut w = World::new(cfg, 5);
+    w.add_nsqd(&addr(0), 2500);
+    w.consumer.add_nsqd(w.now, &addr(0)).unwrap();
+    w.run_for(SEC * 6);
+    w.handler = Handler::RequeueBackoff;
+    let start = rdy_log(&w, &addr(0)).len();
+    w.nsqds.get_mut(&addr(0)).unwrap().push(1, 1);
+    w.settle();
+    assert!(w.consumer.in_backoff_window());
+    let until = w.consumer.poll_timeout().unwrap();
+    assert!(until - w.now <= SEC * 2);
+    // The requeued message comes back to the probe and succeeds: full speed again.
+    w.handler = Handler::Finish;
+    w.run_for(SEC * 2);
+    assert!(!w.consumer.in_backoff_window());
+    assert_eq!(w.consumer.backoff_level(), 0);
+    assert_eq!(w.server_total_rdy(), 2);
+    let rdys: Vec<Cmd> = rdy_log(&w, &addr(0))[start..]
+        .iter()
+        .filter(|c| matches!(c, Cmd::Rdy(_)))
+        .cloned()
+        .collect();
+    assert_eq!(rdys, vec![Cmd::Rdy(0), Cmd::Rdy(1), Cmd::Rdy(2)]);
+}
+
+#[test]
+fn stats_snapshot() {
+    let mut w = world_with(2, 6, 0);
+    w.nsqds.get_mut(&addr(0)).unwrap().push(3, 1);
+    w.settle();
+    let s = w.consumer.stats();
+    assert_eq!(
+        (s.received, s.finished, s.requeued, s.gave_up),
+        (3, 3, 0, 0)
+    );
+    assert_eq!((s.connections, s.backoff_level, s.total_rdy), (2, 0, 6));
+}

@@ -654,8 +654,9 @@ impl Consumer {
     ) -> Result<(), ConsumerError> {
         self.connection_mut(conn)?.finish(now, id)?;
         self.finished += 1;
-        self.after_answer(now, conn);
+        // Backoff first: leaving backoff re-plans RDY, which makes a refill unnecessary.
         self.on_success(now);
+        self.after_answer(now, conn);
         Ok(())
     }
 
