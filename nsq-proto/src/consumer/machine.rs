@@ -365,12 +365,21 @@ fn valid_host_port(addr: &str) -> bool {
     let Some((host, port)) = addr.rsplit_once(':') else {
         return false;
     };
-    let host = host
-        .strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(host);
+    let host = match host.strip_prefix('[') {
+        Some(inner) => match inner.strip_suffix(']') {
+            Some(h) => h,
+            None => return false,
+        },
+        // An IPv6 literal must be bracketed to carry a port.
+        None if host.contains(':') => return false,
+        None => host,
+    };
     !host.is_empty()
-        && !host.bytes().any(|b| b.is_ascii_whitespace() || b == b'/')
+        && !host
+            .bytes()
+            .any(|b| b.is_ascii_whitespace() || matches!(b, b'/' | b'[' | b']' | b'@'))
+        && !port.is_empty()
+        && port.bytes().all(|b| b.is_ascii_digit())
         && port.parse::<u16>().is_ok_and(|p| p != 0)
 }
 
@@ -1379,5 +1388,100 @@ impl Consumer {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nsqd_addresses() {
+        for ok in [
+            "127.0.0.1:4150",
+            "nsqd.local:4150",
+            "[::1]:4150",
+            "[fe80::1%eth0]:1",
+        ] {
+            assert!(valid_host_port(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "nsqd",
+            "nsqd:",
+            ":4150",
+            "::1:4150",
+            "[::1]",
+            "h:0",
+            "h:65536",
+            "h:+1",
+            "h o:1",
+            "http://h:1",
+            "[::1:4150",
+            "u@h:1",
+        ] {
+            assert!(!valid_host_port(bad), "{bad}");
+        }
+    }
+
+    fn consumer() -> Consumer {
+        Consumer::new(
+            ConsumerConfig::default(),
+            Topic::new("t").unwrap(),
+            Channel::new("c").unwrap(),
+            1,
+        )
+    }
+
+    #[test]
+    fn commands_validate_and_nothing_happens_on_error() {
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "origin of virtual time in a test"
+        )]
+        let now = Instant::now();
+        let mut c = consumer();
+        assert_eq!(
+            c.add_nsqd(now, "nope"),
+            Err(ConsumerError::InvalidAddress("nope".into()))
+        );
+        assert!(matches!(
+            c.add_lookupd(now, "https://h:4161"),
+            Err(ConsumerError::InvalidLookupd(
+                LookupdAddressError::UnsupportedScheme(_)
+            ))
+        ));
+        assert_eq!(c.poll_action(), None);
+        assert_eq!(c.poll_timeout(), None);
+        let ghost = ConnId(99);
+        assert_eq!(
+            c.finish(now, ghost, &MessageId::new(*b"0123456789abcdef")),
+            Err(ConsumerError::UnknownConnection(ghost))
+        );
+        assert_eq!(ghost.to_string(), "conn#99");
+        assert_eq!(LookupdRequestId(3).to_string(), "lookup#3");
+        // Adding the same nsqd twice connects once; a connecting socket is not ready.
+        c.add_nsqd(now, "h:4150").unwrap();
+        c.add_nsqd(now, " h:4150 ").unwrap();
+        let Some(Action::Connect { conn, addr }) = c.poll_action() else {
+            panic!("expected Connect");
+        };
+        assert_eq!(addr, "h:4150");
+        assert_eq!(c.poll_action(), None);
+        assert_eq!(
+            c.touch(now, conn, &MessageId::new(*b"0123456789abcdef")),
+            Err(ConsumerError::NotReady(conn))
+        );
+        // Close with nothing connected yet: the pending connect is dropped, Closed at once.
+        c.close(now);
+        assert_eq!(c.poll_action(), Some(Action::Disconnect { conn }));
+        let events: Vec<ConsumerEvent> = std::iter::from_fn(|| c.poll_event()).collect();
+        assert!(matches!(
+            events.last(),
+            Some(ConsumerEvent::Closed { leftovers: 0 })
+        ));
+        assert!(c.is_closed());
+        assert_eq!(c.add_nsqd(now, "h:4151"), Err(ConsumerError::Closing));
+        assert_eq!(c.poll_timeout(), None);
     }
 }
