@@ -373,3 +373,74 @@ fn close_during_start_up_is_immediate() {
         })]
     );
 }
+
+#[test]
+fn only_a_frame_straddling_two_reads_is_copied() {
+    let (mut conn, _peer, now) = ready_consumer(ConnectionConfig::default());
+    let mut wire = BytesMut::new();
+    for i in 0..4u8 {
+        let msg = Message {
+            timestamp: 1,
+            attempts: 1,
+            id: MessageId::new([b'a' + i; 16]),
+            body: vec![i; 500].into(),
+        };
+        encode_message_frame(&mut wire, &msg);
+    }
+    // First read ends in the middle of the second frame.
+    let mut first = BytesMut::from(&wire[..800]);
+    let mut second = BytesMut::with_capacity(4096);
+    second.extend_from_slice(&wire[800..]);
+    let second_range = second.as_ptr() as usize..second.as_ptr() as usize + second.len();
+    conn.handle_input(now, &mut first);
+    conn.handle_input(now, &mut second);
+    let msgs = messages(&events(&mut conn));
+    assert_eq!(msgs.len(), 4);
+    assert!(!second_range.contains(&(msgs[1].body.as_ptr() as usize)));
+    for m in &msgs[2..] {
+        assert!(second_range.contains(&(m.body.as_ptr() as usize)));
+        assert_eq!(m.body.len(), 500);
+    }
+}
+
+#[test]
+fn touch_never_extends_past_max_msg_timeout() {
+    let now = common::t0();
+    let mut peer = fake(FakeNsqdConfig {
+        msg_timeout_ms: 10_000,
+        max_msg_timeout_ms: 25_000,
+        ..FakeNsqdConfig::default()
+    });
+    let (mut conn, _) = connect(ConnectionConfig::default(), consumer(), &mut peer, now);
+    conn.set_rdy(now, 1).unwrap();
+    let _ = exchange(&mut conn, &mut peer, now);
+    let id = peer.deliver(b"slow").unwrap();
+    let _ = exchange(&mut conn, &mut peer, now);
+    let t = now + Duration::from_secs(9);
+    conn.touch(t, &id).unwrap();
+    assert_eq!(conn.poll_timeout(), Some(now + Duration::from_secs(19)));
+    let t = now + Duration::from_secs(18);
+    conn.touch(t, &id).unwrap();
+    // Capped at delivery + 25 s, not 28 s.
+    assert_eq!(conn.poll_timeout(), Some(now + Duration::from_secs(25)));
+    conn.handle_timeout(now + Duration::from_secs(25));
+    assert_eq!(events(&mut conn), vec![ConnectionEvent::MessageExpired(id)]);
+}
+
+#[test]
+fn debug_output_never_shows_a_pending_secret() {
+    let now = common::t0();
+    let config = ConnectionConfig {
+        auth_secret: Some(nsq_proto::Secret::new("hunter2")),
+        ..ConnectionConfig::default()
+    };
+    let mut conn = Connection::new(config, consumer(), "h:4150", now).unwrap();
+    let _ = conn.poll_transmit();
+    let mut reply = Vec::new();
+    nsq_proto::encode_frame(&mut reply, 0, br#"{"auth_required":true}"#);
+    common::feed(&mut conn, now, &reply);
+    // AUTH (with the secret) is queued but not yet transmitted.
+    let shown = format!("{conn:?}");
+    assert!(!shown.contains("hunter2"), "{shown}");
+    assert!(conn.poll_transmit().unwrap().ends_with(b"hunter2"));
+}

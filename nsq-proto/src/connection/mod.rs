@@ -366,7 +366,6 @@ enum Fill {
 ///
 /// Methods come in four groups: queries (`&self`), inputs (`handle_*`), commands (misuse
 /// returns an error and sends nothing) and outputs (`poll_*`).
-#[derive(Debug)]
 pub struct Connection {
     config: ConnectionConfig,
     role: Role,
@@ -395,7 +394,8 @@ pub struct Connection {
     now: Instant,
     last_rx: Instant,
     rdy: u32,
-    inflight: HashMap<MessageId, Instant>,
+    /// In-flight messages: id -> (deadline, delivered at).
+    inflight: HashMap<MessageId, (Instant, Instant)>,
     /// Deadlines in non-decreasing order; entries not matching `inflight` are stale.
     timers: VecDeque<(Instant, MessageId)>,
     last_message_at: Option<Instant>,
@@ -405,6 +405,22 @@ pub struct Connection {
     drain_deadline: Option<Instant>,
     closed: Option<CloseReason>,
     events: VecDeque<ConnectionEvent>,
+}
+
+impl fmt::Debug for Connection {
+    // Hand-written: buffers are not shown (a pending AUTH command holds the secret).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connection")
+            .field("role", &self.role)
+            .field("state", &self.state())
+            .field("tls", &self.tls.is_some())
+            .field("codec", &self.codec)
+            .field("rdy", &self.rdy)
+            .field("in_flight", &self.inflight.len())
+            .field("outstanding_publishes", &self.outstanding_publishes())
+            .field("closed", &self.closed)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Connection {
@@ -573,12 +589,46 @@ impl Connection {
         } else if let Some(codec) = &mut self.codec {
             codec.push(data);
             data.clear();
-        } else if self.rbuf.is_empty() {
-            self.rbuf = data.split();
         } else {
-            self.rbuf.unsplit(data.split());
+            self.plain_input(now, data);
+            return;
         }
         self.process(now);
+    }
+
+    /// The plain-text path: frames are split off the caller's buffer itself. Only a frame
+    /// straddling two reads is copied (just that frame), so message bodies are slices of the
+    /// buffers the driver read into.
+    fn plain_input(&mut self, now: Instant, data: &mut BytesMut) {
+        while !data.is_empty() {
+            if self.rbuf.is_empty() {
+                self.rbuf = data.split();
+            } else {
+                let n = self.bytes_to_complete_frame().min(data.len());
+                self.rbuf.extend_from_slice(&data[..n]);
+                bytes::Buf::advance(data, n);
+            }
+            self.process(now);
+            if self.closed.is_some() {
+                data.clear();
+                return;
+            }
+            if self.tls.is_some() || self.codec.is_some() {
+                // An upgrade happened: the rest belongs to the new layer.
+                self.handle_input(now, data);
+                return;
+            }
+        }
+    }
+
+    /// How many more bytes the partial frame at the front of `rbuf` needs (at least 1).
+    fn bytes_to_complete_frame(&self) -> usize {
+        let have = self.rbuf.len();
+        if have < 4 {
+            return 4 - have;
+        }
+        let size = u32::from_be_bytes([self.rbuf[0], self.rbuf[1], self.rbuf[2], self.rbuf[3]]);
+        (4 + size as usize).saturating_sub(have).max(1)
     }
 
     /// The server closed its side of the socket.
@@ -709,12 +759,19 @@ impl Connection {
     pub fn touch(&mut self, now: Instant, id: &MessageId) -> Result<(), ConnectionError> {
         let now = self.clock(now);
         self.check_open()?;
-        let deadline = now + self.msg_timeout;
         let Some(entry) = self.inflight.get_mut(id) else {
             return Err(ConnectionError::NotInFlight(*id));
         };
-        *entry = deadline;
-        self.timers.push_back((deadline, *id));
+        // nsqd never extends a message beyond delivery + max_msg_timeout.
+        let max_msg_timeout = self
+            .negotiated
+            .as_ref()
+            .map_or(Duration::from_secs(15 * 60), |n| n.max_msg_timeout);
+        let deadline = (now + self.msg_timeout)
+            .min(entry.1 + max_msg_timeout)
+            .max(entry.0);
+        entry.0 = deadline;
+        self.push_timer(deadline, *id);
         command::touch(&mut self.wbuf, id);
         self.clean_timers();
         Ok(())
@@ -839,10 +896,25 @@ impl Connection {
         self.check_close_done();
     }
 
+    /// Queues a deadline, keeping the queue sorted (deadlines almost always arrive in order,
+    /// so this is a push at the back).
+    fn push_timer(&mut self, deadline: Instant, id: MessageId) {
+        let at = self
+            .timers
+            .iter()
+            .rposition(|&(d, _)| d <= deadline)
+            .map_or(0, |i| i + 1);
+        if at == self.timers.len() {
+            self.timers.push_back((deadline, id));
+        } else {
+            self.timers.insert(at, (deadline, id));
+        }
+    }
+
     /// Drops stale timer entries from the front.
     fn clean_timers(&mut self) {
         while let Some(&(deadline, id)) = self.timers.front() {
-            if self.inflight.get(&id) == Some(&deadline) {
+            if self.inflight.get(&id).map(|e| e.0) == Some(deadline) {
                 break;
             }
             self.timers.pop_front();
@@ -851,7 +923,7 @@ impl Connection {
 
     fn expire(&mut self, now: Instant) {
         while let Some(&(deadline, id)) = self.timers.front() {
-            if self.inflight.get(&id) == Some(&deadline) {
+            if self.inflight.get(&id).map(|e| e.0) == Some(deadline) {
                 if deadline > now {
                     break;
                 }
@@ -1061,8 +1133,8 @@ impl Connection {
             return self.violation("message delivered before the subscription was confirmed");
         }
         let deadline = now + self.msg_timeout;
-        self.inflight.insert(message.id, deadline);
-        self.timers.push_back((deadline, message.id));
+        self.inflight.insert(message.id, (deadline, now));
+        self.push_timer(deadline, message.id);
         self.last_message_at = Some(now);
         self.events.push_back(ConnectionEvent::Message(message));
     }
