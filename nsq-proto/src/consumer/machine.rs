@@ -1406,10 +1406,12 @@ impl Consumer {
         match result {
             Ok(reply) => {
                 for producer in &reply.producers {
-                    if producer.tcp_port == 0 || producer.broadcast_address.is_empty() {
+                    let addr = producer.tcp_address();
+                    if producer.tcp_port == 0 || !valid_host_port(&addr) {
+                        tracing::debug!(addr, "ignoring a lookupd producer with a bad address");
                         continue;
                     }
-                    self.discovered(&producer.tcp_address(), p.seq);
+                    self.discovered(&addr, p.seq);
                 }
             }
             Err(error) => {
