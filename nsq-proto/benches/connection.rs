@@ -1,6 +1,10 @@
 //! Connection hot path: a consumer receiving batches of messages and finishing each, in plain
 //! text, snappy and deflate; and a producer pipelining publishes.
-#![allow(missing_docs, clippy::disallowed_methods)] // criterion macros; a bench needs a clock origin
+#![allow(
+    missing_docs,
+    clippy::disallowed_methods,
+    reason = "criterion macros generate undocumented items; a bench needs a real clock"
+)]
 
 use bytes::BytesMut;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
