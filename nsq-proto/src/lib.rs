@@ -51,6 +51,8 @@
 //! ```
 
 pub mod command;
+pub mod connection;
+pub mod consumer;
 mod error_code;
 mod frame;
 #[doc(hidden)]
@@ -58,8 +60,15 @@ pub mod fuzzing;
 mod identify;
 mod lookup;
 mod names;
+mod rng;
 
 pub use command::{CommandError, Limits, MAGIC_V2};
+pub use connection::{
+    CloseReason, Compression, ConfigError, Connection, ConnectionConfig, ConnectionError,
+    ConnectionEvent, ConnectionState, Negotiated, NegotiatedCompression, PublishError,
+    PublishToken, Role, Secret, TlsConfig,
+};
+pub use consumer::{Consumer, ConsumerConfig, ConsumerEvent};
 pub use error_code::{ErrorCode, ServerError};
 pub use frame::{
     DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_MSG_SIZE, DecodeError, FRAME_TYPE_ERROR,
@@ -69,3 +78,4 @@ pub use frame::{
 pub use identify::{AuthResponse, DEFAULT_MAX_RDY_COUNT, Identify, IdentifyResponse, ReplyError};
 pub use lookup::{LookupProducer, LookupResponse, join_host_port};
 pub use names::{Channel, EPHEMERAL_SUFFIX, MAX_NAME_LEN, NameError, Topic, validate_name};
+pub use rng::Rng;

@@ -21,6 +21,8 @@ const TARGETS: &[(&str, Entry)] = &[
     ("frame_stream", fuzzing::frame_stream),
     ("identify_reply", fuzzing::identify_reply),
     ("lookup_reply", fuzzing::lookup_reply),
+    ("connection", fuzzing::connection),
+    ("consumer_ops", fuzzing::consumer_ops),
 ];
 
 fn fuzz_dir() -> PathBuf {

@@ -150,3 +150,10 @@ pub fn lookup_reply(data: &[u8]) {
         assert_eq!(LookupResponse::parse(200, &json), Ok(reply));
     }
 }
+
+mod connection;
+
+/// Arbitrary operation sequences against a [`Consumer`](crate::consumer::Consumer); panics if
+/// an RDY invariant breaks. See `crate::consumer::fuzz_ops`.
+pub use crate::consumer::fuzz_ops::consumer_ops;
+pub use connection::{Summary, connection, connection_summary};

@@ -1,0 +1,94 @@
+//! [`ConsumerConfig`]: every consumer knob, with go-nsq's defaults where go-nsq has one.
+
+use super::policy::BackoffStrategy;
+use crate::connection::ConnectionConfig;
+use std::time::Duration;
+
+/// Configuration of a [`Consumer`](super::Consumer).
+///
+/// A plain struct with public fields and [`Default`], so `..Default::default()` works:
+///
+/// ```
+/// use nsq_proto::consumer::ConsumerConfig;
+/// let config = ConsumerConfig { max_in_flight: 100, ..Default::default() };
+/// assert_eq!(config.max_attempts, 5);
+/// ```
+#[derive(Debug, Clone)]
+pub struct ConsumerConfig {
+    /// Settings of every nsqd connection (IDENTIFY fields, TLS, compression, AUTH, limits).
+    pub connection: ConnectionConfig,
+    /// The most messages in flight over all connections together (go-nsq `max_in_flight`,
+    /// default 1). 0 pauses the consumer.
+    pub max_in_flight: u32,
+    /// Messages delivered more often than this are finished and reported as
+    /// [`ConsumerEvent::GaveUp`](super::ConsumerEvent::GaveUp) (go-nsq `max_attempts`, default
+    /// 5). 0 means unlimited.
+    pub max_attempts: u16,
+    /// Requeue delay per attempt when the handler gives none (go-nsq
+    /// `default_requeue_delay`, default 90 s).
+    pub default_requeue_delay: Duration,
+    /// Cap on the computed requeue delay (go-nsq `max_requeue_delay`, default 15 min).
+    pub max_requeue_delay: Duration,
+    /// Whether failed messages (requeue with backoff) slow the consumer down. Default true.
+    pub backoff_enabled: bool,
+    /// How backoff windows grow (go-nsq `backoff_strategy`, default exponential).
+    pub backoff_strategy: BackoffStrategy,
+    /// Unit of the backoff window: `multiplier x 2^level` (go-nsq `backoff_multiplier`,
+    /// default 1 s).
+    pub backoff_multiplier: Duration,
+    /// Longest backoff window (go-nsq `max_backoff_duration`, default 2 min).
+    pub max_backoff_duration: Duration,
+    /// Time between nsqlookupd polls (go-nsq `lookupd_poll_interval`, default 60 s).
+    pub lookupd_poll_interval: Duration,
+    /// Random extra delay added to each poll, as a fraction of the interval (go-nsq
+    /// `lookupd_poll_jitter`, default 0.3).
+    pub lookupd_poll_jitter: f64,
+    /// How long one lookupd query may take before it counts as failed (default 30 s).
+    pub lookupd_timeout: Duration,
+    /// Cap on a lookupd response body, in bytes (default 4 MiB).
+    pub max_lookupd_response_size: usize,
+    /// How often RDY is redistributed when `max_in_flight` is smaller than the number of
+    /// connections, or a backoff probe sits idle (go-nsq `rdy_redistribute_interval`, 5 s).
+    pub rdy_redistribute_interval: Duration,
+    /// A connection holding RDY without a message for this long gives it up at the next
+    /// redistribution (go-nsq `low_rdy_idle_timeout`, default 10 s).
+    pub low_rdy_idle_timeout: Duration,
+    /// A connection holding RDY for this long gives it up at the next redistribution even
+    /// when busy, so others get a turn (go-nsq `low_rdy_timeout`, default 30 s).
+    pub low_rdy_timeout: Duration,
+    /// First reconnect delay for directly configured nsqd (default 1 s), doubling per failure.
+    pub reconnect_initial_delay: Duration,
+    /// Longest reconnect delay (default 60 s).
+    pub reconnect_max_delay: Duration,
+    /// A connection up for this long resets the reconnect schedule (default 30 s).
+    pub reconnect_reset_after: Duration,
+    /// After `close`, connections still draining are dropped after this long (default 30 s).
+    pub close_timeout: Duration,
+}
+
+impl Default for ConsumerConfig {
+    fn default() -> Self {
+        ConsumerConfig {
+            connection: ConnectionConfig::default(),
+            max_in_flight: 1,
+            max_attempts: 5,
+            default_requeue_delay: Duration::from_secs(90),
+            max_requeue_delay: Duration::from_secs(15 * 60),
+            backoff_enabled: true,
+            backoff_strategy: BackoffStrategy::Exponential,
+            backoff_multiplier: Duration::from_secs(1),
+            max_backoff_duration: Duration::from_secs(120),
+            lookupd_poll_interval: Duration::from_secs(60),
+            lookupd_poll_jitter: 0.3,
+            lookupd_timeout: Duration::from_secs(30),
+            max_lookupd_response_size: super::lookupd::DEFAULT_MAX_BODY_SIZE,
+            rdy_redistribute_interval: Duration::from_secs(5),
+            low_rdy_idle_timeout: Duration::from_secs(10),
+            low_rdy_timeout: Duration::from_secs(30),
+            reconnect_initial_delay: Duration::from_secs(1),
+            reconnect_max_delay: Duration::from_secs(60),
+            reconnect_reset_after: Duration::from_secs(30),
+            close_timeout: Duration::from_secs(30),
+        }
+    }
+}

@@ -1,0 +1,244 @@
+//! The `consumer_ops` fuzz entry point, re-exported from [`crate::fuzzing`]. Not a stable API.
+
+use crate::consumer::{Action, ConnId, Consumer, ConsumerConfig, ConsumerEvent, LookupdRequestId};
+use crate::frame::{
+    FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, Message, MessageId, encode_frame, encode_message_frame,
+};
+use crate::names::{Channel, Topic};
+use bytes::{Bytes, BytesMut};
+use std::time::{Duration, Instant};
+
+/// Reads fuzz input as a stream of small numbers; zeros once exhausted.
+struct Input<'a> {
+    data: &'a [u8],
+}
+
+impl Input<'_> {
+    fn byte(&mut self) -> u8 {
+        match self.data.split_first() {
+            Some((&b, rest)) => {
+                self.data = rest;
+                b
+            }
+            None => 0,
+        }
+    }
+
+    fn u16(&mut self) -> u16 {
+        u16::from_be_bytes([self.byte(), self.byte()])
+    }
+
+    fn slice(&mut self, max: usize) -> &[u8] {
+        let n = usize::from(self.byte()).min(max).min(self.data.len());
+        let (head, rest) = self.data.split_at(n);
+        self.data = rest;
+        head
+    }
+
+    fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+}
+
+const IDENTIFY_REPLY: &[u8] = br#"{"max_rdy_count":MAXRDY,"version":"1.3.0","max_msg_timeout":900000,"msg_timeout":60000,"tls_v1":false,"deflate":false,"deflate_level":0,"max_deflate_level":6,"snappy":false,"sample_rate":0,"auth_required":false,"output_buffer_size":16384,"output_buffer_timeout":250}"#;
+
+fn frame(kind: u32, data: &[u8]) -> BytesMut {
+    let mut b = BytesMut::new();
+    encode_frame(&mut b, kind, data);
+    b
+}
+
+/// Drives a [`Consumer`] with an arbitrary sequence of operations decoded from `data`:
+/// connections opening, failing, handshaking, delivering messages, errors and garbage;
+/// finishes, requeues with and without backoff, touches; `max_in_flight` changes; lookupd
+/// replies (well-formed and garbage); time jumps; close. After every operation it checks the
+/// flow-control invariants (sum of RDY <= max_in_flight, RDY <= max_rdy_count per
+/// connection) and panics if one is broken.
+pub fn consumer_ops(data: &[u8]) {
+    let mut input = Input { data };
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "fuzz harness: the origin of virtual time; only offsets from it matter"
+    )]
+    let mut now = Instant::now();
+    let config = ConsumerConfig {
+        max_in_flight: u32::from(input.byte() % 12),
+        max_attempts: u16::from(input.byte() % 4),
+        backoff_enabled: input.byte() % 4 != 0,
+        backoff_multiplier: Duration::from_millis(100),
+        max_backoff_duration: Duration::from_secs(5),
+        ..ConsumerConfig::default()
+    };
+    let seed = u64::from(input.u16());
+    let mut consumer = Consumer::new(
+        config,
+        Topic::new("fuzz").expect("valid topic"),
+        Channel::new("ch").expect("valid channel"),
+        seed,
+    );
+    let mut conns: Vec<ConnId> = Vec::new();
+    let mut connecting: Vec<ConnId> = Vec::new();
+    let mut requests: Vec<LookupdRequestId> = Vec::new();
+    let mut messages: Vec<(ConnId, Message)> = Vec::new();
+    let mut next_id: u64 = 0;
+    let mut steps = 0;
+    while !input.is_empty() && steps < 4096 {
+        steps += 1;
+        let op = input.byte() % 20;
+        let pick = usize::from(input.byte());
+        match op {
+            0 => {
+                let _ = consumer.add_nsqd(now, &format!("10.0.0.{}:4150", pick % 6));
+            }
+            1 if !connecting.is_empty() => {
+                let c = connecting.remove(pick % connecting.len());
+                consumer.handle_connected(now, c);
+                conns.push(c);
+            }
+            2 if !connecting.is_empty() => {
+                let c = connecting.remove(pick % connecting.len());
+                consumer.handle_connect_failed(now, c, "refused");
+            }
+            3..=8 if !conns.is_empty() => {
+                let c = conns[pick % conns.len()];
+                let mut bytes = match op {
+                    3 => {
+                        let max_rdy = [1u32, 2, 5, 2500][usize::from(input.byte() % 4)];
+                        let reply = String::from_utf8_lossy(IDENTIFY_REPLY)
+                            .replace("MAXRDY", &max_rdy.to_string());
+                        frame(FRAME_TYPE_RESPONSE, reply.as_bytes())
+                    }
+                    4 => frame(FRAME_TYPE_RESPONSE, b"OK"),
+                    5 => {
+                        next_id += 1;
+                        let id = format!("{next_id:016x}");
+                        let mut id_bytes = [0u8; 16];
+                        id_bytes.copy_from_slice(id.as_bytes());
+                        let m = Message {
+                            timestamp: 0,
+                            attempts: u16::from(input.byte() % 8),
+                            id: MessageId::new(id_bytes),
+                            body: Bytes::from_static(b"body"),
+                        };
+                        let mut b = BytesMut::new();
+                        encode_message_frame(&mut b, &m);
+                        b
+                    }
+                    6 => frame(
+                        FRAME_TYPE_RESPONSE,
+                        [&b"_heartbeat_"[..], b"CLOSE_WAIT"][pick % 2],
+                    ),
+                    7 => frame(
+                        FRAME_TYPE_ERROR,
+                        [&b"E_FIN_FAILED x"[..], b"E_REQ_FAILED x", b"E_INVALID x"][pick % 3],
+                    ),
+                    _ => BytesMut::from(input.slice(64)),
+                };
+                consumer.handle_input(now, c, &mut bytes);
+            }
+            9 if !conns.is_empty() => {
+                let c = conns[pick % conns.len()];
+                consumer.handle_eof(now, c);
+            }
+            10..=12 if !messages.is_empty() => {
+                let (c, m) = messages.swap_remove(pick % messages.len());
+                let _ = match op {
+                    10 => consumer.finish(now, c, &m.id),
+                    11 => {
+                        let delay = match input.byte() % 3 {
+                            0 => None,
+                            1 => Some(Duration::ZERO),
+                            _ => Some(Duration::from_secs(u64::from(input.u16()))),
+                        };
+                        consumer.requeue(now, c, &m, delay, pick % 2 == 0)
+                    }
+                    _ => {
+                        let r = consumer.touch(now, c, &m.id);
+                        messages.push((c, m));
+                        r
+                    }
+                };
+            }
+            13 => consumer.set_max_in_flight(now, u32::from(input.byte() % 12)),
+            14 => {
+                let ms = u64::from(input.u16()) * 16;
+                now += Duration::from_millis(ms);
+                consumer.handle_timeout(now);
+            }
+            15 => {
+                if let Some(t) = consumer.poll_timeout() {
+                    now = now.max(t);
+                    consumer.handle_timeout(now);
+                }
+            }
+            16 => {
+                let _ = consumer.add_lookupd(now, &format!("10.1.0.{}:4161", pick % 3));
+            }
+            17 if !requests.is_empty() => {
+                let r = requests[pick % requests.len()];
+                let body = format!(
+                    r#"{{"channels":[],"producers":[{{"broadcast_address":"10.0.0.{}","tcp_port":4150}}]}}"#,
+                    input.byte() % 6
+                );
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                consumer.handle_lookupd_input(now, r, reply.as_bytes());
+            }
+            18 if !requests.is_empty() => {
+                let r = requests[pick % requests.len()];
+                match input.byte() % 3 {
+                    0 => {
+                        let garbage = input.slice(64).to_vec();
+                        consumer.handle_lookupd_input(now, r, &garbage);
+                    }
+                    1 => consumer.handle_lookupd_eof(now, r),
+                    _ => consumer.handle_lookupd_failed(now, r, "reset"),
+                }
+            }
+            19 => consumer.close(now),
+            _ => {}
+        }
+        // Drain the outputs, as a driver would.
+        while let Some(action) = consumer.poll_action() {
+            match action {
+                Action::Connect { conn, .. } => connecting.push(conn),
+                Action::Disconnect { conn } => {
+                    conns.retain(|&c| c != conn);
+                    connecting.retain(|&c| c != conn);
+                    messages.retain(|(c, _)| *c != conn);
+                }
+                Action::LookupdRequest { request, .. } => requests.push(request),
+                Action::LookupdClose { request } => requests.retain(|&r| r != request),
+                _ => {}
+            }
+        }
+        while let Some(event) = consumer.poll_event() {
+            if let ConsumerEvent::Message { conn, message } = event {
+                messages.push((conn, message));
+            }
+        }
+        check_invariants(&consumer);
+    }
+}
+
+fn check_invariants(consumer: &Consumer) {
+    let mut total: u64 = 0;
+    for (id, _) in consumer.connections() {
+        let rdy = consumer.rdy(id);
+        if let Some(c) = consumer.connection(id) {
+            assert!(
+                rdy <= c.max_rdy(),
+                "{id}: RDY {rdy} above max {}",
+                c.max_rdy()
+            );
+        }
+        total += u64::from(rdy);
+    }
+    assert!(
+        total <= u64::from(consumer.max_in_flight()),
+        "total RDY {total} above max_in_flight {}",
+        consumer.max_in_flight()
+    );
+}

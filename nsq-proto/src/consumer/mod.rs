@@ -1,0 +1,70 @@
+//! The consumer side: a sans-IO [`Consumer`] owning many nsqd connections for one
+//! topic/channel.
+//!
+//! * [`Consumer`]: RDY distribution, backoff, attempts policy, requeue delays, nsqlookupd
+//!   discovery, reconnection and graceful shutdown, as one state machine.
+//! * [`ConsumerConfig`]: its knobs, with go-nsq's defaults.
+//! * [`lookupd`]: the sans-IO HTTP exchange with nsqlookupd.
+//! * [`policy`]: the pure policies (backoff, reconnect schedule, requeue delay, RDY planning).
+//!
+//! # Driving a consumer
+//!
+//! One task owns the [`Consumer`]. After every input or command it drains
+//! [`Consumer::poll_action`] (in order), [`Consumer::poll_event`], and re-arms one timer at
+//! [`Consumer::poll_timeout`]:
+//!
+//! | action | the driver |
+//! |---|---|
+//! | `Connect { conn, addr }` | opens TCP to `addr`; then `handle_connected(conn)` or `handle_connect_failed(conn, why)` |
+//! | `Transmit { conn, data }` | writes `data` to `conn`'s socket |
+//! | `Disconnect { conn }` | closes `conn`'s socket (after earlier writes) |
+//! | `LookupdRequest { request, addr, data }` | opens TCP to `addr`, writes `data`, feeds reads to `handle_lookupd_input` and EOF to `handle_lookupd_eof` (or `handle_lookupd_failed`) |
+//! | `LookupdClose { request }` | closes that lookupd socket |
+//!
+//! Bytes read from an nsqd socket go to [`Consumer::handle_input`], EOF or a read error to
+//! [`Consumer::handle_eof`]. The application answers [`ConsumerEvent::Message`]s with
+//! [`Consumer::finish`], [`Consumer::requeue`] or [`Consumer::touch`], naming the connection the
+//! message came from.
+//!
+//! ```
+//! use bytes::BytesMut;
+//! use nsq_proto::consumer::{Action, Consumer, ConsumerConfig};
+//! use nsq_proto::{Channel, Topic};
+//! use std::time::Instant;
+//!
+//! let now = Instant::now();
+//! let config = ConsumerConfig { max_in_flight: 10, ..Default::default() };
+//! let mut consumer = Consumer::new(config, Topic::new("events")?, Channel::new("archive")?, 42);
+//! consumer.add_nsqd(now, "127.0.0.1:4150")?;
+//! consumer.add_lookupd(now, "http://127.0.0.1:4161")?;
+//! let actions: Vec<Action> = std::iter::from_fn(|| consumer.poll_action()).collect();
+//! for action in actions {
+//!     match action {
+//!         Action::Connect { conn, addr } => {
+//!             // open a TCP stream to `addr`, then:
+//!             consumer.handle_connected(now, conn);
+//!         }
+//!         Action::LookupdRequest { request, addr, data } => {
+//!             // connect to `addr`, write `data`, feed the reply to handle_lookupd_input
+//!             let _ = (request, addr, data);
+//!         }
+//!         _ => {}
+//!     }
+//! }
+//! // Now the nsqd connection's magic and IDENTIFY wait to be written:
+//! assert!(matches!(consumer.poll_action(), Some(Action::Transmit { .. })));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod config;
+pub(crate) mod fuzz_ops;
+pub mod lookupd;
+mod machine;
+pub mod policy;
+
+pub use config::ConsumerConfig;
+pub use lookupd::{LookupdAddress, LookupdAddressError, LookupdError, LookupdResponseParser};
+pub use machine::{
+    Action, ConnId, Consumer, ConsumerError, ConsumerEvent, ConsumerStats, LookupdRequestId,
+};
+pub use policy::{BackoffStrategy, ReconnectSchedule};

@@ -1,0 +1,168 @@
+//! Property tests: random event sequences against a consumer and fake nsqd peers.
+//!
+//! Invariants checked after every step: the servers never see a total RDY above
+//! max_in_flight (checked at every RDY command, in wire order) nor a RDY above their
+//! max_rdy_count; the consumer's own book-keeping agrees. After the random phase, with steady
+//! traffic and only successes: every connection is served within a bounded virtual time and
+//! full throttle returns.
+
+mod consumer_common;
+
+use consumer_common::{Handler, World, addr, config};
+use proptest::prelude::*;
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Connect(usize),
+    Disconnect(usize),
+    Messages(usize, usize),
+    FinishSome(usize),
+    Requeue { backoff: bool, count: usize },
+    Advance(u64),
+    SetMaxInFlight(u32),
+    Handler(u8),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (0..5usize).prop_map(Op::Connect),
+        (0..5usize).prop_map(Op::Disconnect),
+        (0..5usize, 1..6usize).prop_map(|(i, n)| Op::Messages(i, n)),
+        (1..6usize).prop_map(Op::FinishSome),
+        (any::<bool>(), 1..4usize).prop_map(|(backoff, count)| Op::Requeue { backoff, count }),
+        (0..120_000u64).prop_map(Op::Advance),
+        (0..12u32).prop_map(Op::SetMaxInFlight),
+        (0..4u8).prop_map(Op::Handler),
+    ]
+}
+
+const MAX_RDY: [u32; 5] = [2500, 3, 1, 2500, 5];
+
+fn check(w: &World) -> Result<(), TestCaseError> {
+    prop_assert!(w.violations.is_empty(), "violations: {:?}", w.violations);
+    let m = w.consumer.max_in_flight();
+    prop_assert!(
+        w.consumer_total_rdy() <= m,
+        "consumer total RDY {} > {m}",
+        w.consumer_total_rdy()
+    );
+    for (id, _) in w.consumer.connections() {
+        if let Some(c) = w.consumer.connection(id) {
+            prop_assert!(c.rdy() <= c.max_rdy());
+        }
+    }
+    Ok(())
+}
+
+fn run(max_in_flight: u32, seed: u64, ops: &[Op]) -> Result<(), TestCaseError> {
+    let mut w = World::new(config(max_in_flight), seed);
+    for (i, max_rdy) in MAX_RDY.iter().enumerate() {
+        w.add_nsqd(&addr(i), *max_rdy);
+    }
+    w.consumer.add_nsqd(w.now, &addr(0)).unwrap();
+    w.settle();
+    for op in ops {
+        match *op {
+            Op::Connect(i) => {
+                w.revive_nsqd(&addr(i));
+                w.consumer.add_nsqd(w.now, &addr(i)).unwrap();
+                w.settle();
+            }
+            Op::Disconnect(i) => {
+                w.kill_nsqd(&addr(i));
+            }
+            Op::Messages(i, n) => {
+                w.nsqds.get_mut(&addr(i)).unwrap().push(n, 1);
+                w.settle();
+            }
+            Op::FinishSome(n) => {
+                for _ in 0..n.min(w.held.len()) {
+                    let (c, m) = w.held.remove(0);
+                    let _ = w.consumer.finish(w.now, c, &m.id);
+                }
+                w.settle();
+            }
+            Op::Requeue { backoff, count } => {
+                for _ in 0..count.min(w.held.len()) {
+                    let (c, m) = w.held.remove(0);
+                    let _ = w
+                        .consumer
+                        .requeue(w.now, c, &m, Some(Duration::ZERO), backoff);
+                }
+                w.settle();
+            }
+            Op::Advance(ms) => w.run_for(Duration::from_millis(ms)),
+            Op::SetMaxInFlight(n) => w.set_max_in_flight(n),
+            Op::Handler(h) => {
+                w.handler = [
+                    Handler::Finish,
+                    Handler::Hold,
+                    Handler::RequeueBackoff,
+                    Handler::RequeueNoBackoff,
+                ][usize::from(h)];
+            }
+        }
+        check(&w)?;
+    }
+
+    // Steady phase: every nsqd up and connected, steady traffic, only successes.
+    w.handler = Handler::Finish;
+    w.finish_held();
+    for i in 0..MAX_RDY.len() {
+        w.revive_nsqd(&addr(i));
+        w.nsqds.get_mut(&addr(i)).unwrap().steady = 3;
+        w.consumer.add_nsqd(w.now, &addr(i)).unwrap();
+    }
+    let m = w.consumer.max_in_flight().max(1);
+    w.set_max_in_flight(m);
+    // Reconnect delays (<= 60 s) and backoff recovery (windows <= 120 s, level <= 7) fit here.
+    w.run_for(Duration::from_secs(1500));
+    check(&w)?;
+    prop_assert_eq!(
+        w.consumer.backoff_level(),
+        0,
+        "backoff recovers with only successes"
+    );
+    prop_assert_eq!(w.consumer.stats().connections, MAX_RDY.len());
+    let from = w.now;
+    w.run_for(Duration::from_secs(600));
+    check(&w)?;
+    let n = MAX_RDY.len() as u32;
+    let reachable: u32 = if m >= n {
+        // Full throttle: everything handed out up to the servers' caps.
+        MAX_RDY.iter().map(|&c| c.min(m)).sum::<u32>().min(m)
+    } else {
+        m
+    };
+    if m >= n {
+        prop_assert_eq!(w.server_total_rdy(), reachable, "full throttle");
+    }
+    for i in 0..MAX_RDY.len() {
+        let gap = w.max_service_gap(&addr(i), from);
+        prop_assert!(
+            gap <= Duration::from_secs(240),
+            "{} unserved for {gap:?}",
+            addr(i)
+        );
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 48,
+        // Deterministic in CI; change the seed locally to explore.
+        rng_seed: proptest::test_runner::RngSeed::Fixed(0x5eed_c0de),
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn rdy_invariants_and_liveness(
+        max_in_flight in prop_oneof![Just(1u32), Just(2), Just(4), Just(7), Just(50)],
+        seed in any::<u64>(),
+        ops in proptest::collection::vec(op(), 1..40),
+    ) {
+        run(max_in_flight, seed, &ops)?;
+    }
+}
