@@ -450,3 +450,27 @@ fn stream_of_every_kind() {
     // The trailing two bytes of the next size field wait for more input.
     assert_eq!(&buf[..], b"\x00\x00");
 }
+
+#[test]
+fn partial_frame_reserves_the_rest() {
+    // The header of a 1000-byte response frame: the decoder waits, with room for all of it,
+    // so the next read fills the buffer without reallocating.
+    let decoder = FrameDecoder::default();
+    let mut buf = BytesMut::from(&b"\x00\x00\x03\xe8\x00\x00\x00\x00abc"[..]);
+    assert_eq!(decoder.decode(&mut buf), Ok(None));
+    assert!(buf.capacity() >= 1004, "capacity {}", buf.capacity());
+    assert_eq!(&buf[..], b"\x00\x00\x03\xe8\x00\x00\x00\x00abc");
+    // Fewer than 4 bytes: room for at least the 8-byte header.
+    let mut buf = BytesMut::from(&b"\x00"[..]);
+    assert_eq!(decoder.decode(&mut buf), Ok(None));
+    assert!(buf.capacity() >= 8);
+    // The rest arrives: one frame, nothing left.
+    let mut buf = BytesMut::from(&b"\x00\x00\x03\xe8\x00\x00\x00\x00"[..]);
+    assert_eq!(decoder.decode(&mut buf), Ok(None));
+    buf.extend_from_slice(&[b'x'; 996]);
+    let Some(Frame::Response(Response::Other(data))) = decoder.decode(&mut buf).unwrap() else {
+        panic!("expected a response");
+    };
+    assert_eq!(data.len(), 996);
+    assert!(buf.is_empty());
+}
