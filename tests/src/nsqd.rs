@@ -1794,7 +1794,7 @@ impl Conn {
             let _ = self.out.send(Out::UpgradeDeflate(level));
             let discarded = self
                 .rd
-                .upgrade(|old| Box::new(flate2::read::DeflateDecoder::new(old)));
+                .upgrade(|old| Box::new(crate::transport::InflateReader::new(old)));
             self.discard_check(discarded);
             self.compressed = true;
             self.with_client(|c| c.deflate = Some(level))?;

@@ -354,7 +354,7 @@ impl RawClient {
     pub fn upgrade_deflate(&mut self, level: u32) -> io::Result<()> {
         let r = std::mem::replace(&mut self.r, Box::new(io::empty()));
         let w = std::mem::replace(&mut self.w, Box::new(io::sink()));
-        self.r = Box::new(flate2::read::DeflateDecoder::new(r));
+        self.r = Box::new(crate::transport::InflateReader::new(r));
         self.w = Box::new(flate2::write::DeflateEncoder::new(
             w,
             flate2::Compression::new(level),

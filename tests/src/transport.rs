@@ -375,3 +375,59 @@ impl CmdReader {
         Ok(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     }
 }
+
+/// A raw-DEFLATE reader that hands out pending output before reading more input.
+///
+/// flate2's `read::DeflateDecoder` asks its source for more bytes before draining output it
+/// already holds, which blocks on a socket when the peer has sent everything (a sync-flushed
+/// batch) and is waiting for our answer.
+pub(crate) struct InflateReader<R> {
+    inner: R,
+    state: flate2::Decompress,
+    input: Vec<u8>,
+    pos: usize,
+}
+
+impl<R: Read> InflateReader<R> {
+    pub(crate) fn new(inner: R) -> Self {
+        Self {
+            inner,
+            state: flate2::Decompress::new(false),
+            input: Vec::new(),
+            pos: 0,
+        }
+    }
+}
+
+impl<R: Read> Read for InflateReader<R> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        if out.is_empty() {
+            return Ok(0);
+        }
+        loop {
+            let (in_before, out_before) = (self.state.total_in(), self.state.total_out());
+            let status = self
+                .state
+                .decompress(&self.input[self.pos..], out, flate2::FlushDecompress::None)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            self.pos += (self.state.total_in() - in_before) as usize;
+            let produced = (self.state.total_out() - out_before) as usize;
+            if produced > 0 {
+                return Ok(produced);
+            }
+            if status == flate2::Status::StreamEnd {
+                return Ok(0);
+            }
+            if self.pos == self.input.len() {
+                self.input.clear();
+                self.pos = 0;
+            }
+            let mut tmp = [0u8; 8192];
+            let n = self.inner.read(&mut tmp)?;
+            if n == 0 {
+                return Ok(0);
+            }
+            self.input.extend_from_slice(&tmp[..n]);
+        }
+    }
+}
