@@ -81,17 +81,30 @@ impl Env {
 
     /// The local broker, or `None` after printing that `scenario` is skipped because it
     /// needs `what` (introspection, fault injection, non-default options ...).
-    #[allow(
-        clippy::print_stdout,
-        reason = "a skipped scenario must say so in the test output"
-    )]
     pub fn local_only(&self, scenario: &str, what: &str) -> Option<&Nsqd> {
         if self.nsqd.is_none() {
-            println!(
-                "skipping {scenario}: needs {what}, which a real nsqd (NSQD_TCP_ADDRESS) does not offer"
+            skip(
+                scenario,
+                &format!("needs {what}, which a real nsqd (NSQD_TCP_ADDRESS) does not offer"),
             );
         }
         self.nsqd.as_ref()
+    }
+
+    /// The lookupd HTTP address, or `None` after printing that `scenario` is skipped.
+    pub fn lookupd_or_skip(&self, scenario: &str) -> Option<SocketAddr> {
+        if self.lookupd_http.is_none() {
+            skip(scenario, "NSQLOOKUPD_HTTP_ADDRESS is not set");
+        }
+        self.lookupd_http
+    }
+
+    /// The nsqd HTTP address, or `None` after printing that `scenario` is skipped.
+    pub fn http_or_skip(&self, scenario: &str) -> Option<SocketAddr> {
+        if self.http.is_none() {
+            skip(scenario, "NSQD_HTTP_ADDRESS is not set");
+        }
+        self.http
     }
 
     /// The local broker, if any.
@@ -137,6 +150,15 @@ impl Env {
             N.fetch_add(1, Ordering::Relaxed)
         )
     }
+}
+
+/// Prints (to the test output) that `scenario` is skipped and why.
+#[allow(
+    clippy::print_stdout,
+    reason = "a skipped scenario must say so in the test output"
+)]
+pub fn skip(scenario: &str, why: &str) {
+    println!("skipping {scenario}: {why}");
 }
 
 /// How a client under test is configured for a scenario.

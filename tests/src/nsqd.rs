@@ -586,10 +586,18 @@ impl Nsqd {
     /// Closes every client connection now (clients see EOF; in-flight messages time out and
     /// are redelivered later, as with nsqd).
     pub fn drop_connections(&self) {
-        let st = self.inner.lock();
-        for c in st.clients.values() {
-            c.kill();
-        }
+        let ids: Vec<ClientId> = {
+            let st = self.inner.lock();
+            for c in st.clients.values() {
+                c.kill();
+            }
+            st.clients.keys().copied().collect()
+        };
+        // Return once they are really gone, so nothing is dispatched to them afterwards.
+        wait_until(Duration::from_secs(2), || {
+            let st = self.inner.lock();
+            ids.iter().all(|id| !st.clients.contains_key(id))
+        });
     }
 
     /// Closes the listening socket: new connections are refused until

@@ -119,7 +119,17 @@ impl Read for RawRead {
                             | io::ErrorKind::TimedOut
                             | io::ErrorKind::Interrupted
                     ) => {}
-                other => return other,
+                Ok(n) => {
+                    // Bytes that arrived while a pause began are held until it ends.
+                    if !self.ctl.wait_unpaused() {
+                        return Err(io::Error::new(
+                            io::ErrorKind::ConnectionAborted,
+                            "connection killed",
+                        ));
+                    }
+                    return Ok(n);
+                }
+                Err(e) => return Err(e),
             }
         }
     }
