@@ -233,12 +233,18 @@ struct Topic {
     message_count: u64,
 }
 
+enum Layer {
+    Tls(Arc<TlsShared>),
+    Snappy,
+    Deflate(u32),
+}
+
 enum Out {
     Frame(Vec<u8>),
     Heartbeat(Option<Duration>),
-    UpgradeTls(Arc<TlsShared>),
-    UpgradeSnappy,
-    UpgradeDeflate(u32),
+    /// Write the frame on the current layer, flush, then switch layers, with no heartbeat in
+    /// between (nsqd holds its write lock across the upgrade).
+    Upgrade(Vec<u8>, Layer),
     Close,
 }
 
@@ -1292,7 +1298,7 @@ impl Inner {
             let ctl = ctl.clone();
             std::thread::Builder::new()
                 .name("nsqd-conn-writer".into())
-                .spawn(move || writer_main(&rx, raw, &ctl, heartbeat))
+                .spawn(move || writer_main(&rx, raw, &ctl, None))
         };
         let mut conn = Conn {
             inner: self.clone(),
@@ -1307,6 +1313,7 @@ impl Inner {
             heartbeat,
             tls: false,
             compressed: false,
+            handshake_until: None,
             body: None,
         };
         if writer.is_ok() {
@@ -1380,29 +1387,21 @@ fn writer_main(rx: &Receiver<Out>, raw: RawWrite, ctl: &ConnCtl, heartbeat: Opti
                     hb = d;
                     next_hb = d.map(|d| Instant::now() + d);
                 }
-                Out::UpgradeTls(shared) => {
-                    if w.flush().is_err() {
+                Out::Upgrade(before, layer) => {
+                    if w.write_all(&before).is_err() || w.flush().is_err() {
                         break 'outer;
                     }
-                    w = Box::new(TlsWrite {
-                        shared: shared.clone(),
-                    });
-                    tls = Some(shared);
-                }
-                Out::UpgradeSnappy => {
-                    if w.flush().is_err() {
-                        break 'outer;
-                    }
-                    w = Box::new(snap::write::FrameEncoder::new(w));
-                }
-                Out::UpgradeDeflate(level) => {
-                    if w.flush().is_err() {
-                        break 'outer;
-                    }
-                    w = Box::new(flate2::write::DeflateEncoder::new(
-                        w,
-                        flate2::Compression::new(level),
-                    ));
+                    w = match layer {
+                        Layer::Tls(shared) => {
+                            tls = Some(shared.clone());
+                            Box::new(TlsWrite { shared })
+                        }
+                        Layer::Snappy => Box::new(snap::write::FrameEncoder::new(w)),
+                        Layer::Deflate(level) => Box::new(flate2::write::DeflateEncoder::new(
+                            w,
+                            flate2::Compression::new(level),
+                        )),
+                    };
                 }
                 Out::Close => {
                     let _ = w.flush();
@@ -1441,6 +1440,7 @@ struct Conn {
     heartbeat: Option<Duration>,
     tls: bool,
     compressed: bool,
+    handshake_until: Option<Instant>,
     body: Option<Vec<u8>>,
 }
 
@@ -1516,11 +1516,11 @@ impl Conn {
     }
 
     fn run(&mut self) {
-        // The magic.
-        self.ctl
-            .set_deadline(self.heartbeat.map(|h| Instant::now() + 2 * h));
+        // The magic: like nsqd, no deadline, and the heartbeat ticker starts after it.
         match self.rd.read_exact_vec(4) {
-            Ok(m) if m == b"  V2" => {}
+            Ok(m) if m == b"  V2" => {
+                let _ = self.out.send(Out::Heartbeat(self.heartbeat));
+            }
             Ok(m) => {
                 tracing::debug!(client = self.id, magic = ?m, "bad protocol magic");
                 self.send(1, b"E_BAD_PROTOCOL");
@@ -1529,8 +1529,12 @@ impl Conn {
             Err(_) => return,
         }
         loop {
-            self.ctl
-                .set_deadline(self.heartbeat.map(|h| Instant::now() + 2 * h));
+            let mut deadline = self.heartbeat.map(|h| Instant::now() + 2 * h);
+            if let Some(h) = self.handshake_until.take() {
+                // nsqd gives the TLS handshake 5 seconds.
+                deadline = Some(deadline.map_or(h, |d| d.min(h)));
+            }
+            self.ctl.set_deadline(deadline);
             let mut line = match self.rd.read_line() {
                 Ok(Some(l)) => l,
                 Ok(None) => return,
@@ -1758,7 +1762,8 @@ impl Conn {
             "output_buffer_size": obuf_size,
             "output_buffer_timeout": millis(obuf_timeout),
         });
-        self.send(0, reply.to_string().as_bytes());
+        // The frame that precedes the next upgrade (or goes out last).
+        let mut pending = frame(0, reply.to_string().as_bytes());
         if tls && !self.tls {
             let config = self
                 .inner
@@ -1780,34 +1785,38 @@ impl Conn {
                 ctl: self.ctl.clone(),
             };
             let shared = TlsShared::new(conn, raw_w);
-            let _ = self.out.send(Out::UpgradeTls(shared.clone()));
+            let before = std::mem::replace(&mut pending, frame(0, b"OK"));
+            let _ = self
+                .out
+                .send(Out::Upgrade(before, Layer::Tls(shared.clone())));
             let discarded = self.rd.upgrade(|_| Box::new(TlsRead::new(shared, raw_r)));
             self.discard_check(discarded);
             self.tls = true;
             self.with_client(|c| c.tls = true)?;
-            self.send(0, b"OK");
+            self.handshake_until = Some(Instant::now() + Duration::from_secs(5));
         }
         if snappy && !self.compressed {
-            let _ = self.out.send(Out::UpgradeSnappy);
+            let before = std::mem::replace(&mut pending, frame(0, b"OK"));
+            let _ = self.out.send(Out::Upgrade(before, Layer::Snappy));
             let discarded = self
                 .rd
                 .upgrade(|old| Box::new(snap::read::FrameDecoder::new(old)));
             self.discard_check(discarded);
             self.compressed = true;
             self.with_client(|c| c.snappy = true)?;
-            self.send(0, b"OK");
         }
         if deflate && !self.compressed {
             let level = deflate_level.clamp(0, 9) as u32;
-            let _ = self.out.send(Out::UpgradeDeflate(level));
+            let before = std::mem::replace(&mut pending, frame(0, b"OK"));
+            let _ = self.out.send(Out::Upgrade(before, Layer::Deflate(level)));
             let discarded = self
                 .rd
                 .upgrade(|old| Box::new(crate::transport::InflateReader::new(old)));
             self.discard_check(discarded);
             self.compressed = true;
             self.with_client(|c| c.deflate = Some(level))?;
-            self.send(0, b"OK");
         }
+        let _ = self.out.send(Out::Frame(pending));
         Ok(None)
     }
 
