@@ -35,7 +35,11 @@ pub struct Env {
 }
 
 fn env_addr(var: &str) -> Option<SocketAddr> {
-    let v = std::env::var(var).ok()?;
+    parse_addr(&std::env::var(var).ok()?)
+}
+
+/// `host:port`, tolerating an `http://` prefix and a trailing slash.
+fn parse_addr(v: &str) -> Option<SocketAddr> {
     let v = v.trim().trim_start_matches("http://").trim_end_matches('/');
     v.to_socket_addrs().ok()?.next()
 }
@@ -351,6 +355,120 @@ fn survives_dropped_connections(f: &dyn ClientFactory) -> Result<(), String> {
     sub.stop(WAIT)
 }
 
+fn touch_extends(f: &dyn ClientFactory) -> Result<(), String> {
+    let env = Env::new(|b| b);
+    let topic = Env::unique("conf-touch");
+    let cfg = ClientConfig {
+        msg_timeout: Some(Duration::from_secs(1)),
+        ..ClientConfig::direct(&env)
+    };
+    f.publish(&cfg, &topic, b"touch me")?;
+    let mut sub = f.subscribe(&cfg, &topic, "ch")?;
+    let m = sub.next(WAIT).ok_or("no message")?;
+    std::thread::sleep(Duration::from_millis(600));
+    m.touch()?;
+    // 600 + 600 ms is past the first deadline but within the touched one.
+    check(
+        sub.next(Duration::from_millis(600)).is_none(),
+        "redelivered despite TOUCH",
+    )?;
+    m.finish()?;
+    if let Some(nsqd) = env.nsqd() {
+        check(
+            nsqd.wait_for(WAIT, |s| {
+                s.topics.iter().any(|t| {
+                    t.name == topic
+                        && t.channels
+                            .iter()
+                            .any(|c| c.finished == 1 && c.timed_out == 0)
+                })
+            }),
+            "the broker did not see the FIN in time",
+        )?;
+    }
+    sub.stop(WAIT)
+}
+
+fn stop_sends_cls(f: &dyn ClientFactory) -> Result<(), String> {
+    let env = Env::new(|b| b);
+    let Some(nsqd) = env.local_only("stop_sends_cls", "the command log") else {
+        return Ok(());
+    };
+    let topic = Env::unique("conf-cls");
+    let cfg = ClientConfig::direct(&env);
+    let sub = f.subscribe(&cfg, &topic, "ch")?;
+    check(
+        wait_until(WAIT, || nsqd.clients().iter().any(|c| c.rdy > 0)),
+        "consumer never sent RDY",
+    )?;
+    sub.stop(WAIT)?;
+    check(
+        nsqd.commands().iter().any(|r| r.name() == "CLS"),
+        "stop() did not send CLS",
+    )
+}
+
+fn answers_heartbeats(f: &dyn ClientFactory) -> Result<(), String> {
+    let env = Env::new(|b| b);
+    let topic = Env::unique("conf-hb");
+    let cfg = ClientConfig {
+        heartbeat_interval: Some(Duration::from_secs(1)),
+        ..ClientConfig::direct(&env)
+    };
+    let mut sub = f.subscribe(&cfg, &topic, "ch")?;
+    // Idle for more than two intervals: the server drops clients that do not answer.
+    check(
+        sub.next(Duration::from_millis(2500)).is_none(),
+        "unexpected message",
+    )?;
+    f.publish(&ClientConfig::direct(&env), &topic, b"still there")?;
+    let m = sub.next(WAIT).ok_or("no message after the idle period")?;
+    m.finish()?;
+    if let Some(nsqd) = env.nsqd() {
+        let subs = nsqd
+            .commands()
+            .iter()
+            .filter(|r| r.name() == "SUB" && r.line.contains(&topic))
+            .count();
+        check(
+            subs == 1,
+            &format!("the consumer reconnected ({subs} SUB): heartbeats were not answered"),
+        )?;
+        check(
+            nsqd.commands().iter().any(|r| r.name() == "NOP"),
+            "no NOP was sent",
+        )?;
+    }
+    sub.stop(WAIT)
+}
+
+fn discovers_via_lookupd(f: &dyn ClientFactory) -> Result<(), String> {
+    let env = Env::new(|b| b);
+    let Some(lookupd) = env.lookupd_or_skip("discovers_via_lookupd") else {
+        return Ok(());
+    };
+    let topic = Env::unique("conf-lookup");
+    f.publish(&ClientConfig::direct(&env), &topic, b"found")?;
+    let cfg = ClientConfig {
+        nsqd_tcp_addresses: Vec::new(),
+        lookupd_http_addresses: vec![lookupd],
+        ..ClientConfig::direct(&env)
+    };
+    let mut sub = f.subscribe(&cfg, &topic, "ch")?;
+    let m = sub
+        .next(WAIT)
+        .ok_or("nothing consumed through lookupd discovery")?;
+    check(m.body() == b"found", "wrong body")?;
+    m.finish()?;
+    if let Some(l) = env.lookupd() {
+        check(
+            l.requests().iter().any(|r| r.starts_with("/lookup?topic=")),
+            "lookupd was never asked",
+        )?;
+    }
+    sub.stop(WAIT)
+}
+
 /// Every adapter-level scenario.
 pub fn scenarios() -> Vec<Scenario> {
     vec![
@@ -369,6 +487,22 @@ pub fn scenarios() -> Vec<Scenario> {
         Scenario {
             name: "survives_dropped_connections",
             run: survives_dropped_connections,
+        },
+        Scenario {
+            name: "touch_extends",
+            run: touch_extends,
+        },
+        Scenario {
+            name: "stop_sends_cls",
+            run: stop_sends_cls,
+        },
+        Scenario {
+            name: "answers_heartbeats",
+            run: answers_heartbeats,
+        },
+        Scenario {
+            name: "discovers_via_lookupd",
+            run: discovers_via_lookupd,
         },
     ]
 }
@@ -391,4 +525,24 @@ pub fn run_all(factory: &dyn ClientFactory, only: &[&str]) {
         factory.name(),
         failures.join("\n")
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_addr;
+
+    #[test]
+    fn addresses_from_the_environment() {
+        assert_eq!(
+            parse_addr("127.0.0.1:4150"),
+            Some(([127, 0, 0, 1], 4150).into())
+        );
+        assert_eq!(
+            parse_addr(" http://127.0.0.1:4161/ "),
+            Some(([127, 0, 0, 1], 4161).into())
+        );
+        assert_eq!(parse_addr("localhost:4150").map(|a| a.port()), Some(4150));
+        assert_eq!(parse_addr(""), None);
+        assert_eq!(parse_addr("nonsense"), None);
+    }
 }

@@ -300,14 +300,15 @@ struct Inner {
     shutdown: AtomicBool,
     faults: Arc<Faults>,
     conn_threads: Mutex<Vec<JoinHandle<()>>>,
-    lookup: Mutex<Option<(Arc<LookupShared>, ProducerId)>>,
+    lookup: Mutex<Vec<(Arc<LookupShared>, ProducerId)>>,
+    fail_publishes: AtomicBool,
 }
 
 /// Builder of a [`Nsqd`]; every setter mirrors an nsqd flag.
 #[derive(Debug, Default)]
 pub struct NsqdBuilder {
     opts: Options,
-    lookupd: Option<Arc<LookupShared>>,
+    lookupd: Vec<Arc<LookupShared>>,
     http: bool,
 }
 
@@ -376,9 +377,10 @@ impl NsqdBuilder {
     }
 
     /// Registers with this lookupd (in-process): the producer appears on start, topics and
-    /// channels as they are created, and it disappears on shutdown.
+    /// channels as they are created, and it disappears on shutdown. Call again to register
+    /// with several lookupds.
     pub fn lookupd(mut self, lookupd: &Lookupd) -> Self {
-        self.lookupd = Some(lookupd.shared());
+        self.lookupd.push(lookupd.shared());
         self
     }
 
@@ -416,7 +418,8 @@ impl NsqdBuilder {
             shutdown: AtomicBool::new(false),
             faults: Arc::default(),
             conn_threads: Mutex::default(),
-            lookup: Mutex::new(None),
+            lookup: Mutex::new(Vec::new()),
+            fail_publishes: AtomicBool::new(false),
         });
         let http = if self.http {
             let h = inner.clone();
@@ -427,7 +430,7 @@ impl NsqdBuilder {
         } else {
             None
         };
-        if let Some(shared) = self.lookupd {
+        for shared in self.lookupd {
             let http_port = http.as_ref().map_or(0, |h| h.addr().port());
             let mut info = PeerInfo::local(addr.port(), http_port);
             info.hostname.clone_from(&inner.opts.hostname);
@@ -435,7 +438,11 @@ impl NsqdBuilder {
                 .clone_from(&inner.opts.broadcast_address);
             info.version.clone_from(&inner.opts.version);
             let id = shared.add_producer(info);
-            *inner.lookup.lock().unwrap_or_else(PoisonError::into_inner) = Some((shared, id));
+            inner
+                .lookup
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push((shared, id));
         }
         let acceptor = {
             let inner = inner.clone();
@@ -666,6 +673,12 @@ impl Nsqd {
             .unwrap_or_else(PoisonError::into_inner) = throttle;
     }
 
+    /// While on, PUB/MPUB/DPUB fail like on an exiting nsqd (`E_PUB_FAILED PUB failed
+    /// exiting`, fatal) after their input was validated.
+    pub fn fail_publishes(&self, on: bool) {
+        self.inner.fail_publishes.store(on, Ordering::SeqCst);
+    }
+
     /// Simulates an nsqd restart on the same port: stop listening, drop every connection,
     /// optionally forget every message, listen again.
     pub fn restart(&self, what: Restart) -> io::Result<()> {
@@ -710,15 +723,8 @@ impl Nsqd {
                 Restart::DropMessages => {
                     let names: Vec<String> = st.topics.keys().cloned().collect();
                     st.topics.clear();
-                    if let Some((lookup, id)) = &*self
-                        .inner
-                        .lookup
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                    {
-                        for n in names {
-                            lookup.unregister(*id, &n, None);
-                        }
+                    for n in names {
+                        self.inner.lookup_register(&n, None, false);
                     }
                 }
             }
@@ -749,13 +755,14 @@ impl Nsqd {
         }
         self.inner.reap_conn_threads(true);
         self.http.take();
-        if let Some((lookup, id)) = self
-            .inner
-            .lookup
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-        {
+        let registrations = std::mem::take(
+            &mut *self
+                .inner
+                .lookup
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        for (lookup, id) in registrations {
             lookup.remove_producer(id);
         }
     }
@@ -803,7 +810,7 @@ impl Inner {
     }
 
     fn lookup_register(&self, topic: &str, channel: Option<&str>, add: bool) {
-        if let Some((lookup, id)) = &*self.lookup.lock().unwrap_or_else(PoisonError::into_inner) {
+        for (lookup, id) in &*self.lookup.lock().unwrap_or_else(PoisonError::into_inner) {
             if add {
                 lookup.register(*id, topic, channel);
             } else {
@@ -2127,6 +2134,13 @@ impl Conn {
         Ok(Some(b"CLOSE_WAIT".to_vec()))
     }
 
+    fn check_publish_failure(&self, code: &str, cmd: &str) -> Result<(), CmdErr> {
+        if self.inner.fail_publishes.load(Ordering::SeqCst) {
+            return Err(fatal(code, format!("{cmd} failed exiting")));
+        }
+        Ok(())
+    }
+
     fn read_message(&mut self, cmd: &str) -> Result<Vec<u8>, CmdErr> {
         let max = self.inner.opts.max_msg_size;
         let len = self.rd.read_len().map_err(|_| {
@@ -2169,6 +2183,7 @@ impl Conn {
         }
         let body = self.read_message("PUB")?;
         self.check_auth("PUB", topic, b"")?;
+        self.check_publish_failure("E_PUB_FAILED", "PUB")?;
         let mut st = self.inner.lock();
         self.inner.publish(
             &mut st,
@@ -2206,6 +2221,7 @@ impl Conn {
         }
         let body = self.read_message("DPUB")?;
         self.check_auth("DPUB", topic, b"")?;
+        self.check_publish_failure("E_DPUB_FAILED", "DPUB")?;
         let mut st = self.inner.lock();
         self.inner.publish(
             &mut st,
@@ -2297,6 +2313,7 @@ impl Conn {
             self.inner.lock().warnings.push(msg);
         }
         self.body = Some(logged);
+        self.check_publish_failure("E_MPUB_FAILED", "MPUB")?;
         let mut st = self.inner.lock();
         self.inner.publish(
             &mut st,

@@ -144,6 +144,22 @@ fn several_nsqd_register_with_one_lookupd() -> R {
 }
 
 #[test]
+fn one_nsqd_registers_with_several_lookupds() -> R {
+    let (l1, l2) = (Lookupd::start()?, Lookupd::start()?);
+    let nsqd = Nsqd::builder().lookupd(&l1).lookupd(&l2).start()?;
+    let t = topic();
+    nsqd.publish(&t, b"x");
+    for l in [&l1, &l2] {
+        let (status, v) = http_get_json(l.http_address(), &format!("/lookup?topic={t}"))?;
+        assert_eq!(status, 200);
+        assert_eq!(v["producers"][0]["tcp_port"], nsqd.tcp_address().port());
+    }
+    drop(nsqd);
+    assert!(l1.producers(&t).is_empty() && l2.producers(&t).is_empty());
+    Ok(())
+}
+
+#[test]
 fn producers_can_be_added_and_removed_by_hand() -> R {
     let lookupd = Lookupd::start()?;
     let id = lookupd.add_producer(PeerInfo::local(4150, 4151));
@@ -352,6 +368,36 @@ fn restart_dropping_messages() -> R {
 }
 
 #[test]
+fn publish_failures_can_be_injected() -> R {
+    let nsqd = Nsqd::start()?;
+    let t = topic();
+    nsqd.fail_publishes(true);
+    let mut c = RawClient::connect_v2(nsqd.tcp_address())?;
+    c.cmd_body(&format!("PUB {t}"), b"x")?;
+    assert_eq!(
+        c.expect_fatal("E_PUB_FAILED")?,
+        "E_PUB_FAILED PUB failed exiting"
+    );
+    let mut c = RawClient::connect_v2(nsqd.tcp_address())?;
+    c.cmd_body(&format!("MPUB {t}"), &RawClient::mpub_body(&[b"x"]))?;
+    assert_eq!(
+        c.expect_fatal("E_MPUB_FAILED")?,
+        "E_MPUB_FAILED MPUB failed exiting"
+    );
+    let mut c = RawClient::connect_v2(nsqd.tcp_address())?;
+    c.cmd_body(&format!("DPUB {t} 10"), b"x")?;
+    assert_eq!(
+        c.expect_fatal("E_DPUB_FAILED")?,
+        "E_DPUB_FAILED DPUB failed exiting"
+    );
+    nsqd.fail_publishes(false);
+    let mut c = RawClient::connect_v2(nsqd.tcp_address())?;
+    assert_eq!(c.publish(&t, b"x")?, RawFrame::Response(b"OK".to_vec()));
+    assert_eq!(nsqd.topic(&t).map(|s| s.message_count), Some(1));
+    Ok(())
+}
+
+#[test]
 fn slow_reads_throttle_clients() -> R {
     let nsqd = Nsqd::start()?;
     let mut c = RawClient::connect_v2(nsqd.tcp_address())?;
@@ -416,8 +462,23 @@ fn shutdown_is_prompt_and_releases_the_port() -> R {
 /// A minimal correct consumer/producer over [`RawClient`]: answers heartbeats, reconnects.
 struct Reference;
 
-fn connect(config: &ClientConfig) -> io::Result<RawClient> {
-    let mut c = RawClient::connect_v2(config.nsqd_tcp_addresses[0])?;
+fn connect(config: &ClientConfig, topic: &str) -> io::Result<RawClient> {
+    let addr = match config.lookupd_http_addresses.first() {
+        None => config.nsqd_tcp_addresses[0],
+        Some(lookupd) => {
+            let (status, v) = http_get_json(*lookupd, &format!("/lookup?topic={topic}"))?;
+            let p = &v["producers"][0];
+            let (Some(host), Some(port)) =
+                (p["broadcast_address"].as_str(), p["tcp_port"].as_u64())
+            else {
+                return Err(io::Error::other(format!("lookup answered {status} {v}")));
+            };
+            std::net::ToSocketAddrs::to_socket_addrs(&(host, port as u16))?
+                .next()
+                .ok_or_else(|| io::Error::other("no address"))?
+        }
+    };
+    let mut c = RawClient::connect_v2(addr)?;
     let mut ident = json!({});
     if let Some(t) = config.msg_timeout {
         ident["msg_timeout"] = json!(t.as_millis() as u64);
@@ -438,7 +499,7 @@ struct RefSub {
 
 impl RefSub {
     fn open(&self) -> io::Result<RawClient> {
-        let mut c = connect(&self.config)?;
+        let mut c = connect(&self.config, &self.topic)?;
         c.subscribe(&self.topic, &self.channel)?;
         c.cmd(&format!("RDY {}", self.config.max_in_flight))?;
         Ok(c)
@@ -536,7 +597,7 @@ impl ClientFactory for Reference {
     }
 
     fn publish(&self, config: &ClientConfig, topic: &str, body: &[u8]) -> Result<(), String> {
-        let mut c = connect(config).map_err(|e| e.to_string())?;
+        let mut c = connect(config, topic).map_err(|e| e.to_string())?;
         match c.publish(topic, body).map_err(|e| e.to_string())? {
             RawFrame::Response(b) if b == b"OK" => Ok(()),
             other => Err(format!("PUB failed: {other:?}")),
@@ -574,7 +635,24 @@ fn conformance_timeout_scenario() {
 
 #[test]
 fn conformance_reconnect_scenario() {
-    conformance::run_all(&Reference, &["survives_dropped_connections"]);
+    conformance::run_all(
+        &Reference,
+        &[
+            "survives_dropped_connections",
+            "stop_sends_cls",
+            "discovers_via_lookupd",
+        ],
+    );
+}
+
+#[test]
+fn conformance_touch_scenario() {
+    conformance::run_all(&Reference, &["touch_extends"]);
+}
+
+#[test]
+fn conformance_heartbeat_scenario() {
+    conformance::run_all(&Reference, &["answers_heartbeats"]);
 }
 
 #[test]
@@ -586,7 +664,11 @@ fn every_scenario_is_covered_above() {
             "publish_then_consume",
             "requeue_redelivers",
             "timeout_redelivers",
-            "survives_dropped_connections"
+            "survives_dropped_connections",
+            "touch_extends",
+            "stop_sends_cls",
+            "answers_heartbeats",
+            "discovers_via_lookupd"
         ]
     );
 }
