@@ -132,8 +132,11 @@ pub struct CommandRecord {
     pub at: Instant,
     /// The command line without its newline (lossy UTF-8).
     pub line: String,
-    /// The body, when the command had one and it was read.
+    /// The body, when the command had one and it was read (at most
+    /// [`Options::command_log_body_limit`] bytes of it).
     pub body: Option<Vec<u8>>,
+    /// The body's full length.
+    pub body_len: usize,
     /// The error sent back, if any (`E_CODE description`).
     pub error: Option<String>,
 }
@@ -285,7 +288,8 @@ struct State {
     topics: BTreeMap<String, Topic>,
     clients: BTreeMap<ClientId, Client>,
     next_client: ClientId,
-    log: Vec<CommandRecord>,
+    log: VecDeque<CommandRecord>,
+    next_seq: u64,
     warnings: Vec<String>,
 }
 
@@ -354,6 +358,10 @@ impl NsqdBuilder {
         tls_required: bool,
         /// Version reported by IDENTIFY and to lookupd.
         version: String,
+        /// How many commands the command log keeps (0 = none).
+        command_log_limit: usize,
+        /// How many bytes of each body the command log keeps.
+        command_log_body_limit: usize,
     }
 
     /// Replaces all options.
@@ -552,9 +560,10 @@ impl Nsqd {
         self.clients().into_iter().find(|c| c.id == id)
     }
 
-    /// Every command received so far, in order.
+    /// Every command received so far, in order (the most recent
+    /// [`Options::command_log_limit`] of them).
     pub fn commands(&self) -> Vec<CommandRecord> {
-        self.inner.lock().log.clone()
+        self.inner.lock().log.iter().cloned().collect()
     }
 
     /// The commands of one client, in order.
@@ -1565,16 +1574,29 @@ impl Conn {
                 Ok(_) => None,
             };
             {
+                let opts = &self.inner.opts;
+                let mut body = self.body.take();
+                let body_len = body.as_ref().map_or(0, Vec::len);
+                if let Some(b) = &mut body {
+                    b.truncate(opts.command_log_body_limit);
+                }
                 let mut st = self.inner.lock();
-                let seq = st.log.len() as u64;
-                st.log.push(CommandRecord {
-                    seq,
-                    client: self.id,
-                    at: Instant::now(),
-                    line: lossy(&line),
-                    body: self.body.take(),
-                    error,
-                });
+                let seq = st.next_seq;
+                st.next_seq += 1;
+                if opts.command_log_limit > 0 {
+                    if st.log.len() >= opts.command_log_limit {
+                        st.log.pop_front();
+                    }
+                    st.log.push_back(CommandRecord {
+                        seq,
+                        client: self.id,
+                        at: Instant::now(),
+                        line: lossy(&line),
+                        body,
+                        body_len,
+                        error,
+                    });
+                }
             }
             match result {
                 Ok(Some(resp)) => self.send(0, &resp),

@@ -53,6 +53,10 @@ pub struct Options {
     pub hostname: String,
     /// Broadcast address reported to lookupd [`127.0.0.1`].
     pub broadcast_address: String,
+    /// How many commands the command log keeps (oldest dropped first; 0 = no log) [100 000].
+    pub command_log_limit: usize,
+    /// How many bytes of each command's body the log keeps [64 KiB].
+    pub command_log_body_limit: usize,
 }
 
 impl Default for Options {
@@ -81,6 +85,8 @@ impl Default for Options {
             version: "1.3.0".to_owned(),
             hostname: "localhost".to_owned(),
             broadcast_address: "127.0.0.1".to_owned(),
+            command_log_limit: 100_000,
+            command_log_body_limit: 64 * 1024,
         }
     }
 }

@@ -229,6 +229,43 @@ fn nsqd_http_api_subset() -> R {
     Ok(())
 }
 
+#[test]
+fn command_log_is_ordered_and_bounded() -> R {
+    let nsqd = Nsqd::builder()
+        .command_log_limit(3)
+        .command_log_body_limit(2)
+        .start()?;
+    let mut a = RawClient::connect_v2(nsqd.tcp_address())?;
+    let mut b = RawClient::connect_v2(nsqd.tcp_address())?;
+    for _ in 0..4 {
+        a.cmd("NOP")?;
+    }
+    assert_eq!(
+        a.publish("logged", b"abcd")?,
+        RawFrame::Response(b"OK".to_vec())
+    );
+    b.cmd("BAD")?;
+    b.expect_fatal("E_INVALID")?;
+    let log = nsqd.commands();
+    let seqs: Vec<u64> = log.iter().map(|r| r.seq).collect();
+    assert_eq!(seqs, [3, 4, 5]);
+    assert_eq!(
+        (
+            log[1].line.as_str(),
+            log[1].body.as_deref(),
+            log[1].body_len
+        ),
+        ("PUB logged", Some(&b"ab"[..]), 4)
+    );
+    assert_eq!(
+        log[2].error.as_deref(),
+        Some("E_INVALID invalid command BAD")
+    );
+    assert_ne!(log[2].client, log[1].client);
+    assert_eq!(nsqd.commands_of(log[1].client).len(), 2);
+    Ok(())
+}
+
 // ---- fault injection ----
 
 #[test]
