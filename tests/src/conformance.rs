@@ -178,6 +178,8 @@ pub struct ClientConfig {
     pub msg_timeout: Option<Duration>,
     /// Heartbeat interval to negotiate (None = server default).
     pub heartbeat_interval: Option<Duration>,
+    /// How often to poll nsqlookupd (short in tests).
+    pub lookupd_poll_interval: Duration,
 }
 
 impl ClientConfig {
@@ -189,6 +191,7 @@ impl ClientConfig {
             max_in_flight: 1,
             msg_timeout: None,
             heartbeat_interval: None,
+            lookupd_poll_interval: Duration::from_millis(100),
         }
     }
 }
@@ -469,6 +472,51 @@ fn discovers_via_lookupd(f: &dyn ClientFactory) -> Result<(), String> {
     sub.stop(WAIT)
 }
 
+fn publish_errors_surface_and_recover(f: &dyn ClientFactory) -> Result<(), String> {
+    let env = Env::new(|b| b);
+    let Some(nsqd) = env.local_only("publish_errors_surface_and_recover", "fault injection") else {
+        return Ok(());
+    };
+    let topic = Env::unique("conf-pubfail");
+    let cfg = ClientConfig::direct(&env);
+    f.publish(&cfg, &topic, b"before")?;
+    nsqd.fail_publishes(true);
+    let failed = f.publish(&cfg, &topic, b"refused");
+    nsqd.fail_publishes(false);
+    check(failed.is_err(), "a publish answered E_PUB_FAILED must fail")?;
+    f.publish(&cfg, &topic, b"after")?;
+    check(
+        nsqd.topic(&topic).map(|t| t.message_count) == Some(2),
+        "exactly the two accepted messages must be in the topic",
+    )
+}
+
+fn discovers_a_producer_that_appears_later(f: &dyn ClientFactory) -> Result<(), String> {
+    let env = Env::new(|b| b);
+    let Some(lookupd) = env.lookupd_or_skip("discovers_a_producer_that_appears_later") else {
+        return Ok(());
+    };
+    let topic = Env::unique("conf-later");
+    let cfg = ClientConfig {
+        nsqd_tcp_addresses: Vec::new(),
+        lookupd_http_addresses: vec![lookupd],
+        ..ClientConfig::direct(&env)
+    };
+    // Nobody has the topic yet: lookupd answers 404 and the consumer must keep polling.
+    let mut sub = f.subscribe(&cfg, &topic, "ch")?;
+    check(
+        sub.next(Duration::from_millis(300)).is_none(),
+        "a message out of nowhere",
+    )?;
+    f.publish(&ClientConfig::direct(&env), &topic, b"late")?;
+    let m = sub
+        .next(WAIT)
+        .ok_or("the consumer never found the new producer")?;
+    check(m.body() == b"late", "wrong body")?;
+    m.finish()?;
+    sub.stop(WAIT)
+}
+
 /// Every adapter-level scenario.
 pub fn scenarios() -> Vec<Scenario> {
     vec![
@@ -503,6 +551,14 @@ pub fn scenarios() -> Vec<Scenario> {
         Scenario {
             name: "discovers_via_lookupd",
             run: discovers_via_lookupd,
+        },
+        Scenario {
+            name: "publish_errors_surface_and_recover",
+            run: publish_errors_surface_and_recover,
+        },
+        Scenario {
+            name: "discovers_a_producer_that_appears_later",
+            run: discovers_a_producer_that_appears_later,
         },
     ]
 }

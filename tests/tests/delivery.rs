@@ -338,7 +338,7 @@ fn touch_cannot_pass_max_msg_timeout() -> R {
     let again = c.expect_message()?;
     let waited = t0.elapsed();
     assert!(
-        waited >= Duration::from_millis(1100) && waited < Duration::from_millis(1450),
+        waited >= Duration::from_millis(1100) && waited < Duration::from_secs(2),
         "{waited:?}"
     );
     assert_eq!(again.attempts, 2);
