@@ -62,7 +62,8 @@
 //! - An optional nsqd HTTP subset ([`NsqdBuilder::http`]): `/ping`, `/pub`, `/mpub`,
 //!   `/topic/create`, `/channel/create`, `/stats`.
 //! - Introspection ([`Nsqd::stats`], [`Nsqd::commands`], [`Nsqd::warnings`]) and faults
-//!   ([`Nsqd::drop_connections`], [`Nsqd::stop_accepting`], [`Nsqd::hold_accepts`],
+//!   ([`Nsqd::drop_connections`], [`Nsqd::drop_client`], [`Nsqd::stop_accepting`],
+//!   [`Nsqd::hold_accepts`],
 //!   [`Nsqd::pause`], [`Nsqd::restart`], [`Nsqd::set_read_throttle`],
 //!   [`Nsqd::fail_publishes`]).
 //!

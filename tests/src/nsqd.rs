@@ -622,6 +622,21 @@ impl Nsqd {
         });
     }
 
+    /// Closes one client connection; false if there is no such client. Returns once the
+    /// broker has forgotten it.
+    pub fn drop_client(&self, id: ClientId) -> bool {
+        {
+            let st = self.inner.lock();
+            let Some(c) = st.clients.get(&id) else {
+                return false;
+            };
+            c.kill();
+        }
+        wait_until(Duration::from_secs(2), || {
+            !self.inner.lock().clients.contains_key(&id)
+        })
+    }
+
     /// Closes the listening socket: new connections are refused until
     /// [`Nsqd::start_accepting`].
     pub fn stop_accepting(&self) {

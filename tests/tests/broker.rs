@@ -289,6 +289,26 @@ fn drop_connections_closes_every_client() -> R {
 }
 
 #[test]
+fn drop_client_closes_only_that_client() -> R {
+    let nsqd = Nsqd::start()?;
+    let mut a = RawClient::connect_v2(nsqd.tcp_address())?;
+    a.cmd("NOP")?;
+    assert!(nsqd.wait_for(Duration::from_secs(2), |_| !nsqd.commands().is_empty()));
+    let a_id = nsqd.commands()[0].client;
+    let mut b = RawClient::connect_v2(nsqd.tcp_address())?;
+    assert!(nsqd.wait_for(Duration::from_secs(2), |s| s.clients.len() == 2));
+    assert!(nsqd.drop_client(a_id));
+    assert!(!nsqd.drop_client(a_id));
+    a.expect_closed()?;
+    assert_eq!(
+        b.publish(&topic(), b"x")?,
+        RawFrame::Response(b"OK".to_vec())
+    );
+    assert_eq!(nsqd.clients().len(), 1);
+    Ok(())
+}
+
+#[test]
 fn stop_and_start_accepting() -> R {
     let nsqd = Nsqd::start()?;
     let mut existing = RawClient::connect_v2(nsqd.tcp_address())?;
