@@ -15,7 +15,15 @@
 //!
 //! An adapter's test implements [`ClientFactory`] (a blocking facade over its `Producer` and
 //! `Consumer`; async adapters drive their runtime inside) and calls [`run_all`], which runs
-//! every scenario of [`scenarios`] and fails listing the ones that failed.
+//! every scenario of [`scenarios`] and fails listing the ones that failed. Split the names
+//! over several `#[test]`s to run them in parallel. `tests/tests/broker.rs` holds a complete
+//! example: a small reference client over [`crate::RawClient`] that passes every scenario.
+//!
+//! # Raw-bytes scenarios
+//!
+//! The broker's own rules are proven in `tests/tests/*.rs` with [`crate::RawClient`], which
+//! writes command bytes exactly as given. They start from [`Env::new`], so with
+//! `NSQD_TCP_ADDRESS` set they check a real nsqd v1.3.0 the same way.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicU64, Ordering};
