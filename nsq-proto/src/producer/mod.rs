@@ -40,6 +40,7 @@
 //! ```
 
 mod config;
+pub(crate) mod fuzz_ops;
 mod machine;
 
 pub use crate::consumer::{Action, ConnId};
