@@ -51,6 +51,7 @@
 //! ```
 
 pub mod command;
+pub mod config;
 pub mod connection;
 pub mod consumer;
 mod error_code;
@@ -64,6 +65,7 @@ pub mod producer;
 mod rng;
 
 pub use command::{CommandError, Limits, MAGIC_V2};
+pub use config::Config;
 pub use connection::{
     CloseReason, Compression, ConfigError, Connection, ConnectionConfig, ConnectionError,
     ConnectionEvent, ConnectionState, Negotiated, NegotiatedCompression, PublishError,
