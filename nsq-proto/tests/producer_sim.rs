@@ -483,3 +483,29 @@ fn ping_resolves_when_ready() {
     assert_eq!(w.producer.ping(w.now), Err(ProducerError::Closed));
     assert!(w.producer.is_closed());
 }
+
+#[test]
+fn extreme_durations_cannot_panic() {
+    let config = ProducerConfig {
+        publish_timeout: Duration::MAX,
+        reply_timeout: Some(Duration::MAX),
+        close_timeout: Duration::MAX,
+        connect_timeout: Duration::MAX,
+        reconnect_initial_delay: Duration::MAX,
+        reconnect_max_delay: Duration::MAX,
+        ..config()
+    };
+    let mut w = World::new(config, 2);
+    w.server(0).hold_connects = true;
+    w.server(1).up = false;
+    w.add_all();
+    let id = w.publish(b"x");
+    assert!(w.producer.poll_timeout().is_some());
+    w.advance(3600 * SEC);
+    assert!(!w.is_resolved(id));
+    w.complete_connects();
+    assert_eq!(w.outcome(id), &Ok(()));
+    w.producer.close(w.now);
+    w.settle();
+    assert!(w.producer.is_closed());
+}
