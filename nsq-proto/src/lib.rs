@@ -54,6 +54,7 @@ pub mod command;
 pub mod config;
 pub mod connection;
 pub mod consumer;
+pub mod driver;
 mod error_code;
 mod frame;
 #[doc(hidden)]
