@@ -213,6 +213,10 @@ pub struct Config {
     pub tls_insecure_skip_verify: bool,
     /// The name to verify nsqd's certificate against (default: the host of the address).
     pub tls_server_name: Option<String>,
+    /// go-nsq `tls_min_version` (`ssl3.0`, `tls1.0`, `tls1.1`, `tls1.2`), accepted so go-nsq
+    /// configurations port: rustls never negotiates below TLS 1.2, so every accepted value has
+    /// the same effect (TLS 1.2 or 1.3).
+    pub tls_min_version: Option<String>,
     /// A complete TLS configuration set in code; when present it replaces `tls_root_ca_file`,
     /// `tls_cert`, `tls_key` and `tls_insecure_skip_verify`, and switches TLS on. Not
     /// settable from a file.
@@ -300,6 +304,7 @@ impl Default for Config {
             tls_key: None,
             tls_insecure_skip_verify: false,
             tls_server_name: None,
+            tls_min_version: None,
             tls_config: None,
             deflate: false,
             deflate_level: 6,
@@ -354,6 +359,7 @@ pub const OPTION_NAMES: &[&str] = &[
     "tls_insecure_skip_verify",
     "dangerous_skip_tls_verification",
     "tls_server_name",
+    "tls_min_version",
     "deflate",
     "deflate_level",
     "snappy",
@@ -645,6 +651,7 @@ impl Config {
                 self.tls_insecure_skip_verify = s.boolean()?;
             }
             "tls_server_name" => self.tls_server_name = s.string()?,
+            "tls_min_version" => self.tls_min_version = s.string()?,
             "deflate" => self.deflate = s.boolean()?,
             "deflate_level" => self.deflate_level = s.int_in("within 1..=9")?,
             "snappy" => self.snappy = s.boolean()?,
@@ -833,6 +840,17 @@ impl Config {
                     Some(s) if s.is_empty() => out("\"\"".into(), "not empty (use null to unset)"),
                     _ => Ok(()),
                 }
+            }
+            "tls_min_version"
+                if self
+                    .tls_min_version
+                    .as_deref()
+                    .is_some_and(|v| !matches!(v, "ssl3.0" | "tls1.0" | "tls1.1" | "tls1.2")) =>
+            {
+                out(
+                    format!("{:?}", self.tls_min_version.as_deref().unwrap_or_default()),
+                    "one of ssl3.0, tls1.0, tls1.1, tls1.2 (TLS 1.2 is always the floor)",
+                )
             }
             "auth_secret"
                 if self
