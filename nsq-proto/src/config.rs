@@ -444,7 +444,9 @@ pub fn parse_go_duration(text: &str) -> Result<Duration, String> {
         let mut unit_frac = scale;
         for d in frac_part.bytes().take(18) {
             unit_frac /= 10;
-            value += u128::from(d - b'0') * unit_frac;
+            value = value
+                .checked_add(u128::from(d - b'0') * unit_frac)
+                .ok_or("duration too large")?;
         }
         total = total.checked_add(value).ok_or("duration too large")?;
     }
@@ -1088,6 +1090,8 @@ mod tests {
             ".s",
             "1s5",
             "99999999999999999999h",
+            // The largest whole number of hours that fits, plus a fraction that does not.
+            "94522879700260684295381835.99999h",
         ] {
             assert!(parse_go_duration(bad).is_err(), "{bad}");
         }
