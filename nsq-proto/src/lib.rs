@@ -51,8 +51,10 @@
 //! ```
 
 pub mod command;
+pub mod config;
 pub mod connection;
 pub mod consumer;
+pub mod driver;
 mod error_code;
 mod frame;
 #[doc(hidden)]
@@ -60,9 +62,11 @@ pub mod fuzzing;
 mod identify;
 mod lookup;
 mod names;
+pub mod producer;
 mod rng;
 
 pub use command::{CommandError, Limits, MAGIC_V2};
+pub use config::Config;
 pub use connection::{
     CloseReason, Compression, ConfigError, Connection, ConnectionConfig, ConnectionError,
     ConnectionEvent, ConnectionState, Negotiated, NegotiatedCompression, PublishError,
@@ -78,4 +82,5 @@ pub use frame::{
 pub use identify::{AuthResponse, DEFAULT_MAX_RDY_COUNT, Identify, IdentifyResponse, ReplyError};
 pub use lookup::{LookupProducer, LookupResponse, join_host_port};
 pub use names::{Channel, EPHEMERAL_SUFFIX, MAX_NAME_LEN, NameError, Topic, validate_name};
+pub use producer::{Producer, ProducerConfig, ProducerEvent};
 pub use rng::Rng;

@@ -23,6 +23,8 @@ const TARGETS: &[(&str, Entry)] = &[
     ("lookup_reply", fuzzing::lookup_reply),
     ("connection", fuzzing::connection),
     ("consumer_ops", fuzzing::consumer_ops),
+    ("producer_ops", fuzzing::producer_ops),
+    ("config_json", fuzzing::config_json),
 ];
 
 fn fuzz_dir() -> PathBuf {

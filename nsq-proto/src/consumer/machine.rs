@@ -24,6 +24,12 @@ impl ConnId {
     pub const fn get(self) -> u64 {
         self.0
     }
+
+    /// A handle with the raw number `raw`, for the other state machines of this crate that
+    /// share the driver vocabulary (the producer).
+    pub(crate) const fn from_raw(raw: u64) -> ConnId {
+        ConnId(raw)
+    }
 }
 
 impl fmt::Display for ConnId {
