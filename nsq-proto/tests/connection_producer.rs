@@ -249,3 +249,26 @@ fn close_during_start_up_fails_queued_publishes() {
         ]
     );
 }
+
+#[test]
+fn nop_only_on_a_ready_connection_and_never_answered() {
+    let now = common::t0();
+    let mut early = Connection::new(
+        ConnectionConfig::default(),
+        Role::Producer,
+        "127.0.0.1:4150",
+        now,
+    )
+    .unwrap();
+    assert_eq!(early.nop(now), Err(ConnectionError::NotReady));
+
+    let (mut conn, mut peer, now) = ready_producer(ConnectionConfig::default(), true);
+    conn.nop(now).unwrap();
+    let wire = conn.poll_transmit().unwrap();
+    assert_eq!(&wire[..], b"NOP\n");
+    peer.receive(&wire);
+    let got = exchange(&mut conn, &mut peer, now);
+    assert!(got.is_empty(), "{got:?}");
+    assert_eq!(peer.take_commands(), vec![ClientCommand::Nop]);
+    assert_eq!(conn.state(), ConnectionState::Ready);
+}

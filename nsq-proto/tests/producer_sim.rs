@@ -478,6 +478,9 @@ fn ping_resolves_when_ready() {
     let id = w.producer.ping(w.now).unwrap();
     w.settle();
     assert_eq!(w.pings[&id], vec![Ok(())]);
+    // Like go-nsq's Ping, it writes a NOP to the server.
+    let nops: usize = w.servers.values().map(|s| s.nops).sum();
+    assert_eq!(nops, 1);
     w.producer.close(w.now);
     w.settle();
     assert_eq!(w.producer.ping(w.now), Err(ProducerError::Closed));

@@ -777,6 +777,18 @@ impl Connection {
         Ok(())
     }
 
+    /// Queues a NOP, which nsqd reads and never answers. Useful to exercise the write path of an
+    /// idle connection (a producer's `ping`); heartbeats are answered without it.
+    pub fn nop(&mut self, now: Instant) -> Result<(), ConnectionError> {
+        let _ = self.clock(now);
+        self.check_open()?;
+        if self.state() != ConnectionState::Ready {
+            return Err(ConnectionError::NotReady);
+        }
+        command::nop(&mut self.wbuf);
+        Ok(())
+    }
+
     /// Starts a graceful close.
     ///
     /// Consumer: sends CLS, stops RDY, keeps accepting answers for in-flight messages, and

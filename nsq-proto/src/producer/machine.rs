@@ -739,8 +739,8 @@ impl Producer {
             return Err(ProducerError::Closed);
         }
         let id = PingId(self.take_id());
-        if self.healthy_connections() > 0 {
-            self.events.push_back(ProducerEvent::PingOk(id));
+        if let Some(i) = self.route() {
+            self.ping_on(now, i, id);
         } else if self.any_in_progress() {
             self.pending.push_back(Pending {
                 id: id.0,
@@ -887,6 +887,36 @@ impl Producer {
         }
     }
 
+    /// Sends a NOP on node `i` (ready) and resolves the ping: NOP has no reply, so a ready
+    /// connection that accepted it is the answer.
+    fn ping_on(&mut self, now: Instant, i: usize, id: PingId) {
+        let sent = self.nodes[i]
+            .link
+            .as_mut()
+            .and_then(|l| {
+                l.dirty = true;
+                l.conn.as_mut()
+            })
+            .map(|c| c.nop(now));
+        self.any_dirty = true;
+        match sent {
+            Some(Ok(())) => self.events.push_back(ProducerEvent::PingOk(id)),
+            Some(Err(e)) => self.events.push_back(ProducerEvent::PingFailed(
+                id,
+                PublishFailure::ConnectionLost(match e {
+                    ConnectionError::Closed(reason) => reason,
+                    other => CloseReason::Protocol(other.to_string()),
+                }),
+            )),
+            None => self.events.push_back(ProducerEvent::PingFailed(
+                id,
+                PublishFailure::NoServerAvailable {
+                    last_error: self.last_error.clone(),
+                },
+            )),
+        }
+    }
+
     fn ready(&self, i: usize) -> bool {
         self.nodes[i].link.as_ref().is_some_and(Link::is_ready)
     }
@@ -1022,14 +1052,14 @@ impl Producer {
     /// Sends the publishes waiting for a connection (a connection just became ready).
     fn drain_pending(&mut self, now: Instant) {
         while let Some(p) = self.pending.pop_front() {
-            if let PendingKind::Ping(ping) = p.kind {
-                self.events.push_back(ProducerEvent::PingOk(ping));
-                continue;
-            }
             let Some(i) = self.route() else {
                 self.pending.push_front(p);
                 return;
             };
+            if let PendingKind::Ping(ping) = p.kind {
+                self.ping_on(now, i, ping);
+                continue;
+            }
             let result = match &p.kind {
                 PendingKind::Publish { topic, body } => {
                     self.send::<&[u8]>(now, i, PublishId(p.id), topic, Body::One(body))
