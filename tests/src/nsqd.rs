@@ -336,6 +336,8 @@ impl NsqdBuilder {
         max_body_size: i64,
         /// `--max-req-timeout` (also bounds DPUB).
         max_req_timeout: Duration,
+        /// nsqd's queue scan tick (100ms) for timeouts and deferred messages ([`Options::queue_scan_interval`]).
+        queue_scan_interval: Duration,
         /// Default heartbeat interval of clients that do not ask for one.
         heartbeat_interval: Duration,
         /// `--max-heartbeat-interval`.
@@ -904,15 +906,33 @@ impl Inner {
         }
     }
 
+    /// Handles in-flight timeouts and deferred messages. Like nsqd's `queueScanLoop`, it only
+    /// looks at them on a ticker (`queue_scan_interval`), so a message is redelivered up to one
+    /// tick after its deadline, together with every other message due by then; until then a
+    /// FIN or TOUCH of an expired message still succeeds, as on nsqd.
     fn scan_loop(self: Arc<Self>) {
+        let interval = self.opts.queue_scan_interval;
+        let mut next_tick = Instant::now() + interval;
         let mut st = self.lock();
         while !self.shutdown.load(Ordering::SeqCst) {
             let now = Instant::now();
-            let next = Self::process_timers(&mut st, now);
+            let wait = if interval.is_zero() {
+                let next = Self::process_timers(&mut st, now);
+                next.map_or(Duration::from_millis(50), |t| {
+                    t.saturating_duration_since(now)
+                })
+            } else {
+                if now >= next_tick {
+                    Self::process_timers(&mut st, now);
+                    // A Go ticker drops ticks it could not deliver.
+                    next_tick += interval;
+                    if next_tick <= now {
+                        next_tick = now + interval;
+                    }
+                }
+                next_tick.saturating_duration_since(now)
+            };
             Self::dispatch(&mut st, now);
-            let wait = next.map_or(Duration::from_millis(50), |t| {
-                t.saturating_duration_since(now)
-            });
             let wait = wait.clamp(Duration::from_millis(1), Duration::from_millis(50));
             st = self
                 .wake
