@@ -214,6 +214,70 @@ fn unanswered_message_times_out_and_is_redelivered_with_attempts_plus_one() -> R
 }
 
 #[test]
+fn a_timed_out_message_cannot_be_answered_by_its_first_receiver() -> R {
+    let env = Env::new(|b| b);
+    let t = env.topic("deliv");
+    let mut a = consumer(&env, &t, "c", 1000, 1)?;
+    publish(&env, &t, &[b"expired"])?;
+    let m = a.expect_message()?;
+    a.cmd("RDY 0")?;
+    let mut b = consumer(&env, &t, "c", 1000, 1)?;
+    patient(&env, &b)?;
+    let again = b.expect_message()?;
+    assert_eq!((again.id, again.attempts), (m.id, 2));
+    // The timed-out delivery is gone: the id is in flight again, but on b.
+    let id = m.id_str();
+    for (cmd, code) in [
+        (format!("TOUCH {id}"), "E_TOUCH_FAILED"),
+        (format!("FIN {id}"), "E_FIN_FAILED"),
+        (format!("REQ {id} 0"), "E_REQ_FAILED"),
+    ] {
+        a.cmd(&cmd)?;
+        let verb = cmd.split(' ').next().unwrap_or_default();
+        assert_eq!(
+            a.expect_error(code)?,
+            format!("{code} {verb} {id} failed client does not own message")
+        );
+    }
+    b.cmd(&format!("FIN {id}"))?;
+    // Once finished, it is not in flight anywhere.
+    assert!(b.quiet_for(Duration::from_millis(50))?);
+    a.cmd(&format!("TOUCH {id}"))?;
+    assert_eq!(
+        a.expect_error("E_TOUCH_FAILED")?,
+        format!("E_TOUCH_FAILED TOUCH {id} failed ID not in flight")
+    );
+    Ok(())
+}
+
+#[test]
+fn deliveries_keep_the_msg_timeout_of_the_first_identify() -> R {
+    let env = Env::new(|b| b);
+    let t = env.topic("deliv");
+    let mut c = env.raw();
+    c.identify_negotiate(&json!({ "msg_timeout": 1000 }))?;
+    // nsqd's message pump ignores a second IDENTIFY, though the reply (and TOUCH) use it.
+    let r = c.identify_negotiate(&json!({ "msg_timeout": 60_000 }))?;
+    assert_eq!(r["msg_timeout"], 60_000);
+    c.subscribe(&t, "c")?;
+    c.cmd("RDY 1")?;
+    publish(&env, &t, &[b"short"])?;
+    let first = c.expect_message()?;
+    let t0 = Instant::now();
+    patient(&env, &c)?;
+    let again = c.expect_message()?;
+    let waited = t0.elapsed();
+    assert_eq!((again.id, again.attempts), (first.id, 2));
+    assert!(
+        waited >= Duration::from_millis(900)
+            && waited < Duration::from_millis(2500) + env.queue_scan_allowance(),
+        "redelivered after {waited:?}"
+    );
+    c.cmd(&format!("FIN {}", again.id_str()))?;
+    Ok(())
+}
+
+#[test]
 fn disconnected_clients_messages_go_to_others_after_the_timeout() -> R {
     let env = Env::new(|b| b);
     let t = env.topic("deliv");
