@@ -74,11 +74,19 @@
 //! - Authorization patterns are [`Pattern`]s (any, exact, prefix), not regular expressions,
 //!   and there is no auth server round trip or TTL.
 //! - IDENTIFY's JSON keys are matched exactly (Go matches them case-insensitively).
-//! - A second IDENTIFY does not redo upgrades that are already in place.
+//! - A second IDENTIFY does not redo upgrades that are already in place. Otherwise it acts
+//!   like nsqd's: it is allowed until SUB, its reply and TOUCH use its values, the read
+//!   deadline follows its heartbeat interval, but heartbeats and the timeout of deliveries
+//!   keep the first IDENTIFY's values (nsqd's message pump only takes the first).
 //! - Client behaviour nsqd tolerates but that is almost certainly a bug (an MPUB whose body
 //!   size disagrees with its messages, bytes sent after IDENTIFY before reading its reply when
 //!   an upgrade follows) is accepted like nsqd does and recorded in [`Nsqd::warnings`].
 //! - Only the in-memory queue exists; [`Nsqd::restart`] decides whether messages survive.
+//! - Timeouts and deferred messages are handled on nsqd's 100 ms queue scan tick
+//!   ([`Options::queue_scan_interval`]), so they come up to one tick late and in batches,
+//!   but every channel is checked on every tick: nsqd only checks 20 random channels per
+//!   tick from a list refreshed every 5 s, so on a real server a new channel's first timeout
+//!   can come seconds late (see [`conformance::EXTERNAL_QUEUE_SCAN_ALLOWANCE`]).
 //!
 //! See [`conformance`] for the scenario harness and the `NSQD_TCP_ADDRESS` override.
 

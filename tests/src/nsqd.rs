@@ -9,6 +9,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::http::{HttpServer, Request, Response};
@@ -259,7 +260,10 @@ struct Client {
     state: ClientState,
     rdy: i64,
     in_flight: i64,
+    /// The client's msg_timeout (IDENTIFY reply, TOUCH), as of its latest IDENTIFY.
     msg_timeout: Duration,
+    /// The timeout deliveries get: nsqd's message pump takes it from the first IDENTIFY only.
+    pump_msg_timeout: Duration,
     heartbeat: Option<Duration>,
     output_buffer_size: i64,
     output_buffer_timeout: Duration,
@@ -336,6 +340,8 @@ impl NsqdBuilder {
         max_body_size: i64,
         /// `--max-req-timeout` (also bounds DPUB).
         max_req_timeout: Duration,
+        /// nsqd's queue scan tick (100ms) for timeouts and deferred messages ([`Options::queue_scan_interval`]).
+        queue_scan_interval: Duration,
         /// Default heartbeat interval of clients that do not ask for one.
         heartbeat_interval: Duration,
         /// `--max-heartbeat-interval`.
@@ -904,15 +910,33 @@ impl Inner {
         }
     }
 
+    /// Handles in-flight timeouts and deferred messages. Like nsqd's `queueScanLoop`, it only
+    /// looks at them on a ticker (`queue_scan_interval`), so a message is redelivered up to one
+    /// tick after its deadline, together with every other message due by then; until then a
+    /// FIN or TOUCH of an expired message still succeeds, as on nsqd.
     fn scan_loop(self: Arc<Self>) {
+        let interval = self.opts.queue_scan_interval;
+        let mut next_tick = Instant::now() + interval;
         let mut st = self.lock();
         while !self.shutdown.load(Ordering::SeqCst) {
             let now = Instant::now();
-            let next = Self::process_timers(&mut st, now);
+            let wait = if interval.is_zero() {
+                let next = Self::process_timers(&mut st, now);
+                next.map_or(Duration::from_millis(50), |t| {
+                    t.saturating_duration_since(now)
+                })
+            } else {
+                if now >= next_tick {
+                    Self::process_timers(&mut st, now);
+                    // A Go ticker drops ticks it could not deliver.
+                    next_tick += interval;
+                    if next_tick <= now {
+                        next_tick = now + interval;
+                    }
+                }
+                next_tick.saturating_duration_since(now)
+            };
             Self::dispatch(&mut st, now);
-            let wait = next.map_or(Duration::from_millis(50), |t| {
-                t.saturating_duration_since(now)
-            });
             let wait = wait.clamp(Duration::from_millis(1), Duration::from_millis(50));
             st = self
                 .wake
@@ -992,7 +1016,7 @@ impl Inner {
                     c.in_flight += 1;
                     c.delivered += 1;
                     let _ = c.out.send(Out::Frame(msg.frame()));
-                    let deadline = now + c.msg_timeout;
+                    let deadline = now + c.pump_msg_timeout;
                     ch.in_flight.insert(
                         msg.id,
                         InFlight {
@@ -1302,6 +1326,7 @@ impl Inner {
                     rdy: 0,
                     in_flight: 0,
                     msg_timeout: self.opts.msg_timeout,
+                    pump_msg_timeout: self.opts.msg_timeout,
                     heartbeat,
                     output_buffer_size: self.opts.output_buffer_size,
                     output_buffer_timeout: self.opts.output_buffer_timeout,
@@ -1345,6 +1370,7 @@ impl Inner {
             tls: false,
             compressed: false,
             handshake_until: None,
+            identified: false,
             body: None,
         };
         if writer.is_ok() {
@@ -1473,6 +1499,26 @@ struct Conn {
     compressed: bool,
     handshake_until: Option<Instant>,
     body: Option<Vec<u8>>,
+    /// Whether an IDENTIFY succeeded already: nsqd's message pump only listens to the first.
+    identified: bool,
+}
+
+/// nsqd's IDENTIFY feature negotiation reply, fields in Go's order.
+#[derive(Serialize)]
+struct IdentifyReply<'a> {
+    max_rdy_count: i64,
+    version: &'a str,
+    max_msg_timeout: i64,
+    msg_timeout: i64,
+    tls_v1: bool,
+    deflate: bool,
+    deflate_level: i64,
+    max_deflate_level: i64,
+    snappy: bool,
+    sample_rate: i64,
+    auth_required: bool,
+    output_buffer_size: i64,
+    output_buffer_timeout: i64,
 }
 
 /// The IDENTIFY fields nsqd decodes, checked with Go's `encoding/json` typing rules.
@@ -1759,17 +1805,26 @@ impl Conn {
                 ));
             }
         }
+        // The read deadline (twice the interval) follows every IDENTIFY.
         self.heartbeat = heartbeat;
+        let first = !self.identified;
+        self.identified = true;
         self.with_client(|c| {
             c.heartbeat = heartbeat;
             c.output_buffer_size = obuf_size;
             c.output_buffer_timeout = obuf_timeout;
             c.sample_rate = data.sample_rate;
             c.msg_timeout = msg_timeout;
+            if first {
+                c.pump_msg_timeout = msg_timeout;
+            }
             c.identify = Some(json);
         })?;
-        // Re-arm the heartbeat ticker, as nsqd's messagePump does on the identify event.
-        let _ = self.out.send(Out::Heartbeat(heartbeat));
+        // nsqd's messagePump takes the first identify event (re-arming its heartbeat ticker,
+        // setting the timeout of deliveries) and ignores later ones.
+        if first {
+            let _ = self.out.send(Out::Heartbeat(heartbeat));
+        }
 
         if !data.feature_negotiation {
             return Ok(Some(b"OK".to_vec()));
@@ -1791,23 +1846,24 @@ impl Conn {
             ));
         }
         let auth_required = opts.auth.is_some();
-        let reply = json!({
-            "max_rdy_count": opts.max_rdy_count,
-            "version": opts.version,
-            "max_msg_timeout": millis(opts.max_msg_timeout),
-            "msg_timeout": millis(msg_timeout),
-            "tls_v1": tls,
-            "deflate": deflate,
-            "deflate_level": deflate_level,
-            "max_deflate_level": opts.max_deflate_level,
-            "snappy": snappy,
-            "sample_rate": data.sample_rate,
-            "auth_required": auth_required,
-            "output_buffer_size": obuf_size,
-            "output_buffer_timeout": millis(obuf_timeout),
-        });
+        let reply = serde_json::to_vec(&IdentifyReply {
+            max_rdy_count: opts.max_rdy_count,
+            version: &opts.version,
+            max_msg_timeout: millis(opts.max_msg_timeout),
+            msg_timeout: millis(msg_timeout),
+            tls_v1: tls,
+            deflate,
+            deflate_level,
+            max_deflate_level: opts.max_deflate_level,
+            snappy,
+            sample_rate: data.sample_rate,
+            auth_required,
+            output_buffer_size: obuf_size,
+            output_buffer_timeout: millis(obuf_timeout),
+        })
+        .map_err(|e| fatal("E_IDENTIFY_FAILED", format!("IDENTIFY failed {e}")))?;
         // The frame that precedes the next upgrade (or goes out last).
-        let mut pending = frame(0, reply.to_string().as_bytes());
+        let mut pending = frame(0, &reply);
         if tls && !self.tls {
             let config = self
                 .inner

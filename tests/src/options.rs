@@ -18,6 +18,11 @@ pub struct Options {
     pub max_body_size: i64,
     /// `--max-req-timeout` (default 1h).
     pub max_req_timeout: Duration,
+    /// nsqd's `QueueScanInterval` (default 100ms, not a command-line flag of nsqd): in-flight
+    /// timeouts and due deferred messages (REQ with a delay, DPUB) are only noticed on this
+    /// tick, so they are redelivered up to one interval late and in batches, like nsqd's
+    /// queue scan loop does. `Duration::ZERO` handles every deadline exactly on time.
+    pub queue_scan_interval: Duration,
     /// Default heartbeat interval of a client, `--client-timeout` / 2 (default 30s).
     pub heartbeat_interval: Duration,
     /// `--max-heartbeat-interval` (default 60s).
@@ -68,6 +73,7 @@ impl Default for Options {
             max_msg_size: 1024 * 1024,
             max_body_size: 5 * 1024 * 1024,
             max_req_timeout: Duration::from_secs(3600),
+            queue_scan_interval: Duration::from_millis(100),
             heartbeat_interval: Duration::from_secs(30),
             max_heartbeat_interval: Duration::from_secs(60),
             output_buffer_size: 16 * 1024,

@@ -17,10 +17,6 @@ use serde_json::json;
 
 type R = Result<(), Box<dyn std::error::Error>>;
 
-fn topic() -> String {
-    Env::unique("brk")
-}
-
 // ---- lookupd ----
 
 #[test]
@@ -29,7 +25,7 @@ fn lookup_of_unknown_topic_is_404() -> R {
     let Some(addr) = env.lookupd_or_skip("lookup_of_unknown_topic_is_404") else {
         return Ok(());
     };
-    let (status, body) = http_get_json(addr, &format!("/lookup?topic={}", topic()))?;
+    let (status, body) = http_get_json(addr, &format!("/lookup?topic={}", env.topic("brk")))?;
     assert_eq!((status, body), (404, json!({"message": "TOPIC_NOT_FOUND"})));
     Ok(())
 }
@@ -55,7 +51,7 @@ fn nsqd_registers_topics_and_channels_with_lookupd() -> R {
     let Some(addr) = env.lookupd_or_skip("nsqd_registers_topics") else {
         return Ok(());
     };
-    let t = topic();
+    let t = env.topic("brk");
     let mut p = env.raw();
     assert_eq!(p.publish(&t, b"x")?, RawFrame::Response(b"OK".to_vec()));
     let mut s = env.raw();
@@ -93,7 +89,7 @@ fn lookup_url_decodes_the_topic() -> R {
     let Some(addr) = env.lookupd_or_skip("lookup_url_decodes_the_topic") else {
         return Ok(());
     };
-    let t = format!("{}#ephemeral", topic());
+    let t = format!("{}#ephemeral", env.topic("brk"));
     let mut s = env.raw();
     s.subscribe(&t, "c#ephemeral")?;
     let query = format!("/lookup?topic={}", t.replace('#', "%23"));
@@ -115,7 +111,7 @@ fn several_nsqd_register_with_one_lookupd() -> R {
     let lookupd = Lookupd::start()?;
     let a = Nsqd::builder().lookupd(&lookupd).start()?;
     let b = Nsqd::builder().lookupd(&lookupd).http(true).start()?;
-    let t = topic();
+    let t = Env::unique("brk");
     a.publish(&t, b"1");
     b.publish(&t, b"2");
     let (status, v) = http_get_json(lookupd.http_address(), &format!("/lookup?topic={t}"))?;
@@ -147,7 +143,7 @@ fn several_nsqd_register_with_one_lookupd() -> R {
 fn one_nsqd_registers_with_several_lookupds() -> R {
     let (l1, l2) = (Lookupd::start()?, Lookupd::start()?);
     let nsqd = Nsqd::builder().lookupd(&l1).lookupd(&l2).start()?;
-    let t = topic();
+    let t = Env::unique("brk");
     nsqd.publish(&t, b"x");
     for l in [&l1, &l2] {
         let (status, v) = http_get_json(l.http_address(), &format!("/lookup?topic={t}"))?;
@@ -198,7 +194,7 @@ fn nsqd_http_api_subset() -> R {
     let Some(http) = env.http_or_skip("nsqd_http_api_subset") else {
         return Ok(());
     };
-    let t = topic();
+    let t = env.topic("brk");
     assert_eq!(
         http_request(http, "GET", "/ping", b"")?,
         (200, b"OK".to_vec())
@@ -273,7 +269,7 @@ fn drop_connections_closes_every_client() -> R {
     let nsqd = Nsqd::start()?;
     let mut a = RawClient::connect_v2(nsqd.tcp_address())?;
     let mut b = RawClient::connect_v2(nsqd.tcp_address())?;
-    b.subscribe(&topic(), "c")?;
+    b.subscribe(&Env::unique("brk"), "c")?;
     assert!(nsqd.wait_for(Duration::from_secs(2), |s| s.clients.len() == 2));
     nsqd.drop_connections();
     a.expect_closed()?;
@@ -282,7 +278,7 @@ fn drop_connections_closes_every_client() -> R {
     // New connections are served.
     let mut c = RawClient::connect_v2(nsqd.tcp_address())?;
     assert_eq!(
-        c.publish(&topic(), b"x")?,
+        c.publish(&Env::unique("brk"), b"x")?,
         RawFrame::Response(b"OK".to_vec())
     );
     Ok(())
@@ -301,7 +297,7 @@ fn drop_client_closes_only_that_client() -> R {
     assert!(!nsqd.drop_client(a_id));
     a.expect_closed()?;
     assert_eq!(
-        b.publish(&topic(), b"x")?,
+        b.publish(&Env::unique("brk"), b"x")?,
         RawFrame::Response(b"OK".to_vec())
     );
     assert_eq!(nsqd.clients().len(), 1);
@@ -320,13 +316,13 @@ fn stop_and_start_accepting() -> R {
     assert_eq!(err.kind(), io::ErrorKind::ConnectionRefused);
     // Existing connections keep working.
     assert_eq!(
-        existing.publish(&topic(), b"x")?,
+        existing.publish(&Env::unique("brk"), b"x")?,
         RawFrame::Response(b"OK".to_vec())
     );
     nsqd.start_accepting()?;
     let mut c = RawClient::connect_v2(nsqd.tcp_address())?;
     assert_eq!(
-        c.publish(&topic(), b"x")?,
+        c.publish(&Env::unique("brk"), b"x")?,
         RawFrame::Response(b"OK".to_vec())
     );
     Ok(())
@@ -338,7 +334,7 @@ fn held_accepts_leave_connections_pending() -> R {
     nsqd.hold_accepts(true);
     let mut c = RawClient::connect_v2(nsqd.tcp_address())?; // the kernel completes the handshake
     c.cmd("NOP")?;
-    c.cmd_body(&format!("PUB {}", topic()), b"x")?;
+    c.cmd_body(&format!("PUB {}", Env::unique("brk")), b"x")?;
     assert!(c.quiet_for(Duration::from_millis(200))?);
     assert!(nsqd.clients().is_empty());
     nsqd.hold_accepts(false);
@@ -349,7 +345,7 @@ fn held_accepts_leave_connections_pending() -> R {
 #[test]
 fn pause_is_half_open_and_resume_continues() -> R {
     let nsqd = Nsqd::start()?;
-    let t = topic();
+    let t = Env::unique("brk");
     let mut c = RawClient::connect_v2(nsqd.tcp_address())?;
     c.subscribe(&t, "c")?;
     c.cmd("RDY 5")?;
@@ -389,7 +385,7 @@ fn pause_is_half_open_and_resume_continues() -> R {
 #[test]
 fn restart_keeping_messages() -> R {
     let nsqd = Nsqd::start()?;
-    let t = topic();
+    let t = Env::unique("brk");
     let port = nsqd.tcp_address().port();
     let mut c = RawClient::connect_v2(nsqd.tcp_address())?;
     c.subscribe(&t, "c")?;
@@ -413,7 +409,7 @@ fn restart_keeping_messages() -> R {
 #[test]
 fn restart_dropping_messages() -> R {
     let nsqd = Nsqd::start()?;
-    let t = topic();
+    let t = Env::unique("brk");
     nsqd.publish(&t, b"lost");
     nsqd.restart(Restart::DropMessages)?;
     assert!(nsqd.topic(&t).is_none());
@@ -427,7 +423,7 @@ fn restart_dropping_messages() -> R {
 #[test]
 fn publish_failures_can_be_injected() -> R {
     let nsqd = Nsqd::start()?;
-    let t = topic();
+    let t = Env::unique("brk");
     nsqd.fail_publishes(true);
     let mut c = RawClient::connect_v2(nsqd.tcp_address())?;
     c.cmd_body(&format!("PUB {t}"), b"x")?;
@@ -464,7 +460,7 @@ fn slow_reads_throttle_clients() -> R {
     }));
     let t0 = Instant::now();
     assert_eq!(
-        c.publish(&topic(), &[b'x'; 16 * 1024])?,
+        c.publish(&Env::unique("brk"), &[b'x'; 16 * 1024])?,
         RawFrame::Response(b"OK".to_vec())
     );
     let slow = t0.elapsed();
@@ -472,7 +468,7 @@ fn slow_reads_throttle_clients() -> R {
     nsqd.set_read_throttle(None);
     let t0 = Instant::now();
     assert_eq!(
-        c.publish(&topic(), &[b'x'; 16 * 1024])?,
+        c.publish(&Env::unique("brk"), &[b'x'; 16 * 1024])?,
         RawFrame::Response(b"OK".to_vec())
     );
     assert!(t0.elapsed() < slow);
@@ -486,7 +482,7 @@ fn shutdown_is_prompt_and_releases_the_port() -> R {
     let mut clients = Vec::new();
     for _ in 0..3 {
         let mut c = RawClient::connect_v2(addr)?;
-        c.subscribe(&topic(), "c")?;
+        c.subscribe(&Env::unique("brk"), "c")?;
         clients.push(c);
     }
     // One connection without magic, one half-sent command.

@@ -16,14 +16,10 @@ fn env() -> Env {
     Env::new(|b| b)
 }
 
-fn topic() -> String {
-    Env::unique("proto")
-}
-
 /// Proves the connection is still open and usable: PUB works on any connection state.
-fn alive(c: &mut RawClient) -> R {
+fn alive(env: &Env, c: &mut RawClient) -> R {
     assert_eq!(
-        c.publish(&topic(), b"alive")?,
+        c.publish(&env.topic("proto-alive"), b"alive")?,
         RawFrame::Response(b"OK".to_vec())
     );
     Ok(())
@@ -77,7 +73,7 @@ fn unknown_and_empty_commands_are_fatal() -> R {
 fn crlf_line_endings_are_accepted() -> R {
     let env = env();
     let mut c = env.raw();
-    c.send(format!("PUB {}\r\n", topic()).as_bytes())?;
+    c.send(format!("PUB {}\r\n", env.topic("proto")).as_bytes())?;
     c.send(&3u32.to_be_bytes())?;
     c.send(b"abc")?;
     c.expect_ok()?;
@@ -99,7 +95,7 @@ fn nop_has_no_reply() -> R {
     let mut c = env.raw();
     c.cmd("NOP")?;
     assert!(c.quiet_for(Duration::from_millis(100))?);
-    alive(&mut c)
+    alive(&env, &mut c)
 }
 
 #[test]
@@ -110,7 +106,7 @@ fn identify_without_negotiation_says_ok() -> R {
         c.identify(&json!({"client_id": "x", "feature_negotiation": false}))?,
         RawFrame::Response(b"OK".to_vec())
     );
-    alive(&mut c)
+    alive(&env, &mut c)
 }
 
 #[test]
@@ -148,7 +144,136 @@ fn identify_negotiation_reply_has_every_field() -> R {
         assert_eq!(r["max_deflate_level"], 6);
         assert_eq!(r["auth_required"], false);
     }
-    alive(&mut c)
+    alive(&env, &mut c)
+}
+
+#[test]
+fn identify_reply_is_nsqds_json_byte_for_byte() -> R {
+    let env = env();
+    let mut c = env.raw();
+    let body = json!({"feature_negotiation": true, "msg_timeout": 5000, "output_buffer_size": 100, "output_buffer_timeout": 50, "sample_rate": 3});
+    let RawFrame::Response(raw) = c.identify(&body)? else {
+        panic!("IDENTIFY failed");
+    };
+    let v: serde_json::Value = serde_json::from_slice(&raw)?;
+    // Go's encoding/json: struct field order, compact, no trailing newline. The server's own
+    // limits are taken from the reply (an external server may have other flags) and, on the
+    // local broker, checked against its options.
+    let expected = format!(
+        "{{\"max_rdy_count\":{},\"version\":{},\"max_msg_timeout\":{},\"msg_timeout\":5000,\
+         \"tls_v1\":false,\"deflate\":false,\"deflate_level\":{},\"max_deflate_level\":{},\
+         \"snappy\":false,\"sample_rate\":3,\"auth_required\":false,\
+         \"output_buffer_size\":100,\"output_buffer_timeout\":50}}",
+        v["max_rdy_count"],
+        v["version"],
+        v["max_msg_timeout"],
+        v["deflate_level"],
+        v["max_deflate_level"],
+    );
+    assert_eq!(String::from_utf8_lossy(&raw), expected);
+    assert_eq!(
+        v["deflate_level"].as_i64(),
+        v["max_deflate_level"].as_i64().map(|m| m.min(6))
+    );
+    if let Some(nsqd) = env.nsqd() {
+        let o = nsqd.options();
+        assert_eq!(v["max_rdy_count"], o.max_rdy_count);
+        assert_eq!(v["version"], o.version.as_str());
+        assert_eq!(v["max_msg_timeout"], o.max_msg_timeout.as_millis() as u64);
+        assert_eq!(v["max_deflate_level"], o.max_deflate_level);
+    }
+    alive(&env, &mut c)
+}
+
+#[test]
+fn a_second_identify_is_allowed() -> R {
+    let env = env();
+    let mut c = env.raw();
+    assert_eq!(
+        c.identify(&json!({"msg_timeout": 2000}))?,
+        RawFrame::Response(b"OK".to_vec())
+    );
+    // nsqd only refuses IDENTIFY once subscribed; a second one is answered like the first.
+    let r = c.identify_negotiate(&json!({"msg_timeout": 3000}))?;
+    assert_eq!(r["msg_timeout"], 3000);
+    // Without a field, the value from the first IDENTIFY stays.
+    let r = c.identify_negotiate(&json!({}))?;
+    assert_eq!(r["msg_timeout"], 3000);
+    c.subscribe(&env.topic("proto"), "c")?;
+    c.cmd("IDENTIFY")?;
+    assert_eq!(
+        c.expect_fatal("E_INVALID")?,
+        "E_INVALID cannot IDENTIFY in current state"
+    );
+    Ok(())
+}
+
+#[test]
+fn only_the_first_identify_sets_the_heartbeat_ticker() -> R {
+    let env = env();
+    let mut c = env.raw();
+    c.identify(&json!({"heartbeat_interval": 1000}))?;
+    // The second IDENTIFY changes the read deadline (2 x 2000 ms) but nsqd's message pump
+    // ignores it, so heartbeats keep coming every second.
+    let t0 = std::time::Instant::now();
+    assert_eq!(
+        c.identify(&json!({"heartbeat_interval": 2000}))?,
+        RawFrame::Response(b"OK".to_vec())
+    );
+    c.set_read_timeout(Duration::from_secs(6))?;
+    let mut beats = Vec::new();
+    loop {
+        match c.read_frame() {
+            Ok(f) => {
+                assert!(f.is_heartbeat(), "{f:?}");
+                beats.push(t0.elapsed());
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let closed = t0.elapsed();
+    assert!(
+        closed >= Duration::from_millis(3800) && closed < Duration::from_secs(5),
+        "closed after {closed:?}"
+    );
+    assert!(beats.len() >= 3, "heartbeats at {beats:?}");
+    assert!(
+        beats[0] < Duration::from_millis(1600),
+        "heartbeats at {beats:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn req_delay_above_max_req_timeout_is_clamped_not_refused() -> R {
+    let env = env();
+    let t = env.topic("proto");
+    let mut c = env.raw();
+    c.subscribe(&t, "c")?;
+    c.cmd("RDY 1")?;
+    let mut p = env.raw();
+    assert_eq!(p.publish(&t, b"r")?, RawFrame::Response(b"OK".to_vec()));
+    let m = c.expect_message()?;
+    // Far above the default --max-req-timeout (1h): clamped, no error, not redelivered now.
+    c.cmd(&format!("REQ {} 999999999999", m.id_str()))?;
+    assert!(c.quiet_for(Duration::from_millis(300))?);
+    c.cmd(&format!("FIN {}", m.id_str()))?;
+    assert_eq!(
+        c.expect_error("E_FIN_FAILED")?,
+        format!("E_FIN_FAILED FIN {} failed ID not in flight", m.id_str())
+    );
+    if let Some(nsqd) = env.nsqd() {
+        let ch = nsqd.channel(&t, "c").ok_or("channel")?;
+        assert_eq!((ch.requeued, ch.deferred, ch.in_flight), (1, 1, 0));
+    }
+    c.cmd(&format!("REQ {} -1", m.id_str()))?;
+    assert_eq!(
+        c.expect_fatal("E_INVALID")?,
+        "E_INVALID REQ could not parse timeout -1"
+    );
+    Ok(())
 }
 
 #[test]
@@ -300,7 +425,7 @@ fn identify_cannot_enable_two_compressions() -> R {
 fn identify_after_sub_is_fatal() -> R {
     let env = env();
     let mut c = env.raw();
-    c.subscribe(&topic(), "c")?;
+    c.subscribe(&env.topic("proto"), "c")?;
     c.cmd_body("IDENTIFY", b"{}")?;
     assert_eq!(
         c.expect_fatal("E_INVALID")?,
@@ -312,7 +437,7 @@ fn identify_after_sub_is_fatal() -> R {
 #[test]
 fn sub_errors() -> R {
     let env = env();
-    let t = topic();
+    let t = env.topic("proto");
     fatal_after(
         &env,
         &[],
@@ -365,7 +490,9 @@ fn sub_errors() -> R {
     )?;
     // 64 characters is fine.
     let mut c = env.raw();
-    c.subscribe(&"y".repeat(64), &format!("{}#ephemeral", "z".repeat(54)))?;
+    let mut long_topic = env.topic("y");
+    long_topic.extend(std::iter::repeat_n('y', 64 - long_topic.len()));
+    c.subscribe(&long_topic, &format!("{}#ephemeral", "z".repeat(54)))?;
     Ok(())
 }
 
@@ -377,7 +504,7 @@ fn sub_with_heartbeats_disabled_is_fatal() -> R {
         c.identify(&json!({"heartbeat_interval": -1}))?,
         RawFrame::Response(b"OK".to_vec())
     );
-    c.cmd(&format!("SUB {} c", topic()))?;
+    c.cmd(&format!("SUB {} c", env.topic("proto")))?;
     assert_eq!(
         c.expect_fatal("E_INVALID")?,
         "E_INVALID cannot SUB with heartbeats disabled"
@@ -388,7 +515,7 @@ fn sub_with_heartbeats_disabled_is_fatal() -> R {
 #[test]
 fn pub_errors() -> R {
     let env = env();
-    let t = topic();
+    let t = env.topic("proto");
     fatal_after(
         &env,
         &[],
@@ -431,7 +558,7 @@ fn pub_limits_follow_options() -> R {
     ) else {
         return Ok(());
     };
-    let t = topic();
+    let t = env.topic("proto");
     let mut c = env.raw();
     assert_eq!(
         c.publish(&t, &[b'a'; 100])?,
@@ -479,7 +606,7 @@ fn pub_limits_follow_options() -> R {
 #[test]
 fn mpub_errors() -> R {
     let env = env();
-    let t = topic();
+    let t = env.topic("proto");
     let mpub = format!("MPUB {t}");
     fatal_after(
         &env,
@@ -533,7 +660,7 @@ fn mpub_with_wrong_body_size_is_accepted_but_flagged() -> R {
     let Some(nsqd) = env.local_only("mpub_wrong_size", "the warnings introspection") else {
         return Ok(());
     };
-    let t = topic();
+    let t = env.topic("proto");
     let mut c = env.raw();
     let mut b = format!("MPUB {t}\n").into_bytes();
     let inner = RawClient::mpub_body(&[b"abc"]);
@@ -548,7 +675,7 @@ fn mpub_with_wrong_body_size_is_accepted_but_flagged() -> R {
 #[test]
 fn dpub_errors() -> R {
     let env = env();
-    let t = topic();
+    let t = env.topic("proto");
     fatal_after(
         &env,
         &[],
@@ -596,14 +723,14 @@ fn pub_on_a_subscribed_connection_is_allowed() -> R {
     // nsqd does not check the state for PUB.
     let env = env();
     let mut c = env.raw();
-    c.subscribe(&topic(), "c")?;
-    alive(&mut c)
+    c.subscribe(&env.topic("proto"), "c")?;
+    alive(&env, &mut c)
 }
 
 #[test]
 fn rdy_rules() -> R {
     let env = env();
-    let t = topic();
+    let t = env.topic("proto");
     let sub = format!("SUB {t} c");
     fatal_after(
         &env,
@@ -634,7 +761,7 @@ fn rdy_rules() -> R {
     c.cmd("RDY 2500")?;
     c.cmd("RDY 0")?;
     c.cmd("RDY")?;
-    alive(&mut c)?;
+    alive(&env, &mut c)?;
     if let Some(nsqd) = env.nsqd() {
         // A bare RDY means 1.
         assert!(
@@ -654,7 +781,7 @@ fn rdy_limit_follows_option() -> R {
     };
     let mut c = env.raw();
     assert_eq!(c.identify_negotiate(&json!({}))?["max_rdy_count"], 10);
-    c.subscribe(&topic(), "c")?;
+    c.subscribe(&env.topic("proto"), "c")?;
     c.cmd("RDY 10")?;
     c.cmd("RDY 11")?;
     assert_eq!(
@@ -667,7 +794,7 @@ fn rdy_limit_follows_option() -> R {
 #[test]
 fn fin_req_touch_rules() -> R {
     let env = env();
-    let t = topic();
+    let t = env.topic("proto");
     let sub = format!("SUB {t} c");
     for cmd in ["FIN", "REQ", "TOUCH"] {
         fatal_after(
@@ -719,19 +846,19 @@ fn fin_req_touch_rules() -> R {
         c.expect_error("E_TOUCH_FAILED")?,
         "E_TOUCH_FAILED TOUCH 0123456789abcdef failed ID not in flight"
     );
-    alive(&mut c)
+    alive(&env, &mut c)
 }
 
 #[test]
 fn another_clients_message_cannot_be_answered() -> R {
     let env = env();
-    let t = topic();
+    let t = env.topic("proto");
     let mut a = env.raw();
     a.subscribe(&t, "c")?;
     let mut b = env.raw();
     b.subscribe(&t, "c")?;
     a.cmd("RDY 1")?;
-    alive(&mut a)?;
+    alive(&env, &mut a)?;
     assert_eq!(b.publish(&t, b"x")?, RawFrame::Response(b"OK".to_vec()));
     let m = a.expect_message()?;
     b.cmd(&format!("FIN {}", m.id_str()))?;
@@ -743,7 +870,7 @@ fn another_clients_message_cannot_be_answered() -> R {
         )
     );
     a.cmd(&format!("FIN {}", m.id_str()))?;
-    alive(&mut a)
+    alive(&env, &mut a)
 }
 
 #[test]
@@ -764,7 +891,7 @@ fn cls_rules() -> R {
 #[test]
 fn cls_answers_close_wait_and_stops_delivery() -> R {
     let env = env();
-    let t = topic();
+    let t = env.topic("proto");
     let mut c = env.raw();
     c.subscribe(&t, "c")?;
     c.cmd("RDY 5")?;
