@@ -1,0 +1,394 @@
+//! The conformance harness: scenarios written once, run against the in-process broker or a
+//! real nsqd, and (as the adapters land) against every adapter.
+//!
+//! # Environment override
+//!
+//! When `NSQD_TCP_ADDRESS` is set (optionally with `NSQD_HTTP_ADDRESS` and
+//! `NSQLOOKUPD_HTTP_ADDRESS`), [`Env::new`] targets that real server instead of starting a
+//! local broker. Scenarios that need introspection or fault injection call
+//! [`Env::local_only`], which prints why they are skipped and returns `None`. Options given to
+//! [`Env::new`] only shape the local broker: scenarios that depend on non-default server
+//! limits must be `local_only` too (or negotiate what they need through IDENTIFY, which works
+//! on both).
+//!
+//! # Writing scenarios for adapters
+//!
+//! An adapter's test implements [`ClientFactory`] (a blocking facade over its `Producer` and
+//! `Consumer`; async adapters drive their runtime inside) and calls [`run_all`], which runs
+//! every scenario of [`scenarios`] and fails listing the ones that failed.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::raw::RawClient;
+use crate::{Lookupd, Nsqd, NsqdBuilder, wait_until};
+
+/// Where scenarios run: a local broker (with introspection and faults) or an external server.
+#[derive(Debug)]
+pub struct Env {
+    nsqd: Option<Nsqd>,
+    lookupd: Option<Lookupd>,
+    tcp: SocketAddr,
+    http: Option<SocketAddr>,
+    lookupd_http: Option<SocketAddr>,
+}
+
+fn env_addr(var: &str) -> Option<SocketAddr> {
+    let v = std::env::var(var).ok()?;
+    let v = v.trim().trim_start_matches("http://").trim_end_matches('/');
+    v.to_socket_addrs().ok()?.next()
+}
+
+impl Env {
+    /// The external server named by `NSQD_TCP_ADDRESS` if set, else a local broker built by
+    /// `configure` (registered with a local lookupd, HTTP API on).
+    pub fn new(configure: impl FnOnce(NsqdBuilder) -> NsqdBuilder) -> Self {
+        Self::external().unwrap_or_else(|| Self::local(configure))
+    }
+
+    /// Always a local broker and lookupd.
+    pub fn local(configure: impl FnOnce(NsqdBuilder) -> NsqdBuilder) -> Self {
+        let lookupd = Lookupd::start().expect("starting the test lookupd");
+        let nsqd = configure(Nsqd::builder().http(true).lookupd(&lookupd))
+            .start()
+            .expect("starting the test nsqd");
+        Self {
+            tcp: nsqd.tcp_address(),
+            http: nsqd.http_address(),
+            lookupd_http: Some(lookupd.http_address()),
+            nsqd: Some(nsqd),
+            lookupd: Some(lookupd),
+        }
+    }
+
+    /// The external server from the environment, if `NSQD_TCP_ADDRESS` is set.
+    pub fn external() -> Option<Self> {
+        let tcp = env_addr("NSQD_TCP_ADDRESS")?;
+        Some(Self {
+            nsqd: None,
+            lookupd: None,
+            tcp,
+            http: env_addr("NSQD_HTTP_ADDRESS"),
+            lookupd_http: env_addr("NSQLOOKUPD_HTTP_ADDRESS"),
+        })
+    }
+
+    /// Whether this targets an external server.
+    pub fn is_external(&self) -> bool {
+        self.nsqd.is_none()
+    }
+
+    /// The local broker, or `None` after printing that `scenario` is skipped because it
+    /// needs `what` (introspection, fault injection, non-default options ...).
+    pub fn local_only(&self, scenario: &str, what: &str) -> Option<&Nsqd> {
+        if self.nsqd.is_none() {
+            skip(
+                scenario,
+                &format!("needs {what}, which a real nsqd (NSQD_TCP_ADDRESS) does not offer"),
+            );
+        }
+        self.nsqd.as_ref()
+    }
+
+    /// The lookupd HTTP address, or `None` after printing that `scenario` is skipped.
+    pub fn lookupd_or_skip(&self, scenario: &str) -> Option<SocketAddr> {
+        if self.lookupd_http.is_none() {
+            skip(scenario, "NSQLOOKUPD_HTTP_ADDRESS is not set");
+        }
+        self.lookupd_http
+    }
+
+    /// The nsqd HTTP address, or `None` after printing that `scenario` is skipped.
+    pub fn http_or_skip(&self, scenario: &str) -> Option<SocketAddr> {
+        if self.http.is_none() {
+            skip(scenario, "NSQD_HTTP_ADDRESS is not set");
+        }
+        self.http
+    }
+
+    /// The local broker, if any.
+    pub fn nsqd(&self) -> Option<&Nsqd> {
+        self.nsqd.as_ref()
+    }
+
+    /// The local lookupd, if any.
+    pub fn lookupd(&self) -> Option<&Lookupd> {
+        self.lookupd.as_ref()
+    }
+
+    /// nsqd's TCP address.
+    pub fn tcp_address(&self) -> SocketAddr {
+        self.tcp
+    }
+
+    /// nsqd's HTTP address, if known.
+    pub fn http_address(&self) -> Option<SocketAddr> {
+        self.http
+    }
+
+    /// nsqlookupd's HTTP address, if known.
+    pub fn lookupd_http_address(&self) -> Option<SocketAddr> {
+        self.lookupd_http
+    }
+
+    /// A raw client connected to nsqd with the magic sent.
+    pub fn raw(&self) -> RawClient {
+        RawClient::connect_v2(self.tcp).expect("connecting to nsqd")
+    }
+
+    /// A topic/channel name unique in this process and run, so scenarios sharing a real
+    /// server do not see each other's messages.
+    pub fn unique(prefix: &str) -> String {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        format!(
+            "{prefix}-{}-{t}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        )
+    }
+}
+
+/// Prints (to the test output) that `scenario` is skipped and why.
+#[allow(
+    clippy::print_stdout,
+    reason = "a skipped scenario must say so in the test output"
+)]
+pub fn skip(scenario: &str, why: &str) {
+    println!("skipping {scenario}: {why}");
+}
+
+/// How a client under test is configured for a scenario.
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// nsqd TCP addresses to use directly.
+    pub nsqd_tcp_addresses: Vec<SocketAddr>,
+    /// nsqlookupd HTTP addresses (used instead of `nsqd_tcp_addresses` when non-empty).
+    pub lookupd_http_addresses: Vec<SocketAddr>,
+    /// Consumer max in flight.
+    pub max_in_flight: u32,
+    /// Message timeout to negotiate (None = server default).
+    pub msg_timeout: Option<Duration>,
+    /// Heartbeat interval to negotiate (None = server default).
+    pub heartbeat_interval: Option<Duration>,
+}
+
+impl ClientConfig {
+    /// Direct connection to the env's nsqd, max in flight 1.
+    pub fn direct(env: &Env) -> Self {
+        Self {
+            nsqd_tcp_addresses: vec![env.tcp_address()],
+            lookupd_http_addresses: Vec::new(),
+            max_in_flight: 1,
+            msg_timeout: None,
+            heartbeat_interval: None,
+        }
+    }
+}
+
+/// A received message as the conformance suite sees it.
+pub trait Delivery: Send {
+    /// Body.
+    fn body(&self) -> &[u8];
+    /// Attempts (1 on first delivery).
+    fn attempts(&self) -> u16;
+    /// FIN.
+    fn finish(self: Box<Self>) -> Result<(), String>;
+    /// REQ with a delay.
+    fn requeue(self: Box<Self>, delay: Duration) -> Result<(), String>;
+    /// TOUCH.
+    fn touch(&self) -> Result<(), String>;
+}
+
+/// A running consumer.
+pub trait Subscription: Send {
+    /// The next message, or `None` if none arrives within `timeout`.
+    fn next(&mut self, timeout: Duration) -> Option<Box<dyn Delivery>>;
+    /// Graceful stop (CLS, drain); must finish within `timeout`.
+    fn stop(self: Box<Self>, timeout: Duration) -> Result<(), String>;
+}
+
+/// What an adapter provides to run the scenarios.
+pub trait ClientFactory: Sync {
+    /// Adapter name, for messages.
+    fn name(&self) -> &str;
+    /// Publishes one message and waits for the server's answer.
+    fn publish(&self, config: &ClientConfig, topic: &str, body: &[u8]) -> Result<(), String>;
+    /// Starts a consumer.
+    fn subscribe(
+        &self,
+        config: &ClientConfig,
+        topic: &str,
+        channel: &str,
+    ) -> Result<Box<dyn Subscription>, String>;
+}
+
+/// A scenario run against an adapter.
+pub struct Scenario {
+    /// Name.
+    pub name: &'static str,
+    /// The body; `Ok(())` also when it skipped itself (it prints why).
+    pub run: fn(&dyn ClientFactory) -> Result<(), String>,
+}
+
+impl std::fmt::Debug for Scenario {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scenario")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+const WAIT: Duration = Duration::from_secs(3);
+
+fn check(cond: bool, what: &str) -> Result<(), String> {
+    if cond { Ok(()) } else { Err(what.to_owned()) }
+}
+
+fn publish_then_consume(f: &dyn ClientFactory) -> Result<(), String> {
+    let env = Env::new(|b| b);
+    let topic = Env::unique("conf-pc");
+    let cfg = ClientConfig {
+        max_in_flight: 4,
+        ..ClientConfig::direct(&env)
+    };
+    for i in 0..5 {
+        f.publish(&cfg, &topic, format!("m{i}").as_bytes())?;
+    }
+    let mut sub = f.subscribe(&cfg, &topic, "ch")?;
+    let mut got = Vec::new();
+    while got.len() < 5 {
+        let m = sub
+            .next(WAIT)
+            .ok_or_else(|| format!("only {} of 5 messages arrived", got.len()))?;
+        check(m.attempts() == 1, "first delivery must have attempts 1")?;
+        got.push(String::from_utf8_lossy(m.body()).into_owned());
+        m.finish()?;
+    }
+    got.sort();
+    check(
+        got == ["m0", "m1", "m2", "m3", "m4"],
+        &format!("wrong bodies {got:?}"),
+    )?;
+    if let Some(nsqd) = env.nsqd() {
+        check(
+            nsqd.wait_for(WAIT, |s| {
+                s.topics
+                    .iter()
+                    .any(|t| t.name == topic && t.channels.iter().any(|c| c.finished == 5))
+            }),
+            "the broker did not see 5 FIN",
+        )?;
+        for c in nsqd.clients() {
+            check(c.rdy <= 4, "RDY above max_in_flight")?;
+        }
+    }
+    sub.stop(WAIT)
+}
+
+fn requeue_redelivers(f: &dyn ClientFactory) -> Result<(), String> {
+    let env = Env::new(|b| b);
+    let topic = Env::unique("conf-req");
+    let cfg = ClientConfig::direct(&env);
+    f.publish(&cfg, &topic, b"again")?;
+    let mut sub = f.subscribe(&cfg, &topic, "ch")?;
+    let m = sub.next(WAIT).ok_or("no message")?;
+    check(m.attempts() == 1, "attempts 1")?;
+    m.requeue(Duration::ZERO)?;
+    let m = sub.next(WAIT).ok_or("requeued message not redelivered")?;
+    check(
+        m.attempts() == 2,
+        &format!("attempts {} after one REQ", m.attempts()),
+    )?;
+    m.finish()?;
+    sub.stop(WAIT)
+}
+
+fn timeout_redelivers(f: &dyn ClientFactory) -> Result<(), String> {
+    let env = Env::new(|b| b);
+    let topic = Env::unique("conf-to");
+    let cfg = ClientConfig {
+        msg_timeout: Some(Duration::from_secs(1)),
+        ..ClientConfig::direct(&env)
+    };
+    f.publish(&cfg, &topic, b"slow")?;
+    let mut sub = f.subscribe(&cfg, &topic, "ch")?;
+    let started = Instant::now();
+    let first = sub.next(WAIT).ok_or("no message")?;
+    let second = sub.next(WAIT).ok_or("not redelivered after msg_timeout")?;
+    check(
+        started.elapsed() >= Duration::from_millis(900),
+        "redelivered before msg_timeout",
+    )?;
+    check(second.attempts() == 2, "attempts must be 2 on redelivery")?;
+    drop(first);
+    second.finish()?;
+    sub.stop(WAIT)
+}
+
+fn survives_dropped_connections(f: &dyn ClientFactory) -> Result<(), String> {
+    let env = Env::new(|b| b);
+    let Some(nsqd) = env.local_only("survives_dropped_connections", "fault injection") else {
+        return Ok(());
+    };
+    let topic = Env::unique("conf-drop");
+    let cfg = ClientConfig::direct(&env);
+    let mut sub = f.subscribe(&cfg, &topic, "ch")?;
+    check(
+        wait_until(WAIT, || nsqd.clients().iter().any(|c| c.rdy > 0)),
+        "consumer never sent RDY",
+    )?;
+    nsqd.drop_connections();
+    nsqd.publish(&topic, b"after-drop");
+    let m = sub
+        .next(Duration::from_secs(5))
+        .ok_or("consumer did not reconnect")?;
+    check(m.body() == b"after-drop", "wrong body")?;
+    m.finish()?;
+    sub.stop(WAIT)
+}
+
+/// Every adapter-level scenario.
+pub fn scenarios() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            name: "publish_then_consume",
+            run: publish_then_consume,
+        },
+        Scenario {
+            name: "requeue_redelivers",
+            run: requeue_redelivers,
+        },
+        Scenario {
+            name: "timeout_redelivers",
+            run: timeout_redelivers,
+        },
+        Scenario {
+            name: "survives_dropped_connections",
+            run: survives_dropped_connections,
+        },
+    ]
+}
+
+/// Runs the named scenarios (all when `only` is empty) against `factory`; panics listing
+/// the failures.
+pub fn run_all(factory: &dyn ClientFactory, only: &[&str]) {
+    let mut failures = Vec::new();
+    for s in scenarios() {
+        if !only.is_empty() && !only.contains(&s.name) {
+            continue;
+        }
+        if let Err(e) = (s.run)(factory) {
+            failures.push(format!("{}: {e}", s.name));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failed conformance scenarios:\n{}",
+        factory.name(),
+        failures.join("\n")
+    );
+}
