@@ -7,7 +7,7 @@ use nsq_proto::consumer::{
     Action, ConnId, ConsumerConfig, ConsumerError, ConsumerEvent, ConsumerStats, LookupdRequestId,
 };
 use nsq_proto::{MessageId, Topic};
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -392,10 +392,10 @@ impl ConsumerBuilder {
             tx,
             shared: shared.clone(),
             msg_tx: Some(msg_tx),
-            links: HashMap::new(),
-            outboxes: HashMap::new(),
-            addrs: HashMap::new(),
-            lookups: HashMap::new(),
+            links: BTreeMap::new(),
+            outboxes: BTreeMap::new(),
+            addrs: BTreeMap::new(),
+            lookups: BTreeMap::new(),
             stop_waiters: Vec::new(),
             give_up: self.give_up,
             dial_timeout: self.dial_timeout,
@@ -501,7 +501,9 @@ impl ConsumerHandle {
     }
 
     /// Graceful shutdown: CLS on every connection, no new messages are handed out (those not
-    /// yet taken are requeued), messages already handed out can still be answered; resolves
+    /// yet taken are requeued by the next [`Consumer::recv`], or by dropping the
+    /// [`Consumer`]: a consumer that is neither read nor dropped holds them until
+    /// `close_timeout`), messages already handed out can still be answered; resolves
     /// once every connection has drained or the consumer's `close_timeout` passed, with the
     /// number of messages left unanswered (nsqd redelivers them).
     pub async fn stop(&self) -> StopReport {
@@ -638,9 +640,19 @@ impl Consumer {
         self.handle.stats()
     }
 
-    /// See [`ConsumerHandle::stop`].
-    pub async fn stop(&self) -> StopReport {
-        self.handle.stop().await
+    /// See [`ConsumerHandle::stop`]. Messages received but not yet taken with
+    /// [`recv`](Self::recv) are requeued at once, so the drain does not wait for them.
+    pub async fn stop(&mut self) -> StopReport {
+        let (tx, rx) = oneshot::channel();
+        if self.handle.control(Control::Stop(tx)).is_err() {
+            return StopReport::default();
+        }
+        // The driver drops its sender when it starts stopping; every message still queued is
+        // dropped here, which requeues it.
+        while let Some(m) = self.receiver.rx.recv().await {
+            drop(m);
+        }
+        rx.await.unwrap_or_default()
     }
 
     /// Runs `handler` on every message, on `concurrency` tasks, until the consumer is stopped
@@ -721,10 +733,10 @@ struct Driver {
     tx: mpsc::UnboundedSender<Input>,
     shared: Arc<Shared>,
     msg_tx: Option<mpsc::UnboundedSender<Message>>,
-    links: HashMap<ConnId, Link>,
-    outboxes: HashMap<ConnId, Outbox>,
-    addrs: HashMap<ConnId, Arc<str>>,
-    lookups: HashMap<LookupdRequestId, AbortHandle>,
+    links: BTreeMap<ConnId, Link>,
+    outboxes: BTreeMap<ConnId, Outbox>,
+    addrs: BTreeMap<ConnId, Arc<str>>,
+    lookups: BTreeMap<LookupdRequestId, AbortHandle>,
     stop_waiters: Vec<oneshot::Sender<StopReport>>,
     give_up: Option<GiveUpHook>,
     dial_timeout: Duration,
@@ -773,10 +785,10 @@ impl Driver {
             self.flush();
             self.publish_state();
         }
-        for (_, link) in self.links.drain() {
+        for (_, link) in std::mem::take(&mut self.links) {
             link.close();
         }
-        for (_, l) in self.lookups.drain() {
+        for (_, l) in std::mem::take(&mut self.lookups) {
             l.abort();
         }
         let report = self.report.unwrap_or_default();

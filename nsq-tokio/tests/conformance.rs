@@ -46,7 +46,7 @@ impl Subscription for TokioSubscription {
         Some(Box::new(TokioDelivery(m)))
     }
     fn stop(self: Box<Self>, timeout: Duration) -> Result<(), String> {
-        let consumer = self.consumer;
+        let mut consumer = self.consumer;
         self.rt
             .block_on(async { tokio::time::timeout(timeout, consumer.stop()).await })
             .map(|_| ())
