@@ -210,3 +210,7 @@ pub fn connection_summary(data: &[u8]) -> Summary {
 /// Arbitrary operation sequences against a [`Consumer`](crate::consumer::Consumer); panics if
 /// an RDY invariant breaks. See `crate::consumer::fuzz_ops`.
 pub use crate::consumer::fuzz_ops::consumer_ops;
+
+/// Arbitrary operation sequences against a [`Producer`](crate::producer::Producer); panics if
+/// a publish resolves twice or never. See `crate::producer::fuzz_ops`.
+pub use crate::producer::fuzz_ops::{OpsSummary, producer_ops, producer_ops_summary};

@@ -60,6 +60,7 @@ pub mod fuzzing;
 mod identify;
 mod lookup;
 mod names;
+pub mod producer;
 mod rng;
 
 pub use command::{CommandError, Limits, MAGIC_V2};
@@ -78,4 +79,5 @@ pub use frame::{
 pub use identify::{AuthResponse, DEFAULT_MAX_RDY_COUNT, Identify, IdentifyResponse, ReplyError};
 pub use lookup::{LookupProducer, LookupResponse, join_host_port};
 pub use names::{Channel, EPHEMERAL_SUFFIX, MAX_NAME_LEN, NameError, Topic, validate_name};
+pub use producer::{Producer, ProducerConfig, ProducerEvent};
 pub use rng::Rng;

@@ -4,7 +4,7 @@
 mod consumer_common;
 
 use consumer_common::{Cmd, Handler, LookupdMode, World, addr, config};
-use nsq_proto::consumer::{ConsumerConfig, ConsumerEvent};
+use nsq_proto::consumer::{Action, ConsumerConfig, ConsumerEvent};
 use std::time::Duration;
 
 const SEC: Duration = Duration::from_secs(1);
@@ -656,4 +656,26 @@ fn stats_snapshot() {
         (3, 3, 0, 0)
     );
     assert_eq!((s.connections, s.backoff_level, s.total_rdy), (2, 0, 6));
+}
+
+#[test]
+fn answers_between_polls_coalesce_into_one_write() {
+    let mut w = world_with(1, 200, 0);
+    w.handler = Handler::Hold;
+    w.nsqds.get_mut(&addr(0)).unwrap().push(150, 1);
+    w.settle();
+    assert_eq!(w.held.len(), 150);
+    let conn = w.held[0].0;
+    for (c, m) in std::mem::take(&mut w.held) {
+        w.consumer.finish(w.now, c, &m.id).unwrap();
+    }
+    let actions: Vec<Action> = std::iter::from_fn(|| w.consumer.poll_action()).collect();
+    assert_eq!(actions.len(), 1, "{actions:?}");
+    let Action::Transmit { conn: c, data } = &actions[0] else {
+        panic!("{actions:?}");
+    };
+    assert_eq!(*c, conn);
+    let text = String::from_utf8_lossy(data);
+    assert_eq!(text.matches("FIN ").count(), 150);
+    assert!(text.ends_with('\n'));
 }

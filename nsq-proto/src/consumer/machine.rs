@@ -24,6 +24,12 @@ impl ConnId {
     pub const fn get(self) -> u64 {
         self.0
     }
+
+    /// A handle with the raw number `raw`, for the other state machines of this crate that
+    /// share the driver vocabulary (the producer).
+    pub(crate) const fn from_raw(raw: u64) -> ConnId {
+        ConnId(raw)
+    }
 }
 
 impl fmt::Display for ConnId {
@@ -90,6 +96,30 @@ pub enum Action {
         /// The exchange's handle.
         request: LookupdRequestId,
     },
+}
+
+/// An action waiting in the output queue; consecutive bytes for one connection are gathered
+/// in a growable buffer so that many commands between two polls cost linear time.
+#[derive(Debug)]
+enum Queued {
+    Action(Action),
+    Transmit {
+        conn: ConnId,
+        first: Bytes,
+        more: Option<BytesMut>,
+    },
+}
+
+impl Queued {
+    fn into_action(self) -> Action {
+        match self {
+            Queued::Action(a) => a,
+            Queued::Transmit { conn, first, more } => Action::Transmit {
+                conn,
+                data: more.map_or(first, BytesMut::freeze),
+            },
+        }
+    }
 }
 
 /// Something that happened, for the application.
@@ -357,7 +387,7 @@ pub struct Consumer {
     requeued: u64,
     gave_up: u64,
     // outputs
-    actions: VecDeque<Action>,
+    actions: VecDeque<Queued>,
     events: VecDeque<ConsumerEvent>,
 }
 
@@ -786,7 +816,7 @@ impl Consumer {
         for l in &mut self.lookupds {
             if let Some(p) = l.pending.take() {
                 self.actions
-                    .push_back(Action::LookupdClose { request: p.id });
+                    .push_back(Queued::Action(Action::LookupdClose { request: p.id }));
             }
         }
         for p in self.producers.values_mut() {
@@ -812,7 +842,7 @@ impl Consumer {
     /// The next thing the driver must do, in order.
     #[must_use]
     pub fn poll_action(&mut self) -> Option<Action> {
-        self.actions.pop_front()
+        self.actions.pop_front().map(Queued::into_action)
     }
 
     /// The next event for the application.
@@ -864,6 +894,10 @@ impl Consumer {
         }
     }
 
+    fn push_action(&mut self, action: Action) {
+        self.actions.push_back(Queued::Action(action));
+    }
+
     fn connection_mut(&mut self, conn: ConnId) -> Result<&mut Connection, ConsumerError> {
         self.slots
             .get_mut(&conn)
@@ -906,7 +940,7 @@ impl Consumer {
             },
         );
         tracing::debug!(%id, addr, "connecting to nsqd");
-        self.actions.push_back(Action::Connect {
+        self.push_action(Action::Connect {
             conn: id,
             addr: addr.to_string(),
         });
@@ -922,16 +956,23 @@ impl Consumer {
             if data.is_empty() {
                 continue;
             }
-            if let Some(Action::Transmit { conn, data: tail }) = self.actions.back_mut() {
+            if let Some(Queued::Transmit { conn, first, more }) = self.actions.back_mut() {
                 if *conn == id {
-                    let mut joined = BytesMut::with_capacity(tail.len() + data.len());
-                    joined.extend_from_slice(tail);
-                    joined.extend_from_slice(&data);
-                    *tail = joined.freeze();
+                    // Amortised appends: many answers between two polls stay linear.
+                    let buf = more.get_or_insert_with(|| {
+                        let mut b = BytesMut::with_capacity(2 * (first.len() + data.len()));
+                        b.extend_from_slice(first);
+                        b
+                    });
+                    buf.extend_from_slice(&data);
                     continue;
                 }
             }
-            self.actions.push_back(Action::Transmit { conn: id, data });
+            self.actions.push_back(Queued::Transmit {
+                conn: id,
+                first: data,
+                more: None,
+            });
         }
     }
 
@@ -1033,7 +1074,7 @@ impl Consumer {
         let Some(slot) = self.slots.remove(&id) else {
             return;
         };
-        self.actions.push_back(Action::Disconnect { conn: id });
+        self.push_action(Action::Disconnect { conn: id });
         tracing::debug!(%id, addr = slot.addr, reason, "nsqd connection closed");
         self.events.push_back(ConsumerEvent::ConnectionClosed {
             conn: id,
@@ -1328,11 +1369,12 @@ impl Consumer {
                 deadline: now + self.config.lookupd_timeout,
                 seq: self.seq,
             });
-            self.actions.push_back(Action::LookupdRequest {
-                request: id,
-                addr: l.addr.authority().to_string(),
-                data,
-            });
+            self.actions
+                .push_back(Queued::Action(Action::LookupdRequest {
+                    request: id,
+                    addr: l.addr.authority().to_string(),
+                    data,
+                }));
         }
         let interval = self.config.lookupd_poll_interval;
         let fraction = self.config.lookupd_poll_jitter.clamp(0.0, 1.0);
@@ -1349,8 +1391,7 @@ impl Consumer {
         let Some(p) = self.lookupds[i].pending.take() else {
             return;
         };
-        self.actions
-            .push_back(Action::LookupdClose { request: p.id });
+        self.push_action(Action::LookupdClose { request: p.id });
         match result {
             Ok(reply) => {
                 for producer in &reply.producers {

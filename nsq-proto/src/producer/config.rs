@@ -1,0 +1,83 @@
+//! [`ProducerConfig`]: every producer knob.
+
+use crate::connection::ConnectionConfig;
+use std::time::Duration;
+
+/// Which ready connection a publish goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Routing {
+    /// The first ready connection in the order the nsqd addresses were added: one primary,
+    /// the others only take over while it is down (failover).
+    #[default]
+    Failover,
+    /// Ready connections in turn, spreading the load over every healthy nsqd.
+    RoundRobin,
+}
+
+/// Configuration of a [`Producer`](super::Producer).
+///
+/// A plain struct with public fields and [`Default`]:
+///
+/// ```
+/// use nsq_proto::producer::{ProducerConfig, Routing};
+/// let config = ProducerConfig { routing: Routing::RoundRobin, ..Default::default() };
+/// assert_eq!(config.publish_timeout, std::time::Duration::from_secs(5));
+/// ```
+#[derive(Debug, Clone)]
+pub struct ProducerConfig {
+    /// Settings of every nsqd connection (IDENTIFY fields, TLS, compression, AUTH, limits).
+    /// Its `max_outstanding_publishes` is ignored: the producer-wide
+    /// [`max_outstanding`](Self::max_outstanding) applies instead.
+    pub connection: ConnectionConfig,
+    /// How publishes are spread over ready connections. Default [`Routing::Failover`].
+    pub routing: Routing,
+    /// The longest a TCP connect may take before the attempt counts as failed (the
+    /// [`Action::Disconnect`](crate::consumer::Action::Disconnect) that follows tells the
+    /// driver to abandon it). go-nsq `dial_timeout`, default 1 s.
+    pub connect_timeout: Duration,
+    /// The longest a publish waits for a ready connection while one is being established;
+    /// then it fails with `NoServerAvailable`. When no connection attempt is under way at all
+    /// (every nsqd is waiting for its reconnect delay) publishes fail at once. Default 5 s.
+    pub publish_timeout: Duration,
+    /// The longest a sent publish waits for nsqd's reply. When the oldest publish on a
+    /// connection waits longer, the connection is presumed stuck: it is dropped and its
+    /// publishes fail with `TimedOut`. `None` disables the check (the connection's heartbeat
+    /// read timeout still detects dead servers). Default 30 s.
+    pub reply_timeout: Option<Duration>,
+    /// The most publishes unresolved at once (sent and awaiting a reply, plus waiting for a
+    /// connection); beyond it publishing is refused with `TooManyOutstanding`. `None`:
+    /// unbounded. Default `None`.
+    pub max_outstanding: Option<usize>,
+    /// The most publishes waiting for a connection at once; beyond it publishing is refused
+    /// with `PendingQueueFull`. Default 10 000.
+    pub max_pending: usize,
+    /// First reconnect delay after a failure (default 1 s), doubling per failure, with jitter.
+    pub reconnect_initial_delay: Duration,
+    /// Longest reconnect delay (default 60 s).
+    pub reconnect_max_delay: Duration,
+    /// A connection up for this long resets its reconnect schedule (default 30 s).
+    pub reconnect_reset_after: Duration,
+    /// After [`close`](super::Producer::close), publishes still unresolved fail with
+    /// `TimedOut` after this long and every connection is dropped (default 30 s).
+    pub close_timeout: Duration,
+}
+
+impl Default for ProducerConfig {
+    fn default() -> Self {
+        ProducerConfig {
+            connection: ConnectionConfig::default(),
+            routing: Routing::Failover,
+            connect_timeout: Duration::from_secs(1),
+            publish_timeout: Duration::from_secs(5),
+            reply_timeout: Some(Duration::from_secs(30)),
+            max_outstanding: None,
+            max_pending: 10_000,
+            reconnect_initial_delay: Duration::from_secs(1),
+            reconnect_max_delay: Duration::from_secs(60),
+            reconnect_reset_after: Duration::from_secs(30),
+            close_timeout: Duration::from_secs(30),
+        }
+    }
+}

@@ -1,0 +1,1343 @@
+//! The [`Producer`] state machine.
+
+use super::config::{ProducerConfig, Routing};
+use crate::command::{self, CommandError};
+use crate::connection::{
+    CloseReason, ConfigError, Connection, ConnectionError, ConnectionEvent, ConnectionState,
+    PublishError, PublishToken, Role,
+};
+use crate::consumer::policy::ReconnectSchedule;
+use crate::consumer::{Action, ConnId};
+use crate::error_code::ServerError;
+use crate::names::Topic;
+use crate::rng::Rng;
+use bytes::{Bytes, BytesMut};
+use std::collections::VecDeque;
+use std::fmt;
+use std::time::{Duration, Instant};
+
+/// Identifies one publish of a producer; resolved by exactly one
+/// [`ProducerEvent::Published`] or [`ProducerEvent::PublishFailed`]. Never reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PublishId(u64);
+
+impl PublishId {
+    /// The raw number (increasing per call), for logs and tables.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for PublishId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "pub#{}", self.0)
+    }
+}
+
+/// Identifies one [`Producer::ping`]; resolved by exactly one [`ProducerEvent::PingOk`] or
+/// [`ProducerEvent::PingFailed`]. Never reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PingId(u64);
+
+impl PingId {
+    /// The raw number, for logs and tables.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for PingId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ping#{}", self.0)
+    }
+}
+
+/// Why a publish (or ping) failed after it was accepted.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum PublishFailure {
+    /// nsqd rejected the publish with this error (`E_BAD_TOPIC`, `E_BAD_MESSAGE`,
+    /// `E_PUB_FAILED`, ...). It was not published. nsqd closes the connection after it; the
+    /// producer reconnects.
+    Server(ServerError),
+    /// The connection ended after the publish was written and before nsqd's reply arrived.
+    /// **The message may or may not have been published**: retrying can duplicate it.
+    ConnectionLost(CloseReason),
+    /// nsqd's reply did not arrive within `reply_timeout` (the connection was dropped as
+    /// stuck), or the producer's `close_timeout` passed first. **The message may or may not
+    /// have been published.**
+    TimedOut {
+        /// How long the publish had been waiting.
+        waited: Duration,
+    },
+    /// No connection was ready: every nsqd was down (then this comes at once), or none
+    /// became ready within `publish_timeout`. The message was **not** sent.
+    NoServerAvailable {
+        /// The most recent connection error, if any.
+        last_error: Option<String>,
+    },
+    /// The connection refused the command locally (its limits differ from the check made
+    /// when the publish was accepted). The message was not sent.
+    Refused(ConnectionError),
+}
+
+impl fmt::Display for PublishFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PublishFailure::Server(e) => write!(f, "publish rejected by nsqd: {e}"),
+            PublishFailure::ConnectionLost(r) => {
+                write!(f, "connection lost before nsqd confirmed the publish: {r}")
+            }
+            PublishFailure::TimedOut { waited } => {
+                write!(f, "no reply from nsqd after {waited:?}")
+            }
+            PublishFailure::NoServerAvailable { last_error: None } => {
+                f.write_str("no nsqd connection available")
+            }
+            PublishFailure::NoServerAvailable {
+                last_error: Some(e),
+            } => write!(f, "no nsqd connection available (last error: {e})"),
+            PublishFailure::Refused(e) => write!(f, "publish refused: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for PublishFailure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            PublishFailure::Server(e) => Some(e),
+            PublishFailure::ConnectionLost(r) => Some(r),
+            PublishFailure::Refused(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// Why a producer command was refused. Nothing was queued.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum ProducerError {
+    /// The publish is invalid (empty body, too large, delay too long, empty batch...).
+    Invalid(CommandError),
+    /// [`Producer::close`] was called.
+    Closed,
+    /// `max_outstanding` publishes are unresolved: retry after some resolve.
+    TooManyOutstanding {
+        /// The configured bound.
+        limit: usize,
+    },
+    /// `max_pending` publishes already wait for a connection.
+    PendingQueueFull {
+        /// The configured bound.
+        limit: usize,
+    },
+    /// An nsqd address that is not `host:port`.
+    InvalidAddress(String),
+    /// The connection configuration would be rejected.
+    Config(ConfigError),
+}
+
+impl fmt::Display for ProducerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProducerError::Invalid(e) => write!(f, "invalid publish: {e}"),
+            ProducerError::Closed => f.write_str("the producer is closed"),
+            ProducerError::TooManyOutstanding { limit } => {
+                write!(f, "{limit} publishes are already outstanding")
+            }
+            ProducerError::PendingQueueFull { limit } => {
+                write!(f, "{limit} publishes already wait for a connection")
+            }
+            ProducerError::InvalidAddress(a) => {
+                write!(f, "invalid nsqd address {a:?}: expected host:port")
+            }
+            ProducerError::Config(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for ProducerError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ProducerError::Invalid(e) => Some(e),
+            ProducerError::Config(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// Something that happened, for the application.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum ProducerEvent {
+    /// nsqd confirmed the publish.
+    Published(PublishId),
+    /// The publish failed; see [`PublishFailure`] for whether it may have been applied.
+    PublishFailed(PublishId, PublishFailure),
+    /// A connection is ready (see [`Producer::ping`]).
+    PingOk(PingId),
+    /// No connection became ready (`NoServerAvailable`), or the producer closed first.
+    PingFailed(PingId, PublishFailure),
+    /// A connection finished its handshake and takes publishes.
+    ConnectionReady {
+        /// The connection.
+        conn: ConnId,
+        /// Its nsqd address.
+        addr: String,
+    },
+    /// A connection attempt failed or an established connection ended.
+    ConnectionClosed {
+        /// The connection.
+        conn: ConnId,
+        /// Its nsqd address.
+        addr: String,
+        /// Why, in words.
+        reason: String,
+    },
+    /// The producer has shut down: every publish is resolved and every connection closed.
+    /// Emitted once, after [`Producer::close`].
+    Closed,
+}
+
+/// A snapshot of a producer's counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct ProducerStats {
+    /// Publishes confirmed by nsqd.
+    pub published: u64,
+    /// Publishes that failed.
+    pub failed: u64,
+    /// Publishes unresolved: sent and awaiting a reply, or waiting for a connection.
+    pub outstanding: usize,
+    /// Of `outstanding`, those waiting for a connection.
+    pub pending: usize,
+    /// Connections that are ready.
+    pub connections_ready: usize,
+}
+
+/// An action waiting in the output queue; consecutive bytes for one connection are gathered.
+#[derive(Debug)]
+enum Queued {
+    Action(Action),
+    Transmit {
+        conn: ConnId,
+        first: Bytes,
+        more: Option<BytesMut>,
+    },
+}
+
+impl Queued {
+    fn into_action(self) -> Action {
+        match self {
+            Queued::Action(a) => a,
+            Queued::Transmit { conn, first, more } => Action::Transmit {
+                conn,
+                data: more.map_or(first, BytesMut::freeze),
+            },
+        }
+    }
+}
+
+/// A publish written to a connection, awaiting its reply.
+#[derive(Debug, Clone, Copy)]
+struct Sent {
+    token: u64,
+    id: PublishId,
+    at: Instant,
+}
+
+/// One socket to an nsqd: connecting (`conn: None`), handshaking, ready or closing.
+#[derive(Debug)]
+struct Link {
+    id: ConnId,
+    /// When the connection attempt started.
+    started: Instant,
+    conn: Option<Connection>,
+    ready_at: Option<Instant>,
+    sent: VecDeque<Sent>,
+    /// The connection may have bytes to transmit.
+    dirty: bool,
+}
+
+impl Link {
+    fn is_ready(&self) -> bool {
+        self.ready_at.is_some()
+            && self
+                .conn
+                .as_ref()
+                .is_some_and(|c| c.state() == ConnectionState::Ready)
+    }
+}
+
+#[derive(Debug)]
+struct Node {
+    addr: String,
+    link: Option<Link>,
+    schedule: ReconnectSchedule,
+    next_attempt: Option<Instant>,
+}
+
+#[derive(Debug)]
+enum PendingKind {
+    Publish {
+        topic: Topic,
+        body: Bytes,
+    },
+    Multi {
+        topic: Topic,
+        bodies: Vec<Bytes>,
+    },
+    Deferred {
+        topic: Topic,
+        delay: Duration,
+        body: Bytes,
+    },
+    Ping(PingId),
+}
+
+#[derive(Debug)]
+struct Pending {
+    /// The publish or ping id.
+    id: u64,
+    since: Instant,
+    deadline: Instant,
+    kind: PendingKind,
+}
+
+/// How a publish is encoded, borrowed from the caller (hot path) or from the pending queue.
+enum Body<'a, B> {
+    One(&'a [u8]),
+    Many(&'a [B]),
+    Deferred(Duration, &'a [u8]),
+}
+
+impl<B> Clone for Body<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B> Copy for Body<'_, B> {}
+
+/// How publishes still held by a dropped connection fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    Lost,
+    TimedOut,
+}
+
+/// The producer-level state machine: publishing over one connection per nsqd, with routing,
+/// failover, reconnection, a bounded wait for a connection, and graceful close.
+///
+/// It does no IO. The driver opens and closes sockets as [`Action`]s say (the same vocabulary
+/// as the consumer's, so one driver loop serves both), feeds bytes and timeouts in, and after
+/// every call drains the outputs: first [`poll_action`](Self::poll_action) until `None`, then
+/// [`poll_event`](Self::poll_event), then re-arms its timer with
+/// [`poll_timeout`](Self::poll_timeout).
+///
+/// Methods, in the house order: **queries** ([`stats`](Self::stats),
+/// [`is_closed`](Self::is_closed), [`healthy_connections`](Self::healthy_connections), ...),
+/// **inputs** ([`handle_connected`](Self::handle_connected),
+/// [`handle_connect_failed`](Self::handle_connect_failed),
+/// [`handle_input`](Self::handle_input), [`handle_eof`](Self::handle_eof),
+/// [`handle_timeout`](Self::handle_timeout)), **commands** ([`add_nsqd`](Self::add_nsqd),
+/// [`publish`](Self::publish), [`multi_publish`](Self::multi_publish),
+/// [`deferred_publish`](Self::deferred_publish), [`ping`](Self::ping),
+/// [`close`](Self::close)), **outputs**.
+///
+/// # Publishing
+/// Every accepted publish gets a [`PublishId`] and resolves to exactly one
+/// [`ProducerEvent::Published`] or [`ProducerEvent::PublishFailed`]. A publish goes to a
+/// ready connection chosen by [`Routing`]; the bytes are encoded straight into that
+/// connection's output buffer, and everything queued for a connection between two
+/// [`poll_action`](Self::poll_action) calls leaves as one `Transmit` (one write, one TLS
+/// record run, one compression flush). When no connection is ready but one is being
+/// established, publishes wait (at most `publish_timeout`, at most `max_pending` of them) and
+/// are sent when it becomes ready; when every nsqd is down they fail at once with
+/// [`PublishFailure::NoServerAvailable`]. A connection that dies fails its unconfirmed
+/// publishes with [`PublishFailure::ConnectionLost`] (they may have been applied); later
+/// publishes go to another ready connection while it reconnects with exponential backoff and
+/// jitter.
+#[derive(Debug)]
+pub struct Producer {
+    config: ProducerConfig,
+    rng: Rng,
+    nodes: Vec<Node>,
+    next_conn: u64,
+    next_id: u64,
+    rr_next: usize,
+    pending: VecDeque<Pending>,
+    /// Publishes accepted and not yet resolved (sent + pending).
+    outstanding: usize,
+    last_error: Option<String>,
+    scratch: BytesMut,
+    any_dirty: bool,
+    /// The latest `now` given to any input or command.
+    clock: Option<Instant>,
+    // shutdown
+    closing: bool,
+    close_deadline: Option<Instant>,
+    closed_emitted: bool,
+    // stats
+    published: u64,
+    failed: u64,
+    // outputs
+    actions: VecDeque<Queued>,
+    events: VecDeque<ProducerEvent>,
+}
+
+fn valid_host_port(addr: &str) -> bool {
+    let Some((host, port)) = addr.rsplit_once(':') else {
+        return false;
+    };
+    let host = match host.strip_prefix('[') {
+        Some(inner) => match inner.strip_suffix(']') {
+            Some(h) => h,
+            None => return false,
+        },
+        None if host.contains(':') => return false,
+        None => host,
+    };
+    !host.is_empty()
+        && !host
+            .bytes()
+            .any(|b| b.is_ascii_whitespace() || matches!(b, b'/' | b'[' | b']' | b'@'))
+        && port.bytes().all(|b| b.is_ascii_digit())
+        && port.parse::<u16>().is_ok_and(|p| p != 0)
+}
+
+impl Producer {
+    /// A producer with randomness (reconnect jitter) drawn from a generator seeded with
+    /// `seed`. It does nothing until nsqd addresses are added. The connection configuration is
+    /// checked here, so a bad one is reported before anything connects.
+    pub fn new(config: ProducerConfig, seed: u64) -> Result<Producer, ProducerError> {
+        config
+            .connection
+            .identify()
+            .map_err(ProducerError::Config)?;
+        let mut config = config;
+        config.connection.max_outstanding_publishes = None;
+        Ok(Producer {
+            config,
+            rng: Rng::new(seed),
+            nodes: Vec::new(),
+            next_conn: 1,
+            next_id: 1,
+            rr_next: 0,
+            pending: VecDeque::new(),
+            outstanding: 0,
+            last_error: None,
+            scratch: BytesMut::new(),
+            any_dirty: false,
+            clock: None,
+            closing: false,
+            close_deadline: None,
+            closed_emitted: false,
+            published: 0,
+            failed: 0,
+            actions: VecDeque::new(),
+            events: VecDeque::new(),
+        })
+    }
+
+    // ---------------------------------------------------------------- queries
+
+    /// The configuration.
+    pub fn config(&self) -> &ProducerConfig {
+        &self.config
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> ProducerStats {
+        ProducerStats {
+            published: self.published,
+            failed: self.failed,
+            outstanding: self.outstanding,
+            pending: self
+                .pending
+                .iter()
+                .filter(|p| !matches!(p.kind, PendingKind::Ping(_)))
+                .count(),
+            connections_ready: self.healthy_connections(),
+        }
+    }
+
+    /// The number of ready connections.
+    pub fn healthy_connections(&self) -> usize {
+        self.nodes
+            .iter()
+            .filter(|n| n.link.as_ref().is_some_and(Link::is_ready))
+            .count()
+    }
+
+    /// True once [`close`](Self::close) was called.
+    pub fn is_closing(&self) -> bool {
+        self.closing
+    }
+
+    /// True once the [`ProducerEvent::Closed`] event was emitted.
+    pub fn is_closed(&self) -> bool {
+        self.closed_emitted
+    }
+
+    /// The connections that exist now (connecting, handshaking, ready or closing), with their
+    /// nsqd address.
+    pub fn connections(&self) -> impl Iterator<Item = (ConnId, &str)> + '_ {
+        self.nodes
+            .iter()
+            .filter_map(|n| n.link.as_ref().map(|l| (l.id, n.addr.as_str())))
+    }
+
+    /// The connection state machine behind `conn`, once its socket is connected.
+    pub fn connection(&self, conn: ConnId) -> Option<&Connection> {
+        self.link(conn).and_then(|l| l.conn.as_ref())
+    }
+
+    /// The nsqd addresses, in the order they were added.
+    pub fn nsqd_addresses(&self) -> impl Iterator<Item = &str> + '_ {
+        self.nodes.iter().map(|n| n.addr.as_str())
+    }
+
+    // ---------------------------------------------------------------- inputs
+
+    /// The driver connected the socket of `conn`: the handshake starts.
+    pub fn handle_connected(&mut self, now: Instant, conn: ConnId) {
+        let now = self.tick(now);
+        let Some(i) = self.node_of(conn) else {
+            return;
+        };
+        let node = &mut self.nodes[i];
+        let Some(link) = node.link.as_mut() else {
+            return;
+        };
+        if link.conn.is_some() {
+            return;
+        }
+        match Connection::new(
+            self.config.connection.clone(),
+            Role::Producer,
+            &node.addr,
+            now,
+        ) {
+            Ok(c) => {
+                link.conn = Some(c);
+                link.dirty = true;
+                self.any_dirty = true;
+                self.pump(now, i);
+            }
+            Err(e) => {
+                let reason = format!("configuration error: {e}");
+                self.drop_link(now, i, &reason, Fate::Lost);
+            }
+        }
+        self.settle(now);
+    }
+
+    /// The driver could not connect `conn` (`reason` is kept as the last connection error).
+    pub fn handle_connect_failed(&mut self, now: Instant, conn: ConnId, reason: &str) {
+        let now = self.tick(now);
+        if let Some(i) = self.node_of(conn) {
+            self.drop_link(now, i, reason, Fate::Lost);
+        }
+        self.settle(now);
+    }
+
+    /// Bytes read from `conn`'s socket. All of `data` is consumed.
+    pub fn handle_input(&mut self, now: Instant, conn: ConnId, data: &mut BytesMut) {
+        let now = self.tick(now);
+        let Some(i) = self.node_of(conn) else {
+            data.clear();
+            return;
+        };
+        let Some(link) = self.nodes[i].link.as_mut() else {
+            data.clear();
+            return;
+        };
+        let Some(c) = link.conn.as_mut() else {
+            data.clear();
+            return;
+        };
+        c.handle_input(now, data);
+        // Heartbeats are answered with NOP.
+        link.dirty = true;
+        self.any_dirty = true;
+        self.pump(now, i);
+        self.settle(now);
+    }
+
+    /// `conn`'s socket reached EOF or failed: the connection is gone and its unconfirmed
+    /// publishes fail with [`PublishFailure::ConnectionLost`].
+    pub fn handle_eof(&mut self, now: Instant, conn: ConnId) {
+        let now = self.tick(now);
+        let Some(i) = self.node_of(conn) else {
+            return;
+        };
+        match self.nodes[i].link.as_mut().and_then(|l| l.conn.as_mut()) {
+            Some(c) => {
+                c.handle_eof(now);
+                self.pump(now, i);
+                if self.nodes[i].link.as_ref().is_some_and(|l| l.id == conn) {
+                    self.drop_link(now, i, "connection lost", Fate::Lost);
+                }
+            }
+            None => self.drop_link(now, i, "connection lost while connecting", Fate::Lost),
+        }
+        self.settle(now);
+    }
+
+    /// Time has reached (or passed) [`poll_timeout`](Self::poll_timeout).
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let now = self.tick(now);
+        for i in 0..self.nodes.len() {
+            let due = self.nodes[i]
+                .link
+                .as_ref()
+                .and_then(|l| l.conn.as_ref())
+                .and_then(Connection::poll_timeout)
+                .is_some_and(|t| t <= now);
+            if due {
+                if let Some(c) = self.nodes[i].link.as_mut().and_then(|l| l.conn.as_mut()) {
+                    c.handle_timeout(now);
+                }
+                self.pump(now, i);
+            }
+            let connect_expired = self.nodes[i].link.as_ref().is_some_and(|l| {
+                l.conn.is_none()
+                    && now.saturating_duration_since(l.started) >= self.config.connect_timeout
+            });
+            if connect_expired {
+                self.drop_link(now, i, "connect timed out", Fate::Lost);
+            }
+            // A connection whose oldest publish waits too long for its reply is stuck.
+            if let Some(limit) = self.config.reply_timeout {
+                let stuck = self.nodes[i]
+                    .link
+                    .as_ref()
+                    .and_then(|l| l.sent.front())
+                    .is_some_and(|s| now.saturating_duration_since(s.at) >= limit);
+                if stuck {
+                    tracing::warn!(
+                        addr = self.nodes[i].addr,
+                        ?limit,
+                        "no reply from nsqd: dropping the connection"
+                    );
+                    self.drop_link(
+                        now,
+                        i,
+                        "no reply to a publish within reply_timeout",
+                        Fate::TimedOut,
+                    );
+                }
+            }
+        }
+        while self.pending.front().is_some_and(|p| p.deadline <= now) {
+            if let Some(p) = self.pending.pop_front() {
+                let failure = PublishFailure::NoServerAvailable {
+                    last_error: self.last_error.clone(),
+                };
+                self.fail_pending(&p, failure);
+            }
+        }
+        if self.close_deadline.is_some_and(|t| t <= now) && !self.closed_emitted {
+            self.force_close(now);
+        }
+        if !self.closing {
+            for i in 0..self.nodes.len() {
+                let node = &self.nodes[i];
+                if node.link.is_none() && node.next_attempt.is_some_and(|t| t <= now) {
+                    self.connect(now, i);
+                }
+            }
+        }
+        self.settle(now);
+    }
+
+    // ---------------------------------------------------------------- commands
+
+    /// Adds an nsqd TCP address (`host:port`) and connects to it at once; it is reconnected
+    /// with exponential backoff after failures. The order of addition is the failover order.
+    /// Adding a known address does nothing.
+    pub fn add_nsqd(&mut self, now: Instant, addr: &str) -> Result<(), ProducerError> {
+        let now = self.tick(now);
+        if self.closing {
+            return Err(ProducerError::Closed);
+        }
+        let addr = addr.trim();
+        if !valid_host_port(addr) {
+            return Err(ProducerError::InvalidAddress(addr.to_string()));
+        }
+        if self.nodes.iter().any(|n| n.addr == addr) {
+            return Ok(());
+        }
+        // A TLS server name derived from the address must be valid.
+        Connection::new(self.config.connection.clone(), Role::Producer, addr, now)
+            .map_err(ProducerError::Config)?;
+        self.nodes.push(Node {
+            addr: addr.to_string(),
+            link: None,
+            schedule: ReconnectSchedule::new(
+                self.config.reconnect_initial_delay,
+                self.config.reconnect_max_delay,
+            ),
+            next_attempt: None,
+        });
+        self.connect(now, self.nodes.len() - 1);
+        Ok(())
+    }
+
+    /// Publishes one message to `topic` (PUB).
+    pub fn publish(
+        &mut self,
+        now: Instant,
+        topic: &Topic,
+        body: &[u8],
+    ) -> Result<PublishId, ProducerError> {
+        self.submit::<&[u8]>(now, topic, Body::One(body))
+    }
+
+    /// Publishes several messages to `topic` atomically (MPUB): one id, one reply.
+    pub fn multi_publish<B: AsRef<[u8]>>(
+        &mut self,
+        now: Instant,
+        topic: &Topic,
+        bodies: &[B],
+    ) -> Result<PublishId, ProducerError> {
+        self.submit(now, topic, Body::Many(bodies))
+    }
+
+    /// Publishes one message to `topic`, delivered to consumers after `delay` (DPUB).
+    pub fn deferred_publish(
+        &mut self,
+        now: Instant,
+        topic: &Topic,
+        delay: Duration,
+        body: &[u8],
+    ) -> Result<PublishId, ProducerError> {
+        self.submit::<&[u8]>(now, topic, Body::Deferred(delay, body))
+    }
+
+    /// Checks that the producer can publish: resolves with [`ProducerEvent::PingOk`] as soon
+    /// as a connection is ready (at once if one is), or with [`ProducerEvent::PingFailed`]
+    /// exactly like a publish would fail (`NoServerAvailable` when every nsqd is down or none
+    /// became ready within `publish_timeout`).
+    ///
+    /// A ready connection has completed a request/reply round trip (IDENTIFY) and is watched
+    /// by heartbeats, so no extra bytes are sent.
+    pub fn ping(&mut self, now: Instant) -> Result<PingId, ProducerError> {
+        let now = self.tick(now);
+        if self.closing {
+            return Err(ProducerError::Closed);
+        }
+        let id = PingId(self.take_id());
+        if self.healthy_connections() > 0 {
+            self.events.push_back(ProducerEvent::PingOk(id));
+        } else if self.any_in_progress() {
+            self.pending.push_back(Pending {
+                id: id.0,
+                since: now,
+                deadline: now + self.config.publish_timeout,
+                kind: PendingKind::Ping(id),
+            });
+        } else {
+            self.events.push_back(ProducerEvent::PingFailed(
+                id,
+                PublishFailure::NoServerAvailable {
+                    last_error: self.last_error.clone(),
+                },
+            ));
+        }
+        Ok(id)
+    }
+
+    /// Starts a graceful shutdown: no new publishes; publishes waiting for a connection keep
+    /// waiting (bounded by `publish_timeout`); sent ones are awaited; then every connection is
+    /// closed and one [`ProducerEvent::Closed`] follows. After `close_timeout`, whatever is
+    /// unresolved fails with [`PublishFailure::TimedOut`] and connections are dropped.
+    pub fn close(&mut self, now: Instant) {
+        let now = self.tick(now);
+        if self.closing {
+            return;
+        }
+        tracing::debug!("producer closing");
+        self.closing = true;
+        self.close_deadline = Some(now + self.config.close_timeout);
+        for n in &mut self.nodes {
+            n.next_attempt = None;
+        }
+        self.settle(now);
+    }
+
+    // ---------------------------------------------------------------- outputs
+
+    /// The next thing the driver must do, in order. Drain it completely before
+    /// [`poll_event`](Self::poll_event): gathering the bytes to write can end a connection
+    /// (a TLS failure), which produces events.
+    #[must_use]
+    pub fn poll_action(&mut self) -> Option<Action> {
+        if self.any_dirty {
+            self.any_dirty = false;
+            for i in 0..self.nodes.len() {
+                if self.nodes[i].link.as_ref().is_some_and(|l| l.dirty) {
+                    self.flush(i);
+                    // A failed TLS write ends the connection: surface its events.
+                    let failed = self.nodes[i]
+                        .link
+                        .as_ref()
+                        .and_then(|l| l.conn.as_ref())
+                        .is_some_and(|c| c.state() == ConnectionState::Closed);
+                    if let (true, Some(now)) = (failed, self.clock) {
+                        self.pump(now, i);
+                        self.settle(now);
+                    }
+                }
+            }
+        }
+        self.actions.pop_front().map(Queued::into_action)
+    }
+
+    /// The next event for the application.
+    #[must_use]
+    pub fn poll_event(&mut self) -> Option<ProducerEvent> {
+        self.events.pop_front()
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) must be called next.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let mut t: Option<Instant> = None;
+        let mut consider = |x: Option<Instant>| {
+            if let Some(x) = x {
+                t = Some(t.map_or(x, |t| t.min(x)));
+            }
+        };
+        for n in &self.nodes {
+            match &n.link {
+                Some(l) => {
+                    consider(l.conn.as_ref().and_then(Connection::poll_timeout));
+                    if l.conn.is_none() {
+                        consider(Some(l.started + self.config.connect_timeout));
+                    }
+                    if let Some(limit) = self.config.reply_timeout {
+                        consider(l.sent.front().map(|s| s.at + limit));
+                    }
+                }
+                None if !self.closing => consider(n.next_attempt),
+                None => {}
+            }
+        }
+        consider(self.pending.front().map(|p| p.deadline));
+        consider(self.close_deadline.filter(|_| !self.closed_emitted));
+        t
+    }
+
+    // ---------------------------------------------------------------- internals
+
+    fn take_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    fn tick(&mut self, now: Instant) -> Instant {
+        let now = self.clock.map_or(now, |c| c.max(now));
+        self.clock = Some(now);
+        now
+    }
+
+    fn node_of(&self, conn: ConnId) -> Option<usize> {
+        self.nodes
+            .iter()
+            .position(|n| n.link.as_ref().is_some_and(|l| l.id == conn))
+    }
+
+    fn link(&self, conn: ConnId) -> Option<&Link> {
+        self.nodes
+            .iter()
+            .filter_map(|n| n.link.as_ref())
+            .find(|l| l.id == conn)
+    }
+
+    fn any_in_progress(&self) -> bool {
+        self.nodes
+            .iter()
+            .any(|n| n.link.as_ref().is_some_and(|l| l.ready_at.is_none()))
+    }
+
+    /// The ready node the next publish goes to.
+    fn route(&mut self) -> Option<usize> {
+        let n = self.nodes.len();
+        match self.config.routing {
+            Routing::Failover => (0..n).find(|&i| self.ready(i)),
+            Routing::RoundRobin => {
+                let start = self.rr_next % n.max(1);
+                let found = (0..n).map(|k| (start + k) % n).find(|&i| self.ready(i))?;
+                self.rr_next = found + 1;
+                Some(found)
+            }
+        }
+    }
+
+    fn ready(&self, i: usize) -> bool {
+        self.nodes[i].link.as_ref().is_some_and(Link::is_ready)
+    }
+
+    fn validate<B: AsRef<[u8]>>(
+        &mut self,
+        topic: &Topic,
+        body: Body<'_, B>,
+    ) -> Result<(), CommandError> {
+        let limits = self.config.connection.limits;
+        self.scratch.clear();
+        let r = match body {
+            Body::One(b) => command::publish(&mut self.scratch, topic, b, &limits),
+            Body::Many(bs) => command::multi_publish(&mut self.scratch, topic, bs, &limits),
+            Body::Deferred(d, b) => {
+                command::deferred_publish(&mut self.scratch, topic, d, b, &limits)
+            }
+        };
+        self.scratch.clear();
+        r
+    }
+
+    fn submit<B: AsRef<[u8]>>(
+        &mut self,
+        now: Instant,
+        topic: &Topic,
+        body: Body<'_, B>,
+    ) -> Result<PublishId, ProducerError> {
+        let now = self.tick(now);
+        if self.closing {
+            return Err(ProducerError::Closed);
+        }
+        if let Some(limit) = self.config.max_outstanding {
+            if self.outstanding >= limit {
+                return Err(ProducerError::TooManyOutstanding { limit });
+            }
+        }
+        if let Some(i) = self.route() {
+            // Hot path: encoded straight into the connection's buffer.
+            let id = PublishId(self.next_id);
+            match self.send(now, i, id, topic, body) {
+                Ok(()) => {
+                    self.next_id += 1;
+                    self.outstanding += 1;
+                    return Ok(id);
+                }
+                Err(ConnectionError::Command(e)) => return Err(ProducerError::Invalid(e)),
+                Err(e) => {
+                    // Cannot happen for a ready connection; fall through to the slow path.
+                    tracing::debug!(error = %e, "ready connection refused a publish");
+                }
+            }
+        }
+        self.validate(topic, body).map_err(ProducerError::Invalid)?;
+        if self.any_in_progress() {
+            if self.pending.len() >= self.config.max_pending {
+                return Err(ProducerError::PendingQueueFull {
+                    limit: self.config.max_pending,
+                });
+            }
+            let kind = match body {
+                Body::One(b) => PendingKind::Publish {
+                    topic: topic.clone(),
+                    body: Bytes::copy_from_slice(b),
+                },
+                Body::Many(bs) => PendingKind::Multi {
+                    topic: topic.clone(),
+                    bodies: bs
+                        .iter()
+                        .map(|b| Bytes::copy_from_slice(b.as_ref()))
+                        .collect(),
+                },
+                Body::Deferred(delay, b) => PendingKind::Deferred {
+                    topic: topic.clone(),
+                    delay,
+                    body: Bytes::copy_from_slice(b),
+                },
+            };
+            let id = PublishId(self.take_id());
+            self.outstanding += 1;
+            self.pending.push_back(Pending {
+                id: id.0,
+                since: now,
+                deadline: now + self.config.publish_timeout,
+                kind,
+            });
+            return Ok(id);
+        }
+        // Every nsqd is down: fail fast.
+        let id = PublishId(self.take_id());
+        self.failed += 1;
+        self.events.push_back(ProducerEvent::PublishFailed(
+            id,
+            PublishFailure::NoServerAvailable {
+                last_error: self.last_error.clone(),
+            },
+        ));
+        Ok(id)
+    }
+
+    /// Writes a publish on node `i`'s connection and records it as awaiting a reply.
+    fn send<B: AsRef<[u8]>>(
+        &mut self,
+        now: Instant,
+        i: usize,
+        id: PublishId,
+        topic: &Topic,
+        body: Body<'_, B>,
+    ) -> Result<(), ConnectionError> {
+        let Some(link) = self.nodes[i].link.as_mut() else {
+            return Err(ConnectionError::NotReady);
+        };
+        let Some(c) = link.conn.as_mut() else {
+            return Err(ConnectionError::NotReady);
+        };
+        let token: PublishToken = match body {
+            Body::One(b) => c.publish(now, topic, b)?,
+            Body::Many(bs) => c.multi_publish(now, topic, bs)?,
+            Body::Deferred(d, b) => c.deferred_publish(now, topic, d, b)?,
+        };
+        link.sent.push_back(Sent {
+            token: token.sequence(),
+            id,
+            at: now,
+        });
+        if !link.dirty {
+            link.dirty = true;
+            self.any_dirty = true;
+        }
+        Ok(())
+    }
+
+    /// Sends the publishes waiting for a connection (a connection just became ready).
+    fn drain_pending(&mut self, now: Instant) {
+        while let Some(p) = self.pending.pop_front() {
+            if let PendingKind::Ping(ping) = p.kind {
+                self.events.push_back(ProducerEvent::PingOk(ping));
+                continue;
+            }
+            let Some(i) = self.route() else {
+                self.pending.push_front(p);
+                return;
+            };
+            let result = match &p.kind {
+                PendingKind::Publish { topic, body } => {
+                    self.send::<&[u8]>(now, i, PublishId(p.id), topic, Body::One(body))
+                }
+                PendingKind::Multi { topic, bodies } => {
+                    self.send(now, i, PublishId(p.id), topic, Body::Many(bodies))
+                }
+                PendingKind::Deferred { topic, delay, body } => {
+                    self.send::<&[u8]>(now, i, PublishId(p.id), topic, Body::Deferred(*delay, body))
+                }
+                PendingKind::Ping(_) => Ok(()),
+            };
+            if let Err(e) = result {
+                self.fail_pending(&p, PublishFailure::Refused(e));
+            }
+        }
+    }
+
+    fn fail_pending(&mut self, p: &Pending, failure: PublishFailure) {
+        match p.kind {
+            PendingKind::Ping(ping) => {
+                self.events
+                    .push_back(ProducerEvent::PingFailed(ping, failure));
+            }
+            _ => self.resolve(PublishId(p.id), Err(failure)),
+        }
+    }
+
+    fn resolve(&mut self, id: PublishId, result: Result<(), PublishFailure>) {
+        self.outstanding = self.outstanding.saturating_sub(1);
+        match result {
+            Ok(()) => {
+                self.published += 1;
+                self.events.push_back(ProducerEvent::Published(id));
+            }
+            Err(failure) => {
+                self.failed += 1;
+                tracing::debug!(%id, %failure, "publish failed");
+                self.events
+                    .push_back(ProducerEvent::PublishFailed(id, failure));
+            }
+        }
+    }
+
+    /// Takes the record of the publish with connection token `token` on node `i`.
+    fn take_sent(&mut self, i: usize, token: PublishToken) -> Option<PublishId> {
+        let link = self.nodes[i].link.as_mut()?;
+        let seq = token.sequence();
+        if link.sent.front().is_some_and(|s| s.token == seq) {
+            return link.sent.pop_front().map(|s| s.id);
+        }
+        let at = link.sent.iter().position(|s| s.token == seq)?;
+        link.sent.remove(at).map(|s| s.id)
+    }
+
+    fn connect(&mut self, now: Instant, i: usize) {
+        if self.closing {
+            return;
+        }
+        let node = &mut self.nodes[i];
+        if node.link.is_some() {
+            return;
+        }
+        let id = ConnId::from_raw(self.next_conn);
+        self.next_conn += 1;
+        node.next_attempt = None;
+        node.link = Some(Link {
+            id,
+            started: now,
+            conn: None,
+            ready_at: None,
+            sent: VecDeque::new(),
+            dirty: false,
+        });
+        tracing::debug!(%id, addr = node.addr, "connecting to nsqd");
+        self.actions.push_back(Queued::Action(Action::Connect {
+            conn: id,
+            addr: node.addr.clone(),
+        }));
+    }
+
+    /// Moves node `i`'s queued bytes to the action queue, gathering them with a `Transmit`
+    /// for the same connection at the tail.
+    fn flush(&mut self, i: usize) {
+        let Some(link) = self.nodes[i].link.as_mut() else {
+            return;
+        };
+        link.dirty = false;
+        let id = link.id;
+        let Some(c) = link.conn.as_mut() else {
+            return;
+        };
+        while let Some(data) = c.poll_transmit() {
+            if data.is_empty() {
+                continue;
+            }
+            if let Some(Queued::Transmit { conn, first, more }) = self.actions.back_mut() {
+                if *conn == id {
+                    let buf = more.get_or_insert_with(|| {
+                        let mut b = BytesMut::with_capacity(2 * (first.len() + data.len()));
+                        b.extend_from_slice(first);
+                        b
+                    });
+                    buf.extend_from_slice(&data);
+                    continue;
+                }
+            }
+            self.actions.push_back(Queued::Transmit {
+                conn: id,
+                first: data,
+                more: None,
+            });
+        }
+    }
+
+    /// Drains node `i`'s connection events into producer events.
+    fn pump(&mut self, now: Instant, i: usize) {
+        loop {
+            let Some(link) = self.nodes[i].link.as_mut() else {
+                return;
+            };
+            let Some(c) = link.conn.as_mut() else {
+                return;
+            };
+            let Some(event) = c.poll_event() else {
+                return;
+            };
+            match event {
+                ConnectionEvent::Ready(_) => {
+                    link.ready_at = Some(now);
+                    link.dirty = true;
+                    self.any_dirty = true;
+                    let (conn, addr) = (link.id, self.nodes[i].addr.clone());
+                    tracing::debug!(%conn, addr, "nsqd connection ready");
+                    self.events
+                        .push_back(ProducerEvent::ConnectionReady { conn, addr });
+                    self.drain_pending(now);
+                }
+                ConnectionEvent::Published(token) => {
+                    if let Some(id) = self.take_sent(i, token) {
+                        self.resolve(id, Ok(()));
+                    }
+                }
+                ConnectionEvent::PublishFailed(token, error) => {
+                    if let Some(id) = self.take_sent(i, token) {
+                        let failure = match error {
+                            PublishError::Server(e) => PublishFailure::Server(e),
+                            PublishError::Closed(r) => PublishFailure::ConnectionLost(r),
+                        };
+                        self.resolve(id, Err(failure));
+                    }
+                }
+                ConnectionEvent::Closed(reason) => {
+                    self.drop_link(now, i, &reason.to_string(), Fate::Lost);
+                    return;
+                }
+                ConnectionEvent::ServerError(error) => {
+                    tracing::debug!(%error, "non-fatal nsqd error on a producer connection");
+                }
+                other => {
+                    tracing::debug!(?other, "unexpected event on a producer connection");
+                }
+            }
+        }
+    }
+
+    /// Forgets node `i`'s connection: flushes its last bytes, `Disconnect`, event, fails what
+    /// it still holds as `fate` says, schedules a reconnect.
+    fn drop_link(&mut self, now: Instant, i: usize, reason: &str, fate: Fate) {
+        self.flush(i);
+        let Some(mut link) = self.nodes[i].link.take() else {
+            return;
+        };
+        let addr = self.nodes[i].addr.clone();
+        self.actions
+            .push_back(Queued::Action(Action::Disconnect { conn: link.id }));
+        tracing::debug!(conn = %link.id, addr, reason, "nsqd connection closed");
+        let graceful = link
+            .conn
+            .as_ref()
+            .and_then(Connection::close_reason)
+            .is_some_and(|r| matches!(r, CloseReason::Graceful { .. }));
+        if !graceful {
+            self.last_error = Some(format!("{addr}: {reason}"));
+        }
+        for s in std::mem::take(&mut link.sent) {
+            let failure = if fate == Fate::TimedOut {
+                PublishFailure::TimedOut {
+                    waited: now.saturating_duration_since(s.at),
+                }
+            } else {
+                let r = link
+                    .conn
+                    .as_ref()
+                    .and_then(Connection::close_reason)
+                    .cloned()
+                    .unwrap_or(CloseReason::Eof);
+                PublishFailure::ConnectionLost(r)
+            };
+            self.resolve(s.id, Err(failure));
+        }
+        self.events.push_back(ProducerEvent::ConnectionClosed {
+            conn: link.id,
+            addr,
+            reason: reason.to_string(),
+        });
+        if self.closing {
+            return;
+        }
+        let node = &mut self.nodes[i];
+        let healthy = link
+            .ready_at
+            .is_some_and(|t| now.saturating_duration_since(t) >= self.config.reconnect_reset_after);
+        if healthy {
+            node.schedule.reset();
+        }
+        let delay = node.schedule.next_delay(&mut self.rng);
+        tracing::debug!(addr = node.addr, ?delay, "reconnecting later");
+        node.next_attempt = Some(now + delay);
+    }
+
+    /// Post-conditions after every input or command: waiting publishes fail at once when no
+    /// connection can serve them; a closing producer closes connections once nothing waits
+    /// for them; `Closed` is emitted when everything is done.
+    fn settle(&mut self, now: Instant) {
+        if !self.pending.is_empty() && self.healthy_connections() > 0 {
+            self.drain_pending(now);
+        }
+        if !self.pending.is_empty() && self.healthy_connections() == 0 && !self.any_in_progress() {
+            let last_error = self.last_error.clone();
+            while let Some(p) = self.pending.pop_front() {
+                let failure = PublishFailure::NoServerAvailable {
+                    last_error: last_error.clone(),
+                };
+                self.fail_pending(&p, failure);
+            }
+        }
+        if self.closing && self.pending.is_empty() {
+            for i in 0..self.nodes.len() {
+                let Some(link) = self.nodes[i].link.as_mut() else {
+                    continue;
+                };
+                match link.conn.as_mut() {
+                    Some(c) if link.ready_at.is_some() => {
+                        if c.state() == ConnectionState::Ready {
+                            c.close(now);
+                            self.pump(now, i);
+                        }
+                    }
+                    _ => self.drop_link(now, i, "producer closing", Fate::Lost),
+                }
+            }
+        }
+        if self.closing
+            && !self.closed_emitted
+            && self.pending.is_empty()
+            && self.nodes.iter().all(|n| n.link.is_none())
+        {
+            self.closed_emitted = true;
+            self.close_deadline = None;
+            tracing::debug!("producer closed");
+            self.events.push_back(ProducerEvent::Closed);
+        }
+    }
+
+    /// The close deadline passed: fail everything, drop every connection.
+    fn force_close(&mut self, now: Instant) {
+        while let Some(p) = self.pending.pop_front() {
+            let waited = now.saturating_duration_since(p.since);
+            self.fail_pending(&p, PublishFailure::TimedOut { waited });
+        }
+        for i in 0..self.nodes.len() {
+            if self.nodes[i].link.is_some() {
+                self.drop_link(now, i, "close timeout", Fate::TimedOut);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses() {
+        for ok in ["127.0.0.1:4150", "nsqd.local:4150", "[::1]:4150"] {
+            assert!(valid_host_port(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "nsqd",
+            ":4150",
+            "::1:4150",
+            "h:0",
+            "h o:1",
+            "http://h:1",
+        ] {
+            assert!(!valid_host_port(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn display() {
+        assert_eq!(PublishId(3).to_string(), "pub#3");
+        assert_eq!(PingId(4).to_string(), "ping#4");
+        let f = PublishFailure::NoServerAvailable {
+            last_error: Some("h:1: refused".into()),
+        };
+        assert_eq!(
+            f.to_string(),
+            "no nsqd connection available (last error: h:1: refused)"
+        );
+        assert!(
+            PublishFailure::TimedOut {
+                waited: Duration::from_secs(1)
+            }
+            .to_string()
+            .contains("1s")
+        );
+    }
+}
