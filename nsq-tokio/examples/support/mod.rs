@@ -86,9 +86,8 @@ impl Flags {
     /// A boolean flag (`--x`, `--x=true`, `--x=false`).
     pub fn boolean(&self, name: &str) -> Result<bool, String> {
         match self.get(name) {
-            None => Ok(false),
             Some("true" | "1" | "t" | "T" | "TRUE" | "True") => Ok(true),
-            Some("false" | "0" | "f" | "F" | "FALSE" | "False") => Ok(false),
+            None | Some("false" | "0" | "f" | "F" | "FALSE" | "False") => Ok(false),
             Some(v) => Err(format!("invalid boolean value {v:?} for flag -{name}")),
         }
     }
@@ -163,14 +162,12 @@ pub fn go_duration(d: Duration) -> String {
     let s = secs_total % 60;
     let mut out = String::new();
     if h > 0 {
-        out.push_str(&format!("{h}h"));
+        out = format!("{h}h");
     }
     if h > 0 || m > 0 {
-        out.push_str(&format!("{m}m"));
+        out = format!("{out}{m}m");
     }
-    out.push_str(&frac(u128::from(s) * 1_000_000_000 + sub, 1_000_000_000));
-    out.push('s');
-    out
+    format!("{out}{}s", frac(s * 1_000_000_000 + sub, 1_000_000_000))
 }
 
 /// `value / div` with the fraction's trailing zeros removed (Go's fmtFrac).
