@@ -19,8 +19,11 @@ pub enum Error {
     ConnectionLost(String),
     /// No answer within the configured timeout.
     Timeout,
-    /// No nsqd connection is up (every configured nsqd is down or still reconnecting).
-    NoServerAvailable,
+    /// No nsqd connection is up (every configured nsqd is down, or none became ready within
+    /// `publish_timeout`); the message was not sent. Carries the last connection error.
+    NoServerAvailable(Option<String>),
+    /// Too many publishes are outstanding (`max_outstanding` / `max_pending`); retry later.
+    Backpressure(String),
     /// The consumer refused the command.
     Consumer(ConsumerError),
     /// The producer or consumer has been closed.
@@ -37,7 +40,11 @@ impl fmt::Display for Error {
             Error::Server(e) => write!(f, "nsqd error: {e}"),
             Error::ConnectionLost(r) => write!(f, "connection lost: {r}"),
             Error::Timeout => f.write_str("timed out"),
-            Error::NoServerAvailable => f.write_str("no nsqd available"),
+            Error::NoServerAvailable(None) => f.write_str("no nsqd available"),
+            Error::NoServerAvailable(Some(e)) => {
+                write!(f, "no nsqd available (last error: {e})")
+            }
+            Error::Backpressure(e) => write!(f, "{e}"),
             Error::Consumer(e) => write!(f, "{e}"),
             Error::Closed => f.write_str("closed"),
             Error::NoRuntime => f.write_str("must be called from within a tokio runtime"),

@@ -66,6 +66,7 @@
 mod consumer;
 mod error;
 mod net;
+mod producer;
 
 pub use consumer::{
     Consumer, ConsumerBuilder, ConsumerHandle, GiveUpHook, HandlerError, Message, StopReport,
@@ -73,4 +74,6 @@ pub use consumer::{
 pub use error::{Error, IntoChannel, IntoTopic};
 pub use nsq_proto as proto;
 pub use nsq_proto::consumer::{ConsumerConfig, ConsumerStats};
+pub use nsq_proto::producer::{ProducerConfig, ProducerStats, Routing};
 pub use nsq_proto::{Channel, Compression, ConnectionConfig, MessageId, TlsConfig, Topic};
+pub use producer::{Producer, ProducerBuilder};

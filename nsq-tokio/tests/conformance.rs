@@ -1,7 +1,7 @@
 //! The broker crate's conformance scenarios, run against nsq-tokio.
 
 use nsq_test_broker::conformance::{ClientConfig, ClientFactory, Delivery, Subscription, run_all};
-use nsq_tokio::{Consumer, ConsumerConfig, Message};
+use nsq_tokio::{Consumer, ConsumerConfig, Message, Producer};
 use std::time::Duration;
 use tokio::runtime::Runtime;
 
@@ -72,10 +72,20 @@ impl ClientFactory for Tokio {
     }
 
     fn publish(&self, config: &ClientConfig, topic: &str, body: &[u8]) -> Result<(), String> {
-        let mut raw = nsq_test_broker::RawClient::connect_v2(config.nsqd_tcp_addresses[0])
-            .map_err(|e| e.to_string())?;
-        raw.publish(topic, body).map_err(|e| e.to_string())?;
-        Ok(())
+        let addrs: Vec<String> = config
+            .nsqd_tcp_addresses
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        self.rt.block_on(async {
+            let producer = Producer::builder()
+                .nsqds(addrs)
+                .build()
+                .map_err(|e| e.to_string())?;
+            let result = producer.publish(topic, body.to_vec()).await;
+            producer.close().await;
+            result.map_err(|e| e.to_string())
+        })
     }
 
     fn subscribe(
