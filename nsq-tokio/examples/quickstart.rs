@@ -25,14 +25,13 @@ async fn main() {
 
 async fn run(flags: &Flags) -> Result<(), Box<dyn std::error::Error>> {
     // 1. A server: the one given, or the in-process test broker.
-    let (_broker, addr) = match flags.get("nsqd-tcp-address") {
-        Some(a) => (None, a.to_owned()),
-        None => {
-            let nsqd = nsq_test_broker::Nsqd::start()?;
-            let addr = nsqd.tcp_address().to_string();
-            println!("started the in-process test nsqd on {addr}");
-            (Some(nsqd), addr)
-        }
+    let (_broker, addr) = if let Some(a) = flags.get("nsqd-tcp-address") {
+        (None, a.to_owned())
+    } else {
+        let nsqd = nsq_test_broker::Nsqd::start()?;
+        let addr = nsqd.tcp_address().to_string();
+        println!("started the in-process test nsqd on {addr}");
+        (Some(nsqd), addr)
     };
     let topic = flags.string("topic", "quickstart");
     let channel = flags.string("channel", "demo");
