@@ -90,6 +90,12 @@ impl Shared {
     }
 }
 
+/// What every message of one connection shares: one reference count per message.
+struct ConnShared {
+    addr: String,
+    shared: Arc<Shared>,
+}
+
 /// Sends `Dropped` to the driver when the last user handle goes.
 struct HandleGuard(Arc<Shared>);
 
@@ -110,8 +116,7 @@ impl Drop for HandleGuard {
 pub struct Message {
     inner: nsq_proto::Message,
     conn: ConnId,
-    addr: Arc<str>,
-    shared: Arc<Shared>,
+    origin: Arc<ConnShared>,
     /// Answered, or answered by [`Consumer::run`] on the handler's behalf.
     done: bool,
 }
@@ -123,7 +128,7 @@ impl fmt::Debug for Message {
             .field("attempts", &self.inner.attempts)
             .field("timestamp", &self.inner.timestamp)
             .field("body_len", &self.inner.body.len())
-            .field("nsqd", &self.addr)
+            .field("nsqd", &self.origin.addr)
             .finish_non_exhaustive()
     }
 }
@@ -151,11 +156,11 @@ impl Message {
 
     /// The nsqd TCP address it came from.
     pub fn nsqd_address(&self) -> &str {
-        &self.addr
+        &self.origin.addr
     }
 
     fn answer(&self, kind: AnswerKind) {
-        self.shared.answer(Answer {
+        self.origin.shared.answer(Answer {
             conn: self.conn,
             id: self.inner.id,
             attempts: self.inner.attempts,
@@ -206,7 +211,7 @@ impl Drop for Message {
         if !self.done {
             tracing::warn!(
                 msg = %self.inner.id,
-                nsqd = %self.addr,
+                nsqd = %self.origin.addr,
                 "message dropped without an answer: requeueing it"
             );
             self.answer(AnswerKind::Requeue {
@@ -394,7 +399,7 @@ impl ConsumerBuilder {
             msg_tx: Some(msg_tx),
             links: BTreeMap::new(),
             outboxes: BTreeMap::new(),
-            addrs: BTreeMap::new(),
+            origins: BTreeMap::new(),
             lookups: BTreeMap::new(),
             stop_waiters: Vec::new(),
             give_up: self.give_up,
@@ -686,7 +691,7 @@ impl Consumer {
                         timestamp: msg.inner.timestamp,
                         kind: AnswerKind::Finish,
                     };
-                    let shared = msg.shared.clone();
+                    let origin = msg.origin.clone();
                     let mut fut = std::pin::pin!(handler(msg));
                     let outcome = std::future::poll_fn(|cx| {
                         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -714,7 +719,7 @@ impl Consumer {
                             }
                         }
                     };
-                    shared.answer(Answer { kind, ..answer });
+                    origin.shared.answer(Answer { kind, ..answer });
                 }
             }));
         }
@@ -735,7 +740,7 @@ struct Driver {
     msg_tx: Option<mpsc::UnboundedSender<Message>>,
     links: BTreeMap<ConnId, Link>,
     outboxes: BTreeMap<ConnId, Outbox>,
-    addrs: BTreeMap<ConnId, Arc<str>>,
+    origins: BTreeMap<ConnId, Arc<ConnShared>>,
     lookups: BTreeMap<LookupdRequestId, AbortHandle>,
     stop_waiters: Vec<oneshot::Sender<StopReport>>,
     give_up: Option<GiveUpHook>,
@@ -904,7 +909,11 @@ impl Driver {
                 tracing::info!(%conn, %addr, "connecting to nsqd");
                 let link = net::connect(conn, &addr, self.dial_timeout, self.tx.clone(), wrap_net);
                 self.links.insert(conn, link);
-                self.addrs.insert(conn, Arc::from(addr.as_str()));
+                let origin = Arc::new(ConnShared {
+                    addr: addr.clone(),
+                    shared: self.shared.clone(),
+                });
+                self.origins.insert(conn, origin);
             }
             Action::Disconnect { conn } => {
                 let pending = self.outboxes.remove(&conn).and_then(|mut o| o.take());
@@ -914,7 +923,7 @@ impl Driver {
                     }
                     link.close();
                 }
-                self.addrs.remove(&conn);
+                self.origins.remove(&conn);
             }
             Action::LookupdRequest {
                 request,
@@ -937,16 +946,17 @@ impl Driver {
     fn event(&mut self, now: Instant, event: ConsumerEvent) {
         match event {
             ConsumerEvent::Message { conn, message } => {
-                let addr = self
-                    .addrs
-                    .get(&conn)
-                    .cloned()
-                    .unwrap_or_else(|| Arc::from(""));
+                let origin = match self.origins.get(&conn) {
+                    Some(o) => o.clone(),
+                    None => Arc::new(ConnShared {
+                        addr: String::new(),
+                        shared: self.shared.clone(),
+                    }),
+                };
                 let msg = Message {
                     inner: message,
                     conn,
-                    addr,
-                    shared: self.shared.clone(),
+                    origin,
                     done: false,
                 };
                 // While stopping (no sender) no new messages are handed out: requeue at once.

@@ -14,6 +14,38 @@
 //!   allocation per message on a connection's hot path.
 //! * Everything is logged with `tracing` (spans per connection); nothing is printed.
 //!
+//! * One driver task per [`Producer`] (shared by its clones) owns the sans-IO
+//!   [`nsq_proto::Producer`]: every request queued since the last wake-up is handed to the core
+//!   before its output is polled, so concurrent publishes leave in one write.
+//!
+//! # Publishing
+//!
+//! ```no_run
+//! use nsq_tokio::{Producer, ProducerConfig};
+//! use std::time::Duration;
+//!
+//! # async fn example() -> Result<(), nsq_tokio::Error> {
+//! let producer = Producer::connect("127.0.0.1:4150", ProducerConfig::default()).await?;
+//! producer.publish("events", "hello").await?;
+//! producer.multi_publish("events", ["a", "b", "c"]).await?;
+//! producer.deferred_publish("events", Duration::from_secs(5), "later").await?;
+//!
+//! // Several nsqd: publishes go to a healthy one and fail over; with none up they fail fast.
+//! let ha = Producer::builder()
+//!     .nsqd("10.0.0.1:4150")
+//!     .nsqd("10.0.0.2:4150")
+//!     .build()?;
+//! let worker = ha.clone(); // cheap; Send + Sync
+//! tokio::spawn(async move { worker.publish("events", "from a task").await });
+//! ha.close().await; // flushes what is outstanding
+//! producer.close().await;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Errors are typed ([`Error`]): `Server` (nsqd's error code), `ConnectionLost`, `Timeout`,
+//! `InvalidName`/`InvalidInput`, `NoServerAvailable`.
+//!
 //! # Consuming
 //!
 //! ```no_run
@@ -35,6 +67,9 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! A message dropped without an answer is requeued (and a warning logged). `poll_recv` makes
+//! it easy to wrap the consumer in any `Stream` type without this crate depending on one.
 //!
 //! Or with a handler on several tasks (`Ok` finishes, `Err` requeues with backoff):
 //!
@@ -62,6 +97,10 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! Runnable programs are in `examples/`: `quickstart` (starts an in-process test broker when
+//! no `--nsqd-tcp-address` is given: `cargo run -p nsq-tokio --example quickstart`),
+//! `nsq_tail`, `to_nsq`, `bench_writer`, `bench_reader`.
 
 mod consumer;
 mod error;
