@@ -4,6 +4,10 @@
 //! connection per GOMAXPROCS; every message is finished. Timing starts when every consumer is
 //! subscribed and RDY is raised, and ends after `--runfor`.
 //!
+//! Extra flag (not in the Go tool): `--runtime=current|multi` picks tokio's scheduler
+//! (default `current`: every task on one thread, which leaves the other cores to nsqd and
+//! avoids cross-core reference-count traffic; `multi`: one worker thread per CPU).
+//!
 //! ```text
 //! cargo run --release -p nsq-tokio --example bench_reader -- \
 //!     --nsqd-tcp-address=127.0.0.1:4150 --topic=sub_bench --channel=ch --rdy=2500 --runfor=10s
@@ -27,11 +31,24 @@ fn main() {
         let channel = flags.string("channel", "ch");
         let rdy: u32 = flags.number("rdy", 2500)?;
         let workers = cpus();
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(workers)
-            .enable_all()
-            .build()
-            .map_err(|e| e.to_string())?;
+        // Not a Go flag: tokio's scheduler. `current` runs every task on one thread.
+        let runtime = flags.string("runtime", "current");
+        if runtime != "current" && runtime != "multi" {
+            return Err(format!(
+                "--runtime must be current or multi, not {runtime:?}"
+            ));
+        }
+        let rt = if runtime == "current" {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+        } else {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(workers)
+                .enable_all()
+                .build()
+        }
+        .map_err(|e| e.to_string())?;
         let (duration, total) = rt.block_on(async {
             let mut consumers = Vec::with_capacity(workers);
             for _ in 0..workers {

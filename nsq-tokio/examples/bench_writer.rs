@@ -4,6 +4,9 @@
 //! connection), publishing MPUB batches of `--batch-size` messages of `--size` bytes and
 //! awaiting each reply before the next, until `--runfor` has passed.
 //!
+//! Extra flag (not in the Go tool): `--runtime=current|multi` picks tokio's scheduler
+//! (default `multi`: one worker thread per CPU; `current`: every task on one thread).
+//!
 //! ```text
 //! cargo run --release -p nsq-tokio --example bench_writer -- \
 //!     --nsqd-tcp-address=127.0.0.1:4150 --topic=sub_bench --size=200 --batch-size=200 --runfor=10s
@@ -27,13 +30,26 @@ fn main() {
         let size: usize = flags.number("size", 200)?;
         let batch_size: usize = flags.number("batch-size", 200)?;
         let workers = cpus();
+        // Not a Go flag: tokio's scheduler. `current` runs every task on one thread.
+        let runtime = flags.string("runtime", "multi");
+        if runtime != "current" && runtime != "multi" {
+            return Err(format!(
+                "--runtime must be current or multi, not {runtime:?}"
+            ));
+        }
         let body = Bytes::from(vec![0u8; size]);
         let batch: Vec<Bytes> = vec![body; batch_size];
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(workers)
-            .enable_all()
-            .build()
-            .map_err(|e| e.to_string())?;
+        let rt = if runtime == "current" {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+        } else {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(workers)
+                .enable_all()
+                .build()
+        }
+        .map_err(|e| e.to_string())?;
         let (duration, total) = rt.block_on(async {
             let mut producers = Vec::with_capacity(workers);
             for _ in 0..workers {
