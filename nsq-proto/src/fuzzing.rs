@@ -214,3 +214,28 @@ pub use crate::consumer::fuzz_ops::consumer_ops;
 /// Arbitrary operation sequences against a [`Producer`](crate::producer::Producer); panics if
 /// a publish resolves twice or never. See `crate::producer::fuzz_ops`.
 pub use crate::producer::fuzz_ops::{OpsSummary, producer_ops, producer_ops_summary};
+
+/// Parses arbitrary bytes as a JSON configuration document and, when it is accepted, derives
+/// every core configuration from it; panics if an accepted configuration cannot be derived.
+pub fn config_json(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let _ = crate::config::parse_go_duration(text);
+    if let Ok(config) = crate::Config::from_json(text) {
+        let no_files = |_: std::path::PathBuf| Err(std::io::ErrorKind::NotFound.into());
+        let tls_files = config.tls_v1
+            && config.tls_config.is_none()
+            && !config.tls_insecure_skip_verify
+            && (config.tls_root_ca_file.is_some() || config.tls_cert.is_some());
+        for result in [
+            config.connection_config(no_files).map(|_| ()),
+            config.consumer_config(no_files).map(|_| ()),
+            config.producer_config(no_files).map(|_| ()),
+        ] {
+            if let Err(e) = result {
+                assert!(tls_files, "validated config failed to derive: {e}");
+            }
+        }
+    }
+}

@@ -51,8 +51,10 @@
 //! ```
 
 pub mod command;
+pub mod config;
 pub mod connection;
 pub mod consumer;
+pub mod driver;
 mod error_code;
 mod frame;
 #[doc(hidden)]
@@ -64,6 +66,7 @@ pub mod producer;
 mod rng;
 
 pub use command::{CommandError, Limits, MAGIC_V2};
+pub use config::Config;
 pub use connection::{
     CloseReason, Compression, ConfigError, Connection, ConnectionConfig, ConnectionError,
     ConnectionEvent, ConnectionState, Negotiated, NegotiatedCompression, PublishError,

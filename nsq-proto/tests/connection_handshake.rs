@@ -411,3 +411,22 @@ fn invalid_configs_are_rejected() {
     };
     assert!(Connection::new(bad, Role::Producer, "h:1", now).is_err());
 }
+
+#[test]
+fn heartbeat_during_start_up_is_answered_in_plain_text() {
+    let now = common::t0();
+    let mut conn = Connection::new(
+        ConnectionConfig::default(),
+        consumer(),
+        "nsqd.test:4150",
+        now,
+    )
+    .unwrap();
+    let _ = conn.poll_transmit();
+    let mut wire = Vec::new();
+    encode_frame(&mut wire, 0, b"_heartbeat_");
+    feed(&mut conn, now, &wire);
+    assert_eq!(&conn.poll_transmit().unwrap()[..], b"NOP\n");
+    assert!(events(&mut conn).is_empty());
+    assert_eq!(conn.state(), ConnectionState::Handshaking);
+}

@@ -232,3 +232,20 @@ fn consumer_only_frames_on_a_producer_are_violations() {
         [ConnectionEvent::Closed(CloseReason::Protocol(_))]
     ));
 }
+
+#[test]
+fn close_during_start_up_fails_queued_publishes() {
+    let now = common::t0();
+    let mut conn =
+        Connection::new(ConnectionConfig::default(), Role::Producer, "h:4150", now).unwrap();
+    let a = conn.publish(now, &topic(), b"a").unwrap();
+    conn.close(now);
+    let reason = CloseReason::Graceful { unanswered: 1 };
+    assert_eq!(
+        events(&mut conn),
+        vec![
+            ConnectionEvent::PublishFailed(a, PublishError::Closed(reason.clone())),
+            ConnectionEvent::Closed(reason)
+        ]
+    );
+}

@@ -286,3 +286,58 @@ fn auth_runs_inside_tls() {
     ));
     assert!(events(&mut conn).is_empty());
 }
+
+#[test]
+fn bytes_after_the_identify_reply_are_tls_records() {
+    // A server (or attacker) that grants TLS and then talks plain text in the same read must
+    // not get its plain-text OK accepted: those bytes go to rustls and fail there.
+    let pki = pki(&["nsqd.test"]);
+    let now = t0();
+    let config = ConnectionConfig {
+        tls: Some(TlsConfig::with_root_store(pki.roots(), None).unwrap()),
+        ..ConnectionConfig::default()
+    };
+    let mut conn = Connection::new(config, Role::Producer, "nsqd.test:4150", now).unwrap();
+    let _ = conn.poll_transmit();
+    let mut wire = Vec::new();
+    nsq_proto::encode_frame(&mut wire, 0, br#"{"tls_v1":true}"#);
+    nsq_proto::encode_frame(&mut wire, 0, b"OK");
+    common::feed(&mut conn, now, &wire);
+    let ev = events(&mut conn);
+    assert!(
+        matches!(&ev[..], [ConnectionEvent::Closed(CloseReason::Tls(_))]),
+        "{ev:?}"
+    );
+    // The ClientHello (and an alert) went out; no plain-text command did.
+    let out = conn.poll_transmit().unwrap();
+    assert_eq!(out[0], 0x16, "TLS handshake record first");
+}
+
+#[test]
+fn close_notify_from_the_server_is_end_of_stream() {
+    let pki = pki(&["nsqd.test"]);
+    let tls = TlsConfig::with_root_store(pki.roots(), None).unwrap();
+    let (mut conn, mut peer, ev) = start(
+        tls,
+        pki.server_config(),
+        "nsqd.test:4150",
+        Compression::None,
+        Role::Producer,
+    );
+    ready(&ev);
+    let now = t0();
+    let token = conn.publish(now, &topic(), b"x").unwrap();
+    let _ = conn.poll_transmit();
+    peer.send_close_notify();
+    let ev = exchange(&mut conn, &mut peer, now);
+    assert_eq!(
+        ev,
+        vec![
+            ConnectionEvent::PublishFailed(
+                token,
+                nsq_proto::PublishError::Closed(CloseReason::Eof)
+            ),
+            ConnectionEvent::Closed(CloseReason::Eof)
+        ]
+    );
+}

@@ -679,3 +679,14 @@ fn answers_between_polls_coalesce_into_one_write() {
     assert_eq!(text.matches("FIN ").count(), 150);
     assert!(text.ends_with('\n'));
 }
+
+#[test]
+fn lookupd_producers_with_bad_addresses_are_ignored() {
+    let mut w = lookupd_world(2);
+    w.add_fake_lookupd("10.1.0.1:4161", &["bad host:4150", "[::1:4150", &addr(0)]);
+    w.consumer.add_lookupd(w.now, "10.1.0.1:4161").unwrap();
+    w.run_for(SEC);
+    assert_eq!(w.consumer.stats().connections, 1);
+    assert_eq!(w.consumer.connections().count(), 1);
+    w.assert_clean();
+}

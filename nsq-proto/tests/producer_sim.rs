@@ -483,3 +483,65 @@ fn ping_resolves_when_ready() {
     assert_eq!(w.producer.ping(w.now), Err(ProducerError::Closed));
     assert!(w.producer.is_closed());
 }
+
+#[test]
+fn extreme_durations_cannot_panic() {
+    let config = ProducerConfig {
+        publish_timeout: Duration::MAX,
+        reply_timeout: Some(Duration::MAX),
+        close_timeout: Duration::MAX,
+        connect_timeout: Duration::MAX,
+        reconnect_initial_delay: Duration::MAX,
+        reconnect_max_delay: Duration::MAX,
+        ..config()
+    };
+    let mut w = World::new(config, 2);
+    w.server(0).hold_connects = true;
+    w.server(1).up = false;
+    w.add_all();
+    let id = w.publish(b"x");
+    assert!(w.producer.poll_timeout().is_some());
+    w.advance(3600 * SEC);
+    assert!(!w.is_resolved(id));
+    w.complete_connects();
+    assert_eq!(w.outcome(id), &Ok(()));
+    w.producer.close(w.now);
+    w.settle();
+    assert!(w.producer.is_closed());
+}
+
+#[test]
+fn heartbeats_between_publish_replies_are_not_mistaken_for_them() {
+    let mut w = World::new(config(), 1);
+    w.server(0).auto_ack = false;
+    w.add_all();
+    let mut ids = Vec::with_capacity(10_000);
+    for _ in 0..40 {
+        for k in 0..250u32 {
+            ids.push(
+                w.producer
+                    .publish(w.now, &topic(), &k.to_be_bytes())
+                    .unwrap(),
+            );
+        }
+        w.settle();
+        // Half now, interleaved with heartbeats; the rest after more publishes went out.
+        w.ack_with_heartbeats(0, 125, 10);
+        assert_eq!(w.producer.stats().outstanding, 125);
+        w.ack_with_heartbeats(0, 125, 7);
+    }
+    assert_eq!(w.assert_resolved_once(&ids), 0);
+    // Every publish resolved in order.
+    let order: Vec<PublishId> = w
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            ProducerEvent::Published(id) => Some(*id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(order, ids);
+    assert_eq!(w.servers[&addr(0)].received.len(), 10_000);
+    assert_eq!(w.servers[&addr(0)].nops, 40 * (13 + 18));
+    assert_eq!(w.producer.healthy_connections(), 1);
+}

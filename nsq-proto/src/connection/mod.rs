@@ -783,14 +783,18 @@ impl Connection {
     /// closes once the server answered `CLOSE_WAIT` and nothing is in flight, or when
     /// `drain_timeout` passes. Producer: sends nothing (CLS is fatal on a publishing
     /// connection) and closes once every outstanding publish is resolved or `drain_timeout`
-    /// passes. During start-up the connection closes at once. Calling it again does nothing.
+    /// passes. During start-up the connection closes at once (publishes queued for after the
+    /// start-up fail). Calling it again does nothing.
     pub fn close(&mut self, now: Instant) {
         let now = self.clock(now);
         if self.closed.is_some() || self.phase == Phase::Closing {
             return;
         }
         if self.phase != Phase::Ready {
-            self.fail(CloseReason::Graceful { unanswered: 0 });
+            // Publishes queued during start-up were never sent: they fail and count as
+            // unanswered.
+            let unanswered = self.unanswered();
+            self.fail(CloseReason::Graceful { unanswered });
             return;
         }
         self.phase = Phase::Closing;

@@ -572,6 +572,18 @@ impl FakeNsqd {
         }
     }
 
+    /// Sends a TLS `close_notify` alert (when TLS is active).
+    pub fn send_close_notify(&mut self) {
+        if let Some(tls) = &mut self.tls {
+            tls.send_close_notify();
+            let mut w = Vec::new();
+            while tls.wants_write() {
+                let _ = tls.write_tls(&mut w);
+            }
+            self.wire_out.extend_from_slice(&w);
+        }
+    }
+
     /// Sends bytes straight to the wire, bypassing TLS and compression.
     pub fn send_wire(&mut self, data: &[u8]) {
         self.wire_out.extend_from_slice(data);

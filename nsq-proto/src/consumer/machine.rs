@@ -391,6 +391,17 @@ pub struct Consumer {
     events: VecDeque<ConsumerEvent>,
 }
 
+/// Longest delay the consumer schedules; longer configured durations are treated as this.
+const MAX_DELAY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// `now + d` that cannot overflow, whatever the configuration says.
+fn later(now: Instant, d: Duration) -> Instant {
+    let d = d.min(MAX_DELAY);
+    now.checked_add(d)
+        .or_else(|| now.checked_add(Duration::from_secs(365 * 24 * 3600)))
+        .unwrap_or(now)
+}
+
 fn valid_host_port(addr: &str) -> bool {
     let Some((host, port)) = addr.rsplit_once(':') else {
         return false;
@@ -809,7 +820,7 @@ impl Consumer {
             return;
         }
         self.closing = true;
-        self.close_deadline = Some(now + self.config.close_timeout);
+        self.close_deadline = Some(later(now, self.config.close_timeout));
         self.next_poll = None;
         self.next_redistribute = None;
         self.backoff_until = None;
@@ -991,7 +1002,7 @@ impl Consumer {
             match event {
                 ConnectionEvent::Ready(_) => {
                     slot.ready_at = Some(now);
-                    slot.fresh_until = Some(now + self.config.rdy_redistribute_interval);
+                    slot.fresh_until = Some(later(now, self.config.rdy_redistribute_interval));
                     let addr = slot.addr.clone();
                     tracing::debug!(%id, addr, "nsqd connection ready");
                     self.events
@@ -1103,7 +1114,7 @@ impl Consumer {
                         p.schedule.reset();
                     }
                     let delay = p.schedule.next_delay(&mut self.rng);
-                    p.next_attempt = Some(now + delay);
+                    p.next_attempt = Some(later(now, delay));
                 }
             }
         }
@@ -1171,7 +1182,7 @@ impl Consumer {
             &mut self.rng,
         );
         tracing::debug!(level = self.backoff_level, window = ?d, "backing off");
-        self.backoff_until = Some(now + d);
+        self.backoff_until = Some(later(now, d));
         self.probe = None;
         self.rebalance(now, false);
     }
@@ -1235,7 +1246,7 @@ impl Consumer {
         if !needs_tick {
             self.next_redistribute = None;
         } else if self.next_redistribute.is_none() {
-            self.next_redistribute = Some(now + self.config.rdy_redistribute_interval);
+            self.next_redistribute = Some(later(now, self.config.rdy_redistribute_interval));
         }
     }
 
@@ -1366,7 +1377,7 @@ impl Consumer {
             l.pending = Some(Pending {
                 id,
                 parser: LookupdResponseParser::new(self.config.max_lookupd_response_size),
-                deadline: now + self.config.lookupd_timeout,
+                deadline: later(now, self.config.lookupd_timeout),
                 seq: self.seq,
             });
             self.actions
@@ -1377,9 +1388,15 @@ impl Consumer {
                 }));
         }
         let interval = self.config.lookupd_poll_interval;
-        let fraction = self.config.lookupd_poll_jitter.clamp(0.0, 1.0);
+        let fraction = self.config.lookupd_poll_jitter;
+        let fraction = if fraction.is_finite() {
+            fraction.clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
+        let interval = interval.min(MAX_DELAY);
         let jitter = interval.mul_f64(fraction * self.rng.unit_f64());
-        self.next_poll = Some(now + interval + jitter);
+        self.next_poll = Some(later(now, interval + jitter));
     }
 
     fn lookupd_done(
@@ -1395,10 +1412,12 @@ impl Consumer {
         match result {
             Ok(reply) => {
                 for producer in &reply.producers {
-                    if producer.tcp_port == 0 || producer.broadcast_address.is_empty() {
+                    let addr = producer.tcp_address();
+                    if producer.tcp_port == 0 || !valid_host_port(&addr) {
+                        tracing::debug!(addr, "ignoring a lookupd producer with a bad address");
                         continue;
                     }
-                    self.discovered(&producer.tcp_address(), p.seq);
+                    self.discovered(&addr, p.seq);
                 }
             }
             Err(error) => {
@@ -1435,6 +1454,38 @@ impl Consumer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn extreme_durations_do_not_overflow() {
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "origin of virtual time in a test"
+        )]
+        let now = Instant::now();
+        assert!(later(now, Duration::MAX) > now);
+        let config = ConsumerConfig {
+            lookupd_poll_interval: Duration::MAX,
+            lookupd_poll_jitter: f64::NAN,
+            lookupd_timeout: Duration::MAX,
+            close_timeout: Duration::MAX,
+            rdy_redistribute_interval: Duration::MAX,
+            ..ConsumerConfig::default()
+        };
+        let mut c = Consumer::new(
+            config,
+            Topic::new("t").unwrap(),
+            Channel::new("c").unwrap(),
+            1,
+        );
+        c.add_lookupd(now, "h:4161").unwrap();
+        c.handle_timeout(now);
+        assert!(matches!(
+            c.poll_action(),
+            Some(Action::LookupdRequest { .. })
+        ));
+        assert!(c.poll_timeout().is_some_and(|t| t > now));
+        c.close(now);
+    }
 
     #[test]
     fn nsqd_addresses() {

@@ -9,6 +9,23 @@
 //!
 //! # Driving a consumer
 //!
+//! One task owns the [`Consumer`]. After every input or command it drains
+//! [`Consumer::poll_action`] (in order), [`Consumer::poll_event`], and re-arms one timer at
+//! [`Consumer::poll_timeout`]:
+//!
+//! | action | the driver |
+//! |---|---|
+//! | `Connect { conn, addr }` | opens TCP to `addr`; then `handle_connected(conn)` or `handle_connect_failed(conn, why)` |
+//! | `Transmit { conn, data }` | writes `data` to `conn`'s socket |
+//! | `Disconnect { conn }` | closes `conn`'s socket (after earlier writes) |
+//! | `LookupdRequest { request, addr, data }` | opens TCP to `addr`, writes `data`, feeds reads to `handle_lookupd_input` and EOF to `handle_lookupd_eof` (or `handle_lookupd_failed`) |
+//! | `LookupdClose { request }` | closes that lookupd socket |
+//!
+//! Bytes read from an nsqd socket go to [`Consumer::handle_input`], EOF or a read error to
+//! [`Consumer::handle_eof`]. The application answers [`ConsumerEvent::Message`]s with
+//! [`Consumer::finish`], [`Consumer::requeue`] or [`Consumer::touch`], naming the connection the
+//! message came from.
+//!
 //! ```
 //! use bytes::BytesMut;
 //! use nsq_proto::consumer::{Action, Consumer, ConsumerConfig};

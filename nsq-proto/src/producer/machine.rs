@@ -386,6 +386,16 @@ pub struct Producer {
     events: VecDeque<ProducerEvent>,
 }
 
+/// Longest delay the producer schedules; longer configured durations are treated as this.
+const MAX_DELAY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// `now + d` that cannot overflow, whatever the configuration says.
+fn later(now: Instant, d: Duration) -> Instant {
+    now.checked_add(d.min(MAX_DELAY))
+        .or_else(|| now.checked_add(Duration::from_secs(365 * 24 * 3600)))
+        .unwrap_or(now)
+}
+
 fn valid_host_port(addr: &str) -> bool {
     let Some((host, port)) = addr.rsplit_once(':') else {
         return false;
@@ -735,7 +745,7 @@ impl Producer {
             self.pending.push_back(Pending {
                 id: id.0,
                 since: now,
-                deadline: now + self.config.publish_timeout,
+                deadline: later(now, self.config.publish_timeout),
                 kind: PendingKind::Ping(id),
             });
         } else {
@@ -760,7 +770,7 @@ impl Producer {
         }
         tracing::debug!("producer closing");
         self.closing = true;
-        self.close_deadline = Some(now + self.config.close_timeout);
+        self.close_deadline = Some(later(now, self.config.close_timeout));
         for n in &mut self.nodes {
             n.next_attempt = None;
         }
@@ -815,10 +825,10 @@ impl Producer {
                 Some(l) => {
                     consider(l.conn.as_ref().and_then(Connection::poll_timeout));
                     if l.conn.is_none() {
-                        consider(Some(l.started + self.config.connect_timeout));
+                        consider(Some(later(l.started, self.config.connect_timeout)));
                     }
                     if let Some(limit) = self.config.reply_timeout {
-                        consider(l.sent.front().map(|s| s.at + limit));
+                        consider(l.sent.front().map(|s| later(s.at, limit)));
                     }
                 }
                 None if !self.closing => consider(n.next_attempt),
@@ -960,7 +970,7 @@ impl Producer {
             self.pending.push_back(Pending {
                 id: id.0,
                 since: now,
-                deadline: now + self.config.publish_timeout,
+                deadline: later(now, self.config.publish_timeout),
                 kind,
             });
             return Ok(id);
@@ -1238,7 +1248,7 @@ impl Producer {
         }
         let delay = node.schedule.next_delay(&mut self.rng);
         tracing::debug!(addr = node.addr, ?delay, "reconnecting later");
-        node.next_attempt = Some(now + delay);
+        node.next_attempt = Some(later(now, delay));
     }
 
     /// Post-conditions after every input or command: waiting publishes fail at once when no

@@ -1,6 +1,10 @@
 //! Shared helpers for the connection tests: configs, a driver loop around the fake nsqd
 //! (`nsq_proto::connection::test_support`), and rcgen-made TLS certificates.
-#![allow(dead_code, unreachable_pub)] // each test binary uses a different subset
+#![allow(
+    dead_code,
+    unreachable_pub,
+    reason = "shared by several test binaries, each using a different subset"
+)]
 
 use bytes::BytesMut;
 use nsq_proto::connection::test_support::{FakeNsqd, FakeNsqdConfig, exchange};

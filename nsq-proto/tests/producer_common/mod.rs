@@ -37,6 +37,8 @@ pub struct Server {
     pub connects: Vec<Instant>,
     /// Publish bodies received (PUB and DPUB one each, MPUB all of them), in order.
     pub received: Vec<Vec<u8>>,
+    /// NOPs received (answers to heartbeats).
+    pub nops: usize,
 }
 
 pub struct Peer {
@@ -86,6 +88,7 @@ impl World {
                     hold_connects: false,
                     connects: Vec::new(),
                     received: Vec::new(),
+                    nops: 0,
                 },
             );
         }
@@ -175,6 +178,7 @@ impl World {
                                     ClientCommand::Mpub { bodies, .. } => {
                                         server.received.extend(bodies.iter().map(|b| b.to_vec()));
                                     }
+                                    ClientCommand::Nop => server.nops += 1,
                                     _ => {}
                                 }
                             }
@@ -224,6 +228,19 @@ impl World {
         let conn = self.conn_of(i).expect("connected");
         let p = self.peers.get_mut(&conn).unwrap();
         for _ in 0..n {
+            p.fake.send_ok();
+        }
+        self.settle();
+    }
+
+    /// Acknowledges `n` publishes on server `i`, with a heartbeat before every `every`-th OK.
+    pub fn ack_with_heartbeats(&mut self, i: usize, n: usize, every: usize) {
+        let conn = self.conn_of(i).expect("connected");
+        let p = self.peers.get_mut(&conn).unwrap();
+        for k in 0..n {
+            if k % every == 0 {
+                p.fake.send_heartbeat();
+            }
             p.fake.send_ok();
         }
         self.settle();

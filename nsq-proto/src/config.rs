@@ -1,0 +1,1099 @@
+//! [`Config`]: the one user-facing configuration shared by every adapter, with go-nsq's option
+//! names so existing configurations port unchanged.
+//!
+//! A `Config` is a plain struct with public fields and go-nsq's defaults. It can be filled in
+//! three ways, all checked the same way (ranges as go-nsq's, errors naming the option):
+//!
+//! * in code: `Config { max_in_flight: 100, ..Config::default() }`, then
+//!   [`Config::validate`] (the derive methods validate too);
+//! * option by option, like go-nsq's `Config.Set` or the `--consumer-opt` flags of the official
+//!   tools: [`Config::set`] / [`Config::set_str`];
+//! * from any self-describing serde format (JSON, TOML, YAML...) holding a map of option names
+//!   to values, or [`Config::from_json`].
+//!
+//! # Values
+//! * **Durations** are Go duration strings (`"90s"`, `"1m30s"`, `"250ms"`, `"1h"`, `"1.5s"`,
+//!   `"0"`) or non-negative integers meaning **milliseconds**, as in go-nsq's `Config.Set`.
+//!   (A go-nsq `Config` marshalled with Go's `encoding/json` writes nanoseconds: convert such
+//!   files to strings, or divide by 1 000 000.)
+//! * **Booleans** are `true`/`false`, the strings Go's `strconv.ParseBool` accepts (`"1"`,
+//!   `"t"`, `"true"`, `"0"`, `"f"`, `"false"`, ...) or integers (non-zero is true).
+//! * **Numbers** may also be given as strings (`"100"`), as on a command line.
+//! * `null` resets an optional option (`client_id`, `auth_secret`, TLS files...) to unset.
+//!
+//! ```
+//! use nsq_proto::Config;
+//! use std::time::Duration;
+//!
+//! let config = Config::from_json(r#"{
+//!     "max_in_flight": 200,
+//!     "lookupd_poll_interval": "15s",
+//!     "default_requeue_delay": 30000,
+//!     "backoff_strategy": "full_jitter",
+//!     "snappy": true,
+//!     "producer_routing": "round_robin"
+//! }"#)?;
+//! assert_eq!(config.max_in_flight, 200);
+//! assert_eq!(config.default_requeue_delay, Duration::from_secs(30));
+//! let consumer = config.consumer_config(std::fs::read)?;
+//! assert_eq!(consumer.lookupd_poll_interval, Duration::from_secs(15));
+//!
+//! let err = Config::from_json(r#"{"max_in_flight": -1}"#).unwrap_err();
+//! assert_eq!(err.option(), "max_in_flight");
+//! # Ok::<(), nsq_proto::config::OptionError>(())
+//! ```
+
+use crate::command::Limits;
+use crate::connection::{
+    ClientCert, Compression, ConnectionConfig, DEFAULT_USER_AGENT, Secret, TlsConfig,
+    webpki_root_store,
+};
+use crate::consumer::{BackoffStrategy, ConsumerConfig};
+use crate::producer::{ProducerConfig, Routing};
+use rustls::RootCertStore;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use serde_json::Value;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// A configuration option was unknown, could not be parsed, or is out of range. Every variant
+/// names the option ([`OptionError::option`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OptionError {
+    /// No option has this name.
+    Unknown {
+        /// The name given.
+        option: String,
+    },
+    /// The value has the wrong type or syntax.
+    Invalid {
+        /// The option.
+        option: String,
+        /// The value given, as text.
+        value: String,
+        /// What was expected.
+        expected: &'static str,
+    },
+    /// The value is outside the option's range.
+    OutOfRange {
+        /// The option.
+        option: String,
+        /// The value given, as text.
+        value: String,
+        /// The allowed range, as text.
+        range: &'static str,
+    },
+    /// The option conflicts with another one, or misses a companion.
+    Conflict {
+        /// The option.
+        option: String,
+        /// Why, in words.
+        reason: String,
+    },
+    /// A TLS file could not be read or holds nothing usable.
+    TlsFile {
+        /// The option naming the file.
+        option: String,
+        /// The path.
+        path: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+impl OptionError {
+    /// The name of the option at fault.
+    pub fn option(&self) -> &str {
+        match self {
+            OptionError::Unknown { option }
+            | OptionError::Invalid { option, .. }
+            | OptionError::OutOfRange { option, .. }
+            | OptionError::Conflict { option, .. }
+            | OptionError::TlsFile { option, .. } => option,
+        }
+    }
+}
+
+impl fmt::Display for OptionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OptionError::Unknown { option } => write!(f, "unknown option {option:?}"),
+            OptionError::Invalid {
+                option,
+                value,
+                expected,
+            } => write!(f, "invalid {option} {value}: expected {expected}"),
+            OptionError::OutOfRange {
+                option,
+                value,
+                range,
+            } => write!(f, "invalid {option} {value}: must be {range}"),
+            OptionError::Conflict { option, reason } => write!(f, "invalid {option}: {reason}"),
+            OptionError::TlsFile {
+                option,
+                path,
+                reason,
+            } => write!(f, "{option} {}: {reason}", path.display()),
+        }
+    }
+}
+
+impl std::error::Error for OptionError {}
+
+/// The configuration of producers and consumers, shared by every adapter. Field names are the
+/// option names (go-nsq's where go-nsq has the option); see the [module
+/// documentation](self) for the accepted value syntax.
+#[derive(Debug, Clone)]
+pub struct Config {
+    // ----- go-nsq options -----
+    /// Longest TCP connect (go-nsq `dial_timeout`, default 1 s).
+    pub dial_timeout: Duration,
+    /// Silence after which a connection is declared dead (go-nsq `read_timeout`, default
+    /// 60 s, 100 ms ..= 5 min, at least `heartbeat_interval`).
+    pub read_timeout: Duration,
+    /// Longest socket write, enforced by the adapters (go-nsq `write_timeout`, default 1 s,
+    /// 100 ms ..= 5 min).
+    pub write_timeout: Duration,
+    /// Time between nsqlookupd polls (go-nsq `lookupd_poll_interval`, default 60 s,
+    /// 10 ms ..= 5 min).
+    pub lookupd_poll_interval: Duration,
+    /// Random extra delay per poll, as a fraction of the interval (go-nsq
+    /// `lookupd_poll_jitter`, default 0.3, 0 ..= 1).
+    pub lookupd_poll_jitter: f64,
+    /// Cap on computed requeue delays (go-nsq `max_requeue_delay`, default 15 min, ..= 60 min).
+    pub max_requeue_delay: Duration,
+    /// Requeue delay per attempt when the handler names none (go-nsq
+    /// `default_requeue_delay`, default 90 s, ..= 60 min).
+    pub default_requeue_delay: Duration,
+    /// `exponential` or `full_jitter` (go-nsq `backoff_strategy`, default exponential).
+    pub backoff_strategy: BackoffStrategy,
+    /// Longest backoff window; 0 disables backoff (go-nsq `max_backoff_duration`, default
+    /// 2 min, ..= 60 min).
+    pub max_backoff_duration: Duration,
+    /// Unit of the backoff window (go-nsq `backoff_multiplier`, default 1 s, ..= 60 min).
+    pub backoff_multiplier: Duration,
+    /// Deliveries after which a message is given up on; 0 = unlimited (go-nsq
+    /// `max_attempts`, default 5).
+    pub max_attempts: u16,
+    /// With fewer max_in_flight than connections: a connection idle this long gives its RDY
+    /// up (go-nsq `low_rdy_idle_timeout`, default 10 s, 1 s ..= 5 min).
+    pub low_rdy_idle_timeout: Duration,
+    /// ... and one holding RDY this long gives it up anyway (go-nsq `low_rdy_timeout`,
+    /// default 30 s, 1 s ..= 5 min).
+    pub low_rdy_timeout: Duration,
+    /// How often RDY is redistributed (go-nsq `rdy_redistribute_interval`, default 5 s,
+    /// 1 ms ..= 5 s).
+    pub rdy_redistribute_interval: Duration,
+    /// Sent in IDENTIFY (go-nsq `client_id`; default the short hostname).
+    pub client_id: Option<String>,
+    /// Sent in IDENTIFY (go-nsq `hostname`; adapters fill in the OS hostname when unset).
+    pub hostname: Option<String>,
+    /// Sent in IDENTIFY (go-nsq `user_agent`; default `nsq-rs/<version>`).
+    pub user_agent: Option<String>,
+    /// Server heartbeat interval (go-nsq `heartbeat_interval`, default 30 s; nsqd accepts
+    /// 1 s ..= 60 s).
+    pub heartbeat_interval: Duration,
+    /// Percentage of the channel's messages to receive, 0 = all (go-nsq `sample_rate`, 0 ..= 99).
+    pub sample_rate: u8,
+    /// Negotiate TLS (go-nsq `tls_v1`). The connection fails if nsqd does not grant it.
+    pub tls_v1: bool,
+    /// PEM file of root certificates to verify nsqd against (go-nsq `tls_root_ca_file`;
+    /// default: the Mozilla roots of webpki-roots).
+    pub tls_root_ca_file: Option<PathBuf>,
+    /// PEM file of the client certificate chain (go-nsq `tls_cert`; needs `tls_key`).
+    pub tls_cert: Option<PathBuf>,
+    /// PEM file of the client private key (go-nsq `tls_key`; needs `tls_cert`).
+    pub tls_key: Option<PathBuf>,
+    /// **Insecure**: accept any server certificate (go-nsq `tls_insecure_skip_verify`; also
+    /// accepted as `dangerous_skip_tls_verification`). The connection is then encrypted but
+    /// anyone on the path can impersonate nsqd. Default false.
+    pub tls_insecure_skip_verify: bool,
+    /// The name to verify nsqd's certificate against (default: the host of the address).
+    pub tls_server_name: Option<String>,
+    /// go-nsq `tls_min_version` (`ssl3.0`, `tls1.0`, `tls1.1`, `tls1.2`), accepted so go-nsq
+    /// configurations port: rustls never negotiates below TLS 1.2, so every accepted value has
+    /// the same effect (TLS 1.2 or 1.3).
+    pub tls_min_version: Option<String>,
+    /// A complete TLS configuration set in code; when present it replaces `tls_root_ca_file`,
+    /// `tls_cert`, `tls_key` and `tls_insecure_skip_verify`, and switches TLS on. Not
+    /// settable from a file.
+    pub tls_config: Option<TlsConfig>,
+    /// Negotiate DEFLATE (go-nsq `deflate`).
+    pub deflate: bool,
+    /// DEFLATE level (go-nsq `deflate_level`, default 6, 1 ..= 9).
+    pub deflate_level: u32,
+    /// Negotiate snappy (go-nsq `snappy`; not together with `deflate`).
+    pub snappy: bool,
+    /// nsqd's output buffer for this connection in bytes (go-nsq `output_buffer_size`,
+    /// default 16384; -1 disables buffering, 0 leaves nsqd's default, else at least 64).
+    pub output_buffer_size: i64,
+    /// nsqd's output buffer flush timeout (go-nsq `output_buffer_timeout`, default 250 ms;
+    /// 0 disables the buffering timeout, as go-nsq documents).
+    pub output_buffer_timeout: Duration,
+    /// Most messages in flight over all connections (go-nsq `max_in_flight`, default 1).
+    pub max_in_flight: u32,
+    /// Server-side message timeout for this client; 0 leaves nsqd's default (go-nsq
+    /// `msg_timeout`; nsqd needs at least 1 s).
+    pub msg_timeout: Duration,
+    /// Secret for AUTH, sent only when nsqd requires it (go-nsq `auth_secret`).
+    pub auth_secret: Option<Secret>,
+
+    // ----- options of our own -----
+    /// nsqd's `--max-msg-size`, checked before publishing (default 1 MiB).
+    pub max_msg_size: u32,
+    /// nsqd's `--max-body-size`, checked before MPUB (default 5 MiB).
+    pub max_body_size: u32,
+    /// nsqd's `--max-req-timeout`, the longest REQ/DPUB delay (default 1 h).
+    pub max_req_timeout: Duration,
+    /// First reconnect delay after a failure, doubling with jitter (default 1 s).
+    pub reconnect_initial_delay: Duration,
+    /// Longest reconnect delay (default 60 s).
+    pub reconnect_max_delay: Duration,
+    /// A connection up this long resets its reconnect schedule (default 30 s).
+    pub reconnect_reset_after: Duration,
+    /// How long a consumer's lookupd query may take (default 30 s; also accepted as
+    /// `lookupd_poll_timeout`).
+    pub lookupd_timeout: Duration,
+    /// Producer routing, `failover` (first healthy nsqd in the given order, default) or
+    /// `round_robin` (option name `producer_routing`).
+    pub producer_routing: Routing,
+    /// Longest wait of a publish for a ready connection (default 5 s).
+    pub publish_timeout: Duration,
+    /// Longest wait for nsqd's reply to a publish before the connection is dropped as stuck;
+    /// 0 disables (default 30 s).
+    pub reply_timeout: Duration,
+    /// Most unresolved publishes per producer, 0 = unbounded (default 0).
+    pub max_outstanding_publishes: usize,
+    /// Most publishes waiting for a connection (default 10 000).
+    pub max_pending_publishes: usize,
+    /// How long a graceful stop/close waits for in-flight messages or publishes (default 30 s).
+    pub drain_timeout: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        let limits = Limits::default();
+        let producer = ProducerConfig::default();
+        let consumer = ConsumerConfig::default();
+        Config {
+            dial_timeout: Duration::from_secs(1),
+            read_timeout: Duration::from_secs(60),
+            write_timeout: Duration::from_secs(1),
+            lookupd_poll_interval: Duration::from_secs(60),
+            lookupd_poll_jitter: 0.3,
+            max_requeue_delay: Duration::from_secs(15 * 60),
+            default_requeue_delay: Duration::from_secs(90),
+            backoff_strategy: BackoffStrategy::Exponential,
+            max_backoff_duration: Duration::from_secs(120),
+            backoff_multiplier: Duration::from_secs(1),
+            max_attempts: 5,
+            low_rdy_idle_timeout: Duration::from_secs(10),
+            low_rdy_timeout: Duration::from_secs(30),
+            rdy_redistribute_interval: Duration::from_secs(5),
+            client_id: None,
+            hostname: None,
+            user_agent: None,
+            heartbeat_interval: Duration::from_secs(30),
+            sample_rate: 0,
+            tls_v1: false,
+            tls_root_ca_file: None,
+            tls_cert: None,
+            tls_key: None,
+            tls_insecure_skip_verify: false,
+            tls_server_name: None,
+            tls_min_version: None,
+            tls_config: None,
+            deflate: false,
+            deflate_level: 6,
+            snappy: false,
+            output_buffer_size: 16384,
+            output_buffer_timeout: Duration::from_millis(250),
+            max_in_flight: 1,
+            msg_timeout: Duration::ZERO,
+            auth_secret: None,
+            max_msg_size: limits.max_msg_size,
+            max_body_size: limits.max_body_size,
+            max_req_timeout: limits.max_req_timeout,
+            reconnect_initial_delay: consumer.reconnect_initial_delay,
+            reconnect_max_delay: consumer.reconnect_max_delay,
+            reconnect_reset_after: consumer.reconnect_reset_after,
+            lookupd_timeout: consumer.lookupd_timeout,
+            producer_routing: producer.routing,
+            publish_timeout: producer.publish_timeout,
+            reply_timeout: producer.reply_timeout.unwrap_or(Duration::ZERO),
+            max_outstanding_publishes: 0,
+            max_pending_publishes: producer.max_pending,
+            drain_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Every option name [`Config::set`] accepts (aliases included).
+pub const OPTION_NAMES: &[&str] = &[
+    "dial_timeout",
+    "read_timeout",
+    "write_timeout",
+    "lookupd_poll_interval",
+    "lookupd_poll_jitter",
+    "max_requeue_delay",
+    "default_requeue_delay",
+    "backoff_strategy",
+    "max_backoff_duration",
+    "backoff_multiplier",
+    "max_attempts",
+    "low_rdy_idle_timeout",
+    "low_rdy_timeout",
+    "rdy_redistribute_interval",
+    "client_id",
+    "hostname",
+    "user_agent",
+    "heartbeat_interval",
+    "sample_rate",
+    "tls_v1",
+    "tls_root_ca_file",
+    "tls_cert",
+    "tls_key",
+    "tls_insecure_skip_verify",
+    "dangerous_skip_tls_verification",
+    "tls_server_name",
+    "tls_min_version",
+    "deflate",
+    "deflate_level",
+    "snappy",
+    "output_buffer_size",
+    "output_buffer_timeout",
+    "max_in_flight",
+    "msg_timeout",
+    "auth_secret",
+    "max_msg_size",
+    "max_body_size",
+    "max_req_timeout",
+    "reconnect_initial_delay",
+    "reconnect_max_delay",
+    "reconnect_reset_after",
+    "lookupd_timeout",
+    "lookupd_poll_timeout",
+    "producer_routing",
+    "publish_timeout",
+    "reply_timeout",
+    "max_outstanding_publishes",
+    "max_pending_publishes",
+    "drain_timeout",
+];
+
+const MS: Duration = Duration::from_millis(1);
+const SEC: Duration = Duration::from_secs(1);
+const MIN: Duration = Duration::from_secs(60);
+
+/// Parses a Go duration string (`time.ParseDuration` syntax, non-negative): a sequence of
+/// decimal numbers with optional fraction and a unit (`ns`, `us`/`µs`/`μs`, `ms`, `s`, `m`,
+/// `h`), or `0`.
+pub fn parse_go_duration(text: &str) -> Result<Duration, String> {
+    let s = text.strip_prefix('+').unwrap_or(text);
+    if s.starts_with('-') {
+        return Err("durations cannot be negative".into());
+    }
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if s.is_empty() {
+        return Err("empty duration".into());
+    }
+    let mut rest = s;
+    let mut total: u128 = 0; // nanoseconds
+    while !rest.is_empty() {
+        let int_len = rest.bytes().take_while(u8::is_ascii_digit).count();
+        let int_part = &rest[..int_len];
+        rest = &rest[int_len..];
+        let mut frac_part = "";
+        if let Some(after) = rest.strip_prefix('.') {
+            let n = after.bytes().take_while(u8::is_ascii_digit).count();
+            frac_part = &after[..n];
+            rest = &after[n..];
+        }
+        if int_part.is_empty() && frac_part.is_empty() {
+            return Err("expected a number".into());
+        }
+        let unit_len = rest
+            .char_indices()
+            .find(|(_, c)| c.is_ascii_digit() || *c == '.')
+            .map_or(rest.len(), |(i, _)| i);
+        let unit = &rest[..unit_len];
+        rest = &rest[unit_len..];
+        let scale: u128 = match unit {
+            "ns" => 1,
+            "us" | "µs" | "μs" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
+            "" => return Err("missing unit (ns, us, ms, s, m, h)".into()),
+            other => return Err(format!("unknown unit {other:?}")),
+        };
+        let int: u128 = if int_part.is_empty() {
+            0
+        } else {
+            int_part
+                .parse()
+                .map_err(|_| "number too large".to_string())?
+        };
+        let mut value = int.checked_mul(scale).ok_or("duration too large")?;
+        let mut unit_frac = scale;
+        for d in frac_part.bytes().take(18) {
+            unit_frac /= 10;
+            value = value
+                .checked_add(u128::from(d - b'0') * unit_frac)
+                .ok_or("duration too large")?;
+        }
+        total = total.checked_add(value).ok_or("duration too large")?;
+    }
+    let secs = u64::try_from(total / 1_000_000_000).map_err(|_| "duration too large")?;
+    Ok(Duration::new(secs, (total % 1_000_000_000) as u32))
+}
+
+fn show(value: &Value) -> String {
+    match value {
+        Value::String(s) => format!("{s:?}"),
+        other => other.to_string(),
+    }
+}
+
+fn show_duration(d: Duration) -> String {
+    format!("{d:?}")
+}
+
+struct Setter<'a> {
+    option: &'a str,
+    value: &'a Value,
+}
+
+impl Setter<'_> {
+    fn invalid(&self, expected: &'static str) -> OptionError {
+        OptionError::Invalid {
+            option: self.option.to_string(),
+            value: show(self.value),
+            expected,
+        }
+    }
+
+    fn duration(&self) -> Result<Duration, OptionError> {
+        const EXPECTED: &str = "a Go duration (\"90s\", \"250ms\") or milliseconds";
+        match self.value {
+            Value::String(s) => parse_go_duration(s.trim()).map_err(|_| self.invalid(EXPECTED)),
+            Value::Number(n) => n
+                .as_u64()
+                .map(Duration::from_millis)
+                .ok_or_else(|| self.invalid(EXPECTED)),
+            _ => Err(self.invalid(EXPECTED)),
+        }
+    }
+
+    fn boolean(&self) -> Result<bool, OptionError> {
+        const EXPECTED: &str = "a boolean";
+        match self.value {
+            Value::Bool(b) => Ok(*b),
+            Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+                (Some(i), _) => Ok(i != 0),
+                (None, Some(u)) => Ok(u != 0),
+                _ => Err(self.invalid(EXPECTED)),
+            },
+            Value::String(s) => match s.trim() {
+                "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
+                "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
+                _ => Err(self.invalid(EXPECTED)),
+            },
+            _ => Err(self.invalid(EXPECTED)),
+        }
+    }
+
+    fn integer(&self) -> Result<i128, OptionError> {
+        const EXPECTED: &str = "an integer";
+        match self.value {
+            Value::Number(n) => n
+                .as_i64()
+                .map(i128::from)
+                .or_else(|| n.as_u64().map(i128::from))
+                .ok_or_else(|| self.invalid(EXPECTED)),
+            Value::String(s) => s.trim().parse().map_err(|_| self.invalid(EXPECTED)),
+            _ => Err(self.invalid(EXPECTED)),
+        }
+    }
+
+    fn int_in<T: TryFrom<i128>>(&self, range: &'static str) -> Result<T, OptionError> {
+        let i = self.integer()?;
+        T::try_from(i).map_err(|_| OptionError::OutOfRange {
+            option: self.option.to_string(),
+            value: i.to_string(),
+            range,
+        })
+    }
+
+    fn float(&self) -> Result<f64, OptionError> {
+        const EXPECTED: &str = "a number";
+        match self.value {
+            Value::Number(n) => n.as_f64().ok_or_else(|| self.invalid(EXPECTED)),
+            Value::String(s) => s.trim().parse().map_err(|_| self.invalid(EXPECTED)),
+            _ => Err(self.invalid(EXPECTED)),
+        }
+    }
+
+    fn string(&self) -> Result<Option<String>, OptionError> {
+        match self.value {
+            Value::Null => Ok(None),
+            Value::String(s) => Ok(Some(s.clone())),
+            Value::Number(n) => Ok(Some(n.to_string())),
+            Value::Bool(b) => Ok(Some(b.to_string())),
+            _ => Err(self.invalid("a string")),
+        }
+    }
+
+    fn path(&self) -> Result<Option<PathBuf>, OptionError> {
+        match self.value {
+            Value::Null => Ok(None),
+            Value::String(s) if s.is_empty() => Ok(None),
+            Value::String(s) => Ok(Some(PathBuf::from(s))),
+            _ => Err(self.invalid("a file path")),
+        }
+    }
+
+    fn named<T: serde::de::DeserializeOwned>(
+        &self,
+        expected: &'static str,
+    ) -> Result<T, OptionError> {
+        match self.value {
+            Value::String(s) => serde_json::from_value(Value::String(s.trim().to_string()))
+                .map_err(|_| self.invalid(expected)),
+            _ => Err(self.invalid(expected)),
+        }
+    }
+}
+
+fn check_duration(
+    option: &str,
+    d: Duration,
+    min: Duration,
+    max: Duration,
+    range: &'static str,
+) -> Result<(), OptionError> {
+    if d < min || d > max {
+        return Err(OptionError::OutOfRange {
+            option: option.to_string(),
+            value: show_duration(d),
+            range,
+        });
+    }
+    Ok(())
+}
+
+impl Config {
+    /// Parses a JSON object of option names to values, then [`validate`](Self::validate)s.
+    pub fn from_json(json: &str) -> Result<Config, OptionError> {
+        let value: Value = serde_json::from_str(json).map_err(|e| OptionError::Invalid {
+            option: "<document>".into(),
+            value: e.to_string(),
+            expected: "a JSON object of option names to values",
+        })?;
+        Config::from_value(&value)
+    }
+
+    fn from_value(value: &Value) -> Result<Config, OptionError> {
+        let Value::Object(map) = value else {
+            return Err(OptionError::Invalid {
+                option: "<document>".into(),
+                value: show(value),
+                expected: "an object of option names to values",
+            });
+        };
+        let mut config = Config::default();
+        for (option, value) in map {
+            config.set(option, value)?;
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Sets one option by name (`-` is accepted for `_`, as go-nsq does), checking the value's
+    /// syntax and range.
+    pub fn set(&mut self, option: &str, value: &Value) -> Result<(), OptionError> {
+        let name = option.trim().replace('-', "_");
+        let s = Setter {
+            option: &name,
+            value,
+        };
+        match name.as_str() {
+            "dial_timeout" => self.dial_timeout = s.duration()?,
+            "read_timeout" => self.read_timeout = s.duration()?,
+            "write_timeout" => self.write_timeout = s.duration()?,
+            "lookupd_poll_interval" => self.lookupd_poll_interval = s.duration()?,
+            "lookupd_poll_jitter" => self.lookupd_poll_jitter = s.float()?,
+            "max_requeue_delay" => self.max_requeue_delay = s.duration()?,
+            "default_requeue_delay" => self.default_requeue_delay = s.duration()?,
+            "backoff_strategy" => {
+                self.backoff_strategy = s.named("\"exponential\" or \"full_jitter\"")?;
+            }
+            "max_backoff_duration" => self.max_backoff_duration = s.duration()?,
+            "backoff_multiplier" => self.backoff_multiplier = s.duration()?,
+            "max_attempts" => self.max_attempts = s.int_in("within 0..=65535")?,
+            "low_rdy_idle_timeout" => self.low_rdy_idle_timeout = s.duration()?,
+            "low_rdy_timeout" => self.low_rdy_timeout = s.duration()?,
+            "rdy_redistribute_interval" => self.rdy_redistribute_interval = s.duration()?,
+            "client_id" => self.client_id = s.string()?,
+            "hostname" => self.hostname = s.string()?,
+            "user_agent" => self.user_agent = s.string()?,
+            "heartbeat_interval" => self.heartbeat_interval = s.duration()?,
+            "sample_rate" => self.sample_rate = s.int_in("within 0..=99")?,
+            "tls_v1" => self.tls_v1 = s.boolean()?,
+            "tls_root_ca_file" => self.tls_root_ca_file = s.path()?,
+            "tls_cert" => self.tls_cert = s.path()?,
+            "tls_key" => self.tls_key = s.path()?,
+            "tls_insecure_skip_verify" | "dangerous_skip_tls_verification" => {
+                self.tls_insecure_skip_verify = s.boolean()?;
+            }
+            "tls_server_name" => self.tls_server_name = s.string()?,
+            "tls_min_version" => self.tls_min_version = s.string()?,
+            "deflate" => self.deflate = s.boolean()?,
+            "deflate_level" => self.deflate_level = s.int_in("within 1..=9")?,
+            "snappy" => self.snappy = s.boolean()?,
+            "output_buffer_size" => self.output_buffer_size = s.int_in("-1, 0 or at least 64")?,
+            "output_buffer_timeout" => self.output_buffer_timeout = s.duration()?,
+            "max_in_flight" => self.max_in_flight = s.int_in("within 0..=4294967295")?,
+            "msg_timeout" => self.msg_timeout = s.duration()?,
+            "auth_secret" => self.auth_secret = s.string()?.map(Secret::from),
+            "max_msg_size" => self.max_msg_size = s.int_in("within 1..=4294967295")?,
+            "max_body_size" => self.max_body_size = s.int_in("within 1..=4294967295")?,
+            "max_req_timeout" => self.max_req_timeout = s.duration()?,
+            "reconnect_initial_delay" => self.reconnect_initial_delay = s.duration()?,
+            "reconnect_max_delay" => self.reconnect_max_delay = s.duration()?,
+            "reconnect_reset_after" => self.reconnect_reset_after = s.duration()?,
+            "lookupd_timeout" | "lookupd_poll_timeout" => self.lookupd_timeout = s.duration()?,
+            "producer_routing" => {
+                self.producer_routing = s.named("\"failover\" or \"round_robin\"")?;
+            }
+            "publish_timeout" => self.publish_timeout = s.duration()?,
+            "reply_timeout" => self.reply_timeout = s.duration()?,
+            "max_outstanding_publishes" => {
+                self.max_outstanding_publishes = s.int_in("a non-negative integer")?;
+            }
+            "max_pending_publishes" => {
+                self.max_pending_publishes = s.int_in("a non-negative integer")?;
+            }
+            "drain_timeout" => self.drain_timeout = s.duration()?,
+            _ => return Err(OptionError::Unknown { option: name }),
+        }
+        self.check(&name)
+    }
+
+    /// [`set`](Self::set) with a textual value, as from a command line
+    /// (`--consumer-opt=max_in_flight,100` style): numbers, booleans and durations are parsed
+    /// from the text.
+    pub fn set_str(&mut self, option: &str, value: &str) -> Result<(), OptionError> {
+        self.set(option, &Value::String(value.to_string()))
+    }
+
+    /// Checks every option's range and the rules between options (`heartbeat_interval` at
+    /// most `read_timeout`, not both `snappy` and `deflate`, `tls_cert` with `tls_key`).
+    pub fn validate(&self) -> Result<(), OptionError> {
+        for name in OPTION_NAMES {
+            self.check(name)?;
+        }
+        if self.heartbeat_interval > self.read_timeout {
+            return Err(OptionError::Conflict {
+                option: "heartbeat_interval".into(),
+                reason: format!(
+                    "{:?} must not exceed read_timeout {:?}",
+                    self.heartbeat_interval, self.read_timeout
+                ),
+            });
+        }
+        if self.snappy && self.deflate {
+            return Err(OptionError::Conflict {
+                option: "snappy".into(),
+                reason: "snappy and deflate cannot both be enabled".into(),
+            });
+        }
+        if self.tls_cert.is_some() != self.tls_key.is_some() {
+            return Err(OptionError::Conflict {
+                option: if self.tls_cert.is_some() {
+                    "tls_key"
+                } else {
+                    "tls_cert"
+                }
+                .into(),
+                reason: "tls_cert and tls_key must be given together".into(),
+            });
+        }
+        if self.reconnect_max_delay < self.reconnect_initial_delay {
+            return Err(OptionError::Conflict {
+                option: "reconnect_max_delay".into(),
+                reason: "must be at least reconnect_initial_delay".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The range check of one option.
+    fn check(&self, name: &str) -> Result<(), OptionError> {
+        let out = |value: String, range: &'static str| {
+            Err(OptionError::OutOfRange {
+                option: name.to_string(),
+                value,
+                range,
+            })
+        };
+        match name {
+            "dial_timeout" => check_duration(name, self.dial_timeout, MS, 60 * MIN, "1ms ..= 1h"),
+            "read_timeout" => {
+                check_duration(name, self.read_timeout, 100 * MS, 5 * MIN, "100ms ..= 5m")
+            }
+            "write_timeout" => {
+                check_duration(name, self.write_timeout, 100 * MS, 5 * MIN, "100ms ..= 5m")
+            }
+            "lookupd_poll_interval" => check_duration(
+                name,
+                self.lookupd_poll_interval,
+                10 * MS,
+                5 * MIN,
+                "10ms ..= 5m",
+            ),
+            "lookupd_poll_jitter" => {
+                if (0.0..=1.0).contains(&self.lookupd_poll_jitter) {
+                    Ok(())
+                } else {
+                    out(self.lookupd_poll_jitter.to_string(), "within 0 ..= 1")
+                }
+            }
+            "max_requeue_delay" => check_duration(
+                name,
+                self.max_requeue_delay,
+                Duration::ZERO,
+                60 * MIN,
+                "0 ..= 60m",
+            ),
+            "default_requeue_delay" => check_duration(
+                name,
+                self.default_requeue_delay,
+                Duration::ZERO,
+                60 * MIN,
+                "0 ..= 60m",
+            ),
+            "max_backoff_duration" => check_duration(
+                name,
+                self.max_backoff_duration,
+                Duration::ZERO,
+                60 * MIN,
+                "0 ..= 60m",
+            ),
+            "backoff_multiplier" => check_duration(
+                name,
+                self.backoff_multiplier,
+                Duration::ZERO,
+                60 * MIN,
+                "0 ..= 60m",
+            ),
+            "low_rdy_idle_timeout" => {
+                check_duration(name, self.low_rdy_idle_timeout, SEC, 5 * MIN, "1s ..= 5m")
+            }
+            "low_rdy_timeout" => {
+                check_duration(name, self.low_rdy_timeout, SEC, 5 * MIN, "1s ..= 5m")
+            }
+            "rdy_redistribute_interval" => check_duration(
+                name,
+                self.rdy_redistribute_interval,
+                MS,
+                5 * SEC,
+                "1ms ..= 5s",
+            ),
+            "heartbeat_interval" => {
+                check_duration(name, self.heartbeat_interval, SEC, MIN, "1s ..= 60s")
+            }
+            "sample_rate" if self.sample_rate > 99 => {
+                out(self.sample_rate.to_string(), "within 0..=99")
+            }
+            "deflate_level" if !(1..=9).contains(&self.deflate_level) => {
+                out(self.deflate_level.to_string(), "within 1..=9")
+            }
+            "output_buffer_size"
+                if !(self.output_buffer_size == -1
+                    || self.output_buffer_size == 0
+                    || self.output_buffer_size >= 64) =>
+            {
+                out(self.output_buffer_size.to_string(), "-1, 0 or at least 64")
+            }
+            "msg_timeout" if !self.msg_timeout.is_zero() && self.msg_timeout < SEC => out(
+                show_duration(self.msg_timeout),
+                "0 (server default) or at least 1s",
+            ),
+            "max_msg_size" if self.max_msg_size == 0 => out("0".into(), "at least 1"),
+            "max_body_size" if self.max_body_size == 0 => out("0".into(), "at least 1"),
+            "reconnect_initial_delay" if self.reconnect_initial_delay < MS => {
+                out(show_duration(self.reconnect_initial_delay), "at least 1ms")
+            }
+            "client_id" | "hostname" | "user_agent" | "tls_server_name" => {
+                let v = match name {
+                    "client_id" => &self.client_id,
+                    "hostname" => &self.hostname,
+                    "user_agent" => &self.user_agent,
+                    _ => &self.tls_server_name,
+                };
+                match v {
+                    Some(s) if s.is_empty() => out("\"\"".into(), "not empty (use null to unset)"),
+                    _ => Ok(()),
+                }
+            }
+            "tls_min_version"
+                if self
+                    .tls_min_version
+                    .as_deref()
+                    .is_some_and(|v| !matches!(v, "ssl3.0" | "tls1.0" | "tls1.1" | "tls1.2")) =>
+            {
+                out(
+                    format!("{:?}", self.tls_min_version.as_deref().unwrap_or_default()),
+                    "one of ssl3.0, tls1.0, tls1.1, tls1.2 (TLS 1.2 is always the floor)",
+                )
+            }
+            "auth_secret"
+                if self
+                    .auth_secret
+                    .as_ref()
+                    .is_some_and(|s| s.expose().is_empty()) =>
+            {
+                out("\"\"".into(), "not empty (use null to unset)")
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The settings of every nsqd connection. TLS files named by `tls_root_ca_file`,
+    /// `tls_cert` and `tls_key` are read with `read_file` (the adapters pass
+    /// `std::fs::read`; the core itself never touches the file system).
+    pub fn connection_config(
+        &self,
+        read_file: impl FnMut(PathBuf) -> std::io::Result<Vec<u8>>,
+    ) -> Result<ConnectionConfig, OptionError> {
+        self.validate()?;
+        let tls = self.tls(read_file)?;
+        let compression = if self.deflate {
+            Compression::Deflate {
+                level: self.deflate_level,
+            }
+        } else if self.snappy {
+            Compression::Snappy
+        } else {
+            Compression::None
+        };
+        Ok(ConnectionConfig {
+            client_id: self.client_id.clone(),
+            hostname: self.hostname.clone(),
+            user_agent: self
+                .user_agent
+                .clone()
+                .unwrap_or_else(|| DEFAULT_USER_AGENT.to_owned()),
+            heartbeat_interval: self.heartbeat_interval,
+            read_timeout: Some(self.read_timeout),
+            msg_timeout: (!self.msg_timeout.is_zero()).then_some(self.msg_timeout),
+            output_buffer_size: (self.output_buffer_size != 0).then_some(self.output_buffer_size),
+            output_buffer_timeout: Some(self.output_buffer_timeout),
+            sample_rate: self.sample_rate,
+            tls,
+            compression,
+            auth_secret: self.auth_secret.clone(),
+            limits: Limits {
+                max_msg_size: self.max_msg_size,
+                max_body_size: self.max_body_size,
+                max_req_timeout: self.max_req_timeout,
+            },
+            max_outstanding_publishes: None,
+            drain_timeout: self.drain_timeout,
+        })
+    }
+
+    /// The consumer's configuration (see [`connection_config`](Self::connection_config) for
+    /// `read_file`).
+    pub fn consumer_config(
+        &self,
+        read_file: impl FnMut(PathBuf) -> std::io::Result<Vec<u8>>,
+    ) -> Result<ConsumerConfig, OptionError> {
+        Ok(ConsumerConfig {
+            connection: self.connection_config(read_file)?,
+            max_in_flight: self.max_in_flight,
+            max_attempts: self.max_attempts,
+            default_requeue_delay: self.default_requeue_delay,
+            max_requeue_delay: self.max_requeue_delay,
+            backoff_enabled: !self.max_backoff_duration.is_zero(),
+            backoff_strategy: self.backoff_strategy,
+            backoff_multiplier: self.backoff_multiplier,
+            max_backoff_duration: self.max_backoff_duration,
+            lookupd_poll_interval: self.lookupd_poll_interval,
+            lookupd_poll_jitter: self.lookupd_poll_jitter,
+            lookupd_timeout: self.lookupd_timeout,
+            rdy_redistribute_interval: self.rdy_redistribute_interval,
+            low_rdy_idle_timeout: self.low_rdy_idle_timeout,
+            low_rdy_timeout: self.low_rdy_timeout,
+            reconnect_initial_delay: self.reconnect_initial_delay,
+            reconnect_max_delay: self.reconnect_max_delay,
+            reconnect_reset_after: self.reconnect_reset_after,
+            close_timeout: self.drain_timeout,
+            ..ConsumerConfig::default()
+        })
+    }
+
+    /// The producer's configuration (see [`connection_config`](Self::connection_config) for
+    /// `read_file`).
+    pub fn producer_config(
+        &self,
+        read_file: impl FnMut(PathBuf) -> std::io::Result<Vec<u8>>,
+    ) -> Result<ProducerConfig, OptionError> {
+        Ok(ProducerConfig {
+            connection: self.connection_config(read_file)?,
+            routing: self.producer_routing,
+            connect_timeout: self.dial_timeout,
+            publish_timeout: self.publish_timeout,
+            reply_timeout: (!self.reply_timeout.is_zero()).then_some(self.reply_timeout),
+            max_outstanding: (self.max_outstanding_publishes > 0)
+                .then_some(self.max_outstanding_publishes),
+            max_pending: self.max_pending_publishes,
+            reconnect_initial_delay: self.reconnect_initial_delay,
+            reconnect_max_delay: self.reconnect_max_delay,
+            reconnect_reset_after: self.reconnect_reset_after,
+            close_timeout: self.drain_timeout,
+        })
+    }
+
+    fn tls(
+        &self,
+        mut read_file: impl FnMut(PathBuf) -> std::io::Result<Vec<u8>>,
+    ) -> Result<Option<TlsConfig>, OptionError> {
+        let named = |tls: TlsConfig| match &self.tls_server_name {
+            Some(name) => tls.with_server_name(name.clone()),
+            None => tls,
+        };
+        if let Some(tls) = &self.tls_config {
+            return Ok(Some(named(tls.clone())));
+        }
+        if !self.tls_v1 {
+            return Ok(None);
+        }
+        let mut read = |option: &str, path: &Path| -> Result<Vec<u8>, OptionError> {
+            read_file(path.to_path_buf()).map_err(|e| OptionError::TlsFile {
+                option: option.to_string(),
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            })
+        };
+        let file_error = |option: &str, path: &Path, reason: String| OptionError::TlsFile {
+            option: option.to_string(),
+            path: path.to_path_buf(),
+            reason,
+        };
+        let client_cert: Option<ClientCert> = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => {
+                let pem = read("tls_cert", cert)?;
+                let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| file_error("tls_cert", cert, format!("invalid PEM: {e}")))?;
+                if chain.is_empty() {
+                    return Err(file_error("tls_cert", cert, "no certificate found".into()));
+                }
+                let pem = read("tls_key", key)?;
+                let key_der = PrivateKeyDer::from_pem_slice(&pem)
+                    .map_err(|e| file_error("tls_key", key, format!("no private key: {e}")))?;
+                Some((chain, key_der))
+            }
+            _ => None,
+        };
+        let setup_error = |option: &str, e: &dyn fmt::Display| OptionError::Conflict {
+            option: option.to_string(),
+            reason: e.to_string(),
+        };
+        if self.tls_insecure_skip_verify {
+            tracing::warn!("TLS certificate verification is DISABLED (tls_insecure_skip_verify)");
+            let tls = TlsConfig::dangerous_skip_verification(client_cert)
+                .map_err(|e| setup_error("tls_cert", &e))?;
+            return Ok(Some(named(tls)));
+        }
+        let roots = match &self.tls_root_ca_file {
+            Some(path) => {
+                let pem = read("tls_root_ca_file", path)?;
+                let mut roots = RootCertStore::empty();
+                for cert in CertificateDer::pem_slice_iter(&pem) {
+                    let cert = cert.map_err(|e| {
+                        file_error("tls_root_ca_file", path, format!("invalid PEM: {e}"))
+                    })?;
+                    roots.add(cert).map_err(|e| {
+                        file_error(
+                            "tls_root_ca_file",
+                            path,
+                            format!("unusable certificate: {e}"),
+                        )
+                    })?;
+                }
+                if roots.is_empty() {
+                    return Err(file_error(
+                        "tls_root_ca_file",
+                        path,
+                        "no certificate found".into(),
+                    ));
+                }
+                roots
+            }
+            None => webpki_root_store(),
+        };
+        let tls = TlsConfig::with_root_store(roots, client_cert)
+            .map_err(|e| setup_error("tls_cert", &e))?;
+        Ok(Some(named(tls)))
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Config {
+    /// Reads a map of option names to values (any self-describing format), with the same
+    /// checks and errors as [`Config::set`] and [`Config::validate`].
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let map = serde_json::Map::<String, Value>::deserialize(deserializer)?;
+        Config::from_value(&Value::Object(map)).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_durations() {
+        let ok = [
+            ("0", Duration::ZERO),
+            ("90s", 90 * SEC),
+            ("1m30s", 90 * SEC),
+            ("250ms", 250 * MS),
+            ("1h", 60 * MIN),
+            ("1.5s", 1500 * MS),
+            (".5s", 500 * MS),
+            ("2h45m", 165 * MIN),
+            ("1us", Duration::from_micros(1)),
+            ("1µs", Duration::from_micros(1)),
+            ("3ns", Duration::from_nanos(3)),
+            ("+5s", 5 * SEC),
+            ("1.000000001s", Duration::new(1, 1)),
+        ];
+        for (text, want) in ok {
+            assert_eq!(parse_go_duration(text), Ok(want), "{text}");
+        }
+        for bad in [
+            "",
+            "5",
+            "-1s",
+            "1x",
+            "s",
+            "1..5s",
+            ".s",
+            "1s5",
+            "99999999999999999999h",
+            // The largest whole number of hours that fits, plus a fraction that does not.
+            "94522879700260684295381835.99999h",
+        ] {
+            assert!(parse_go_duration(bad).is_err(), "{bad}");
+        }
+    }
+}
