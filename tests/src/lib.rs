@@ -2,31 +2,88 @@
 //! conformance suite.
 //!
 //! The broker is the *other side* of the protocol: it parses client commands itself (it does
-//! not use `nsq-proto`), enforces nsqd's rules with nsqd's error codes and texts, closes the
-//! connection after fatal errors, and runs on its own std threads so tests of any runtime
-//! (tokio, async-std, smol, blocking) can use it. Everything listens on `127.0.0.1` with
-//! ephemeral ports; dropping a server closes its sockets and joins its threads.
+//! not use `nsq-proto`, so the two can disagree and the tests catch it), enforces nsqd's
+//! rules with nsqd's error codes and texts, and closes the connection after fatal errors.
+//! It runs on its own std threads, so tests of any runtime (tokio, async-std, smol,
+//! blocking) can use it. Everything listens on `127.0.0.1` with ephemeral ports; dropping a
+//! server closes its sockets and joins its threads.
+//!
+//! # Starting a broker
 //!
 //! ```
 //! use std::time::Duration;
-//! use nsq_test_broker::{Lookupd, Nsqd, wait_until};
+//! use nsq_test_broker::{Lookupd, Nsqd, RawClient, wait_until};
 //!
 //! let lookupd = Lookupd::start().unwrap();
 //! let nsqd = Nsqd::builder()
+//!     .max_rdy_count(100)                   // any nsqd flag the tests need
 //!     .msg_timeout(Duration::from_secs(1))
-//!     .max_rdy_count(100)
-//!     .lookupd(&lookupd)
+//!     .tls(true)                            // certificate from TestPki::global()
+//!     .lookupd(&lookupd)                    // registers itself and its topics
 //!     .start()
 //!     .unwrap();
-//! // Point the client under test at nsqd.tcp_address() or lookupd.http_address() ...
-//! nsqd.publish("orders", b"hello"); // or let the client publish
-//! assert!(wait_until(Duration::from_secs(1), || nsqd.topic("orders").is_some()));
+//!
+//! // Point the client under test at nsqd.tcp_address() or lookupd.http_address().
+//! // Here a hand-written raw client stands in for it:
+//! let mut client = RawClient::connect_v2(nsqd.tcp_address()).unwrap();
+//! client.subscribe("orders", "billing").unwrap();
+//! client.cmd("RDY 1").unwrap();
+//! nsqd.publish("orders", b"hello"); // server-side publish
+//! let msg = client.expect_message().unwrap();
+//! assert_eq!((msg.body.as_slice(), msg.attempts), (&b"hello"[..], 1));
+//! client.cmd(&format!("FIN {}", msg.id_str())).unwrap();
+//!
+//! // Introspection: counters, per-client RDY/in-flight, the ordered command log.
+//! assert!(nsqd.wait_for(Duration::from_secs(1), |s| {
+//!     s.topics.iter().any(|t| t.channels.iter().any(|c| c.finished == 1))
+//! }));
+//! assert_eq!(nsqd.commands().last().unwrap().name(), "FIN");
 //! assert_eq!(lookupd.producers("orders")[0].tcp_port, nsqd.tcp_address().port());
-//! // ... then inspect what the client did:
-//! let _log = nsqd.commands();
-//! let _stats = nsqd.stats();
-//! // Fault injection: nsqd.drop_connections(), nsqd.pause(), nsqd.restart(..) ...
+//!
+//! // Fault injection.
+//! nsqd.drop_connections();
+//! assert!(client.expect_closed().is_ok());
 //! ```
+//!
+//! # What it implements
+//!
+//! - Protocol V2: magic, IDENTIFY (every range check, feature negotiation, TLS → snappy or
+//!   deflate upgrades in nsqd's order, each answered `OK` through the new layer), AUTH
+//!   against an [`AuthTable`], SUB, PUB, MPUB, DPUB, RDY, FIN, REQ, TOUCH, CLS, NOP, with
+//!   nsqd's state rules and error texts; fatal errors are sent, then the connection closes.
+//! - Topics fan out to every channel; a channel spreads its messages over subscribers with
+//!   `in_flight < rdy`; in-flight messages time out after the client's msg_timeout and are
+//!   redelivered with attempts + 1; REQ delays (clamped to max_req_timeout) and DPUB defer;
+//!   TOUCH extends up to max_msg_timeout; `#ephemeral` topics and channels vanish with
+//!   their last subscriber; messages published before any channel wait in the topic.
+//! - Heartbeats at the negotiated interval; a client silent for two intervals is dropped.
+//! - [`Lookupd`]: `/lookup` (v1 JSON, 404 `TOPIC_NOT_FOUND`), `/topics`, `/channels`,
+//!   `/nodes`, `/ping`; producers registered in-process or by hand; injectable failures.
+//! - An optional nsqd HTTP subset ([`NsqdBuilder::http`]): `/ping`, `/pub`, `/mpub`,
+//!   `/topic/create`, `/channel/create`, `/stats`.
+//! - Introspection ([`Nsqd::stats`], [`Nsqd::commands`], [`Nsqd::warnings`]) and faults
+//!   ([`Nsqd::drop_connections`], [`Nsqd::drop_client`], [`Nsqd::stop_accepting`],
+//!   [`Nsqd::hold_accepts`],
+//!   [`Nsqd::pause`], [`Nsqd::restart`], [`Nsqd::set_read_throttle`],
+//!   [`Nsqd::fail_publishes`]).
+//!
+//! # Known differences from nsqd
+//!
+//! - `sample_rate` and the output buffer settings are validated and echoed but not applied
+//!   (messages are not sampled; writes are flushed per batch, never delayed).
+//! - Authorization patterns are [`Pattern`]s (any, exact, prefix), not regular expressions,
+//!   and there is no auth server round trip or TTL.
+//! - IDENTIFY's JSON keys are matched exactly (Go matches them case-insensitively).
+//! - A second IDENTIFY does not redo upgrades that are already in place.
+//! - Client behaviour nsqd tolerates but that is almost certainly a bug (an MPUB whose body
+//!   size disagrees with its messages, bytes sent after IDENTIFY before reading its reply when
+//!   an upgrade follows) is accepted like nsqd does and recorded in [`Nsqd::warnings`].
+//! - Only the in-memory queue exists; [`Nsqd::restart`] decides whether messages survive.
+//! - Timeouts and deferred messages are handled on nsqd's 100 ms queue scan tick
+//!   ([`Options::queue_scan_interval`]), so they come up to one tick late and in batches,
+//!   but every channel is checked on every tick: nsqd only checks 20 random channels per
+//!   tick from a list refreshed every 5 s, so on a real server a new channel's first timeout
+//!   can come seconds late (see [`conformance::EXTERNAL_QUEUE_SCAN_ALLOWANCE`]).
 //!
 //! See [`conformance`] for the scenario harness and the `NSQD_TCP_ADDRESS` override.
 

@@ -132,8 +132,11 @@ pub struct CommandRecord {
     pub at: Instant,
     /// The command line without its newline (lossy UTF-8).
     pub line: String,
-    /// The body, when the command had one and it was read.
+    /// The body, when the command had one and it was read (at most
+    /// [`Options::command_log_body_limit`] bytes of it).
     pub body: Option<Vec<u8>>,
+    /// The body's full length.
+    pub body_len: usize,
     /// The error sent back, if any (`E_CODE description`).
     pub error: Option<String>,
 }
@@ -233,12 +236,18 @@ struct Topic {
     message_count: u64,
 }
 
+enum Layer {
+    Tls(Arc<TlsShared>),
+    Snappy,
+    Deflate(u32),
+}
+
 enum Out {
     Frame(Vec<u8>),
     Heartbeat(Option<Duration>),
-    UpgradeTls(Arc<TlsShared>),
-    UpgradeSnappy,
-    UpgradeDeflate(u32),
+    /// Write the frame on the current layer, flush, then switch layers, with no heartbeat in
+    /// between (nsqd holds its write lock across the upgrade).
+    Upgrade(Vec<u8>, Layer),
     Close,
 }
 
@@ -279,7 +288,8 @@ struct State {
     topics: BTreeMap<String, Topic>,
     clients: BTreeMap<ClientId, Client>,
     next_client: ClientId,
-    log: Vec<CommandRecord>,
+    log: VecDeque<CommandRecord>,
+    next_seq: u64,
     warnings: Vec<String>,
 }
 
@@ -294,14 +304,15 @@ struct Inner {
     shutdown: AtomicBool,
     faults: Arc<Faults>,
     conn_threads: Mutex<Vec<JoinHandle<()>>>,
-    lookup: Mutex<Option<(Arc<LookupShared>, ProducerId)>>,
+    lookup: Mutex<Vec<(Arc<LookupShared>, ProducerId)>>,
+    fail_publishes: AtomicBool,
 }
 
 /// Builder of a [`Nsqd`]; every setter mirrors an nsqd flag.
 #[derive(Debug, Default)]
 pub struct NsqdBuilder {
     opts: Options,
-    lookupd: Option<Arc<LookupShared>>,
+    lookupd: Vec<Arc<LookupShared>>,
     http: bool,
 }
 
@@ -325,6 +336,8 @@ impl NsqdBuilder {
         max_body_size: i64,
         /// `--max-req-timeout` (also bounds DPUB).
         max_req_timeout: Duration,
+        /// nsqd's queue scan tick (100ms) for timeouts and deferred messages ([`Options::queue_scan_interval`]).
+        queue_scan_interval: Duration,
         /// Default heartbeat interval of clients that do not ask for one.
         heartbeat_interval: Duration,
         /// `--max-heartbeat-interval`.
@@ -347,6 +360,10 @@ impl NsqdBuilder {
         tls_required: bool,
         /// Version reported by IDENTIFY and to lookupd.
         version: String,
+        /// How many commands the command log keeps (0 = none).
+        command_log_limit: usize,
+        /// How many bytes of each body the command log keeps.
+        command_log_body_limit: usize,
     }
 
     /// Replaces all options.
@@ -370,9 +387,10 @@ impl NsqdBuilder {
     }
 
     /// Registers with this lookupd (in-process): the producer appears on start, topics and
-    /// channels as they are created, and it disappears on shutdown.
+    /// channels as they are created, and it disappears on shutdown. Call again to register
+    /// with several lookupds.
     pub fn lookupd(mut self, lookupd: &Lookupd) -> Self {
-        self.lookupd = Some(lookupd.shared());
+        self.lookupd.push(lookupd.shared());
         self
     }
 
@@ -410,7 +428,8 @@ impl NsqdBuilder {
             shutdown: AtomicBool::new(false),
             faults: Arc::default(),
             conn_threads: Mutex::default(),
-            lookup: Mutex::new(None),
+            lookup: Mutex::new(Vec::new()),
+            fail_publishes: AtomicBool::new(false),
         });
         let http = if self.http {
             let h = inner.clone();
@@ -421,7 +440,7 @@ impl NsqdBuilder {
         } else {
             None
         };
-        if let Some(shared) = self.lookupd {
+        for shared in self.lookupd {
             let http_port = http.as_ref().map_or(0, |h| h.addr().port());
             let mut info = PeerInfo::local(addr.port(), http_port);
             info.hostname.clone_from(&inner.opts.hostname);
@@ -429,7 +448,11 @@ impl NsqdBuilder {
                 .clone_from(&inner.opts.broadcast_address);
             info.version.clone_from(&inner.opts.version);
             let id = shared.add_producer(info);
-            *inner.lookup.lock().unwrap_or_else(PoisonError::into_inner) = Some((shared, id));
+            inner
+                .lookup
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push((shared, id));
         }
         let acceptor = {
             let inner = inner.clone();
@@ -539,9 +562,10 @@ impl Nsqd {
         self.clients().into_iter().find(|c| c.id == id)
     }
 
-    /// Every command received so far, in order.
+    /// Every command received so far, in order (the most recent
+    /// [`Options::command_log_limit`] of them).
     pub fn commands(&self) -> Vec<CommandRecord> {
-        self.inner.lock().log.clone()
+        self.inner.lock().log.iter().cloned().collect()
     }
 
     /// The commands of one client, in order.
@@ -598,6 +622,21 @@ impl Nsqd {
             let st = self.inner.lock();
             ids.iter().all(|id| !st.clients.contains_key(id))
         });
+    }
+
+    /// Closes one client connection; false if there is no such client. Returns once the
+    /// broker has forgotten it.
+    pub fn drop_client(&self, id: ClientId) -> bool {
+        {
+            let st = self.inner.lock();
+            let Some(c) = st.clients.get(&id) else {
+                return false;
+            };
+            c.kill();
+        }
+        wait_until(Duration::from_secs(2), || {
+            !self.inner.lock().clients.contains_key(&id)
+        })
     }
 
     /// Closes the listening socket: new connections are refused until
@@ -660,6 +699,12 @@ impl Nsqd {
             .unwrap_or_else(PoisonError::into_inner) = throttle;
     }
 
+    /// While on, PUB/MPUB/DPUB fail like on an exiting nsqd (`E_PUB_FAILED PUB failed
+    /// exiting`, fatal) after their input was validated.
+    pub fn fail_publishes(&self, on: bool) {
+        self.inner.fail_publishes.store(on, Ordering::SeqCst);
+    }
+
     /// Simulates an nsqd restart on the same port: stop listening, drop every connection,
     /// optionally forget every message, listen again.
     pub fn restart(&self, what: Restart) -> io::Result<()> {
@@ -704,15 +749,8 @@ impl Nsqd {
                 Restart::DropMessages => {
                     let names: Vec<String> = st.topics.keys().cloned().collect();
                     st.topics.clear();
-                    if let Some((lookup, id)) = &*self
-                        .inner
-                        .lookup
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                    {
-                        for n in names {
-                            lookup.unregister(*id, &n, None);
-                        }
+                    for n in names {
+                        self.inner.lookup_register(&n, None, false);
                     }
                 }
             }
@@ -743,13 +781,14 @@ impl Nsqd {
         }
         self.inner.reap_conn_threads(true);
         self.http.take();
-        if let Some((lookup, id)) = self
-            .inner
-            .lookup
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-        {
+        let registrations = std::mem::take(
+            &mut *self
+                .inner
+                .lookup
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        for (lookup, id) in registrations {
             lookup.remove_producer(id);
         }
     }
@@ -797,7 +836,7 @@ impl Inner {
     }
 
     fn lookup_register(&self, topic: &str, channel: Option<&str>, add: bool) {
-        if let Some((lookup, id)) = &*self.lookup.lock().unwrap_or_else(PoisonError::into_inner) {
+        for (lookup, id) in &*self.lookup.lock().unwrap_or_else(PoisonError::into_inner) {
             if add {
                 lookup.register(*id, topic, channel);
             } else {
@@ -867,15 +906,33 @@ impl Inner {
         }
     }
 
+    /// Handles in-flight timeouts and deferred messages. Like nsqd's `queueScanLoop`, it only
+    /// looks at them on a ticker (`queue_scan_interval`), so a message is redelivered up to one
+    /// tick after its deadline, together with every other message due by then; until then a
+    /// FIN or TOUCH of an expired message still succeeds, as on nsqd.
     fn scan_loop(self: Arc<Self>) {
+        let interval = self.opts.queue_scan_interval;
+        let mut next_tick = Instant::now() + interval;
         let mut st = self.lock();
         while !self.shutdown.load(Ordering::SeqCst) {
             let now = Instant::now();
-            let next = Self::process_timers(&mut st, now);
+            let wait = if interval.is_zero() {
+                let next = Self::process_timers(&mut st, now);
+                next.map_or(Duration::from_millis(50), |t| {
+                    t.saturating_duration_since(now)
+                })
+            } else {
+                if now >= next_tick {
+                    Self::process_timers(&mut st, now);
+                    // A Go ticker drops ticks it could not deliver.
+                    next_tick += interval;
+                    if next_tick <= now {
+                        next_tick = now + interval;
+                    }
+                }
+                next_tick.saturating_duration_since(now)
+            };
             Self::dispatch(&mut st, now);
-            let wait = next.map_or(Duration::from_millis(50), |t| {
-                t.saturating_duration_since(now)
-            });
             let wait = wait.clamp(Duration::from_millis(1), Duration::from_millis(50));
             st = self
                 .wake
@@ -1292,7 +1349,7 @@ impl Inner {
             let ctl = ctl.clone();
             std::thread::Builder::new()
                 .name("nsqd-conn-writer".into())
-                .spawn(move || writer_main(&rx, raw, &ctl, heartbeat))
+                .spawn(move || writer_main(&rx, raw, &ctl, None))
         };
         let mut conn = Conn {
             inner: self.clone(),
@@ -1307,6 +1364,7 @@ impl Inner {
             heartbeat,
             tls: false,
             compressed: false,
+            handshake_until: None,
             body: None,
         };
         if writer.is_ok() {
@@ -1380,29 +1438,21 @@ fn writer_main(rx: &Receiver<Out>, raw: RawWrite, ctl: &ConnCtl, heartbeat: Opti
                     hb = d;
                     next_hb = d.map(|d| Instant::now() + d);
                 }
-                Out::UpgradeTls(shared) => {
-                    if w.flush().is_err() {
+                Out::Upgrade(before, layer) => {
+                    if w.write_all(&before).is_err() || w.flush().is_err() {
                         break 'outer;
                     }
-                    w = Box::new(TlsWrite {
-                        shared: shared.clone(),
-                    });
-                    tls = Some(shared);
-                }
-                Out::UpgradeSnappy => {
-                    if w.flush().is_err() {
-                        break 'outer;
-                    }
-                    w = Box::new(snap::write::FrameEncoder::new(w));
-                }
-                Out::UpgradeDeflate(level) => {
-                    if w.flush().is_err() {
-                        break 'outer;
-                    }
-                    w = Box::new(flate2::write::DeflateEncoder::new(
-                        w,
-                        flate2::Compression::new(level),
-                    ));
+                    w = match layer {
+                        Layer::Tls(shared) => {
+                            tls = Some(shared.clone());
+                            Box::new(TlsWrite { shared })
+                        }
+                        Layer::Snappy => Box::new(snap::write::FrameEncoder::new(w)),
+                        Layer::Deflate(level) => Box::new(flate2::write::DeflateEncoder::new(
+                            w,
+                            flate2::Compression::new(level),
+                        )),
+                    };
                 }
                 Out::Close => {
                     let _ = w.flush();
@@ -1441,6 +1491,7 @@ struct Conn {
     heartbeat: Option<Duration>,
     tls: bool,
     compressed: bool,
+    handshake_until: Option<Instant>,
     body: Option<Vec<u8>>,
 }
 
@@ -1516,11 +1567,11 @@ impl Conn {
     }
 
     fn run(&mut self) {
-        // The magic.
-        self.ctl
-            .set_deadline(self.heartbeat.map(|h| Instant::now() + 2 * h));
+        // The magic: like nsqd, no deadline, and the heartbeat ticker starts after it.
         match self.rd.read_exact_vec(4) {
-            Ok(m) if m == b"  V2" => {}
+            Ok(m) if m == b"  V2" => {
+                let _ = self.out.send(Out::Heartbeat(self.heartbeat));
+            }
             Ok(m) => {
                 tracing::debug!(client = self.id, magic = ?m, "bad protocol magic");
                 self.send(1, b"E_BAD_PROTOCOL");
@@ -1529,8 +1580,12 @@ impl Conn {
             Err(_) => return,
         }
         loop {
-            self.ctl
-                .set_deadline(self.heartbeat.map(|h| Instant::now() + 2 * h));
+            let mut deadline = self.heartbeat.map(|h| Instant::now() + 2 * h);
+            if let Some(h) = self.handshake_until.take() {
+                // nsqd gives the TLS handshake 5 seconds.
+                deadline = Some(deadline.map_or(h, |d| d.min(h)));
+            }
+            self.ctl.set_deadline(deadline);
             let mut line = match self.rd.read_line() {
                 Ok(Some(l)) => l,
                 Ok(None) => return,
@@ -1554,16 +1609,29 @@ impl Conn {
                 Ok(_) => None,
             };
             {
+                let opts = &self.inner.opts;
+                let mut body = self.body.take();
+                let body_len = body.as_ref().map_or(0, Vec::len);
+                if let Some(b) = &mut body {
+                    b.truncate(opts.command_log_body_limit);
+                }
                 let mut st = self.inner.lock();
-                let seq = st.log.len() as u64;
-                st.log.push(CommandRecord {
-                    seq,
-                    client: self.id,
-                    at: Instant::now(),
-                    line: lossy(&line),
-                    body: self.body.take(),
-                    error,
-                });
+                let seq = st.next_seq;
+                st.next_seq += 1;
+                if opts.command_log_limit > 0 {
+                    if st.log.len() >= opts.command_log_limit {
+                        st.log.pop_front();
+                    }
+                    st.log.push_back(CommandRecord {
+                        seq,
+                        client: self.id,
+                        at: Instant::now(),
+                        line: lossy(&line),
+                        body,
+                        body_len,
+                        error,
+                    });
+                }
             }
             match result {
                 Ok(Some(resp)) => self.send(0, &resp),
@@ -1758,7 +1826,8 @@ impl Conn {
             "output_buffer_size": obuf_size,
             "output_buffer_timeout": millis(obuf_timeout),
         });
-        self.send(0, reply.to_string().as_bytes());
+        // The frame that precedes the next upgrade (or goes out last).
+        let mut pending = frame(0, reply.to_string().as_bytes());
         if tls && !self.tls {
             let config = self
                 .inner
@@ -1780,34 +1849,38 @@ impl Conn {
                 ctl: self.ctl.clone(),
             };
             let shared = TlsShared::new(conn, raw_w);
-            let _ = self.out.send(Out::UpgradeTls(shared.clone()));
+            let before = std::mem::replace(&mut pending, frame(0, b"OK"));
+            let _ = self
+                .out
+                .send(Out::Upgrade(before, Layer::Tls(shared.clone())));
             let discarded = self.rd.upgrade(|_| Box::new(TlsRead::new(shared, raw_r)));
             self.discard_check(discarded);
             self.tls = true;
             self.with_client(|c| c.tls = true)?;
-            self.send(0, b"OK");
+            self.handshake_until = Some(Instant::now() + Duration::from_secs(5));
         }
         if snappy && !self.compressed {
-            let _ = self.out.send(Out::UpgradeSnappy);
+            let before = std::mem::replace(&mut pending, frame(0, b"OK"));
+            let _ = self.out.send(Out::Upgrade(before, Layer::Snappy));
             let discarded = self
                 .rd
                 .upgrade(|old| Box::new(snap::read::FrameDecoder::new(old)));
             self.discard_check(discarded);
             self.compressed = true;
             self.with_client(|c| c.snappy = true)?;
-            self.send(0, b"OK");
         }
         if deflate && !self.compressed {
             let level = deflate_level.clamp(0, 9) as u32;
-            let _ = self.out.send(Out::UpgradeDeflate(level));
+            let before = std::mem::replace(&mut pending, frame(0, b"OK"));
+            let _ = self.out.send(Out::Upgrade(before, Layer::Deflate(level)));
             let discarded = self
                 .rd
                 .upgrade(|old| Box::new(crate::transport::InflateReader::new(old)));
             self.discard_check(discarded);
             self.compressed = true;
             self.with_client(|c| c.deflate = Some(level))?;
-            self.send(0, b"OK");
         }
+        let _ = self.out.send(Out::Frame(pending));
         Ok(None)
     }
 
@@ -2118,6 +2191,13 @@ impl Conn {
         Ok(Some(b"CLOSE_WAIT".to_vec()))
     }
 
+    fn check_publish_failure(&self, code: &str, cmd: &str) -> Result<(), CmdErr> {
+        if self.inner.fail_publishes.load(Ordering::SeqCst) {
+            return Err(fatal(code, format!("{cmd} failed exiting")));
+        }
+        Ok(())
+    }
+
     fn read_message(&mut self, cmd: &str) -> Result<Vec<u8>, CmdErr> {
         let max = self.inner.opts.max_msg_size;
         let len = self.rd.read_len().map_err(|_| {
@@ -2160,6 +2240,7 @@ impl Conn {
         }
         let body = self.read_message("PUB")?;
         self.check_auth("PUB", topic, b"")?;
+        self.check_publish_failure("E_PUB_FAILED", "PUB")?;
         let mut st = self.inner.lock();
         self.inner.publish(
             &mut st,
@@ -2197,6 +2278,7 @@ impl Conn {
         }
         let body = self.read_message("DPUB")?;
         self.check_auth("DPUB", topic, b"")?;
+        self.check_publish_failure("E_DPUB_FAILED", "DPUB")?;
         let mut st = self.inner.lock();
         self.inner.publish(
             &mut st,
@@ -2288,6 +2370,7 @@ impl Conn {
             self.inner.lock().warnings.push(msg);
         }
         self.body = Some(logged);
+        self.check_publish_failure("E_MPUB_FAILED", "MPUB")?;
         let mut st = self.inner.lock();
         self.inner.publish(
             &mut st,

@@ -6,53 +6,62 @@ use std::time::Duration;
 /// Options of a test nsqd. Defaults are nsqd v1.3.0's.
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// `--max-rdy-count` [2500].
+    /// `--max-rdy-count` (default 2500).
     pub max_rdy_count: i64,
-    /// `--msg-timeout` [60s]: the default per-client message timeout.
+    /// `--msg-timeout` (default 60s): the default per-client message timeout.
     pub msg_timeout: Duration,
-    /// `--max-msg-timeout` [15m].
+    /// `--max-msg-timeout` (default 15m).
     pub max_msg_timeout: Duration,
-    /// `--max-msg-size` [1 MiB].
+    /// `--max-msg-size` (default 1 MiB).
     pub max_msg_size: i64,
-    /// `--max-body-size` [5 MiB].
+    /// `--max-body-size` (default 5 MiB).
     pub max_body_size: i64,
-    /// `--max-req-timeout` [1h].
+    /// `--max-req-timeout` (default 1h).
     pub max_req_timeout: Duration,
-    /// Default heartbeat interval of a client (`--client-timeout` / 2) [30s].
+    /// nsqd's `QueueScanInterval` (default 100ms, not a command-line flag of nsqd): in-flight
+    /// timeouts and due deferred messages (REQ with a delay, DPUB) are only noticed on this
+    /// tick, so they are redelivered up to one interval late and in batches, like nsqd's
+    /// queue scan loop does. `Duration::ZERO` handles every deadline exactly on time.
+    pub queue_scan_interval: Duration,
+    /// Default heartbeat interval of a client, `--client-timeout` / 2 (default 30s).
     pub heartbeat_interval: Duration,
-    /// `--max-heartbeat-interval` [60s].
+    /// `--max-heartbeat-interval` (default 60s).
     pub max_heartbeat_interval: Duration,
-    /// Default output buffer size [16 KiB].
+    /// Default output buffer size (default 16 KiB).
     pub output_buffer_size: i64,
-    /// `--max-output-buffer-size` [64 KiB].
+    /// `--max-output-buffer-size` (default 64 KiB).
     pub max_output_buffer_size: i64,
-    /// Default output buffer timeout [250ms].
+    /// Default output buffer timeout (default 250ms).
     pub output_buffer_timeout: Duration,
-    /// `--min-output-buffer-timeout` [25ms].
+    /// `--min-output-buffer-timeout` (default 25ms).
     pub min_output_buffer_timeout: Duration,
-    /// `--max-output-buffer-timeout` [30s].
+    /// `--max-output-buffer-timeout` (default 30s).
     pub max_output_buffer_timeout: Duration,
-    /// `--max-deflate-level` [6].
+    /// `--max-deflate-level` (default 6).
     pub max_deflate_level: i64,
-    /// `--snappy` [true].
+    /// `--snappy` (default true).
     pub snappy: bool,
-    /// `--deflate` [true].
+    /// `--deflate` (default true).
     pub deflate: bool,
-    /// Serve TLS (`--tls-cert`/`--tls-key`) [false]. The certificate comes from
+    /// Serve TLS (`--tls-cert`/`--tls-key`) (default false). The certificate comes from
     /// [`crate::TestPki::global`].
     pub tls: bool,
-    /// `--tls-required` [false]: every command but IDENTIFY fails until TLS is on.
+    /// `--tls-required` (default false): every command but IDENTIFY fails until TLS is on.
     pub tls_required: bool,
-    /// Names (DNS or IP) in the server certificate [`localhost`, `127.0.0.1`].
+    /// Names (DNS or IP) in the server certificate (default `localhost`, `127.0.0.1`).
     pub tls_server_names: Vec<String>,
-    /// Enables AUTH (`--auth-http-address`) with this table of secrets [off].
+    /// Enables AUTH (`--auth-http-address`) with this table of secrets (default off).
     pub auth: Option<AuthTable>,
-    /// Version string reported in IDENTIFY and to lookupd [`1.3.0`].
+    /// Version string reported in IDENTIFY and to lookupd (default `1.3.0`).
     pub version: String,
-    /// Hostname reported to lookupd [`localhost`].
+    /// Hostname reported to lookupd (default `localhost`).
     pub hostname: String,
-    /// Broadcast address reported to lookupd [`127.0.0.1`].
+    /// Broadcast address reported to lookupd (default `127.0.0.1`).
     pub broadcast_address: String,
+    /// How many commands the command log keeps (oldest dropped first, 0 = no log; default 100 000).
+    pub command_log_limit: usize,
+    /// How many bytes of each command's body the log keeps (default 64 KiB).
+    pub command_log_body_limit: usize,
 }
 
 impl Default for Options {
@@ -64,6 +73,7 @@ impl Default for Options {
             max_msg_size: 1024 * 1024,
             max_body_size: 5 * 1024 * 1024,
             max_req_timeout: Duration::from_secs(3600),
+            queue_scan_interval: Duration::from_millis(100),
             heartbeat_interval: Duration::from_secs(30),
             max_heartbeat_interval: Duration::from_secs(60),
             output_buffer_size: 16 * 1024,
@@ -81,6 +91,8 @@ impl Default for Options {
             version: "1.3.0".to_owned(),
             hostname: "localhost".to_owned(),
             broadcast_address: "127.0.0.1".to_owned(),
+            command_log_limit: 100_000,
+            command_log_body_limit: 64 * 1024,
         }
     }
 }

@@ -17,10 +17,6 @@ use serde_json::json;
 
 type R = Result<(), Box<dyn std::error::Error>>;
 
-fn topic() -> String {
-    Env::unique("brk")
-}
-
 // ---- lookupd ----
 
 #[test]
@@ -29,7 +25,7 @@ fn lookup_of_unknown_topic_is_404() -> R {
     let Some(addr) = env.lookupd_or_skip("lookup_of_unknown_topic_is_404") else {
         return Ok(());
     };
-    let (status, body) = http_get_json(addr, &format!("/lookup?topic={}", topic()))?;
+    let (status, body) = http_get_json(addr, &format!("/lookup?topic={}", env.topic("brk")))?;
     assert_eq!((status, body), (404, json!({"message": "TOPIC_NOT_FOUND"})));
     Ok(())
 }
@@ -55,7 +51,7 @@ fn nsqd_registers_topics_and_channels_with_lookupd() -> R {
     let Some(addr) = env.lookupd_or_skip("nsqd_registers_topics") else {
         return Ok(());
     };
-    let t = topic();
+    let t = env.topic("brk");
     let mut p = env.raw();
     assert_eq!(p.publish(&t, b"x")?, RawFrame::Response(b"OK".to_vec()));
     let mut s = env.raw();
@@ -93,7 +89,7 @@ fn lookup_url_decodes_the_topic() -> R {
     let Some(addr) = env.lookupd_or_skip("lookup_url_decodes_the_topic") else {
         return Ok(());
     };
-    let t = format!("{}#ephemeral", topic());
+    let t = format!("{}#ephemeral", env.topic("brk"));
     let mut s = env.raw();
     s.subscribe(&t, "c#ephemeral")?;
     let query = format!("/lookup?topic={}", t.replace('#', "%23"));
@@ -115,7 +111,7 @@ fn several_nsqd_register_with_one_lookupd() -> R {
     let lookupd = Lookupd::start()?;
     let a = Nsqd::builder().lookupd(&lookupd).start()?;
     let b = Nsqd::builder().lookupd(&lookupd).http(true).start()?;
-    let t = topic();
+    let t = Env::unique("brk");
     a.publish(&t, b"1");
     b.publish(&t, b"2");
     let (status, v) = http_get_json(lookupd.http_address(), &format!("/lookup?topic={t}"))?;
@@ -140,6 +136,22 @@ fn several_nsqd_register_with_one_lookupd() -> R {
     assert_eq!(nodes["producers"].as_array().map(Vec::len), Some(1));
     let (_, topics) = http_get_json(lookupd.http_address(), "/topics")?;
     assert_eq!(topics["topics"], json!([t]));
+    Ok(())
+}
+
+#[test]
+fn one_nsqd_registers_with_several_lookupds() -> R {
+    let (l1, l2) = (Lookupd::start()?, Lookupd::start()?);
+    let nsqd = Nsqd::builder().lookupd(&l1).lookupd(&l2).start()?;
+    let t = Env::unique("brk");
+    nsqd.publish(&t, b"x");
+    for l in [&l1, &l2] {
+        let (status, v) = http_get_json(l.http_address(), &format!("/lookup?topic={t}"))?;
+        assert_eq!(status, 200);
+        assert_eq!(v["producers"][0]["tcp_port"], nsqd.tcp_address().port());
+    }
+    drop(nsqd);
+    assert!(l1.producers(&t).is_empty() && l2.producers(&t).is_empty());
     Ok(())
 }
 
@@ -182,7 +194,7 @@ fn nsqd_http_api_subset() -> R {
     let Some(http) = env.http_or_skip("nsqd_http_api_subset") else {
         return Ok(());
     };
-    let t = topic();
+    let t = env.topic("brk");
     assert_eq!(
         http_request(http, "GET", "/ping", b"")?,
         (200, b"OK".to_vec())
@@ -213,6 +225,43 @@ fn nsqd_http_api_subset() -> R {
     Ok(())
 }
 
+#[test]
+fn command_log_is_ordered_and_bounded() -> R {
+    let nsqd = Nsqd::builder()
+        .command_log_limit(3)
+        .command_log_body_limit(2)
+        .start()?;
+    let mut a = RawClient::connect_v2(nsqd.tcp_address())?;
+    let mut b = RawClient::connect_v2(nsqd.tcp_address())?;
+    for _ in 0..4 {
+        a.cmd("NOP")?;
+    }
+    assert_eq!(
+        a.publish("logged", b"abcd")?,
+        RawFrame::Response(b"OK".to_vec())
+    );
+    b.cmd("BAD")?;
+    b.expect_fatal("E_INVALID")?;
+    let log = nsqd.commands();
+    let seqs: Vec<u64> = log.iter().map(|r| r.seq).collect();
+    assert_eq!(seqs, [3, 4, 5]);
+    assert_eq!(
+        (
+            log[1].line.as_str(),
+            log[1].body.as_deref(),
+            log[1].body_len
+        ),
+        ("PUB logged", Some(&b"ab"[..]), 4)
+    );
+    assert_eq!(
+        log[2].error.as_deref(),
+        Some("E_INVALID invalid command BAD")
+    );
+    assert_ne!(log[2].client, log[1].client);
+    assert_eq!(nsqd.commands_of(log[1].client).len(), 2);
+    Ok(())
+}
+
 // ---- fault injection ----
 
 #[test]
@@ -220,7 +269,7 @@ fn drop_connections_closes_every_client() -> R {
     let nsqd = Nsqd::start()?;
     let mut a = RawClient::connect_v2(nsqd.tcp_address())?;
     let mut b = RawClient::connect_v2(nsqd.tcp_address())?;
-    b.subscribe(&topic(), "c")?;
+    b.subscribe(&Env::unique("brk"), "c")?;
     assert!(nsqd.wait_for(Duration::from_secs(2), |s| s.clients.len() == 2));
     nsqd.drop_connections();
     a.expect_closed()?;
@@ -229,9 +278,29 @@ fn drop_connections_closes_every_client() -> R {
     // New connections are served.
     let mut c = RawClient::connect_v2(nsqd.tcp_address())?;
     assert_eq!(
-        c.publish(&topic(), b"x")?,
+        c.publish(&Env::unique("brk"), b"x")?,
         RawFrame::Response(b"OK".to_vec())
     );
+    Ok(())
+}
+
+#[test]
+fn drop_client_closes_only_that_client() -> R {
+    let nsqd = Nsqd::start()?;
+    let mut a = RawClient::connect_v2(nsqd.tcp_address())?;
+    a.cmd("NOP")?;
+    assert!(nsqd.wait_for(Duration::from_secs(2), |_| !nsqd.commands().is_empty()));
+    let a_id = nsqd.commands()[0].client;
+    let mut b = RawClient::connect_v2(nsqd.tcp_address())?;
+    assert!(nsqd.wait_for(Duration::from_secs(2), |s| s.clients.len() == 2));
+    assert!(nsqd.drop_client(a_id));
+    assert!(!nsqd.drop_client(a_id));
+    a.expect_closed()?;
+    assert_eq!(
+        b.publish(&Env::unique("brk"), b"x")?,
+        RawFrame::Response(b"OK".to_vec())
+    );
+    assert_eq!(nsqd.clients().len(), 1);
     Ok(())
 }
 
@@ -247,13 +316,13 @@ fn stop_and_start_accepting() -> R {
     assert_eq!(err.kind(), io::ErrorKind::ConnectionRefused);
     // Existing connections keep working.
     assert_eq!(
-        existing.publish(&topic(), b"x")?,
+        existing.publish(&Env::unique("brk"), b"x")?,
         RawFrame::Response(b"OK".to_vec())
     );
     nsqd.start_accepting()?;
     let mut c = RawClient::connect_v2(nsqd.tcp_address())?;
     assert_eq!(
-        c.publish(&topic(), b"x")?,
+        c.publish(&Env::unique("brk"), b"x")?,
         RawFrame::Response(b"OK".to_vec())
     );
     Ok(())
@@ -265,7 +334,7 @@ fn held_accepts_leave_connections_pending() -> R {
     nsqd.hold_accepts(true);
     let mut c = RawClient::connect_v2(nsqd.tcp_address())?; // the kernel completes the handshake
     c.cmd("NOP")?;
-    c.cmd_body(&format!("PUB {}", topic()), b"x")?;
+    c.cmd_body(&format!("PUB {}", Env::unique("brk")), b"x")?;
     assert!(c.quiet_for(Duration::from_millis(200))?);
     assert!(nsqd.clients().is_empty());
     nsqd.hold_accepts(false);
@@ -276,7 +345,7 @@ fn held_accepts_leave_connections_pending() -> R {
 #[test]
 fn pause_is_half_open_and_resume_continues() -> R {
     let nsqd = Nsqd::start()?;
-    let t = topic();
+    let t = Env::unique("brk");
     let mut c = RawClient::connect_v2(nsqd.tcp_address())?;
     c.subscribe(&t, "c")?;
     c.cmd("RDY 5")?;
@@ -316,7 +385,7 @@ fn pause_is_half_open_and_resume_continues() -> R {
 #[test]
 fn restart_keeping_messages() -> R {
     let nsqd = Nsqd::start()?;
-    let t = topic();
+    let t = Env::unique("brk");
     let port = nsqd.tcp_address().port();
     let mut c = RawClient::connect_v2(nsqd.tcp_address())?;
     c.subscribe(&t, "c")?;
@@ -340,7 +409,7 @@ fn restart_keeping_messages() -> R {
 #[test]
 fn restart_dropping_messages() -> R {
     let nsqd = Nsqd::start()?;
-    let t = topic();
+    let t = Env::unique("brk");
     nsqd.publish(&t, b"lost");
     nsqd.restart(Restart::DropMessages)?;
     assert!(nsqd.topic(&t).is_none());
@@ -348,6 +417,36 @@ fn restart_dropping_messages() -> R {
     c.subscribe(&t, "c")?;
     c.cmd("RDY 1")?;
     assert!(c.quiet_for(Duration::from_millis(150))?);
+    Ok(())
+}
+
+#[test]
+fn publish_failures_can_be_injected() -> R {
+    let nsqd = Nsqd::start()?;
+    let t = Env::unique("brk");
+    nsqd.fail_publishes(true);
+    let mut c = RawClient::connect_v2(nsqd.tcp_address())?;
+    c.cmd_body(&format!("PUB {t}"), b"x")?;
+    assert_eq!(
+        c.expect_fatal("E_PUB_FAILED")?,
+        "E_PUB_FAILED PUB failed exiting"
+    );
+    let mut c = RawClient::connect_v2(nsqd.tcp_address())?;
+    c.cmd_body(&format!("MPUB {t}"), &RawClient::mpub_body(&[b"x"]))?;
+    assert_eq!(
+        c.expect_fatal("E_MPUB_FAILED")?,
+        "E_MPUB_FAILED MPUB failed exiting"
+    );
+    let mut c = RawClient::connect_v2(nsqd.tcp_address())?;
+    c.cmd_body(&format!("DPUB {t} 10"), b"x")?;
+    assert_eq!(
+        c.expect_fatal("E_DPUB_FAILED")?,
+        "E_DPUB_FAILED DPUB failed exiting"
+    );
+    nsqd.fail_publishes(false);
+    let mut c = RawClient::connect_v2(nsqd.tcp_address())?;
+    assert_eq!(c.publish(&t, b"x")?, RawFrame::Response(b"OK".to_vec()));
+    assert_eq!(nsqd.topic(&t).map(|s| s.message_count), Some(1));
     Ok(())
 }
 
@@ -361,7 +460,7 @@ fn slow_reads_throttle_clients() -> R {
     }));
     let t0 = Instant::now();
     assert_eq!(
-        c.publish(&topic(), &[b'x'; 16 * 1024])?,
+        c.publish(&Env::unique("brk"), &[b'x'; 16 * 1024])?,
         RawFrame::Response(b"OK".to_vec())
     );
     let slow = t0.elapsed();
@@ -369,7 +468,7 @@ fn slow_reads_throttle_clients() -> R {
     nsqd.set_read_throttle(None);
     let t0 = Instant::now();
     assert_eq!(
-        c.publish(&topic(), &[b'x'; 16 * 1024])?,
+        c.publish(&Env::unique("brk"), &[b'x'; 16 * 1024])?,
         RawFrame::Response(b"OK".to_vec())
     );
     assert!(t0.elapsed() < slow);
@@ -383,7 +482,7 @@ fn shutdown_is_prompt_and_releases_the_port() -> R {
     let mut clients = Vec::new();
     for _ in 0..3 {
         let mut c = RawClient::connect_v2(addr)?;
-        c.subscribe(&topic(), "c")?;
+        c.subscribe(&Env::unique("brk"), "c")?;
         clients.push(c);
     }
     // One connection without magic, one half-sent command.
@@ -416,8 +515,23 @@ fn shutdown_is_prompt_and_releases_the_port() -> R {
 /// A minimal correct consumer/producer over [`RawClient`]: answers heartbeats, reconnects.
 struct Reference;
 
-fn connect(config: &ClientConfig) -> io::Result<RawClient> {
-    let mut c = RawClient::connect_v2(config.nsqd_tcp_addresses[0])?;
+fn connect(config: &ClientConfig, topic: &str) -> io::Result<RawClient> {
+    let addr = match config.lookupd_http_addresses.first() {
+        None => config.nsqd_tcp_addresses[0],
+        Some(lookupd) => {
+            let (status, v) = http_get_json(*lookupd, &format!("/lookup?topic={topic}"))?;
+            let p = &v["producers"][0];
+            let (Some(host), Some(port)) =
+                (p["broadcast_address"].as_str(), p["tcp_port"].as_u64())
+            else {
+                return Err(io::Error::other(format!("lookup answered {status} {v}")));
+            };
+            std::net::ToSocketAddrs::to_socket_addrs(&(host, port as u16))?
+                .next()
+                .ok_or_else(|| io::Error::other("no address"))?
+        }
+    };
+    let mut c = RawClient::connect_v2(addr)?;
     let mut ident = json!({});
     if let Some(t) = config.msg_timeout {
         ident["msg_timeout"] = json!(t.as_millis() as u64);
@@ -438,7 +552,7 @@ struct RefSub {
 
 impl RefSub {
     fn open(&self) -> io::Result<RawClient> {
-        let mut c = connect(&self.config)?;
+        let mut c = connect(&self.config, &self.topic)?;
         c.subscribe(&self.topic, &self.channel)?;
         c.cmd(&format!("RDY {}", self.config.max_in_flight))?;
         Ok(c)
@@ -485,7 +599,11 @@ impl Subscription for RefSub {
                 *guard = self.open().ok();
                 if guard.is_none() {
                     drop(guard);
-                    std::thread::sleep(Duration::from_millis(50));
+                    std::thread::sleep(
+                        self.config
+                            .lookupd_poll_interval
+                            .min(Duration::from_millis(50)),
+                    );
                     continue;
                 }
             }
@@ -536,7 +654,7 @@ impl ClientFactory for Reference {
     }
 
     fn publish(&self, config: &ClientConfig, topic: &str, body: &[u8]) -> Result<(), String> {
-        let mut c = connect(config).map_err(|e| e.to_string())?;
+        let mut c = connect(config, topic).map_err(|e| e.to_string())?;
         match c.publish(topic, body).map_err(|e| e.to_string())? {
             RawFrame::Response(b) if b == b"OK" => Ok(()),
             other => Err(format!("PUB failed: {other:?}")),
@@ -555,38 +673,61 @@ impl ClientFactory for Reference {
             topic: topic.to_owned(),
             channel: channel.to_owned(),
         };
-        let c = sub.open().map_err(|e| e.to_string())?;
-        *sub.conn.lock().unwrap_or_else(PoisonError::into_inner) = Some(c);
+        // Direct connections must work now; through lookupd the topic may not exist yet,
+        // then next() keeps polling.
+        match sub.open() {
+            Ok(c) => *sub.conn.lock().unwrap_or_else(PoisonError::into_inner) = Some(c),
+            Err(e) if config.lookupd_http_addresses.is_empty() => return Err(e.to_string()),
+            Err(_) => {}
+        }
         Ok(Box::new(sub))
     }
 }
 
+/// Scenario groups, one test each so they run in parallel (each under ~5 s).
+const GROUPS: [&[&str]; 5] = [
+    &["publish_then_consume", "requeue_redelivers"],
+    &["timeout_redelivers"],
+    &[
+        "survives_dropped_connections",
+        "stop_sends_cls",
+        "discovers_via_lookupd",
+        "publish_errors_surface_and_recover",
+    ],
+    &["discovers_a_producer_that_appears_later"],
+    &["touch_extends", "answers_heartbeats"],
+];
+
 #[test]
-fn conformance_scenarios_pass_with_the_reference_client() {
-    // One test per scenario would run them in parallel; run_all is what adapters call.
-    conformance::run_all(&Reference, &["publish_then_consume", "requeue_redelivers"]);
+fn conformance_group_0() {
+    conformance::run_all(&Reference, GROUPS[0]);
 }
 
 #[test]
-fn conformance_timeout_scenario() {
-    conformance::run_all(&Reference, &["timeout_redelivers"]);
+fn conformance_group_1() {
+    conformance::run_all(&Reference, GROUPS[1]);
 }
 
 #[test]
-fn conformance_reconnect_scenario() {
-    conformance::run_all(&Reference, &["survives_dropped_connections"]);
+fn conformance_group_2() {
+    conformance::run_all(&Reference, GROUPS[2]);
 }
 
 #[test]
-fn every_scenario_is_covered_above() {
-    let names: Vec<&str> = conformance::scenarios().iter().map(|s| s.name).collect();
-    assert_eq!(
-        names,
-        [
-            "publish_then_consume",
-            "requeue_redelivers",
-            "timeout_redelivers",
-            "survives_dropped_connections"
-        ]
-    );
+fn conformance_group_3() {
+    conformance::run_all(&Reference, GROUPS[3]);
+}
+
+#[test]
+fn conformance_group_4() {
+    conformance::run_all(&Reference, GROUPS[4]);
+}
+
+#[test]
+fn every_scenario_is_in_a_group() {
+    let mut grouped: Vec<&str> = GROUPS.iter().flat_map(|g| g.iter().copied()).collect();
+    let mut all: Vec<&str> = conformance::scenarios().iter().map(|s| s.name).collect();
+    grouped.sort_unstable();
+    all.sort_unstable();
+    assert_eq!(grouped, all);
 }

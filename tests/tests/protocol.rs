@@ -16,14 +16,10 @@ fn env() -> Env {
     Env::new(|b| b)
 }
 
-fn topic() -> String {
-    Env::unique("proto")
-}
-
 /// Proves the connection is still open and usable: PUB works on any connection state.
-fn alive(c: &mut RawClient) -> R {
+fn alive(env: &Env, c: &mut RawClient) -> R {
     assert_eq!(
-        c.publish(&topic(), b"alive")?,
+        c.publish(&env.topic("proto-alive"), b"alive")?,
         RawFrame::Response(b"OK".to_vec())
     );
     Ok(())
@@ -77,7 +73,7 @@ fn unknown_and_empty_commands_are_fatal() -> R {
 fn crlf_line_endings_are_accepted() -> R {
     let env = env();
     let mut c = env.raw();
-    c.send(format!("PUB {}\r\n", topic()).as_bytes())?;
+    c.send(format!("PUB {}\r\n", env.topic("proto")).as_bytes())?;
     c.send(&3u32.to_be_bytes())?;
     c.send(b"abc")?;
     c.expect_ok()?;
@@ -99,7 +95,7 @@ fn nop_has_no_reply() -> R {
     let mut c = env.raw();
     c.cmd("NOP")?;
     assert!(c.quiet_for(Duration::from_millis(100))?);
-    alive(&mut c)
+    alive(&env, &mut c)
 }
 
 #[test]
@@ -110,7 +106,7 @@ fn identify_without_negotiation_says_ok() -> R {
         c.identify(&json!({"client_id": "x", "feature_negotiation": false}))?,
         RawFrame::Response(b"OK".to_vec())
     );
-    alive(&mut c)
+    alive(&env, &mut c)
 }
 
 #[test]
@@ -148,7 +144,7 @@ fn identify_negotiation_reply_has_every_field() -> R {
         assert_eq!(r["max_deflate_level"], 6);
         assert_eq!(r["auth_required"], false);
     }
-    alive(&mut c)
+    alive(&env, &mut c)
 }
 
 #[test]
@@ -300,7 +296,7 @@ fn identify_cannot_enable_two_compressions() -> R {
 fn identify_after_sub_is_fatal() -> R {
     let env = env();
     let mut c = env.raw();
-    c.subscribe(&topic(), "c")?;
+    c.subscribe(&env.topic("proto"), "c")?;
     c.cmd_body("IDENTIFY", b"{}")?;
     assert_eq!(
         c.expect_fatal("E_INVALID")?,
@@ -312,7 +308,7 @@ fn identify_after_sub_is_fatal() -> R {
 #[test]
 fn sub_errors() -> R {
     let env = env();
-    let t = topic();
+    let t = env.topic("proto");
     fatal_after(
         &env,
         &[],
@@ -365,7 +361,9 @@ fn sub_errors() -> R {
     )?;
     // 64 characters is fine.
     let mut c = env.raw();
-    c.subscribe(&"y".repeat(64), &format!("{}#ephemeral", "z".repeat(54)))?;
+    let mut long_topic = env.topic("y");
+    long_topic.extend(std::iter::repeat_n('y', 64 - long_topic.len()));
+    c.subscribe(&long_topic, &format!("{}#ephemeral", "z".repeat(54)))?;
     Ok(())
 }
 
@@ -377,7 +375,7 @@ fn sub_with_heartbeats_disabled_is_fatal() -> R {
         c.identify(&json!({"heartbeat_interval": -1}))?,
         RawFrame::Response(b"OK".to_vec())
     );
-    c.cmd(&format!("SUB {} c", topic()))?;
+    c.cmd(&format!("SUB {} c", env.topic("proto")))?;
     assert_eq!(
         c.expect_fatal("E_INVALID")?,
         "E_INVALID cannot SUB with heartbeats disabled"
@@ -388,7 +386,7 @@ fn sub_with_heartbeats_disabled_is_fatal() -> R {
 #[test]
 fn pub_errors() -> R {
     let env = env();
-    let t = topic();
+    let t = env.topic("proto");
     fatal_after(
         &env,
         &[],
@@ -431,7 +429,7 @@ fn pub_limits_follow_options() -> R {
     ) else {
         return Ok(());
     };
-    let t = topic();
+    let t = env.topic("proto");
     let mut c = env.raw();
     assert_eq!(
         c.publish(&t, &[b'a'; 100])?,
@@ -479,7 +477,7 @@ fn pub_limits_follow_options() -> R {
 #[test]
 fn mpub_errors() -> R {
     let env = env();
-    let t = topic();
+    let t = env.topic("proto");
     let mpub = format!("MPUB {t}");
     fatal_after(
         &env,
@@ -533,7 +531,7 @@ fn mpub_with_wrong_body_size_is_accepted_but_flagged() -> R {
     let Some(nsqd) = env.local_only("mpub_wrong_size", "the warnings introspection") else {
         return Ok(());
     };
-    let t = topic();
+    let t = env.topic("proto");
     let mut c = env.raw();
     let mut b = format!("MPUB {t}\n").into_bytes();
     let inner = RawClient::mpub_body(&[b"abc"]);
@@ -548,7 +546,7 @@ fn mpub_with_wrong_body_size_is_accepted_but_flagged() -> R {
 #[test]
 fn dpub_errors() -> R {
     let env = env();
-    let t = topic();
+    let t = env.topic("proto");
     fatal_after(
         &env,
         &[],
@@ -596,14 +594,14 @@ fn pub_on_a_subscribed_connection_is_allowed() -> R {
     // nsqd does not check the state for PUB.
     let env = env();
     let mut c = env.raw();
-    c.subscribe(&topic(), "c")?;
-    alive(&mut c)
+    c.subscribe(&env.topic("proto"), "c")?;
+    alive(&env, &mut c)
 }
 
 #[test]
 fn rdy_rules() -> R {
     let env = env();
-    let t = topic();
+    let t = env.topic("proto");
     let sub = format!("SUB {t} c");
     fatal_after(
         &env,
@@ -634,7 +632,7 @@ fn rdy_rules() -> R {
     c.cmd("RDY 2500")?;
     c.cmd("RDY 0")?;
     c.cmd("RDY")?;
-    alive(&mut c)?;
+    alive(&env, &mut c)?;
     if let Some(nsqd) = env.nsqd() {
         // A bare RDY means 1.
         assert!(
@@ -654,7 +652,7 @@ fn rdy_limit_follows_option() -> R {
     };
     let mut c = env.raw();
     assert_eq!(c.identify_negotiate(&json!({}))?["max_rdy_count"], 10);
-    c.subscribe(&topic(), "c")?;
+    c.subscribe(&env.topic("proto"), "c")?;
     c.cmd("RDY 10")?;
     c.cmd("RDY 11")?;
     assert_eq!(
@@ -667,7 +665,7 @@ fn rdy_limit_follows_option() -> R {
 #[test]
 fn fin_req_touch_rules() -> R {
     let env = env();
-    let t = topic();
+    let t = env.topic("proto");
     let sub = format!("SUB {t} c");
     for cmd in ["FIN", "REQ", "TOUCH"] {
         fatal_after(
@@ -719,19 +717,19 @@ fn fin_req_touch_rules() -> R {
         c.expect_error("E_TOUCH_FAILED")?,
         "E_TOUCH_FAILED TOUCH 0123456789abcdef failed ID not in flight"
     );
-    alive(&mut c)
+    alive(&env, &mut c)
 }
 
 #[test]
 fn another_clients_message_cannot_be_answered() -> R {
     let env = env();
-    let t = topic();
+    let t = env.topic("proto");
     let mut a = env.raw();
     a.subscribe(&t, "c")?;
     let mut b = env.raw();
     b.subscribe(&t, "c")?;
     a.cmd("RDY 1")?;
-    alive(&mut a)?;
+    alive(&env, &mut a)?;
     assert_eq!(b.publish(&t, b"x")?, RawFrame::Response(b"OK".to_vec()));
     let m = a.expect_message()?;
     b.cmd(&format!("FIN {}", m.id_str()))?;
@@ -743,7 +741,7 @@ fn another_clients_message_cannot_be_answered() -> R {
         )
     );
     a.cmd(&format!("FIN {}", m.id_str()))?;
-    alive(&mut a)
+    alive(&env, &mut a)
 }
 
 #[test]
@@ -764,7 +762,7 @@ fn cls_rules() -> R {
 #[test]
 fn cls_answers_close_wait_and_stops_delivery() -> R {
     let env = env();
-    let t = topic();
+    let t = env.topic("proto");
     let mut c = env.raw();
     c.subscribe(&t, "c")?;
     c.cmd("RDY 5")?;

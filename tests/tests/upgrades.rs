@@ -9,13 +9,9 @@ use serde_json::json;
 
 type R = Result<(), Box<dyn std::error::Error>>;
 
-fn topic() -> String {
-    Env::unique("upg")
-}
-
 /// Publishes, subscribes and receives one message on `c` (already upgraded), FINs it.
-fn roundtrip(c: &mut RawClient) -> R {
-    let t = topic();
+fn roundtrip(env: &Env, c: &mut RawClient) -> R {
+    let t = env.topic("upg");
     // A body big enough to span several compression blocks / TLS records.
     let big: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
     assert_eq!(c.publish(&t, &big)?, RawFrame::Response(b"OK".to_vec()));
@@ -52,7 +48,7 @@ fn tls_upgrade_then_ok_through_tls() -> R {
     if let Some(nsqd) = env.nsqd() {
         assert!(nsqd.clients().iter().any(|s| s.tls));
     }
-    roundtrip(&mut c)
+    roundtrip(&env, &mut c)
 }
 
 #[test]
@@ -62,7 +58,7 @@ fn tls_certificate_is_valid_for_the_ip_too() -> R {
     c.identify_negotiate(&json!({"tls_v1": true}))?;
     c.upgrade_tls(TestPki::global().client_config(), "127.0.0.1")?;
     assert_eq!(
-        c.publish(&topic(), b"x")?,
+        c.publish(&env.topic("upg"), b"x")?,
         RawFrame::Response(b"OK".to_vec())
     );
     Ok(())
@@ -80,7 +76,7 @@ fn tls_not_granted_without_server_tls() -> R {
         false
     );
     assert_eq!(
-        c.publish(&topic(), b"plain")?,
+        c.publish(&env.topic("upg"), b"plain")?,
         RawFrame::Response(b"OK".to_vec())
     );
     Ok(())
@@ -92,7 +88,7 @@ fn tls_not_requested_stays_plain() -> R {
     let mut c = env.raw();
     assert_eq!(c.identify_negotiate(&json!({}))?["tls_v1"], false);
     assert_eq!(
-        c.publish(&topic(), b"plain")?,
+        c.publish(&env.topic("upg"), b"plain")?,
         RawFrame::Response(b"OK".to_vec())
     );
     Ok(())
@@ -131,7 +127,7 @@ fn tls_required_refuses_plain_commands() -> R {
     let mut c = env.raw();
     c.identify_negotiate(&json!({"tls_v1": true}))?;
     c.upgrade_tls(TestPki::global().client_config(), "localhost")?;
-    roundtrip(&mut c)
+    roundtrip(&env, &mut c)
 }
 
 #[test]
@@ -174,7 +170,7 @@ fn snappy_upgrade() -> R {
     if let Some(nsqd) = env.nsqd() {
         assert!(nsqd.clients().iter().any(|s| s.snappy));
     }
-    roundtrip(&mut c)
+    roundtrip(&env, &mut c)
 }
 
 #[test]
@@ -185,7 +181,7 @@ fn deflate_upgrade_with_requested_level() -> R {
     assert_eq!(r["deflate"], true);
     assert_eq!(r["deflate_level"], 3);
     c.upgrade_deflate(3)?;
-    roundtrip(&mut c)
+    roundtrip(&env, &mut c)
 }
 
 #[test]
@@ -202,7 +198,7 @@ fn deflate_level_is_capped_by_max_deflate_level() -> R {
     );
     c.upgrade_deflate(9)?;
     assert_eq!(
-        c.publish(&topic(), b"x")?,
+        c.publish(&env.topic("upg"), b"x")?,
         RawFrame::Response(b"OK".to_vec())
     );
     if let Some(nsqd) = env.nsqd() {
@@ -219,7 +215,7 @@ fn compression_disabled_on_the_server_is_not_granted() -> R {
     assert_eq!(r["snappy"], false);
     // Not granted: plain protocol continues (so both flags together are no error either).
     assert_eq!(
-        c.publish(&topic(), b"x")?,
+        c.publish(&env.topic("upg"), b"x")?,
         RawFrame::Response(b"OK".to_vec())
     );
     let mut c = env.raw();
@@ -242,7 +238,7 @@ fn tls_then_snappy() -> R {
     );
     c.upgrade_tls(TestPki::global().client_config(), "localhost")?;
     c.upgrade_snappy()?;
-    roundtrip(&mut c)
+    roundtrip(&env, &mut c)
 }
 
 #[test]
@@ -252,7 +248,7 @@ fn tls_then_deflate() -> R {
     c.identify_negotiate(&json!({"tls_v1": true, "deflate": true}))?;
     c.upgrade_tls(TestPki::global().client_config(), "localhost")?;
     c.upgrade_deflate(6)?;
-    roundtrip(&mut c)
+    roundtrip(&env, &mut c)
 }
 
 #[test]
