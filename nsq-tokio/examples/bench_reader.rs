@@ -15,7 +15,7 @@
 
 mod support;
 
-use nsq_tokio::{Consumer, ConsumerConfig};
+use nsq_tokio::{Config, Consumer};
 use std::time::{Duration, Instant};
 use support::{Flags, bench_line, cpus, fatal, log};
 
@@ -53,9 +53,9 @@ fn main() {
             let mut consumers = Vec::with_capacity(workers);
             for _ in 0..workers {
                 let consumer = Consumer::builder(topic.as_str(), channel.as_str())
-                    .config(ConsumerConfig {
+                    .config(&Config {
                         max_in_flight: 0,
-                        ..Default::default()
+                        ..Config::default()
                     })
                     .nsqd(addr.as_str())
                     .build()

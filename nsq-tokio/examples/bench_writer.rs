@@ -15,7 +15,7 @@
 mod support;
 
 use bytes::Bytes;
-use nsq_tokio::{Producer, ProducerConfig, Topic};
+use nsq_tokio::{Config, Producer, Topic};
 use std::time::{Duration, Instant};
 use support::{Flags, bench_line, cpus, fatal, log};
 
@@ -53,7 +53,7 @@ fn main() {
         let (duration, total) = rt.block_on(async {
             let mut producers = Vec::with_capacity(workers);
             for _ in 0..workers {
-                let p = Producer::connect(&addr, ProducerConfig::default())
+                let p = Producer::connect(&addr, &Config::default())
                     .await
                     .map_err(|e| e.to_string())?;
                 producers.push(p);

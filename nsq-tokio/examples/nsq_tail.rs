@@ -13,11 +13,11 @@
 
 mod support;
 
-use nsq_tokio::{Consumer, ConsumerConfig};
+use nsq_tokio::{Config, Consumer};
 use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use support::{Flags, NsqOpts, fatal, log, terminated};
+use support::{Flags, apply_opts, fatal, log, terminated};
 
 const PREFIX: &str = "nsq_tail";
 
@@ -63,25 +63,11 @@ async fn run(flags: &Flags) -> Result<(), String> {
     if total > 0 && total < u64::from(max_in_flight) {
         max_in_flight = total as u32;
     }
-    let mut config = ConsumerConfig::default();
-    config.connection.user_agent = format!("nsq_tail/nsq-tokio-{}", env!("CARGO_PKG_VERSION"));
-    let mut opts = NsqOpts::default();
-    for opt in flags.all("consumer-opt") {
-        let (name, value) = opt.split_once(',').unwrap_or((opt.as_str(), ""));
-        let known = opts.apply(&mut config.connection, name, value)?;
-        if !known {
-            match name {
-                "max_attempts" => {
-                    config.max_attempts = value.parse().map_err(|_| format!("bad {opt}"))?;
-                }
-                "max_in_flight" => {
-                    max_in_flight = value.parse().map_err(|_| format!("bad {opt}"))?;
-                }
-                _ => return Err(format!("unknown --consumer-opt {name:?}")),
-            }
-        }
-    }
-    opts.finish(&mut config.connection)?;
+    let mut config = Config {
+        user_agent: Some(format!("nsq_tail/nsq-tokio-{}", env!("CARGO_PKG_VERSION"))),
+        ..Config::default()
+    };
+    apply_opts(&mut config, &flags.all("consumer-opt"))?;
     config.max_in_flight = max_in_flight;
 
     let shown = Arc::new(AtomicU64::new(0));
@@ -90,7 +76,7 @@ async fn run(flags: &Flags) -> Result<(), String> {
     let mut tasks = Vec::new();
     for topic in &topics {
         log(PREFIX, &format!("Adding consumer for topic: {topic}"));
-        let mut b = Consumer::builder(topic.as_str(), channel.as_str()).config(config.clone());
+        let mut b = Consumer::builder(topic.as_str(), channel.as_str()).config(&config);
         for a in &nsqd {
             b = b.nsqd(a.as_str());
         }

@@ -11,7 +11,7 @@
 
 mod support;
 
-use nsq_tokio::{Consumer, ConsumerConfig, Producer, ProducerConfig};
+use nsq_tokio::{Config, Consumer, Producer};
 use std::time::{Duration, Instant};
 use support::{Flags, fatal};
 
@@ -37,7 +37,7 @@ async fn run(flags: &Flags) -> Result<(), Box<dyn std::error::Error>> {
     let channel = flags.string("channel", "demo");
 
     // 2. Publish: one message, a batch, and a deferred one.
-    let producer = Producer::connect(&addr, ProducerConfig::default()).await?;
+    let producer = Producer::connect(&addr, &Config::default()).await?;
     producer.publish(&topic, "hello").await?;
     println!("published 1 message (PUB)");
     producer
@@ -52,9 +52,9 @@ async fn run(flags: &Flags) -> Result<(), Box<dyn std::error::Error>> {
 
     // 3. Consume them; the first attempt of "two" fails and is requeued.
     let mut consumer = Consumer::builder(topic.as_str(), channel.as_str())
-        .config(ConsumerConfig {
+        .config(&Config {
             max_in_flight: 10,
-            ..Default::default()
+            ..Config::default()
         })
         .nsqd(addr.as_str())
         .build()?;

@@ -9,10 +9,10 @@
 
 mod support;
 
-use nsq_tokio::{Producer, ProducerConfig, Topic};
+use nsq_tokio::{Config, Producer, Topic};
 use std::io::BufRead;
 use std::time::Duration;
-use support::{Flags, NsqOpts, fatal, log, terminated};
+use support::{Flags, apply_opts, fatal, log, terminated};
 
 const PREFIX: &str = "to_nsq";
 
@@ -36,22 +36,11 @@ async fn run(flags: &Flags) -> Result<(), String> {
     }
     let delim = delimiter.as_bytes()[0];
     let rate: u64 = flags.number("rate", 0)?;
-    let mut config = ProducerConfig::default();
-    config.connection.user_agent = format!("to_nsq/nsq-tokio-{}", env!("CARGO_PKG_VERSION"));
-    let mut opts = NsqOpts::default();
-    for opt in flags.all("producer-opt") {
-        let (name, value) = opt.split_once(',').unwrap_or((opt.as_str(), ""));
-        if !opts.apply(&mut config.connection, name, value)? {
-            match name {
-                "dial_timeout" => {
-                    config.connect_timeout =
-                        support::parse_go_duration(value).ok_or_else(|| format!("bad {opt}"))?;
-                }
-                _ => return Err(format!("unknown --producer-opt {name:?}")),
-            }
-        }
-    }
-    opts.finish(&mut config.connection)?;
+    let mut config = Config {
+        user_agent: Some(format!("to_nsq/nsq-tokio-{}", env!("CARGO_PKG_VERSION"))),
+        ..Config::default()
+    };
+    apply_opts(&mut config, &flags.all("producer-opt"))?;
     let addrs = flags.all("nsqd-tcp-address");
     if addrs.is_empty() {
         return Err("--nsqd-tcp-address required".to_owned());
@@ -60,7 +49,7 @@ async fn run(flags: &Flags) -> Result<(), String> {
     let mut producers = Vec::new();
     for a in &addrs {
         let p = Producer::builder()
-            .config(config.clone())
+            .config(&config)
             .nsqd(a.as_str())
             .build()
             .map_err(|e| format!("failed to create nsq.Producer - {e}"))?;

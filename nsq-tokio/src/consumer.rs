@@ -6,7 +6,7 @@ use bytes::Bytes;
 use nsq_proto::consumer::{
     Action, ConnId, ConsumerConfig, ConsumerError, ConsumerEvent, ConsumerStats, LookupdRequestId,
 };
-use nsq_proto::{MessageId, Topic};
+use nsq_proto::{Config, MessageId, Topic};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
@@ -294,13 +294,14 @@ impl fmt::Display for HandlerError {
 pub struct ConsumerBuilder {
     topic: Result<Topic, Error>,
     channel: Result<nsq_proto::Channel, Error>,
-    config: ConsumerConfig,
+    config: Result<ConsumerConfig, Error>,
     max_in_flight: Option<u32>,
     give_up: Option<GiveUpHook>,
     nsqd: Vec<String>,
     lookupd: Vec<String>,
     seed: Option<u64>,
     dial_timeout: Duration,
+    write_timeout: Duration,
 }
 
 impl fmt::Debug for ConsumerBuilder {
@@ -316,9 +317,19 @@ impl fmt::Debug for ConsumerBuilder {
 }
 
 impl ConsumerBuilder {
-    /// The consumer configuration (go-nsq's defaults; see [`ConsumerConfig`]).
-    pub fn config(mut self, config: ConsumerConfig) -> Self {
-        self.config = config;
+    /// The configuration, with go-nsq's option names and defaults ([`Config`]). TLS files it
+    /// names are read here; errors are reported by [`build`](Self::build).
+    pub fn config(mut self, config: &Config) -> Self {
+        self.config = config.consumer_config(std::fs::read).map_err(Error::from);
+        self.dial_timeout = config.dial_timeout;
+        self.write_timeout = config.write_timeout;
+        self
+    }
+
+    /// The core's own configuration struct ([`ConsumerConfig`]), for settings [`Config`] does
+    /// not expose.
+    pub fn core_config(mut self, config: ConsumerConfig) -> Self {
+        self.config = Ok(config);
         self
     }
 
@@ -361,12 +372,19 @@ impl ConsumerBuilder {
         self
     }
 
+    /// How long one socket write may take before the connection is dropped (default 1 s, like
+    /// go-nsq's `write_timeout`).
+    pub fn write_timeout(mut self, timeout: Duration) -> Self {
+        self.write_timeout = timeout;
+        self
+    }
+
     /// Validates everything and starts the driver task. Must be called within a tokio runtime.
     pub fn build(self) -> Result<Consumer, Error> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
         let topic = self.topic?;
         let channel = self.channel?;
-        let mut config = self.config;
+        let mut config = self.config?;
         if let Some(n) = self.max_in_flight {
             config.max_in_flight = n;
         }
@@ -404,6 +422,7 @@ impl ConsumerBuilder {
             stop_waiters: Vec::new(),
             give_up: self.give_up,
             dial_timeout: self.dial_timeout,
+            write_timeout: self.write_timeout,
             report: None,
         };
         runtime.spawn(driver.run());
@@ -567,13 +586,14 @@ impl Consumer {
         ConsumerBuilder {
             topic: topic.into_topic().map_err(Error::from),
             channel: channel.into_channel().map_err(Error::from),
-            config: ConsumerConfig::default(),
+            config: Ok(ConsumerConfig::default()),
             max_in_flight: None,
             give_up: None,
             nsqd: Vec::new(),
             lookupd: Vec::new(),
             seed: None,
             dial_timeout: Duration::from_secs(1),
+            write_timeout: Duration::from_secs(1),
         }
     }
 
@@ -582,7 +602,7 @@ impl Consumer {
     pub fn new(
         topic: impl IntoTopic,
         channel: impl IntoChannel,
-        config: ConsumerConfig,
+        config: &Config,
     ) -> Result<Consumer, Error> {
         Consumer::builder(topic, channel).config(config).build()
     }
@@ -745,6 +765,7 @@ struct Driver {
     stop_waiters: Vec<oneshot::Sender<StopReport>>,
     give_up: Option<GiveUpHook>,
     dial_timeout: Duration,
+    write_timeout: Duration,
     report: Option<StopReport>,
 }
 
@@ -907,7 +928,14 @@ impl Driver {
             }
             Action::Connect { conn, addr } => {
                 tracing::info!(%conn, %addr, "connecting to nsqd");
-                let link = net::connect(conn, &addr, self.dial_timeout, self.tx.clone(), wrap_net);
+                let link = net::connect(
+                    conn,
+                    &addr,
+                    self.dial_timeout,
+                    self.write_timeout,
+                    self.tx.clone(),
+                    wrap_net,
+                );
                 self.links.insert(conn, link);
                 let origin = Arc::new(ConnShared {
                     addr: addr.clone(),

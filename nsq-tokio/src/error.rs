@@ -1,5 +1,6 @@
 //! The crate's error type and name arguments.
 
+use nsq_proto::config::OptionError;
 use nsq_proto::consumer::ConsumerError;
 use nsq_proto::{Channel, NameError, ServerError, Topic};
 use std::fmt;
@@ -30,6 +31,8 @@ pub enum Error {
     Closed,
     /// Not called from within a tokio runtime.
     NoRuntime,
+    /// A configuration option is unknown, malformed or out of range.
+    Config(OptionError),
 }
 
 impl fmt::Display for Error {
@@ -48,6 +51,7 @@ impl fmt::Display for Error {
             Error::Consumer(e) => write!(f, "{e}"),
             Error::Closed => f.write_str("closed"),
             Error::NoRuntime => f.write_str("must be called from within a tokio runtime"),
+            Error::Config(e) => write!(f, "invalid configuration: {e}"),
         }
     }
 }
@@ -58,8 +62,15 @@ impl std::error::Error for Error {
             Error::InvalidName(e) => Some(e),
             Error::Server(e) => Some(e),
             Error::Consumer(e) => Some(e),
+            Error::Config(e) => Some(e),
             _ => None,
         }
+    }
+}
+
+impl From<OptionError> for Error {
+    fn from(e: OptionError) -> Self {
+        Error::Config(e)
     }
 }
 

@@ -18,14 +18,20 @@
 //!   [`nsq_proto::Producer`]: every request queued since the last wake-up is handed to the core
 //!   before its output is polled, so concurrent publishes leave in one write.
 //!
+//! # Configuration
+//!
+//! Both take a [`Config`]: one struct with go-nsq's option names and defaults, buildable in
+//! code, option by option (`config.set_str("max_in_flight", "100")`, like go-nsq's
+//! `Config.Set`), or deserialised from JSON/TOML/... so existing go-nsq configurations port.
+//!
 //! # Publishing
 //!
 //! ```no_run
-//! use nsq_tokio::{Producer, ProducerConfig};
+//! use nsq_tokio::{Config, Producer};
 //! use std::time::Duration;
 //!
 //! # async fn example() -> Result<(), nsq_tokio::Error> {
-//! let producer = Producer::connect("127.0.0.1:4150", ProducerConfig::default()).await?;
+//! let producer = Producer::connect("127.0.0.1:4150", &Config::default()).await?;
 //! producer.publish("events", "hello").await?;
 //! producer.multi_publish("events", ["a", "b", "c"]).await?;
 //! producer.deferred_publish("events", Duration::from_secs(5), "later").await?;
@@ -49,11 +55,11 @@
 //! # Consuming
 //!
 //! ```no_run
-//! use nsq_tokio::{Consumer, ConsumerConfig};
+//! use nsq_tokio::{Config, Consumer};
 //!
 //! # async fn example() -> Result<(), nsq_tokio::Error> {
 //! let mut consumer = Consumer::builder("events", "archive")
-//!     .config(ConsumerConfig { max_in_flight: 100, ..Default::default() })
+//!     .config(&Config { max_in_flight: 100, ..Config::default() })
 //!     .nsqd("127.0.0.1:4150")
 //!     .build()?;
 //! let handle = consumer.handle();
@@ -112,7 +118,8 @@ pub use consumer::{
 };
 pub use error::{Error, IntoChannel, IntoTopic};
 pub use nsq_proto as proto;
+pub use nsq_proto::config::OptionError;
 pub use nsq_proto::consumer::{ConsumerConfig, ConsumerStats};
 pub use nsq_proto::producer::{ProducerConfig, ProducerStats, Routing};
-pub use nsq_proto::{Channel, Compression, ConnectionConfig, MessageId, TlsConfig, Topic};
+pub use nsq_proto::{Channel, Compression, Config, ConnectionConfig, MessageId, TlsConfig, Topic};
 pub use producer::{Producer, ProducerBuilder};

@@ -67,6 +67,7 @@ pub(crate) fn connect<K, T>(
     key: K,
     addr: &str,
     dial_timeout: Duration,
+    write_timeout: Duration,
     tx: mpsc::UnboundedSender<T>,
     wrap: fn(NetEvent<K>) -> T,
 ) -> Link
@@ -103,7 +104,9 @@ where
             tracing::debug!("connected");
             let (mut rd, wr) = stream.into_split();
             let (wtx, wrx) = mpsc::unbounded_channel();
-            tokio::spawn(write_loop(key, wr, wrx, tx.clone(), wrap).in_current_span());
+            tokio::spawn(
+                write_loop(key, wr, wrx, write_timeout, tx.clone(), wrap).in_current_span(),
+            );
             if tx
                 .send(wrap(NetEvent::Connected { key, writer: wtx }))
                 .is_err()
@@ -158,20 +161,21 @@ async fn write_loop<K, T>(
     key: K,
     mut wr: tokio::net::tcp::OwnedWriteHalf,
     mut rx: mpsc::UnboundedReceiver<Bytes>,
+    write_timeout: Duration,
     tx: mpsc::UnboundedSender<T>,
     wrap: fn(NetEvent<K>) -> T,
 ) where
     K: Copy,
 {
     while let Some(data) = rx.recv().await {
-        if let Err(e) = wr.write_all(&data).await {
-            tracing::warn!(error = %e, "write failed");
-            let _ = tx.send(wrap(NetEvent::Closed {
-                key,
-                reason: e.to_string(),
-            }));
-            return;
-        }
+        let reason = match tokio::time::timeout(write_timeout, wr.write_all(&data)).await {
+            Ok(Ok(())) => continue,
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("write timed out after {write_timeout:?}"),
+        };
+        tracing::warn!(%reason, "write failed");
+        let _ = tx.send(wrap(NetEvent::Closed { key, reason }));
+        return;
     }
     let _ = wr.shutdown().await;
     tracing::debug!("connection closed");

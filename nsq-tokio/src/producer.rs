@@ -3,11 +3,11 @@
 use crate::error::{Error, IntoTopic};
 use crate::net::{self, Link, NetEvent, Outbox};
 use bytes::Bytes;
-use nsq_proto::Topic;
 use nsq_proto::producer::{
     Action, ConnId, PingId, ProducerConfig, ProducerError, ProducerEvent, ProducerStats,
     PublishFailure, PublishId,
 };
+use nsq_proto::{Config, Topic};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -69,17 +69,45 @@ impl fmt::Debug for Producer {
 }
 
 /// Builds a [`Producer`] with several nsqd addresses.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ProducerBuilder {
-    config: ProducerConfig,
+    config: Result<ProducerConfig, Error>,
+    write_timeout: Duration,
     nsqd: Vec<String>,
     seed: Option<u64>,
 }
 
+impl Default for ProducerBuilder {
+    fn default() -> Self {
+        ProducerBuilder {
+            config: Ok(ProducerConfig::default()),
+            write_timeout: Duration::from_secs(1),
+            nsqd: Vec::new(),
+            seed: None,
+        }
+    }
+}
+
 impl ProducerBuilder {
-    /// The producer configuration (see [`ProducerConfig`]).
-    pub fn config(mut self, config: ProducerConfig) -> Self {
-        self.config = config;
+    /// The configuration, with go-nsq's option names and defaults ([`Config`]). TLS files it
+    /// names are read here; errors are reported by [`build`](Self::build).
+    pub fn config(mut self, config: &Config) -> Self {
+        self.config = config.producer_config(std::fs::read).map_err(Error::from);
+        self.write_timeout = config.write_timeout;
+        self
+    }
+
+    /// The core's own configuration struct ([`ProducerConfig`]), for settings [`Config`] does
+    /// not expose.
+    pub fn core_config(mut self, config: ProducerConfig) -> Self {
+        self.config = Ok(config);
+        self
+    }
+
+    /// How long one socket write may take before the connection is dropped (default 1 s, like
+    /// go-nsq's `write_timeout`).
+    pub fn write_timeout(mut self, timeout: Duration) -> Self {
+        self.write_timeout = timeout;
         self
     }
 
@@ -109,10 +137,10 @@ impl ProducerBuilder {
     /// the background). Must be called within a tokio runtime.
     pub fn build(self) -> Result<Producer, Error> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
-        let dial_timeout = self.config.connect_timeout;
-        let mut core =
-            nsq_proto::Producer::new(self.config, self.seed.unwrap_or_else(net::random_seed))
-                .map_err(producer_error)?;
+        let config = self.config?;
+        let dial_timeout = config.connect_timeout;
+        let mut core = nsq_proto::Producer::new(config, self.seed.unwrap_or_else(net::random_seed))
+            .map_err(producer_error)?;
         let now = Instant::now();
         for a in &self.nsqd {
             core.add_nsqd(now, a).map_err(producer_error)?;
@@ -130,6 +158,7 @@ impl ProducerBuilder {
             close_waiters: Vec::new(),
             stats: stats.clone(),
             dial_timeout,
+            write_timeout: self.write_timeout,
             closed: false,
         };
         runtime.spawn(driver.run());
@@ -170,7 +199,7 @@ impl Producer {
 
     /// Connects to one nsqd and waits until the connection is ready (or fails like a publish
     /// would: [`Error::NoServerAvailable`]).
-    pub async fn connect(addr: &str, config: ProducerConfig) -> Result<Producer, Error> {
+    pub async fn connect(addr: &str, config: &Config) -> Result<Producer, Error> {
         let producer = Producer::builder().config(config).nsqd(addr).build()?;
         producer.ping().await?;
         Ok(producer)
@@ -266,6 +295,7 @@ struct Driver {
     close_waiters: Vec<oneshot::Sender<()>>,
     stats: Arc<Mutex<ProducerStats>>,
     dial_timeout: Duration,
+    write_timeout: Duration,
     closed: bool,
 }
 
@@ -414,6 +444,7 @@ impl Driver {
                     conn,
                     &addr,
                     self.dial_timeout + Duration::from_secs(1),
+                    self.write_timeout,
                     self.tx.clone(),
                     wrap_net,
                 );

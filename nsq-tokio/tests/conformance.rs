@@ -1,7 +1,7 @@
 //! The broker crate's conformance scenarios, run against nsq-tokio.
 
 use nsq_test_broker::conformance::{ClientConfig, ClientFactory, Delivery, Subscription, run_all};
-use nsq_tokio::{Consumer, ConsumerConfig, Message, Producer};
+use nsq_tokio::{Config, Consumer, Message, Producer};
 use std::time::Duration;
 use tokio::runtime::Runtime;
 
@@ -54,14 +54,17 @@ impl Subscription for TokioSubscription {
     }
 }
 
-fn consumer_config(config: &ClientConfig) -> ConsumerConfig {
-    let mut c = ConsumerConfig {
+fn consumer_config(config: &ClientConfig) -> Config {
+    let mut c = Config {
         max_in_flight: config.max_in_flight,
-        ..Default::default()
+        lookupd_poll_interval: config.lookupd_poll_interval,
+        ..Config::default()
     };
-    c.connection.msg_timeout = config.msg_timeout;
+    if let Some(t) = config.msg_timeout {
+        c.msg_timeout = t;
+    }
     if let Some(h) = config.heartbeat_interval {
-        c.connection.heartbeat_interval = h;
+        c.heartbeat_interval = h;
     }
     c
 }
@@ -95,7 +98,7 @@ impl ClientFactory for Tokio {
         channel: &str,
     ) -> Result<Box<dyn Subscription>, String> {
         let _guard = self.rt.enter();
-        let mut b = Consumer::builder(topic, channel).config(consumer_config(config));
+        let mut b = Consumer::builder(topic, channel).config(&consumer_config(config));
         for a in &config.nsqd_tcp_addresses {
             if config.lookupd_http_addresses.is_empty() {
                 b = b.nsqd(a.to_string());

@@ -5,7 +5,8 @@ use nsq_test_broker::{
     AuthGrant, AuthTable, Authorization, Lookupd, Nsqd, NsqdBuilder, Restart, TestPki,
 };
 use nsq_tokio::{
-    Compression, Consumer, ConsumerConfig, Error, Message, Producer, ProducerConfig, TlsConfig,
+    Compression, Config, Consumer, ConsumerConfig, Error, Message, Producer, ProducerConfig,
+    TlsConfig,
 };
 use std::collections::BTreeSet;
 use std::future::Future;
@@ -66,14 +67,14 @@ fn fast_config(max_in_flight: u32) -> ConsumerConfig {
 
 fn consumer(nsqd: &Nsqd, topic: &str, config: ConsumerConfig) -> Consumer {
     Consumer::builder(topic, "ch")
-        .config(config)
+        .core_config(config)
         .nsqd(nsqd.tcp_address().to_string())
         .build()
         .unwrap()
 }
 
 async fn producer(nsqd: &Nsqd) -> Producer {
-    Producer::connect(&nsqd.tcp_address().to_string(), ProducerConfig::default())
+    Producer::connect(&nsqd.tcp_address().to_string(), &Config::default())
         .await
         .unwrap()
 }
@@ -98,6 +99,41 @@ fn pub_sub_round_trip() {
             .await
         );
         assert_eq!(c.stop().await.unanswered, 0);
+        p.close().await;
+    });
+}
+
+#[test]
+fn go_nsq_style_config() {
+    run(20, async {
+        let nsqd = start(Nsqd::builder());
+        let mut config = Config::default();
+        config.set_str("max_in_flight", "7").unwrap();
+        config.set_str("snappy", "true").unwrap();
+        config.set_str("heartbeat_interval", "2s").unwrap();
+        let p = Producer::connect(&nsqd.tcp_address().to_string(), &config)
+            .await
+            .unwrap();
+        p.publish("cfg", "x").await.unwrap();
+        let mut c = Consumer::new("cfg", "ch", &config).unwrap();
+        c.connect_to_nsqd(&nsqd.tcp_address().to_string())
+            .await
+            .unwrap();
+        next(&mut c, WAIT).await.expect("a message").finish();
+        assert!(eventually(WAIT, || c.stats().total_rdy == 7).await);
+        assert!(nsqd.clients().iter().all(|c| c.snappy));
+        assert!(config.set_str("max_in_flight", "-1").is_err());
+        let bad = Config {
+            max_attempts: 70_000u32 as u16,
+            deflate_level: 12,
+            ..Config::default()
+        };
+        assert!(matches!(
+            Consumer::builder("cfg", "ch").config(&bad).build(),
+            Err(Error::Config(_))
+        ));
+        assert!(c.connect_to_nsqd("not an address").await.is_err());
+        c.stop().await;
         p.close().await;
     });
 }
@@ -208,7 +244,7 @@ fn gives_up_after_max_attempts() {
         let gave_up = Arc::new(AtomicU32::new(0));
         let g = gave_up.clone();
         let mut c = Consumer::builder("giveup", "ch")
-            .config(ConsumerConfig {
+            .core_config(ConsumerConfig {
                 max_attempts: 2,
                 ..fast_config(1)
             })
@@ -300,7 +336,7 @@ fn backoff_is_rdy_0_then_rdy_1() {
 fn rdy_is_spread_over_three_brokers() {
     run(30, async {
         let brokers: Vec<Nsqd> = (0..3).map(|_| start(Nsqd::builder())).collect();
-        let mut b = Consumer::builder("spread", "ch").config(ConsumerConfig {
+        let mut b = Consumer::builder("spread", "ch").core_config(ConsumerConfig {
             rdy_redistribute_interval: Duration::from_millis(200),
             ..fast_config(9)
         });
@@ -329,7 +365,7 @@ fn lookupd_discovers_a_broker_added_later() {
     run(30, async {
         let lookupd = Lookupd::start().unwrap();
         let mut c = Consumer::builder("late", "ch")
-            .config(fast_config(1))
+            .core_config(fast_config(1))
             .lookupd(lookupd.http_address().to_string())
             .build()
             .unwrap();
@@ -495,15 +531,15 @@ fn handler_api_runs_with_concurrency() {
 }
 
 async fn round_trip_with(nsqd: &Nsqd, topic: &str, connection: nsq_tokio::ConnectionConfig) {
-    let p = Producer::connect(
-        &nsqd.tcp_address().to_string(),
-        ProducerConfig {
+    let p = Producer::builder()
+        .core_config(ProducerConfig {
             connection: connection.clone(),
             ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+        })
+        .nsqd(nsqd.tcp_address().to_string())
+        .build()
+        .unwrap();
+    p.ping().await.unwrap();
     let body = vec![b'z'; 10_000];
     p.publish(topic, body.clone()).await.unwrap();
     let mut c = consumer(
@@ -599,7 +635,7 @@ fn auth() {
         bad.connection.auth_secret = Some("wrong".into());
         bad.publish_timeout = Duration::from_secs(1);
         let p = Producer::builder()
-            .config(bad)
+            .core_config(bad)
             .nsqd(nsqd.tcp_address().to_string())
             .build()
             .unwrap();
@@ -715,7 +751,7 @@ fn producer_fails_fast_when_no_broker_is_up() {
         assert!(p.publish("nobody", "y").await.is_err());
         assert!(started.elapsed() < Duration::from_millis(200));
         assert!(matches!(
-            Producer::connect(&addr.to_string(), ProducerConfig::default()).await,
+            Producer::connect(&addr.to_string(), &Config::default()).await,
             Err(Error::NoServerAvailable(_))
         ));
         p.close().await;

@@ -250,127 +250,14 @@ pub fn cpus() -> usize {
     std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
 }
 
-/// go-nsq style options (`--consumer-opt=name,value`, `--producer-opt=name,value`) applied to
-/// the connection settings; TLS options are gathered and built by [`NsqOpts::finish`].
-#[derive(Debug, Default)]
-pub struct NsqOpts {
-    v1: bool,
-    insecure: bool,
-    root_ca_file: Option<String>,
-    cert: Option<String>,
-    key: Option<String>,
-}
-
-impl NsqOpts {
-    /// Applies one `name,value` option; returns `Ok(false)` for options this parser does not
-    /// know (the caller may handle consumer- or producer-only ones).
-    pub fn apply(
-        &mut self,
-        conn: &mut nsq_tokio::ConnectionConfig,
-        name: &str,
-        value: &str,
-    ) -> Result<bool, String> {
-        let bool_value = || match value {
-            "" | "true" | "1" | "t" | "T" | "TRUE" | "True" => Ok(true),
-            "false" | "0" | "f" | "F" | "FALSE" | "False" => Ok(false),
-            _ => Err(format!("invalid boolean {value:?} for option {name}")),
-        };
-        let dur = || {
-            parse_go_duration(value)
-                .or_else(|| value.parse::<u64>().ok().map(Duration::from_millis))
-                .ok_or_else(|| format!("invalid duration {value:?} for option {name}"))
-        };
-        match name {
-            "tls_v1" => self.v1 = bool_value()?,
-            "tls_insecure_skip_verify" => self.insecure = bool_value()?,
-            "tls_root_ca_file" => self.root_ca_file = Some(value.to_owned()),
-            "tls_cert" => self.cert = Some(value.to_owned()),
-            "tls_key" => self.key = Some(value.to_owned()),
-            "tls_min_version" => {}
-            "snappy" => {
-                if bool_value()? {
-                    conn.compression = nsq_tokio::Compression::Snappy;
-                }
-            }
-            "deflate" => {
-                if bool_value()?
-                    && !matches!(conn.compression, nsq_tokio::Compression::Deflate { .. })
-                {
-                    conn.compression = nsq_tokio::Compression::Deflate { level: 6 };
-                }
-            }
-            "deflate_level" => {
-                let level: u32 = value
-                    .parse()
-                    .map_err(|_| format!("invalid deflate_level {value:?}"))?;
-                conn.compression = nsq_tokio::Compression::Deflate { level };
-            }
-            "auth_secret" => conn.auth_secret = Some(value.into()),
-            "client_id" => conn.client_id = Some(value.to_owned()),
-            "hostname" => conn.hostname = Some(value.to_owned()),
-            "user_agent" => value.clone_into(&mut conn.user_agent),
-            "heartbeat_interval" => conn.heartbeat_interval = dur()?,
-            "read_timeout" => conn.read_timeout = Some(dur()?),
-            "msg_timeout" => conn.msg_timeout = Some(dur()?),
-            "output_buffer_timeout" => conn.output_buffer_timeout = Some(dur()?),
-            "output_buffer_size" => {
-                conn.output_buffer_size = Some(
-                    value
-                        .parse()
-                        .map_err(|_| format!("invalid output_buffer_size {value:?}"))?,
-                );
-            }
-            "sample_rate" => {
-                conn.sample_rate = value
-                    .parse()
-                    .map_err(|_| format!("invalid sample_rate {value:?}"))?;
-            }
-            _ => return Ok(false),
-        }
-        Ok(true)
+/// Applies go-nsq style `--consumer-opt` / `--producer-opt` values (`name,value`; a bare
+/// `name` means `true`, like go-nsq's `ConfigFlag`).
+pub fn apply_opts(config: &mut nsq_tokio::Config, opts: &[String]) -> Result<(), String> {
+    for opt in opts {
+        let (name, value) = opt.split_once(',').unwrap_or((opt.as_str(), "true"));
+        config.set_str(name, value).map_err(|e| e.to_string())?;
     }
-
-    /// Builds the TLS settings from the gathered options.
-    pub fn finish(self, conn: &mut nsq_tokio::ConnectionConfig) -> Result<(), String> {
-        use rustls::pki_types::pem::PemObject;
-        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-        let wants_tls =
-            self.v1 || self.insecure || self.root_ca_file.is_some() || self.cert.is_some();
-        if !wants_tls {
-            return Ok(());
-        }
-        let client_cert = match (&self.cert, &self.key) {
-            (Some(c), Some(k)) => {
-                let chain = CertificateDer::pem_file_iter(c)
-                    .and_then(Iterator::collect::<Result<Vec<_>, _>>)
-                    .map_err(|e| format!("tls_cert {c}: {e}"))?;
-                let key =
-                    PrivateKeyDer::from_pem_file(k).map_err(|e| format!("tls_key {k}: {e}"))?;
-                Some((chain, key))
-            }
-            (None, None) => None,
-            _ => return Err("tls_cert and tls_key must be given together".to_owned()),
-        };
-        let tls = if self.insecure {
-            nsq_tokio::TlsConfig::dangerous_skip_verification(client_cert)
-        } else if let Some(ca) = &self.root_ca_file {
-            let mut roots = rustls::RootCertStore::empty();
-            for cert in CertificateDer::pem_file_iter(ca).map_err(|e| format!("{ca}: {e}"))? {
-                roots
-                    .add(cert.map_err(|e| format!("{ca}: {e}"))?)
-                    .map_err(|e| format!("{ca}: {e}"))?;
-            }
-            nsq_tokio::TlsConfig::with_root_store(roots, client_cert)
-        } else {
-            nsq_tokio::TlsConfig::with_root_store(
-                nsq_tokio::proto::connection::webpki_root_store(),
-                client_cert,
-            )
-        }
-        .map_err(|e| e.to_string())?;
-        conn.tls = Some(tls);
-        Ok(())
-    }
+    Ok(())
 }
 
 /// Resolves once SIGINT or SIGTERM arrives.
