@@ -1,0 +1,94 @@
+//! nsq-tokio's counterpart of nsq's `bench/bench_writer`: same flags, same final line.
+//!
+//! One task per CPU (the Go tool's GOMAXPROCS workers), each with its own producer (one nsqd
+//! connection), publishing MPUB batches of `--batch-size` messages of `--size` bytes and
+//! awaiting each reply before the next, until `--runfor` has passed.
+//!
+//! Extra flag (not in the Go tool): `--runtime=current|multi` picks tokio's scheduler
+//! (default `multi`: one worker thread per CPU; `current`: every task on one thread).
+//!
+//! ```text
+//! cargo run --release -p nsq-tokio --example bench_writer -- \
+//!     --nsqd-tcp-address=127.0.0.1:4150 --topic=sub_bench --size=200 --batch-size=200 --runfor=10s
+//! ```
+
+mod support;
+
+use bytes::Bytes;
+use nsq_tokio::{Config, Producer, Topic};
+use std::time::{Duration, Instant};
+use support::{Flags, bench_line, cpus, fatal, log};
+
+const PREFIX: &str = "bench_writer";
+
+fn main() {
+    let flags = Flags::parse(&[]).unwrap_or_else(|e| fatal(PREFIX, &e));
+    let run = || -> Result<(), String> {
+        let runfor = flags.duration("runfor", Duration::from_secs(10))?;
+        let addr = flags.string("nsqd-tcp-address", "127.0.0.1:4150");
+        let topic = Topic::new(flags.string("topic", "sub_bench")).map_err(|e| e.to_string())?;
+        let size: usize = flags.number("size", 200)?;
+        let batch_size: usize = flags.number("batch-size", 200)?;
+        let workers = cpus();
+        // Not a Go flag: tokio's scheduler. `current` runs every task on one thread.
+        let runtime = flags.string("runtime", "multi");
+        if runtime != "current" && runtime != "multi" {
+            return Err(format!(
+                "--runtime must be current or multi, not {runtime:?}"
+            ));
+        }
+        let body = Bytes::from(vec![0u8; size]);
+        let batch: Vec<Bytes> = vec![body; batch_size];
+        let rt = if runtime == "current" {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+        } else {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(workers)
+                .enable_all()
+                .build()
+        }
+        .map_err(|e| e.to_string())?;
+        let (duration, total) = rt.block_on(async {
+            let mut producers = Vec::with_capacity(workers);
+            for _ in 0..workers {
+                let p = Producer::connect(&addr, &Config::default())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                producers.push(p);
+            }
+            let start = Instant::now();
+            let end = start + runfor;
+            let mut tasks = Vec::with_capacity(workers);
+            for p in producers {
+                let batch = batch.clone();
+                let topic = topic.clone();
+                tasks.push(tokio::spawn(async move {
+                    let mut count = 0u64;
+                    loop {
+                        p.multi_publish(&topic, batch.iter().cloned())
+                            .await
+                            .map_err(|e| e.to_string())?;
+                        count += batch.len() as u64;
+                        if Instant::now() > end {
+                            break;
+                        }
+                    }
+                    p.close().await;
+                    Ok::<u64, String>(count)
+                }));
+            }
+            let mut total = 0;
+            for t in tasks {
+                total += t.await.map_err(|e| e.to_string())??;
+            }
+            Ok::<_, String>((start.elapsed(), total))
+        })?;
+        log(PREFIX, &bench_line(duration, total, size));
+        Ok(())
+    };
+    if let Err(e) = run() {
+        fatal(PREFIX, &e);
+    }
+}

@@ -1,0 +1,90 @@
+//! Publish a few messages and consume them, printing what happens.
+//!
+//! ```text
+//! cargo run -p nsq-tokio --example quickstart                      # in-process test broker
+//! cargo run -p nsq-tokio --example quickstart -- --nsqd-tcp-address=127.0.0.1:4150
+//! ```
+//!
+//! Without `--nsqd-tcp-address` it starts the in-process test nsqd from `tests/` (crate
+//! `nsq-test-broker`), so it works on a fresh machine with nothing installed.
+#![allow(clippy::print_stdout, reason = "an example that shows what happened")]
+
+mod support;
+
+use nsq_tokio::{Config, Consumer, Producer};
+use std::time::{Duration, Instant};
+use support::{Flags, fatal};
+
+#[tokio::main]
+async fn main() {
+    let flags = Flags::parse(&[]).unwrap_or_else(|e| fatal("quickstart", &e));
+    if let Err(e) = run(&flags).await {
+        fatal("quickstart", &e.to_string());
+    }
+}
+
+async fn run(flags: &Flags) -> Result<(), Box<dyn std::error::Error>> {
+    // 1. A server: the one given, or the in-process test broker.
+    let (_broker, addr) = if let Some(a) = flags.get("nsqd-tcp-address") {
+        (None, a.to_owned())
+    } else {
+        let nsqd = nsq_test_broker::Nsqd::start()?;
+        let addr = nsqd.tcp_address().to_string();
+        println!("started the in-process test nsqd on {addr}");
+        (Some(nsqd), addr)
+    };
+    let topic = flags.string("topic", "quickstart");
+    let channel = flags.string("channel", "demo");
+
+    // 2. Publish: one message, a batch, and a deferred one.
+    let producer = Producer::connect(&addr, &Config::default()).await?;
+    producer.publish(&topic, "hello").await?;
+    println!("published 1 message (PUB)");
+    producer
+        .multi_publish(&topic, ["one", "two", "three"])
+        .await?;
+    println!("published 3 messages in one batch (MPUB)");
+    producer
+        .deferred_publish(&topic, Duration::from_millis(500), "later")
+        .await?;
+    println!("published 1 message delivered after 500 ms (DPUB)");
+    producer.close().await;
+
+    // 3. Consume them; the first attempt of "two" fails and is requeued.
+    let mut consumer = Consumer::builder(topic.as_str(), channel.as_str())
+        .config(&Config {
+            max_in_flight: 10,
+            ..Config::default()
+        })
+        .nsqd(addr.as_str())
+        .build()?;
+    let started = Instant::now();
+    let mut done = 0;
+    while done < 5 {
+        let Ok(next) = tokio::time::timeout(Duration::from_secs(10), consumer.recv()).await else {
+            return Err("timed out waiting for messages".into());
+        };
+        let Some(msg) = next else { break };
+        let body = String::from_utf8_lossy(msg.body()).into_owned();
+        if body == "two" && msg.attempts() == 1 {
+            println!("received {body:?} (attempt 1): requeueing it for a retry");
+            msg.requeue_without_backoff(Some(Duration::ZERO));
+            continue;
+        }
+        println!(
+            "received {body:?} (attempt {}) from {} after {:?}: finishing it",
+            msg.attempts(),
+            msg.nsqd_address(),
+            started.elapsed()
+        );
+        msg.finish();
+        done += 1;
+    }
+    let report = consumer.stop().await;
+    let stats = consumer.stats();
+    println!(
+        "stopped: {} received, {} finished, {} requeued, {} left unanswered",
+        stats.received, stats.finished, stats.requeued, report.unanswered
+    );
+    Ok(())
+}

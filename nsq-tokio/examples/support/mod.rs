@@ -1,0 +1,284 @@
+//! Shared helpers of the examples: hand-written flag parsing (Go `flag` style), Go duration
+//! parsing/formatting and Go `log`-style output, so the tools behave like the official ones.
+#![allow(
+    dead_code,
+    unreachable_pub,
+    reason = "each example uses a different subset of these helpers"
+)]
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Parsed command-line flags: `--name=value`, `--name value`, `-name value`; repeatable.
+#[derive(Debug, Default)]
+pub struct Flags {
+    values: HashMap<String, Vec<String>>,
+}
+
+impl Flags {
+    /// Parses `std::env::args()`. `bools` lists the flags that take no value.
+    pub fn parse(bools: &[&str]) -> Result<Flags, String> {
+        Self::parse_from(std::env::args().skip(1), bools)
+    }
+
+    /// Parses `args`.
+    pub fn parse_from(
+        args: impl IntoIterator<Item = String>,
+        bools: &[&str],
+    ) -> Result<Flags, String> {
+        let mut flags = Flags::default();
+        let mut args = args.into_iter();
+        while let Some(arg) = args.next() {
+            let Some(stripped) = arg.strip_prefix("--").or_else(|| arg.strip_prefix('-')) else {
+                return Err(format!("unexpected argument {arg:?}"));
+            };
+            if stripped.is_empty() {
+                break;
+            }
+            let (name, value) = match stripped.split_once('=') {
+                Some((n, v)) => (n.to_owned(), v.to_owned()),
+                None if bools.contains(&stripped) => (stripped.to_owned(), "true".to_owned()),
+                None => {
+                    let v = args
+                        .next()
+                        .ok_or_else(|| format!("flag needs an argument: -{stripped}"))?;
+                    (stripped.to_owned(), v)
+                }
+            };
+            flags.values.entry(name).or_default().push(value);
+        }
+        Ok(flags)
+    }
+
+    /// True when `name` was given.
+    pub fn has(&self, name: &str) -> bool {
+        self.values.contains_key(name)
+    }
+
+    /// The last value of `name`.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.values
+            .get(name)
+            .and_then(|v| v.last())
+            .map(String::as_str)
+    }
+
+    /// Every value of `name`, in order.
+    pub fn all(&self, name: &str) -> Vec<String> {
+        self.values.get(name).cloned().unwrap_or_default()
+    }
+
+    /// The last value of `name` or `default`.
+    pub fn string(&self, name: &str, default: &str) -> String {
+        self.get(name).unwrap_or(default).to_owned()
+    }
+
+    /// A number flag.
+    pub fn number<T: std::str::FromStr>(&self, name: &str, default: T) -> Result<T, String> {
+        match self.get(name) {
+            None => Ok(default),
+            Some(v) => v
+                .parse()
+                .map_err(|_| format!("invalid value {v:?} for flag -{name}")),
+        }
+    }
+
+    /// A boolean flag (`--x`, `--x=true`, `--x=false`).
+    pub fn boolean(&self, name: &str) -> Result<bool, String> {
+        match self.get(name) {
+            Some("true" | "1" | "t" | "T" | "TRUE" | "True") => Ok(true),
+            None | Some("false" | "0" | "f" | "F" | "FALSE" | "False") => Ok(false),
+            Some(v) => Err(format!("invalid boolean value {v:?} for flag -{name}")),
+        }
+    }
+
+    /// A Go duration flag (`10s`, `1m30s`, `500ms`).
+    pub fn duration(&self, name: &str, default: Duration) -> Result<Duration, String> {
+        match self.get(name) {
+            None => Ok(default),
+            Some(v) => parse_go_duration(v)
+                .ok_or_else(|| format!("invalid value {v:?} for flag -{name}: parse error")),
+        }
+    }
+}
+
+/// Parses a Go duration string (`300ms`, `1.5h`, `2h45m`); negative values are refused.
+pub fn parse_go_duration(s: &str) -> Option<Duration> {
+    if s == "0" {
+        return Some(Duration::ZERO);
+    }
+    let mut rest = s.strip_prefix('+').unwrap_or(s);
+    if rest.is_empty() {
+        return None;
+    }
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        if num_len == 0 {
+            return None;
+        }
+        let value: f64 = rest[..num_len].parse().ok()?;
+        rest = &rest[num_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let nanos = match &rest[..unit_len] {
+            "ns" => 1.0,
+            "us" | "µs" | "μs" => 1e3,
+            "ms" => 1e6,
+            "s" => 1e9,
+            "m" => 60e9,
+            "h" => 3600e9,
+            _ => return None,
+        };
+        rest = &rest[unit_len..];
+        total += value * nanos;
+    }
+    Some(Duration::from_nanos(total.round() as u64))
+}
+
+/// Formats like Go's `time.Duration.String()` (`5.000123456s`, `1m0.5s`, `1.5ms`, `0s`).
+pub fn go_duration(d: Duration) -> String {
+    let nanos = d.as_nanos();
+    if nanos == 0 {
+        return "0s".to_owned();
+    }
+    if nanos < 1_000_000_000 {
+        let (unit, div) = if nanos < 1_000 {
+            ("ns", 1)
+        } else if nanos < 1_000_000 {
+            ("µs", 1_000)
+        } else {
+            ("ms", 1_000_000)
+        };
+        return format!("{}{unit}", frac(nanos, div));
+    }
+    let secs_total = nanos / 1_000_000_000;
+    let sub = nanos % 1_000_000_000;
+    let h = secs_total / 3600;
+    let m = (secs_total % 3600) / 60;
+    let s = secs_total % 60;
+    let mut out = String::new();
+    if h > 0 {
+        out = format!("{h}h");
+    }
+    if h > 0 || m > 0 {
+        out = format!("{out}{m}m");
+    }
+    format!("{out}{}s", frac(s * 1_000_000_000 + sub, 1_000_000_000))
+}
+
+/// `value / div` with the fraction's trailing zeros removed (Go's fmtFrac).
+fn frac(value: u128, div: u128) -> String {
+    let int = value / div;
+    let rem = value % div;
+    if rem == 0 {
+        return int.to_string();
+    }
+    let width = div.to_string().len() - 1;
+    let digits = format!("{rem:0width$}");
+    format!("{int}.{}", digits.trim_end_matches('0'))
+}
+
+/// The benchmark tools' final line, computed exactly as nsq's bench tools do:
+/// `duration: <d> - <x>mb/s - <y>ops/s - <z>us/op`, with us/op from whole microseconds.
+pub fn bench_line(duration: Duration, messages: u64, size: usize) -> String {
+    let secs = duration.as_secs_f64();
+    let micros = duration.as_micros() as f64;
+    format!(
+        "duration: {} - {}mb/s - {}ops/s - {}us/op",
+        go_duration(duration),
+        go_float((messages * size as u64) as f64 / secs / 1024.0 / 1024.0),
+        go_float(messages as f64 / secs),
+        go_float(micros / messages as f64),
+    )
+}
+
+/// Go's `%.03f`: three decimals, `+Inf`/`-Inf`/`NaN` for the special values.
+fn go_float(x: f64) -> String {
+    if x.is_nan() {
+        "NaN".to_owned()
+    } else if x.is_infinite() {
+        if x > 0.0 { "+Inf" } else { "-Inf" }.to_owned()
+    } else {
+        format!("{x:.3}")
+    }
+}
+
+/// A line in Go `log` format with a prefix: `[prefix] 2006/01/02 15:04:05 text` (UTC).
+pub fn go_log_line(prefix: &str, text: &str) -> String {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let days = (secs / 86_400) as i64;
+    let tod = secs % 86_400;
+    // Civil-from-days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "[{prefix}] {year:04}/{month:02}/{day:02} {:02}:{:02}:{:02} {text}",
+        tod / 3600,
+        (tod % 3600) / 60,
+        tod % 60
+    )
+}
+
+/// Logs like Go's `log.Printf` (to stderr).
+#[allow(clippy::print_stderr, reason = "command-line tool output")]
+pub fn log(prefix: &str, text: &str) {
+    eprintln!("{}", go_log_line(prefix, text));
+}
+
+/// Prints `message` and exits with status 1 (like Go's `log.Fatal`).
+#[allow(clippy::print_stderr, reason = "command-line tool output")]
+pub fn fatal(prefix: &str, message: &str) -> ! {
+    eprintln!("{}", go_log_line(prefix, message));
+    std::process::exit(1)
+}
+
+/// How many worker tasks the Go tools would use (GOMAXPROCS = number of CPUs).
+pub fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
+}
+
+/// Applies go-nsq style `--consumer-opt` / `--producer-opt` values (`name,value`; a bare
+/// `name` means `true`, like go-nsq's `ConfigFlag`).
+pub fn apply_opts(config: &mut nsq_tokio::Config, opts: &[String]) -> Result<(), String> {
+    for opt in opts {
+        let (name, value) = opt.split_once(',').unwrap_or((opt.as_str(), "true"));
+        config.set_str(name, value).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// Resolves once SIGINT or SIGTERM arrives.
+pub async fn terminated() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
