@@ -1,7 +1,7 @@
 //! The tokio [`Consumer`]: a driver task around [`nsq_proto::Consumer`].
 
 use crate::error::{Error, IntoChannel, IntoTopic};
-use crate::net::{self, Link, LookupEvent, NetEvent, Outbox};
+use crate::net::{self, Io, LookupEvent, NetEvent, Timer};
 use bytes::Bytes;
 use nsq_proto::consumer::{
     Action, ConnId, ConsumerConfig, ConsumerError, ConsumerEvent, ConsumerStats, LookupdRequestId,
@@ -15,7 +15,6 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
-use tokio::task::AbortHandle;
 
 /// Called (on the driver task, so keep it short) for every message delivered more than
 /// `max_attempts` times; the message has already been finished.
@@ -412,17 +411,18 @@ impl ConsumerBuilder {
         let driver = Driver {
             core,
             rx,
-            tx,
+            io: Io::new(
+                tx,
+                wrap_net,
+                wrap_lookup,
+                self.dial_timeout,
+                self.write_timeout,
+            ),
             shared: shared.clone(),
             msg_tx: Some(msg_tx),
-            links: BTreeMap::new(),
-            outboxes: BTreeMap::new(),
             origins: BTreeMap::new(),
-            lookups: BTreeMap::new(),
             stop_waiters: Vec::new(),
             give_up: self.give_up,
-            dial_timeout: self.dial_timeout,
-            write_timeout: self.write_timeout,
             report: None,
         };
         runtime.spawn(driver.run());
@@ -755,17 +755,12 @@ impl Consumer {
 struct Driver {
     core: nsq_proto::Consumer,
     rx: mpsc::UnboundedReceiver<Input>,
-    tx: mpsc::UnboundedSender<Input>,
+    io: Io<Input>,
     shared: Arc<Shared>,
     msg_tx: Option<mpsc::UnboundedSender<Message>>,
-    links: BTreeMap<ConnId, Link>,
-    outboxes: BTreeMap<ConnId, Outbox>,
     origins: BTreeMap<ConnId, Arc<ConnShared>>,
-    lookups: BTreeMap<LookupdRequestId, AbortHandle>,
     stop_waiters: Vec<oneshot::Sender<StopReport>>,
     give_up: Option<GiveUpHook>,
-    dial_timeout: Duration,
-    write_timeout: Duration,
     report: Option<StopReport>,
 }
 
@@ -773,31 +768,14 @@ const BATCH: usize = 1024;
 
 impl Driver {
     async fn run(mut self) {
-        let sleep = tokio::time::sleep(Duration::from_secs(3600));
-        tokio::pin!(sleep);
-        let mut armed: Option<Instant> = None;
+        let mut timer = Timer::new();
         let mut batch = Vec::with_capacity(BATCH);
         self.drain(Instant::now());
-        self.flush();
-        loop {
-            if self.report.is_some() {
-                break;
-            }
+        self.io.flush();
+        while self.report.is_none() {
             let deadline = self.core.poll_timeout();
-            if deadline != armed {
-                armed = deadline;
-                if let Some(t) = deadline {
-                    sleep.as_mut().reset(tokio::time::Instant::from_std(t));
-                }
-            }
-            tokio::select! {
-                biased;
-                n = self.rx.recv_many(&mut batch, BATCH) => {
-                    if n == 0 {
-                        break;
-                    }
-                }
-                () = &mut sleep, if armed.is_some() => {}
+            if !timer.wait(deadline, &mut self.rx, &mut batch, BATCH).await {
+                break;
             }
             let now = Instant::now();
             for input in batch.drain(..) {
@@ -808,15 +786,10 @@ impl Driver {
                 self.core.handle_timeout(now);
                 self.drain(now);
             }
-            self.flush();
+            self.io.flush();
             self.publish_state();
         }
-        for (_, link) in std::mem::take(&mut self.links) {
-            link.close();
-        }
-        for (_, l) in std::mem::take(&mut self.lookups) {
-            l.abort();
-        }
+        self.io.close_all();
         let report = self.report.unwrap_or_default();
         for w in self.stop_waiters.drain(..) {
             let _ = w.send(report);
@@ -827,31 +800,8 @@ impl Driver {
     fn handle(&mut self, now: Instant, input: Input) {
         match input {
             Input::Answer(a) => self.answer(now, a),
-            Input::Net(ev) => match ev {
-                NetEvent::Data { key, mut data } => self.core.handle_input(now, key, &mut data),
-                NetEvent::Connected { key, writer } => {
-                    if let Some(link) = self.links.get_mut(&key) {
-                        link.set_writer(writer);
-                        self.core.handle_connected(now, key);
-                    }
-                }
-                NetEvent::ConnectFailed { key, reason } => {
-                    self.core.handle_connect_failed(now, key, &reason);
-                }
-                NetEvent::Closed { key, reason } => {
-                    if self.links.contains_key(&key) {
-                        tracing::debug!(conn = %key, %reason, "socket closed");
-                        self.core.handle_eof(now, key);
-                    }
-                }
-            },
-            Input::Lookup(ev) => match ev {
-                LookupEvent::Data { key, data } => self.core.handle_lookupd_input(now, key, &data),
-                LookupEvent::Eof { key } => self.core.handle_lookupd_eof(now, key),
-                LookupEvent::Failed { key, reason } => {
-                    self.core.handle_lookupd_failed(now, key, &reason);
-                }
-            },
+            Input::Net(ev) => self.io.net(&mut self.core, now, ev),
+            Input::Lookup(ev) => self.io.lookup(&mut self.core, now, ev),
             Input::Control(c) => match c {
                 Control::AddNsqd(a, reply) => {
                     let _ = reply.send(self.core.add_nsqd(now, &a));
@@ -922,53 +872,20 @@ impl Driver {
     }
 
     fn act(&mut self, action: Action) {
-        match action {
-            Action::Transmit { conn, data } => {
-                self.outboxes.entry(conn).or_default().push(data);
-            }
+        match &action {
             Action::Connect { conn, addr } => {
-                tracing::info!(%conn, %addr, "connecting to nsqd");
-                let link = net::connect(
-                    conn,
-                    &addr,
-                    self.dial_timeout,
-                    self.write_timeout,
-                    self.tx.clone(),
-                    wrap_net,
-                );
-                self.links.insert(conn, link);
                 let origin = Arc::new(ConnShared {
                     addr: addr.clone(),
                     shared: self.shared.clone(),
                 });
-                self.origins.insert(conn, origin);
+                self.origins.insert(*conn, origin);
             }
             Action::Disconnect { conn } => {
-                let pending = self.outboxes.remove(&conn).and_then(|mut o| o.take());
-                if let Some(link) = self.links.remove(&conn) {
-                    if let Some(data) = pending {
-                        link.send(data);
-                    }
-                    link.close();
-                }
-                self.origins.remove(&conn);
+                self.origins.remove(conn);
             }
-            Action::LookupdRequest {
-                request,
-                addr,
-                data,
-            } => {
-                tracing::debug!(%request, %addr, "querying nsqlookupd");
-                let h = net::lookup(request, &addr, data, self.tx.clone(), wrap_lookup);
-                self.lookups.insert(request, h);
-            }
-            Action::LookupdClose { request } => {
-                if let Some(h) = self.lookups.remove(&request) {
-                    h.abort();
-                }
-            }
-            other => tracing::debug!(?other, "unknown consumer action ignored"),
+            _ => {}
         }
+        self.io.act(action);
     }
 
     fn event(&mut self, now: Instant, event: ConsumerEvent) {
@@ -1033,17 +950,6 @@ impl Driver {
             .requeue(now, m.conn, &m.inner, Some(Duration::ZERO), false)
         {
             tracing::debug!(msg = %m.inner.id, error = %e, "requeue while stopping not sent");
-        }
-    }
-
-    /// One write per connection per wake-up.
-    fn flush(&mut self) {
-        for (conn, outbox) in &mut self.outboxes {
-            if let Some(data) = outbox.take() {
-                if let Some(link) = self.links.get(conn) {
-                    link.send(data);
-                }
-            }
         }
     }
 
