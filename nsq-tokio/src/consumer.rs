@@ -420,6 +420,7 @@ impl ConsumerBuilder {
             ),
             shared: shared.clone(),
             msg_tx: Some(msg_tx),
+            outgoing: Vec::new(),
             origins: BTreeMap::new(),
             stop_waiters: Vec::new(),
             give_up: self.give_up,
@@ -430,7 +431,11 @@ impl ConsumerBuilder {
             guard: Arc::new(HandleGuard(shared.clone())),
         };
         Ok(Consumer {
-            receiver: MessageReceiver { rx: msg_rx, shared },
+            receiver: MessageReceiver {
+                rx: msg_rx,
+                batch: Vec::new().into_iter(),
+                shared,
+            },
             handle,
         })
     }
@@ -540,8 +545,12 @@ impl ConsumerHandle {
 }
 
 /// The receiving side of a consumer's messages.
+///
+/// The driver sends the messages of one wake-up as one batch: one channel operation per batch,
+/// not per message.
 struct MessageReceiver {
-    rx: mpsc::UnboundedReceiver<Message>,
+    rx: mpsc::UnboundedReceiver<Vec<Message>>,
+    batch: std::vec::IntoIter<Message>,
     shared: Arc<Shared>,
 }
 
@@ -549,12 +558,27 @@ impl MessageReceiver {
     fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Message>> {
         if self.shared.stopping.load(Ordering::Acquire) {
             // Messages not taken yet are requeued (by their Drop) so the drain is quick.
-            while let Ok(m) = self.rx.try_recv() {
-                drop(m);
-            }
+            self.discard();
             return Poll::Ready(None);
         }
-        self.rx.poll_recv(cx)
+        loop {
+            if let Some(m) = self.batch.next() {
+                return Poll::Ready(Some(m));
+            }
+            match self.rx.poll_recv(cx) {
+                Poll::Ready(Some(batch)) => self.batch = batch.into_iter(),
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+
+    /// Drops (so requeues) every message received but not taken.
+    fn discard(&mut self) {
+        self.batch = Vec::new().into_iter();
+        while let Ok(batch) = self.rx.try_recv() {
+            drop(batch);
+        }
     }
 
     async fn recv(&mut self) -> Option<Message> {
@@ -674,8 +698,9 @@ impl Consumer {
         }
         // The driver drops its sender when it starts stopping; every message still queued is
         // dropped here, which requeues it.
-        while let Some(m) = self.receiver.rx.recv().await {
-            drop(m);
+        self.receiver.batch = Vec::new().into_iter();
+        while let Some(batch) = self.receiver.rx.recv().await {
+            drop(batch);
         }
         rx.await.unwrap_or_default()
     }
@@ -757,7 +782,9 @@ struct Driver {
     rx: mpsc::UnboundedReceiver<Input>,
     io: Io<Input>,
     shared: Arc<Shared>,
-    msg_tx: Option<mpsc::UnboundedSender<Message>>,
+    msg_tx: Option<mpsc::UnboundedSender<Vec<Message>>>,
+    /// Messages of this wake-up, sent as one batch by `deliver`.
+    outgoing: Vec<Message>,
     origins: BTreeMap<ConnId, Arc<ConnShared>>,
     stop_waiters: Vec<oneshot::Sender<StopReport>>,
     give_up: Option<GiveUpHook>,
@@ -786,6 +813,7 @@ impl Driver {
                 self.core.handle_timeout(now);
                 self.drain(now);
             }
+            self.deliver(now);
             self.io.flush();
             self.publish_state();
         }
@@ -830,6 +858,10 @@ impl Driver {
         self.shared.stopping.store(true, Ordering::Release);
         // Dropping the sender wakes a reader blocked in recv(); it then sees `stopping`.
         self.msg_tx = None;
+        for mut m in std::mem::take(&mut self.outgoing) {
+            m.done = true;
+            self.requeue_now(now, &m);
+        }
         self.core.close(now);
     }
 
@@ -904,12 +936,11 @@ impl Driver {
                     origin,
                     done: false,
                 };
-                // While stopping (no sender) no new messages are handed out: requeue at once.
-                let unsent = match &self.msg_tx {
-                    Some(tx) => tx.send(msg).err().map(|e| e.0),
-                    None => Some(msg),
-                };
-                if let Some(mut m) = unsent {
+                if self.msg_tx.is_some() {
+                    self.outgoing.push(msg);
+                } else {
+                    // Stopping: no new messages are handed out; requeue at once.
+                    let mut m = msg;
                     m.done = true;
                     self.requeue_now(now, &m);
                 }
@@ -941,6 +972,25 @@ impl Driver {
                 });
             }
             other => tracing::debug!(?other, "consumer event"),
+        }
+    }
+
+    /// Hands this wake-up's messages to the application in one batch.
+    fn deliver(&mut self, now: Instant) {
+        if self.outgoing.is_empty() {
+            return;
+        }
+        let batch = std::mem::take(&mut self.outgoing);
+        let unsent = match &self.msg_tx {
+            Some(tx) => tx.send(batch).err().map(|e| e.0),
+            None => Some(batch),
+        };
+        if let Some(batch) = unsent {
+            for mut m in batch {
+                m.done = true;
+                self.requeue_now(now, &m);
+            }
+            self.drain(now);
         }
     }
 
