@@ -757,3 +757,37 @@ fn producer_fails_fast_when_no_broker_is_up() {
         p.close().await;
     });
 }
+
+#[test]
+fn handles_are_send_and_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<Producer>();
+    send_sync::<nsq_tokio::ConsumerHandle>();
+    send::<Consumer>();
+    send::<Message>();
+    send_sync::<Error>();
+}
+
+#[test]
+fn server_errors_are_typed() {
+    run(20, async {
+        let nsqd = start(Nsqd::builder().max_msg_size(10));
+        let p = producer(&nsqd).await;
+        let err = p.publish("small", vec![b'x'; 100]).await.unwrap_err();
+        match &err {
+            Error::Server(e) => assert_eq!(e.code_str(), "E_BAD_MESSAGE", "{e}"),
+            other => panic!("expected a server error, got {other:?}"),
+        }
+        // The producer reconnects after nsqd closed the connection: later publishes work.
+        let deadline = Instant::now() + WAIT;
+        loop {
+            match p.publish("small", "ok").await {
+                Ok(()) => break,
+                Err(e) => assert!(Instant::now() < deadline, "never recovered: {e}"),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        p.close().await;
+    });
+}
