@@ -199,6 +199,15 @@ impl Message {
         self.answer(AnswerKind::Touch);
     }
 
+    /// Requeues a message the application never received: at once, without backoff.
+    fn release(mut self) {
+        self.done = true;
+        self.answer(AnswerKind::Requeue {
+            delay: Some(Duration::ZERO),
+            backoff: false,
+        });
+    }
+
     /// The core's message (id, attempts, timestamp, body).
     pub fn as_proto(&self) -> &nsq_proto::Message {
         &self.inner
@@ -554,6 +563,12 @@ struct MessageReceiver {
     shared: Arc<Shared>,
 }
 
+impl Drop for MessageReceiver {
+    fn drop(&mut self) {
+        self.discard();
+    }
+}
+
 impl MessageReceiver {
     fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Message>> {
         if self.shared.stopping.load(Ordering::Acquire) {
@@ -573,11 +588,14 @@ impl MessageReceiver {
         }
     }
 
-    /// Drops (so requeues) every message received but not taken.
+    /// Requeues at once (no delay, no backoff) every message received but not taken: the
+    /// application never saw them.
     fn discard(&mut self) {
-        self.batch = Vec::new().into_iter();
+        for m in std::mem::take(&mut self.batch) {
+            m.release();
+        }
         while let Ok(batch) = self.rx.try_recv() {
-            drop(batch);
+            batch.into_iter().for_each(Message::release);
         }
     }
 
@@ -697,10 +715,10 @@ impl Consumer {
             return StopReport::default();
         }
         // The driver drops its sender when it starts stopping; every message still queued is
-        // dropped here, which requeues it.
-        self.receiver.batch = Vec::new().into_iter();
+        // requeued here at once.
+        self.receiver.discard();
         while let Some(batch) = self.receiver.rx.recv().await {
-            drop(batch);
+            batch.into_iter().for_each(Message::release);
         }
         rx.await.unwrap_or_default()
     }
@@ -989,6 +1007,11 @@ impl Driver {
             for mut m in batch {
                 m.done = true;
                 self.requeue_now(now, &m);
+            }
+            if self.msg_tx.is_some() {
+                // Nobody can receive messages any more: stop rather than loop redeliveries.
+                tracing::info!("the consumer's message receiver was dropped");
+                self.begin_stop(now);
             }
             self.drain(now);
         }

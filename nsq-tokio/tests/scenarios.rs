@@ -791,3 +791,28 @@ fn server_errors_are_typed() {
         p.close().await;
     });
 }
+
+#[test]
+fn dropping_the_consumer_stops_it() {
+    run(20, async {
+        let nsqd = start(Nsqd::builder());
+        for i in 0..5 {
+            nsqd.publish("dropc", format!("{i}").as_bytes());
+        }
+        let mut c = consumer(&nsqd, "dropc", fast_config(5));
+        let handle = c.handle();
+        next(&mut c, WAIT).await.expect("a message").finish();
+        drop(c);
+        // The handle outlives the consumer: the stop still completes and nothing is lost.
+        let report = handle.stop().await;
+        assert_eq!(report.unanswered, 0);
+        assert!(
+            eventually(WAIT, || nsqd.channel("dropc", "ch").is_some_and(|ch| {
+                ch.in_flight == 0 && ch.finished == 1 && ch.depth + ch.deferred == 4
+            }))
+            .await,
+            "{:?}",
+            nsqd.channel("dropc", "ch")
+        );
+    });
+}
