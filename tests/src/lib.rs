@@ -73,7 +73,8 @@
 //!   (messages are not sampled; writes are flushed per batch, never delayed).
 //! - Authorization patterns are [`Pattern`]s (any, exact, prefix), not regular expressions,
 //!   and there is no auth server round trip or TTL.
-//! - IDENTIFY's JSON keys are matched exactly (Go matches them case-insensitively).
+//! - IDENTIFY's JSON is decoded like Go does (keys case-insensitive, later keys win, invalid
+//!   UTF-8 replaced), except that `-0` for an integer field is refused (Go accepts it).
 //! - A second IDENTIFY does not redo upgrades that are already in place. Otherwise it acts
 //!   like nsqd's: it is allowed until SUB, its reply and TOUCH use its values, the read
 //!   deadline follows its heartbeat interval, but heartbeats and the timeout of deliveries

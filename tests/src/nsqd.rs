@@ -1536,44 +1536,89 @@ struct IdentifyData {
     msg_timeout: i64,
 }
 
-impl IdentifyData {
-    fn parse(body: &[u8]) -> Option<(Self, Value)> {
-        let v: Value = serde_json::from_slice(body).ok()?;
-        let mut d = IdentifyData::default();
-        let obj = match &v {
-            Value::Object(o) => o,
-            Value::Null => return Some((d, v)),
-            _ => return None,
-        };
-        let int = |k: &str, min: i64, max: i64| -> Option<i64> {
-            match obj.get(k) {
-                None | Some(Value::Null) => Some(0),
-                Some(x) => x.as_i64().filter(|n| (min..=max).contains(n)),
+/// A JSON document's top-level object entries in document order (`None` for `null`), which
+/// is what Go's decoder walks: later keys override earlier ones, `null` leaves a field alone.
+struct JsonEntries(Option<Vec<(String, Value)>>);
+
+impl<'de> serde::Deserialize<'de> for JsonEntries {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Entries;
+        impl<'de> serde::de::Visitor<'de> for Entries {
+            type Value = JsonEntries;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object or null")
             }
-        };
-        let boolean = |k: &str| -> Option<bool> {
-            match obj.get(k) {
-                None | Some(Value::Null) => Some(false),
-                Some(Value::Bool(b)) => Some(*b),
-                Some(_) => None,
+            fn visit_unit<E: serde::de::Error>(self) -> Result<JsonEntries, E> {
+                Ok(JsonEntries(None))
             }
-        };
-        for k in ["client_id", "hostname", "user_agent"] {
-            if !matches!(obj.get(k), None | Some(Value::Null | Value::String(_))) {
-                return None;
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<JsonEntries, A::Error> {
+                let mut entries = Vec::new();
+                while let Some(entry) = map.next_entry::<String, Value>()? {
+                    entries.push(entry);
+                }
+                Ok(JsonEntries(Some(entries)))
             }
         }
-        d.heartbeat_interval = int("heartbeat_interval", i64::MIN, i64::MAX)?;
-        d.output_buffer_size = int("output_buffer_size", i64::MIN, i64::MAX)?;
-        d.output_buffer_timeout = int("output_buffer_timeout", i64::MIN, i64::MAX)?;
-        d.deflate_level = int("deflate_level", i64::MIN, i64::MAX)?;
-        d.sample_rate = int("sample_rate", i64::from(i32::MIN), i64::from(i32::MAX))?;
-        d.msg_timeout = int("msg_timeout", i64::MIN, i64::MAX)?;
-        d.feature_negotiation = boolean("feature_negotiation")?;
-        d.tls_v1 = boolean("tls_v1")?;
-        d.deflate = boolean("deflate")?;
-        d.snappy = boolean("snappy")?;
-        Some((d, v))
+        d.deserialize_any(Entries)
+    }
+}
+
+/// The struct field a JSON key decodes into under Go's rules for ASCII field names: an
+/// exact or case-insensitive match, where `ſ` (U+017F) folds to `s` and the Kelvin sign
+/// (U+212A) to `k`.
+fn go_field_key(key: &str) -> Option<String> {
+    key.chars()
+        .map(|c| match c {
+            '\u{17f}' => Some('s'),
+            '\u{212a}' => Some('k'),
+            c if c.is_ascii() => Some(c.to_ascii_lowercase()),
+            _ => None,
+        })
+        .collect()
+}
+
+impl IdentifyData {
+    /// Decodes like Go's `json.Unmarshal` into nsqd's `identifyDataV2`: invalid UTF-8 becomes
+    /// U+FFFD, keys match case-insensitively, unknown keys are ignored, a value of the wrong
+    /// type (or out of the Go type's range) fails the whole body.
+    fn parse(body: &[u8]) -> Option<(Self, Value)> {
+        let text = String::from_utf8_lossy(body);
+        let JsonEntries(entries) = serde_json::from_str(&text).ok()?;
+        let mut d = IdentifyData::default();
+        let Some(entries) = entries else {
+            return Some((d, Value::Null));
+        };
+        let int = |v: &Value, min: i64, max: i64| v.as_i64().filter(|n| (min..=max).contains(n));
+        for (key, value) in &entries {
+            if value.is_null() {
+                continue;
+            }
+            let Some(field) = go_field_key(key) else {
+                continue;
+            };
+            match field.as_str() {
+                "client_id" | "hostname" | "user_agent" if !value.is_string() => return None,
+                "heartbeat_interval" => d.heartbeat_interval = int(value, i64::MIN, i64::MAX)?,
+                "output_buffer_size" => d.output_buffer_size = int(value, i64::MIN, i64::MAX)?,
+                "output_buffer_timeout" => {
+                    d.output_buffer_timeout = int(value, i64::MIN, i64::MAX)?;
+                }
+                "deflate_level" => d.deflate_level = int(value, i64::MIN, i64::MAX)?,
+                "sample_rate" => {
+                    d.sample_rate = int(value, i64::from(i32::MIN), i64::from(i32::MAX))?;
+                }
+                "msg_timeout" => d.msg_timeout = int(value, i64::MIN, i64::MAX)?,
+                "feature_negotiation" => d.feature_negotiation = value.as_bool()?,
+                "tls_v1" => d.tls_v1 = value.as_bool()?,
+                "deflate" => d.deflate = value.as_bool()?,
+                "snappy" => d.snappy = value.as_bool()?,
+                _ => {}
+            }
+        }
+        Some((d, Value::Object(entries.into_iter().collect())))
     }
 }
 

@@ -345,6 +345,48 @@ fn identify_range_validation() -> R {
 }
 
 #[test]
+fn identify_json_is_decoded_like_go() -> R {
+    let env = env();
+    let identify = |raw: &[u8]| -> Result<RawClient, Box<dyn std::error::Error>> {
+        let mut c = env.raw();
+        c.cmd_body("IDENTIFY", raw)?;
+        Ok(c)
+    };
+    let negotiated = |raw: &[u8]| -> Result<serde_json::Value, Box<dyn std::error::Error>> {
+        let mut c = identify(raw)?;
+        match c.read_frame()? {
+            RawFrame::Response(b) => Ok(serde_json::from_slice(&b)?),
+            other => Err(format!("{other:?}").into()),
+        }
+    };
+    // Keys match struct fields case-insensitively (with Go's ſ/K folding).
+    let mut c = identify(br#"{"HEARTBEAT_INTERVAL": 999}"#)?;
+    assert_eq!(
+        c.expect_fatal("E_BAD_BODY")?,
+        "E_BAD_BODY IDENTIFY heartbeat interval (999) is invalid"
+    );
+    let mut c = identify("{\"\u{17f}ample_rate\": 100}".as_bytes())?;
+    assert_eq!(
+        c.expect_fatal("E_BAD_BODY")?,
+        "E_BAD_BODY IDENTIFY sample rate (100) is invalid"
+    );
+    // Later keys win, null leaves a field alone, unknown keys of any type are ignored.
+    let fields = r#""feature_negotiation": true, "x": [{"y": null}]"#;
+    let r = negotiated(
+        format!(r#"{{{fields}, "msg_timeout": 2000, "Msg_Timeout": 3000}}"#).as_bytes(),
+    )?;
+    assert_eq!(r["msg_timeout"], 3000);
+    let r = negotiated(
+        format!(r#"{{{fields}, "msg_timeout": 2000, "msg_timeout": null}}"#).as_bytes(),
+    )?;
+    assert_eq!(r["msg_timeout"], 2000);
+    // Invalid UTF-8 in a string is replaced, not refused.
+    let mut c = identify(b"{\"client_id\": \"\xff\"}")?;
+    c.expect_ok()?;
+    alive(&env, &mut c)
+}
+
+#[test]
 fn identify_body_errors() -> R {
     let env = env();
     fatal_after(
