@@ -69,8 +69,10 @@
 //!
 //! # Known differences from nsqd
 //!
-//! - `sample_rate` and the output buffer settings are validated and echoed but not applied
-//!   (messages are not sampled; writes are flushed per batch, never delayed).
+//! - `sample_rate` is validated and echoed but not applied (messages are not sampled). The
+//!   output buffer is applied like nsqd's: message frames wait in a buffer of
+//!   `output_buffer_size` bytes until it fills, the `output_buffer_timeout` ticker fires,
+//!   the client is no longer ready for more (in-flight = RDY), or another frame is sent.
 //! - Authorization patterns are [`Pattern`]s (any, exact, prefix), not regular expressions,
 //!   and there is no auth server round trip or TTL.
 //! - IDENTIFY's JSON is decoded like Go does (keys case-insensitive, later keys win, invalid

@@ -244,7 +244,17 @@ enum Layer {
 }
 
 enum Out {
+    /// A response or error frame: written, then everything buffered is flushed.
     Frame(Vec<u8>),
+    /// A message frame: buffered like nsqd's `bufio.Writer` (flushed when full, on the
+    /// output buffer ticker, with the next other frame, or on [`Out::Flush`]).
+    Message(Vec<u8>),
+    /// Flush buffered messages (nsqd does when the client is not ready for more).
+    Flush,
+    /// A new output buffer size (nsqd flushes and makes a new writer on IDENTIFY).
+    BufferSize(usize),
+    /// (Re)starts the output buffer flush ticker; `None` stops it.
+    FlushTicker(Option<Duration>),
     Heartbeat(Option<Duration>),
     /// Write the frame on the current layer, flush, then switch layers, with no heartbeat in
     /// between (nsqd holds its write lock across the upgrade).
@@ -1015,7 +1025,11 @@ impl Inner {
                     msg.attempts = msg.attempts.saturating_add(1);
                     c.in_flight += 1;
                     c.delivered += 1;
-                    let _ = c.out.send(Out::Frame(msg.frame()));
+                    let _ = c.out.send(Out::Message(msg.frame()));
+                    if c.in_flight >= c.rdy {
+                        // nsqd's message pump flushes once the client is not ready.
+                        let _ = c.out.send(Out::Flush);
+                    }
                     let deadline = now + c.pump_msg_timeout;
                     ch.in_flight.insert(
                         msg.id,
@@ -1346,6 +1360,7 @@ impl Inner {
             id
         };
         tracing::debug!(client = id, %remote, "client connected");
+        let obuf_size = usize::try_from(self.opts.output_buffer_size).unwrap_or(1);
         let writer = {
             let raw = RawWrite {
                 stream: write_s,
@@ -1354,7 +1369,7 @@ impl Inner {
             let ctl = ctl.clone();
             std::thread::Builder::new()
                 .name("nsqd-conn-writer".into())
-                .spawn(move || writer_main(&rx, raw, &ctl, None))
+                .spawn(move || writer_main(&rx, raw, &ctl, obuf_size))
         };
         let mut conn = Conn {
             inner: self.clone(),
@@ -1405,24 +1420,82 @@ impl Inner {
     }
 }
 
-fn writer_main(rx: &Receiver<Out>, raw: RawWrite, ctl: &ConnCtl, heartbeat: Option<Duration>) {
+/// nsqd's `bufio.Writer` in front of the connection, for message frames.
+struct OutputBuffer {
+    buf: Vec<u8>,
+    size: usize,
+}
+
+impl OutputBuffer {
+    /// `bufio.Writer.Write`: fill the buffer, writing it out whenever it is full; a write
+    /// larger than the free space into an empty buffer goes straight through.
+    fn write(&mut self, w: &mut dyn Write, mut p: &[u8]) -> io::Result<()> {
+        while p.len() > self.size - self.buf.len() {
+            if self.buf.is_empty() {
+                return w.write_all(p);
+            }
+            let n = self.size - self.buf.len();
+            self.buf.extend_from_slice(&p[..n]);
+            p = &p[n..];
+            self.flush(w)?;
+        }
+        self.buf.extend_from_slice(p);
+        Ok(())
+    }
+
+    fn flush(&mut self, w: &mut dyn Write) -> io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let r = w.write_all(&self.buf);
+        self.buf.clear();
+        r
+    }
+}
+
+fn writer_main(rx: &Receiver<Out>, raw: RawWrite, ctl: &ConnCtl, obuf_size: usize) {
     let stream = raw.stream.try_clone();
     let mut w: Box<dyn Write + Send> = Box::new(raw);
     let mut tls: Option<Arc<TlsShared>> = None;
-    let mut hb = heartbeat;
-    let mut next_hb = hb.map(|d| Instant::now() + d);
+    let mut hb: Option<Duration> = None;
+    let mut next_hb: Option<Instant> = None;
+    let mut obuf = OutputBuffer {
+        buf: Vec::new(),
+        size: obuf_size.max(1),
+    };
+    let mut flush_every: Option<Duration> = None;
+    let mut next_flush: Option<Instant> = None;
     let heartbeat_frame = frame(0, b"_heartbeat_");
     'outer: loop {
-        let first = match next_hb {
+        let wake = match (next_hb, next_flush) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let first = match wake {
             Some(t) => match rx.recv_timeout(t.saturating_duration_since(Instant::now())) {
                 Ok(o) => o,
                 Err(RecvTimeoutError::Timeout) => {
-                    let d = hb.unwrap_or(Duration::from_secs(30));
-                    next_hb = Some((t + d).max(Instant::now()));
-                    if ctl.faults.paused.load(Ordering::SeqCst) {
-                        continue;
+                    let now = Instant::now();
+                    if let (Some(t), Some(d)) = (next_flush, flush_every) {
+                        if t <= now {
+                            // A Go ticker drops the ticks it could not deliver.
+                            next_flush = Some((t + d).max(now));
+                            if obuf.flush(&mut *w).is_err() || w.flush().is_err() {
+                                break 'outer;
+                            }
+                        }
                     }
-                    Out::Frame(heartbeat_frame.clone())
+                    match next_hb {
+                        Some(t) if t <= now => {
+                            let d = hb.unwrap_or(Duration::from_secs(30));
+                            next_hb = Some((t + d).max(now));
+                            if ctl.faults.paused.load(Ordering::SeqCst) {
+                                continue;
+                            }
+                            Out::Frame(heartbeat_frame.clone())
+                        }
+                        _ => continue,
+                    }
                 }
                 Err(RecvTimeoutError::Disconnected) => break,
             },
@@ -1436,16 +1509,39 @@ fn writer_main(rx: &Receiver<Out>, raw: RawWrite, ctl: &ConnCtl, heartbeat: Opti
         while let Some(o) = item.take() {
             match o {
                 Out::Frame(f) => {
-                    if w.write_all(&f).is_err() {
+                    if obuf.write(&mut *w, &f).is_err() || obuf.flush(&mut *w).is_err() {
                         break 'outer;
                     }
+                }
+                Out::Message(f) => {
+                    if obuf.write(&mut *w, &f).is_err() {
+                        break 'outer;
+                    }
+                }
+                Out::Flush => {
+                    if obuf.flush(&mut *w).is_err() {
+                        break 'outer;
+                    }
+                }
+                Out::BufferSize(size) => {
+                    if obuf.flush(&mut *w).is_err() {
+                        break 'outer;
+                    }
+                    obuf.size = size.max(1);
+                }
+                Out::FlushTicker(d) => {
+                    flush_every = d;
+                    next_flush = d.map(|d| Instant::now() + d);
                 }
                 Out::Heartbeat(d) => {
                     hb = d;
                     next_hb = d.map(|d| Instant::now() + d);
                 }
                 Out::Upgrade(before, layer) => {
-                    if w.write_all(&before).is_err() || w.flush().is_err() {
+                    if obuf.write(&mut *w, &before).is_err()
+                        || obuf.flush(&mut *w).is_err()
+                        || w.flush().is_err()
+                    {
                         break 'outer;
                     }
                     w = match layer {
@@ -1461,6 +1557,7 @@ fn writer_main(rx: &Receiver<Out>, raw: RawWrite, ctl: &ConnCtl, heartbeat: Opti
                     };
                 }
                 Out::Close => {
+                    let _ = obuf.flush(&mut *w);
                     let _ = w.flush();
                     drop(w);
                     if let Some(t) = &tls {
@@ -1642,6 +1739,10 @@ impl Conn {
         match self.rd.read_exact_vec(4) {
             Ok(m) if m == b"  V2" => {
                 let _ = self.out.send(Out::Heartbeat(self.heartbeat));
+                let flush_every = self.inner.opts.output_buffer_timeout;
+                let _ = self
+                    .out
+                    .send(Out::FlushTicker(Some(flush_every).filter(|d| !d.is_zero())));
             }
             Ok(m) => {
                 tracing::debug!(client = self.id, magic = ?m, "bad protocol magic");
@@ -1865,10 +1966,18 @@ impl Conn {
             }
             c.identify = Some(json);
         })?;
-        // nsqd's messagePump takes the first identify event (re-arming its heartbeat ticker,
-        // setting the timeout of deliveries) and ignores later ones.
+        if data.output_buffer_size != 0 {
+            let _ = self
+                .out
+                .send(Out::BufferSize(usize::try_from(obuf_size).unwrap_or(1)));
+        }
+        // nsqd's messagePump takes the first identify event (re-arming its heartbeat and
+        // output buffer tickers, setting the timeout of deliveries) and ignores later ones.
         if first {
             let _ = self.out.send(Out::Heartbeat(heartbeat));
+            let _ = self.out.send(Out::FlushTicker(
+                Some(obuf_timeout).filter(|d| !d.is_zero()),
+            ));
         }
 
         if !data.feature_negotiation {
@@ -2111,6 +2220,9 @@ impl Conn {
         let mut st = self.inner.lock();
         if let Some(c) = st.clients.get_mut(&self.id) {
             c.rdy = count;
+            if c.in_flight >= c.rdy {
+                let _ = c.out.send(Out::Flush);
+            }
         }
         Inner::dispatch(&mut st, Instant::now());
         Ok(None)
@@ -2269,6 +2381,7 @@ impl Conn {
         }
         c.rdy = 0;
         c.state = ClientState::Closing;
+        let _ = c.out.send(Out::Flush);
         Ok(Some(b"CLOSE_WAIT".to_vec()))
     }
 
