@@ -2500,6 +2500,12 @@ impl Conn {
             ));
         }
         self.check_auth("MPUB", topic, b"")?;
+        // nsqd gets (creates) the topic before it reads the body, so even an MPUB that
+        // fails below leaves the topic behind (and registered with lookupd).
+        {
+            let mut st = self.inner.lock();
+            self.inner.ensure_topic(&mut st, &lossy(topic));
+        }
         let max_body = self.inner.opts.max_body_size;
         let max_msg = self.inner.opts.max_msg_size;
         let len = self

@@ -697,6 +697,37 @@ fn mpub_errors() -> R {
 }
 
 #[test]
+fn a_failed_mpub_still_creates_its_topic() -> R {
+    let env = env();
+    let Some(lookupd) = env.lookupd_or_skip("a_failed_mpub_still_creates_its_topic") else {
+        return Ok(());
+    };
+    let t = env.topic("proto");
+    // nsqd creates the topic before it reads the body; PUB reads the body first.
+    fatal_after(
+        &env,
+        &[],
+        &body(&format!("MPUB {t}"), &0u32.to_be_bytes()),
+        "E_BAD_BODY MPUB invalid message count 0",
+    )?;
+    let lookup = format!("/lookup?topic={t}");
+    assert!(nsq_test_broker::wait_until(Duration::from_secs(3), || {
+        nsq_test_broker::http_get_json(lookupd, &lookup).is_ok_and(|(status, _)| status == 200)
+    }));
+    let t2 = env.topic("proto");
+    fatal_after(
+        &env,
+        &[],
+        &sized(&format!("PUB {t2}"), 0),
+        "E_BAD_MESSAGE PUB invalid message body size 0",
+    )?;
+    std::thread::sleep(Duration::from_millis(200));
+    let (status, _) = nsq_test_broker::http_get_json(lookupd, &format!("/lookup?topic={t2}"))?;
+    assert_eq!(status, 404);
+    Ok(())
+}
+
+#[test]
 fn mpub_with_wrong_body_size_is_accepted_but_flagged() -> R {
     let env = env();
     let Some(nsqd) = env.local_only("mpub_wrong_size", "the warnings introspection") else {
