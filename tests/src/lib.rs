@@ -69,12 +69,18 @@
 //!
 //! # Known differences from nsqd
 //!
-//! - `sample_rate` and the output buffer settings are validated and echoed but not applied
-//!   (messages are not sampled; writes are flushed per batch, never delayed).
+//! - `sample_rate` is validated and echoed but not applied (messages are not sampled). The
+//!   output buffer is applied like nsqd's: message frames wait in a buffer of
+//!   `output_buffer_size` bytes until it fills, the `output_buffer_timeout` ticker fires,
+//!   the client is no longer ready for more (in-flight = RDY), or another frame is sent.
 //! - Authorization patterns are [`Pattern`]s (any, exact, prefix), not regular expressions,
 //!   and there is no auth server round trip or TTL.
-//! - IDENTIFY's JSON keys are matched exactly (Go matches them case-insensitively).
-//! - A second IDENTIFY does not redo upgrades that are already in place.
+//! - IDENTIFY's JSON is decoded like Go does (keys case-insensitive, later keys win, invalid
+//!   UTF-8 replaced), except that `-0` for an integer field is refused (Go accepts it).
+//! - A second IDENTIFY does not redo upgrades that are already in place. Otherwise it acts
+//!   like nsqd's: it is allowed until SUB, its reply and TOUCH use its values, the read
+//!   deadline follows its heartbeat interval, but heartbeats and the timeout of deliveries
+//!   keep the first IDENTIFY's values (nsqd's message pump only takes the first).
 //! - Client behaviour nsqd tolerates but that is almost certainly a bug (an MPUB whose body
 //!   size disagrees with its messages, bytes sent after IDENTIFY before reading its reply when
 //!   an upgrade follows) is accepted like nsqd does and recorded in [`Nsqd::warnings`].
