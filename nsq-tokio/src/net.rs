@@ -41,6 +41,9 @@ pub(crate) enum NetEvent<K> {
 pub(crate) struct Link {
     reader: AbortHandle,
     writer: Option<mpsc::UnboundedSender<Bytes>>,
+    /// The connection's span: the core's events about it (upgrades, heartbeats, errors) are
+    /// recorded inside it.
+    span: tracing::Span,
 }
 
 impl Link {
@@ -79,6 +82,7 @@ where
     T: Send + 'static,
 {
     let span = tracing::info_span!("nsqd", conn = %key, addr = %addr);
+    let link_span = span.clone();
     let addr = addr.to_owned();
     let task = tokio::spawn(
         async move {
@@ -157,6 +161,7 @@ where
     Link {
         reader: task.abort_handle(),
         writer: None,
+        span: link_span,
     }
 }
 
@@ -334,6 +339,14 @@ impl<I: Send + 'static> Io<I> {
 
     /// Feeds a socket event to the state machine.
     pub(crate) fn net<M: Driven>(&mut self, machine: &mut M, now: Instant, ev: NetEvent<ConnId>) {
+        let key = match &ev {
+            NetEvent::Connected { key, .. }
+            | NetEvent::ConnectFailed { key, .. }
+            | NetEvent::Data { key, .. }
+            | NetEvent::Closed { key, .. } => *key,
+        };
+        let span = self.links.get(&key).map(|l| l.span.clone());
+        let _entered = span.as_ref().map(tracing::Span::enter);
         match ev {
             NetEvent::Data { key, mut data } => machine.handle_input(now, key, &mut data),
             NetEvent::Connected { key, writer } => {
