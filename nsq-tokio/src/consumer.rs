@@ -368,6 +368,26 @@ impl ConsumerBuilder {
         self
     }
 
+    /// Several nsqd TCP addresses.
+    pub fn nsqds<I, S>(mut self, addrs: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.nsqd.extend(addrs.into_iter().map(Into::into));
+        self
+    }
+
+    /// Several nsqlookupd HTTP addresses.
+    pub fn lookupds<I, S>(mut self, addrs: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.lookupd.extend(addrs.into_iter().map(Into::into));
+        self
+    }
+
     /// Seed of the core's RNG (jitter, random choices); random by default.
     pub fn seed(mut self, seed: u64) -> Self {
         self.seed = Some(seed);
