@@ -35,11 +35,12 @@ pub(crate) struct Response {
 }
 
 impl Response {
-    pub(crate) fn json(status: u16, value: &serde_json::Value) -> Self {
+    /// A JSON body; structs keep their field order, as Go's encoder does.
+    pub(crate) fn json(status: u16, value: &impl serde::Serialize) -> Self {
         Self {
             status,
             content_type: "application/json; charset=utf-8",
-            body: value.to_string().into_bytes(),
+            body: serde_json::to_vec(value).unwrap_or_default(),
         }
     }
 

@@ -58,8 +58,8 @@
 //!   their last subscriber; messages published before any channel wait in the topic.
 //! - Heartbeats at the negotiated interval; a client silent for two intervals is dropped.
 //! - [`Lookupd`]: `/lookup` (v1 JSON, 404 `TOPIC_NOT_FOUND`), `/topics`, `/channels`,
-//!   `/nodes`, `/ping`; producers registered in-process or by hand; injectable failures.
-//! - An optional nsqd HTTP subset ([`NsqdBuilder::http`]): `/ping`, `/pub`, `/mpub`,
+//!   `/nodes`, `/ping`, `/info`; producers registered in-process or by hand; injectable failures.
+//! - An optional nsqd HTTP subset ([`NsqdBuilder::http`]): `/ping`, `/info`, `/pub`, `/mpub`,
 //!   `/topic/create`, `/channel/create`, `/stats`.
 //! - Introspection ([`Nsqd::stats`], [`Nsqd::commands`], [`Nsqd::warnings`]) and faults
 //!   ([`Nsqd::drop_connections`], [`Nsqd::drop_client`], [`Nsqd::stop_accepting`],
