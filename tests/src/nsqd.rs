@@ -371,8 +371,10 @@ impl NsqdBuilder {
         max_req_timeout: Duration,
         /// nsqd's queue scan tick (100ms) for timeouts and deferred messages ([`Options::queue_scan_interval`]).
         queue_scan_interval: Duration,
-        /// Default heartbeat interval of clients that do not ask for one.
+        /// Default heartbeat interval of clients that do not ask for one (nsqd: half its client timeout, 30s, not a flag).
         heartbeat_interval: Duration,
+        /// `--output-buffer-timeout` (default output buffer timeout of a client).
+        output_buffer_timeout: Duration,
         /// `--max-heartbeat-interval`.
         max_heartbeat_interval: Duration,
         /// `--max-output-buffer-size`.

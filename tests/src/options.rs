@@ -23,15 +23,16 @@ pub struct Options {
     /// tick, so they are redelivered up to one interval late and in batches, like nsqd's
     /// queue scan loop does. `Duration::ZERO` handles every deadline exactly on time.
     pub queue_scan_interval: Duration,
-    /// Default heartbeat interval of a client, `--client-timeout` / 2 (default 30s).
+    /// Default heartbeat interval of a client (default 30s: nsqd v1.3.0 uses half its
+    /// `ClientTimeout` of 60s, which is not a command-line flag).
     pub heartbeat_interval: Duration,
     /// `--max-heartbeat-interval` (default 60s).
     pub max_heartbeat_interval: Duration,
-    /// Default output buffer size (default 16 KiB).
+    /// Default output buffer size (default 16 KiB; not a flag of nsqd).
     pub output_buffer_size: i64,
     /// `--max-output-buffer-size` (default 64 KiB).
     pub max_output_buffer_size: i64,
-    /// Default output buffer timeout (default 250ms).
+    /// `--output-buffer-timeout`: default output buffer timeout (default 250ms).
     pub output_buffer_timeout: Duration,
     /// `--min-output-buffer-timeout` (default 25ms).
     pub min_output_buffer_timeout: Duration,
