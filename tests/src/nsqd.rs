@@ -359,6 +359,8 @@ impl NsqdBuilder {
     setter! {
         /// `--max-rdy-count`.
         max_rdy_count: i64,
+        /// `--max-channel-consumers` (0 = unlimited).
+        max_channel_consumers: usize,
         /// `--msg-timeout` (default per-client message timeout).
         msg_timeout: Duration,
         /// `--max-msg-timeout`.
@@ -2224,12 +2226,20 @@ impl Conn {
         let (topic, channel) = (lossy(topic), lossy(channel));
         let now = Instant::now();
         let mut st = self.inner.lock();
+        // nsqd creates the topic and channel before it adds the client, which may fail.
         self.inner.ensure_channel(&mut st, &topic, &channel, now);
+        let max = self.inner.opts.max_channel_consumers;
         if let Some(ch) = st
             .topics
             .get_mut(&topic)
             .and_then(|t| t.channels.get_mut(&channel))
         {
+            if max != 0 && ch.clients.len() >= max {
+                return Err(fatal(
+                    "E_SUB_FAILED",
+                    format!("SUB failed consumers for {topic}:{channel} exceeds limit of {max}"),
+                ));
+            }
             ch.clients.push(self.id);
         }
         if let Some(c) = st.clients.get_mut(&self.id) {

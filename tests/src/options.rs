@@ -8,6 +8,9 @@ use std::time::Duration;
 pub struct Options {
     /// `--max-rdy-count` (default 2500).
     pub max_rdy_count: i64,
+    /// `--max-channel-consumers`: clients a channel accepts (default 0 = unlimited); SUB
+    /// beyond it fails with `E_SUB_FAILED`.
+    pub max_channel_consumers: usize,
     /// `--msg-timeout` (default 60s): the default per-client message timeout.
     pub msg_timeout: Duration,
     /// `--max-msg-timeout` (default 15m).
@@ -69,6 +72,7 @@ impl Default for Options {
     fn default() -> Self {
         Self {
             max_rdy_count: 2500,
+            max_channel_consumers: 0,
             msg_timeout: Duration::from_secs(60),
             max_msg_timeout: Duration::from_secs(15 * 60),
             max_msg_size: 1024 * 1024,
