@@ -89,7 +89,7 @@
 //!   ([`Options::queue_scan_interval`]), so they come up to one tick late and in batches,
 //!   but every channel is checked on every tick: nsqd only checks 20 random channels per
 //!   tick from a list refreshed every 5 s, so on a real server a new channel's first timeout
-//!   can come seconds late (see [`conformance::EXTERNAL_QUEUE_SCAN_ALLOWANCE`]).
+//!   can come seconds late (see [`conformance::external_queue_scan_allowance`]).
 //!
 //! See [`conformance`] for the scenario harness and the `NSQD_TCP_ADDRESS` override.
 

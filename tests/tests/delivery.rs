@@ -19,7 +19,7 @@ fn publish(env: &Env, topic: &str, bodies: &[&[u8]]) -> R {
 }
 
 /// Lets `c` wait for a message redelivered by a timeout or released from the deferred
-/// queue, which a real nsqd may deliver seconds late (see `EXTERNAL_QUEUE_SCAN_ALLOWANCE`).
+/// queue, which a real nsqd may deliver seconds late (see `external_queue_scan_allowance`).
 fn patient(env: &Env, c: &RawClient) -> R {
     c.set_read_timeout(READ_TIMEOUT + env.queue_scan_allowance())?;
     Ok(())
