@@ -153,6 +153,52 @@ fn lookupd_and_nsqd_json_keep_gos_field_order() -> R {
 }
 
 #[test]
+fn big_http_replies_are_chunked_like_gos() -> R {
+    let env = Env::new(|b| b);
+    let (Some(lookupd), Some(http)) = (
+        env.lookupd_or_skip("big_http_replies_are_chunked_like_gos"),
+        env.http_or_skip("big_http_replies_are_chunked_like_gos"),
+    ) else {
+        return Ok(());
+    };
+    let t = env.topic("brk");
+    assert_eq!(
+        http_request(http, "POST", &format!("/topic/create?topic={t}"), b"")?.0,
+        200
+    );
+    let channels: Vec<String> = (0..40).map(|i| format!("{i:064}")).collect();
+    for c in &channels {
+        let target = format!("/channel/create?topic={t}&channel={c}");
+        assert_eq!(http_request(http, "POST", &target, b"")?.0, 200);
+    }
+    // Over 2048 bytes, Go's net/http answers an HTTP/1.1 request chunked.
+    let head = |target: &str| -> io::Result<String> {
+        use std::io::{Read, Write};
+        let mut s = TcpStream::connect(lookupd)?;
+        s.set_read_timeout(Some(Duration::from_secs(3)))?;
+        write!(
+            s,
+            "GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )?;
+        let mut resp = Vec::new();
+        s.read_to_end(&mut resp)?;
+        Ok(String::from_utf8_lossy(&resp).to_ascii_lowercase())
+    };
+    let target = format!("/lookup?topic={t}");
+    let mut seen = 0;
+    assert!(wait_until(Duration::from_secs(3), || {
+        seen = http_get_json(lookupd, &target)
+            .map(|(_, v)| v["channels"].as_array().map_or(0, Vec::len))
+            .unwrap_or(0);
+        seen == channels.len()
+    }));
+    assert!(head(&target)?.contains("transfer-encoding: chunked"));
+    let small = head("/lookup?topic=nope-no-such-topic")?;
+    assert!(small.contains("content-length:") && !small.contains("chunked"));
+    Ok(())
+}
+
+#[test]
 fn lookup_url_decodes_the_topic() -> R {
     let env = Env::new(|b| b);
     let Some(addr) = env.lookupd_or_skip("lookup_url_decodes_the_topic") else {
