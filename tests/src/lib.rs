@@ -58,8 +58,8 @@
 //!   their last subscriber; messages published before any channel wait in the topic.
 //! - Heartbeats at the negotiated interval; a client silent for two intervals is dropped.
 //! - [`Lookupd`]: `/lookup` (v1 JSON, 404 `TOPIC_NOT_FOUND`), `/topics`, `/channels`,
-//!   `/nodes`, `/ping`; producers registered in-process or by hand; injectable failures.
-//! - An optional nsqd HTTP subset ([`NsqdBuilder::http`]): `/ping`, `/pub`, `/mpub`,
+//!   `/nodes`, `/ping`, `/info`; producers registered in-process or by hand; injectable failures.
+//! - An optional nsqd HTTP subset ([`NsqdBuilder::http`]): `/ping`, `/info`, `/pub`, `/mpub`,
 //!   `/topic/create`, `/channel/create`, `/stats`.
 //! - Introspection ([`Nsqd::stats`], [`Nsqd::commands`], [`Nsqd::warnings`]) and faults
 //!   ([`Nsqd::drop_connections`], [`Nsqd::drop_client`], [`Nsqd::stop_accepting`],
@@ -89,7 +89,7 @@
 //!   ([`Options::queue_scan_interval`]), so they come up to one tick late and in batches,
 //!   but every channel is checked on every tick: nsqd only checks 20 random channels per
 //!   tick from a list refreshed every 5 s, so on a real server a new channel's first timeout
-//!   can come seconds late (see [`conformance::EXTERNAL_QUEUE_SCAN_ALLOWANCE`]).
+//!   can come seconds late (see [`conformance::external_queue_scan_allowance`]).
 //!
 //! See [`conformance`] for the scenario harness and the `NSQD_TCP_ADDRESS` override.
 

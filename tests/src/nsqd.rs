@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
@@ -320,6 +320,25 @@ struct Inner {
     conn_threads: Mutex<Vec<JoinHandle<()>>>,
     lookup: Mutex<Vec<(Arc<LookupShared>, ProducerId)>>,
     fail_publishes: AtomicBool,
+    /// Unix seconds at start (`/info`'s `start_time`).
+    start_time: u64,
+    /// The HTTP port (0 without HTTP), set once the HTTP server listens.
+    http_port: AtomicU16,
+}
+
+/// nsqd's `/info` answer, fields in Go's order (durations in nanoseconds, as Go encodes them).
+#[derive(Serialize)]
+struct InfoReply<'a> {
+    version: &'a str,
+    broadcast_address: &'a str,
+    hostname: &'a str,
+    http_port: u16,
+    tcp_port: u16,
+    start_time: u64,
+    max_heartbeat_interval: u64,
+    max_output_buffer_size: i64,
+    max_output_buffer_timeout: u64,
+    max_deflate_level: i64,
 }
 
 /// Builder of a [`Nsqd`]; every setter mirrors an nsqd flag.
@@ -340,6 +359,8 @@ impl NsqdBuilder {
     setter! {
         /// `--max-rdy-count`.
         max_rdy_count: i64,
+        /// `--max-channel-consumers` (0 = unlimited).
+        max_channel_consumers: usize,
         /// `--msg-timeout` (default per-client message timeout).
         msg_timeout: Duration,
         /// `--max-msg-timeout`.
@@ -352,8 +373,10 @@ impl NsqdBuilder {
         max_req_timeout: Duration,
         /// nsqd's queue scan tick (100ms) for timeouts and deferred messages ([`Options::queue_scan_interval`]).
         queue_scan_interval: Duration,
-        /// Default heartbeat interval of clients that do not ask for one.
+        /// Default heartbeat interval of clients that do not ask for one (nsqd: half its client timeout, 30s, not a flag).
         heartbeat_interval: Duration,
+        /// `--output-buffer-timeout` (default output buffer timeout of a client).
+        output_buffer_timeout: Duration,
         /// `--max-heartbeat-interval`.
         max_heartbeat_interval: Duration,
         /// `--max-output-buffer-size`.
@@ -408,7 +431,7 @@ impl NsqdBuilder {
         self
     }
 
-    /// Also serve nsqd's HTTP API subset (`/ping`, `/pub`, `/mpub`, `/topic/create`,
+    /// Also serve nsqd's HTTP API subset (`/ping`, `/info`, `/pub`, `/mpub`, `/topic/create`,
     /// `/channel/create`, `/stats`).
     pub fn http(mut self, on: bool) -> Self {
         self.http = on;
@@ -444,6 +467,10 @@ impl NsqdBuilder {
             conn_threads: Mutex::default(),
             lookup: Mutex::new(Vec::new()),
             fail_publishes: AtomicBool::new(false),
+            start_time: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            http_port: AtomicU16::new(0),
         });
         let http = if self.http {
             let h = inner.clone();
@@ -454,6 +481,9 @@ impl NsqdBuilder {
         } else {
             None
         };
+        if let Some(h) = &http {
+            inner.http_port.store(h.addr().port(), Ordering::SeqCst);
+        }
         for shared in self.lookupd {
             let http_port = http.as_ref().map_or(0, |h| h.addr().port());
             let mut info = PeerInfo::local(addr.port(), http_port);
@@ -1191,6 +1221,25 @@ impl Inner {
         };
         match (req.method.as_str(), req.path.as_str()) {
             (_, "/ping") => Response::text(200, "OK"),
+            ("GET", "/info") => {
+                let o = &self.opts;
+                let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+                Response::json(
+                    200,
+                    &InfoReply {
+                        version: &o.version,
+                        broadcast_address: &o.broadcast_address,
+                        hostname: &o.hostname,
+                        http_port: self.http_port.load(Ordering::SeqCst),
+                        tcp_port: self.addr.port(),
+                        start_time: self.start_time,
+                        max_heartbeat_interval: nanos(o.max_heartbeat_interval),
+                        max_output_buffer_size: o.max_output_buffer_size,
+                        max_output_buffer_timeout: nanos(o.max_output_buffer_timeout),
+                        max_deflate_level: o.max_deflate_level,
+                    },
+                )
+            }
             ("POST", "/pub") => {
                 let topic = match topic_param(req) {
                     Ok(t) => t,
@@ -1295,7 +1344,7 @@ impl Inner {
                     &json!({ "version": self.opts.version, "health": "OK", "topics": topics }),
                 )
             }
-            (_, "/pub" | "/mpub" | "/topic/create" | "/channel/create" | "/stats") => {
+            (_, "/info" | "/pub" | "/mpub" | "/topic/create" | "/channel/create" | "/stats") => {
                 Response::message(405, "METHOD_NOT_ALLOWED")
             }
             _ => Response::message(404, "NOT_FOUND"),
@@ -2177,12 +2226,20 @@ impl Conn {
         let (topic, channel) = (lossy(topic), lossy(channel));
         let now = Instant::now();
         let mut st = self.inner.lock();
+        // nsqd creates the topic and channel before it adds the client, which may fail.
         self.inner.ensure_channel(&mut st, &topic, &channel, now);
+        let max = self.inner.opts.max_channel_consumers;
         if let Some(ch) = st
             .topics
             .get_mut(&topic)
             .and_then(|t| t.channels.get_mut(&channel))
         {
+            if max != 0 && ch.clients.len() >= max {
+                return Err(fatal(
+                    "E_SUB_FAILED",
+                    format!("SUB failed consumers for {topic}:{channel} exceeds limit of {max}"),
+                ));
+            }
             ch.clients.push(self.id);
         }
         if let Some(c) = st.clients.get_mut(&self.id) {

@@ -19,7 +19,7 @@ fn publish(env: &Env, topic: &str, bodies: &[&[u8]]) -> R {
 }
 
 /// Lets `c` wait for a message redelivered by a timeout or released from the deferred
-/// queue, which a real nsqd may deliver seconds late (see `EXTERNAL_QUEUE_SCAN_ALLOWANCE`).
+/// queue, which a real nsqd may deliver seconds late (see `external_queue_scan_allowance`).
 fn patient(env: &Env, c: &RawClient) -> R {
     c.set_read_timeout(READ_TIMEOUT + env.queue_scan_allowance())?;
     Ok(())
@@ -572,7 +572,10 @@ fn answering_heartbeats_keeps_the_connection() -> R {
 #[test]
 fn default_heartbeat_interval_option_applies_before_identify() -> R {
     let env = Env::new(|b| b.heartbeat_interval(Duration::from_secs(1)));
-    let Some(_) = env.local_only("default_heartbeat_interval", "a custom --client-timeout") else {
+    let Some(_) = env.local_only(
+        "default_heartbeat_interval",
+        "a default heartbeat interval other than 30s (not an nsqd flag)",
+    ) else {
         return Ok(());
     };
     let mut c = env.raw();

@@ -539,6 +539,31 @@ fn sub_errors() -> R {
 }
 
 #[test]
+fn sub_beyond_max_channel_consumers_fails() -> R {
+    let env = Env::new(|b| b.max_channel_consumers(1));
+    let Some(nsqd) = env.local_only(
+        "sub_beyond_max_channel_consumers_fails",
+        "--max-channel-consumers",
+    ) else {
+        return Ok(());
+    };
+    let t = env.topic("proto");
+    let mut a = env.raw();
+    a.subscribe(&t, "c")?;
+    fatal_after(
+        &env,
+        &[],
+        format!("SUB {t} c\n").as_bytes(),
+        &format!("E_SUB_FAILED SUB failed consumers for {t}:c exceeds limit of 1"),
+    )?;
+    // Other channels have their own limit; the failed SUB created nothing new.
+    let mut b = env.raw();
+    b.subscribe(&t, "d")?;
+    assert_eq!(nsqd.channel(&t, "c").map(|c| c.clients.len()), Some(1));
+    alive(&env, &mut a)
+}
+
+#[test]
 fn sub_with_heartbeats_disabled_is_fatal() -> R {
     let env = env();
     let mut c = env.raw();
