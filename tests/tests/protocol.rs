@@ -345,6 +345,48 @@ fn identify_range_validation() -> R {
 }
 
 #[test]
+fn identify_json_is_decoded_like_go() -> R {
+    let env = env();
+    let identify = |raw: &[u8]| -> Result<RawClient, Box<dyn std::error::Error>> {
+        let mut c = env.raw();
+        c.cmd_body("IDENTIFY", raw)?;
+        Ok(c)
+    };
+    let negotiated = |raw: &[u8]| -> Result<serde_json::Value, Box<dyn std::error::Error>> {
+        let mut c = identify(raw)?;
+        match c.read_frame()? {
+            RawFrame::Response(b) => Ok(serde_json::from_slice(&b)?),
+            other => Err(format!("{other:?}").into()),
+        }
+    };
+    // Keys match struct fields case-insensitively (with Go's ſ/K folding).
+    let mut c = identify(br#"{"HEARTBEAT_INTERVAL": 999}"#)?;
+    assert_eq!(
+        c.expect_fatal("E_BAD_BODY")?,
+        "E_BAD_BODY IDENTIFY heartbeat interval (999) is invalid"
+    );
+    let mut c = identify("{\"\u{17f}ample_rate\": 100}".as_bytes())?;
+    assert_eq!(
+        c.expect_fatal("E_BAD_BODY")?,
+        "E_BAD_BODY IDENTIFY sample rate (100) is invalid"
+    );
+    // Later keys win, null leaves a field alone, unknown keys of any type are ignored.
+    let fields = r#""feature_negotiation": true, "x": [{"y": null}]"#;
+    let r = negotiated(
+        format!(r#"{{{fields}, "msg_timeout": 2000, "Msg_Timeout": 3000}}"#).as_bytes(),
+    )?;
+    assert_eq!(r["msg_timeout"], 3000);
+    let r = negotiated(
+        format!(r#"{{{fields}, "msg_timeout": 2000, "msg_timeout": null}}"#).as_bytes(),
+    )?;
+    assert_eq!(r["msg_timeout"], 2000);
+    // Invalid UTF-8 in a string is replaced, not refused.
+    let mut c = identify(b"{\"client_id\": \"\xff\"}")?;
+    c.expect_ok()?;
+    alive(&env, &mut c)
+}
+
+#[test]
 fn identify_body_errors() -> R {
     let env = env();
     fatal_after(
@@ -494,6 +536,31 @@ fn sub_errors() -> R {
     long_topic.extend(std::iter::repeat_n('y', 64 - long_topic.len()));
     c.subscribe(&long_topic, &format!("{}#ephemeral", "z".repeat(54)))?;
     Ok(())
+}
+
+#[test]
+fn sub_beyond_max_channel_consumers_fails() -> R {
+    let env = Env::new(|b| b.max_channel_consumers(1));
+    let Some(nsqd) = env.local_only(
+        "sub_beyond_max_channel_consumers_fails",
+        "--max-channel-consumers",
+    ) else {
+        return Ok(());
+    };
+    let t = env.topic("proto");
+    let mut a = env.raw();
+    a.subscribe(&t, "c")?;
+    fatal_after(
+        &env,
+        &[],
+        format!("SUB {t} c\n").as_bytes(),
+        &format!("E_SUB_FAILED SUB failed consumers for {t}:c exceeds limit of 1"),
+    )?;
+    // Other channels have their own limit; the failed SUB created nothing new.
+    let mut b = env.raw();
+    b.subscribe(&t, "d")?;
+    assert_eq!(nsqd.channel(&t, "c").map(|c| c.clients.len()), Some(1));
+    alive(&env, &mut a)
 }
 
 #[test]
@@ -651,6 +718,37 @@ fn mpub_errors() -> R {
         assert_eq!(nsqd.topic(&t).map(|s| s.message_count), Some(3));
         assert!(nsqd.warnings().is_empty());
     }
+    Ok(())
+}
+
+#[test]
+fn a_failed_mpub_still_creates_its_topic() -> R {
+    let env = env();
+    let Some(lookupd) = env.lookupd_or_skip("a_failed_mpub_still_creates_its_topic") else {
+        return Ok(());
+    };
+    let t = env.topic("proto");
+    // nsqd creates the topic before it reads the body; PUB reads the body first.
+    fatal_after(
+        &env,
+        &[],
+        &body(&format!("MPUB {t}"), &0u32.to_be_bytes()),
+        "E_BAD_BODY MPUB invalid message count 0",
+    )?;
+    let lookup = format!("/lookup?topic={t}");
+    assert!(nsq_test_broker::wait_until(Duration::from_secs(3), || {
+        nsq_test_broker::http_get_json(lookupd, &lookup).is_ok_and(|(status, _)| status == 200)
+    }));
+    let t2 = env.topic("proto");
+    fatal_after(
+        &env,
+        &[],
+        &sized(&format!("PUB {t2}"), 0),
+        "E_BAD_MESSAGE PUB invalid message body size 0",
+    )?;
+    std::thread::sleep(Duration::from_millis(200));
+    let (status, _) = nsq_test_broker::http_get_json(lookupd, &format!("/lookup?topic={t2}"))?;
+    assert_eq!(status, 404);
     Ok(())
 }
 
