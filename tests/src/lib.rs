@@ -59,8 +59,11 @@
 //! - Heartbeats at the negotiated interval; a client silent for two intervals is dropped.
 //! - [`Lookupd`]: `/lookup` (v1 JSON, 404 `TOPIC_NOT_FOUND`), `/topics`, `/channels`,
 //!   `/nodes`, `/ping`, `/info`; producers registered in-process or by hand; injectable failures.
-//! - An optional nsqd HTTP subset ([`NsqdBuilder::http`]): `/ping`, `/info`, `/pub`, `/mpub`,
-//!   `/topic/create`, `/channel/create`, `/stats`.
+//! - An optional nsqd HTTP subset ([`NsqdBuilder::http`]): `/ping`, `/info`, `/pub` (with
+//!   `defer`), `/mpub` (text and `binary`), `/topic/create`, `/topic/delete`,
+//!   `/channel/create`, `/channel/delete`, `/stats` (`format=json` gives a subset of nsqd's
+//!   fields; the text form is only an approximation), with nsqd's methods, checks and error
+//!   texts; replies over 2048 bytes are chunked, as Go's `net/http` does.
 //! - Introspection ([`Nsqd::stats`], [`Nsqd::commands`], [`Nsqd::warnings`]) and faults
 //!   ([`Nsqd::drop_connections`], [`Nsqd::drop_client`], [`Nsqd::stop_accepting`],
 //!   [`Nsqd::hold_accepts`],

@@ -340,6 +340,69 @@ fn nsqd_http_api_subset() -> R {
 }
 
 #[test]
+fn nsqd_http_api_rules() -> R {
+    let env = Env::new(|b| b);
+    let Some(http) = env.http_or_skip("nsqd_http_api_rules") else {
+        return Ok(());
+    };
+    let t = env.topic("brk");
+    let req = |method: &str, target: &str, body: &[u8]| -> io::Result<(u16, String)> {
+        let (status, body) = http_request(http, method, target, body)?;
+        Ok((status, String::from_utf8_lossy(&body).into_owned()))
+    };
+    let msg = |m: &str| format!("{{\"message\":\"{m}\"}}");
+    // Methods are routed exactly (HEAD is not GET).
+    assert_eq!(req("POST", "/ping", b"")?, (405, msg("METHOD_NOT_ALLOWED")));
+    assert_eq!(req("GET", "/pub", b"")?, (405, msg("METHOD_NOT_ALLOWED")));
+    assert_eq!(req("GET", "/nope", b"")?, (404, msg("NOT_FOUND")));
+    // /pub checks the body before the topic, and the topic before defer.
+    assert_eq!(req("POST", "/pub", b"")?, (400, msg("MSG_EMPTY")));
+    assert_eq!(req("POST", "/pub", b"x")?, (400, msg("MISSING_ARG_TOPIC")));
+    let target = format!("/pub?topic={t}&defer=-1");
+    assert_eq!(req("POST", &target, b"x")?, (400, msg("INVALID_DEFER")));
+    // Binary /mpub: nsqd's readMPUB, answered 413 with the code less its E_.
+    let target = format!("/mpub?topic={t}&binary=true");
+    assert_eq!(
+        req("POST", &target, &0u32.to_be_bytes())?,
+        (413, msg("BAD_BODY"))
+    );
+    let short = [&2u32.to_be_bytes()[..], &1u32.to_be_bytes(), b"x"].concat();
+    assert_eq!(req("POST", &target, &short)?, (413, msg("BAD_MESSAGE")));
+    let two = RawClient::mpub_body(&[b"b1", b"b2"]);
+    assert_eq!(req("POST", &target, &two)?, (200, "OK".to_owned()));
+    // Text /mpub drops empty lines.
+    let target = format!("/mpub?topic={t}");
+    assert_eq!(req("POST", &target, b"t1\n\nt2\n")?, (200, "OK".to_owned()));
+    let mut c = env.raw();
+    c.subscribe(&t, "c")?;
+    c.cmd("RDY 10")?;
+    let mut got: Vec<Vec<u8>> = (0..4)
+        .map(|_| c.expect_message().map(|m| m.body))
+        .collect::<io::Result<_>>()?;
+    got.sort();
+    assert_eq!(got, [b"b1", b"b2", b"t1", b"t2"]);
+    // Channels need an existing topic; names are checked with nsqd's ARG texts.
+    let other = env.topic("brk");
+    let target = format!("/channel/create?topic={other}&channel=c");
+    assert_eq!(req("POST", &target, b"")?, (404, msg("TOPIC_NOT_FOUND")));
+    let target = format!("/channel/create?topic={t}&channel=c!");
+    assert_eq!(
+        req("POST", &target, b"")?,
+        (400, msg("INVALID_ARG_CHANNEL"))
+    );
+    let target = format!("/channel/delete?topic={t}&channel=zz");
+    assert_eq!(req("POST", &target, b"")?, (404, msg("CHANNEL_NOT_FOUND")));
+    // Deleting a channel disconnects its subscribers; then the topic goes.
+    let target = format!("/channel/delete?topic={t}&channel=c");
+    assert_eq!(req("POST", &target, b"")?, (200, String::new()));
+    c.expect_closed()?;
+    let target = format!("/topic/delete?topic={t}");
+    assert_eq!(req("POST", &target, b"")?, (200, String::new()));
+    assert_eq!(req("POST", &target, b"")?, (404, msg("TOPIC_NOT_FOUND")));
+    Ok(())
+}
+
+#[test]
 fn command_log_is_ordered_and_bounded() -> R {
     let nsqd = Nsqd::builder()
         .command_log_limit(3)
