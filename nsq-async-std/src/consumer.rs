@@ -4,11 +4,11 @@ use crate::driver::{self, Logic, Net};
 use bytes::Bytes;
 use futures_lite::Stream;
 use nsq_proto::adapter::{
-    self, Answer, AnswerKind, Error, GiveUpHook, HandlerError, IntoChannel, IntoTopic, StopReport,
-    log_consumer_event,
+    Answer, AnswerKind, ConsumerSetup, Error, GiveUpHook, HandlerError, IntoChannel, IntoTopic,
+    StopReport, log_consumer_event,
 };
 use nsq_proto::consumer::{ConnId, ConsumerConfig, ConsumerError, ConsumerEvent, ConsumerStats};
-use nsq_proto::{Config, MessageId, Topic};
+use nsq_proto::{Config, MessageId};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
@@ -181,29 +181,9 @@ impl Drop for Message {
 // ---------------------------------------------------------------------------------- builder
 
 /// Builds a [`Consumer`]: topic, channel, configuration, addresses.
+#[derive(Debug)]
 pub struct ConsumerBuilder {
-    topic: Result<Topic, Error>,
-    channel: Result<nsq_proto::Channel, Error>,
-    config: Result<ConsumerConfig, Error>,
-    max_in_flight: Option<u32>,
-    give_up: Option<GiveUpHook>,
-    nsqd: Vec<String>,
-    lookupd: Vec<String>,
-    seed: Option<u64>,
-    dial_timeout: Duration,
-    write_timeout: Duration,
-}
-
-impl fmt::Debug for ConsumerBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ConsumerBuilder")
-            .field("topic", &self.topic)
-            .field("channel", &self.channel)
-            .field("config", &self.config)
-            .field("nsqd", &self.nsqd)
-            .field("lookupd", &self.lookupd)
-            .finish_non_exhaustive()
-    }
+    setup: ConsumerSetup,
 }
 
 impl ConsumerBuilder {
@@ -211,27 +191,21 @@ impl ConsumerBuilder {
     /// names are read here (and the OS hostname fills `hostname` when unset); errors are
     /// reported by [`build`](Self::build).
     pub fn config(mut self, config: &Config) -> Self {
-        match adapter::consumer_config(config, driver::os_hostname(), std::fs::read) {
-            Ok(c) => {
-                self.config = Ok(c.core);
-                self.dial_timeout = c.dial_timeout;
-                self.write_timeout = c.write_timeout;
-            }
-            Err(e) => self.config = Err(e.into()),
-        }
+        self.setup
+            .config(config, driver::os_hostname(), std::fs::read);
         self
     }
 
     /// The core's own configuration struct ([`ConsumerConfig`]), for settings [`Config`] does
     /// not expose.
     pub fn core_config(mut self, config: ConsumerConfig) -> Self {
-        self.config = Ok(config);
+        self.setup.config = Ok(config);
         self
     }
 
     /// Shorthand for `config.max_in_flight`.
     pub fn max_in_flight(mut self, n: u32) -> Self {
-        self.max_in_flight = Some(n);
+        self.setup.max_in_flight = Some(n);
         self
     }
 
@@ -240,63 +214,45 @@ impl ConsumerBuilder {
         mut self,
         hook: impl Fn(&nsq_proto::Message) + Send + Sync + 'static,
     ) -> Self {
-        self.give_up = Some(Arc::new(hook));
+        self.setup.give_up = Some(Arc::new(hook));
         self
     }
 
     /// An nsqd TCP address (`host:port`) to connect to directly.
     pub fn nsqd(mut self, addr: impl Into<String>) -> Self {
-        self.nsqd.push(addr.into());
+        self.setup.nsqd.push(addr.into());
         self
     }
 
     /// An nsqlookupd HTTP address (`host:port` or `http://host:port`) to discover nsqd with.
     pub fn lookupd(mut self, addr: impl Into<String>) -> Self {
-        self.lookupd.push(addr.into());
+        self.setup.lookupd.push(addr.into());
         self
     }
 
     /// Seed of the core's RNG (jitter, random choices); random by default.
     pub fn seed(mut self, seed: u64) -> Self {
-        self.seed = Some(seed);
+        self.setup.seed = Some(seed);
         self
     }
 
     /// How long a TCP connect may take (default 1 s, like go-nsq's `dial_timeout`).
     pub fn dial_timeout(mut self, timeout: Duration) -> Self {
-        self.dial_timeout = timeout;
+        self.setup.dial_timeout = timeout;
         self
     }
 
     /// How long one socket write may take before the connection is dropped (default 1 s, like
     /// go-nsq's `write_timeout`).
     pub fn write_timeout(mut self, timeout: Duration) -> Self {
-        self.write_timeout = timeout;
+        self.setup.write_timeout = timeout;
         self
     }
 
     /// Validates everything and starts the driver thread. Works from any thread, inside or
     /// outside an async runtime.
     pub fn build(self) -> Result<Consumer, Error> {
-        let topic = self.topic?;
-        let channel = self.channel?;
-        let mut config = self.config?;
-        if let Some(n) = self.max_in_flight {
-            config.max_in_flight = n;
-        }
-        let now = Instant::now();
-        let mut core = nsq_proto::Consumer::new(
-            config,
-            topic,
-            channel,
-            self.seed.unwrap_or_else(driver::random_seed),
-        );
-        for a in &self.nsqd {
-            core.add_nsqd(now, a)?;
-        }
-        for a in &self.lookupd {
-            core.add_lookupd(now, a)?;
-        }
+        let start = self.setup.start(Instant::now(), driver::random_seed)?;
         let (tx, rx) = async_channel::unbounded();
         let (msg_tx, msg_rx) = async_channel::unbounded();
         let shared = Arc::new(Shared {
@@ -306,22 +262,17 @@ impl ConsumerBuilder {
             stats: Mutex::new(ConsumerStats::default()),
         });
         let logic = ConsumerLogic {
-            core,
+            core: start.core,
             shared: shared.clone(),
             msg_tx: Some(msg_tx),
             origins: BTreeMap::new(),
             stop_waiters: Vec::new(),
-            give_up: self.give_up,
+            give_up: start.give_up,
             report: None,
         };
-        driver::spawn(
-            "nsq-consumer",
-            logic,
-            rx,
-            Net::new(self.dial_timeout, self.write_timeout),
-        )
+        let net = Net::new(start.dial_timeout, start.write_timeout);
         // The driver thread is this adapter's runtime.
-        .map_err(|_| Error::NoRuntime)?;
+        driver::spawn("nsq-consumer", logic, rx, net).map_err(|_| Error::NoRuntime)?;
         let handle = ConsumerHandle {
             guard: Arc::new(HandleGuard(shared.clone())),
         };
@@ -496,18 +447,8 @@ impl Stream for Consumer {
 impl Consumer {
     /// A builder for a consumer of `topic`/`channel` (names validated at `build`).
     pub fn builder(topic: impl IntoTopic, channel: impl IntoChannel) -> ConsumerBuilder {
-        let defaults = adapter::AdapterConfig::<ConsumerConfig>::default();
         ConsumerBuilder {
-            topic: topic.into_topic().map_err(Error::from),
-            channel: channel.into_channel().map_err(Error::from),
-            config: Ok(defaults.core),
-            max_in_flight: None,
-            give_up: None,
-            nsqd: Vec::new(),
-            lookupd: Vec::new(),
-            seed: None,
-            dial_timeout: defaults.dial_timeout,
-            write_timeout: defaults.write_timeout,
+            setup: ConsumerSetup::new(topic, channel),
         }
     }
 

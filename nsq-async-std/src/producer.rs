@@ -2,25 +2,19 @@
 
 use crate::driver::{self, Logic, Net};
 use bytes::Bytes;
-use nsq_proto::adapter::{self, Error, IntoTopic, log_producer_event};
-use nsq_proto::producer::{PingId, ProducerConfig, ProducerEvent, ProducerStats, PublishId};
-use nsq_proto::{Config, Topic};
-use std::collections::BTreeMap;
+use nsq_proto::Config;
+use nsq_proto::adapter::{
+    Error, IntoTopic, ProducerSetup, PublishRequest, Replies, log_producer_event,
+};
+use nsq_proto::producer::{ProducerConfig, ProducerEvent, ProducerStats};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 type Reply = async_channel::Sender<Result<(), Error>>;
 
-enum Request {
-    Publish(Topic, Bytes),
-    Multi(Topic, Vec<Bytes>),
-    Deferred(Topic, Duration, Bytes),
-    Ping,
-}
-
 enum Input {
-    Request(Request, Reply),
+    Request(PublishRequest, Reply),
     AddNsqd(String, Reply),
     Close(async_channel::Sender<()>),
     /// Every handle is gone: close gracefully.
@@ -60,24 +54,9 @@ impl fmt::Debug for Producer {
 }
 
 /// Builds a [`Producer`] with several nsqd addresses.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct ProducerBuilder {
-    config: Result<ProducerConfig, Error>,
-    write_timeout: Duration,
-    nsqd: Vec<String>,
-    seed: Option<u64>,
-}
-
-impl Default for ProducerBuilder {
-    fn default() -> Self {
-        let defaults = adapter::AdapterConfig::<ProducerConfig>::default();
-        ProducerBuilder {
-            config: Ok(defaults.core),
-            write_timeout: defaults.write_timeout,
-            nsqd: Vec::new(),
-            seed: None,
-        }
-    }
+    setup: ProducerSetup,
 }
 
 impl ProducerBuilder {
@@ -85,33 +64,28 @@ impl ProducerBuilder {
     /// names are read here (and the OS hostname fills `hostname` when unset); errors are
     /// reported by [`build`](Self::build).
     pub fn config(mut self, config: &Config) -> Self {
-        match adapter::producer_config(config, driver::os_hostname(), std::fs::read) {
-            Ok(c) => {
-                self.config = Ok(c.core);
-                self.write_timeout = c.write_timeout;
-            }
-            Err(e) => self.config = Err(e.into()),
-        }
+        self.setup
+            .config(config, driver::os_hostname(), std::fs::read);
         self
     }
 
     /// The core's own configuration struct ([`ProducerConfig`]), for settings [`Config`] does
     /// not expose.
     pub fn core_config(mut self, config: ProducerConfig) -> Self {
-        self.config = Ok(config);
+        self.setup.config = Ok(config);
         self
     }
 
     /// How long one socket write may take before the connection is dropped (default 1 s, like
     /// go-nsq's `write_timeout`).
     pub fn write_timeout(mut self, timeout: Duration) -> Self {
-        self.write_timeout = timeout;
+        self.setup.write_timeout = timeout;
         self
     }
 
     /// An nsqd TCP address (`host:port`); the order of addition is the failover order.
     pub fn nsqd(mut self, addr: impl Into<String>) -> Self {
-        self.nsqd.push(addr.into());
+        self.setup.nsqd.push(addr.into());
         self
     }
 
@@ -121,39 +95,30 @@ impl ProducerBuilder {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        self.nsqd.extend(addrs.into_iter().map(Into::into));
+        self.setup.nsqd.extend(addrs.into_iter().map(Into::into));
         self
     }
 
     /// Seed of the core's RNG (reconnect jitter); random by default.
     pub fn seed(mut self, seed: u64) -> Self {
-        self.seed = Some(seed);
+        self.setup.seed = Some(seed);
         self
     }
 
     /// Validates the configuration and addresses and starts the driver thread (connecting in
     /// the background). Works from any thread, inside or outside an async runtime.
     pub fn build(self) -> Result<Producer, Error> {
-        let config = self.config?;
-        let dial_timeout = config.connect_timeout;
-        let mut core =
-            nsq_proto::Producer::new(config, self.seed.unwrap_or_else(driver::random_seed))?;
-        let now = Instant::now();
-        for a in &self.nsqd {
-            core.add_nsqd(now, a)?;
-        }
+        let start = self.setup.start(Instant::now(), driver::random_seed)?;
         let (tx, rx) = async_channel::unbounded();
-        let stats = Arc::new(Mutex::new(core.stats()));
+        let stats = Arc::new(Mutex::new(start.core.stats()));
         let logic = ProducerLogic {
-            core,
-            publishes: BTreeMap::new(),
-            pings: BTreeMap::new(),
+            core: start.core,
+            replies: Replies::default(),
             close_waiters: Vec::new(),
             stats: stats.clone(),
             closed: false,
         };
-        // The core enforces its own connect timeout; the socket's only bounds the attempt.
-        let net = Net::new(dial_timeout + Duration::from_secs(1), self.write_timeout);
+        let net = Net::new(start.dial_timeout, start.write_timeout);
         // The driver thread is this adapter's runtime.
         driver::spawn("nsq-producer", logic, rx, net).map_err(|_| Error::NoRuntime)?;
         Ok(Producer {
@@ -185,7 +150,7 @@ impl Producer {
         rx.recv().await.map_err(|_| Error::Closed)?
     }
 
-    async fn request(&self, request: Request) -> Result<(), Error> {
+    async fn request(&self, request: PublishRequest) -> Result<(), Error> {
         self.send(|reply| Input::Request(request, reply)).await
     }
 
@@ -196,7 +161,11 @@ impl Producer {
         body: impl Into<Bytes>,
     ) -> Result<(), Error> {
         let topic = topic.into_topic()?;
-        self.request(Request::Publish(topic, body.into())).await
+        self.request(PublishRequest::Publish {
+            topic,
+            body: body.into(),
+        })
+        .await
     }
 
     /// Publishes several messages atomically (MPUB) and waits for nsqd's answer.
@@ -207,7 +176,8 @@ impl Producer {
     {
         let topic = topic.into_topic()?;
         let bodies: Vec<Bytes> = bodies.into_iter().map(Into::into).collect();
-        self.request(Request::Multi(topic, bodies)).await
+        self.request(PublishRequest::MultiPublish { topic, bodies })
+            .await
     }
 
     /// Publishes one message delivered after `delay` (DPUB) and waits for nsqd's answer.
@@ -218,14 +188,18 @@ impl Producer {
         body: impl Into<Bytes>,
     ) -> Result<(), Error> {
         let topic = topic.into_topic()?;
-        self.request(Request::Deferred(topic, delay, body.into()))
-            .await
+        self.request(PublishRequest::DeferredPublish {
+            topic,
+            delay,
+            body: body.into(),
+        })
+        .await
     }
 
     /// Resolves once a connection is ready (at once if one is); fails fast with
     /// [`Error::NoServerAvailable`] when every nsqd is down.
     pub async fn ping(&self) -> Result<(), Error> {
-        self.request(Request::Ping).await
+        self.request(PublishRequest::Ping).await
     }
 
     /// Adds an nsqd TCP address at runtime (connected at once; last in failover order).
@@ -257,8 +231,7 @@ impl Producer {
 
 struct ProducerLogic {
     core: nsq_proto::Producer,
-    publishes: BTreeMap<PublishId, Reply>,
-    pings: BTreeMap<PingId, Reply>,
+    replies: Replies<Reply>,
     close_waiters: Vec<async_channel::Sender<()>>,
     stats: Arc<Mutex<ProducerStats>>,
     closed: bool,
@@ -275,31 +248,8 @@ impl Logic for ProducerLogic {
     fn input(&mut self, now: Instant, input: Input) {
         match input {
             Input::Request(request, reply) => {
-                let result = match &request {
-                    Request::Publish(topic, body) => self.core.publish(now, topic, body),
-                    Request::Multi(topic, bodies) => self.core.multi_publish(now, topic, bodies),
-                    Request::Deferred(topic, delay, body) => {
-                        self.core.deferred_publish(now, topic, *delay, body)
-                    }
-                    Request::Ping => {
-                        match self.core.ping(now) {
-                            Ok(id) => {
-                                self.pings.insert(id, reply);
-                            }
-                            Err(e) => {
-                                let _ = reply.try_send(Err(e.into()));
-                            }
-                        }
-                        return;
-                    }
-                };
-                match result {
-                    Ok(id) => {
-                        self.publishes.insert(id, reply);
-                    }
-                    Err(e) => {
-                        let _ = reply.try_send(Err(e.into()));
-                    }
+                if let Err((reply, e)) = self.replies.submit(&mut self.core, now, &request, reply) {
+                    let _ = reply.try_send(Err(e));
                 }
             }
             Input::AddNsqd(addr, reply) => {
@@ -319,29 +269,10 @@ impl Logic for ProducerLogic {
 
     fn event(&mut self, _now: Instant, event: ProducerEvent) {
         log_producer_event(&event);
-        match event {
-            ProducerEvent::Published(id) => {
-                if let Some(reply) = self.publishes.remove(&id) {
-                    let _ = reply.try_send(Ok(()));
-                }
-            }
-            ProducerEvent::PublishFailed(id, failure) => {
-                if let Some(reply) = self.publishes.remove(&id) {
-                    let _ = reply.try_send(Err(failure.into()));
-                }
-            }
-            ProducerEvent::PingOk(id) => {
-                if let Some(reply) = self.pings.remove(&id) {
-                    let _ = reply.try_send(Ok(()));
-                }
-            }
-            ProducerEvent::PingFailed(id, failure) => {
-                if let Some(reply) = self.pings.remove(&id) {
-                    let _ = reply.try_send(Err(failure.into()));
-                }
-            }
-            ProducerEvent::Closed => self.closed = true,
-            _ => {}
+        if let Some((reply, result)) = self.replies.resolve(&event) {
+            let _ = reply.try_send(result);
+        } else if event == ProducerEvent::Closed {
+            self.closed = true;
         }
     }
 
@@ -357,10 +288,7 @@ impl Logic for ProducerLogic {
     }
 
     fn finish(mut self) {
-        for (_, reply) in std::mem::take(&mut self.publishes) {
-            let _ = reply.try_send(Err(Error::Closed));
-        }
-        for (_, reply) in std::mem::take(&mut self.pings) {
+        for reply in self.replies.take_all() {
             let _ = reply.try_send(Err(Error::Closed));
         }
         for w in self.close_waiters.drain(..) {
