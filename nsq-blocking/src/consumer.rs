@@ -202,6 +202,13 @@ impl Message {
         self.answer(AnswerKind::Touch);
     }
 
+    /// REQ at once without backoff: never handed to the application (the consumer is
+    /// stopping), so it goes back to nsqd without a warning.
+    fn untaken(mut self) {
+        self.done = true;
+        self.answer(AnswerKind::UNTAKEN);
+    }
+
     /// The core's message (id, attempts, timestamp, body).
     pub fn as_proto(&self) -> &nsq_proto::Message {
         &self.inner
@@ -520,9 +527,9 @@ fn next_message(
     timeout: Option<Duration>,
 ) -> Result<Message, RecvTimeoutError> {
     if shared.stopping.load(Ordering::Acquire) {
-        // Messages not taken yet are requeued (by their Drop) so the drain is quick.
+        // Messages not taken yet are requeued at once so the drain is quick.
         while let Ok(m) = rx.try_recv() {
-            drop(m);
+            m.untaken();
         }
         return Err(RecvTimeoutError::Disconnected);
     }
@@ -636,9 +643,9 @@ impl Consumer {
         let _ = self.handle.control(Control::Stop);
         if let Some(rx) = &self.receiver {
             // The driver drops its sender when it starts stopping; every message still queued
-            // is dropped here, which requeues it.
+            // is requeued at once.
             while let Ok(m) = rx.recv() {
-                drop(m);
+                m.untaken();
             }
         }
         self.handle.shared().wait_stopped()
@@ -674,12 +681,12 @@ impl Consumer {
                 }
             }
         });
-        // Every worker saw the stop; messages still queued are requeued by dropping them.
+        // Every worker saw the stop; messages still queued are requeued at once.
         let rx = receiver
             .into_inner()
             .unwrap_or_else(PoisonError::into_inner);
         while let Ok(m) = rx.try_recv() {
-            drop(m);
+            m.untaken();
         }
         drop(rx);
         shared.wait_stopped()
