@@ -186,7 +186,7 @@ impl<C: Send + 'static> Io<C> {
                     request,
                     &addr,
                     data,
-                    self.lookupd_timeout,
+                    (self.dial_timeout, self.lookupd_timeout),
                     &mut self.threads,
                     self.tx.clone(),
                     Input::Lookup,

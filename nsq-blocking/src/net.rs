@@ -374,13 +374,14 @@ impl LookupLink {
 }
 
 /// Runs one HTTP exchange with nsqlookupd on a short-lived thread: connect, write `request`,
-/// forward the response. `timeout` bounds the connect and every read and write (the core
-/// applies its own overall timeout and then asks to close the exchange).
+/// forward the response. `dial_timeout` bounds the connect and `timeout` every read and
+/// write (the core applies its own overall timeout and then asks to close the exchange, which
+/// shuts the socket down at once).
 pub(crate) fn lookup<K, T>(
     key: K,
     addr: &str,
     request: Bytes,
-    timeout: Duration,
+    (dial_timeout, timeout): (Duration, Duration),
     threads: &mut Threads,
     tx: Sender<T>,
     wrap: fn(LookupEvent<K>) -> T,
@@ -402,7 +403,7 @@ where
                 let _ = tx.send(wrap(LookupEvent::Failed { key, reason }));
             }
         };
-        let mut stream = match dial(&addr, timeout) {
+        let mut stream = match dial(&addr, dial_timeout) {
             Ok(s) => s,
             Err(e) => return fail(e.to_string()),
         };
@@ -449,6 +450,8 @@ pub(crate) fn os_hostname() -> Option<String> {
     ["/proc/sys/kernel/hostname", "/etc/hostname"]
         .iter()
         .find_map(|p| std::fs::read_to_string(p).ok())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .or_else(|| std::env::var("COMPUTERNAME").ok())
         .map(|h| h.trim().to_owned())
         .filter(|h| !h.is_empty())
 }

@@ -180,6 +180,7 @@ impl ProducerBuilder {
             publishes: BTreeMap::new(),
             pings: BTreeMap::new(),
             stats: stats.clone(),
+            results: Vec::new(),
             closed: false,
         };
         let handle = std::thread::Builder::new()
@@ -293,6 +294,9 @@ struct Driver {
     publishes: BTreeMap<PublishId, Reply>,
     pings: BTreeMap<PingId, Reply>,
     stats: Arc<Mutex<ProducerStats>>,
+    /// Results of this wake-up, sent after the stats are updated (so a caller that got its
+    /// result sees it counted).
+    results: Vec<(Reply, Result<(), Error>)>,
     closed: bool,
 }
 
@@ -316,6 +320,12 @@ impl Driver {
             self.drain();
             self.io.flush();
             *self.stats.lock().unwrap_or_else(PoisonError::into_inner) = self.core.stats();
+            for (reply, result) in self.results.drain(..) {
+                let _ = reply.send(result);
+            }
+        }
+        for (reply, result) in self.results.drain(..) {
+            let _ = reply.send(result);
         }
         for (_, reply) in std::mem::take(&mut self.publishes) {
             let _ = reply.send(Err(Error::Closed));
@@ -395,22 +405,22 @@ impl Driver {
         match event {
             ProducerEvent::Published(id) => {
                 if let Some(reply) = self.publishes.remove(&id) {
-                    let _ = reply.send(Ok(()));
+                    self.results.push((reply, Ok(())));
                 }
             }
             ProducerEvent::PublishFailed(id, failure) => {
                 if let Some(reply) = self.publishes.remove(&id) {
-                    let _ = reply.send(Err(Error::from(failure)));
+                    self.results.push((reply, Err(Error::from(failure))));
                 }
             }
             ProducerEvent::PingOk(id) => {
                 if let Some(reply) = self.pings.remove(&id) {
-                    let _ = reply.send(Ok(()));
+                    self.results.push((reply, Ok(())));
                 }
             }
             ProducerEvent::PingFailed(id, failure) => {
                 if let Some(reply) = self.pings.remove(&id) {
-                    let _ = reply.send(Err(Error::from(failure)));
+                    self.results.push((reply, Err(Error::from(failure))));
                 }
             }
             ProducerEvent::Closed => self.closed = true,
