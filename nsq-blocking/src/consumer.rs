@@ -335,6 +335,7 @@ impl ConsumerBuilder {
             config.max_in_flight = n;
         }
         let lookupd_timeout = config.lookupd_timeout;
+        let span = tracing::info_span!("nsq_consumer", topic = %topic, channel = %channel);
         let now = Instant::now();
         let mut core = nsq_proto::Consumer::new(
             config,
@@ -371,6 +372,7 @@ impl ConsumerBuilder {
         let handle = std::thread::Builder::new()
             .name("nsqb-consumer".into())
             .spawn(move || {
+                let _enter = span.enter();
                 let _guard = StoppedGuard(driver.shared.clone());
                 driver.run(&rx);
             })

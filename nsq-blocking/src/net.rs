@@ -350,8 +350,9 @@ fn write_loop<K, T>(
                 e.to_string()
             };
             tracing::warn!(%reason, "write failed");
-            let _ = stream.shutdown(Shutdown::Both);
+            // Report first, so the driver learns this reason before the reader's EOF.
             let _ = tx.send(wrap(NetEvent::Closed { key, reason }));
+            let _ = stream.shutdown(Shutdown::Both);
             return;
         }
     }
@@ -454,4 +455,159 @@ pub(crate) fn os_hostname() -> Option<String> {
         .or_else(|| std::env::var("COMPUTERNAME").ok())
         .map(|h| h.trim().to_owned())
         .filter(|h| !h.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+    use std::time::Instant;
+
+    const WAIT: Duration = Duration::from_secs(5);
+
+    fn ident(e: NetEvent<u32>) -> NetEvent<u32> {
+        e
+    }
+
+    fn connected(rx: &Receiver<NetEvent<u32>>) -> TcpStream {
+        match rx.recv_timeout(WAIT).unwrap() {
+            NetEvent::Connected { stream, .. } => stream,
+            other => panic!("expected Connected, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn reads_arrive_as_chunks_then_eof() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let mut threads = Threads::default();
+        let (tx, rx) = mpsc::channel();
+        let mut link = connect(7, &addr, WAIT, &mut threads, tx.clone(), ident);
+        let (mut peer, _) = listener.accept().unwrap();
+        let stream = connected(&rx);
+        assert!(stream.nodelay().unwrap());
+        link.start_writer(7, stream, WAIT, &mut threads, tx, ident);
+        link.send(Bytes::from_static(b"ping"));
+        let mut got = [0u8; 4];
+        peer.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"ping");
+        peer.write_all(b"hello").unwrap();
+        let mut data = Vec::new();
+        while data.len() < 5 {
+            match rx.recv_timeout(WAIT).unwrap() {
+                NetEvent::Data { key: 7, data: d } => data.extend_from_slice(&d),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(data, b"hello");
+        drop(peer);
+        assert!(matches!(
+            rx.recv_timeout(WAIT).unwrap(),
+            NetEvent::Closed { key: 7, .. }
+        ));
+        link.close();
+        threads.join_all();
+    }
+
+    #[test]
+    fn a_stuck_write_times_out_and_reading_goes_on_meanwhile() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let mut threads = Threads::default();
+        let (tx, rx) = mpsc::channel();
+        let mut link = connect(1, &addr, WAIT, &mut threads, tx.clone(), ident);
+        let (mut peer, _) = listener.accept().unwrap();
+        let stream = connected(&rx);
+        let write_timeout = Duration::from_millis(300);
+        link.start_writer(1, stream, write_timeout, &mut threads, tx, ident);
+        // The peer never reads: 64 MiB cannot fit in the socket buffers.
+        link.send(Bytes::from(vec![0u8; 64 << 20]));
+        std::thread::sleep(Duration::from_millis(100));
+        peer.write_all(b"still reading").unwrap();
+        let started = Instant::now();
+        let mut saw_data = false;
+        loop {
+            match rx.recv_timeout(WAIT).unwrap() {
+                NetEvent::Data { .. } => saw_data = true,
+                NetEvent::Closed { reason, .. } => {
+                    assert!(reason.contains("timed out"), "{reason}");
+                    break;
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert!(saw_data, "reads continue while a write is blocked");
+        assert!(started.elapsed() < WAIT);
+        link.close();
+        drop(peer);
+        threads.join_all();
+    }
+
+    #[test]
+    fn connect_failures_are_reported_and_closing_while_connecting_ends_the_thread() {
+        let addr = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .to_string();
+        let mut threads = Threads::default();
+        let (tx, rx) = mpsc::channel();
+        let _link = connect(2, &addr, WAIT, &mut threads, tx.clone(), ident);
+        assert!(matches!(
+            rx.recv_timeout(WAIT).unwrap(),
+            NetEvent::ConnectFailed { key: 2, .. }
+        ));
+        let _bad = connect(3, "not an address", WAIT, &mut threads, tx.clone(), ident);
+        assert!(matches!(
+            rx.recv_timeout(WAIT).unwrap(),
+            NetEvent::ConnectFailed { key: 3, .. }
+        ));
+        // Closed before the connection completes: the reader shuts it down and ends.
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let link = connect(4, &addr, WAIT, &mut threads, tx, ident);
+        link.close();
+        threads.join_all();
+        while let Ok(ev) = rx.try_recv() {
+            if let NetEvent::Connected { stream, .. } = ev {
+                // The driver shuts such a late socket down; so does the test.
+                let _ = stream.shutdown(Shutdown::Both);
+            }
+        }
+    }
+
+    #[test]
+    fn lookup_exchanges_forward_the_response() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut req = [0u8; 3];
+            s.read_exact(&mut req).unwrap();
+            assert_eq!(&req, b"GET");
+            s.write_all(b"HTTP/1.1 200 OK\r\n\r\n{}").unwrap();
+        });
+        let mut threads = Threads::default();
+        let (tx, rx) = mpsc::channel::<LookupEvent<u32>>();
+        let _l = lookup(
+            9,
+            &addr,
+            Bytes::from_static(b"GET"),
+            (WAIT, WAIT),
+            &mut threads,
+            tx,
+            |e| e,
+        );
+        let mut body = Vec::new();
+        loop {
+            match rx.recv_timeout(WAIT).unwrap() {
+                LookupEvent::Data { data, .. } => body.extend_from_slice(&data),
+                LookupEvent::Eof { key: 9 } => break,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert!(body.ends_with(b"{}"));
+        server.join().unwrap();
+        threads.join_all();
+    }
 }

@@ -183,9 +183,13 @@ impl ProducerBuilder {
             results: Vec::new(),
             closed: false,
         };
+        let span = tracing::info_span!("nsq_producer");
         let handle = std::thread::Builder::new()
             .name("nsqb-producer".into())
-            .spawn(move || driver.run(&rx))
+            .spawn(move || {
+                let _enter = span.enter();
+                driver.run(&rx);
+            })
             .map_err(|e| Error::InvalidInput(format!("could not start the driver thread: {e}")))?;
         Ok(Producer {
             inner: Arc::new(Inner {
