@@ -9,7 +9,7 @@ use nsq_proto::{Config, Topic};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -34,20 +34,56 @@ struct Inner {
     tx: Sender<Input<Cmd>>,
     stats: Arc<Mutex<ProducerStats>>,
     driver: Mutex<Option<JoinHandle<()>>>,
+    done: Arc<Done>,
+}
+
+/// Set when the driver thread has finished (every socket closed, every thread joined), even
+/// if it panicked, so that every caller of `close` waits for the same moment.
+#[derive(Default)]
+struct Done {
+    done: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Done {
+    fn set(&self) {
+        *self.done.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        self.cv.notify_all();
+    }
+
+    fn wait(&self) {
+        let mut done = self.done.lock().unwrap_or_else(PoisonError::into_inner);
+        while !*done {
+            done = self.cv.wait(done).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+}
+
+/// Marks the driver done when its thread ends (normally or by a panic).
+struct DoneGuard(Arc<Done>);
+
+impl Drop for DoneGuard {
+    fn drop(&mut self) {
+        self.0.set();
+    }
 }
 
 impl Inner {
-    /// Waits for the driver thread (it exits once the core has closed).
+    /// Waits for the driver thread (it exits once the core has closed) and joins it.
     fn join(&self) {
         let handle = self
             .driver
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        if let Some(h) = handle {
-            if h.thread().id() != std::thread::current().id() {
-                let _ = h.join();
+        if let Some(h) = &handle {
+            if h.thread().id() == std::thread::current().id() {
+                return;
             }
+        }
+        self.done.wait();
+        if let Some(h) = handle {
+            let _ = h.join();
         }
     }
 }
@@ -184,9 +220,12 @@ impl ProducerBuilder {
             closed: false,
         };
         let span = tracing::info_span!("nsq_producer");
+        let done = Arc::new(Done::default());
+        let thread_done = done.clone();
         let handle = std::thread::Builder::new()
             .name("nsqb-producer".into())
             .spawn(move || {
+                let _done = DoneGuard(thread_done);
                 let _enter = span.enter();
                 driver.run(&rx);
             })
@@ -196,6 +235,7 @@ impl ProducerBuilder {
                 tx,
                 stats,
                 driver: Mutex::new(Some(handle)),
+                done,
             }),
         })
     }

@@ -807,12 +807,55 @@ fn producer_is_shared_across_threads_and_closed_once() {
         });
         assert_eq!(p.stats().published, 400);
         assert_eq!(nsqd.topic("shared").map(|t| t.message_count), Some(800));
-        let clone = p.clone();
+        // Every concurrent close returns once the producer is closed.
+        std::thread::scope(|s| {
+            for _ in 0..3 {
+                let p = p.clone();
+                s.spawn(move || {
+                    p.close();
+                    assert!(matches!(p.publish("shared", "late"), Err(Error::Closed)));
+                });
+            }
+        });
         p.close();
-        assert!(matches!(
-            clone.publish("shared", "late"),
-            Err(Error::Closed)
-        ));
-        clone.close();
+    });
+}
+
+#[test]
+fn a_panicking_handler_requeues_with_backoff() {
+    run(30, || {
+        let nsqd = start(Nsqd::builder());
+        nsqd.publish("panic", b"boom once");
+        let c = consumer(
+            &nsqd,
+            "panic",
+            ConsumerConfig {
+                backoff_multiplier: Duration::from_millis(50),
+                default_requeue_delay: Duration::from_millis(10),
+                ..fast_config(1)
+            },
+        );
+        let handle = c.handle();
+        let calls = Arc::new(AtomicU32::new(0));
+        let k = calls.clone();
+        let runner = std::thread::spawn(move || {
+            c.run(1, move |m: Message| {
+                k.fetch_add(1, Ordering::SeqCst);
+                assert!(m.attempts() > 1, "first attempt panics (on purpose)");
+                Ok(())
+            })
+        });
+        assert!(eventually(WAIT, || nsqd
+            .channel("panic", "ch")
+            .is_some_and(|c| c.finished == 1)));
+        let ch = nsqd.channel("panic", "ch").unwrap();
+        assert_eq!(ch.requeued, 1);
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        assert!(
+            nsqd.commands().iter().any(|r| r.line == "RDY 0"),
+            "a panic counts as a failure: backoff"
+        );
+        handle.stop();
+        assert_eq!(runner.join().unwrap().unanswered, 0);
     });
 }
