@@ -20,6 +20,10 @@
 //! * [`AdapterConfig`], [`consumer_config`], [`producer_config`]: a [`Config`] turned into the
 //!   core's configuration plus the socket-level settings, with the OS hostname (read by the
 //!   adapter) filled in when the configuration names none.
+//! * [`ConsumerSetup`] / [`ProducerSetup`]: what the builders collect, validated and turned
+//!   into a core by `start`.
+//! * [`PublishRequest`] / [`Replies`]: a user's publish handed to the core [`Producer`], and
+//!   which reply waits for which publish or ping.
 //!
 //! ```
 //! use nsq_proto::adapter::{Answer, AnswerKind, HandlerError};
@@ -39,8 +43,11 @@ use crate::config::{Config, OptionError};
 use crate::consumer::{ConnId, Consumer, ConsumerConfig, ConsumerError, ConsumerEvent};
 use crate::frame::{Message, MessageId};
 use crate::names::{Channel, NameError, Topic};
-use crate::producer::{ProducerConfig, ProducerError, ProducerEvent, PublishFailure};
+use crate::producer::{
+    PingId, Producer, ProducerConfig, ProducerError, ProducerEvent, PublishFailure, PublishId,
+};
 use bytes::{Bytes, BytesMut};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -414,6 +421,318 @@ pub fn producer_config(
     })
 }
 
+// ------------------------------------------------------------------------------- builders
+
+/// What a consumer builder collects before it starts: every adapter's `ConsumerBuilder`
+/// stores one and forwards its methods to the public fields; [`start`](Self::start) does the
+/// validation and creates the core. Errors of the name and configuration arguments are kept
+/// until then, so the builder methods stay infallible.
+#[non_exhaustive]
+pub struct ConsumerSetup {
+    /// The topic (validated by [`new`](Self::new)).
+    pub topic: Result<Topic, Error>,
+    /// The channel.
+    pub channel: Result<Channel, Error>,
+    /// The core's configuration.
+    pub config: Result<ConsumerConfig, Error>,
+    /// Overrides `config.max_in_flight`.
+    pub max_in_flight: Option<u32>,
+    /// Called for messages given up on.
+    pub give_up: Option<GiveUpHook>,
+    /// nsqd TCP addresses to connect to directly.
+    pub nsqd: Vec<String>,
+    /// nsqlookupd HTTP addresses.
+    pub lookupd: Vec<String>,
+    /// Seed of the core's RNG (random when `None`).
+    pub seed: Option<u64>,
+    /// TCP connect timeout.
+    pub dial_timeout: Duration,
+    /// Socket write timeout.
+    pub write_timeout: Duration,
+}
+
+impl fmt::Debug for ConsumerSetup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConsumerSetup")
+            .field("topic", &self.topic)
+            .field("channel", &self.channel)
+            .field("config", &self.config)
+            .field("max_in_flight", &self.max_in_flight)
+            .field("give_up", &self.give_up.is_some())
+            .field("nsqd", &self.nsqd)
+            .field("lookupd", &self.lookupd)
+            .field("dial_timeout", &self.dial_timeout)
+            .field("write_timeout", &self.write_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A core consumer ready to be driven, with what its driver needs.
+#[non_exhaustive]
+pub struct ConsumerStart {
+    /// The core, with its nsqd and lookupd addresses added.
+    pub core: Consumer,
+    /// The give-up hook.
+    pub give_up: Option<GiveUpHook>,
+    /// TCP connect timeout.
+    pub dial_timeout: Duration,
+    /// Socket write timeout.
+    pub write_timeout: Duration,
+}
+
+impl ConsumerSetup {
+    /// A setup for `topic`/`channel` with the default configuration.
+    pub fn new(topic: impl IntoTopic, channel: impl IntoChannel) -> ConsumerSetup {
+        let defaults = AdapterConfig::<ConsumerConfig>::default();
+        ConsumerSetup {
+            topic: topic.into_topic().map_err(Error::from),
+            channel: channel.into_channel().map_err(Error::from),
+            config: Ok(defaults.core),
+            max_in_flight: None,
+            give_up: None,
+            nsqd: Vec::new(),
+            lookupd: Vec::new(),
+            seed: None,
+            dial_timeout: defaults.dial_timeout,
+            write_timeout: defaults.write_timeout,
+        }
+    }
+
+    /// Takes `config` (see [`consumer_config`]).
+    pub fn config(
+        &mut self,
+        config: &Config,
+        os_hostname: Option<String>,
+        read_file: impl FnMut(PathBuf) -> std::io::Result<Vec<u8>>,
+    ) {
+        match consumer_config(config, os_hostname, read_file) {
+            Ok(c) => {
+                self.config = Ok(c.core);
+                self.dial_timeout = c.dial_timeout;
+                self.write_timeout = c.write_timeout;
+            }
+            Err(e) => self.config = Err(e.into()),
+        }
+    }
+
+    /// Validates everything and creates the core (`seed` is called when no seed was set).
+    pub fn start(self, now: Instant, seed: impl FnOnce() -> u64) -> Result<ConsumerStart, Error> {
+        let topic = self.topic?;
+        let channel = self.channel?;
+        let mut config = self.config?;
+        if let Some(n) = self.max_in_flight {
+            config.max_in_flight = n;
+        }
+        let mut core = Consumer::new(config, topic, channel, self.seed.unwrap_or_else(seed));
+        for a in &self.nsqd {
+            core.add_nsqd(now, a)?;
+        }
+        for a in &self.lookupd {
+            core.add_lookupd(now, a)?;
+        }
+        Ok(ConsumerStart {
+            core,
+            give_up: self.give_up,
+            dial_timeout: self.dial_timeout,
+            write_timeout: self.write_timeout,
+        })
+    }
+}
+
+/// What a producer builder collects before it starts (see [`ConsumerSetup`]).
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct ProducerSetup {
+    /// The core's configuration.
+    pub config: Result<ProducerConfig, Error>,
+    /// nsqd TCP addresses, in failover order.
+    pub nsqd: Vec<String>,
+    /// Seed of the core's RNG (random when `None`).
+    pub seed: Option<u64>,
+    /// Socket write timeout.
+    pub write_timeout: Duration,
+}
+
+impl Default for ProducerSetup {
+    fn default() -> Self {
+        let defaults = AdapterConfig::<ProducerConfig>::default();
+        ProducerSetup {
+            config: Ok(defaults.core),
+            nsqd: Vec::new(),
+            seed: None,
+            write_timeout: defaults.write_timeout,
+        }
+    }
+}
+
+/// A core producer ready to be driven, with what its driver needs.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct ProducerStart {
+    /// The core, with its nsqd addresses added (connecting).
+    pub core: Producer,
+    /// TCP connect timeout for the sockets: the core's own connect timeout plus a second
+    /// (the core abandons a slow attempt itself; this only bounds the socket's).
+    pub dial_timeout: Duration,
+    /// Socket write timeout.
+    pub write_timeout: Duration,
+}
+
+impl ProducerSetup {
+    /// Takes `config` (see [`producer_config`]).
+    pub fn config(
+        &mut self,
+        config: &Config,
+        os_hostname: Option<String>,
+        read_file: impl FnMut(PathBuf) -> std::io::Result<Vec<u8>>,
+    ) {
+        match producer_config(config, os_hostname, read_file) {
+            Ok(c) => {
+                self.config = Ok(c.core);
+                self.write_timeout = c.write_timeout;
+            }
+            Err(e) => self.config = Err(e.into()),
+        }
+    }
+
+    /// Validates everything and creates the core (`seed` is called when no seed was set).
+    pub fn start(self, now: Instant, seed: impl FnOnce() -> u64) -> Result<ProducerStart, Error> {
+        let config = self.config?;
+        let dial_timeout = config.connect_timeout + Duration::from_secs(1);
+        let mut core = Producer::new(config, self.seed.unwrap_or_else(seed))?;
+        for a in &self.nsqd {
+            core.add_nsqd(now, a)?;
+        }
+        Ok(ProducerStart {
+            core,
+            dial_timeout,
+            write_timeout: self.write_timeout,
+        })
+    }
+}
+
+// ------------------------------------------------------------------------------- publishes
+
+/// A publish (or ping) a user asked for, on its way to the core [`Producer`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum PublishRequest {
+    /// PUB.
+    Publish {
+        /// The topic.
+        topic: Topic,
+        /// The body.
+        body: Bytes,
+    },
+    /// MPUB.
+    MultiPublish {
+        /// The topic.
+        topic: Topic,
+        /// The bodies.
+        bodies: Vec<Bytes>,
+    },
+    /// DPUB.
+    DeferredPublish {
+        /// The topic.
+        topic: Topic,
+        /// The delay.
+        delay: Duration,
+        /// The body.
+        body: Bytes,
+    },
+    /// Resolves once a connection is ready.
+    Ping,
+}
+
+/// Which reply (`R`: a one-shot sender of the adapter) waits for which publish or ping of a
+/// core [`Producer`].
+#[derive(Debug)]
+pub struct Replies<R> {
+    publishes: BTreeMap<PublishId, R>,
+    pings: BTreeMap<PingId, R>,
+}
+
+impl<R> Default for Replies<R> {
+    fn default() -> Self {
+        Replies {
+            publishes: BTreeMap::new(),
+            pings: BTreeMap::new(),
+        }
+    }
+}
+
+impl<R> Replies<R> {
+    /// Hands `request` to the core; `reply` waits for its result. When the core refuses it
+    /// (nothing was queued), the reply comes back with the error.
+    pub fn submit(
+        &mut self,
+        core: &mut Producer,
+        now: Instant,
+        request: &PublishRequest,
+        reply: R,
+    ) -> Result<(), (R, Error)> {
+        let result = match request {
+            PublishRequest::Publish { topic, body } => core.publish(now, topic, body),
+            PublishRequest::MultiPublish { topic, bodies } => {
+                core.multi_publish(now, topic, bodies)
+            }
+            PublishRequest::DeferredPublish { topic, delay, body } => {
+                core.deferred_publish(now, topic, *delay, body)
+            }
+            PublishRequest::Ping => {
+                return match core.ping(now) {
+                    Ok(id) => {
+                        self.pings.insert(id, reply);
+                        Ok(())
+                    }
+                    Err(e) => Err((reply, e.into())),
+                };
+            }
+        };
+        match result {
+            Ok(id) => {
+                self.publishes.insert(id, reply);
+                Ok(())
+            }
+            Err(e) => Err((reply, e.into())),
+        }
+    }
+
+    /// The reply `event` resolves, with its result (`None` for other events).
+    pub fn resolve(&mut self, event: &ProducerEvent) -> Option<(R, Result<(), Error>)> {
+        match event {
+            ProducerEvent::Published(id) => self.publishes.remove(id).map(|r| (r, Ok(()))),
+            ProducerEvent::PublishFailed(id, failure) => self
+                .publishes
+                .remove(id)
+                .map(|r| (r, Err(failure.clone().into()))),
+            ProducerEvent::PingOk(id) => self.pings.remove(id).map(|r| (r, Ok(()))),
+            ProducerEvent::PingFailed(id, failure) => self
+                .pings
+                .remove(id)
+                .map(|r| (r, Err(failure.clone().into()))),
+            _ => None,
+        }
+    }
+
+    /// How many replies wait.
+    pub fn len(&self) -> usize {
+        self.publishes.len() + self.pings.len()
+    }
+
+    /// Nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every waiting reply (when the driver stops; answer them with [`Error::Closed`]).
+    pub fn take_all(&mut self) -> impl Iterator<Item = R> + use<R> {
+        let publishes = std::mem::take(&mut self.publishes);
+        let pings = std::mem::take(&mut self.pings);
+        publishes.into_values().chain(pings.into_values())
+    }
+}
+
 // --------------------------------------------------------------------------------- errors
 
 /// Why an operation of an adapter failed.
@@ -676,6 +995,79 @@ mod tests {
         })
         .unwrap();
         assert_eq!(none.core.connection.hostname, None);
+    }
+
+    #[test]
+    fn replies_follow_the_core() {
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "origin of virtual time in a test"
+        )]
+        let now = Instant::now();
+        let mut setup = ProducerSetup::default();
+        setup.nsqd.push("127.0.0.1:4150".into());
+        setup.seed = Some(7);
+        let mut core = setup.start(now, || unreachable!("seeded")).unwrap().core;
+        let mut replies = Replies::default();
+        let topic = Topic::new("t").unwrap();
+        let publish = PublishRequest::Publish {
+            topic: topic.clone(),
+            body: Bytes::from_static(b"x"),
+        };
+        replies.submit(&mut core, now, &publish, 1).unwrap();
+        replies
+            .submit(&mut core, now, &PublishRequest::Ping, 2)
+            .unwrap();
+        let empty = PublishRequest::MultiPublish {
+            topic,
+            bodies: Vec::new(),
+        };
+        let (r, e) = replies.submit(&mut core, now, &empty, 3).unwrap_err();
+        assert_eq!(r, 3);
+        assert!(matches!(e, Error::InvalidInput(_)), "{e}");
+        assert_eq!(replies.len(), 2);
+        // The only nsqd cannot be reached: both fail fast.
+        let conn = loop {
+            match core.poll_action() {
+                Some(crate::driver::Action::Connect { conn, .. }) => break conn,
+                Some(_) => {}
+                None => panic!("no connect"),
+            }
+        };
+        core.handle_connect_failed(now, conn, "refused");
+        let mut resolved = Vec::new();
+        while let Some(ev) = core.poll_event() {
+            if let Some((r, result)) = replies.resolve(&ev) {
+                assert!(matches!(result, Err(Error::NoServerAvailable(_))));
+                resolved.push(r);
+            }
+        }
+        resolved.sort_unstable();
+        assert_eq!(resolved, [1, 2]);
+        assert!(replies.is_empty());
+        assert_eq!(replies.take_all().count(), 0);
+    }
+
+    #[test]
+    fn consumer_setup_validates() {
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "origin of virtual time in a test"
+        )]
+        let now = Instant::now();
+        let bad = ConsumerSetup::new("bad topic!", "ch");
+        assert!(matches!(bad.start(now, || 1), Err(Error::InvalidName(_))));
+        let mut setup = ConsumerSetup::new("t", "ch");
+        setup.nsqd.push("nope".into());
+        assert!(matches!(
+            setup.start(now, || 1),
+            Err(Error::InvalidInput(_))
+        ));
+        let mut setup = ConsumerSetup::new("t", "ch");
+        setup.max_in_flight = Some(9);
+        setup.nsqd.push("127.0.0.1:4150".into());
+        let started = setup.start(now, || 1).unwrap();
+        assert_eq!(started.core.max_in_flight(), 9);
     }
 
     #[test]
