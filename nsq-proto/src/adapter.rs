@@ -53,6 +53,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod hostname;
+pub use hostname::{HOSTNAME_FILES, HOSTNAME_VARS, os_hostname};
+
 // ------------------------------------------------------------------------------- answers
 
 /// How a message is answered.

@@ -109,15 +109,12 @@
 //! `nsq_tail`, `to_nsq`, `bench_writer`, `bench_reader`.
 
 mod consumer;
-mod error;
 mod net;
 mod producer;
 
-pub use consumer::{
-    Consumer, ConsumerBuilder, ConsumerHandle, GiveUpHook, HandlerError, Message, StopReport,
-};
-pub use error::{Error, IntoChannel, IntoTopic};
+pub use consumer::{Consumer, ConsumerBuilder, ConsumerHandle, Message};
 pub use nsq_proto as proto;
+pub use nsq_proto::adapter::{Error, GiveUpHook, HandlerError, IntoChannel, IntoTopic, StopReport};
 pub use nsq_proto::config::OptionError;
 pub use nsq_proto::consumer::{ConsumerConfig, ConsumerStats};
 pub use nsq_proto::producer::{ProducerConfig, ProducerStats, Routing};

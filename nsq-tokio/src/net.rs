@@ -6,6 +6,7 @@
 //! reading (no write/write deadlock).
 
 use bytes::{Bytes, BytesMut};
+use nsq_proto::adapter::Outbox;
 use nsq_proto::consumer::LookupdRequestId;
 use nsq_proto::driver::{Action, ConnId, Driven};
 use std::collections::BTreeMap;
@@ -258,50 +259,21 @@ where
     .abort_handle()
 }
 
-/// Gathers the bytes the core emits for one connection during one wake-up, so each connection
-/// gets at most one write per wake-up.
-#[derive(Debug, Default)]
-pub(crate) struct Outbox {
-    first: Option<Bytes>,
-    more: BytesMut,
-}
-
-impl Outbox {
-    /// Adds bytes (no copy for the first chunk of a wake-up).
-    pub(crate) fn push(&mut self, data: Bytes) {
-        if data.is_empty() {
-            return;
-        }
-        match &self.first {
-            None if self.more.is_empty() => self.first = Some(data),
-            _ => {
-                if let Some(first) = self.first.take() {
-                    self.more.extend_from_slice(&first);
-                }
-                self.more.extend_from_slice(&data);
-            }
-        }
-    }
-
-    /// Takes everything gathered, if anything.
-    pub(crate) fn take(&mut self) -> Option<Bytes> {
-        if let Some(first) = self.first.take() {
-            return Some(first);
-        }
-        if self.more.is_empty() {
-            None
-        } else {
-            Some(self.more.split().freeze())
-        }
-    }
-}
-
 /// A random seed for a state machine's RNG (jitter, random connection choice).
 pub(crate) fn random_seed() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(u64::from(std::process::id()));
     h.finish()
+}
+
+/// The OS hostname, sent in IDENTIFY when the configuration names none (go-nsq sends
+/// `os.Hostname()`); the choice is [`nsq_proto::adapter::os_hostname`]'s, the reading is ours.
+pub(crate) fn os_hostname() -> Option<String> {
+    nsq_proto::adapter::os_hostname(
+        |path| std::fs::read_to_string(path).ok(),
+        |var| std::env::var(var).ok(),
+    )
 }
 
 /// The socket side of a driver, shared by the consumer and producer drivers: it performs the
