@@ -2,6 +2,7 @@
 
 use crate::net::{self, Io, LookupEvent, NetEvent, Timer};
 use bytes::Bytes;
+use futures_core::Stream;
 use nsq_proto::Config;
 use nsq_proto::MessageId;
 use nsq_proto::adapter::{
@@ -14,6 +15,7 @@ use nsq_proto::consumer::{
 use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -485,8 +487,10 @@ impl MessageReceiver {
 
 /// A consumer of one topic/channel over any number of nsqd connections.
 ///
-/// Read messages with [`recv`](Self::recv) (or [`poll_recv`](Self::poll_recv) to build a
-/// `Stream`), or hand them to a handler with [`run`](Self::run). Control it from other tasks
+/// Read messages with [`recv`](Self::recv) or as a [`Stream`] (`futures_core::Stream`, the
+/// trait `futures`, `futures-lite` and `tokio-stream` extend; the stream ends once the
+/// consumer is stopped), or hand them to a handler with [`run`](Self::run). Control it from
+/// other tasks
 /// through a [`ConsumerHandle`] ([`handle`](Self::handle)).
 pub struct Consumer {
     receiver: MessageReceiver,
@@ -498,6 +502,14 @@ impl fmt::Debug for Consumer {
         f.debug_struct("Consumer")
             .field("handle", &self.handle)
             .finish_non_exhaustive()
+    }
+}
+
+impl Stream for Consumer {
+    type Item = Message;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Message>> {
+        self.get_mut().receiver.poll_recv(cx)
     }
 }
 
