@@ -54,7 +54,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod hostname;
+mod links;
 pub use hostname::{HOSTNAME_FILES, HOSTNAME_VARS, os_hostname};
+pub use links::{Links, Transport};
 
 // ------------------------------------------------------------------------------- answers
 
