@@ -50,6 +50,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod adapter;
 pub mod command;
 pub mod config;
 pub mod connection;

@@ -1,54 +1,28 @@
 //! The tokio [`Consumer`]: a driver task around [`nsq_proto::Consumer`].
 
-use crate::error::{Error, IntoChannel, IntoTopic};
 use crate::net::{self, Io, LookupEvent, NetEvent, Timer};
 use bytes::Bytes;
+use futures_core::Stream;
+use nsq_proto::Config;
+use nsq_proto::MessageId;
+use nsq_proto::adapter::{
+    Answer, AnswerKind, ConsumerSetup, Error, GiveUpHook, HandlerError, IntoChannel, IntoTopic,
+    StopReport, log_consumer_event,
+};
 use nsq_proto::consumer::{
     Action, ConnId, ConsumerConfig, ConsumerError, ConsumerEvent, ConsumerStats, LookupdRequestId,
 };
-use nsq_proto::{Config, MessageId, Topic};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
-/// Called (on the driver task, so keep it short) for every message delivered more than
-/// `max_attempts` times; the message has already been finished.
-pub type GiveUpHook = Arc<dyn Fn(&nsq_proto::Message) + Send + Sync>;
-
-/// What [`Consumer::stop`] reports once every connection is closed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub struct StopReport {
-    /// Messages still unanswered when their connection closed (nsqd redelivers them).
-    pub unanswered: usize,
-}
-
 // ------------------------------------------------------------------------------------ inputs
-
-#[derive(Debug, Clone, Copy)]
-enum AnswerKind {
-    Finish,
-    Requeue {
-        delay: Option<Duration>,
-        backoff: bool,
-    },
-    Touch,
-}
-
-/// A small `Copy` command answering one message: no allocation per answer.
-#[derive(Debug, Clone, Copy)]
-struct Answer {
-    conn: ConnId,
-    id: MessageId,
-    attempts: u16,
-    timestamp: i64,
-    kind: AnswerKind,
-}
 
 enum Control {
     AddNsqd(String, oneshot::Sender<Result<(), ConsumerError>>),
@@ -158,14 +132,12 @@ impl Message {
         &self.origin.addr
     }
 
+    fn answer_for(&self, kind: AnswerKind) -> Answer {
+        Answer::new(self.conn, &self.inner, kind)
+    }
+
     fn answer(&self, kind: AnswerKind) {
-        self.origin.shared.answer(Answer {
-            conn: self.conn,
-            id: self.inner.id,
-            attempts: self.inner.attempts,
-            timestamp: self.inner.timestamp,
-            kind,
-        });
+        self.origin.shared.answer(self.answer_for(kind));
     }
 
     /// FIN: the message is done.
@@ -202,10 +174,7 @@ impl Message {
     /// Requeues a message the application never received: at once, without backoff.
     fn release(mut self) {
         self.done = true;
-        self.answer(AnswerKind::Requeue {
-            delay: Some(Duration::ZERO),
-            backoff: false,
-        });
+        self.answer(AnswerKind::UNTAKEN);
     }
 
     /// The core's message (id, attempts, timestamp, body).
@@ -222,128 +191,38 @@ impl Drop for Message {
                 nsqd = %self.origin.addr,
                 "message dropped without an answer: requeueing it"
             );
-            self.answer(AnswerKind::Requeue {
-                delay: None,
-                backoff: false,
-            });
+            self.answer(AnswerKind::DROPPED);
         }
-    }
-}
-
-// ----------------------------------------------------------------------------- handler errors
-
-/// The error a [`Consumer::run`] handler returns: the message is requeued, by default with
-/// backoff and the configured delay.
-///
-/// Any `std::error::Error + Send + Sync + 'static` converts into it, so `?` works in handlers.
-pub struct HandlerError {
-    source: Box<dyn std::error::Error + Send + Sync>,
-    delay: Option<Duration>,
-    backoff: bool,
-}
-
-impl HandlerError {
-    /// A failure with a message.
-    pub fn msg(message: impl fmt::Display) -> HandlerError {
-        HandlerError {
-            source: message.to_string().into(),
-            delay: None,
-            backoff: true,
-        }
-    }
-
-    /// Requeue after exactly `delay` instead of the configured default.
-    pub fn with_delay(mut self, delay: Duration) -> HandlerError {
-        self.delay = Some(delay);
-        self
-    }
-
-    /// Requeue without backing off (a failure of this message, not of the system).
-    pub fn without_backoff(mut self) -> HandlerError {
-        self.backoff = false;
-        self
-    }
-
-    /// The underlying error.
-    pub fn source(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
-        &*self.source
-    }
-}
-
-impl<E: std::error::Error + Send + Sync + 'static> From<E> for HandlerError {
-    fn from(e: E) -> Self {
-        HandlerError {
-            source: Box::new(e),
-            delay: None,
-            backoff: true,
-        }
-    }
-}
-
-impl fmt::Debug for HandlerError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HandlerError")
-            .field("source", &self.source)
-            .field("delay", &self.delay)
-            .field("backoff", &self.backoff)
-            .finish()
-    }
-}
-
-impl fmt::Display for HandlerError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.source, f)
     }
 }
 
 // ---------------------------------------------------------------------------------- builder
 
 /// Builds a [`Consumer`]: topic, channel, configuration, addresses.
+#[derive(Debug)]
 pub struct ConsumerBuilder {
-    topic: Result<Topic, Error>,
-    channel: Result<nsq_proto::Channel, Error>,
-    config: Result<ConsumerConfig, Error>,
-    max_in_flight: Option<u32>,
-    give_up: Option<GiveUpHook>,
-    nsqd: Vec<String>,
-    lookupd: Vec<String>,
-    seed: Option<u64>,
-    dial_timeout: Duration,
-    write_timeout: Duration,
-}
-
-impl fmt::Debug for ConsumerBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ConsumerBuilder")
-            .field("topic", &self.topic)
-            .field("channel", &self.channel)
-            .field("config", &self.config)
-            .field("nsqd", &self.nsqd)
-            .field("lookupd", &self.lookupd)
-            .finish_non_exhaustive()
-    }
+    setup: ConsumerSetup,
 }
 
 impl ConsumerBuilder {
     /// The configuration, with go-nsq's option names and defaults ([`Config`]). TLS files it
-    /// names are read here; errors are reported by [`build`](Self::build).
+    /// names are read here (and the OS hostname fills `hostname` when unset); errors are
+    /// reported by [`build`](Self::build).
     pub fn config(mut self, config: &Config) -> Self {
-        self.config = config.consumer_config(std::fs::read).map_err(Error::from);
-        self.dial_timeout = config.dial_timeout;
-        self.write_timeout = config.write_timeout;
+        self.setup.config(config, net::os_hostname(), std::fs::read);
         self
     }
 
     /// The core's own configuration struct ([`ConsumerConfig`]), for settings [`Config`] does
     /// not expose.
     pub fn core_config(mut self, config: ConsumerConfig) -> Self {
-        self.config = Ok(config);
+        self.setup.config = Ok(config);
         self
     }
 
     /// Shorthand for `config.max_in_flight`.
     pub fn max_in_flight(mut self, n: u32) -> Self {
-        self.max_in_flight = Some(n);
+        self.setup.max_in_flight = Some(n);
         self
     }
 
@@ -352,19 +231,19 @@ impl ConsumerBuilder {
         mut self,
         hook: impl Fn(&nsq_proto::Message) + Send + Sync + 'static,
     ) -> Self {
-        self.give_up = Some(Arc::new(hook));
+        self.setup.give_up = Some(Arc::new(hook));
         self
     }
 
     /// An nsqd TCP address (`host:port`) to connect to directly.
     pub fn nsqd(mut self, addr: impl Into<String>) -> Self {
-        self.nsqd.push(addr.into());
+        self.setup.nsqd.push(addr.into());
         self
     }
 
     /// An nsqlookupd HTTP address (`host:port` or `http://host:port`) to discover nsqd with.
     pub fn lookupd(mut self, addr: impl Into<String>) -> Self {
-        self.lookupd.push(addr.into());
+        self.setup.lookupd.push(addr.into());
         self
     }
 
@@ -374,7 +253,7 @@ impl ConsumerBuilder {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        self.nsqd.extend(addrs.into_iter().map(Into::into));
+        self.setup.nsqd.extend(addrs.into_iter().map(Into::into));
         self
     }
 
@@ -384,51 +263,33 @@ impl ConsumerBuilder {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        self.lookupd.extend(addrs.into_iter().map(Into::into));
+        self.setup.lookupd.extend(addrs.into_iter().map(Into::into));
         self
     }
 
     /// Seed of the core's RNG (jitter, random choices); random by default.
     pub fn seed(mut self, seed: u64) -> Self {
-        self.seed = Some(seed);
+        self.setup.seed = Some(seed);
         self
     }
 
     /// How long a TCP connect may take (default 1 s, like go-nsq's `dial_timeout`).
     pub fn dial_timeout(mut self, timeout: Duration) -> Self {
-        self.dial_timeout = timeout;
+        self.setup.dial_timeout = timeout;
         self
     }
 
     /// How long one socket write may take before the connection is dropped (default 1 s, like
     /// go-nsq's `write_timeout`).
     pub fn write_timeout(mut self, timeout: Duration) -> Self {
-        self.write_timeout = timeout;
+        self.setup.write_timeout = timeout;
         self
     }
 
     /// Validates everything and starts the driver task. Must be called within a tokio runtime.
     pub fn build(self) -> Result<Consumer, Error> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
-        let topic = self.topic?;
-        let channel = self.channel?;
-        let mut config = self.config?;
-        if let Some(n) = self.max_in_flight {
-            config.max_in_flight = n;
-        }
-        let now = Instant::now();
-        let mut core = nsq_proto::Consumer::new(
-            config,
-            topic,
-            channel,
-            self.seed.unwrap_or_else(net::random_seed),
-        );
-        for a in &self.nsqd {
-            core.add_nsqd(now, a)?;
-        }
-        for a in &self.lookupd {
-            core.add_lookupd(now, a)?;
-        }
+        let start = self.setup.start(Instant::now(), net::random_seed)?;
         let (tx, rx) = mpsc::unbounded_channel();
         let (msg_tx, msg_rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
@@ -438,21 +299,21 @@ impl ConsumerBuilder {
             stats: Mutex::new(ConsumerStats::default()),
         });
         let driver = Driver {
-            core,
+            core: start.core,
             rx,
             io: Io::new(
                 tx,
                 wrap_net,
                 wrap_lookup,
-                self.dial_timeout,
-                self.write_timeout,
+                start.dial_timeout,
+                start.write_timeout,
             ),
             shared: shared.clone(),
             msg_tx: Some(msg_tx),
             outgoing: Vec::new(),
             origins: BTreeMap::new(),
             stop_waiters: Vec::new(),
-            give_up: self.give_up,
+            give_up: start.give_up,
             report: None,
         };
         runtime.spawn(driver.run());
@@ -626,8 +487,10 @@ impl MessageReceiver {
 
 /// A consumer of one topic/channel over any number of nsqd connections.
 ///
-/// Read messages with [`recv`](Self::recv) (or [`poll_recv`](Self::poll_recv) to build a
-/// `Stream`), or hand them to a handler with [`run`](Self::run). Control it from other tasks
+/// Read messages with [`recv`](Self::recv) or as a [`Stream`] (`futures_core::Stream`, the
+/// trait `futures`, `futures-lite` and `tokio-stream` extend; the stream ends once the
+/// consumer is stopped), or hand them to a handler with [`run`](Self::run). Control it from
+/// other tasks
 /// through a [`ConsumerHandle`] ([`handle`](Self::handle)).
 pub struct Consumer {
     receiver: MessageReceiver,
@@ -642,20 +505,19 @@ impl fmt::Debug for Consumer {
     }
 }
 
+impl Stream for Consumer {
+    type Item = Message;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Message>> {
+        self.get_mut().receiver.poll_recv(cx)
+    }
+}
+
 impl Consumer {
     /// A builder for a consumer of `topic`/`channel` (names validated at `build`).
     pub fn builder(topic: impl IntoTopic, channel: impl IntoChannel) -> ConsumerBuilder {
         ConsumerBuilder {
-            topic: topic.into_topic().map_err(Error::from),
-            channel: channel.into_channel().map_err(Error::from),
-            config: Ok(ConsumerConfig::default()),
-            max_in_flight: None,
-            give_up: None,
-            nsqd: Vec::new(),
-            lookupd: Vec::new(),
-            seed: None,
-            dial_timeout: Duration::from_secs(1),
-            write_timeout: Duration::from_secs(1),
+            setup: ConsumerSetup::new(topic, channel),
         }
     }
 
@@ -767,13 +629,7 @@ impl Consumer {
                     let next = receiver.lock().await.recv().await;
                     let Some(mut msg) = next else { break };
                     msg.done = true;
-                    let answer = Answer {
-                        conn: msg.conn,
-                        id: msg.inner.id,
-                        attempts: msg.inner.attempts,
-                        timestamp: msg.inner.timestamp,
-                        kind: AnswerKind::Finish,
-                    };
+                    let answer = msg.answer_for(AnswerKind::Finish);
                     let origin = msg.origin.clone();
                     let mut fut = std::pin::pin!(handler(msg));
                     let outcome = std::future::poll_fn(|cx| {
@@ -785,24 +641,9 @@ impl Consumer {
                         }
                     })
                     .await;
-                    let kind = match outcome {
-                        Some(Ok(())) => AnswerKind::Finish,
-                        Some(Err(e)) => {
-                            tracing::debug!(msg = %answer.id, error = %e, "handler failed: requeueing");
-                            AnswerKind::Requeue {
-                                delay: e.delay,
-                                backoff: e.backoff,
-                            }
-                        }
-                        None => {
-                            tracing::error!(msg = %answer.id, "handler panicked: requeueing");
-                            AnswerKind::Requeue {
-                                delay: None,
-                                backoff: true,
-                            }
-                        }
-                    };
-                    origin.shared.answer(Answer { kind, ..answer });
+                    origin
+                        .shared
+                        .answer(answer.with_kind(AnswerKind::from_handler(outcome)));
                 }
             }));
         }
@@ -904,23 +745,8 @@ impl Driver {
     }
 
     fn answer(&mut self, now: Instant, a: Answer) {
-        let result = match a.kind {
-            AnswerKind::Finish => self.core.finish(now, a.conn, &a.id),
-            AnswerKind::Touch => self.core.touch(now, a.conn, &a.id),
-            AnswerKind::Requeue { delay, backoff } => {
-                let m = nsq_proto::Message {
-                    timestamp: a.timestamp,
-                    attempts: a.attempts,
-                    id: a.id,
-                    body: Bytes::new(),
-                };
-                self.core.requeue(now, a.conn, &m, delay, backoff)
-            }
-        };
-        if let Err(e) = result {
-            // Typically the connection closed (nsqd redelivers) or the message timed out.
-            tracing::debug!(conn = %a.conn, msg = %a.id, error = %e, "answer not sent");
-        }
+        // A refusal (typically: the connection closed, so nsqd redelivers) is logged by apply.
+        let _ = a.apply(&mut self.core, now);
     }
 
     /// Drains every action and event of the core.
@@ -959,6 +785,7 @@ impl Driver {
     }
 
     fn event(&mut self, now: Instant, event: ConsumerEvent) {
+        log_consumer_event(&event);
         match event {
             ConsumerEvent::Message { conn, message } => {
                 let origin = match self.origins.get(&conn) {
@@ -983,33 +810,15 @@ impl Driver {
                     self.requeue_now(now, &m);
                 }
             }
-            ConsumerEvent::GaveUp { conn, message } => {
-                tracing::warn!(%conn, msg = %message.id, attempts = message.attempts, "giving up on message (max_attempts exceeded)");
+            ConsumerEvent::GaveUp { message, .. } => {
                 if let Some(hook) = &self.give_up {
                     hook(&message);
                 }
             }
-            ConsumerEvent::MessageExpired { conn, id } => {
-                tracing::warn!(%conn, msg = %id, "message timed out before it was answered");
-            }
-            ConsumerEvent::ConnectionReady { conn, addr } => {
-                tracing::info!(%conn, %addr, "nsqd connection ready");
-            }
-            ConsumerEvent::ConnectionClosed { conn, addr, reason } => {
-                tracing::info!(%conn, %addr, %reason, "nsqd connection closed");
-            }
-            ConsumerEvent::ServerError { conn, error } => {
-                tracing::warn!(%conn, %error, "nsqd error");
-            }
-            ConsumerEvent::LookupdFailed { addr, error } => {
-                tracing::warn!(lookupd = %addr, %error, "nsqlookupd query failed");
-            }
             ConsumerEvent::Closed { leftovers } => {
-                self.report = Some(StopReport {
-                    unanswered: leftovers,
-                });
+                self.report = Some(StopReport::new(leftovers));
             }
-            other => tracing::debug!(?other, "consumer event"),
+            _ => {}
         }
     }
 
@@ -1037,13 +846,9 @@ impl Driver {
         }
     }
 
+    /// Requeues a message the application never received: at once, without backoff.
     fn requeue_now(&mut self, now: Instant, m: &Message) {
-        if let Err(e) = self
-            .core
-            .requeue(now, m.conn, &m.inner, Some(Duration::ZERO), false)
-        {
-            tracing::debug!(msg = %m.inner.id, error = %e, "requeue while stopping not sent");
-        }
+        let _ = m.answer_for(AnswerKind::UNTAKEN).apply(&mut self.core, now);
     }
 
     fn publish_state(&self) {

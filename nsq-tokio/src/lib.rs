@@ -74,8 +74,31 @@
 //! # }
 //! ```
 //!
-//! A message dropped without an answer is requeued (and a warning logged). `poll_recv` makes
-//! it easy to wrap the consumer in any `Stream` type without this crate depending on one.
+//! A message dropped without an answer is requeued (and a warning logged).
+//!
+//! The consumer is also a [`Stream`](futures_core::Stream) of messages, for the combinators
+//! of `futures`/`futures-lite`/`tokio-stream`:
+//!
+//! ```no_run
+//! use futures_lite::StreamExt;
+//! use nsq_tokio::Consumer;
+//!
+//! # async fn example() -> Result<(), nsq_tokio::Error> {
+//! let consumer = Consumer::builder("events", "archive").nsqd("127.0.0.1:4150").build()?;
+//! let handle = consumer.handle();
+//! let mut bodies = consumer.map(|msg| {
+//!     let body = msg.body().clone();
+//!     msg.finish();
+//!     body
+//! });
+//! while let Some(body) = bodies.next().await {
+//!     println!("{} bytes", body.len());
+//!     # break;
+//! }
+//! handle.stop().await;
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! Or with a handler on several tasks (`Ok` finishes, `Err` requeues with backoff):
 //!
@@ -109,15 +132,12 @@
 //! `nsq_tail`, `to_nsq`, `bench_writer`, `bench_reader`.
 
 mod consumer;
-mod error;
 mod net;
 mod producer;
 
-pub use consumer::{
-    Consumer, ConsumerBuilder, ConsumerHandle, GiveUpHook, HandlerError, Message, StopReport,
-};
-pub use error::{Error, IntoChannel, IntoTopic};
+pub use consumer::{Consumer, ConsumerBuilder, ConsumerHandle, Message};
 pub use nsq_proto as proto;
+pub use nsq_proto::adapter::{Error, GiveUpHook, HandlerError, IntoChannel, IntoTopic, StopReport};
 pub use nsq_proto::config::OptionError;
 pub use nsq_proto::consumer::{ConsumerConfig, ConsumerStats};
 pub use nsq_proto::producer::{ProducerConfig, ProducerStats, Routing};

@@ -6,9 +6,9 @@
 //! reading (no write/write deadlock).
 
 use bytes::{Bytes, BytesMut};
+use nsq_proto::adapter::{Links, Transport};
 use nsq_proto::consumer::LookupdRequestId;
 use nsq_proto::driver::{Action, ConnId, Driven};
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -258,44 +258,6 @@ where
     .abort_handle()
 }
 
-/// Gathers the bytes the core emits for one connection during one wake-up, so each connection
-/// gets at most one write per wake-up.
-#[derive(Debug, Default)]
-pub(crate) struct Outbox {
-    first: Option<Bytes>,
-    more: BytesMut,
-}
-
-impl Outbox {
-    /// Adds bytes (no copy for the first chunk of a wake-up).
-    pub(crate) fn push(&mut self, data: Bytes) {
-        if data.is_empty() {
-            return;
-        }
-        match &self.first {
-            None if self.more.is_empty() => self.first = Some(data),
-            _ => {
-                if let Some(first) = self.first.take() {
-                    self.more.extend_from_slice(&first);
-                }
-                self.more.extend_from_slice(&data);
-            }
-        }
-    }
-
-    /// Takes everything gathered, if anything.
-    pub(crate) fn take(&mut self) -> Option<Bytes> {
-        if let Some(first) = self.first.take() {
-            return Some(first);
-        }
-        if self.more.is_empty() {
-            None
-        } else {
-            Some(self.more.split().freeze())
-        }
-    }
-}
-
 /// A random seed for a state machine's RNG (jitter, random connection choice).
 pub(crate) fn random_seed() -> u64 {
     use std::hash::{BuildHasher, Hasher};
@@ -304,17 +266,62 @@ pub(crate) fn random_seed() -> u64 {
     h.finish()
 }
 
-/// The socket side of a driver, shared by the consumer and producer drivers: it performs the
-/// core's [`Action`]s and feeds socket events back through the [`Driven`] contract.
-pub(crate) struct Io<I> {
+/// The OS hostname, sent in IDENTIFY when the configuration names none (go-nsq sends
+/// `os.Hostname()`); the choice is [`nsq_proto::adapter::os_hostname`]'s, the reading is ours.
+pub(crate) fn os_hostname() -> Option<String> {
+    nsq_proto::adapter::os_hostname(
+        |path| std::fs::read_to_string(path).ok(),
+        |var| std::env::var(var).ok(),
+    )
+}
+
+/// The tokio half of performing the core's actions: connection and lookupd tasks.
+pub(crate) struct Sockets<I> {
     tx: mpsc::UnboundedSender<I>,
     wrap_net: fn(NetEvent<ConnId>) -> I,
     wrap_lookup: fn(LookupEvent<LookupdRequestId>) -> I,
     dial_timeout: Duration,
     write_timeout: Duration,
-    links: BTreeMap<ConnId, Link>,
-    outboxes: BTreeMap<ConnId, Outbox>,
-    lookups: BTreeMap<LookupdRequestId, AbortHandle>,
+}
+
+impl<I: Send + 'static> Transport for Sockets<I> {
+    type Link = Link;
+    type Lookup = AbortHandle;
+
+    fn connect(&mut self, conn: ConnId, addr: &str) -> Link {
+        connect(
+            conn,
+            addr,
+            self.dial_timeout,
+            self.write_timeout,
+            self.tx.clone(),
+            self.wrap_net,
+        )
+    }
+
+    fn send(&mut self, link: &mut Link, data: Bytes) {
+        link.send(data);
+    }
+
+    fn close(&mut self, link: Link) {
+        link.close();
+    }
+
+    fn lookup(&mut self, request: LookupdRequestId, addr: &str, data: Bytes) -> AbortHandle {
+        lookup(request, addr, data, self.tx.clone(), self.wrap_lookup)
+    }
+
+    fn close_lookup(&mut self, lookup: AbortHandle) {
+        lookup.abort();
+    }
+}
+
+/// The socket side of a driver, shared by the consumer and producer drivers: it performs the
+/// core's [`Action`]s (through the shared [`Links`]) and feeds socket events back through the
+/// [`Driven`] contract.
+pub(crate) struct Io<I: Send + 'static> {
+    net: Sockets<I>,
+    links: Links<Sockets<I>>,
 }
 
 impl<I: Send + 'static> Io<I> {
@@ -326,14 +333,14 @@ impl<I: Send + 'static> Io<I> {
         write_timeout: Duration,
     ) -> Self {
         Io {
-            tx,
-            wrap_net,
-            wrap_lookup,
-            dial_timeout,
-            write_timeout,
-            links: BTreeMap::new(),
-            outboxes: BTreeMap::new(),
-            lookups: BTreeMap::new(),
+            net: Sockets {
+                tx,
+                wrap_net,
+                wrap_lookup,
+                dial_timeout,
+                write_timeout,
+            },
+            links: Links::default(),
         }
     }
 
@@ -345,23 +352,23 @@ impl<I: Send + 'static> Io<I> {
             | NetEvent::Data { key, .. }
             | NetEvent::Closed { key, .. } => *key,
         };
-        let span = self.links.get(&key).map(|l| l.span.clone());
+        let span = self.links.link(key).map(|l| l.span.clone());
         let _entered = span.as_ref().map(tracing::Span::enter);
         match ev {
             NetEvent::Data { key, mut data } => machine.handle_input(now, key, &mut data),
             NetEvent::Connected { key, writer } => {
-                if let Some(link) = self.links.get_mut(&key) {
+                if let Some(link) = self.links.link_mut(key) {
                     link.set_writer(writer);
                     machine.handle_connected(now, key);
                 }
             }
             NetEvent::ConnectFailed { key, reason } => {
-                if self.links.contains_key(&key) {
+                if self.links.link(key).is_some() {
                     machine.handle_connect_failed(now, key, &reason);
                 }
             }
             NetEvent::Closed { key, reason } => {
-                if self.links.contains_key(&key) {
+                if self.links.link(key).is_some() {
                     tracing::debug!(conn = %key, %reason, "socket closed");
                     machine.handle_eof(now, key);
                 }
@@ -378,13 +385,13 @@ impl<I: Send + 'static> Io<I> {
     ) {
         // Late events of an exchange the core already closed are dropped.
         match ev {
-            LookupEvent::Data { key, data } if self.lookups.contains_key(&key) => {
+            LookupEvent::Data { key, data } if self.links.has_lookup(key) => {
                 machine.handle_lookupd_input(now, key, &data);
             }
-            LookupEvent::Eof { key } if self.lookups.contains_key(&key) => {
+            LookupEvent::Eof { key } if self.links.has_lookup(key) => {
                 machine.handle_lookupd_eof(now, key);
             }
-            LookupEvent::Failed { key, reason } if self.lookups.contains_key(&key) => {
+            LookupEvent::Failed { key, reason } if self.links.has_lookup(key) => {
                 machine.handle_lookupd_failed(now, key, &reason);
             }
             _ => {}
@@ -393,69 +400,17 @@ impl<I: Send + 'static> Io<I> {
 
     /// Performs one action of the core. Bytes are gathered until [`flush`](Self::flush).
     pub(crate) fn act(&mut self, action: Action) {
-        match action {
-            Action::Transmit { conn, data } => {
-                self.outboxes.entry(conn).or_default().push(data);
-            }
-            Action::Connect { conn, addr } => {
-                tracing::info!(%conn, %addr, "connecting to nsqd");
-                let link = connect(
-                    conn,
-                    &addr,
-                    self.dial_timeout,
-                    self.write_timeout,
-                    self.tx.clone(),
-                    self.wrap_net,
-                );
-                self.links.insert(conn, link);
-            }
-            Action::Disconnect { conn } => {
-                let pending = self.outboxes.remove(&conn).and_then(|mut o| o.take());
-                if let Some(link) = self.links.remove(&conn) {
-                    if let Some(data) = pending {
-                        link.send(data);
-                    }
-                    link.close();
-                }
-            }
-            Action::LookupdRequest {
-                request,
-                addr,
-                data,
-            } => {
-                tracing::debug!(%request, %addr, "querying nsqlookupd");
-                let h = lookup(request, &addr, data, self.tx.clone(), self.wrap_lookup);
-                self.lookups.insert(request, h);
-            }
-            Action::LookupdClose { request } => {
-                if let Some(h) = self.lookups.remove(&request) {
-                    h.abort();
-                }
-            }
-            other => tracing::debug!(?other, "unknown action ignored"),
-        }
+        self.links.act(&mut self.net, action);
     }
 
     /// One write per connection per wake-up.
     pub(crate) fn flush(&mut self) {
-        for (conn, outbox) in &mut self.outboxes {
-            if let Some(data) = outbox.take() {
-                if let Some(link) = self.links.get(conn) {
-                    link.send(data);
-                }
-            }
-        }
+        self.links.flush(&mut self.net);
     }
 
     /// Closes every socket and lookupd exchange.
     pub(crate) fn close_all(&mut self) {
-        self.flush();
-        for (_, link) in std::mem::take(&mut self.links) {
-            link.close();
-        }
-        for (_, l) in std::mem::take(&mut self.lookups) {
-            l.abort();
-        }
+        self.links.close_all(&mut self.net);
     }
 }
 

@@ -1,15 +1,13 @@
 //! The tokio [`Producer`]: a driver task around [`nsq_proto::Producer`].
 
-use crate::error::{Error, IntoTopic};
 use crate::net::{self, Io, LookupEvent, NetEvent, Timer};
 use bytes::Bytes;
-use nsq_proto::consumer::LookupdRequestId;
-use nsq_proto::producer::{
-    ConnId, PingId, ProducerConfig, ProducerError, ProducerEvent, ProducerStats, PublishFailure,
-    PublishId,
+use nsq_proto::Config;
+use nsq_proto::adapter::{
+    Error, IntoTopic, ProducerSetup, PublishRequest, Replies, log_producer_event,
 };
-use nsq_proto::{Config, Topic};
-use std::collections::BTreeMap;
+use nsq_proto::consumer::LookupdRequestId;
+use nsq_proto::producer::{ConnId, ProducerConfig, ProducerEvent, ProducerStats};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -17,17 +15,10 @@ use tokio::sync::{mpsc, oneshot};
 
 type Reply = oneshot::Sender<Result<(), Error>>;
 
-enum Request {
-    Publish(Topic, Bytes),
-    Multi(Topic, Vec<Bytes>),
-    Deferred(Topic, Duration, Bytes),
-    Ping,
-}
-
 enum Input {
     Net(NetEvent<ConnId>),
     Lookup(LookupEvent<LookupdRequestId>),
-    Request(Request, Reply),
+    Request(PublishRequest, Reply),
     AddNsqd(String, Reply),
     Close(oneshot::Sender<()>),
     /// Every handle is gone: close gracefully.
@@ -76,51 +67,37 @@ impl fmt::Debug for Producer {
 }
 
 /// Builds a [`Producer`] with several nsqd addresses.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct ProducerBuilder {
-    config: Result<ProducerConfig, Error>,
-    write_timeout: Duration,
-    nsqd: Vec<String>,
-    seed: Option<u64>,
-}
-
-impl Default for ProducerBuilder {
-    fn default() -> Self {
-        ProducerBuilder {
-            config: Ok(ProducerConfig::default()),
-            write_timeout: Duration::from_secs(1),
-            nsqd: Vec::new(),
-            seed: None,
-        }
-    }
+    setup: ProducerSetup,
 }
 
 impl ProducerBuilder {
     /// The configuration, with go-nsq's option names and defaults ([`Config`]). TLS files it
-    /// names are read here; errors are reported by [`build`](Self::build).
+    /// names are read here (and the OS hostname fills `hostname` when unset); errors are
+    /// reported by [`build`](Self::build).
     pub fn config(mut self, config: &Config) -> Self {
-        self.config = config.producer_config(std::fs::read).map_err(Error::from);
-        self.write_timeout = config.write_timeout;
+        self.setup.config(config, net::os_hostname(), std::fs::read);
         self
     }
 
     /// The core's own configuration struct ([`ProducerConfig`]), for settings [`Config`] does
     /// not expose.
     pub fn core_config(mut self, config: ProducerConfig) -> Self {
-        self.config = Ok(config);
+        self.setup.config = Ok(config);
         self
     }
 
     /// How long one socket write may take before the connection is dropped (default 1 s, like
     /// go-nsq's `write_timeout`).
     pub fn write_timeout(mut self, timeout: Duration) -> Self {
-        self.write_timeout = timeout;
+        self.setup.write_timeout = timeout;
         self
     }
 
     /// An nsqd TCP address (`host:port`); the order of addition is the failover order.
     pub fn nsqd(mut self, addr: impl Into<String>) -> Self {
-        self.nsqd.push(addr.into());
+        self.setup.nsqd.push(addr.into());
         self
     }
 
@@ -130,13 +107,13 @@ impl ProducerBuilder {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        self.nsqd.extend(addrs.into_iter().map(Into::into));
+        self.setup.nsqd.extend(addrs.into_iter().map(Into::into));
         self
     }
 
     /// Seed of the core's RNG (reconnect jitter); random by default.
     pub fn seed(mut self, seed: u64) -> Self {
-        self.seed = Some(seed);
+        self.setup.seed = Some(seed);
         self
     }
 
@@ -144,29 +121,20 @@ impl ProducerBuilder {
     /// the background). Must be called within a tokio runtime.
     pub fn build(self) -> Result<Producer, Error> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
-        let config = self.config?;
-        let dial_timeout = config.connect_timeout;
-        let mut core = nsq_proto::Producer::new(config, self.seed.unwrap_or_else(net::random_seed))
-            .map_err(producer_error)?;
-        let now = Instant::now();
-        for a in &self.nsqd {
-            core.add_nsqd(now, a).map_err(producer_error)?;
-        }
+        let start = self.setup.start(Instant::now(), net::random_seed)?;
         let (tx, rx) = mpsc::unbounded_channel();
-        let stats = Arc::new(Mutex::new(core.stats()));
+        let stats = Arc::new(Mutex::new(start.core.stats()));
         let driver = Driver {
-            core,
+            core: start.core,
             rx,
-            // The core enforces its own connect timeout; the socket task's only bounds it.
             io: Io::new(
                 tx.clone(),
                 wrap_net,
                 wrap_lookup,
-                dial_timeout + Duration::from_secs(1),
-                self.write_timeout,
+                start.dial_timeout,
+                start.write_timeout,
             ),
-            publishes: BTreeMap::new(),
-            pings: BTreeMap::new(),
+            replies: Replies::default(),
             close_waiters: Vec::new(),
             stats: stats.clone(),
             closed: false,
@@ -175,29 +143,6 @@ impl ProducerBuilder {
         Ok(Producer {
             inner: Arc::new(Inner { tx, stats }),
         })
-    }
-}
-
-fn producer_error(e: ProducerError) -> Error {
-    match e {
-        ProducerError::Closed => Error::Closed,
-        ProducerError::TooManyOutstanding { limit } => {
-            Error::Backpressure(format!("{limit} publishes are already outstanding"))
-        }
-        ProducerError::PendingQueueFull { limit } => {
-            Error::Backpressure(format!("{limit} publishes already wait for a connection"))
-        }
-        e => Error::InvalidInput(e.to_string()),
-    }
-}
-
-fn publish_failure(f: PublishFailure) -> Error {
-    match f {
-        PublishFailure::Server(e) => Error::Server(e),
-        PublishFailure::ConnectionLost(r) => Error::ConnectionLost(r.to_string()),
-        PublishFailure::TimedOut { .. } => Error::Timeout,
-        PublishFailure::NoServerAvailable { last_error } => Error::NoServerAvailable(last_error),
-        e => Error::InvalidInput(e.to_string()),
     }
 }
 
@@ -215,7 +160,7 @@ impl Producer {
         Ok(producer)
     }
 
-    async fn request(&self, request: Request) -> Result<(), Error> {
+    async fn request(&self, request: PublishRequest) -> Result<(), Error> {
         let (tx, rx) = oneshot::channel();
         self.inner
             .tx
@@ -231,7 +176,11 @@ impl Producer {
         body: impl Into<Bytes>,
     ) -> Result<(), Error> {
         let topic = topic.into_topic()?;
-        self.request(Request::Publish(topic, body.into())).await
+        self.request(PublishRequest::Publish {
+            topic,
+            body: body.into(),
+        })
+        .await
     }
 
     /// Publishes several messages atomically (MPUB) and waits for nsqd's answer.
@@ -242,7 +191,8 @@ impl Producer {
     {
         let topic = topic.into_topic()?;
         let bodies: Vec<Bytes> = bodies.into_iter().map(Into::into).collect();
-        self.request(Request::Multi(topic, bodies)).await
+        self.request(PublishRequest::MultiPublish { topic, bodies })
+            .await
     }
 
     /// Publishes one message delivered after `delay` (DPUB) and waits for nsqd's answer.
@@ -253,14 +203,18 @@ impl Producer {
         body: impl Into<Bytes>,
     ) -> Result<(), Error> {
         let topic = topic.into_topic()?;
-        self.request(Request::Deferred(topic, delay, body.into()))
-            .await
+        self.request(PublishRequest::DeferredPublish {
+            topic,
+            delay,
+            body: body.into(),
+        })
+        .await
     }
 
     /// Resolves once a connection is ready (at once if one is); fails fast with
     /// [`Error::NoServerAvailable`] when every nsqd is down.
     pub async fn ping(&self) -> Result<(), Error> {
-        self.request(Request::Ping).await
+        self.request(PublishRequest::Ping).await
     }
 
     /// Adds an nsqd TCP address at runtime (connected at once; last in failover order).
@@ -298,8 +252,7 @@ struct Driver {
     core: nsq_proto::Producer,
     rx: mpsc::UnboundedReceiver<Input>,
     io: Io<Input>,
-    publishes: BTreeMap<PublishId, Reply>,
-    pings: BTreeMap<PingId, Reply>,
+    replies: Replies<Reply>,
     close_waiters: Vec<oneshot::Sender<()>>,
     stats: Arc<Mutex<ProducerStats>>,
     closed: bool,
@@ -334,10 +287,7 @@ impl Driver {
                 .unwrap_or_else(std::sync::PoisonError::into_inner) = self.core.stats();
         }
         self.io.close_all();
-        for (_, reply) in std::mem::take(&mut self.publishes) {
-            let _ = reply.send(Err(Error::Closed));
-        }
-        for (_, reply) in std::mem::take(&mut self.pings) {
+        for reply in self.replies.take_all() {
             let _ = reply.send(Err(Error::Closed));
         }
         for w in self.close_waiters.drain(..) {
@@ -349,36 +299,14 @@ impl Driver {
     fn handle(&mut self, now: Instant, input: Input) {
         match input {
             Input::Request(request, reply) => {
-                let result = match &request {
-                    Request::Publish(topic, body) => self.core.publish(now, topic, body),
-                    Request::Multi(topic, bodies) => self.core.multi_publish(now, topic, bodies),
-                    Request::Deferred(topic, delay, body) => {
-                        self.core.deferred_publish(now, topic, *delay, body)
-                    }
-                    Request::Ping => match self.core.ping(now) {
-                        Ok(id) => {
-                            self.pings.insert(id, reply);
-                            return;
-                        }
-                        Err(e) => {
-                            let _ = reply.send(Err(producer_error(e)));
-                            return;
-                        }
-                    },
-                };
-                match result {
-                    Ok(id) => {
-                        self.publishes.insert(id, reply);
-                    }
-                    Err(e) => {
-                        let _ = reply.send(Err(producer_error(e)));
-                    }
+                if let Err((reply, e)) = self.replies.submit(&mut self.core, now, &request, reply) {
+                    let _ = reply.send(Err(e));
                 }
             }
             Input::Net(ev) => self.io.net(&mut self.core, now, ev),
             Input::Lookup(ev) => self.io.lookup(&mut self.core, now, ev),
             Input::AddNsqd(addr, reply) => {
-                let _ = reply.send(self.core.add_nsqd(now, &addr).map_err(producer_error));
+                let _ = reply.send(self.core.add_nsqd(now, &addr).map_err(Error::from));
             }
             Input::Close(waiter) => {
                 self.close_waiters.push(waiter);
@@ -398,7 +326,7 @@ impl Driver {
             }
             while let Some(event) = self.core.poll_event() {
                 progressed = true;
-                self.event(event);
+                self.event(&event);
             }
             if !progressed {
                 break;
@@ -406,37 +334,12 @@ impl Driver {
         }
     }
 
-    fn event(&mut self, event: ProducerEvent) {
-        match event {
-            ProducerEvent::Published(id) => {
-                if let Some(reply) = self.publishes.remove(&id) {
-                    let _ = reply.send(Ok(()));
-                }
-            }
-            ProducerEvent::PublishFailed(id, failure) => {
-                tracing::debug!(%id, %failure, "publish failed");
-                if let Some(reply) = self.publishes.remove(&id) {
-                    let _ = reply.send(Err(publish_failure(failure)));
-                }
-            }
-            ProducerEvent::PingOk(id) => {
-                if let Some(reply) = self.pings.remove(&id) {
-                    let _ = reply.send(Ok(()));
-                }
-            }
-            ProducerEvent::PingFailed(id, failure) => {
-                if let Some(reply) = self.pings.remove(&id) {
-                    let _ = reply.send(Err(publish_failure(failure)));
-                }
-            }
-            ProducerEvent::ConnectionReady { conn, addr } => {
-                tracing::info!(%conn, %addr, "nsqd connection ready");
-            }
-            ProducerEvent::ConnectionClosed { conn, addr, reason } => {
-                tracing::info!(%conn, %addr, %reason, "nsqd connection closed");
-            }
-            ProducerEvent::Closed => self.closed = true,
-            other => tracing::debug!(?other, "producer event"),
+    fn event(&mut self, event: &ProducerEvent) {
+        log_producer_event(event);
+        if let Some((reply, result)) = self.replies.resolve(event) {
+            let _ = reply.send(result);
+        } else if matches!(event, ProducerEvent::Closed) {
+            self.closed = true;
         }
     }
 }

@@ -819,3 +819,46 @@ fn dropping_the_consumer_stops_it() {
         );
     });
 }
+
+#[test]
+fn consumer_is_a_stream() {
+    use futures_lite::StreamExt;
+    run(20, async {
+        let nsqd = start(Nsqd::builder());
+        for i in 0..20 {
+            nsqd.publish("stream", format!("{i}").as_bytes());
+        }
+        let c = consumer(&nsqd, "stream", fast_config(5));
+        let handle = c.handle();
+        // Stream combinators: each message is finished inside `map`.
+        let mut bodies = c.map(|m| {
+            let body = m.body().clone();
+            m.finish();
+            body
+        });
+        let mut seen = BTreeSet::new();
+        while seen.len() < 20 {
+            let body = tokio::time::timeout(WAIT, bodies.next())
+                .await
+                .expect("a message in time")
+                .expect("the stream is still open");
+            seen.insert(String::from_utf8(body.to_vec()).unwrap());
+        }
+        let expected: BTreeSet<String> = (0..20).map(|i| i.to_string()).collect();
+        assert_eq!(seen, expected);
+        assert!(
+            eventually(WAIT, || nsqd
+                .channel("stream", "ch")
+                .is_some_and(|ch| ch.finished == 20 && ch.in_flight == 0))
+            .await,
+            "{:?}",
+            nsqd.channel("stream", "ch")
+        );
+        assert_eq!(handle.stop().await.unanswered, 0);
+        // A stopped consumer's stream ends.
+        let end = tokio::time::timeout(WAIT, bodies.next())
+            .await
+            .expect("the stream ends in time");
+        assert!(end.is_none(), "a message after stop");
+    });
+}

@@ -723,20 +723,34 @@ impl Consumer {
         delay: Option<Duration>,
         backoff: bool,
     ) -> Result<(), ConsumerError> {
+        self.requeue_id(now, conn, &message.id, message.attempts, delay, backoff)
+    }
+
+    /// [`requeue`](Self::requeue) for an adapter that kept only the message's id and attempt
+    /// count (`attempts` computes the default delay when `delay` is `None`).
+    pub fn requeue_id(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        id: &MessageId,
+        attempts: u16,
+        delay: Option<Duration>,
+        backoff: bool,
+    ) -> Result<(), ConsumerError> {
         let delay = delay
             .unwrap_or_else(|| {
                 policy::requeue_delay(
-                    message.attempts,
+                    attempts,
                     self.config.default_requeue_delay,
                     self.config.max_requeue_delay,
                 )
             })
             .min(self.config.connection.limits.max_req_timeout);
         let c = self.connection_mut(conn)?;
-        if !c.is_in_flight(&message.id) {
+        if !c.is_in_flight(id) {
             // Let the connection produce its own misuse error (nothing is sent). Should it
             // accept the REQ after all, it counts as a requeue without backoff.
-            c.requeue(now, &message.id, delay)?;
+            c.requeue(now, id, delay)?;
             self.requeued += 1;
             self.after_answer(now, conn);
             return Ok(());
@@ -745,8 +759,7 @@ impl Consumer {
             // RDY 0 everywhere is queued before the REQ that caused it.
             self.on_failure(now);
         }
-        self.connection_mut(conn)?
-            .requeue(now, &message.id, delay)?;
+        self.connection_mut(conn)?.requeue(now, id, delay)?;
         self.requeued += 1;
         self.after_answer(now, conn);
         Ok(())

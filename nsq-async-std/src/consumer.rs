@@ -1,0 +1,751 @@
+//! The [`Consumer`]: a driver thread around [`nsq_proto::Consumer`].
+
+use crate::driver::{self, Logic, Net};
+use bytes::Bytes;
+use futures_lite::Stream;
+use nsq_proto::adapter::{
+    Answer, AnswerKind, ConsumerSetup, Error, GiveUpHook, HandlerError, IntoChannel, IntoTopic,
+    StopReport, log_consumer_event,
+};
+use nsq_proto::consumer::{ConnId, ConsumerConfig, ConsumerError, ConsumerEvent, ConsumerStats};
+use nsq_proto::{Config, MessageId};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+// ------------------------------------------------------------------------------------ inputs
+
+type Reply<T> = async_channel::Sender<T>;
+
+enum Control {
+    AddNsqd(String, Reply<Result<(), ConsumerError>>),
+    AddLookupd(String, Reply<Result<(), ConsumerError>>),
+    SetMaxInFlight(u32),
+    Stop(Reply<StopReport>),
+    /// Every handle is gone: shut down gracefully.
+    Dropped,
+}
+
+enum Input {
+    Answer(Answer),
+    Control(Control),
+}
+
+/// State shared by the driver and the handles.
+struct Shared {
+    tx: async_channel::Sender<Input>,
+    stopping: AtomicBool,
+    starved: AtomicBool,
+    stats: Mutex<ConsumerStats>,
+}
+
+impl Shared {
+    fn answer(&self, a: Answer) {
+        // If the driver is gone every connection is closed: nsqd redelivers the message.
+        let _ = self.tx.try_send(Input::Answer(a));
+    }
+}
+
+/// What every message of one connection shares: one reference count per message.
+struct ConnShared {
+    addr: String,
+    shared: Arc<Shared>,
+}
+
+/// Sends `Dropped` to the driver when the last user handle goes.
+struct HandleGuard(Arc<Shared>);
+
+impl Drop for HandleGuard {
+    fn drop(&mut self) {
+        let _ = self.0.tx.try_send(Input::Control(Control::Dropped));
+    }
+}
+
+// ----------------------------------------------------------------------------------- message
+
+/// A message delivered to this consumer. It answers itself: [`finish`](Self::finish),
+/// [`requeue`](Self::requeue), [`requeue_without_backoff`](Self::requeue_without_backoff),
+/// [`touch`](Self::touch).
+///
+/// A message dropped without an answer is requeued (without backoff, with the default delay
+/// for its attempt count) and a warning is logged: it is never lost silently.
+pub struct Message {
+    inner: nsq_proto::Message,
+    conn: ConnId,
+    origin: Arc<ConnShared>,
+    /// Answered, or answered by [`Consumer::run`] on the handler's behalf.
+    done: bool,
+}
+
+impl fmt::Debug for Message {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Message")
+            .field("id", &self.inner.id)
+            .field("attempts", &self.inner.attempts)
+            .field("timestamp", &self.inner.timestamp)
+            .field("body_len", &self.inner.body.len())
+            .field("nsqd", &self.origin.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Message {
+    /// The message id.
+    pub fn id(&self) -> MessageId {
+        self.inner.id
+    }
+
+    /// The payload (a slice of the read buffer: no copy was made).
+    pub fn body(&self) -> &Bytes {
+        &self.inner.body
+    }
+
+    /// How many times nsqd delivered it, this delivery included.
+    pub fn attempts(&self) -> u16 {
+        self.inner.attempts
+    }
+
+    /// When it was published, in nanoseconds since the Unix epoch (nsqd's clock).
+    pub fn timestamp(&self) -> i64 {
+        self.inner.timestamp
+    }
+
+    /// The nsqd TCP address it came from.
+    pub fn nsqd_address(&self) -> &str {
+        &self.origin.addr
+    }
+
+    fn answer_for(&self, kind: AnswerKind) -> Answer {
+        Answer::new(self.conn, &self.inner, kind)
+    }
+
+    fn answer(&self, kind: AnswerKind) {
+        self.origin.shared.answer(self.answer_for(kind));
+    }
+
+    /// FIN: the message is done.
+    pub fn finish(mut self) {
+        self.done = true;
+        self.answer(AnswerKind::Finish);
+    }
+
+    /// REQ with backoff: the message failed; nsqd redelivers it after `delay` (`None`: the
+    /// configured default delay times the attempt count) and the consumer backs off.
+    pub fn requeue(mut self, delay: Option<Duration>) {
+        self.done = true;
+        self.answer(AnswerKind::Requeue {
+            delay,
+            backoff: true,
+        });
+    }
+
+    /// REQ without backoff: redeliver after `delay` (`None`: the default), without slowing the
+    /// consumer down.
+    pub fn requeue_without_backoff(mut self, delay: Option<Duration>) {
+        self.done = true;
+        self.answer(AnswerKind::Requeue {
+            delay,
+            backoff: false,
+        });
+    }
+
+    /// TOUCH: asks nsqd for more time (another msg_timeout).
+    pub fn touch(&self) {
+        self.answer(AnswerKind::Touch);
+    }
+
+    /// The core's message (id, attempts, timestamp, body).
+    pub fn as_proto(&self) -> &nsq_proto::Message {
+        &self.inner
+    }
+}
+
+impl Drop for Message {
+    fn drop(&mut self) {
+        if !self.done {
+            tracing::warn!(
+                msg = %self.inner.id,
+                nsqd = %self.origin.addr,
+                "message dropped without an answer: requeueing it"
+            );
+            self.answer(AnswerKind::DROPPED);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------- builder
+
+/// Builds a [`Consumer`]: topic, channel, configuration, addresses.
+#[derive(Debug)]
+pub struct ConsumerBuilder {
+    setup: ConsumerSetup,
+}
+
+impl ConsumerBuilder {
+    /// The configuration, with go-nsq's option names and defaults ([`Config`]). TLS files it
+    /// names are read here (and the OS hostname fills `hostname` when unset); errors are
+    /// reported by [`build`](Self::build).
+    pub fn config(mut self, config: &Config) -> Self {
+        self.setup
+            .config(config, driver::os_hostname(), std::fs::read);
+        self
+    }
+
+    /// The core's own configuration struct ([`ConsumerConfig`]), for settings [`Config`] does
+    /// not expose.
+    pub fn core_config(mut self, config: ConsumerConfig) -> Self {
+        self.setup.config = Ok(config);
+        self
+    }
+
+    /// Shorthand for `config.max_in_flight`.
+    pub fn max_in_flight(mut self, n: u32) -> Self {
+        self.setup.max_in_flight = Some(n);
+        self
+    }
+
+    /// Called for each message delivered more than `max_attempts` times (already finished).
+    pub fn on_give_up(
+        mut self,
+        hook: impl Fn(&nsq_proto::Message) + Send + Sync + 'static,
+    ) -> Self {
+        self.setup.give_up = Some(Arc::new(hook));
+        self
+    }
+
+    /// An nsqd TCP address (`host:port`) to connect to directly.
+    pub fn nsqd(mut self, addr: impl Into<String>) -> Self {
+        self.setup.nsqd.push(addr.into());
+        self
+    }
+
+    /// An nsqlookupd HTTP address (`host:port` or `http://host:port`) to discover nsqd with.
+    pub fn lookupd(mut self, addr: impl Into<String>) -> Self {
+        self.setup.lookupd.push(addr.into());
+        self
+    }
+
+    /// Seed of the core's RNG (jitter, random choices); random by default.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.setup.seed = Some(seed);
+        self
+    }
+
+    /// How long a TCP connect may take (default 1 s, like go-nsq's `dial_timeout`).
+    pub fn dial_timeout(mut self, timeout: Duration) -> Self {
+        self.setup.dial_timeout = timeout;
+        self
+    }
+
+    /// How long one socket write may take before the connection is dropped (default 1 s, like
+    /// go-nsq's `write_timeout`).
+    pub fn write_timeout(mut self, timeout: Duration) -> Self {
+        self.setup.write_timeout = timeout;
+        self
+    }
+
+    /// Validates everything and starts the driver thread. Works from any thread, inside or
+    /// outside an async runtime.
+    pub fn build(self) -> Result<Consumer, Error> {
+        let start = self.setup.start(Instant::now(), driver::random_seed)?;
+        let (tx, rx) = async_channel::unbounded();
+        let (msg_tx, msg_rx) = async_channel::unbounded();
+        let shared = Arc::new(Shared {
+            tx,
+            stopping: AtomicBool::new(false),
+            starved: AtomicBool::new(false),
+            stats: Mutex::new(ConsumerStats::default()),
+        });
+        let logic = ConsumerLogic {
+            core: start.core,
+            shared: shared.clone(),
+            msg_tx: Some(msg_tx),
+            origins: BTreeMap::new(),
+            stop_waiters: Vec::new(),
+            give_up: start.give_up,
+            report: None,
+        };
+        let net = Net::new(start.dial_timeout, start.write_timeout);
+        // The driver thread is this adapter's runtime.
+        driver::spawn("nsq-consumer", logic, rx, net).map_err(|_| Error::NoRuntime)?;
+        let handle = ConsumerHandle {
+            guard: Arc::new(HandleGuard(shared.clone())),
+        };
+        Ok(Consumer {
+            receiver: MessageReceiver {
+                rx: Box::pin(msg_rx),
+                shared,
+            },
+            handle,
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------- handles
+
+/// A cloneable control handle of a [`Consumer`] (stop it, change max_in_flight, add servers)
+/// usable while another task reads the messages.
+#[derive(Clone)]
+pub struct ConsumerHandle {
+    guard: Arc<HandleGuard>,
+}
+
+impl fmt::Debug for ConsumerHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConsumerHandle")
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl ConsumerHandle {
+    fn shared(&self) -> &Shared {
+        &self.guard.0
+    }
+
+    fn control(&self, c: Control) -> Result<(), Error> {
+        self.shared()
+            .tx
+            .try_send(Input::Control(c))
+            .map_err(|_| Error::Closed)
+    }
+
+    /// Adds an nsqd TCP address (`host:port`) to consume from directly.
+    pub async fn connect_to_nsqd(&self, addr: &str) -> Result<(), Error> {
+        let (tx, rx) = driver::oneshot();
+        self.control(Control::AddNsqd(addr.to_owned(), tx))?;
+        rx.recv()
+            .await
+            .map_err(|_| Error::Closed)?
+            .map_err(Error::from)
+    }
+
+    /// Adds several nsqd TCP addresses.
+    pub async fn connect_to_nsqds<I, S>(&self, addrs: I) -> Result<(), Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        for a in addrs {
+            self.connect_to_nsqd(a.as_ref()).await?;
+        }
+        Ok(())
+    }
+
+    /// Adds an nsqlookupd HTTP address to discover nsqd with (polled at once, then every
+    /// `lookupd_poll_interval`).
+    pub async fn connect_to_lookupd(&self, addr: &str) -> Result<(), Error> {
+        let (tx, rx) = driver::oneshot();
+        self.control(Control::AddLookupd(addr.to_owned(), tx))?;
+        rx.recv()
+            .await
+            .map_err(|_| Error::Closed)?
+            .map_err(Error::from)
+    }
+
+    /// Adds several nsqlookupd HTTP addresses.
+    pub async fn connect_to_lookupds<I, S>(&self, addrs: I) -> Result<(), Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        for a in addrs {
+            self.connect_to_lookupd(a.as_ref()).await?;
+        }
+        Ok(())
+    }
+
+    /// Changes max_in_flight at runtime (0 pauses the consumer).
+    pub fn set_max_in_flight(&self, n: u32) {
+        let _ = self.control(Control::SetMaxInFlight(n));
+    }
+
+    /// True when some connection has nearly as many messages in flight as its RDY: a batching
+    /// handler should process what it has now.
+    pub fn is_starved(&self) -> bool {
+        self.shared().starved.load(Ordering::Relaxed)
+    }
+
+    /// A snapshot of the counters (updated after every wake-up of the driver).
+    pub fn stats(&self) -> ConsumerStats {
+        *self
+            .shared()
+            .stats
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Graceful shutdown: CLS on every connection, no new messages are handed out (those not
+    /// yet taken are requeued by the next [`Consumer::recv`], or by dropping the
+    /// [`Consumer`]: a consumer that is neither read nor dropped holds them until
+    /// `close_timeout`), messages already handed out can still be answered; resolves
+    /// once every connection has drained or the consumer's `close_timeout` passed, with the
+    /// number of messages left unanswered (nsqd redelivers them).
+    pub async fn stop(&self) -> StopReport {
+        let (tx, rx) = driver::oneshot();
+        if self.control(Control::Stop(tx)).is_err() {
+            return StopReport::default();
+        }
+        rx.recv().await.unwrap_or_default()
+    }
+}
+
+/// The receiving side of a consumer's messages.
+struct MessageReceiver {
+    rx: Pin<Box<async_channel::Receiver<Message>>>,
+    shared: Arc<Shared>,
+}
+
+impl MessageReceiver {
+    fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Message>> {
+        if self.shared.stopping.load(Ordering::Acquire) {
+            // Messages not taken yet are requeued (by their Drop) so the drain is quick.
+            while let Ok(m) = self.rx.try_recv() {
+                drop(m);
+            }
+            return Poll::Ready(None);
+        }
+        self.rx.as_mut().poll_next(cx)
+    }
+
+    async fn recv(&mut self) -> Option<Message> {
+        std::future::poll_fn(|cx| self.poll_recv(cx)).await
+    }
+}
+
+/// A consumer of one topic/channel over any number of nsqd connections.
+///
+/// Read messages with [`recv`](Self::recv) or as a [`Stream`], or hand them to a handler with
+/// [`run`](Self::run). Control it from other tasks through a [`ConsumerHandle`]
+/// ([`handle`](Self::handle)).
+pub struct Consumer {
+    receiver: MessageReceiver,
+    handle: ConsumerHandle,
+}
+
+impl fmt::Debug for Consumer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Consumer")
+            .field("handle", &self.handle)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Stream for Consumer {
+    type Item = Message;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Message>> {
+        self.get_mut().receiver.poll_recv(cx)
+    }
+}
+
+impl Consumer {
+    /// A builder for a consumer of `topic`/`channel` (names validated at `build`).
+    pub fn builder(topic: impl IntoTopic, channel: impl IntoChannel) -> ConsumerBuilder {
+        ConsumerBuilder {
+            setup: ConsumerSetup::new(topic, channel),
+        }
+    }
+
+    /// A consumer with `config`, not yet connected anywhere: add servers with
+    /// [`connect_to_nsqd`](Self::connect_to_nsqd) / [`connect_to_lookupd`](Self::connect_to_lookupd).
+    pub fn new(
+        topic: impl IntoTopic,
+        channel: impl IntoChannel,
+        config: &Config,
+    ) -> Result<Consumer, Error> {
+        Consumer::builder(topic, channel).config(config).build()
+    }
+
+    /// A cloneable control handle.
+    pub fn handle(&self) -> ConsumerHandle {
+        self.handle.clone()
+    }
+
+    /// The next message; `None` once the consumer is stopped.
+    pub async fn recv(&mut self) -> Option<Message> {
+        self.receiver.recv().await
+    }
+
+    /// Polls for the next message (`Stream::poll_next` semantics): `Ready(None)` once stopped.
+    pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Message>> {
+        self.receiver.poll_recv(cx)
+    }
+
+    /// See [`ConsumerHandle::connect_to_nsqd`].
+    pub async fn connect_to_nsqd(&self, addr: &str) -> Result<(), Error> {
+        self.handle.connect_to_nsqd(addr).await
+    }
+
+    /// See [`ConsumerHandle::connect_to_nsqds`].
+    pub async fn connect_to_nsqds<I, S>(&self, addrs: I) -> Result<(), Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.handle.connect_to_nsqds(addrs).await
+    }
+
+    /// See [`ConsumerHandle::connect_to_lookupd`].
+    pub async fn connect_to_lookupd(&self, addr: &str) -> Result<(), Error> {
+        self.handle.connect_to_lookupd(addr).await
+    }
+
+    /// See [`ConsumerHandle::connect_to_lookupds`].
+    pub async fn connect_to_lookupds<I, S>(&self, addrs: I) -> Result<(), Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.handle.connect_to_lookupds(addrs).await
+    }
+
+    /// See [`ConsumerHandle::set_max_in_flight`].
+    pub fn set_max_in_flight(&self, n: u32) {
+        self.handle.set_max_in_flight(n);
+    }
+
+    /// See [`ConsumerHandle::is_starved`].
+    pub fn is_starved(&self) -> bool {
+        self.handle.is_starved()
+    }
+
+    /// See [`ConsumerHandle::stats`].
+    pub fn stats(&self) -> ConsumerStats {
+        self.handle.stats()
+    }
+
+    /// See [`ConsumerHandle::stop`]. Messages received but not yet taken with
+    /// [`recv`](Self::recv) are requeued at once, so the drain does not wait for them.
+    pub async fn stop(&mut self) -> StopReport {
+        let (tx, rx) = driver::oneshot();
+        if self.handle.control(Control::Stop(tx)).is_err() {
+            return StopReport::default();
+        }
+        // The driver closes the message channel when it starts stopping; every message still
+        // queued is dropped here, which requeues it.
+        while let Ok(m) = self.receiver.rx.recv().await {
+            drop(m);
+        }
+        rx.recv().await.unwrap_or_default()
+    }
+
+    /// Runs `handler` on every message, `concurrency` at a time, until the consumer is
+    /// stopped (through a [`ConsumerHandle`]); returns once every handler has returned.
+    ///
+    /// The handlers run concurrently inside the future this returns (poll it on any
+    /// executor: async-std, smol, ...); spawn CPU-heavy work onto your runtime's thread pool
+    /// yourself.
+    ///
+    /// `Ok(())` finishes the message; an `Err` requeues it (with backoff unless
+    /// [`HandlerError::without_backoff`], after [`HandlerError::with_delay`] or the default
+    /// delay); a panic requeues it with backoff. The handler may also answer or `touch` the
+    /// message itself (a later answer of the same message is ignored).
+    pub async fn run<H, Fut>(self, concurrency: usize, handler: H)
+    where
+        H: Fn(Message) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
+    {
+        let Consumer { receiver, handle } = self;
+        let handler = Arc::new(handler);
+        let mut workers: Vec<Pin<Box<dyn Future<Output = ()> + Send>>> =
+            Vec::with_capacity(concurrency.max(1));
+        for _ in 0..concurrency.max(1) {
+            let mut receiver = MessageReceiver {
+                rx: Box::pin((*receiver.rx).clone()),
+                shared: receiver.shared.clone(),
+            };
+            let handler = handler.clone();
+            workers.push(Box::pin(async move {
+                while let Some(msg) = receiver.recv().await {
+                    handle_one(&*handler, msg).await;
+                }
+            }));
+        }
+        drop(receiver);
+        join_all(workers).await;
+        drop(handle);
+    }
+}
+
+/// Runs the handler on one message and answers it.
+async fn handle_one<H, Fut>(handler: &H, mut msg: Message)
+where
+    H: Fn(Message) -> Fut,
+    Fut: Future<Output = Result<(), HandlerError>>,
+{
+    msg.done = true;
+    let answer = msg.answer_for(AnswerKind::Finish);
+    let origin = msg.origin.clone();
+    let mut fut = std::pin::pin!(handler(msg));
+    let outcome = std::future::poll_fn(|cx| {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fut.as_mut().poll(cx))) {
+            Ok(p) => p.map(Some),
+            Err(_) => Poll::Ready(None),
+        }
+    })
+    .await;
+    origin
+        .shared
+        .answer(answer.with_kind(AnswerKind::from_handler(outcome)));
+}
+
+/// Polls every worker until all are done.
+async fn join_all(mut workers: Vec<Pin<Box<dyn Future<Output = ()> + Send>>>) {
+    std::future::poll_fn(|cx| {
+        workers.retain_mut(|w| w.as_mut().poll(cx).is_pending());
+        if workers.is_empty() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+}
+
+// ----------------------------------------------------------------------------------- driver
+
+struct ConsumerLogic {
+    core: nsq_proto::Consumer,
+    shared: Arc<Shared>,
+    msg_tx: Option<async_channel::Sender<Message>>,
+    origins: BTreeMap<ConnId, Arc<ConnShared>>,
+    stop_waiters: Vec<Reply<StopReport>>,
+    give_up: Option<GiveUpHook>,
+    report: Option<StopReport>,
+}
+
+impl ConsumerLogic {
+    fn begin_stop(&mut self, now: Instant) {
+        if self.core.is_closing() {
+            return;
+        }
+        tracing::info!("stopping consumer");
+        self.shared.stopping.store(true, Ordering::Release);
+        // Closing the channel wakes a reader blocked in recv(); it then sees `stopping`.
+        if let Some(tx) = self.msg_tx.take() {
+            tx.close();
+        }
+        self.core.close(now);
+    }
+}
+
+impl Logic for ConsumerLogic {
+    type Machine = nsq_proto::Consumer;
+    type Input = Input;
+
+    fn machine(&mut self) -> &mut nsq_proto::Consumer {
+        &mut self.core
+    }
+
+    fn input(&mut self, now: Instant, input: Input) {
+        match input {
+            Input::Answer(a) => {
+                let _ = a.apply(&mut self.core, now);
+            }
+            Input::Control(c) => match c {
+                Control::AddNsqd(a, reply) => {
+                    let _ = reply.try_send(self.core.add_nsqd(now, &a));
+                }
+                Control::AddLookupd(a, reply) => {
+                    let _ = reply.try_send(self.core.add_lookupd(now, &a));
+                }
+                Control::SetMaxInFlight(n) => self.core.set_max_in_flight(now, n),
+                Control::Stop(reply) => {
+                    self.stop_waiters.push(reply);
+                    self.begin_stop(now);
+                }
+                // The guard is shared by every handle: this is the last one.
+                Control::Dropped => self.begin_stop(now),
+            },
+        }
+    }
+
+    fn orphaned(&mut self, now: Instant) {
+        self.begin_stop(now);
+    }
+
+    fn connecting(&mut self, conn: ConnId, addr: &str) {
+        self.origins.insert(
+            conn,
+            Arc::new(ConnShared {
+                addr: addr.to_owned(),
+                shared: self.shared.clone(),
+            }),
+        );
+    }
+
+    fn disconnected(&mut self, conn: ConnId) {
+        self.origins.remove(&conn);
+    }
+
+    fn event(&mut self, now: Instant, event: ConsumerEvent) {
+        log_consumer_event(&event);
+        match event {
+            ConsumerEvent::Message { conn, message } => {
+                let origin = match self.origins.get(&conn) {
+                    Some(o) => o.clone(),
+                    None => Arc::new(ConnShared {
+                        addr: String::new(),
+                        shared: self.shared.clone(),
+                    }),
+                };
+                let msg = Message {
+                    inner: message,
+                    conn,
+                    origin,
+                    done: false,
+                };
+                // While stopping (no sender) no new messages are handed out: requeue at once.
+                let unsent = match &self.msg_tx {
+                    Some(tx) => tx
+                        .try_send(msg)
+                        .err()
+                        .map(async_channel::TrySendError::into_inner),
+                    None => Some(msg),
+                };
+                if let Some(mut m) = unsent {
+                    m.done = true;
+                    let _ = m.answer_for(AnswerKind::UNTAKEN).apply(&mut self.core, now);
+                }
+            }
+            ConsumerEvent::GaveUp { message, .. } => {
+                if let Some(hook) = &self.give_up {
+                    hook(&message);
+                }
+            }
+            ConsumerEvent::Closed { leftovers } => {
+                self.report = Some(StopReport::new(leftovers));
+            }
+            _ => {}
+        }
+    }
+
+    fn after_wake(&mut self) {
+        self.shared
+            .starved
+            .store(self.core.is_starved(), Ordering::Relaxed);
+        *self
+            .shared
+            .stats
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = self.core.stats();
+    }
+
+    fn done(&self) -> bool {
+        self.report.is_some()
+    }
+
+    fn finish(mut self) {
+        let report = self.report.unwrap_or_default();
+        for w in self.stop_waiters.drain(..) {
+            let _ = w.try_send(report);
+        }
+        tracing::debug!(unanswered = report.unanswered, "consumer stopped");
+    }
+}

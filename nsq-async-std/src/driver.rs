@@ -1,0 +1,543 @@
+//! The driver: one future per [`Consumer`](crate::Consumer) / [`Producer`](crate::Producer)
+//! that owns the sans-IO core and every socket, run by `async_io::block_on` on a dedicated
+//! thread.
+//!
+//! One wake-up of the driver is one round: take every queued command (up to a batch), read
+//! every socket until it would block (each read is a `BytesMut` chunk handed to the core:
+//! message bodies are slices of it), fire the timer, then drain the core's actions and
+//! events, and give each connection at most one write. Writes are non-blocking and never stop
+//! reading (a peer that stops reading cannot deadlock us). The one timer is re-armed when the
+//! earliest deadline (core, dial, write) changes. The sockets' readiness and the timer come
+//! from async-io's reactor, so nothing here depends on async-std or smol.
+
+use bytes::{Buf, Bytes, BytesMut};
+use futures_lite::{AsyncRead, AsyncWrite, Stream};
+use nsq_proto::adapter::Outbox;
+use nsq_proto::consumer::LookupdRequestId;
+use nsq_proto::driver::{Action, ConnId, Driven};
+use std::collections::{BTreeMap, VecDeque};
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+/// Bytes reserved per read buffer; a read never offers less than [`MIN_READ`] bytes.
+const READ_CHUNK: usize = 64 * 1024;
+const MIN_READ: usize = 8 * 1024;
+/// Reads per socket per round (fairness between sockets and commands).
+const READS_PER_ROUND: usize = 4;
+/// Commands taken per round.
+const BATCH: usize = 1024;
+/// Rounds per poll before yielding to the reactor.
+const ROUNDS_PER_POLL: usize = 16;
+
+/// The part of a driver that differs between consumer and producer.
+pub(crate) trait Logic: Send + 'static {
+    /// The core state machine.
+    type Machine: Driven;
+    /// Commands from the user-facing handles.
+    type Input: Send + 'static;
+
+    /// The core.
+    fn machine(&mut self) -> &mut Self::Machine;
+    /// One command from a handle.
+    fn input(&mut self, now: Instant, input: Self::Input);
+    /// Every user handle is gone (the command channel closed).
+    fn orphaned(&mut self, now: Instant);
+    /// One event of the core.
+    fn event(&mut self, now: Instant, event: <Self::Machine as Driven>::Event);
+    /// A connection is being opened for `conn`.
+    fn connecting(&mut self, conn: ConnId, addr: &str) {
+        let _ = (conn, addr);
+    }
+    /// The core forgot `conn`.
+    fn disconnected(&mut self, conn: ConnId) {
+        let _ = conn;
+    }
+    /// End of a wake-up: publish state for the handles.
+    fn after_wake(&mut self) {}
+    /// The driver may stop.
+    fn done(&self) -> bool;
+    /// The driver stopped: resolve whoever waits.
+    fn finish(self);
+}
+
+type Connecting = Pin<Box<dyn Future<Output = io::Result<async_net::TcpStream>> + Send>>;
+
+enum State {
+    Connecting(Connecting),
+    Open(async_net::TcpStream),
+}
+
+/// One socket: an nsqd connection or a lookupd exchange.
+struct Link {
+    state: State,
+    span: tracing::Span,
+    /// When the dial is abandoned.
+    dial_deadline: Option<Instant>,
+    read_buf: BytesMut,
+    /// Reading stopped (EOF, error, or closing).
+    read_done: bool,
+    /// Failure already reported to the core.
+    failed: bool,
+    /// The core disconnected it: write what is queued, then shut down.
+    closing: bool,
+    queue: VecDeque<Bytes>,
+    /// When the write at the front of the queue started to block.
+    write_blocked_since: Option<Instant>,
+}
+
+impl Link {
+    fn new(addr: String, dial_deadline: Option<Instant>, span: tracing::Span) -> Link {
+        let fut: Connecting = Box::pin(async_net::TcpStream::connect(addr));
+        Link {
+            state: State::Connecting(fut),
+            span,
+            dial_deadline,
+            read_buf: BytesMut::new(),
+            read_done: false,
+            failed: false,
+            closing: false,
+            queue: VecDeque::new(),
+            write_blocked_since: None,
+        }
+    }
+
+    fn deadline(&self, write_timeout: Duration) -> Option<Instant> {
+        match self.state {
+            State::Connecting(_) => self.dial_deadline,
+            State::Open(_) => self.write_blocked_since.map(|t| t + write_timeout),
+        }
+    }
+}
+
+/// What happened on a link during one poll.
+enum Io {
+    Connected,
+    ConnectFailed(String),
+    Data(BytesMut),
+    Eof,
+    Failed(String),
+}
+
+/// Polls one link: connect, writes, reads. Reports through `report`; returns whether
+/// anything happened and whether the link is finished (to be dropped).
+fn poll_link(
+    link: &mut Link,
+    cx: &mut Context<'_>,
+    now: Instant,
+    write_timeout: Duration,
+    report: &mut dyn FnMut(Io),
+) -> (bool, bool) {
+    let span = std::mem::replace(&mut link.span, tracing::Span::none());
+    let result = span.in_scope(|| poll_link_in_span(link, cx, now, write_timeout, report));
+    link.span = span;
+    result
+}
+
+fn poll_link_in_span(
+    link: &mut Link,
+    cx: &mut Context<'_>,
+    now: Instant,
+    write_timeout: Duration,
+    report: &mut dyn FnMut(Io),
+) -> (bool, bool) {
+    let mut progress = false;
+    if let State::Connecting(fut) = &mut link.state {
+        match fut.as_mut().poll(cx) {
+            Poll::Pending => {
+                if link.dial_deadline.is_some_and(|d| d <= now) {
+                    tracing::warn!("connect timed out");
+                    report(Io::ConnectFailed("connect timed out".to_owned()));
+                    return (true, true);
+                }
+                return (false, false);
+            }
+            Poll::Ready(Err(e)) => {
+                tracing::warn!(error = %e, "connect failed");
+                report(Io::ConnectFailed(e.to_string()));
+                return (true, true);
+            }
+            Poll::Ready(Ok(stream)) => {
+                if let Err(e) = stream.set_nodelay(true) {
+                    tracing::debug!(error = %e, "could not set TCP_NODELAY");
+                }
+                tracing::debug!("connected");
+                link.state = State::Open(stream);
+                progress = true;
+                report(Io::Connected);
+            }
+        }
+    }
+    let State::Open(stream) = &mut link.state else {
+        return (progress, false);
+    };
+    // Writes: everything queued, until the socket would block.
+    while let Some(front) = link.queue.front_mut() {
+        match Pin::new(&mut *stream).poll_write(cx, front) {
+            Poll::Ready(Ok(0)) => {
+                return fail(link, report, "write returned 0 bytes");
+            }
+            Poll::Ready(Ok(n)) => {
+                progress = true;
+                front.advance(n);
+                if front.is_empty() {
+                    link.queue.pop_front();
+                    link.write_blocked_since = None;
+                }
+            }
+            Poll::Ready(Err(e)) => return fail(link, report, &e.to_string()),
+            Poll::Pending => {
+                let since = *link.write_blocked_since.get_or_insert(now);
+                if since + write_timeout <= now {
+                    return fail(
+                        link,
+                        report,
+                        &format!("write timed out after {write_timeout:?}"),
+                    );
+                }
+                break;
+            }
+        }
+    }
+    if link.closing {
+        if !link.queue.is_empty() {
+            return (progress, false);
+        }
+        return match Pin::new(&mut *stream).poll_close(cx) {
+            Poll::Pending => (progress, false),
+            Poll::Ready(_) => {
+                tracing::debug!("connection closed");
+                (true, true)
+            }
+        };
+    }
+    // Reads.
+    for _ in 0..READS_PER_ROUND {
+        if link.read_done {
+            break;
+        }
+        if link.read_buf.len() < MIN_READ {
+            link.read_buf = BytesMut::zeroed(READ_CHUNK);
+        }
+        match Pin::new(&mut *stream).poll_read(cx, &mut link.read_buf) {
+            Poll::Pending => break,
+            Poll::Ready(Ok(0)) => {
+                tracing::debug!("EOF");
+                link.read_done = true;
+                progress = true;
+                if !link.failed {
+                    link.failed = true;
+                    report(Io::Eof);
+                }
+            }
+            Poll::Ready(Ok(n)) => {
+                progress = true;
+                report(Io::Data(link.read_buf.split_to(n)));
+            }
+            Poll::Ready(Err(e)) => {
+                tracing::warn!(error = %e, "read failed");
+                link.read_done = true;
+                progress = true;
+                if !link.failed {
+                    link.failed = true;
+                    report(Io::Failed(e.to_string()));
+                }
+            }
+        }
+    }
+    (progress, false)
+}
+
+fn fail(link: &mut Link, report: &mut dyn FnMut(Io), reason: &str) -> (bool, bool) {
+    tracing::warn!(%reason, "write failed");
+    link.read_done = true;
+    link.queue.clear();
+    link.write_blocked_since = None;
+    if !link.failed && !link.closing {
+        link.failed = true;
+        report(Io::Failed(reason.to_owned()));
+    }
+    // A closing link is done; an active one waits for the core's Disconnect.
+    (true, link.closing)
+}
+
+/// Every socket of one driver.
+pub(crate) struct Net {
+    nsqd: BTreeMap<ConnId, Link>,
+    lookupd: BTreeMap<LookupdRequestId, Link>,
+    /// Disconnected links still writing their last bytes.
+    closing: Vec<Link>,
+    outboxes: BTreeMap<ConnId, Outbox>,
+    dial_timeout: Duration,
+    write_timeout: Duration,
+}
+
+impl Net {
+    pub(crate) fn new(dial_timeout: Duration, write_timeout: Duration) -> Net {
+        Net {
+            nsqd: BTreeMap::new(),
+            lookupd: BTreeMap::new(),
+            closing: Vec::new(),
+            outboxes: BTreeMap::new(),
+            dial_timeout,
+            write_timeout,
+        }
+    }
+
+    /// Polls every socket, feeding what happened to `m`.
+    fn poll<M: Driven>(&mut self, cx: &mut Context<'_>, now: Instant, m: &mut M) -> bool {
+        let mut progress = false;
+        let write_timeout = self.write_timeout;
+        self.nsqd.retain(|&conn, link| {
+            let (p, finished) = poll_link(link, cx, now, write_timeout, &mut |io| match io {
+                Io::Connected => m.handle_connected(now, conn),
+                Io::ConnectFailed(reason) => m.handle_connect_failed(now, conn, &reason),
+                Io::Data(mut data) => m.handle_input(now, conn, &mut data),
+                Io::Eof => m.handle_eof(now, conn),
+                Io::Failed(reason) => {
+                    tracing::debug!(%conn, %reason, "socket closed");
+                    m.handle_eof(now, conn);
+                }
+            });
+            progress |= p;
+            !finished
+        });
+        self.lookupd.retain(|&request, link| {
+            let mut over = false;
+            let (p, finished) = poll_link(link, cx, now, write_timeout, &mut |io| match io {
+                Io::Connected => {}
+                Io::ConnectFailed(reason) | Io::Failed(reason) => {
+                    tracing::warn!(%reason, "lookupd request failed");
+                    m.handle_lookupd_failed(now, request, &reason);
+                    over = true;
+                }
+                Io::Data(data) => m.handle_lookupd_input(now, request, &data),
+                Io::Eof => {
+                    m.handle_lookupd_eof(now, request);
+                    over = true;
+                }
+            });
+            progress |= p;
+            !(finished || over)
+        });
+        self.closing.retain_mut(|link| {
+            let (p, finished) = poll_link(link, cx, now, write_timeout, &mut |_| {});
+            progress |= p;
+            !finished
+        });
+        progress
+    }
+
+    fn act(&mut self, now: Instant, action: Action) {
+        match action {
+            Action::Transmit { conn, data } => {
+                self.outboxes.entry(conn).or_default().push(data);
+            }
+            Action::Connect { conn, addr } => {
+                tracing::info!(%conn, %addr, "connecting to nsqd");
+                let span = tracing::info_span!("nsqd", %conn, %addr);
+                let link = Link::new(addr, Some(now + self.dial_timeout), span);
+                self.nsqd.insert(conn, link);
+            }
+            Action::Disconnect { conn } => {
+                let pending = self.outboxes.remove(&conn).and_then(|mut o| o.take());
+                if let Some(mut link) = self.nsqd.remove(&conn) {
+                    if matches!(link.state, State::Open(_)) && !link.failed {
+                        link.queue.extend(pending);
+                        link.closing = true;
+                        link.read_done = true;
+                        link.write_blocked_since = None;
+                        self.closing.push(link);
+                    }
+                }
+            }
+            Action::LookupdRequest {
+                request,
+                addr,
+                data,
+            } => {
+                tracing::debug!(%request, %addr, "querying nsqlookupd");
+                let span = tracing::debug_span!("nsqlookupd", %request, %addr);
+                let mut link = Link::new(addr, None, span);
+                link.queue.push_back(data);
+                link.read_buf = BytesMut::zeroed(16 * 1024);
+                self.lookupd.insert(request, link);
+            }
+            Action::LookupdClose { request } => {
+                self.lookupd.remove(&request);
+            }
+            other => tracing::debug!(?other, "unknown action ignored"),
+        }
+    }
+
+    /// Hands each connection's bytes of this wake-up to its socket (one write). Returns
+    /// whether any bytes were handed over.
+    fn flush(&mut self) -> bool {
+        let mut any = false;
+        for (conn, outbox) in &mut self.outboxes {
+            if let Some(data) = outbox.take() {
+                if let Some(link) = self.nsqd.get_mut(conn) {
+                    if !link.failed {
+                        link.queue.push_back(data);
+                        any = true;
+                    }
+                }
+            }
+        }
+        any
+    }
+
+    /// No disconnected socket is still writing its last bytes.
+    fn is_quiet(&self) -> bool {
+        self.closing.is_empty()
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.nsqd
+            .values()
+            .chain(self.lookupd.values())
+            .chain(self.closing.iter())
+            .filter_map(|l| l.deadline(self.write_timeout))
+            .min()
+    }
+}
+
+/// Runs a driver until its logic is done (then finishes it).
+pub(crate) async fn run<L: Logic>(
+    mut logic: L,
+    inputs: async_channel::Receiver<L::Input>,
+    mut net: Net,
+) {
+    let mut inputs = Box::pin(inputs);
+    let mut orphaned = false;
+    let mut timer = async_io::Timer::never();
+    let mut armed: Option<Instant> = None;
+    drain(&mut logic, &mut net, Instant::now());
+    let _ = net.flush();
+    std::future::poll_fn(|cx| {
+        for _ in 0..ROUNDS_PER_POLL {
+            let now = Instant::now();
+            let mut progress = false;
+            // Commands first, so concurrent publishes leave in one write.
+            if !orphaned {
+                for _ in 0..BATCH {
+                    match inputs.as_mut().poll_next(cx) {
+                        Poll::Ready(Some(input)) => {
+                            progress = true;
+                            logic.input(now, input);
+                        }
+                        Poll::Ready(None) => {
+                            progress = true;
+                            orphaned = true;
+                            logic.orphaned(now);
+                            break;
+                        }
+                        Poll::Pending => break,
+                    }
+                }
+            }
+            progress |= net.poll(cx, now, logic.machine());
+            if armed.is_some() && Pin::new(&mut timer).poll(cx).is_ready() {
+                armed = None;
+                progress = true;
+            }
+            if logic.machine().poll_timeout().is_some_and(|t| t <= now) {
+                logic.machine().handle_timeout(now);
+                progress = true;
+            }
+            progress |= drain(&mut logic, &mut net, now);
+            // Bytes handed over this round are written at the start of the next one.
+            progress |= net.flush();
+            logic.after_wake();
+            if logic.done() && net.is_quiet() {
+                return Poll::Ready(());
+            }
+            let deadline = match (logic.machine().poll_timeout(), net.next_deadline()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            if deadline != armed {
+                armed = deadline;
+                match deadline {
+                    Some(t) => timer.set_at(t),
+                    None => timer = async_io::Timer::never(),
+                }
+                if armed.is_some() && Pin::new(&mut timer).poll(cx).is_ready() {
+                    armed = None;
+                    progress = true;
+                }
+            }
+            if !progress {
+                return Poll::Pending;
+            }
+        }
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    })
+    .await;
+    logic.finish();
+}
+
+/// Drains every action and event of the core (in the core's order). Returns whether any.
+fn drain<L: Logic>(logic: &mut L, net: &mut Net, now: Instant) -> bool {
+    let mut any = false;
+    loop {
+        let mut progressed = false;
+        while let Some(action) = logic.machine().poll_action() {
+            progressed = true;
+            match &action {
+                Action::Connect { conn, addr } => logic.connecting(*conn, addr),
+                Action::Disconnect { conn } => logic.disconnected(*conn),
+                _ => {}
+            }
+            net.act(now, action);
+        }
+        while let Some(event) = logic.machine().poll_event() {
+            progressed = true;
+            logic.event(now, event);
+        }
+        if !progressed {
+            return any;
+        }
+        any = true;
+    }
+}
+
+/// Starts a driver on its own thread.
+pub(crate) fn spawn<L: Logic>(
+    name: &str,
+    logic: L,
+    inputs: async_channel::Receiver<L::Input>,
+    net: Net,
+) -> io::Result<()> {
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(move || async_io::block_on(run(logic, inputs, net)))
+        .map(drop)
+}
+
+/// A one-shot reply channel.
+pub(crate) fn oneshot<T>() -> (async_channel::Sender<T>, async_channel::Receiver<T>) {
+    async_channel::bounded(1)
+}
+
+/// A random seed for a state machine's RNG (jitter, random connection choice).
+pub(crate) fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(u64::from(std::process::id()));
+    h.finish()
+}
+
+/// The OS hostname, for IDENTIFY when the configuration names none.
+pub(crate) fn os_hostname() -> Option<String> {
+    ["/proc/sys/kernel/hostname", "/etc/hostname"]
+        .iter()
+        .find_map(|p| std::fs::read_to_string(p).ok())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .or_else(|| std::env::var("COMPUTERNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+}

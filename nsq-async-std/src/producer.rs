@@ -1,0 +1,299 @@
+//! The [`Producer`]: a driver thread around [`nsq_proto::Producer`].
+
+use crate::driver::{self, Logic, Net};
+use bytes::Bytes;
+use nsq_proto::Config;
+use nsq_proto::adapter::{
+    Error, IntoTopic, ProducerSetup, PublishRequest, Replies, log_producer_event,
+};
+use nsq_proto::producer::{ProducerConfig, ProducerEvent, ProducerStats};
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+type Reply = async_channel::Sender<Result<(), Error>>;
+
+enum Input {
+    Request(PublishRequest, Reply),
+    AddNsqd(String, Reply),
+    Close(async_channel::Sender<()>),
+    /// Every handle is gone: close gracefully.
+    Dropped,
+}
+
+struct Inner {
+    tx: async_channel::Sender<Input>,
+    stats: Arc<Mutex<ProducerStats>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let _ = self.tx.try_send(Input::Dropped);
+    }
+}
+
+/// Publishes to one or more nsqd.
+///
+/// Cheap to clone (`Send + Sync`): clones share one driver and its connections. Each call
+/// resolves with its own result; publishes issued concurrently from many tasks are pipelined
+/// and leave in one write per wake-up of the driver. With several nsqd addresses, publishes
+/// go to a healthy one (failover by default, round-robin with
+/// [`Routing::RoundRobin`](nsq_proto::producer::Routing)); while no nsqd is reachable they
+/// fail fast with [`Error::NoServerAvailable`].
+#[derive(Clone)]
+pub struct Producer {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Producer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Producer")
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+/// Builds a [`Producer`] with several nsqd addresses.
+#[derive(Debug, Default)]
+pub struct ProducerBuilder {
+    setup: ProducerSetup,
+}
+
+impl ProducerBuilder {
+    /// The configuration, with go-nsq's option names and defaults ([`Config`]). TLS files it
+    /// names are read here (and the OS hostname fills `hostname` when unset); errors are
+    /// reported by [`build`](Self::build).
+    pub fn config(mut self, config: &Config) -> Self {
+        self.setup
+            .config(config, driver::os_hostname(), std::fs::read);
+        self
+    }
+
+    /// The core's own configuration struct ([`ProducerConfig`]), for settings [`Config`] does
+    /// not expose.
+    pub fn core_config(mut self, config: ProducerConfig) -> Self {
+        self.setup.config = Ok(config);
+        self
+    }
+
+    /// How long one socket write may take before the connection is dropped (default 1 s, like
+    /// go-nsq's `write_timeout`).
+    pub fn write_timeout(mut self, timeout: Duration) -> Self {
+        self.setup.write_timeout = timeout;
+        self
+    }
+
+    /// An nsqd TCP address (`host:port`); the order of addition is the failover order.
+    pub fn nsqd(mut self, addr: impl Into<String>) -> Self {
+        self.setup.nsqd.push(addr.into());
+        self
+    }
+
+    /// Several nsqd TCP addresses.
+    pub fn nsqds<I, S>(mut self, addrs: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.setup.nsqd.extend(addrs.into_iter().map(Into::into));
+        self
+    }
+
+    /// Seed of the core's RNG (reconnect jitter); random by default.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.setup.seed = Some(seed);
+        self
+    }
+
+    /// Validates the configuration and addresses and starts the driver thread (connecting in
+    /// the background). Works from any thread, inside or outside an async runtime.
+    pub fn build(self) -> Result<Producer, Error> {
+        let start = self.setup.start(Instant::now(), driver::random_seed)?;
+        let (tx, rx) = async_channel::unbounded();
+        let stats = Arc::new(Mutex::new(start.core.stats()));
+        let logic = ProducerLogic {
+            core: start.core,
+            replies: Replies::default(),
+            close_waiters: Vec::new(),
+            stats: stats.clone(),
+            closed: false,
+        };
+        let net = Net::new(start.dial_timeout, start.write_timeout);
+        // The driver thread is this adapter's runtime.
+        driver::spawn("nsq-producer", logic, rx, net).map_err(|_| Error::NoRuntime)?;
+        Ok(Producer {
+            inner: Arc::new(Inner { tx, stats }),
+        })
+    }
+}
+
+impl Producer {
+    /// A builder (several nsqd addresses, configuration).
+    pub fn builder() -> ProducerBuilder {
+        ProducerBuilder::default()
+    }
+
+    /// Connects to one nsqd and waits until the connection is ready (or fails like a publish
+    /// would: [`Error::NoServerAvailable`]).
+    pub async fn connect(addr: &str, config: &Config) -> Result<Producer, Error> {
+        let producer = Producer::builder().config(config).nsqd(addr).build()?;
+        producer.ping().await?;
+        Ok(producer)
+    }
+
+    async fn send(&self, input: impl FnOnce(Reply) -> Input) -> Result<(), Error> {
+        let (tx, rx) = driver::oneshot();
+        self.inner
+            .tx
+            .try_send(input(tx))
+            .map_err(|_| Error::Closed)?;
+        rx.recv().await.map_err(|_| Error::Closed)?
+    }
+
+    async fn request(&self, request: PublishRequest) -> Result<(), Error> {
+        self.send(|reply| Input::Request(request, reply)).await
+    }
+
+    /// Publishes one message (PUB) and waits for nsqd's answer.
+    pub async fn publish(
+        &self,
+        topic: impl IntoTopic,
+        body: impl Into<Bytes>,
+    ) -> Result<(), Error> {
+        let topic = topic.into_topic()?;
+        self.request(PublishRequest::Publish {
+            topic,
+            body: body.into(),
+        })
+        .await
+    }
+
+    /// Publishes several messages atomically (MPUB) and waits for nsqd's answer.
+    pub async fn multi_publish<I, B>(&self, topic: impl IntoTopic, bodies: I) -> Result<(), Error>
+    where
+        I: IntoIterator<Item = B>,
+        B: Into<Bytes>,
+    {
+        let topic = topic.into_topic()?;
+        let bodies: Vec<Bytes> = bodies.into_iter().map(Into::into).collect();
+        self.request(PublishRequest::MultiPublish { topic, bodies })
+            .await
+    }
+
+    /// Publishes one message delivered after `delay` (DPUB) and waits for nsqd's answer.
+    pub async fn deferred_publish(
+        &self,
+        topic: impl IntoTopic,
+        delay: Duration,
+        body: impl Into<Bytes>,
+    ) -> Result<(), Error> {
+        let topic = topic.into_topic()?;
+        self.request(PublishRequest::DeferredPublish {
+            topic,
+            delay,
+            body: body.into(),
+        })
+        .await
+    }
+
+    /// Resolves once a connection is ready (at once if one is); fails fast with
+    /// [`Error::NoServerAvailable`] when every nsqd is down.
+    pub async fn ping(&self) -> Result<(), Error> {
+        self.request(PublishRequest::Ping).await
+    }
+
+    /// Adds an nsqd TCP address at runtime (connected at once; last in failover order).
+    pub async fn connect_to_nsqd(&self, addr: &str) -> Result<(), Error> {
+        self.send(|reply| Input::AddNsqd(addr.to_owned(), reply))
+            .await
+    }
+
+    /// A snapshot of the counters (updated after every wake-up of the driver).
+    pub fn stats(&self) -> ProducerStats {
+        *self
+            .inner
+            .stats
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Graceful close for every clone: no new publishes; outstanding ones are sent and
+    /// answered (bounded by `close_timeout`); then every connection is closed.
+    pub async fn close(&self) {
+        let (tx, rx) = driver::oneshot();
+        if self.inner.tx.try_send(Input::Close(tx)).is_ok() {
+            let _ = rx.recv().await;
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------------- driver
+
+struct ProducerLogic {
+    core: nsq_proto::Producer,
+    replies: Replies<Reply>,
+    close_waiters: Vec<async_channel::Sender<()>>,
+    stats: Arc<Mutex<ProducerStats>>,
+    closed: bool,
+}
+
+impl Logic for ProducerLogic {
+    type Machine = nsq_proto::Producer;
+    type Input = Input;
+
+    fn machine(&mut self) -> &mut nsq_proto::Producer {
+        &mut self.core
+    }
+
+    fn input(&mut self, now: Instant, input: Input) {
+        match input {
+            Input::Request(request, reply) => {
+                if let Err((reply, e)) = self.replies.submit(&mut self.core, now, &request, reply) {
+                    let _ = reply.try_send(Err(e));
+                }
+            }
+            Input::AddNsqd(addr, reply) => {
+                let _ = reply.try_send(self.core.add_nsqd(now, &addr).map_err(Error::from));
+            }
+            Input::Close(waiter) => {
+                self.close_waiters.push(waiter);
+                self.core.close(now);
+            }
+            Input::Dropped => self.core.close(now),
+        }
+    }
+
+    fn orphaned(&mut self, now: Instant) {
+        self.core.close(now);
+    }
+
+    fn event(&mut self, _now: Instant, event: ProducerEvent) {
+        log_producer_event(&event);
+        if let Some((reply, result)) = self.replies.resolve(&event) {
+            let _ = reply.try_send(result);
+        } else if event == ProducerEvent::Closed {
+            self.closed = true;
+        }
+    }
+
+    fn after_wake(&mut self) {
+        *self
+            .stats
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = self.core.stats();
+    }
+
+    fn done(&self) -> bool {
+        self.closed
+    }
+
+    fn finish(mut self) {
+        for reply in self.replies.take_all() {
+            let _ = reply.try_send(Err(Error::Closed));
+        }
+        for w in self.close_waiters.drain(..) {
+            let _ = w.try_send(());
+        }
+        tracing::debug!("producer closed");
+    }
+}

@@ -1,0 +1,73 @@
+//! The two runtimes every test runs under, and timeouts that work under both.
+#![allow(dead_code, reason = "each test binary uses a part of it")]
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+
+/// A boxed join handle.
+pub(crate) type Join<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// An executor to run a test under.
+pub(crate) trait Runtime: 'static {
+    /// For messages.
+    const NAME: &'static str;
+    /// Runs `f` to completion on this thread.
+    fn block_on<F: Future>(f: F) -> F::Output;
+    /// Spawns `f` on the runtime's executor.
+    fn spawn<T: Send + 'static>(f: impl Future<Output = T> + Send + 'static) -> Join<T>;
+}
+
+/// async-std's runtime.
+pub(crate) struct AsyncStd;
+
+impl Runtime for AsyncStd {
+    const NAME: &'static str = "async-std";
+    fn block_on<F: Future>(f: F) -> F::Output {
+        async_std::task::block_on(f)
+    }
+    fn spawn<T: Send + 'static>(f: impl Future<Output = T> + Send + 'static) -> Join<T> {
+        Box::pin(async_std::task::spawn(f))
+    }
+}
+
+/// smol's runtime.
+pub(crate) struct Smol;
+
+impl Runtime for Smol {
+    const NAME: &'static str = "smol";
+    fn block_on<F: Future>(f: F) -> F::Output {
+        smol::block_on(f)
+    }
+    fn spawn<T: Send + 'static>(f: impl Future<Output = T> + Send + 'static) -> Join<T> {
+        Box::pin(smol::spawn(f))
+    }
+}
+
+/// `f`'s output, or `None` after `within`.
+pub(crate) async fn timeout<F: Future>(within: Duration, f: F) -> Option<F::Output> {
+    futures_lite::future::or(async { Some(f.await) }, async {
+        async_io::Timer::after(within).await;
+        None
+    })
+    .await
+}
+
+/// Sleeps (async-io's timer: the same under both runtimes).
+pub(crate) async fn sleep(d: Duration) {
+    async_io::Timer::after(d).await;
+}
+
+/// Polls `pred` every 10 ms until it holds or `within` passes.
+pub(crate) async fn eventually(within: Duration, mut pred: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + within;
+    loop {
+        if pred() {
+            return true;
+        }
+        if Instant::now() > end {
+            return false;
+        }
+        sleep(Duration::from_millis(10)).await;
+    }
+}

@@ -1,0 +1,925 @@
+//! The blocking [`Consumer`]: a driver thread around [`nsq_proto::Consumer`].
+
+use crate::driver::{BATCH, Input, Io};
+use crate::net;
+use bytes::Bytes;
+use nsq_proto::adapter::{
+    self, Answer, AnswerKind, Error, GiveUpHook, HandlerError, IntoChannel, IntoTopic, StopReport,
+};
+use nsq_proto::consumer::{
+    Action, ConnId, ConsumerConfig, ConsumerError, ConsumerEvent, ConsumerStats,
+};
+use nsq_proto::{Config, MessageId, Topic};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+// ------------------------------------------------------------------------------------ inputs
+
+enum Control {
+    AddNsqd(String, SyncSender<Result<(), ConsumerError>>),
+    AddLookupd(String, SyncSender<Result<(), ConsumerError>>),
+    SetMaxInFlight(u32),
+    Stop,
+    /// Every handle is gone: shut down gracefully.
+    Dropped,
+}
+
+enum Cmd {
+    Answer(Answer),
+    Control(Control),
+}
+
+/// State shared by the driver, the handles and the messages.
+struct Shared {
+    tx: Sender<Input<Cmd>>,
+    stopping: AtomicBool,
+    starved: AtomicBool,
+    stats: Mutex<ConsumerStats>,
+    /// Set by the driver when it has stopped (every connection closed, every thread joined).
+    report: Mutex<Option<StopReport>>,
+    stopped: Condvar,
+    driver: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Shared {
+    fn answer(&self, a: Answer) {
+        // If the driver is gone every connection is closed: nsqd redelivers the message.
+        let _ = self.tx.send(Input::Cmd(Cmd::Answer(a)));
+    }
+
+    /// Waits until the driver has stopped, joins its thread and returns its report.
+    fn wait_stopped(&self) -> StopReport {
+        let report = {
+            let mut report = self.report.lock().unwrap_or_else(PoisonError::into_inner);
+            while report.is_none() {
+                report = self
+                    .stopped
+                    .wait(report)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
+            report.unwrap_or_default()
+        };
+        let handle = self
+            .driver
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(h) = handle {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+        report
+    }
+}
+
+/// Marks the consumer stopped even if its driver thread panicked, so nobody waits forever.
+struct StoppedGuard(Arc<Shared>);
+
+impl Drop for StoppedGuard {
+    fn drop(&mut self) {
+        let shared = &self.0;
+        shared.stopping.store(true, Ordering::Release);
+        shared
+            .report
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_or_insert_with(StopReport::default);
+        shared.stopped.notify_all();
+    }
+}
+
+/// What every message of one connection shares: one reference count per message.
+struct ConnShared {
+    addr: String,
+    shared: Arc<Shared>,
+}
+
+/// Sends `Dropped` to the driver when the last user handle goes.
+struct HandleGuard(Arc<Shared>);
+
+impl Drop for HandleGuard {
+    fn drop(&mut self) {
+        let _ = self.0.tx.send(Input::Cmd(Cmd::Control(Control::Dropped)));
+    }
+}
+
+// ----------------------------------------------------------------------------------- message
+
+/// A message delivered to this consumer. It answers itself: [`finish`](Self::finish),
+/// [`requeue`](Self::requeue), [`requeue_without_backoff`](Self::requeue_without_backoff),
+/// [`touch`](Self::touch).
+///
+/// A message dropped without an answer is requeued (without backoff, with the default delay
+/// for its attempt count) and a warning is logged: it is never lost silently.
+pub struct Message {
+    inner: nsq_proto::Message,
+    conn: ConnId,
+    origin: Arc<ConnShared>,
+    /// Answered, or answered by [`Consumer::run`] on the handler's behalf.
+    done: bool,
+}
+
+impl fmt::Debug for Message {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Message")
+            .field("id", &self.inner.id)
+            .field("attempts", &self.inner.attempts)
+            .field("timestamp", &self.inner.timestamp)
+            .field("body_len", &self.inner.body.len())
+            .field("nsqd", &self.origin.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Message {
+    /// The message id.
+    pub fn id(&self) -> MessageId {
+        self.inner.id
+    }
+
+    /// The payload (a slice of the read buffer: no copy was made).
+    pub fn body(&self) -> &Bytes {
+        &self.inner.body
+    }
+
+    /// How many times nsqd delivered it, this delivery included.
+    pub fn attempts(&self) -> u16 {
+        self.inner.attempts
+    }
+
+    /// When it was published, in nanoseconds since the Unix epoch (nsqd's clock).
+    pub fn timestamp(&self) -> i64 {
+        self.inner.timestamp
+    }
+
+    /// The nsqd TCP address it came from.
+    pub fn nsqd_address(&self) -> &str {
+        &self.origin.addr
+    }
+
+    fn answer_of(&self, kind: AnswerKind) -> Answer {
+        Answer::new(self.conn, &self.inner, kind)
+    }
+
+    fn answer(&self, kind: AnswerKind) {
+        self.origin.shared.answer(self.answer_of(kind));
+    }
+
+    /// FIN: the message is done.
+    pub fn finish(mut self) {
+        self.done = true;
+        self.answer(AnswerKind::Finish);
+    }
+
+    /// REQ with backoff: the message failed; nsqd redelivers it after `delay` (`None`: the
+    /// configured default delay times the attempt count) and the consumer backs off.
+    pub fn requeue(mut self, delay: Option<Duration>) {
+        self.done = true;
+        self.answer(AnswerKind::Requeue {
+            delay,
+            backoff: true,
+        });
+    }
+
+    /// REQ without backoff: redeliver after `delay` (`None`: the default), without slowing the
+    /// consumer down.
+    pub fn requeue_without_backoff(mut self, delay: Option<Duration>) {
+        self.done = true;
+        self.answer(AnswerKind::Requeue {
+            delay,
+            backoff: false,
+        });
+    }
+
+    /// TOUCH: asks nsqd for more time (another msg_timeout).
+    pub fn touch(&self) {
+        self.answer(AnswerKind::Touch);
+    }
+
+    /// REQ at once without backoff: never handed to the application (the consumer is
+    /// stopping), so it goes back to nsqd without a warning.
+    fn untaken(mut self) {
+        self.done = true;
+        self.answer(AnswerKind::UNTAKEN);
+    }
+
+    /// The core's message (id, attempts, timestamp, body).
+    pub fn as_proto(&self) -> &nsq_proto::Message {
+        &self.inner
+    }
+}
+
+impl Drop for Message {
+    fn drop(&mut self) {
+        if !self.done {
+            tracing::warn!(
+                msg = %self.inner.id,
+                nsqd = %self.origin.addr,
+                "message dropped without an answer: requeueing it"
+            );
+            self.answer(AnswerKind::DROPPED);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------- builder
+
+/// Builds a [`Consumer`]: topic, channel, configuration, addresses.
+pub struct ConsumerBuilder {
+    topic: Result<Topic, Error>,
+    channel: Result<nsq_proto::Channel, Error>,
+    config: Result<ConsumerConfig, Error>,
+    max_in_flight: Option<u32>,
+    give_up: Option<GiveUpHook>,
+    nsqd: Vec<String>,
+    lookupd: Vec<String>,
+    seed: Option<u64>,
+    dial_timeout: Duration,
+    write_timeout: Duration,
+}
+
+impl fmt::Debug for ConsumerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConsumerBuilder")
+            .field("topic", &self.topic)
+            .field("channel", &self.channel)
+            .field("config", &self.config)
+            .field("nsqd", &self.nsqd)
+            .field("lookupd", &self.lookupd)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ConsumerBuilder {
+    /// The configuration, with go-nsq's option names and defaults ([`Config`]). TLS files it
+    /// names are read here; errors are reported by [`build`](Self::build). The OS hostname is
+    /// sent in IDENTIFY unless `hostname` is set.
+    pub fn config(mut self, config: &Config) -> Self {
+        match adapter::consumer_config(config, net::os_hostname(), std::fs::read) {
+            Ok(c) => {
+                self.config = Ok(c.core);
+                self.dial_timeout = c.dial_timeout;
+                self.write_timeout = c.write_timeout;
+            }
+            Err(e) => self.config = Err(e.into()),
+        }
+        self
+    }
+
+    /// The core's own configuration struct ([`ConsumerConfig`]), for settings [`Config`] does
+    /// not expose.
+    pub fn core_config(mut self, config: ConsumerConfig) -> Self {
+        self.config = Ok(config);
+        self
+    }
+
+    /// Shorthand for `config.max_in_flight`.
+    pub fn max_in_flight(mut self, n: u32) -> Self {
+        self.max_in_flight = Some(n);
+        self
+    }
+
+    /// Called (on the driver thread, so keep it short) for each message delivered more than
+    /// `max_attempts` times; the message has already been finished.
+    pub fn on_give_up(
+        mut self,
+        hook: impl Fn(&nsq_proto::Message) + Send + Sync + 'static,
+    ) -> Self {
+        self.give_up = Some(Arc::new(hook));
+        self
+    }
+
+    /// An nsqd TCP address (`host:port`) to connect to directly.
+    pub fn nsqd(mut self, addr: impl Into<String>) -> Self {
+        self.nsqd.push(addr.into());
+        self
+    }
+
+    /// An nsqlookupd HTTP address (`host:port` or `http://host:port`) to discover nsqd with.
+    pub fn lookupd(mut self, addr: impl Into<String>) -> Self {
+        self.lookupd.push(addr.into());
+        self
+    }
+
+    /// Seed of the core's RNG (jitter, random choices); random by default.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// How long a TCP connect may take (default 1 s, like go-nsq's `dial_timeout`).
+    pub fn dial_timeout(mut self, timeout: Duration) -> Self {
+        self.dial_timeout = timeout;
+        self
+    }
+
+    /// How long one socket write may take before the connection is dropped (default 1 s, like
+    /// go-nsq's `write_timeout`).
+    pub fn write_timeout(mut self, timeout: Duration) -> Self {
+        self.write_timeout = timeout;
+        self
+    }
+
+    /// Validates everything and starts the driver thread.
+    pub fn build(self) -> Result<Consumer, Error> {
+        let topic = self.topic?;
+        let channel = self.channel?;
+        let mut config = self.config?;
+        if let Some(n) = self.max_in_flight {
+            config.max_in_flight = n;
+        }
+        let lookupd_timeout = config.lookupd_timeout;
+        let span = tracing::info_span!("nsq_consumer", topic = %topic, channel = %channel);
+        let now = Instant::now();
+        let mut core = nsq_proto::Consumer::new(
+            config,
+            topic,
+            channel,
+            self.seed.unwrap_or_else(net::random_seed),
+        );
+        for a in &self.nsqd {
+            core.add_nsqd(now, a)?;
+        }
+        for a in &self.lookupd {
+            core.add_lookupd(now, a)?;
+        }
+        let (tx, rx) = mpsc::channel();
+        let (msg_tx, msg_rx) = mpsc::channel();
+        let shared = Arc::new(Shared {
+            tx: tx.clone(),
+            stopping: AtomicBool::new(false),
+            starved: AtomicBool::new(false),
+            stats: Mutex::new(ConsumerStats::default()),
+            report: Mutex::new(None),
+            stopped: Condvar::new(),
+            driver: Mutex::new(None),
+        });
+        let driver = Driver {
+            core,
+            io: Io::new(tx, self.dial_timeout, self.write_timeout, lookupd_timeout),
+            shared: shared.clone(),
+            msg_tx: Some(msg_tx),
+            origins: BTreeMap::new(),
+            give_up: self.give_up,
+            report: None,
+        };
+        let handle = std::thread::Builder::new()
+            .name("nsqb-consumer".into())
+            .spawn(move || {
+                let _enter = span.enter();
+                let _guard = StoppedGuard(driver.shared.clone());
+                driver.run(&rx);
+            })
+            .map_err(|e| Error::InvalidInput(format!("could not start the driver thread: {e}")))?;
+        *shared.driver.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
+        let handle = ConsumerHandle {
+            guard: Arc::new(HandleGuard(shared)),
+        };
+        Ok(Consumer {
+            receiver: Some(msg_rx),
+            handle,
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------- handles
+
+/// A cloneable control handle of a [`Consumer`] (stop it, change max_in_flight, add servers)
+/// usable from other threads while one thread (or [`Consumer::run`]'s pool) reads messages.
+#[derive(Clone)]
+pub struct ConsumerHandle {
+    guard: Arc<HandleGuard>,
+}
+
+impl fmt::Debug for ConsumerHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConsumerHandle")
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl ConsumerHandle {
+    fn shared(&self) -> &Shared {
+        &self.guard.0
+    }
+
+    fn control(&self, c: Control) -> Result<(), Error> {
+        self.shared()
+            .tx
+            .send(Input::Cmd(Cmd::Control(c)))
+            .map_err(|_| Error::Closed)
+    }
+
+    fn ask(
+        &self,
+        make: impl FnOnce(SyncSender<Result<(), ConsumerError>>) -> Control,
+    ) -> Result<(), Error> {
+        let (tx, rx) = mpsc::sync_channel(1);
+        self.control(make(tx))?;
+        rx.recv().map_err(|_| Error::Closed)?.map_err(Error::from)
+    }
+
+    /// Adds an nsqd TCP address (`host:port`) to consume from directly.
+    pub fn connect_to_nsqd(&self, addr: &str) -> Result<(), Error> {
+        self.ask(|tx| Control::AddNsqd(addr.to_owned(), tx))
+    }
+
+    /// Adds several nsqd TCP addresses.
+    pub fn connect_to_nsqds<I, S>(&self, addrs: I) -> Result<(), Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        addrs
+            .into_iter()
+            .try_for_each(|a| self.connect_to_nsqd(a.as_ref()))
+    }
+
+    /// Adds an nsqlookupd HTTP address to discover nsqd with (polled at once, then every
+    /// `lookupd_poll_interval`).
+    pub fn connect_to_lookupd(&self, addr: &str) -> Result<(), Error> {
+        self.ask(|tx| Control::AddLookupd(addr.to_owned(), tx))
+    }
+
+    /// Adds several nsqlookupd HTTP addresses.
+    pub fn connect_to_lookupds<I, S>(&self, addrs: I) -> Result<(), Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        addrs
+            .into_iter()
+            .try_for_each(|a| self.connect_to_lookupd(a.as_ref()))
+    }
+
+    /// Changes max_in_flight at runtime (0 pauses the consumer).
+    pub fn set_max_in_flight(&self, n: u32) {
+        let _ = self.control(Control::SetMaxInFlight(n));
+    }
+
+    /// True when some connection has nearly as many messages in flight as its RDY: a batching
+    /// handler should process what it has now.
+    pub fn is_starved(&self) -> bool {
+        self.shared().starved.load(Ordering::Relaxed)
+    }
+
+    /// A snapshot of the counters (updated after every wake-up of the driver).
+    pub fn stats(&self) -> ConsumerStats {
+        *self
+            .shared()
+            .stats
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Graceful shutdown: CLS on every connection, no new messages are handed out (those not
+    /// yet taken are requeued by the next [`Consumer::recv`], or by dropping the
+    /// [`Consumer`]: a consumer that is neither read nor dropped holds them until
+    /// `close_timeout`), messages already handed out can still be answered (handlers in
+    /// flight finish first); returns once every connection has drained or the consumer's
+    /// `close_timeout` passed and every thread is joined, with the number of messages left
+    /// unanswered (nsqd redelivers them).
+    pub fn stop(&self) -> StopReport {
+        let _ = self.control(Control::Stop);
+        self.shared().wait_stopped()
+    }
+
+    /// Whether [`stop`](Self::stop) was called (or every handle dropped).
+    pub fn is_stopping(&self) -> bool {
+        self.shared().stopping.load(Ordering::Acquire)
+    }
+}
+
+// ---------------------------------------------------------------------------------- consumer
+
+/// A consumer of one topic/channel over any number of nsqd connections.
+///
+/// Read messages with [`recv`](Self::recv), [`recv_timeout`](Self::recv_timeout) or
+/// [`iter`](Self::iter) (or `for msg in consumer`), or hand them to a handler on a pool of
+/// threads with [`run`](Self::run). Control it from other threads through a
+/// [`ConsumerHandle`] ([`handle`](Self::handle)).
+///
+/// Dropping it stops it like [`stop`](Self::stop) and waits for that (messages still held by
+/// the application are waited for, up to `close_timeout`).
+pub struct Consumer {
+    /// `None` once [`run`](Self::run) took it.
+    receiver: Option<Receiver<Message>>,
+    handle: ConsumerHandle,
+}
+
+impl fmt::Debug for Consumer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Consumer")
+            .field("handle", &self.handle)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Takes the next message from `rx`; `None` once stopping. `timeout` bounds the wait.
+fn next_message(
+    shared: &Shared,
+    rx: &Receiver<Message>,
+    timeout: Option<Duration>,
+) -> Result<Message, RecvTimeoutError> {
+    if shared.stopping.load(Ordering::Acquire) {
+        // Messages not taken yet are requeued at once so the drain is quick.
+        while let Ok(m) = rx.try_recv() {
+            m.untaken();
+        }
+        return Err(RecvTimeoutError::Disconnected);
+    }
+    match timeout {
+        None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        Some(t) => rx.recv_timeout(t),
+    }
+}
+
+impl Consumer {
+    /// A builder for a consumer of `topic`/`channel` (names validated at `build`).
+    pub fn builder(topic: impl IntoTopic, channel: impl IntoChannel) -> ConsumerBuilder {
+        let defaults = Config::default();
+        ConsumerBuilder {
+            topic: topic.into_topic().map_err(Error::from),
+            channel: channel.into_channel().map_err(Error::from),
+            config: Ok(ConsumerConfig::default()),
+            max_in_flight: None,
+            give_up: None,
+            nsqd: Vec::new(),
+            lookupd: Vec::new(),
+            seed: None,
+            dial_timeout: defaults.dial_timeout,
+            write_timeout: defaults.write_timeout,
+        }
+    }
+
+    /// A consumer with `config`, not yet connected anywhere: add servers with
+    /// [`connect_to_nsqd`](Self::connect_to_nsqd) / [`connect_to_lookupd`](Self::connect_to_lookupd).
+    pub fn new(
+        topic: impl IntoTopic,
+        channel: impl IntoChannel,
+        config: &Config,
+    ) -> Result<Consumer, Error> {
+        Consumer::builder(topic, channel).config(config).build()
+    }
+
+    /// A cloneable control handle.
+    pub fn handle(&self) -> ConsumerHandle {
+        self.handle.clone()
+    }
+
+    /// The next message, waiting as long as it takes; `None` once the consumer is stopped.
+    pub fn recv(&mut self) -> Option<Message> {
+        let rx = self.receiver.as_ref()?;
+        next_message(self.handle.shared(), rx, None).ok()
+    }
+
+    /// The next message, waiting at most `timeout`: `Err(Timeout)` if none came,
+    /// `Err(Disconnected)` once the consumer is stopped.
+    pub fn recv_timeout(&mut self, timeout: Duration) -> Result<Message, RecvTimeoutError> {
+        let rx = self
+            .receiver
+            .as_ref()
+            .ok_or(RecvTimeoutError::Disconnected)?;
+        next_message(self.handle.shared(), rx, Some(timeout))
+    }
+
+    /// An iterator over the messages (blocking in `next`), ending once the consumer is
+    /// stopped.
+    pub fn iter(&mut self) -> Iter<'_> {
+        Iter { consumer: self }
+    }
+
+    /// See [`ConsumerHandle::connect_to_nsqd`].
+    pub fn connect_to_nsqd(&self, addr: &str) -> Result<(), Error> {
+        self.handle.connect_to_nsqd(addr)
+    }
+
+    /// See [`ConsumerHandle::connect_to_nsqds`].
+    pub fn connect_to_nsqds<I, S>(&self, addrs: I) -> Result<(), Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.handle.connect_to_nsqds(addrs)
+    }
+
+    /// See [`ConsumerHandle::connect_to_lookupd`].
+    pub fn connect_to_lookupd(&self, addr: &str) -> Result<(), Error> {
+        self.handle.connect_to_lookupd(addr)
+    }
+
+    /// See [`ConsumerHandle::connect_to_lookupds`].
+    pub fn connect_to_lookupds<I, S>(&self, addrs: I) -> Result<(), Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.handle.connect_to_lookupds(addrs)
+    }
+
+    /// See [`ConsumerHandle::set_max_in_flight`].
+    pub fn set_max_in_flight(&self, n: u32) {
+        self.handle.set_max_in_flight(n);
+    }
+
+    /// See [`ConsumerHandle::is_starved`].
+    pub fn is_starved(&self) -> bool {
+        self.handle.is_starved()
+    }
+
+    /// See [`ConsumerHandle::stats`].
+    pub fn stats(&self) -> ConsumerStats {
+        self.handle.stats()
+    }
+
+    /// See [`ConsumerHandle::stop`]. Messages received but not yet taken with
+    /// [`recv`](Self::recv) are requeued at once, so the drain does not wait for them.
+    pub fn stop(&mut self) -> StopReport {
+        let _ = self.handle.control(Control::Stop);
+        if let Some(rx) = &self.receiver {
+            // The driver drops its sender when it starts stopping; every message still queued
+            // is requeued at once.
+            while let Ok(m) = rx.recv() {
+                m.untaken();
+            }
+        }
+        self.handle.shared().wait_stopped()
+    }
+
+    /// Runs `handler` on every message, on a pool of `concurrency` threads, until the consumer
+    /// is stopped (through a [`ConsumerHandle`]); returns once every handler has returned and
+    /// the consumer has stopped.
+    ///
+    /// `Ok(())` finishes the message; an `Err` requeues it (with backoff unless
+    /// [`HandlerError::without_backoff`], after [`HandlerError::with_delay`] or the default
+    /// delay); a panic requeues it with backoff. The handler may also answer or `touch` the
+    /// message itself (a later answer of the same message is ignored). The handler need not
+    /// be `'static`: the pool is scoped to this call.
+    pub fn run<H>(mut self, concurrency: usize, handler: H) -> StopReport
+    where
+        H: Fn(Message) -> Result<(), HandlerError> + Sync,
+    {
+        let Some(rx) = self.receiver.take() else {
+            return self.handle.shared().wait_stopped();
+        };
+        let receiver = Mutex::new(rx);
+        let shared: &Shared = self.handle.shared();
+        let handler = &handler;
+        std::thread::scope(|scope| {
+            for i in 0..concurrency.max(1) {
+                let receiver = &receiver;
+                let spawned = std::thread::Builder::new()
+                    .name(format!("nsqb-handler-{i}"))
+                    .spawn_scoped(scope, move || worker(shared, receiver, handler));
+                if let Err(e) = spawned {
+                    tracing::error!(error = %e, "could not start a handler thread");
+                }
+            }
+        });
+        // Every worker saw the stop; messages still queued are requeued at once.
+        let rx = receiver
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner);
+        while let Ok(m) = rx.try_recv() {
+            m.untaken();
+        }
+        drop(rx);
+        shared.wait_stopped()
+    }
+}
+
+fn worker<H>(shared: &Shared, receiver: &Mutex<Receiver<Message>>, handler: &H)
+where
+    H: Fn(Message) -> Result<(), HandlerError> + Sync,
+{
+    loop {
+        let next = {
+            let rx = receiver.lock().unwrap_or_else(PoisonError::into_inner);
+            next_message(shared, &rx, None)
+        };
+        let Ok(mut msg) = next else { break };
+        msg.done = true;
+        let answer = msg.answer_of(AnswerKind::Finish);
+        let origin = msg.origin.clone();
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(msg))).ok();
+        origin
+            .shared
+            .answer(answer.with_kind(AnswerKind::from_handler(outcome)));
+    }
+}
+
+impl Drop for Consumer {
+    fn drop(&mut self) {
+        if self.receiver.is_some() {
+            self.stop();
+        }
+    }
+}
+
+/// The iterator of [`Consumer::iter`]: blocks in `next` until a message arrives; ends once the
+/// consumer is stopped.
+#[derive(Debug)]
+pub struct Iter<'a> {
+    consumer: &'a mut Consumer,
+}
+
+impl Iterator for Iter<'_> {
+    type Item = Message;
+
+    fn next(&mut self) -> Option<Message> {
+        self.consumer.recv()
+    }
+}
+
+/// The owning iterator of a [`Consumer`] (`for msg in consumer`); dropping it stops the
+/// consumer.
+#[derive(Debug)]
+pub struct IntoIter {
+    consumer: Consumer,
+}
+
+impl Iterator for IntoIter {
+    type Item = Message;
+
+    fn next(&mut self) -> Option<Message> {
+        self.consumer.recv()
+    }
+}
+
+impl IntoIterator for Consumer {
+    type Item = Message;
+    type IntoIter = IntoIter;
+
+    fn into_iter(self) -> IntoIter {
+        IntoIter { consumer: self }
+    }
+}
+
+// ----------------------------------------------------------------------------------- driver
+
+struct Driver {
+    core: nsq_proto::Consumer,
+    io: Io<Cmd>,
+    shared: Arc<Shared>,
+    msg_tx: Option<Sender<Message>>,
+    origins: BTreeMap<ConnId, Arc<ConnShared>>,
+    give_up: Option<GiveUpHook>,
+    report: Option<StopReport>,
+}
+
+impl Driver {
+    fn run(mut self, rx: &Receiver<Input<Cmd>>) {
+        let mut batch = Vec::with_capacity(BATCH);
+        self.drain(Instant::now());
+        self.io.flush();
+        while self.report.is_none() {
+            if !Io::wait(rx, self.core.poll_timeout(), &mut batch) {
+                break;
+            }
+            let now = Instant::now();
+            for input in batch.drain(..) {
+                self.handle(now, input);
+                self.drain(now);
+            }
+            if self.core.poll_timeout().is_some_and(|t| t <= now) {
+                self.core.handle_timeout(now);
+                self.drain(now);
+            }
+            self.io.flush();
+            self.publish_state();
+        }
+        self.shared.stopping.store(true, Ordering::Release);
+        self.msg_tx = None;
+        self.io.shutdown();
+        self.publish_state();
+        let report = self.report.unwrap_or_default();
+        tracing::debug!(unanswered = report.unanswered, "consumer stopped");
+        *self
+            .shared
+            .report
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(report);
+        self.shared.stopped.notify_all();
+    }
+
+    fn handle(&mut self, now: Instant, input: Input<Cmd>) {
+        match input {
+            Input::Cmd(Cmd::Answer(a)) => {
+                let _ = a.apply(&mut self.core, now);
+            }
+            Input::Net(ev) => self.io.net_input(&mut self.core, now, ev),
+            Input::Lookup(ev) => self.io.lookup_input(&mut self.core, now, ev),
+            Input::Cmd(Cmd::Control(c)) => match c {
+                Control::AddNsqd(a, reply) => {
+                    let _ = reply.send(self.core.add_nsqd(now, &a));
+                }
+                Control::AddLookupd(a, reply) => {
+                    let _ = reply.send(self.core.add_lookupd(now, &a));
+                }
+                Control::SetMaxInFlight(n) => self.core.set_max_in_flight(now, n),
+                Control::Stop | Control::Dropped => self.begin_stop(now),
+            },
+        }
+    }
+
+    fn begin_stop(&mut self, now: Instant) {
+        if self.core.is_closing() {
+            return;
+        }
+        tracing::info!("stopping consumer");
+        self.shared.stopping.store(true, Ordering::Release);
+        // Dropping the sender wakes a reader blocked in recv(); it then sees `stopping`.
+        self.msg_tx = None;
+        self.core.close(now);
+    }
+
+    /// Drains every action and event of the core.
+    fn drain(&mut self, now: Instant) {
+        loop {
+            let mut progressed = false;
+            while let Some(action) = self.core.poll_action() {
+                progressed = true;
+                match &action {
+                    Action::Connect { conn, addr } => {
+                        self.origins.insert(
+                            *conn,
+                            Arc::new(ConnShared {
+                                addr: addr.clone(),
+                                shared: self.shared.clone(),
+                            }),
+                        );
+                    }
+                    Action::Disconnect { conn } => {
+                        self.origins.remove(conn);
+                    }
+                    _ => {}
+                }
+                self.io.act(action);
+            }
+            while let Some(event) = self.core.poll_event() {
+                progressed = true;
+                self.event(now, event);
+            }
+            if !progressed {
+                break;
+            }
+        }
+    }
+
+    fn event(&mut self, now: Instant, event: ConsumerEvent) {
+        adapter::log_consumer_event(&event);
+        match event {
+            ConsumerEvent::Message { conn, message } => {
+                let origin = match self.origins.get(&conn) {
+                    Some(o) => o.clone(),
+                    None => Arc::new(ConnShared {
+                        addr: String::new(),
+                        shared: self.shared.clone(),
+                    }),
+                };
+                let msg = Message {
+                    inner: message,
+                    conn,
+                    origin,
+                    done: false,
+                };
+                // While stopping (no sender) no new messages are handed out: requeue at once.
+                let unsent = match &self.msg_tx {
+                    Some(tx) => tx.send(msg).err().map(|e| e.0),
+                    None => Some(msg),
+                };
+                if let Some(mut m) = unsent {
+                    m.done = true;
+                    let _ = m.answer_of(AnswerKind::UNTAKEN).apply(&mut self.core, now);
+                }
+            }
+            ConsumerEvent::GaveUp { message, .. } => {
+                if let Some(hook) = &self.give_up {
+                    hook(&message);
+                }
+            }
+            ConsumerEvent::Closed { leftovers } => {
+                self.report = Some(StopReport::new(leftovers));
+            }
+            _ => {}
+        }
+    }
+
+    fn publish_state(&self) {
+        self.shared
+            .starved
+            .store(self.core.is_starved(), Ordering::Relaxed);
+        *self
+            .shared
+            .stats
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = self.core.stats();
+    }
+}

@@ -1,0 +1,474 @@
+//! The blocking [`Producer`]: a driver thread around [`nsq_proto::Producer`].
+
+use crate::driver::{BATCH, Input, Io};
+use crate::net;
+use bytes::Bytes;
+use nsq_proto::adapter::{self, Error, IntoTopic};
+use nsq_proto::producer::{PingId, ProducerConfig, ProducerEvent, ProducerStats, PublishId};
+use nsq_proto::{Config, Topic};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+type Reply = SyncSender<Result<(), Error>>;
+
+enum Request {
+    Publish(Topic, Bytes),
+    Multi(Topic, Vec<Bytes>),
+    Deferred(Topic, Duration, Bytes),
+    Ping,
+}
+
+enum Cmd {
+    Request(Request, Reply),
+    AddNsqd(String, Reply),
+    Close,
+    /// Every handle is gone: close gracefully.
+    Dropped,
+}
+
+struct Inner {
+    tx: Sender<Input<Cmd>>,
+    stats: Arc<Mutex<ProducerStats>>,
+    driver: Mutex<Option<JoinHandle<()>>>,
+    done: Arc<Done>,
+}
+
+/// Set when the driver thread has finished (every socket closed, every thread joined), even
+/// if it panicked, so that every caller of `close` waits for the same moment.
+#[derive(Default)]
+struct Done {
+    done: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Done {
+    fn set(&self) {
+        *self.done.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        self.cv.notify_all();
+    }
+
+    fn wait(&self) {
+        let mut done = self.done.lock().unwrap_or_else(PoisonError::into_inner);
+        while !*done {
+            done = self.cv.wait(done).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+}
+
+/// Marks the driver done when its thread ends (normally or by a panic).
+struct DoneGuard(Arc<Done>);
+
+impl Drop for DoneGuard {
+    fn drop(&mut self) {
+        self.0.set();
+    }
+}
+
+impl Inner {
+    /// Waits for the driver thread (it exits once the core has closed) and joins it.
+    fn join(&self) {
+        let handle = self
+            .driver
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(h) = &handle {
+            if h.thread().id() == std::thread::current().id() {
+                return;
+            }
+        }
+        self.done.wait();
+        if let Some(h) = handle {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let _ = self.tx.send(Input::Cmd(Cmd::Dropped));
+        self.join();
+    }
+}
+
+/// Publishes to one or more nsqd.
+///
+/// Cheap to clone (`Send + Sync`): clones share one driver thread and its connections. Each
+/// call blocks until its own result is known; publishes issued concurrently from many threads
+/// are pipelined and leave in one write per wake-up of the driver. With several nsqd
+/// addresses, publishes go to a healthy one (failover by default, round-robin with
+/// [`Routing::RoundRobin`](nsq_proto::producer::Routing)); while no nsqd is reachable they fail
+/// fast with [`Error::NoServerAvailable`].
+///
+/// Dropping the last clone closes the producer like [`close`](Self::close) (flushing what is
+/// outstanding) and waits for its threads.
+#[derive(Clone)]
+pub struct Producer {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Producer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Producer")
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+/// Builds a [`Producer`] with several nsqd addresses.
+#[derive(Debug)]
+pub struct ProducerBuilder {
+    config: Result<ProducerConfig, Error>,
+    write_timeout: Duration,
+    nsqd: Vec<String>,
+    seed: Option<u64>,
+}
+
+impl Default for ProducerBuilder {
+    fn default() -> Self {
+        ProducerBuilder {
+            config: Ok(ProducerConfig::default()),
+            write_timeout: Config::default().write_timeout,
+            nsqd: Vec::new(),
+            seed: None,
+        }
+    }
+}
+
+impl ProducerBuilder {
+    /// The configuration, with go-nsq's option names and defaults ([`Config`]). TLS files it
+    /// names are read here; errors are reported by [`build`](Self::build).
+    /// The OS hostname is sent in IDENTIFY unless `hostname` is set.
+    pub fn config(mut self, config: &Config) -> Self {
+        match adapter::producer_config(config, net::os_hostname(), std::fs::read) {
+            Ok(c) => {
+                self.config = Ok(c.core);
+                self.write_timeout = c.write_timeout;
+            }
+            Err(e) => self.config = Err(e.into()),
+        }
+        self
+    }
+
+    /// The core's own configuration struct ([`ProducerConfig`]), for settings [`Config`] does
+    /// not expose.
+    pub fn core_config(mut self, config: ProducerConfig) -> Self {
+        self.config = Ok(config);
+        self
+    }
+
+    /// How long one socket write may take before the connection is dropped (default 1 s, like
+    /// go-nsq's `write_timeout`).
+    pub fn write_timeout(mut self, timeout: Duration) -> Self {
+        self.write_timeout = timeout;
+        self
+    }
+
+    /// An nsqd TCP address (`host:port`); the order of addition is the failover order.
+    pub fn nsqd(mut self, addr: impl Into<String>) -> Self {
+        self.nsqd.push(addr.into());
+        self
+    }
+
+    /// Several nsqd TCP addresses.
+    pub fn nsqds<I, S>(mut self, addrs: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.nsqd.extend(addrs.into_iter().map(Into::into));
+        self
+    }
+
+    /// Seed of the core's RNG (reconnect jitter); random by default.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// Validates the configuration and addresses and starts the driver thread (connecting in
+    /// the background).
+    pub fn build(self) -> Result<Producer, Error> {
+        let config = self.config?;
+        let dial_timeout = config.connect_timeout;
+        let mut core = nsq_proto::Producer::new(config, self.seed.unwrap_or_else(net::random_seed))
+            .map_err(Error::from)?;
+        let now = Instant::now();
+        for a in &self.nsqd {
+            core.add_nsqd(now, a).map_err(Error::from)?;
+        }
+        let (tx, rx) = mpsc::channel();
+        let stats = Arc::new(Mutex::new(core.stats()));
+        // The core enforces its own connect timeout; this one only bounds the thread.
+        let io = Io::new(
+            tx.clone(),
+            dial_timeout + Duration::from_secs(1),
+            self.write_timeout,
+            Duration::from_secs(5),
+        );
+        let driver = Driver {
+            core,
+            io,
+            publishes: BTreeMap::new(),
+            pings: BTreeMap::new(),
+            stats: stats.clone(),
+            results: Vec::new(),
+            closed: false,
+        };
+        let span = tracing::info_span!("nsq_producer");
+        let done = Arc::new(Done::default());
+        let thread_done = done.clone();
+        let handle = std::thread::Builder::new()
+            .name("nsqb-producer".into())
+            .spawn(move || {
+                let _done = DoneGuard(thread_done);
+                let _enter = span.enter();
+                driver.run(&rx);
+            })
+            .map_err(|e| Error::InvalidInput(format!("could not start the driver thread: {e}")))?;
+        Ok(Producer {
+            inner: Arc::new(Inner {
+                tx,
+                stats,
+                driver: Mutex::new(Some(handle)),
+                done,
+            }),
+        })
+    }
+}
+
+impl Producer {
+    /// A builder (several nsqd addresses, configuration).
+    pub fn builder() -> ProducerBuilder {
+        ProducerBuilder::default()
+    }
+
+    /// Connects to one nsqd and waits until the connection is ready (or fails like a publish
+    /// would: [`Error::NoServerAvailable`]).
+    pub fn connect(addr: &str, config: &Config) -> Result<Producer, Error> {
+        let producer = Producer::builder().config(config).nsqd(addr).build()?;
+        producer.ping()?;
+        Ok(producer)
+    }
+
+    fn send(&self, cmd: Cmd) -> Result<(), Error> {
+        self.inner
+            .tx
+            .send(Input::Cmd(cmd))
+            .map_err(|_| Error::Closed)
+    }
+
+    fn request(&self, request: Request) -> Result<(), Error> {
+        let (tx, rx) = mpsc::sync_channel(1);
+        self.send(Cmd::Request(request, tx))?;
+        // The core resolves every request (publish_timeout, reply_timeout, close_timeout);
+        // a driver that is gone drops the sender.
+        rx.recv().map_err(|_| Error::Closed)?
+    }
+
+    /// Publishes one message (PUB) and waits for nsqd's answer.
+    pub fn publish(&self, topic: impl IntoTopic, body: impl Into<Bytes>) -> Result<(), Error> {
+        let topic = topic.into_topic()?;
+        self.request(Request::Publish(topic, body.into()))
+    }
+
+    /// Publishes several messages atomically (MPUB) and waits for nsqd's answer.
+    pub fn multi_publish<I, B>(&self, topic: impl IntoTopic, bodies: I) -> Result<(), Error>
+    where
+        I: IntoIterator<Item = B>,
+        B: Into<Bytes>,
+    {
+        let topic = topic.into_topic()?;
+        let bodies: Vec<Bytes> = bodies.into_iter().map(Into::into).collect();
+        self.request(Request::Multi(topic, bodies))
+    }
+
+    /// Publishes one message delivered after `delay` (DPUB) and waits for nsqd's answer.
+    pub fn deferred_publish(
+        &self,
+        topic: impl IntoTopic,
+        delay: Duration,
+        body: impl Into<Bytes>,
+    ) -> Result<(), Error> {
+        let topic = topic.into_topic()?;
+        self.request(Request::Deferred(topic, delay, body.into()))
+    }
+
+    /// Returns once a connection is ready (at once if one is); fails fast with
+    /// [`Error::NoServerAvailable`] when every nsqd is down.
+    pub fn ping(&self) -> Result<(), Error> {
+        self.request(Request::Ping)
+    }
+
+    /// Adds an nsqd TCP address at runtime (connected at once; last in failover order).
+    pub fn connect_to_nsqd(&self, addr: &str) -> Result<(), Error> {
+        let (tx, rx) = mpsc::sync_channel(1);
+        self.send(Cmd::AddNsqd(addr.to_owned(), tx))?;
+        rx.recv().map_err(|_| Error::Closed)?
+    }
+
+    /// A snapshot of the counters (updated after every wake-up of the driver).
+    pub fn stats(&self) -> ProducerStats {
+        *self
+            .inner
+            .stats
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Graceful close for every clone: no new publishes; outstanding ones are sent and
+    /// answered (bounded by `close_timeout`); then every connection is closed and every
+    /// thread joined. Returns when that is done.
+    pub fn close(&self) {
+        if self.send(Cmd::Close).is_ok() {
+            self.inner.join();
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------------- driver
+
+struct Driver {
+    core: nsq_proto::Producer,
+    io: Io<Cmd>,
+    publishes: BTreeMap<PublishId, Reply>,
+    pings: BTreeMap<PingId, Reply>,
+    stats: Arc<Mutex<ProducerStats>>,
+    /// Results of this wake-up, sent after the stats are updated (so a caller that got its
+    /// result sees it counted).
+    results: Vec<(Reply, Result<(), Error>)>,
+    closed: bool,
+}
+
+impl Driver {
+    fn run(mut self, rx: &Receiver<Input<Cmd>>) {
+        let mut batch = Vec::with_capacity(BATCH);
+        self.drain();
+        self.io.flush();
+        while !self.closed {
+            if !Io::wait(rx, self.core.poll_timeout(), &mut batch) {
+                break;
+            }
+            let now = Instant::now();
+            // Every queued request first, so concurrent publishes leave in one write.
+            for input in batch.drain(..) {
+                self.handle(now, input);
+            }
+            if self.core.poll_timeout().is_some_and(|t| t <= now) {
+                self.core.handle_timeout(now);
+            }
+            self.drain();
+            self.io.flush();
+            *self.stats.lock().unwrap_or_else(PoisonError::into_inner) = self.core.stats();
+            for (reply, result) in self.results.drain(..) {
+                let _ = reply.send(result);
+            }
+        }
+        for (reply, result) in self.results.drain(..) {
+            let _ = reply.send(result);
+        }
+        for (_, reply) in std::mem::take(&mut self.publishes) {
+            let _ = reply.send(Err(Error::Closed));
+        }
+        for (_, reply) in std::mem::take(&mut self.pings) {
+            let _ = reply.send(Err(Error::Closed));
+        }
+        self.io.shutdown();
+        // Requests that raced with the close: refuse them so nobody waits.
+        while let Ok(input) = rx.try_recv() {
+            if let Input::Cmd(Cmd::Request(_, reply) | Cmd::AddNsqd(_, reply)) = input {
+                let _ = reply.send(Err(Error::Closed));
+            }
+        }
+        tracing::debug!("producer closed");
+    }
+
+    fn handle(&mut self, now: Instant, input: Input<Cmd>) {
+        match input {
+            Input::Cmd(Cmd::Request(request, reply)) => {
+                let result = match &request {
+                    Request::Publish(topic, body) => self.core.publish(now, topic, body),
+                    Request::Multi(topic, bodies) => self.core.multi_publish(now, topic, bodies),
+                    Request::Deferred(topic, delay, body) => {
+                        self.core.deferred_publish(now, topic, *delay, body)
+                    }
+                    Request::Ping => {
+                        match self.core.ping(now) {
+                            Ok(id) => {
+                                self.pings.insert(id, reply);
+                            }
+                            Err(e) => {
+                                let _ = reply.send(Err(Error::from(e)));
+                            }
+                        }
+                        return;
+                    }
+                };
+                match result {
+                    Ok(id) => {
+                        self.publishes.insert(id, reply);
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(Error::from(e)));
+                    }
+                }
+            }
+            Input::Cmd(Cmd::AddNsqd(addr, reply)) => {
+                let _ = reply.send(self.core.add_nsqd(now, &addr).map_err(Error::from));
+            }
+            Input::Cmd(Cmd::Close | Cmd::Dropped) => self.core.close(now),
+            Input::Net(ev) => self.io.net_input(&mut self.core, now, ev),
+            Input::Lookup(ev) => self.io.lookup_input(&mut self.core, now, ev),
+        }
+    }
+
+    /// Drains every action, then every event (the core's order).
+    fn drain(&mut self) {
+        loop {
+            let mut progressed = false;
+            while let Some(action) = self.core.poll_action() {
+                progressed = true;
+                self.io.act(action);
+            }
+            while let Some(event) = self.core.poll_event() {
+                progressed = true;
+                self.event(event);
+            }
+            if !progressed {
+                break;
+            }
+        }
+    }
+
+    fn event(&mut self, event: ProducerEvent) {
+        adapter::log_producer_event(&event);
+        match event {
+            ProducerEvent::Published(id) => {
+                if let Some(reply) = self.publishes.remove(&id) {
+                    self.results.push((reply, Ok(())));
+                }
+            }
+            ProducerEvent::PublishFailed(id, failure) => {
+                if let Some(reply) = self.publishes.remove(&id) {
+                    self.results.push((reply, Err(Error::from(failure))));
+                }
+            }
+            ProducerEvent::PingOk(id) => {
+                if let Some(reply) = self.pings.remove(&id) {
+                    self.results.push((reply, Ok(())));
+                }
+            }
+            ProducerEvent::PingFailed(id, failure) => {
+                if let Some(reply) = self.pings.remove(&id) {
+                    self.results.push((reply, Err(Error::from(failure))));
+                }
+            }
+            ProducerEvent::Closed => self.closed = true,
+            _ => {}
+        }
+    }
+}

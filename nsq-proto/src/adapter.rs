@@ -1,0 +1,1089 @@
+//! Support for runtime adapters: the runtime-independent pieces that every adapter
+//! (`nsq-tokio`, `nsq-async-std`, `nsq-blocking`) needs, written once.
+//!
+//! Like the rest of the crate this module is sans-IO: no sockets, clocks, threads, file
+//! system or async. Adapters keep only what truly depends on their runtime (sockets, tasks,
+//! channels, timers, reading TLS files and the OS hostname).
+//!
+//! * [`Answer`] / [`AnswerKind`]: the small `Copy` command a message sends to its driver to
+//!   answer itself (no allocation per answer), and [`Answer::apply`], which hands it to the
+//!   core [`Consumer`] (the core computes the default requeue delay from the attempt count).
+//! * [`HandlerError`]: what a message handler returns to requeue (with backoff by default,
+//!   [`with_delay`](HandlerError::with_delay), [`without_backoff`](HandlerError::without_backoff)),
+//!   and [`AnswerKind::from_handler`], the answer for a handler's outcome (a panic included).
+//! * [`StopReport`], [`GiveUpHook`]: the user-facing results of a consumer.
+//! * [`Error`]: the adapters' error type, with the conversions from the core's errors, and
+//!   [`IntoTopic`] / [`IntoChannel`] for name arguments.
+//! * [`log_consumer_event`] / [`log_producer_event`]: the `tracing` output for the events an
+//!   adapter does not act on itself, so every adapter logs the same things at the same levels.
+//! * [`Outbox`]: gathers the bytes for one connection during one wake-up into one write.
+//! * [`AdapterConfig`], [`consumer_config`], [`producer_config`]: a [`Config`] turned into the
+//!   core's configuration plus the socket-level settings, with the OS hostname (read by the
+//!   adapter) filled in when the configuration names none.
+//! * [`ConsumerSetup`] / [`ProducerSetup`]: what the builders collect, validated and turned
+//!   into a core by `start`.
+//! * [`PublishRequest`] / [`Replies`]: a user's publish handed to the core [`Producer`], and
+//!   which reply waits for which publish or ping.
+//!
+//! ```
+//! use nsq_proto::adapter::{Answer, AnswerKind, HandlerError};
+//! use std::time::Duration;
+//!
+//! let failed: Result<(), HandlerError> =
+//!     Err(HandlerError::msg("database down").with_delay(Duration::from_secs(5)));
+//! let kind = AnswerKind::from_handler(Some(failed));
+//! assert_eq!(
+//!     kind,
+//!     AnswerKind::Requeue { delay: Some(Duration::from_secs(5)), backoff: true }
+//! );
+//! ```
+
+use crate::ServerError;
+use crate::config::{Config, OptionError};
+use crate::consumer::{ConnId, Consumer, ConsumerConfig, ConsumerError, ConsumerEvent};
+use crate::frame::{Message, MessageId};
+use crate::names::{Channel, NameError, Topic};
+use crate::producer::{
+    PingId, Producer, ProducerConfig, ProducerError, ProducerEvent, PublishFailure, PublishId,
+};
+use bytes::{Bytes, BytesMut};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+mod hostname;
+mod links;
+pub use hostname::{HOSTNAME_FILES, HOSTNAME_VARS, os_hostname};
+pub use links::{Links, Transport};
+
+// ------------------------------------------------------------------------------- answers
+
+/// How a message is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AnswerKind {
+    /// FIN: done.
+    Finish,
+    /// REQ: redeliver after `delay` (`None`: the configured default for the attempt count);
+    /// with `backoff` the consumer slows down (a failure of the system, not of the message).
+    Requeue {
+        /// Explicit delay, or the default.
+        delay: Option<Duration>,
+        /// Count as a failure for backoff.
+        backoff: bool,
+    },
+    /// TOUCH: more time (the message stays unanswered).
+    Touch,
+}
+
+impl AnswerKind {
+    /// The answer for a message dropped without one: requeue with the default delay, without
+    /// backoff (the message is never lost silently; adapters log a warning).
+    pub const DROPPED: AnswerKind = AnswerKind::Requeue {
+        delay: None,
+        backoff: false,
+    };
+
+    /// The answer for a message handed out after the consumer started stopping (or never
+    /// taken by the application): requeue at once, without backoff.
+    pub const UNTAKEN: AnswerKind = AnswerKind::Requeue {
+        delay: Some(Duration::ZERO),
+        backoff: false,
+    };
+
+    /// The answer for a handler's outcome: `Some(Ok)` finishes, `Some(Err(e))` requeues as
+    /// `e` says, `None` (the handler panicked) requeues with backoff. Logs failures.
+    pub fn from_handler(outcome: Option<Result<(), HandlerError>>) -> AnswerKind {
+        match outcome {
+            Some(Ok(())) => AnswerKind::Finish,
+            Some(Err(e)) => {
+                tracing::debug!(error = %e, "handler failed: requeueing");
+                e.answer_kind()
+            }
+            None => {
+                tracing::error!("handler panicked: requeueing");
+                AnswerKind::Requeue {
+                    delay: None,
+                    backoff: true,
+                }
+            }
+        }
+    }
+}
+
+/// A small `Copy` command answering one message, sent by a `Message` to the driver that owns
+/// the core: no allocation and no lock per answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Answer {
+    /// The connection the message came from.
+    pub conn: ConnId,
+    /// The message id.
+    pub id: MessageId,
+    /// Its attempt count (the default requeue delay grows with it).
+    pub attempts: u16,
+    /// The answer.
+    pub kind: AnswerKind,
+}
+
+impl Answer {
+    /// The answer `kind` for `message`, delivered on `conn`.
+    pub fn new(conn: ConnId, message: &Message, kind: AnswerKind) -> Answer {
+        Answer {
+            conn,
+            id: message.id,
+            attempts: message.attempts,
+            kind,
+        }
+    }
+
+    /// The same message, another answer.
+    pub fn with_kind(self, kind: AnswerKind) -> Answer {
+        Answer { kind, ..self }
+    }
+
+    /// Hands the answer to the consumer. A refusal (typically: the connection closed, so nsqd
+    /// redelivers the message, or the message timed out) is logged at debug level and
+    /// returned.
+    pub fn apply(&self, consumer: &mut Consumer, now: Instant) -> Result<(), ConsumerError> {
+        let result = match self.kind {
+            AnswerKind::Finish => consumer.finish(now, self.conn, &self.id),
+            AnswerKind::Touch => consumer.touch(now, self.conn, &self.id),
+            AnswerKind::Requeue { delay, backoff } => {
+                consumer.requeue_id(now, self.conn, &self.id, self.attempts, delay, backoff)
+            }
+        };
+        if let Err(e) = &result {
+            tracing::debug!(conn = %self.conn, msg = %self.id, error = %e, "answer not sent");
+        }
+        result
+    }
+}
+
+// ------------------------------------------------------------------------- handler errors
+
+/// The error a message handler returns: the message is requeued, by default with backoff and
+/// the configured delay.
+///
+/// Any `std::error::Error + Send + Sync + 'static` converts into it, so `?` works in handlers.
+pub struct HandlerError {
+    source: Box<dyn std::error::Error + Send + Sync>,
+    delay: Option<Duration>,
+    backoff: bool,
+}
+
+impl HandlerError {
+    /// A failure with a message.
+    pub fn msg(message: impl fmt::Display) -> HandlerError {
+        HandlerError {
+            source: message.to_string().into(),
+            delay: None,
+            backoff: true,
+        }
+    }
+
+    /// Requeue after exactly `delay` instead of the configured default.
+    pub fn with_delay(mut self, delay: Duration) -> HandlerError {
+        self.delay = Some(delay);
+        self
+    }
+
+    /// Requeue without backing off (a failure of this message, not of the system).
+    pub fn without_backoff(mut self) -> HandlerError {
+        self.backoff = false;
+        self
+    }
+
+    /// The underlying error.
+    pub fn source(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.source
+    }
+
+    /// The explicit requeue delay, if any.
+    pub fn delay(&self) -> Option<Duration> {
+        self.delay
+    }
+
+    /// Whether the requeue counts as a failure for backoff.
+    pub fn backoff(&self) -> bool {
+        self.backoff
+    }
+
+    /// The REQ this error asks for.
+    pub fn answer_kind(&self) -> AnswerKind {
+        AnswerKind::Requeue {
+            delay: self.delay,
+            backoff: self.backoff,
+        }
+    }
+}
+
+impl<E: std::error::Error + Send + Sync + 'static> From<E> for HandlerError {
+    fn from(e: E) -> Self {
+        HandlerError {
+            source: Box::new(e),
+            delay: None,
+            backoff: true,
+        }
+    }
+}
+
+impl fmt::Debug for HandlerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HandlerError")
+            .field("source", &self.source)
+            .field("delay", &self.delay)
+            .field("backoff", &self.backoff)
+            .finish()
+    }
+}
+
+impl fmt::Display for HandlerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.source, f)
+    }
+}
+
+// ------------------------------------------------------------------------- consumer results
+
+/// What a consumer's `stop` reports once every connection is closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct StopReport {
+    /// Messages still unanswered when their connection closed (nsqd redelivers them).
+    pub unanswered: usize,
+}
+
+impl StopReport {
+    /// A report of `unanswered` leftovers (the core's [`ConsumerEvent::Closed`]).
+    pub fn new(unanswered: usize) -> StopReport {
+        StopReport { unanswered }
+    }
+}
+
+/// Called (on the driver, so keep it short) for every message delivered more than
+/// `max_attempts` times; the message has already been finished.
+pub type GiveUpHook = Arc<dyn Fn(&Message) + Send + Sync>;
+
+// ------------------------------------------------------------------------------- logging
+
+/// Logs a consumer event with `tracing`, the same way in every adapter. Call it for every
+/// event; the ones an adapter acts on (`Message`, `Closed`) are not logged here.
+pub fn log_consumer_event(event: &ConsumerEvent) {
+    match event {
+        ConsumerEvent::Message { .. } | ConsumerEvent::Closed { .. } => {}
+        ConsumerEvent::GaveUp { conn, message } => {
+            tracing::warn!(%conn, msg = %message.id, attempts = message.attempts, "giving up on message (max_attempts exceeded)");
+        }
+        ConsumerEvent::MessageExpired { conn, id } => {
+            tracing::warn!(%conn, msg = %id, "message timed out before it was answered");
+        }
+        ConsumerEvent::ConnectionReady { conn, addr } => {
+            tracing::info!(%conn, %addr, "nsqd connection ready");
+        }
+        ConsumerEvent::ConnectionClosed { conn, addr, reason } => {
+            tracing::info!(%conn, %addr, %reason, "nsqd connection closed");
+        }
+        ConsumerEvent::ServerError { conn, error } => {
+            tracing::warn!(%conn, %error, "nsqd error");
+        }
+        ConsumerEvent::LookupdFailed { addr, error } => {
+            tracing::warn!(lookupd = %addr, %error, "nsqlookupd query failed");
+        }
+        #[allow(unreachable_patterns, reason = "ConsumerEvent is non_exhaustive")]
+        other => tracing::debug!(?other, "consumer event"),
+    }
+}
+
+/// Logs a producer event with `tracing`, the same way in every adapter. Call it for every
+/// event; successes and `Closed` are not logged.
+pub fn log_producer_event(event: &ProducerEvent) {
+    match event {
+        ProducerEvent::Published(_) | ProducerEvent::PingOk(_) | ProducerEvent::Closed => {}
+        ProducerEvent::PublishFailed(id, failure) => {
+            tracing::debug!(%id, %failure, "publish failed");
+        }
+        ProducerEvent::PingFailed(id, failure) => {
+            tracing::debug!(%id, %failure, "ping failed");
+        }
+        ProducerEvent::ConnectionReady { conn, addr } => {
+            tracing::info!(%conn, %addr, "nsqd connection ready");
+        }
+        ProducerEvent::ConnectionClosed { conn, addr, reason } => {
+            tracing::info!(%conn, %addr, %reason, "nsqd connection closed");
+        }
+        #[allow(unreachable_patterns, reason = "ProducerEvent is non_exhaustive")]
+        other => tracing::debug!(?other, "producer event"),
+    }
+}
+
+// -------------------------------------------------------------------------------- outbox
+
+/// Gathers the bytes the core emits for one connection during one wake-up, so each
+/// connection gets at most one write per wake-up.
+#[derive(Debug, Default)]
+pub struct Outbox {
+    first: Option<Bytes>,
+    more: BytesMut,
+}
+
+impl Outbox {
+    /// Adds bytes (no copy for the first chunk of a wake-up).
+    pub fn push(&mut self, data: Bytes) {
+        if data.is_empty() {
+            return;
+        }
+        match &self.first {
+            None if self.more.is_empty() => self.first = Some(data),
+            _ => {
+                if let Some(first) = self.first.take() {
+                    self.more.extend_from_slice(&first);
+                }
+                self.more.extend_from_slice(&data);
+            }
+        }
+    }
+
+    /// Takes everything gathered, if anything.
+    pub fn take(&mut self) -> Option<Bytes> {
+        if let Some(first) = self.first.take() {
+            return Some(first);
+        }
+        if self.more.is_empty() {
+            None
+        } else {
+            Some(self.more.split().freeze())
+        }
+    }
+}
+
+// -------------------------------------------------------------------------- configuration
+
+/// A core configuration plus the socket-level settings an adapter applies itself.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct AdapterConfig<C> {
+    /// The core's configuration ([`ConsumerConfig`] or [`ProducerConfig`]).
+    pub core: C,
+    /// How long a TCP connect may take (go-nsq `dial_timeout`).
+    pub dial_timeout: Duration,
+    /// How long one socket write may take before the connection is dropped (go-nsq
+    /// `write_timeout`).
+    pub write_timeout: Duration,
+}
+
+impl<C: Default> Default for AdapterConfig<C> {
+    fn default() -> Self {
+        let defaults = Config::default();
+        AdapterConfig {
+            core: C::default(),
+            dial_timeout: defaults.dial_timeout,
+            write_timeout: defaults.write_timeout,
+        }
+    }
+}
+
+fn with_hostname(config: &Config, os_hostname: Option<String>) -> Option<Config> {
+    match (&config.hostname, os_hostname) {
+        (None, Some(h)) if !h.trim().is_empty() => Some(Config {
+            hostname: Some(h.trim().to_owned()),
+            ..config.clone()
+        }),
+        _ => None,
+    }
+}
+
+/// The consumer's configuration from `config`. `os_hostname` (read by the adapter) fills
+/// `hostname` when `config` names none; TLS files are read with `read_file` (`std::fs::read`).
+pub fn consumer_config(
+    config: &Config,
+    os_hostname: Option<String>,
+    read_file: impl FnMut(PathBuf) -> std::io::Result<Vec<u8>>,
+) -> Result<AdapterConfig<ConsumerConfig>, OptionError> {
+    let filled = with_hostname(config, os_hostname);
+    let config = filled.as_ref().unwrap_or(config);
+    Ok(AdapterConfig {
+        core: config.consumer_config(read_file)?,
+        dial_timeout: config.dial_timeout,
+        write_timeout: config.write_timeout,
+    })
+}
+
+/// The producer's configuration from `config` (see [`consumer_config`]). The core also
+/// applies `dial_timeout` as its connect timeout.
+pub fn producer_config(
+    config: &Config,
+    os_hostname: Option<String>,
+    read_file: impl FnMut(PathBuf) -> std::io::Result<Vec<u8>>,
+) -> Result<AdapterConfig<ProducerConfig>, OptionError> {
+    let filled = with_hostname(config, os_hostname);
+    let config = filled.as_ref().unwrap_or(config);
+    Ok(AdapterConfig {
+        core: config.producer_config(read_file)?,
+        dial_timeout: config.dial_timeout,
+        write_timeout: config.write_timeout,
+    })
+}
+
+// ------------------------------------------------------------------------------- builders
+
+/// What a consumer builder collects before it starts: every adapter's `ConsumerBuilder`
+/// stores one and forwards its methods to the public fields; [`start`](Self::start) does the
+/// validation and creates the core. Errors of the name and configuration arguments are kept
+/// until then, so the builder methods stay infallible.
+#[non_exhaustive]
+pub struct ConsumerSetup {
+    /// The topic (validated by [`new`](Self::new)).
+    pub topic: Result<Topic, Error>,
+    /// The channel.
+    pub channel: Result<Channel, Error>,
+    /// The core's configuration.
+    pub config: Result<ConsumerConfig, Error>,
+    /// Overrides `config.max_in_flight`.
+    pub max_in_flight: Option<u32>,
+    /// Called for messages given up on.
+    pub give_up: Option<GiveUpHook>,
+    /// nsqd TCP addresses to connect to directly.
+    pub nsqd: Vec<String>,
+    /// nsqlookupd HTTP addresses.
+    pub lookupd: Vec<String>,
+    /// Seed of the core's RNG (random when `None`).
+    pub seed: Option<u64>,
+    /// TCP connect timeout.
+    pub dial_timeout: Duration,
+    /// Socket write timeout.
+    pub write_timeout: Duration,
+}
+
+impl fmt::Debug for ConsumerSetup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConsumerSetup")
+            .field("topic", &self.topic)
+            .field("channel", &self.channel)
+            .field("config", &self.config)
+            .field("max_in_flight", &self.max_in_flight)
+            .field("give_up", &self.give_up.is_some())
+            .field("nsqd", &self.nsqd)
+            .field("lookupd", &self.lookupd)
+            .field("dial_timeout", &self.dial_timeout)
+            .field("write_timeout", &self.write_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A core consumer ready to be driven, with what its driver needs.
+#[non_exhaustive]
+pub struct ConsumerStart {
+    /// The core, with its nsqd and lookupd addresses added.
+    pub core: Consumer,
+    /// The give-up hook.
+    pub give_up: Option<GiveUpHook>,
+    /// TCP connect timeout.
+    pub dial_timeout: Duration,
+    /// Socket write timeout.
+    pub write_timeout: Duration,
+}
+
+impl ConsumerSetup {
+    /// A setup for `topic`/`channel` with the default configuration.
+    pub fn new(topic: impl IntoTopic, channel: impl IntoChannel) -> ConsumerSetup {
+        let defaults = AdapterConfig::<ConsumerConfig>::default();
+        ConsumerSetup {
+            topic: topic.into_topic().map_err(Error::from),
+            channel: channel.into_channel().map_err(Error::from),
+            config: Ok(defaults.core),
+            max_in_flight: None,
+            give_up: None,
+            nsqd: Vec::new(),
+            lookupd: Vec::new(),
+            seed: None,
+            dial_timeout: defaults.dial_timeout,
+            write_timeout: defaults.write_timeout,
+        }
+    }
+
+    /// Takes `config` (see [`consumer_config`]).
+    pub fn config(
+        &mut self,
+        config: &Config,
+        os_hostname: Option<String>,
+        read_file: impl FnMut(PathBuf) -> std::io::Result<Vec<u8>>,
+    ) {
+        match consumer_config(config, os_hostname, read_file) {
+            Ok(c) => {
+                self.config = Ok(c.core);
+                self.dial_timeout = c.dial_timeout;
+                self.write_timeout = c.write_timeout;
+            }
+            Err(e) => self.config = Err(e.into()),
+        }
+    }
+
+    /// Validates everything and creates the core (`seed` is called when no seed was set).
+    pub fn start(self, now: Instant, seed: impl FnOnce() -> u64) -> Result<ConsumerStart, Error> {
+        let topic = self.topic?;
+        let channel = self.channel?;
+        let mut config = self.config?;
+        if let Some(n) = self.max_in_flight {
+            config.max_in_flight = n;
+        }
+        let mut core = Consumer::new(config, topic, channel, self.seed.unwrap_or_else(seed));
+        for a in &self.nsqd {
+            core.add_nsqd(now, a)?;
+        }
+        for a in &self.lookupd {
+            core.add_lookupd(now, a)?;
+        }
+        Ok(ConsumerStart {
+            core,
+            give_up: self.give_up,
+            dial_timeout: self.dial_timeout,
+            write_timeout: self.write_timeout,
+        })
+    }
+}
+
+/// What a producer builder collects before it starts (see [`ConsumerSetup`]).
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct ProducerSetup {
+    /// The core's configuration.
+    pub config: Result<ProducerConfig, Error>,
+    /// nsqd TCP addresses, in failover order.
+    pub nsqd: Vec<String>,
+    /// Seed of the core's RNG (random when `None`).
+    pub seed: Option<u64>,
+    /// Socket write timeout.
+    pub write_timeout: Duration,
+}
+
+impl Default for ProducerSetup {
+    fn default() -> Self {
+        let defaults = AdapterConfig::<ProducerConfig>::default();
+        ProducerSetup {
+            config: Ok(defaults.core),
+            nsqd: Vec::new(),
+            seed: None,
+            write_timeout: defaults.write_timeout,
+        }
+    }
+}
+
+/// A core producer ready to be driven, with what its driver needs.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct ProducerStart {
+    /// The core, with its nsqd addresses added (connecting).
+    pub core: Producer,
+    /// TCP connect timeout for the sockets: the core's own connect timeout plus a second
+    /// (the core abandons a slow attempt itself; this only bounds the socket's).
+    pub dial_timeout: Duration,
+    /// Socket write timeout.
+    pub write_timeout: Duration,
+}
+
+impl ProducerSetup {
+    /// Takes `config` (see [`producer_config`]).
+    pub fn config(
+        &mut self,
+        config: &Config,
+        os_hostname: Option<String>,
+        read_file: impl FnMut(PathBuf) -> std::io::Result<Vec<u8>>,
+    ) {
+        match producer_config(config, os_hostname, read_file) {
+            Ok(c) => {
+                self.config = Ok(c.core);
+                self.write_timeout = c.write_timeout;
+            }
+            Err(e) => self.config = Err(e.into()),
+        }
+    }
+
+    /// Validates everything and creates the core (`seed` is called when no seed was set).
+    pub fn start(self, now: Instant, seed: impl FnOnce() -> u64) -> Result<ProducerStart, Error> {
+        let config = self.config?;
+        let dial_timeout = config.connect_timeout + Duration::from_secs(1);
+        let mut core = Producer::new(config, self.seed.unwrap_or_else(seed))?;
+        for a in &self.nsqd {
+            core.add_nsqd(now, a)?;
+        }
+        Ok(ProducerStart {
+            core,
+            dial_timeout,
+            write_timeout: self.write_timeout,
+        })
+    }
+}
+
+// ------------------------------------------------------------------------------- publishes
+
+/// A publish (or ping) a user asked for, on its way to the core [`Producer`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum PublishRequest {
+    /// PUB.
+    Publish {
+        /// The topic.
+        topic: Topic,
+        /// The body.
+        body: Bytes,
+    },
+    /// MPUB.
+    MultiPublish {
+        /// The topic.
+        topic: Topic,
+        /// The bodies.
+        bodies: Vec<Bytes>,
+    },
+    /// DPUB.
+    DeferredPublish {
+        /// The topic.
+        topic: Topic,
+        /// The delay.
+        delay: Duration,
+        /// The body.
+        body: Bytes,
+    },
+    /// Resolves once a connection is ready.
+    Ping,
+}
+
+/// Which reply (`R`: a one-shot sender of the adapter) waits for which publish or ping of a
+/// core [`Producer`].
+#[derive(Debug)]
+pub struct Replies<R> {
+    publishes: BTreeMap<PublishId, R>,
+    pings: BTreeMap<PingId, R>,
+}
+
+impl<R> Default for Replies<R> {
+    fn default() -> Self {
+        Replies {
+            publishes: BTreeMap::new(),
+            pings: BTreeMap::new(),
+        }
+    }
+}
+
+impl<R> Replies<R> {
+    /// Hands `request` to the core; `reply` waits for its result. When the core refuses it
+    /// (nothing was queued), the reply comes back with the error.
+    pub fn submit(
+        &mut self,
+        core: &mut Producer,
+        now: Instant,
+        request: &PublishRequest,
+        reply: R,
+    ) -> Result<(), (R, Error)> {
+        let result = match request {
+            PublishRequest::Publish { topic, body } => core.publish(now, topic, body),
+            PublishRequest::MultiPublish { topic, bodies } => {
+                core.multi_publish(now, topic, bodies)
+            }
+            PublishRequest::DeferredPublish { topic, delay, body } => {
+                core.deferred_publish(now, topic, *delay, body)
+            }
+            PublishRequest::Ping => {
+                return match core.ping(now) {
+                    Ok(id) => {
+                        self.pings.insert(id, reply);
+                        Ok(())
+                    }
+                    Err(e) => Err((reply, e.into())),
+                };
+            }
+        };
+        match result {
+            Ok(id) => {
+                self.publishes.insert(id, reply);
+                Ok(())
+            }
+            Err(e) => Err((reply, e.into())),
+        }
+    }
+
+    /// The reply `event` resolves, with its result (`None` for other events).
+    pub fn resolve(&mut self, event: &ProducerEvent) -> Option<(R, Result<(), Error>)> {
+        match event {
+            ProducerEvent::Published(id) => self.publishes.remove(id).map(|r| (r, Ok(()))),
+            ProducerEvent::PublishFailed(id, failure) => self
+                .publishes
+                .remove(id)
+                .map(|r| (r, Err(failure.clone().into()))),
+            ProducerEvent::PingOk(id) => self.pings.remove(id).map(|r| (r, Ok(()))),
+            ProducerEvent::PingFailed(id, failure) => self
+                .pings
+                .remove(id)
+                .map(|r| (r, Err(failure.clone().into()))),
+            _ => None,
+        }
+    }
+
+    /// How many replies wait.
+    pub fn len(&self) -> usize {
+        self.publishes.len() + self.pings.len()
+    }
+
+    /// Nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every waiting reply (when the driver stops; answer them with [`Error::Closed`]).
+    pub fn take_all(&mut self) -> impl Iterator<Item = R> + use<R> {
+        let publishes = std::mem::take(&mut self.publishes);
+        let pings = std::mem::take(&mut self.pings);
+        publishes.into_values().chain(pings.into_values())
+    }
+}
+
+// --------------------------------------------------------------------------------- errors
+
+/// Why an operation of an adapter failed.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Error {
+    /// A topic or channel name that nsqd would refuse.
+    InvalidName(NameError),
+    /// Other input that was refused before anything was sent (address, empty batch, body too
+    /// large, ...).
+    InvalidInput(String),
+    /// nsqd answered with an error (for example `E_BAD_MESSAGE`, `E_PUB_FAILED`).
+    Server(ServerError),
+    /// The connection carrying the request was lost before the answer arrived (the message
+    /// may or may not have been published).
+    ConnectionLost(String),
+    /// No answer within the configured timeout (may or may not have been published).
+    Timeout,
+    /// No nsqd connection is up (every configured nsqd is down, or none became ready within
+    /// `publish_timeout`); the message was not sent. Carries the last connection error.
+    NoServerAvailable(Option<String>),
+    /// Too many publishes are outstanding (`max_outstanding` / `max_pending`); retry later.
+    Backpressure(String),
+    /// The consumer refused the command.
+    Consumer(ConsumerError),
+    /// The producer or consumer has been closed.
+    Closed,
+    /// Not called from within the runtime the adapter needs.
+    NoRuntime,
+    /// A configuration option is unknown, malformed or out of range.
+    Config(OptionError),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::InvalidName(e) => write!(f, "invalid name: {e}"),
+            Error::InvalidInput(e) => write!(f, "invalid input: {e}"),
+            Error::Server(e) => write!(f, "nsqd error: {e}"),
+            Error::ConnectionLost(r) => write!(f, "connection lost: {r}"),
+            Error::Timeout => f.write_str("timed out"),
+            Error::NoServerAvailable(None) => f.write_str("no nsqd available"),
+            Error::NoServerAvailable(Some(e)) => {
+                write!(f, "no nsqd available (last error: {e})")
+            }
+            Error::Backpressure(e) => write!(f, "{e}"),
+            Error::Consumer(e) => write!(f, "{e}"),
+            Error::Closed => f.write_str("closed"),
+            Error::NoRuntime => f.write_str("must be called from within the adapter's runtime"),
+            Error::Config(e) => write!(f, "invalid configuration: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::InvalidName(e) => Some(e),
+            Error::Server(e) => Some(e),
+            Error::Consumer(e) => Some(e),
+            Error::Config(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<OptionError> for Error {
+    fn from(e: OptionError) -> Self {
+        Error::Config(e)
+    }
+}
+
+impl From<NameError> for Error {
+    fn from(e: NameError) -> Self {
+        Error::InvalidName(e)
+    }
+}
+
+impl From<ConsumerError> for Error {
+    fn from(e: ConsumerError) -> Self {
+        match e {
+            ConsumerError::InvalidAddress(a) => {
+                Error::InvalidInput(format!("invalid nsqd address {a:?}: expected host:port"))
+            }
+            ConsumerError::InvalidLookupd(e) => Error::InvalidInput(e.to_string()),
+            ConsumerError::Closing => Error::Closed,
+            e => Error::Consumer(e),
+        }
+    }
+}
+
+impl From<ProducerError> for Error {
+    fn from(e: ProducerError) -> Self {
+        match e {
+            ProducerError::Closed => Error::Closed,
+            ProducerError::TooManyOutstanding { limit } => {
+                Error::Backpressure(format!("{limit} publishes are already outstanding"))
+            }
+            ProducerError::PendingQueueFull { limit } => {
+                Error::Backpressure(format!("{limit} publishes already wait for a connection"))
+            }
+            e => Error::InvalidInput(e.to_string()),
+        }
+    }
+}
+
+impl From<PublishFailure> for Error {
+    fn from(f: PublishFailure) -> Self {
+        match f {
+            PublishFailure::Server(e) => Error::Server(e),
+            PublishFailure::ConnectionLost(r) => Error::ConnectionLost(r.to_string()),
+            PublishFailure::TimedOut { .. } => Error::Timeout,
+            PublishFailure::NoServerAvailable { last_error } => {
+                Error::NoServerAvailable(last_error)
+            }
+            e => Error::InvalidInput(e.to_string()),
+        }
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for &str {}
+    impl Sealed for String {}
+    impl Sealed for &String {}
+    impl Sealed for crate::Topic {}
+    impl Sealed for &crate::Topic {}
+    impl Sealed for crate::Channel {}
+    impl Sealed for &crate::Channel {}
+}
+
+/// A topic argument: a validated [`Topic`] or a string, validated on use.
+pub trait IntoTopic: sealed::Sealed {
+    /// The validated topic.
+    fn into_topic(self) -> Result<Topic, NameError>;
+}
+
+impl IntoTopic for &str {
+    fn into_topic(self) -> Result<Topic, NameError> {
+        Topic::new(self)
+    }
+}
+impl IntoTopic for String {
+    fn into_topic(self) -> Result<Topic, NameError> {
+        Topic::new(self)
+    }
+}
+impl IntoTopic for &String {
+    fn into_topic(self) -> Result<Topic, NameError> {
+        Topic::new(self)
+    }
+}
+impl IntoTopic for Topic {
+    fn into_topic(self) -> Result<Topic, NameError> {
+        Ok(self)
+    }
+}
+impl IntoTopic for &Topic {
+    fn into_topic(self) -> Result<Topic, NameError> {
+        Ok(self.clone())
+    }
+}
+
+/// A channel argument: a validated [`Channel`] or a string, validated on use.
+pub trait IntoChannel: sealed::Sealed {
+    /// The validated channel.
+    fn into_channel(self) -> Result<Channel, NameError>;
+}
+
+impl IntoChannel for &str {
+    fn into_channel(self) -> Result<Channel, NameError> {
+        Channel::new(self)
+    }
+}
+impl IntoChannel for String {
+    fn into_channel(self) -> Result<Channel, NameError> {
+        Channel::new(self)
+    }
+}
+impl IntoChannel for &String {
+    fn into_channel(self) -> Result<Channel, NameError> {
+        Channel::new(self)
+    }
+}
+impl IntoChannel for Channel {
+    fn into_channel(self) -> Result<Channel, NameError> {
+        Ok(self)
+    }
+}
+impl IntoChannel for &Channel {
+    fn into_channel(self) -> Result<Channel, NameError> {
+        Ok(self.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outbox_gathers_one_write() {
+        let mut o = Outbox::default();
+        assert_eq!(o.take(), None);
+        o.push(Bytes::from_static(b"ab"));
+        o.push(Bytes::new());
+        assert_eq!(o.take().as_deref(), Some(&b"ab"[..]));
+        o.push(Bytes::from_static(b"ab"));
+        o.push(Bytes::from_static(b"cd"));
+        o.push(Bytes::from_static(b"e"));
+        assert_eq!(o.take().as_deref(), Some(&b"abcde"[..]));
+        assert_eq!(o.take(), None);
+    }
+
+    #[test]
+    fn handler_outcomes() {
+        assert_eq!(AnswerKind::from_handler(Some(Ok(()))), AnswerKind::Finish);
+        let e = HandlerError::msg("x").without_backoff();
+        assert_eq!(e.to_string(), "x");
+        assert_eq!(
+            AnswerKind::from_handler(Some(Err(e))),
+            AnswerKind::Requeue {
+                delay: None,
+                backoff: false
+            }
+        );
+        let io: HandlerError = std::io::Error::other("disk").into();
+        assert!(io.backoff());
+        assert_eq!(io.delay(), None);
+        assert_eq!(
+            AnswerKind::from_handler(None),
+            AnswerKind::Requeue {
+                delay: None,
+                backoff: true
+            }
+        );
+    }
+
+    #[test]
+    fn hostname_is_filled_only_when_unset() {
+        let c = consumer_config(&Config::default(), Some("box.example.com\n".into()), |_| {
+            Err(std::io::Error::other("no files"))
+        })
+        .unwrap();
+        assert_eq!(
+            c.core.connection.hostname.as_deref(),
+            Some("box.example.com")
+        );
+        let named = Config {
+            hostname: Some("mine".into()),
+            ..Config::default()
+        };
+        let p = producer_config(&named, Some("os".into()), |_| {
+            Err(std::io::Error::other("no files"))
+        })
+        .unwrap();
+        assert_eq!(p.core.connection.hostname.as_deref(), Some("mine"));
+        assert_eq!(p.dial_timeout, Config::default().dial_timeout);
+        let none = consumer_config(&Config::default(), None, |_| {
+            Err(std::io::Error::other("no files"))
+        })
+        .unwrap();
+        assert_eq!(none.core.connection.hostname, None);
+    }
+
+    #[test]
+    fn replies_follow_the_core() {
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "origin of virtual time in a test"
+        )]
+        let now = Instant::now();
+        let mut setup = ProducerSetup::default();
+        setup.nsqd.push("127.0.0.1:4150".into());
+        setup.seed = Some(7);
+        let mut core = setup.start(now, || unreachable!("seeded")).unwrap().core;
+        let mut replies = Replies::default();
+        let topic = Topic::new("t").unwrap();
+        let publish = PublishRequest::Publish {
+            topic: topic.clone(),
+            body: Bytes::from_static(b"x"),
+        };
+        replies.submit(&mut core, now, &publish, 1).unwrap();
+        replies
+            .submit(&mut core, now, &PublishRequest::Ping, 2)
+            .unwrap();
+        let empty = PublishRequest::MultiPublish {
+            topic,
+            bodies: Vec::new(),
+        };
+        let (r, e) = replies.submit(&mut core, now, &empty, 3).unwrap_err();
+        assert_eq!(r, 3);
+        assert!(matches!(e, Error::InvalidInput(_)), "{e}");
+        assert_eq!(replies.len(), 2);
+        // The only nsqd cannot be reached: both fail fast.
+        let conn = loop {
+            match core.poll_action() {
+                Some(crate::driver::Action::Connect { conn, .. }) => break conn,
+                Some(_) => {}
+                None => panic!("no connect"),
+            }
+        };
+        core.handle_connect_failed(now, conn, "refused");
+        let mut resolved = Vec::new();
+        while let Some(ev) = core.poll_event() {
+            if let Some((r, result)) = replies.resolve(&ev) {
+                assert!(matches!(result, Err(Error::NoServerAvailable(_))));
+                resolved.push(r);
+            }
+        }
+        resolved.sort_unstable();
+        assert_eq!(resolved, [1, 2]);
+        assert!(replies.is_empty());
+        assert_eq!(replies.take_all().count(), 0);
+    }
+
+    #[test]
+    fn consumer_setup_validates() {
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "origin of virtual time in a test"
+        )]
+        let now = Instant::now();
+        let bad = ConsumerSetup::new("bad topic!", "ch");
+        assert!(matches!(bad.start(now, || 1), Err(Error::InvalidName(_))));
+        let mut setup = ConsumerSetup::new("t", "ch");
+        setup.nsqd.push("nope".into());
+        assert!(matches!(
+            setup.start(now, || 1),
+            Err(Error::InvalidInput(_))
+        ));
+        let mut setup = ConsumerSetup::new("t", "ch");
+        setup.max_in_flight = Some(9);
+        setup.nsqd.push("127.0.0.1:4150".into());
+        let started = setup.start(now, || 1).unwrap();
+        assert_eq!(started.core.max_in_flight(), 9);
+    }
+
+    #[test]
+    fn errors_map() {
+        assert!(matches!(Error::from(ProducerError::Closed), Error::Closed));
+        assert!(matches!(
+            Error::from(PublishFailure::NoServerAvailable { last_error: None }),
+            Error::NoServerAvailable(None)
+        ));
+        assert!(matches!(Error::from(ConsumerError::Closing), Error::Closed));
+        assert!("bad topic!".into_topic().is_err());
+        assert!("ok".into_channel().is_ok());
+    }
+}

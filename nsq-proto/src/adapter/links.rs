@@ -1,0 +1,222 @@
+//! Performing a driver's [`Action`]s: which nsqd connection and which lookupd exchange has
+//! which runtime handle, with the bytes of one wake-up gathered per connection ([`Outbox`]).
+//! The runtime half (opening sockets, spawning tasks or threads) is a [`Transport`].
+
+use super::Outbox;
+use crate::consumer::LookupdRequestId;
+use crate::driver::{Action, ConnId};
+use bytes::Bytes;
+use std::collections::BTreeMap;
+
+/// What an adapter does with sockets: the runtime-specific half of performing [`Action`]s.
+pub trait Transport {
+    /// The handle on one nsqd connection (its tasks or threads).
+    type Link;
+    /// The handle on one nsqlookupd HTTP exchange.
+    type Lookup;
+
+    /// Starts connecting `conn` to the nsqd at `addr`; the result is reported to the core
+    /// later (`handle_connected` / `handle_connect_failed`).
+    fn connect(&mut self, conn: ConnId, addr: &str) -> Self::Link;
+    /// Hands the bytes of one wake-up to the connection's writer.
+    fn send(&mut self, link: &mut Self::Link, data: Bytes);
+    /// Closes the connection after the bytes already handed to it.
+    fn close(&mut self, link: Self::Link);
+    /// Starts the HTTP exchange `request` (the complete request `data`) with the lookupd at
+    /// `addr`.
+    fn lookup(&mut self, request: LookupdRequestId, addr: &str, data: Bytes) -> Self::Lookup;
+    /// Abandons a lookupd exchange.
+    fn close_lookup(&mut self, lookup: Self::Lookup);
+}
+
+/// The connections and lookupd exchanges a driver has open, performing the core's actions
+/// through a [`Transport`]: bytes are gathered until [`flush`](Self::flush) (one write per
+/// connection per wake-up), a `Disconnect` writes what was gathered before closing.
+pub struct Links<T: Transport> {
+    links: BTreeMap<ConnId, (T::Link, Outbox)>,
+    lookups: BTreeMap<LookupdRequestId, T::Lookup>,
+}
+
+impl<T: Transport> Default for Links<T> {
+    fn default() -> Self {
+        Links {
+            links: BTreeMap::new(),
+            lookups: BTreeMap::new(),
+        }
+    }
+}
+
+impl<T: Transport> std::fmt::Debug for Links<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Links")
+            .field("links", &self.links.keys().collect::<Vec<_>>())
+            .field("lookups", &self.lookups.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl<T: Transport> Links<T> {
+    /// Performs one action of the core.
+    pub fn act(&mut self, transport: &mut T, action: Action) {
+        match action {
+            Action::Transmit { conn, data } => {
+                if let Some((_, outbox)) = self.links.get_mut(&conn) {
+                    outbox.push(data);
+                }
+            }
+            Action::Connect { conn, addr } => {
+                tracing::info!(%conn, %addr, "connecting to nsqd");
+                let link = transport.connect(conn, &addr);
+                self.links.insert(conn, (link, Outbox::default()));
+            }
+            Action::Disconnect { conn } => {
+                if let Some((mut link, mut outbox)) = self.links.remove(&conn) {
+                    if let Some(data) = outbox.take() {
+                        transport.send(&mut link, data);
+                    }
+                    transport.close(link);
+                }
+            }
+            Action::LookupdRequest {
+                request,
+                addr,
+                data,
+            } => {
+                tracing::debug!(%request, %addr, "querying nsqlookupd");
+                let lookup = transport.lookup(request, &addr, data);
+                self.lookups.insert(request, lookup);
+            }
+            Action::LookupdClose { request } => {
+                if let Some(lookup) = self.lookups.remove(&request) {
+                    transport.close_lookup(lookup);
+                }
+            }
+            #[allow(unreachable_patterns, reason = "Action is non_exhaustive")]
+            other => tracing::debug!(?other, "unknown action ignored"),
+        }
+    }
+
+    /// Hands every connection the bytes gathered since the last flush, in one piece.
+    pub fn flush(&mut self, transport: &mut T) {
+        for (link, outbox) in self.links.values_mut() {
+            if let Some(data) = outbox.take() {
+                transport.send(link, data);
+            }
+        }
+    }
+
+    /// Flushes, then closes every connection and abandons every lookupd exchange.
+    pub fn close_all(&mut self, transport: &mut T) {
+        self.flush(transport);
+        for (_, (link, _)) in std::mem::take(&mut self.links) {
+            transport.close(link);
+        }
+        for (_, lookup) in std::mem::take(&mut self.lookups) {
+            transport.close_lookup(lookup);
+        }
+    }
+
+    /// The open connection `conn` (events of a connection the core has closed are stale).
+    pub fn link(&self, conn: ConnId) -> Option<&T::Link> {
+        self.links.get(&conn).map(|(link, _)| link)
+    }
+
+    /// The open connection `conn`, mutably.
+    pub fn link_mut(&mut self, conn: ConnId) -> Option<&mut T::Link> {
+        self.links.get_mut(&conn).map(|(link, _)| link)
+    }
+
+    /// Whether the lookupd exchange `request` is still open.
+    pub fn has_lookup(&self, request: LookupdRequestId) -> bool {
+        self.lookups.contains_key(&request)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Records what the links ask of the transport.
+    #[derive(Default)]
+    struct Log(Vec<String>);
+
+    impl Transport for Log {
+        type Link = ConnId;
+        type Lookup = LookupdRequestId;
+        fn connect(&mut self, conn: ConnId, addr: &str) -> ConnId {
+            self.0.push(format!("connect {conn} {addr}"));
+            conn
+        }
+        fn send(&mut self, link: &mut ConnId, data: Bytes) {
+            self.0
+                .push(format!("send {link} {}", String::from_utf8_lossy(&data)));
+        }
+        fn close(&mut self, link: ConnId) {
+            self.0.push(format!("close {link}"));
+        }
+        fn lookup(&mut self, request: LookupdRequestId, addr: &str, _: Bytes) -> Self::Lookup {
+            self.0.push(format!("lookup {request} {addr}"));
+            request
+        }
+        fn close_lookup(&mut self, lookup: LookupdRequestId) {
+            self.0.push(format!("close lookup {lookup}"));
+        }
+    }
+
+    #[test]
+    fn one_write_per_flush_and_pending_bytes_before_close() {
+        let mut core = crate::Producer::new(crate::producer::ProducerConfig::default(), 1)
+            .expect("default config");
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "origin of virtual time in a test"
+        )]
+        let now = std::time::Instant::now();
+        core.add_nsqd(now, "127.0.0.1:4150").expect("address");
+        let Some(Action::Connect { conn, addr }) = core.poll_action() else {
+            panic!("the producer connects first");
+        };
+        let mut t = Log::default();
+        let mut links = Links::<Log>::default();
+        links.act(&mut t, Action::Connect { conn, addr });
+        assert!(links.link(conn).is_some());
+        for part in ["a", "b", "c"] {
+            links.act(
+                &mut t,
+                Action::Transmit {
+                    conn,
+                    data: Bytes::from_static(part.as_bytes()),
+                },
+            );
+        }
+        links.flush(&mut t);
+        links.flush(&mut t);
+        links.act(
+            &mut t,
+            Action::Transmit {
+                conn,
+                data: Bytes::from_static(b"d"),
+            },
+        );
+        links.act(&mut t, Action::Disconnect { conn });
+        assert!(links.link(conn).is_none());
+        // Bytes for a connection already closed are dropped.
+        links.act(
+            &mut t,
+            Action::Transmit {
+                conn,
+                data: Bytes::from_static(b"late"),
+            },
+        );
+        links.close_all(&mut t);
+        assert_eq!(
+            t.0,
+            [
+                format!("connect {conn} 127.0.0.1:4150"),
+                format!("send {conn} abc"),
+                format!("send {conn} d"),
+                format!("close {conn}"),
+            ]
+        );
+    }
+}
