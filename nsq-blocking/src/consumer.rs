@@ -4,12 +4,13 @@ use crate::driver::{BATCH, Input, Io};
 use crate::net;
 use bytes::Bytes;
 use nsq_proto::adapter::{
-    self, Answer, AnswerKind, Error, GiveUpHook, HandlerError, IntoChannel, IntoTopic, StopReport,
+    self, Answer, AnswerKind, ConsumerSetup, Error, GiveUpHook, HandlerError, IntoChannel,
+    IntoTopic, StopReport,
 };
 use nsq_proto::consumer::{
     Action, ConnId, ConsumerConfig, ConsumerError, ConsumerEvent, ConsumerStats,
 };
-use nsq_proto::{Config, MessageId, Topic};
+use nsq_proto::{Config, MessageId};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -231,29 +232,9 @@ impl Drop for Message {
 // ---------------------------------------------------------------------------------- builder
 
 /// Builds a [`Consumer`]: topic, channel, configuration, addresses.
+#[derive(Debug)]
 pub struct ConsumerBuilder {
-    topic: Result<Topic, Error>,
-    channel: Result<nsq_proto::Channel, Error>,
-    config: Result<ConsumerConfig, Error>,
-    max_in_flight: Option<u32>,
-    give_up: Option<GiveUpHook>,
-    nsqd: Vec<String>,
-    lookupd: Vec<String>,
-    seed: Option<u64>,
-    dial_timeout: Duration,
-    write_timeout: Duration,
-}
-
-impl fmt::Debug for ConsumerBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ConsumerBuilder")
-            .field("topic", &self.topic)
-            .field("channel", &self.channel)
-            .field("config", &self.config)
-            .field("nsqd", &self.nsqd)
-            .field("lookupd", &self.lookupd)
-            .finish_non_exhaustive()
-    }
+    setup: ConsumerSetup,
 }
 
 impl ConsumerBuilder {
@@ -261,27 +242,20 @@ impl ConsumerBuilder {
     /// names are read here; errors are reported by [`build`](Self::build). The OS hostname is
     /// sent in IDENTIFY unless `hostname` is set.
     pub fn config(mut self, config: &Config) -> Self {
-        match adapter::consumer_config(config, net::os_hostname(), std::fs::read) {
-            Ok(c) => {
-                self.config = Ok(c.core);
-                self.dial_timeout = c.dial_timeout;
-                self.write_timeout = c.write_timeout;
-            }
-            Err(e) => self.config = Err(e.into()),
-        }
+        self.setup.config(config, net::os_hostname(), std::fs::read);
         self
     }
 
     /// The core's own configuration struct ([`ConsumerConfig`]), for settings [`Config`] does
     /// not expose.
     pub fn core_config(mut self, config: ConsumerConfig) -> Self {
-        self.config = Ok(config);
+        self.setup.config = Ok(config);
         self
     }
 
     /// Shorthand for `config.max_in_flight`.
     pub fn max_in_flight(mut self, n: u32) -> Self {
-        self.max_in_flight = Some(n);
+        self.setup.max_in_flight = Some(n);
         self
     }
 
@@ -291,64 +265,51 @@ impl ConsumerBuilder {
         mut self,
         hook: impl Fn(&nsq_proto::Message) + Send + Sync + 'static,
     ) -> Self {
-        self.give_up = Some(Arc::new(hook));
+        self.setup.give_up = Some(Arc::new(hook));
         self
     }
 
     /// An nsqd TCP address (`host:port`) to connect to directly.
     pub fn nsqd(mut self, addr: impl Into<String>) -> Self {
-        self.nsqd.push(addr.into());
+        self.setup.nsqd.push(addr.into());
         self
     }
 
     /// An nsqlookupd HTTP address (`host:port` or `http://host:port`) to discover nsqd with.
     pub fn lookupd(mut self, addr: impl Into<String>) -> Self {
-        self.lookupd.push(addr.into());
+        self.setup.lookupd.push(addr.into());
         self
     }
 
     /// Seed of the core's RNG (jitter, random choices); random by default.
     pub fn seed(mut self, seed: u64) -> Self {
-        self.seed = Some(seed);
+        self.setup.seed = Some(seed);
         self
     }
 
     /// How long a TCP connect may take (default 1 s, like go-nsq's `dial_timeout`).
     pub fn dial_timeout(mut self, timeout: Duration) -> Self {
-        self.dial_timeout = timeout;
+        self.setup.dial_timeout = timeout;
         self
     }
 
     /// How long one socket write may take before the connection is dropped (default 1 s, like
     /// go-nsq's `write_timeout`).
     pub fn write_timeout(mut self, timeout: Duration) -> Self {
-        self.write_timeout = timeout;
+        self.setup.write_timeout = timeout;
         self
     }
 
     /// Validates everything and starts the driver thread.
     pub fn build(self) -> Result<Consumer, Error> {
-        let topic = self.topic?;
-        let channel = self.channel?;
-        let mut config = self.config?;
-        if let Some(n) = self.max_in_flight {
-            config.max_in_flight = n;
-        }
-        let lookupd_timeout = config.lookupd_timeout;
-        let span = tracing::info_span!("nsq_consumer", topic = %topic, channel = %channel);
-        let now = Instant::now();
-        let mut core = nsq_proto::Consumer::new(
-            config,
-            topic,
-            channel,
-            self.seed.unwrap_or_else(net::random_seed),
-        );
-        for a in &self.nsqd {
-            core.add_nsqd(now, a)?;
-        }
-        for a in &self.lookupd {
-            core.add_lookupd(now, a)?;
-        }
+        let span = if let (Ok(t), Ok(c)) = (&self.setup.topic, &self.setup.channel) {
+            tracing::info_span!("nsq_consumer", topic = %t, channel = %c)
+        } else {
+            tracing::info_span!("nsq_consumer")
+        };
+        let start = self.setup.start(Instant::now(), net::random_seed)?;
+        let core = start.core;
+        let lookupd_timeout = core.config().lookupd_timeout;
         let (tx, rx) = mpsc::channel();
         let (msg_tx, msg_rx) = mpsc::channel();
         let shared = Arc::new(Shared {
@@ -362,11 +323,11 @@ impl ConsumerBuilder {
         });
         let driver = Driver {
             core,
-            io: Io::new(tx, self.dial_timeout, self.write_timeout, lookupd_timeout),
+            io: Io::new(tx, start.dial_timeout, start.write_timeout, lookupd_timeout),
             shared: shared.clone(),
             msg_tx: Some(msg_tx),
             origins: BTreeMap::new(),
-            give_up: self.give_up,
+            give_up: start.give_up,
             report: None,
         };
         let handle = std::thread::Builder::new()
@@ -544,18 +505,8 @@ fn next_message(
 impl Consumer {
     /// A builder for a consumer of `topic`/`channel` (names validated at `build`).
     pub fn builder(topic: impl IntoTopic, channel: impl IntoChannel) -> ConsumerBuilder {
-        let defaults = Config::default();
         ConsumerBuilder {
-            topic: topic.into_topic().map_err(Error::from),
-            channel: channel.into_channel().map_err(Error::from),
-            config: Ok(ConsumerConfig::default()),
-            max_in_flight: None,
-            give_up: None,
-            nsqd: Vec::new(),
-            lookupd: Vec::new(),
-            seed: None,
-            dial_timeout: defaults.dial_timeout,
-            write_timeout: defaults.write_timeout,
+            setup: ConsumerSetup::new(topic, channel),
         }
     }
 
