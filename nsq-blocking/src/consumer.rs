@@ -53,8 +53,19 @@ impl Shared {
         let _ = self.tx.send(Input::Cmd(Cmd::Answer(a)));
     }
 
-    /// Waits until the driver has stopped, joins its thread and returns its report.
+    /// Waits until the driver has stopped, joins its thread and returns its report. On the
+    /// driver thread itself (a give-up hook asking to stop) it cannot wait: the stop goes on
+    /// after the hook returns, and an empty report is returned.
     fn wait_stopped(&self) -> StopReport {
+        let on_driver = self
+            .driver
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .is_some_and(|h| h.thread().id() == std::thread::current().id());
+        if on_driver {
+            return StopReport::default();
+        }
         let report = {
             let mut report = self.report.lock().unwrap_or_else(PoisonError::into_inner);
             while report.is_none() {

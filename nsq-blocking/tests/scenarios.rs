@@ -859,3 +859,38 @@ fn a_panicking_handler_requeues_with_backoff() {
         assert_eq!(runner.join().unwrap().unanswered, 0);
     });
 }
+
+#[test]
+fn max_in_flight_changes_at_runtime_and_starvation_is_reported() {
+    run(30, || {
+        let nsqd = start(Nsqd::builder());
+        nsqd.publish("mif", b"warm-up");
+        let mut c = consumer(&nsqd, "mif", fast_config(2));
+        // The core starts each connection at RDY 1 and raises it after the first message.
+        next(&mut c, WAIT).expect("warm-up message").finish();
+        let nsqd = &nsqd;
+        let rdy = |n: i64| {
+            move || {
+                let clients = nsqd.clients();
+                clients.len() == 1 && clients[0].rdy == n
+            }
+        };
+        assert!(eventually(WAIT, rdy(2)));
+        assert!(!c.is_starved());
+        c.set_max_in_flight(0);
+        assert!(eventually(WAIT, rdy(0)), "max_in_flight 0 pauses");
+        nsqd.publish("mif", b"a");
+        nsqd.publish("mif", b"b");
+        assert!(next(&mut c, Duration::from_millis(200)).is_none());
+        c.handle().set_max_in_flight(2);
+        assert!(eventually(WAIT, rdy(2)));
+        // Both held: 2 in flight of RDY 2, so a batching handler should flush now.
+        let a = next(&mut c, WAIT).unwrap();
+        let b = next(&mut c, WAIT).unwrap();
+        assert!(eventually(WAIT, || c.is_starved()));
+        a.finish();
+        b.finish();
+        assert!(eventually(WAIT, || !c.is_starved()));
+        assert_eq!(c.stop().unanswered, 0);
+    });
+}
