@@ -458,6 +458,9 @@ impl ConsumerHandle {
     /// flight finish first); returns once every connection has drained or the consumer's
     /// `close_timeout` passed and every thread is joined, with the number of messages left
     /// unanswered (nsqd redelivers them).
+    ///
+    /// Called from inside a [`Consumer::run`] handler it also waits for that handler's own
+    /// message (until `close_timeout`): answer the message first, or stop from another thread.
     pub fn stop(&self) -> StopReport {
         let _ = self.control(Control::Stop);
         self.shared().wait_stopped()

@@ -894,3 +894,16 @@ fn max_in_flight_changes_at_runtime_and_starvation_is_reported() {
         assert_eq!(c.stop().unanswered, 0);
     });
 }
+
+#[test]
+fn handles_cross_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<Producer>();
+    send_sync::<nsq_blocking::ConsumerHandle>();
+    send_sync::<Message>();
+    send_sync::<Error>();
+    send::<Consumer>();
+    send::<nsq_blocking::ConsumerBuilder>();
+    send::<nsq_blocking::ProducerBuilder>();
+}
