@@ -718,3 +718,59 @@ async fn producer_fails_fast_when_no_broker_is_up<R: Runtime>() {
     ));
     p.close().await;
 }
+
+both!(consumer_is_a_stream, 20);
+async fn consumer_is_a_stream<R: Runtime>() {
+    use futures_lite::StreamExt;
+    let nsqd = start(Nsqd::builder());
+    for i in 0..3 {
+        nsqd.publish("stream", format!("s{i}").as_bytes());
+    }
+    let mut c = consumer(&nsqd, "stream", fast_config(3));
+    let mut got = BTreeSet::new();
+    while got.len() < 3 {
+        let m = timeout(WAIT, c.next())
+            .await
+            .flatten()
+            .expect("a message from the stream");
+        assert!(format!("{m:?}").contains("attempts"));
+        got.insert(String::from_utf8(m.body().to_vec()).unwrap());
+        m.finish();
+    }
+    assert_eq!(got.len(), 3);
+    // Pause, then resume: max_in_flight follows.
+    c.set_max_in_flight(0);
+    assert!(eventually(WAIT, || c.stats().total_rdy == 0).await);
+    assert!(!c.is_starved());
+    c.set_max_in_flight(2);
+    assert!(eventually(WAIT, || c.stats().total_rdy == 2).await);
+    let handle = c.handle();
+    assert_eq!(handle.stop().await.unanswered, 0);
+    // Once stopped the stream ends.
+    assert!(
+        timeout(WAIT, c.next())
+            .await
+            .expect("ends at once")
+            .is_none()
+    );
+    assert!(matches!(
+        handle.connect_to_nsqd("127.0.0.1:1").await,
+        Err(Error::Closed)
+    ));
+}
+
+both!(dropping_every_handle_stops_the_consumer, 20);
+async fn dropping_every_handle_stops_the_consumer<R: Runtime>() {
+    let nsqd = start(Nsqd::builder());
+    let c = consumer(&nsqd, "dropped", fast_config(1));
+    assert!(eventually(WAIT, || nsqd.clients().len() == 1).await);
+    drop(c);
+    // The driver closes the connection gracefully (CLS) and its thread ends.
+    assert!(eventually(WAIT, || nsqd.clients().is_empty()).await);
+    let p = producer(&nsqd).await;
+    let q = p.clone();
+    drop(p);
+    q.publish("dropped", "still works").await.unwrap();
+    drop(q);
+    assert!(eventually(WAIT, || nsqd.clients().is_empty()).await);
+}

@@ -76,14 +76,12 @@ async fn run(flags: &Flags) -> Result<(), String> {
     let mut tasks = Vec::new();
     for topic in &topics {
         log(PREFIX, &format!("Adding consumer for topic: {topic}"));
-        let mut b = Consumer::builder(topic.as_str(), channel.as_str()).config(&config);
-        for a in &nsqd {
-            b = b.nsqd(a.as_str());
-        }
-        for a in &lookupd {
-            b = b.lookupd(a.as_str());
-        }
-        let mut consumer = b.build().map_err(|e| e.to_string())?;
+        let mut consumer = Consumer::builder(topic.as_str(), channel.as_str())
+            .config(&config)
+            .nsqds(nsqd.iter().cloned())
+            .lookupds(lookupd.iter().cloned())
+            .build()
+            .map_err(|e| e.to_string())?;
         handles.push(consumer.handle());
         let topic = topic.clone();
         let shown = shown.clone();

@@ -1,7 +1,7 @@
 //! The tokio [`Consumer`]: a driver task around [`nsq_proto::Consumer`].
 
 use crate::error::{Error, IntoChannel, IntoTopic};
-use crate::net::{self, Link, LookupEvent, NetEvent, Outbox};
+use crate::net::{self, Io, LookupEvent, NetEvent, Timer};
 use bytes::Bytes;
 use nsq_proto::consumer::{
     Action, ConnId, ConsumerConfig, ConsumerError, ConsumerEvent, ConsumerStats, LookupdRequestId,
@@ -15,7 +15,6 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
-use tokio::task::AbortHandle;
 
 /// Called (on the driver task, so keep it short) for every message delivered more than
 /// `max_attempts` times; the message has already been finished.
@@ -200,6 +199,15 @@ impl Message {
         self.answer(AnswerKind::Touch);
     }
 
+    /// Requeues a message the application never received: at once, without backoff.
+    fn release(mut self) {
+        self.done = true;
+        self.answer(AnswerKind::Requeue {
+            delay: Some(Duration::ZERO),
+            backoff: false,
+        });
+    }
+
     /// The core's message (id, attempts, timestamp, body).
     pub fn as_proto(&self) -> &nsq_proto::Message {
         &self.inner
@@ -360,6 +368,26 @@ impl ConsumerBuilder {
         self
     }
 
+    /// Several nsqd TCP addresses.
+    pub fn nsqds<I, S>(mut self, addrs: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.nsqd.extend(addrs.into_iter().map(Into::into));
+        self
+    }
+
+    /// Several nsqlookupd HTTP addresses.
+    pub fn lookupds<I, S>(mut self, addrs: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.lookupd.extend(addrs.into_iter().map(Into::into));
+        self
+    }
+
     /// Seed of the core's RNG (jitter, random choices); random by default.
     pub fn seed(mut self, seed: u64) -> Self {
         self.seed = Some(seed);
@@ -412,17 +440,19 @@ impl ConsumerBuilder {
         let driver = Driver {
             core,
             rx,
-            tx,
+            io: Io::new(
+                tx,
+                wrap_net,
+                wrap_lookup,
+                self.dial_timeout,
+                self.write_timeout,
+            ),
             shared: shared.clone(),
             msg_tx: Some(msg_tx),
-            links: BTreeMap::new(),
-            outboxes: BTreeMap::new(),
+            outgoing: Vec::new(),
             origins: BTreeMap::new(),
-            lookups: BTreeMap::new(),
             stop_waiters: Vec::new(),
             give_up: self.give_up,
-            dial_timeout: self.dial_timeout,
-            write_timeout: self.write_timeout,
             report: None,
         };
         runtime.spawn(driver.run());
@@ -430,7 +460,11 @@ impl ConsumerBuilder {
             guard: Arc::new(HandleGuard(shared.clone())),
         };
         Ok(Consumer {
-            receiver: MessageReceiver { rx: msg_rx, shared },
+            receiver: MessageReceiver {
+                rx: msg_rx,
+                batch: Vec::new().into_iter(),
+                shared,
+            },
             handle,
         })
     }
@@ -540,21 +574,49 @@ impl ConsumerHandle {
 }
 
 /// The receiving side of a consumer's messages.
+///
+/// The driver sends the messages of one wake-up as one batch: one channel operation per batch,
+/// not per message.
 struct MessageReceiver {
-    rx: mpsc::UnboundedReceiver<Message>,
+    rx: mpsc::UnboundedReceiver<Vec<Message>>,
+    batch: std::vec::IntoIter<Message>,
     shared: Arc<Shared>,
+}
+
+impl Drop for MessageReceiver {
+    fn drop(&mut self) {
+        self.discard();
+    }
 }
 
 impl MessageReceiver {
     fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Message>> {
         if self.shared.stopping.load(Ordering::Acquire) {
             // Messages not taken yet are requeued (by their Drop) so the drain is quick.
-            while let Ok(m) = self.rx.try_recv() {
-                drop(m);
-            }
+            self.discard();
             return Poll::Ready(None);
         }
-        self.rx.poll_recv(cx)
+        loop {
+            if let Some(m) = self.batch.next() {
+                return Poll::Ready(Some(m));
+            }
+            match self.rx.poll_recv(cx) {
+                Poll::Ready(Some(batch)) => self.batch = batch.into_iter(),
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+
+    /// Requeues at once (no delay, no backoff) every message received but not taken: the
+    /// application never saw them.
+    fn discard(&mut self) {
+        for m in std::mem::take(&mut self.batch) {
+            m.release();
+        }
+        while let Ok(batch) = self.rx.try_recv() {
+            batch.into_iter().for_each(Message::release);
+        }
     }
 
     async fn recv(&mut self) -> Option<Message> {
@@ -673,9 +735,10 @@ impl Consumer {
             return StopReport::default();
         }
         // The driver drops its sender when it starts stopping; every message still queued is
-        // dropped here, which requeues it.
-        while let Some(m) = self.receiver.rx.recv().await {
-            drop(m);
+        // requeued here at once.
+        self.receiver.discard();
+        while let Some(batch) = self.receiver.rx.recv().await {
+            batch.into_iter().for_each(Message::release);
         }
         rx.await.unwrap_or_default()
     }
@@ -755,17 +818,14 @@ impl Consumer {
 struct Driver {
     core: nsq_proto::Consumer,
     rx: mpsc::UnboundedReceiver<Input>,
-    tx: mpsc::UnboundedSender<Input>,
+    io: Io<Input>,
     shared: Arc<Shared>,
-    msg_tx: Option<mpsc::UnboundedSender<Message>>,
-    links: BTreeMap<ConnId, Link>,
-    outboxes: BTreeMap<ConnId, Outbox>,
+    msg_tx: Option<mpsc::UnboundedSender<Vec<Message>>>,
+    /// Messages of this wake-up, sent as one batch by `deliver`.
+    outgoing: Vec<Message>,
     origins: BTreeMap<ConnId, Arc<ConnShared>>,
-    lookups: BTreeMap<LookupdRequestId, AbortHandle>,
     stop_waiters: Vec<oneshot::Sender<StopReport>>,
     give_up: Option<GiveUpHook>,
-    dial_timeout: Duration,
-    write_timeout: Duration,
     report: Option<StopReport>,
 }
 
@@ -773,31 +833,14 @@ const BATCH: usize = 1024;
 
 impl Driver {
     async fn run(mut self) {
-        let sleep = tokio::time::sleep(Duration::from_secs(3600));
-        tokio::pin!(sleep);
-        let mut armed: Option<Instant> = None;
+        let mut timer = Timer::new();
         let mut batch = Vec::with_capacity(BATCH);
         self.drain(Instant::now());
-        self.flush();
-        loop {
-            if self.report.is_some() {
-                break;
-            }
+        self.io.flush();
+        while self.report.is_none() {
             let deadline = self.core.poll_timeout();
-            if deadline != armed {
-                armed = deadline;
-                if let Some(t) = deadline {
-                    sleep.as_mut().reset(tokio::time::Instant::from_std(t));
-                }
-            }
-            tokio::select! {
-                biased;
-                n = self.rx.recv_many(&mut batch, BATCH) => {
-                    if n == 0 {
-                        break;
-                    }
-                }
-                () = &mut sleep, if armed.is_some() => {}
+            if !timer.wait(deadline, &mut self.rx, &mut batch, BATCH).await {
+                break;
             }
             let now = Instant::now();
             for input in batch.drain(..) {
@@ -808,15 +851,11 @@ impl Driver {
                 self.core.handle_timeout(now);
                 self.drain(now);
             }
-            self.flush();
+            self.deliver(now);
+            self.io.flush();
             self.publish_state();
         }
-        for (_, link) in std::mem::take(&mut self.links) {
-            link.close();
-        }
-        for (_, l) in std::mem::take(&mut self.lookups) {
-            l.abort();
-        }
+        self.io.close_all();
         let report = self.report.unwrap_or_default();
         for w in self.stop_waiters.drain(..) {
             let _ = w.send(report);
@@ -827,31 +866,8 @@ impl Driver {
     fn handle(&mut self, now: Instant, input: Input) {
         match input {
             Input::Answer(a) => self.answer(now, a),
-            Input::Net(ev) => match ev {
-                NetEvent::Data { key, mut data } => self.core.handle_input(now, key, &mut data),
-                NetEvent::Connected { key, writer } => {
-                    if let Some(link) = self.links.get_mut(&key) {
-                        link.set_writer(writer);
-                        self.core.handle_connected(now, key);
-                    }
-                }
-                NetEvent::ConnectFailed { key, reason } => {
-                    self.core.handle_connect_failed(now, key, &reason);
-                }
-                NetEvent::Closed { key, reason } => {
-                    if self.links.contains_key(&key) {
-                        tracing::debug!(conn = %key, %reason, "socket closed");
-                        self.core.handle_eof(now, key);
-                    }
-                }
-            },
-            Input::Lookup(ev) => match ev {
-                LookupEvent::Data { key, data } => self.core.handle_lookupd_input(now, key, &data),
-                LookupEvent::Eof { key } => self.core.handle_lookupd_eof(now, key),
-                LookupEvent::Failed { key, reason } => {
-                    self.core.handle_lookupd_failed(now, key, &reason);
-                }
-            },
+            Input::Net(ev) => self.io.net(&mut self.core, now, ev),
+            Input::Lookup(ev) => self.io.lookup(&mut self.core, now, ev),
             Input::Control(c) => match c {
                 Control::AddNsqd(a, reply) => {
                     let _ = reply.send(self.core.add_nsqd(now, &a));
@@ -880,6 +896,10 @@ impl Driver {
         self.shared.stopping.store(true, Ordering::Release);
         // Dropping the sender wakes a reader blocked in recv(); it then sees `stopping`.
         self.msg_tx = None;
+        for mut m in std::mem::take(&mut self.outgoing) {
+            m.done = true;
+            self.requeue_now(now, &m);
+        }
         self.core.close(now);
     }
 
@@ -922,53 +942,20 @@ impl Driver {
     }
 
     fn act(&mut self, action: Action) {
-        match action {
-            Action::Transmit { conn, data } => {
-                self.outboxes.entry(conn).or_default().push(data);
-            }
+        match &action {
             Action::Connect { conn, addr } => {
-                tracing::info!(%conn, %addr, "connecting to nsqd");
-                let link = net::connect(
-                    conn,
-                    &addr,
-                    self.dial_timeout,
-                    self.write_timeout,
-                    self.tx.clone(),
-                    wrap_net,
-                );
-                self.links.insert(conn, link);
                 let origin = Arc::new(ConnShared {
                     addr: addr.clone(),
                     shared: self.shared.clone(),
                 });
-                self.origins.insert(conn, origin);
+                self.origins.insert(*conn, origin);
             }
             Action::Disconnect { conn } => {
-                let pending = self.outboxes.remove(&conn).and_then(|mut o| o.take());
-                if let Some(link) = self.links.remove(&conn) {
-                    if let Some(data) = pending {
-                        link.send(data);
-                    }
-                    link.close();
-                }
-                self.origins.remove(&conn);
+                self.origins.remove(conn);
             }
-            Action::LookupdRequest {
-                request,
-                addr,
-                data,
-            } => {
-                tracing::debug!(%request, %addr, "querying nsqlookupd");
-                let h = net::lookup(request, &addr, data, self.tx.clone(), wrap_lookup);
-                self.lookups.insert(request, h);
-            }
-            Action::LookupdClose { request } => {
-                if let Some(h) = self.lookups.remove(&request) {
-                    h.abort();
-                }
-            }
-            other => tracing::debug!(?other, "unknown consumer action ignored"),
+            _ => {}
         }
+        self.io.act(action);
     }
 
     fn event(&mut self, now: Instant, event: ConsumerEvent) {
@@ -987,12 +974,11 @@ impl Driver {
                     origin,
                     done: false,
                 };
-                // While stopping (no sender) no new messages are handed out: requeue at once.
-                let unsent = match &self.msg_tx {
-                    Some(tx) => tx.send(msg).err().map(|e| e.0),
-                    None => Some(msg),
-                };
-                if let Some(mut m) = unsent {
+                if self.msg_tx.is_some() {
+                    self.outgoing.push(msg);
+                } else {
+                    // Stopping: no new messages are handed out; requeue at once.
+                    let mut m = msg;
                     m.done = true;
                     self.requeue_now(now, &m);
                 }
@@ -1027,23 +1013,36 @@ impl Driver {
         }
     }
 
+    /// Hands this wake-up's messages to the application in one batch.
+    fn deliver(&mut self, now: Instant) {
+        if self.outgoing.is_empty() {
+            return;
+        }
+        let batch = std::mem::take(&mut self.outgoing);
+        let unsent = match &self.msg_tx {
+            Some(tx) => tx.send(batch).err().map(|e| e.0),
+            None => Some(batch),
+        };
+        if let Some(batch) = unsent {
+            for mut m in batch {
+                m.done = true;
+                self.requeue_now(now, &m);
+            }
+            if self.msg_tx.is_some() {
+                // Nobody can receive messages any more: stop rather than loop redeliveries.
+                tracing::info!("the consumer's message receiver was dropped");
+                self.begin_stop(now);
+            }
+            self.drain(now);
+        }
+    }
+
     fn requeue_now(&mut self, now: Instant, m: &Message) {
         if let Err(e) = self
             .core
             .requeue(now, m.conn, &m.inner, Some(Duration::ZERO), false)
         {
             tracing::debug!(msg = %m.inner.id, error = %e, "requeue while stopping not sent");
-        }
-    }
-
-    /// One write per connection per wake-up.
-    fn flush(&mut self) {
-        for (conn, outbox) in &mut self.outboxes {
-            if let Some(data) = outbox.take() {
-                if let Some(link) = self.links.get(conn) {
-                    link.send(data);
-                }
-            }
         }
     }
 

@@ -6,7 +6,10 @@
 //! reading (no write/write deadlock).
 
 use bytes::{Bytes, BytesMut};
-use std::time::Duration;
+use nsq_proto::consumer::LookupdRequestId;
+use nsq_proto::driver::{Action, ConnId, Driven};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -38,6 +41,9 @@ pub(crate) enum NetEvent<K> {
 pub(crate) struct Link {
     reader: AbortHandle,
     writer: Option<mpsc::UnboundedSender<Bytes>>,
+    /// The connection's span: the core's events about it (upgrades, heartbeats, errors) are
+    /// recorded inside it.
+    span: tracing::Span,
 }
 
 impl Link {
@@ -76,6 +82,7 @@ where
     T: Send + 'static,
 {
     let span = tracing::info_span!("nsqd", conn = %key, addr = %addr);
+    let link_span = span.clone();
     let addr = addr.to_owned();
     let task = tokio::spawn(
         async move {
@@ -154,6 +161,7 @@ where
     Link {
         reader: task.abort_handle(),
         writer: None,
+        span: link_span,
     }
 }
 
@@ -294,4 +302,197 @@ pub(crate) fn random_seed() -> u64 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(u64::from(std::process::id()));
     h.finish()
+}
+
+/// The socket side of a driver, shared by the consumer and producer drivers: it performs the
+/// core's [`Action`]s and feeds socket events back through the [`Driven`] contract.
+pub(crate) struct Io<I> {
+    tx: mpsc::UnboundedSender<I>,
+    wrap_net: fn(NetEvent<ConnId>) -> I,
+    wrap_lookup: fn(LookupEvent<LookupdRequestId>) -> I,
+    dial_timeout: Duration,
+    write_timeout: Duration,
+    links: BTreeMap<ConnId, Link>,
+    outboxes: BTreeMap<ConnId, Outbox>,
+    lookups: BTreeMap<LookupdRequestId, AbortHandle>,
+}
+
+impl<I: Send + 'static> Io<I> {
+    pub(crate) fn new(
+        tx: mpsc::UnboundedSender<I>,
+        wrap_net: fn(NetEvent<ConnId>) -> I,
+        wrap_lookup: fn(LookupEvent<LookupdRequestId>) -> I,
+        dial_timeout: Duration,
+        write_timeout: Duration,
+    ) -> Self {
+        Io {
+            tx,
+            wrap_net,
+            wrap_lookup,
+            dial_timeout,
+            write_timeout,
+            links: BTreeMap::new(),
+            outboxes: BTreeMap::new(),
+            lookups: BTreeMap::new(),
+        }
+    }
+
+    /// Feeds a socket event to the state machine.
+    pub(crate) fn net<M: Driven>(&mut self, machine: &mut M, now: Instant, ev: NetEvent<ConnId>) {
+        let key = match &ev {
+            NetEvent::Connected { key, .. }
+            | NetEvent::ConnectFailed { key, .. }
+            | NetEvent::Data { key, .. }
+            | NetEvent::Closed { key, .. } => *key,
+        };
+        let span = self.links.get(&key).map(|l| l.span.clone());
+        let _entered = span.as_ref().map(tracing::Span::enter);
+        match ev {
+            NetEvent::Data { key, mut data } => machine.handle_input(now, key, &mut data),
+            NetEvent::Connected { key, writer } => {
+                if let Some(link) = self.links.get_mut(&key) {
+                    link.set_writer(writer);
+                    machine.handle_connected(now, key);
+                }
+            }
+            NetEvent::ConnectFailed { key, reason } => {
+                if self.links.contains_key(&key) {
+                    machine.handle_connect_failed(now, key, &reason);
+                }
+            }
+            NetEvent::Closed { key, reason } => {
+                if self.links.contains_key(&key) {
+                    tracing::debug!(conn = %key, %reason, "socket closed");
+                    machine.handle_eof(now, key);
+                }
+            }
+        }
+    }
+
+    /// Feeds a lookupd exchange event to the state machine.
+    pub(crate) fn lookup<M: Driven>(
+        &mut self,
+        machine: &mut M,
+        now: Instant,
+        ev: LookupEvent<LookupdRequestId>,
+    ) {
+        // Late events of an exchange the core already closed are dropped.
+        match ev {
+            LookupEvent::Data { key, data } if self.lookups.contains_key(&key) => {
+                machine.handle_lookupd_input(now, key, &data);
+            }
+            LookupEvent::Eof { key } if self.lookups.contains_key(&key) => {
+                machine.handle_lookupd_eof(now, key);
+            }
+            LookupEvent::Failed { key, reason } if self.lookups.contains_key(&key) => {
+                machine.handle_lookupd_failed(now, key, &reason);
+            }
+            _ => {}
+        }
+    }
+
+    /// Performs one action of the core. Bytes are gathered until [`flush`](Self::flush).
+    pub(crate) fn act(&mut self, action: Action) {
+        match action {
+            Action::Transmit { conn, data } => {
+                self.outboxes.entry(conn).or_default().push(data);
+            }
+            Action::Connect { conn, addr } => {
+                tracing::info!(%conn, %addr, "connecting to nsqd");
+                let link = connect(
+                    conn,
+                    &addr,
+                    self.dial_timeout,
+                    self.write_timeout,
+                    self.tx.clone(),
+                    self.wrap_net,
+                );
+                self.links.insert(conn, link);
+            }
+            Action::Disconnect { conn } => {
+                let pending = self.outboxes.remove(&conn).and_then(|mut o| o.take());
+                if let Some(link) = self.links.remove(&conn) {
+                    if let Some(data) = pending {
+                        link.send(data);
+                    }
+                    link.close();
+                }
+            }
+            Action::LookupdRequest {
+                request,
+                addr,
+                data,
+            } => {
+                tracing::debug!(%request, %addr, "querying nsqlookupd");
+                let h = lookup(request, &addr, data, self.tx.clone(), self.wrap_lookup);
+                self.lookups.insert(request, h);
+            }
+            Action::LookupdClose { request } => {
+                if let Some(h) = self.lookups.remove(&request) {
+                    h.abort();
+                }
+            }
+            other => tracing::debug!(?other, "unknown action ignored"),
+        }
+    }
+
+    /// One write per connection per wake-up.
+    pub(crate) fn flush(&mut self) {
+        for (conn, outbox) in &mut self.outboxes {
+            if let Some(data) = outbox.take() {
+                if let Some(link) = self.links.get(conn) {
+                    link.send(data);
+                }
+            }
+        }
+    }
+
+    /// Closes every socket and lookupd exchange.
+    pub(crate) fn close_all(&mut self) {
+        self.flush();
+        for (_, link) in std::mem::take(&mut self.links) {
+            link.close();
+        }
+        for (_, l) in std::mem::take(&mut self.lookups) {
+            l.abort();
+        }
+    }
+}
+
+/// A driver's one timer, re-armed only when the core's deadline changes.
+pub(crate) struct Timer {
+    sleep: std::pin::Pin<Box<tokio::time::Sleep>>,
+    armed: Option<Instant>,
+}
+
+impl Timer {
+    pub(crate) fn new() -> Self {
+        Timer {
+            sleep: Box::pin(tokio::time::sleep(Duration::from_secs(3600))),
+            armed: None,
+        }
+    }
+
+    /// Waits for inputs (up to `limit`, appended to `batch`) or the deadline. Returns false
+    /// when the input channel is closed.
+    pub(crate) async fn wait<I>(
+        &mut self,
+        deadline: Option<Instant>,
+        rx: &mut mpsc::UnboundedReceiver<I>,
+        batch: &mut Vec<I>,
+        limit: usize,
+    ) -> bool {
+        if deadline != self.armed {
+            self.armed = deadline;
+            if let Some(t) = deadline {
+                self.sleep.as_mut().reset(tokio::time::Instant::from_std(t));
+            }
+        }
+        let armed = self.armed.is_some();
+        tokio::select! {
+            biased;
+            n = rx.recv_many(batch, limit) => n > 0,
+            () = &mut self.sleep, if armed => true,
+        }
+    }
 }

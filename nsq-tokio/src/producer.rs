@@ -1,11 +1,12 @@
 //! The tokio [`Producer`]: a driver task around [`nsq_proto::Producer`].
 
 use crate::error::{Error, IntoTopic};
-use crate::net::{self, Link, NetEvent, Outbox};
+use crate::net::{self, Io, LookupEvent, NetEvent, Timer};
 use bytes::Bytes;
+use nsq_proto::consumer::LookupdRequestId;
 use nsq_proto::producer::{
-    Action, ConnId, PingId, ProducerConfig, ProducerError, ProducerEvent, ProducerStats,
-    PublishFailure, PublishId,
+    ConnId, PingId, ProducerConfig, ProducerError, ProducerEvent, ProducerStats, PublishFailure,
+    PublishId,
 };
 use nsq_proto::{Config, Topic};
 use std::collections::BTreeMap;
@@ -25,6 +26,7 @@ enum Request {
 
 enum Input {
     Net(NetEvent<ConnId>),
+    Lookup(LookupEvent<LookupdRequestId>),
     Request(Request, Reply),
     AddNsqd(String, Reply),
     Close(oneshot::Sender<()>),
@@ -34,6 +36,11 @@ enum Input {
 
 fn wrap_net(e: NetEvent<ConnId>) -> Input {
     Input::Net(e)
+}
+
+/// The producer never queries nsqlookupd; the shared IO layer needs the mapping anyway.
+fn wrap_lookup(e: LookupEvent<LookupdRequestId>) -> Input {
+    Input::Lookup(e)
 }
 
 struct Inner {
@@ -150,15 +157,18 @@ impl ProducerBuilder {
         let driver = Driver {
             core,
             rx,
-            tx: tx.clone(),
-            links: BTreeMap::new(),
-            outboxes: BTreeMap::new(),
+            // The core enforces its own connect timeout; the socket task's only bounds it.
+            io: Io::new(
+                tx.clone(),
+                wrap_net,
+                wrap_lookup,
+                dial_timeout + Duration::from_secs(1),
+                self.write_timeout,
+            ),
             publishes: BTreeMap::new(),
             pings: BTreeMap::new(),
             close_waiters: Vec::new(),
             stats: stats.clone(),
-            dial_timeout,
-            write_timeout: self.write_timeout,
             closed: false,
         };
         runtime.spawn(driver.run());
@@ -287,15 +297,11 @@ impl Producer {
 struct Driver {
     core: nsq_proto::Producer,
     rx: mpsc::UnboundedReceiver<Input>,
-    tx: mpsc::UnboundedSender<Input>,
-    links: BTreeMap<ConnId, Link>,
-    outboxes: BTreeMap<ConnId, Outbox>,
+    io: Io<Input>,
     publishes: BTreeMap<PublishId, Reply>,
     pings: BTreeMap<PingId, Reply>,
     close_waiters: Vec<oneshot::Sender<()>>,
     stats: Arc<Mutex<ProducerStats>>,
-    dial_timeout: Duration,
-    write_timeout: Duration,
     closed: bool,
 }
 
@@ -303,28 +309,14 @@ const BATCH: usize = 1024;
 
 impl Driver {
     async fn run(mut self) {
-        let sleep = tokio::time::sleep(Duration::from_secs(3600));
-        tokio::pin!(sleep);
-        let mut armed: Option<Instant> = None;
+        let mut timer = Timer::new();
         let mut batch = Vec::with_capacity(BATCH);
         self.drain();
-        self.flush();
+        self.io.flush();
         while !self.closed {
             let deadline = self.core.poll_timeout();
-            if deadline != armed {
-                armed = deadline;
-                if let Some(t) = deadline {
-                    sleep.as_mut().reset(tokio::time::Instant::from_std(t));
-                }
-            }
-            tokio::select! {
-                biased;
-                n = self.rx.recv_many(&mut batch, BATCH) => {
-                    if n == 0 {
-                        break;
-                    }
-                }
-                () = &mut sleep, if armed.is_some() => {}
+            if !timer.wait(deadline, &mut self.rx, &mut batch, BATCH).await {
+                break;
             }
             let now = Instant::now();
             // Every queued request first, so concurrent publishes leave in one write.
@@ -335,15 +327,13 @@ impl Driver {
                 self.core.handle_timeout(now);
             }
             self.drain();
-            self.flush();
+            self.io.flush();
             *self
                 .stats
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner) = self.core.stats();
         }
-        for (_, link) in std::mem::take(&mut self.links) {
-            link.close();
-        }
+        self.io.close_all();
         for (_, reply) in std::mem::take(&mut self.publishes) {
             let _ = reply.send(Err(Error::Closed));
         }
@@ -385,24 +375,8 @@ impl Driver {
                     }
                 }
             }
-            Input::Net(ev) => match ev {
-                NetEvent::Data { key, mut data } => self.core.handle_input(now, key, &mut data),
-                NetEvent::Connected { key, writer } => {
-                    if let Some(link) = self.links.get_mut(&key) {
-                        link.set_writer(writer);
-                        self.core.handle_connected(now, key);
-                    }
-                }
-                NetEvent::ConnectFailed { key, reason } => {
-                    self.core.handle_connect_failed(now, key, &reason);
-                }
-                NetEvent::Closed { key, reason } => {
-                    if self.links.contains_key(&key) {
-                        tracing::debug!(conn = %key, %reason, "socket closed");
-                        self.core.handle_eof(now, key);
-                    }
-                }
-            },
+            Input::Net(ev) => self.io.net(&mut self.core, now, ev),
+            Input::Lookup(ev) => self.io.lookup(&mut self.core, now, ev),
             Input::AddNsqd(addr, reply) => {
                 let _ = reply.send(self.core.add_nsqd(now, &addr).map_err(producer_error));
             }
@@ -420,7 +394,7 @@ impl Driver {
             let mut progressed = false;
             while let Some(action) = self.core.poll_action() {
                 progressed = true;
-                self.act(action);
+                self.io.act(action);
             }
             while let Some(event) = self.core.poll_event() {
                 progressed = true;
@@ -429,37 +403,6 @@ impl Driver {
             if !progressed {
                 break;
             }
-        }
-    }
-
-    fn act(&mut self, action: Action) {
-        match action {
-            Action::Transmit { conn, data } => {
-                self.outboxes.entry(conn).or_default().push(data);
-            }
-            Action::Connect { conn, addr } => {
-                tracing::info!(%conn, %addr, "connecting to nsqd");
-                // The core enforces its own connect timeout; this one only bounds the task.
-                let link = net::connect(
-                    conn,
-                    &addr,
-                    self.dial_timeout + Duration::from_secs(1),
-                    self.write_timeout,
-                    self.tx.clone(),
-                    wrap_net,
-                );
-                self.links.insert(conn, link);
-            }
-            Action::Disconnect { conn } => {
-                let pending = self.outboxes.remove(&conn).and_then(|mut o| o.take());
-                if let Some(link) = self.links.remove(&conn) {
-                    if let Some(data) = pending {
-                        link.send(data);
-                    }
-                    link.close();
-                }
-            }
-            other => tracing::debug!(?other, "unexpected producer action ignored"),
         }
     }
 
@@ -494,17 +437,6 @@ impl Driver {
             }
             ProducerEvent::Closed => self.closed = true,
             other => tracing::debug!(?other, "producer event"),
-        }
-    }
-
-    /// One write per connection per wake-up.
-    fn flush(&mut self) {
-        for (conn, outbox) in &mut self.outboxes {
-            if let Some(data) = outbox.take() {
-                if let Some(link) = self.links.get(conn) {
-                    link.send(data);
-                }
-            }
         }
     }
 }

@@ -524,13 +524,26 @@ fn handler_api_runs_with_concurrency() {
         let report = handle.stop().await;
         assert_eq!(report.unanswered, 0);
         runner.await.unwrap();
-        let ch = nsqd.channel("handler", "ch").unwrap();
-        assert_eq!(ch.finished, 50);
-        assert_eq!(ch.requeued, 1, "{ch:?}");
+        let done = || {
+            nsqd.channel("handler", "ch")
+                .is_some_and(|ch| ch.finished == 50 && ch.requeued == 1)
+        };
+        assert!(
+            eventually(WAIT, done).await,
+            "{:?}",
+            nsqd.channel("handler", "ch")
+        );
     });
 }
 
-async fn round_trip_with(nsqd: &Nsqd, topic: &str, connection: nsq_tokio::ConnectionConfig) {
+/// Publishes and consumes one 10 kB message with `connection`; while both are connected,
+/// every broker client must satisfy `negotiated`.
+async fn round_trip_with(
+    nsqd: &Nsqd,
+    topic: &str,
+    connection: nsq_tokio::ConnectionConfig,
+    negotiated: impl Fn(&nsq_test_broker::ClientStats) -> bool,
+) {
     let p = Producer::builder()
         .core_config(ProducerConfig {
             connection: connection.clone(),
@@ -559,6 +572,9 @@ async fn round_trip_with(nsqd: &Nsqd, topic: &str, connection: nsq_tokio::Connec
             .is_some_and(|c| c.finished == 1))
         .await
     );
+    let clients = nsqd.clients();
+    assert_eq!(clients.len(), 2, "{clients:?}");
+    assert!(clients.iter().all(negotiated), "{clients:?}");
     c.stop().await;
     p.close().await;
 }
@@ -573,9 +589,7 @@ fn tls() {
             )),
             ..Default::default()
         };
-        let watcher = async { eventually(WAIT, || nsqd.clients().iter().any(|c| c.tls)).await };
-        let ((), saw_tls) = tokio::join!(round_trip_with(&nsqd, "tls", conn), watcher);
-        assert!(saw_tls);
+        round_trip_with(&nsqd, "tls", conn, |c| c.tls).await;
     });
 }
 
@@ -587,9 +601,7 @@ fn snappy() {
             compression: Compression::Snappy,
             ..Default::default()
         };
-        let watcher = async { eventually(WAIT, || nsqd.clients().iter().any(|c| c.snappy)).await };
-        let ((), saw) = tokio::join!(round_trip_with(&nsqd, "snappy", conn), watcher);
-        assert!(saw);
+        round_trip_with(&nsqd, "snappy", conn, |c| c.snappy).await;
     });
 }
 
@@ -601,10 +613,7 @@ fn deflate() {
             compression: Compression::Deflate { level: 3 },
             ..Default::default()
         };
-        let watcher =
-            async { eventually(WAIT, || nsqd.clients().iter().any(|c| c.deflate.is_some())).await };
-        let ((), saw) = tokio::join!(round_trip_with(&nsqd, "deflate", conn), watcher);
-        assert!(saw);
+        round_trip_with(&nsqd, "deflate", conn, |c| c.deflate == Some(3)).await;
     });
 }
 
@@ -620,16 +629,10 @@ fn auth() {
             auth_secret: Some("s3cret".into()),
             ..Default::default()
         };
-        let watcher = async {
-            eventually(WAIT, || {
-                nsqd.clients()
-                    .iter()
-                    .any(|c| c.identity.as_deref() == Some("tester"))
-            })
-            .await
-        };
-        let ((), saw) = tokio::join!(round_trip_with(&nsqd, "auth", conn), watcher);
-        assert!(saw);
+        round_trip_with(&nsqd, "auth", conn, |c| {
+            c.identity.as_deref() == Some("tester")
+        })
+        .await;
         // A wrong secret: publishes fail, they do not hang.
         let mut bad = ProducerConfig::default();
         bad.connection.auth_secret = Some("wrong".into());
@@ -755,5 +758,64 @@ fn producer_fails_fast_when_no_broker_is_up() {
             Err(Error::NoServerAvailable(_))
         ));
         p.close().await;
+    });
+}
+
+#[test]
+fn handles_are_send_and_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<Producer>();
+    send_sync::<nsq_tokio::ConsumerHandle>();
+    send::<Consumer>();
+    send::<Message>();
+    send_sync::<Error>();
+}
+
+#[test]
+fn server_errors_are_typed() {
+    run(20, async {
+        let nsqd = start(Nsqd::builder().max_msg_size(10));
+        let p = producer(&nsqd).await;
+        let err = p.publish("small", vec![b'x'; 100]).await.unwrap_err();
+        match &err {
+            Error::Server(e) => assert_eq!(e.code_str(), "E_BAD_MESSAGE", "{e}"),
+            other => panic!("expected a server error, got {other:?}"),
+        }
+        // The producer reconnects after nsqd closed the connection: later publishes work.
+        let deadline = Instant::now() + WAIT;
+        loop {
+            match p.publish("small", "ok").await {
+                Ok(()) => break,
+                Err(e) => assert!(Instant::now() < deadline, "never recovered: {e}"),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        p.close().await;
+    });
+}
+
+#[test]
+fn dropping_the_consumer_stops_it() {
+    run(20, async {
+        let nsqd = start(Nsqd::builder());
+        for i in 0..5 {
+            nsqd.publish("dropc", format!("{i}").as_bytes());
+        }
+        let mut c = consumer(&nsqd, "dropc", fast_config(5));
+        let handle = c.handle();
+        next(&mut c, WAIT).await.expect("a message").finish();
+        drop(c);
+        // The handle outlives the consumer: the stop still completes and nothing is lost.
+        let report = handle.stop().await;
+        assert_eq!(report.unanswered, 0);
+        assert!(
+            eventually(WAIT, || nsqd.channel("dropc", "ch").is_some_and(|ch| {
+                ch.in_flight == 0 && ch.finished == 1 && ch.depth + ch.deferred == 4
+            }))
+            .await,
+            "{:?}",
+            nsqd.channel("dropc", "ch")
+        );
     });
 }

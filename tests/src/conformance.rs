@@ -37,23 +37,56 @@
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::raw::{RawClient, http_request};
+use crate::raw::{RawClient, http_get_json, http_request};
 use crate::{Lookupd, Nsqd, NsqdBuilder, wait_until};
 
-/// How much later than its deadline a real nsqd v1.3.0 may deliver a timed-out or deferred
-/// message (REQ with a delay, DPUB).
+/// How much later than its deadline a real nsqd v1.3.0 with `channels` channels may deliver
+/// a timed-out or deferred message (REQ with a delay, DPUB).
 ///
 /// nsqd notices those deadlines only in its queue scan loop: every 100 ms it looks at 20
 /// channels picked at random from a list it refreshes every 5 s. A channel created less than
 /// 5 s ago is not on that list yet, so its first timeout or deferred message can come ~5 s
-/// late, and a server with many more than 20 channels checks each one only now and then.
-/// Neither interval is a command-line flag. Scenarios add this to their upper bounds when
-/// they run against an external server (see [`Env::queue_scan_allowance`]); they never relax
-/// their lower bounds, since nsqd never delivers early.
-pub const EXTERNAL_QUEUE_SCAN_ALLOWANCE: Duration = Duration::from_millis(7500);
+/// late, and with more than 20 channels each one is only checked now and then. Neither
+/// interval is a command-line flag. The allowance is the refresh interval, plus enough ticks
+/// that a channel among `channels` and the ~40 this suite has open at once is picked with
+/// probability 1 - 10⁻⁶, plus a second: 8.8 s for a fresh server. Scenarios add it to their
+/// upper bounds when they run against an external server (see
+/// [`Env::queue_scan_allowance`]); they never relax their lower bounds, since nsqd never
+/// delivers early.
+pub fn external_queue_scan_allowance(channels: usize) -> Duration {
+    const SUITE_CHANNELS: usize = 40;
+    let ticks = 14 * (channels + SUITE_CHANNELS).div_ceil(20);
+    Duration::from_secs(6) + Duration::from_millis(100) * u32::try_from(ticks).unwrap_or(u32::MAX)
+}
+
+/// The allowance for the external server, from its channel count when this process first
+/// asks (through `NSQD_HTTP_ADDRESS`; assumed fresh without it).
+fn external_allowance(http: Option<SocketAddr>) -> Duration {
+    static ALLOWANCE: OnceLock<Duration> = OnceLock::new();
+    *ALLOWANCE.get_or_init(|| {
+        let channels = http
+            .and_then(|h| http_get_json(h, "/stats?format=json").ok())
+            .and_then(|(_, v)| {
+                v["topics"].as_array().map(|ts| {
+                    ts.iter()
+                        .filter_map(|t| t["channels"].as_array().map(Vec::len))
+                        .sum::<usize>()
+                })
+            })
+            .unwrap_or(0);
+        if channels > 100 {
+            note(&format!(
+                "the external nsqd has {channels} channels, so its queue scan notices timeouts \
+                 and deferred messages late; timing scenarios allow for it and run long \
+                 (a fresh --data-path avoids this)"
+            ));
+        }
+        external_queue_scan_allowance(channels)
+    })
+}
 
 /// Where scenarios run: a local broker (with introspection and faults) or an external server.
 #[derive(Debug)]
@@ -178,10 +211,10 @@ impl Env {
 
     /// How much later than a deadline a timed-out or deferred message may be redelivered:
     /// zero for the local broker (scenario bounds already cover its queue scan tick),
-    /// [`EXTERNAL_QUEUE_SCAN_ALLOWANCE`] for an external nsqd.
+    /// [`external_queue_scan_allowance`] for an external nsqd.
     pub fn queue_scan_allowance(&self) -> Duration {
         if self.is_external() {
-            EXTERNAL_QUEUE_SCAN_ALLOWANCE
+            external_allowance(self.http)
         } else {
             Duration::ZERO
         }
@@ -237,12 +270,16 @@ impl Drop for Env {
 }
 
 /// Prints (to the test output) that `scenario` is skipped and why.
+pub fn skip(scenario: &str, why: &str) {
+    note(&format!("skipping {scenario}: {why}"));
+}
+
 #[allow(
     clippy::print_stdout,
-    reason = "a skipped scenario must say so in the test output"
+    reason = "skips and notes about the external server belong in the test output"
 )]
-pub fn skip(scenario: &str, why: &str) {
-    println!("skipping {scenario}: {why}");
+fn note(text: &str) {
+    println!("{text}");
 }
 
 /// How a client under test is configured for a scenario.
@@ -668,7 +705,26 @@ pub fn run_all(factory: &dyn ClientFactory, only: &[&str]) {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_addr;
+    use std::time::Duration;
+
+    use super::{external_queue_scan_allowance, parse_addr};
+
+    #[test]
+    fn queue_scan_allowance_grows_with_the_servers_channels() {
+        assert_eq!(
+            external_queue_scan_allowance(0),
+            Duration::from_millis(8800)
+        );
+        assert_eq!(
+            external_queue_scan_allowance(20),
+            Duration::from_millis(10_200)
+        );
+        // 300 leftover channels: each is picked with p = 1/17 per 100 ms tick.
+        assert_eq!(
+            external_queue_scan_allowance(300),
+            Duration::from_millis(29_800)
+        );
+    }
 
     #[test]
     fn addresses_from_the_environment() {

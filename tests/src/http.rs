@@ -15,6 +15,8 @@ pub(crate) struct Request {
     pub(crate) path: String,
     pub(crate) query: Vec<(String, String)>,
     pub(crate) body: Vec<u8>,
+    /// Whether the request was HTTP/1.1 (Go then answers big bodies chunked).
+    pub(crate) http11: bool,
 }
 
 impl Request {
@@ -35,11 +37,12 @@ pub(crate) struct Response {
 }
 
 impl Response {
-    pub(crate) fn json(status: u16, value: &serde_json::Value) -> Self {
+    /// A JSON body; structs keep their field order, as Go's encoder does.
+    pub(crate) fn json(status: u16, value: &impl serde::Serialize) -> Self {
         Self {
             status,
             content_type: "application/json; charset=utf-8",
-            body: value.to_string().into_bytes(),
+            body: serde_json::to_vec(value).unwrap_or_default(),
         }
     }
 
@@ -132,6 +135,7 @@ fn read_request(stream: &mut TcpStream, abort: &dyn Fn() -> bool) -> io::Result<
         match req.parse(&buf) {
             Ok(httparse::Status::Complete(head_len)) => {
                 let method = req.method.unwrap_or("").to_owned();
+                let http11 = req.version == Some(1);
                 let target = req.path.unwrap_or("/");
                 let (path, query) = target.split_once('?').unwrap_or((target, ""));
                 let len = req
@@ -166,6 +170,7 @@ fn read_request(stream: &mut TcpStream, abort: &dyn Fn() -> bool) -> io::Result<
                     path,
                     query,
                     body,
+                    http11,
                 }));
             }
             Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => {}
@@ -190,16 +195,32 @@ fn reason(status: u16) -> &'static str {
     }
 }
 
-fn write_response(stream: &mut TcpStream, resp: &Response) -> io::Result<()> {
+/// Go's `net/http` buffers this much of a handler's output; a bigger body goes out chunked
+/// (to HTTP/1.1 requests), as nsqd's `/stats` or a big nsqlookupd `/lookup` do.
+const GO_CHUNKING_THRESHOLD: usize = 2048;
+
+fn write_response(stream: &mut TcpStream, resp: &Response, http11: bool) -> io::Result<()> {
+    let chunked = http11 && resp.body.len() > GO_CHUNKING_THRESHOLD;
+    let length = if chunked {
+        "Transfer-Encoding: chunked".to_owned()
+    } else {
+        format!("Content-Length: {}", resp.body.len())
+    };
     let head = format!(
-        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nX-Nsq-Content-Type: nsq; version=1.0\r\nConnection: close\r\n\r\n",
+        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\n{length}\r\nX-Nsq-Content-Type: nsq; version=1.0\r\nConnection: close\r\n\r\n",
         resp.status,
         reason(resp.status),
         resp.content_type,
-        resp.body.len()
     );
     stream.write_all(head.as_bytes())?;
-    stream.write_all(&resp.body)?;
+    if chunked {
+        // Go writes the body in one chunk, then the terminating empty chunk.
+        stream.write_all(format!("{:x}\r\n", resp.body.len()).as_bytes())?;
+        stream.write_all(&resp.body)?;
+        stream.write_all(b"\r\n0\r\n\r\n")?;
+    } else {
+        stream.write_all(&resp.body)?;
+    }
     stream.flush()
 }
 
@@ -284,13 +305,13 @@ fn serve_one(stream: &mut TcpStream, handler: &Handler, stop: &AtomicBool) {
             return;
         }
         Err(_) => {
-            let _ = write_response(stream, &Response::message(400, "BAD_REQUEST"));
+            let _ = write_response(stream, &Response::message(400, "BAD_REQUEST"), false);
             return;
         }
     };
     if let Some(req) = req {
         let resp = handler(&req);
-        let _ = write_response(stream, &resp);
+        let _ = write_response(stream, &resp, req.http11);
     }
     let _ = stream.shutdown(std::net::Shutdown::Both);
 }

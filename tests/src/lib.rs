@@ -58,8 +58,8 @@
 //!   their last subscriber; messages published before any channel wait in the topic.
 //! - Heartbeats at the negotiated interval; a client silent for two intervals is dropped.
 //! - [`Lookupd`]: `/lookup` (v1 JSON, 404 `TOPIC_NOT_FOUND`), `/topics`, `/channels`,
-//!   `/nodes`, `/ping`; producers registered in-process or by hand; injectable failures.
-//! - An optional nsqd HTTP subset ([`NsqdBuilder::http`]): `/ping`, `/pub`, `/mpub`,
+//!   `/nodes`, `/ping`, `/info`; producers registered in-process or by hand; injectable failures.
+//! - An optional nsqd HTTP subset ([`NsqdBuilder::http`]): `/ping`, `/info`, `/pub`, `/mpub`,
 //!   `/topic/create`, `/channel/create`, `/stats`.
 //! - Introspection ([`Nsqd::stats`], [`Nsqd::commands`], [`Nsqd::warnings`]) and faults
 //!   ([`Nsqd::drop_connections`], [`Nsqd::drop_client`], [`Nsqd::stop_accepting`],
@@ -69,12 +69,18 @@
 //!
 //! # Known differences from nsqd
 //!
-//! - `sample_rate` and the output buffer settings are validated and echoed but not applied
-//!   (messages are not sampled; writes are flushed per batch, never delayed).
+//! - `sample_rate` is validated and echoed but not applied (messages are not sampled). The
+//!   output buffer is applied like nsqd's: message frames wait in a buffer of
+//!   `output_buffer_size` bytes until it fills, the `output_buffer_timeout` ticker fires,
+//!   the client is no longer ready for more (in-flight = RDY), or another frame is sent.
 //! - Authorization patterns are [`Pattern`]s (any, exact, prefix), not regular expressions,
 //!   and there is no auth server round trip or TTL.
-//! - IDENTIFY's JSON keys are matched exactly (Go matches them case-insensitively).
-//! - A second IDENTIFY does not redo upgrades that are already in place.
+//! - IDENTIFY's JSON is decoded like Go does (keys case-insensitive, later keys win, invalid
+//!   UTF-8 replaced), except that `-0` for an integer field is refused (Go accepts it).
+//! - A second IDENTIFY does not redo upgrades that are already in place. Otherwise it acts
+//!   like nsqd's: it is allowed until SUB, its reply and TOUCH use its values, the read
+//!   deadline follows its heartbeat interval, but heartbeats and the timeout of deliveries
+//!   keep the first IDENTIFY's values (nsqd's message pump only takes the first).
 //! - Client behaviour nsqd tolerates but that is almost certainly a bug (an MPUB whose body
 //!   size disagrees with its messages, bytes sent after IDENTIFY before reading its reply when
 //!   an upgrade follows) is accepted like nsqd does and recorded in [`Nsqd::warnings`].
@@ -83,7 +89,7 @@
 //!   ([`Options::queue_scan_interval`]), so they come up to one tick late and in batches,
 //!   but every channel is checked on every tick: nsqd only checks 20 random channels per
 //!   tick from a list refreshed every 5 s, so on a real server a new channel's first timeout
-//!   can come seconds late (see [`conformance::EXTERNAL_QUEUE_SCAN_ALLOWANCE`]).
+//!   can come seconds late (see [`conformance::external_queue_scan_allowance`]).
 //!
 //! See [`conformance`] for the scenario harness and the `NSQD_TCP_ADDRESS` override.
 

@@ -41,6 +41,22 @@ impl PeerInfo {
     }
 }
 
+/// `/lookup`'s answer, fields in nsqlookupd's order.
+#[derive(Serialize)]
+struct LookupReply {
+    channels: Vec<String>,
+    producers: Vec<PeerInfo>,
+}
+
+/// A `/nodes` entry, fields in nsqlookupd's order.
+#[derive(Serialize)]
+struct Node<'a> {
+    #[serde(flatten)]
+    info: &'a PeerInfo,
+    tombstones: Vec<bool>,
+    topics: Vec<&'a str>,
+}
+
 /// Handle of a producer registered with a [`Lookupd`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ProducerId(u64);
@@ -155,7 +171,10 @@ impl LookupShared {
                 match self.lookup(topic) {
                     Some((channels, producers)) => Response::json(
                         200,
-                        &json!({ "channels": channels, "producers": producers }),
+                        &LookupReply {
+                            channels,
+                            producers,
+                        },
                     ),
                     None => Response::message(404, "TOPIC_NOT_FOUND"),
                 }
@@ -178,17 +197,23 @@ impl LookupShared {
             }
             "/nodes" => {
                 let st = self.lock();
-                let producers: Vec<serde_json::Value> = st
+                let producers: Vec<Node<'_>> = st
                     .producers
                     .values()
-                    .map(|p| {
-                        let mut v = serde_json::to_value(&p.info).unwrap_or_default();
-                        v["topics"] = json!(p.topics.keys().collect::<Vec<_>>());
-                        v
+                    .map(|p| Node {
+                        info: &p.info,
+                        tombstones: vec![false; p.topics.len()],
+                        topics: p.topics.keys().map(String::as_str).collect(),
                     })
                     .collect();
-                Response::json(200, &json!({ "producers": producers }))
+                // Not through json!, which would sort the nodes' fields.
+                #[derive(Serialize)]
+                struct Nodes<'a> {
+                    producers: Vec<Node<'a>>,
+                }
+                Response::json(200, &Nodes { producers })
             }
+            "/info" => Response::json(200, &json!({ "version": "1.3.0" })),
             _ => Response::message(404, "NOT_FOUND"),
         }
     }

@@ -3,12 +3,13 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::http::{HttpServer, Request, Response};
@@ -243,7 +244,17 @@ enum Layer {
 }
 
 enum Out {
+    /// A response or error frame: written, then everything buffered is flushed.
     Frame(Vec<u8>),
+    /// A message frame: buffered like nsqd's `bufio.Writer` (flushed when full, on the
+    /// output buffer ticker, with the next other frame, or on [`Out::Flush`]).
+    Message(Vec<u8>),
+    /// Flush buffered messages (nsqd does when the client is not ready for more).
+    Flush,
+    /// A new output buffer size (nsqd flushes and makes a new writer on IDENTIFY).
+    BufferSize(usize),
+    /// (Re)starts the output buffer flush ticker; `None` stops it.
+    FlushTicker(Option<Duration>),
     Heartbeat(Option<Duration>),
     /// Write the frame on the current layer, flush, then switch layers, with no heartbeat in
     /// between (nsqd holds its write lock across the upgrade).
@@ -259,7 +270,10 @@ struct Client {
     state: ClientState,
     rdy: i64,
     in_flight: i64,
+    /// The client's msg_timeout (IDENTIFY reply, TOUCH), as of its latest IDENTIFY.
     msg_timeout: Duration,
+    /// The timeout deliveries get: nsqd's message pump takes it from the first IDENTIFY only.
+    pump_msg_timeout: Duration,
     heartbeat: Option<Duration>,
     output_buffer_size: i64,
     output_buffer_timeout: Duration,
@@ -306,6 +320,25 @@ struct Inner {
     conn_threads: Mutex<Vec<JoinHandle<()>>>,
     lookup: Mutex<Vec<(Arc<LookupShared>, ProducerId)>>,
     fail_publishes: AtomicBool,
+    /// Unix seconds at start (`/info`'s `start_time`).
+    start_time: u64,
+    /// The HTTP port (0 without HTTP), set once the HTTP server listens.
+    http_port: AtomicU16,
+}
+
+/// nsqd's `/info` answer, fields in Go's order (durations in nanoseconds, as Go encodes them).
+#[derive(Serialize)]
+struct InfoReply<'a> {
+    version: &'a str,
+    broadcast_address: &'a str,
+    hostname: &'a str,
+    http_port: u16,
+    tcp_port: u16,
+    start_time: u64,
+    max_heartbeat_interval: u64,
+    max_output_buffer_size: i64,
+    max_output_buffer_timeout: u64,
+    max_deflate_level: i64,
 }
 
 /// Builder of a [`Nsqd`]; every setter mirrors an nsqd flag.
@@ -326,6 +359,8 @@ impl NsqdBuilder {
     setter! {
         /// `--max-rdy-count`.
         max_rdy_count: i64,
+        /// `--max-channel-consumers` (0 = unlimited).
+        max_channel_consumers: usize,
         /// `--msg-timeout` (default per-client message timeout).
         msg_timeout: Duration,
         /// `--max-msg-timeout`.
@@ -338,8 +373,10 @@ impl NsqdBuilder {
         max_req_timeout: Duration,
         /// nsqd's queue scan tick (100ms) for timeouts and deferred messages ([`Options::queue_scan_interval`]).
         queue_scan_interval: Duration,
-        /// Default heartbeat interval of clients that do not ask for one.
+        /// Default heartbeat interval of clients that do not ask for one (nsqd: half its client timeout, 30s, not a flag).
         heartbeat_interval: Duration,
+        /// `--output-buffer-timeout` (default output buffer timeout of a client).
+        output_buffer_timeout: Duration,
         /// `--max-heartbeat-interval`.
         max_heartbeat_interval: Duration,
         /// `--max-output-buffer-size`.
@@ -394,7 +431,7 @@ impl NsqdBuilder {
         self
     }
 
-    /// Also serve nsqd's HTTP API subset (`/ping`, `/pub`, `/mpub`, `/topic/create`,
+    /// Also serve nsqd's HTTP API subset (`/ping`, `/info`, `/pub`, `/mpub`, `/topic/create`,
     /// `/channel/create`, `/stats`).
     pub fn http(mut self, on: bool) -> Self {
         self.http = on;
@@ -430,6 +467,10 @@ impl NsqdBuilder {
             conn_threads: Mutex::default(),
             lookup: Mutex::new(Vec::new()),
             fail_publishes: AtomicBool::new(false),
+            start_time: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            http_port: AtomicU16::new(0),
         });
         let http = if self.http {
             let h = inner.clone();
@@ -440,6 +481,9 @@ impl NsqdBuilder {
         } else {
             None
         };
+        if let Some(h) = &http {
+            inner.http_port.store(h.addr().port(), Ordering::SeqCst);
+        }
         for shared in self.lookupd {
             let http_port = http.as_ref().map_or(0, |h| h.addr().port());
             let mut info = PeerInfo::local(addr.port(), http_port);
@@ -1011,8 +1055,12 @@ impl Inner {
                     msg.attempts = msg.attempts.saturating_add(1);
                     c.in_flight += 1;
                     c.delivered += 1;
-                    let _ = c.out.send(Out::Frame(msg.frame()));
-                    let deadline = now + c.msg_timeout;
+                    let _ = c.out.send(Out::Message(msg.frame()));
+                    if c.in_flight >= c.rdy {
+                        // nsqd's message pump flushes once the client is not ready.
+                        let _ = c.out.send(Out::Flush);
+                    }
+                    let deadline = now + c.pump_msg_timeout;
                     ch.in_flight.insert(
                         msg.id,
                         InFlight {
@@ -1173,6 +1221,25 @@ impl Inner {
         };
         match (req.method.as_str(), req.path.as_str()) {
             (_, "/ping") => Response::text(200, "OK"),
+            ("GET", "/info") => {
+                let o = &self.opts;
+                let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+                Response::json(
+                    200,
+                    &InfoReply {
+                        version: &o.version,
+                        broadcast_address: &o.broadcast_address,
+                        hostname: &o.hostname,
+                        http_port: self.http_port.load(Ordering::SeqCst),
+                        tcp_port: self.addr.port(),
+                        start_time: self.start_time,
+                        max_heartbeat_interval: nanos(o.max_heartbeat_interval),
+                        max_output_buffer_size: o.max_output_buffer_size,
+                        max_output_buffer_timeout: nanos(o.max_output_buffer_timeout),
+                        max_deflate_level: o.max_deflate_level,
+                    },
+                )
+            }
             ("POST", "/pub") => {
                 let topic = match topic_param(req) {
                     Ok(t) => t,
@@ -1277,7 +1344,7 @@ impl Inner {
                     &json!({ "version": self.opts.version, "health": "OK", "topics": topics }),
                 )
             }
-            (_, "/pub" | "/mpub" | "/topic/create" | "/channel/create" | "/stats") => {
+            (_, "/info" | "/pub" | "/mpub" | "/topic/create" | "/channel/create" | "/stats") => {
                 Response::message(405, "METHOD_NOT_ALLOWED")
             }
             _ => Response::message(404, "NOT_FOUND"),
@@ -1322,6 +1389,7 @@ impl Inner {
                     rdy: 0,
                     in_flight: 0,
                     msg_timeout: self.opts.msg_timeout,
+                    pump_msg_timeout: self.opts.msg_timeout,
                     heartbeat,
                     output_buffer_size: self.opts.output_buffer_size,
                     output_buffer_timeout: self.opts.output_buffer_timeout,
@@ -1341,6 +1409,7 @@ impl Inner {
             id
         };
         tracing::debug!(client = id, %remote, "client connected");
+        let obuf_size = usize::try_from(self.opts.output_buffer_size).unwrap_or(1);
         let writer = {
             let raw = RawWrite {
                 stream: write_s,
@@ -1349,7 +1418,7 @@ impl Inner {
             let ctl = ctl.clone();
             std::thread::Builder::new()
                 .name("nsqd-conn-writer".into())
-                .spawn(move || writer_main(&rx, raw, &ctl, None))
+                .spawn(move || writer_main(&rx, raw, &ctl, obuf_size))
         };
         let mut conn = Conn {
             inner: self.clone(),
@@ -1365,6 +1434,7 @@ impl Inner {
             tls: false,
             compressed: false,
             handshake_until: None,
+            identified: false,
             body: None,
         };
         if writer.is_ok() {
@@ -1399,24 +1469,82 @@ impl Inner {
     }
 }
 
-fn writer_main(rx: &Receiver<Out>, raw: RawWrite, ctl: &ConnCtl, heartbeat: Option<Duration>) {
+/// nsqd's `bufio.Writer` in front of the connection, for message frames.
+struct OutputBuffer {
+    buf: Vec<u8>,
+    size: usize,
+}
+
+impl OutputBuffer {
+    /// `bufio.Writer.Write`: fill the buffer, writing it out whenever it is full; a write
+    /// larger than the free space into an empty buffer goes straight through.
+    fn write(&mut self, w: &mut dyn Write, mut p: &[u8]) -> io::Result<()> {
+        while p.len() > self.size - self.buf.len() {
+            if self.buf.is_empty() {
+                return w.write_all(p);
+            }
+            let n = self.size - self.buf.len();
+            self.buf.extend_from_slice(&p[..n]);
+            p = &p[n..];
+            self.flush(w)?;
+        }
+        self.buf.extend_from_slice(p);
+        Ok(())
+    }
+
+    fn flush(&mut self, w: &mut dyn Write) -> io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let r = w.write_all(&self.buf);
+        self.buf.clear();
+        r
+    }
+}
+
+fn writer_main(rx: &Receiver<Out>, raw: RawWrite, ctl: &ConnCtl, obuf_size: usize) {
     let stream = raw.stream.try_clone();
     let mut w: Box<dyn Write + Send> = Box::new(raw);
     let mut tls: Option<Arc<TlsShared>> = None;
-    let mut hb = heartbeat;
-    let mut next_hb = hb.map(|d| Instant::now() + d);
+    let mut hb: Option<Duration> = None;
+    let mut next_hb: Option<Instant> = None;
+    let mut obuf = OutputBuffer {
+        buf: Vec::new(),
+        size: obuf_size.max(1),
+    };
+    let mut flush_every: Option<Duration> = None;
+    let mut next_flush: Option<Instant> = None;
     let heartbeat_frame = frame(0, b"_heartbeat_");
     'outer: loop {
-        let first = match next_hb {
+        let wake = match (next_hb, next_flush) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let first = match wake {
             Some(t) => match rx.recv_timeout(t.saturating_duration_since(Instant::now())) {
                 Ok(o) => o,
                 Err(RecvTimeoutError::Timeout) => {
-                    let d = hb.unwrap_or(Duration::from_secs(30));
-                    next_hb = Some((t + d).max(Instant::now()));
-                    if ctl.faults.paused.load(Ordering::SeqCst) {
-                        continue;
+                    let now = Instant::now();
+                    if let (Some(t), Some(d)) = (next_flush, flush_every) {
+                        if t <= now {
+                            // A Go ticker drops the ticks it could not deliver.
+                            next_flush = Some((t + d).max(now));
+                            if obuf.flush(&mut *w).is_err() || w.flush().is_err() {
+                                break 'outer;
+                            }
+                        }
                     }
-                    Out::Frame(heartbeat_frame.clone())
+                    match next_hb {
+                        Some(t) if t <= now => {
+                            let d = hb.unwrap_or(Duration::from_secs(30));
+                            next_hb = Some((t + d).max(now));
+                            if ctl.faults.paused.load(Ordering::SeqCst) {
+                                continue;
+                            }
+                            Out::Frame(heartbeat_frame.clone())
+                        }
+                        _ => continue,
+                    }
                 }
                 Err(RecvTimeoutError::Disconnected) => break,
             },
@@ -1430,16 +1558,39 @@ fn writer_main(rx: &Receiver<Out>, raw: RawWrite, ctl: &ConnCtl, heartbeat: Opti
         while let Some(o) = item.take() {
             match o {
                 Out::Frame(f) => {
-                    if w.write_all(&f).is_err() {
+                    if obuf.write(&mut *w, &f).is_err() || obuf.flush(&mut *w).is_err() {
                         break 'outer;
                     }
+                }
+                Out::Message(f) => {
+                    if obuf.write(&mut *w, &f).is_err() {
+                        break 'outer;
+                    }
+                }
+                Out::Flush => {
+                    if obuf.flush(&mut *w).is_err() {
+                        break 'outer;
+                    }
+                }
+                Out::BufferSize(size) => {
+                    if obuf.flush(&mut *w).is_err() {
+                        break 'outer;
+                    }
+                    obuf.size = size.max(1);
+                }
+                Out::FlushTicker(d) => {
+                    flush_every = d;
+                    next_flush = d.map(|d| Instant::now() + d);
                 }
                 Out::Heartbeat(d) => {
                     hb = d;
                     next_hb = d.map(|d| Instant::now() + d);
                 }
                 Out::Upgrade(before, layer) => {
-                    if w.write_all(&before).is_err() || w.flush().is_err() {
+                    if obuf.write(&mut *w, &before).is_err()
+                        || obuf.flush(&mut *w).is_err()
+                        || w.flush().is_err()
+                    {
                         break 'outer;
                     }
                     w = match layer {
@@ -1455,6 +1606,7 @@ fn writer_main(rx: &Receiver<Out>, raw: RawWrite, ctl: &ConnCtl, heartbeat: Opti
                     };
                 }
                 Out::Close => {
+                    let _ = obuf.flush(&mut *w);
                     let _ = w.flush();
                     drop(w);
                     if let Some(t) = &tls {
@@ -1493,6 +1645,26 @@ struct Conn {
     compressed: bool,
     handshake_until: Option<Instant>,
     body: Option<Vec<u8>>,
+    /// Whether an IDENTIFY succeeded already: nsqd's message pump only listens to the first.
+    identified: bool,
+}
+
+/// nsqd's IDENTIFY feature negotiation reply, fields in Go's order.
+#[derive(Serialize)]
+struct IdentifyReply<'a> {
+    max_rdy_count: i64,
+    version: &'a str,
+    max_msg_timeout: i64,
+    msg_timeout: i64,
+    tls_v1: bool,
+    deflate: bool,
+    deflate_level: i64,
+    max_deflate_level: i64,
+    snappy: bool,
+    sample_rate: i64,
+    auth_required: bool,
+    output_buffer_size: i64,
+    output_buffer_timeout: i64,
 }
 
 /// The IDENTIFY fields nsqd decodes, checked with Go's `encoding/json` typing rules.
@@ -1510,44 +1682,89 @@ struct IdentifyData {
     msg_timeout: i64,
 }
 
-impl IdentifyData {
-    fn parse(body: &[u8]) -> Option<(Self, Value)> {
-        let v: Value = serde_json::from_slice(body).ok()?;
-        let mut d = IdentifyData::default();
-        let obj = match &v {
-            Value::Object(o) => o,
-            Value::Null => return Some((d, v)),
-            _ => return None,
-        };
-        let int = |k: &str, min: i64, max: i64| -> Option<i64> {
-            match obj.get(k) {
-                None | Some(Value::Null) => Some(0),
-                Some(x) => x.as_i64().filter(|n| (min..=max).contains(n)),
+/// A JSON document's top-level object entries in document order (`None` for `null`), which
+/// is what Go's decoder walks: later keys override earlier ones, `null` leaves a field alone.
+struct JsonEntries(Option<Vec<(String, Value)>>);
+
+impl<'de> serde::Deserialize<'de> for JsonEntries {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Entries;
+        impl<'de> serde::de::Visitor<'de> for Entries {
+            type Value = JsonEntries;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object or null")
             }
-        };
-        let boolean = |k: &str| -> Option<bool> {
-            match obj.get(k) {
-                None | Some(Value::Null) => Some(false),
-                Some(Value::Bool(b)) => Some(*b),
-                Some(_) => None,
+            fn visit_unit<E: serde::de::Error>(self) -> Result<JsonEntries, E> {
+                Ok(JsonEntries(None))
             }
-        };
-        for k in ["client_id", "hostname", "user_agent"] {
-            if !matches!(obj.get(k), None | Some(Value::Null | Value::String(_))) {
-                return None;
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<JsonEntries, A::Error> {
+                let mut entries = Vec::new();
+                while let Some(entry) = map.next_entry::<String, Value>()? {
+                    entries.push(entry);
+                }
+                Ok(JsonEntries(Some(entries)))
             }
         }
-        d.heartbeat_interval = int("heartbeat_interval", i64::MIN, i64::MAX)?;
-        d.output_buffer_size = int("output_buffer_size", i64::MIN, i64::MAX)?;
-        d.output_buffer_timeout = int("output_buffer_timeout", i64::MIN, i64::MAX)?;
-        d.deflate_level = int("deflate_level", i64::MIN, i64::MAX)?;
-        d.sample_rate = int("sample_rate", i64::from(i32::MIN), i64::from(i32::MAX))?;
-        d.msg_timeout = int("msg_timeout", i64::MIN, i64::MAX)?;
-        d.feature_negotiation = boolean("feature_negotiation")?;
-        d.tls_v1 = boolean("tls_v1")?;
-        d.deflate = boolean("deflate")?;
-        d.snappy = boolean("snappy")?;
-        Some((d, v))
+        d.deserialize_any(Entries)
+    }
+}
+
+/// The struct field a JSON key decodes into under Go's rules for ASCII field names: an
+/// exact or case-insensitive match, where `ſ` (U+017F) folds to `s` and the Kelvin sign
+/// (U+212A) to `k`.
+fn go_field_key(key: &str) -> Option<String> {
+    key.chars()
+        .map(|c| match c {
+            '\u{17f}' => Some('s'),
+            '\u{212a}' => Some('k'),
+            c if c.is_ascii() => Some(c.to_ascii_lowercase()),
+            _ => None,
+        })
+        .collect()
+}
+
+impl IdentifyData {
+    /// Decodes like Go's `json.Unmarshal` into nsqd's `identifyDataV2`: invalid UTF-8 becomes
+    /// U+FFFD, keys match case-insensitively, unknown keys are ignored, a value of the wrong
+    /// type (or out of the Go type's range) fails the whole body.
+    fn parse(body: &[u8]) -> Option<(Self, Value)> {
+        let text = String::from_utf8_lossy(body);
+        let JsonEntries(entries) = serde_json::from_str(&text).ok()?;
+        let mut d = IdentifyData::default();
+        let Some(entries) = entries else {
+            return Some((d, Value::Null));
+        };
+        let int = |v: &Value, min: i64, max: i64| v.as_i64().filter(|n| (min..=max).contains(n));
+        for (key, value) in &entries {
+            if value.is_null() {
+                continue;
+            }
+            let Some(field) = go_field_key(key) else {
+                continue;
+            };
+            match field.as_str() {
+                "client_id" | "hostname" | "user_agent" if !value.is_string() => return None,
+                "heartbeat_interval" => d.heartbeat_interval = int(value, i64::MIN, i64::MAX)?,
+                "output_buffer_size" => d.output_buffer_size = int(value, i64::MIN, i64::MAX)?,
+                "output_buffer_timeout" => {
+                    d.output_buffer_timeout = int(value, i64::MIN, i64::MAX)?;
+                }
+                "deflate_level" => d.deflate_level = int(value, i64::MIN, i64::MAX)?,
+                "sample_rate" => {
+                    d.sample_rate = int(value, i64::from(i32::MIN), i64::from(i32::MAX))?;
+                }
+                "msg_timeout" => d.msg_timeout = int(value, i64::MIN, i64::MAX)?,
+                "feature_negotiation" => d.feature_negotiation = value.as_bool()?,
+                "tls_v1" => d.tls_v1 = value.as_bool()?,
+                "deflate" => d.deflate = value.as_bool()?,
+                "snappy" => d.snappy = value.as_bool()?,
+                _ => {}
+            }
+        }
+        Some((d, Value::Object(entries.into_iter().collect())))
     }
 }
 
@@ -1571,6 +1788,10 @@ impl Conn {
         match self.rd.read_exact_vec(4) {
             Ok(m) if m == b"  V2" => {
                 let _ = self.out.send(Out::Heartbeat(self.heartbeat));
+                let flush_every = self.inner.opts.output_buffer_timeout;
+                let _ = self
+                    .out
+                    .send(Out::FlushTicker(Some(flush_every).filter(|d| !d.is_zero())));
             }
             Ok(m) => {
                 tracing::debug!(client = self.id, magic = ?m, "bad protocol magic");
@@ -1779,17 +2000,34 @@ impl Conn {
                 ));
             }
         }
+        // The read deadline (twice the interval) follows every IDENTIFY.
         self.heartbeat = heartbeat;
+        let first = !self.identified;
+        self.identified = true;
         self.with_client(|c| {
             c.heartbeat = heartbeat;
             c.output_buffer_size = obuf_size;
             c.output_buffer_timeout = obuf_timeout;
             c.sample_rate = data.sample_rate;
             c.msg_timeout = msg_timeout;
+            if first {
+                c.pump_msg_timeout = msg_timeout;
+            }
             c.identify = Some(json);
         })?;
-        // Re-arm the heartbeat ticker, as nsqd's messagePump does on the identify event.
-        let _ = self.out.send(Out::Heartbeat(heartbeat));
+        if data.output_buffer_size != 0 {
+            let _ = self
+                .out
+                .send(Out::BufferSize(usize::try_from(obuf_size).unwrap_or(1)));
+        }
+        // nsqd's messagePump takes the first identify event (re-arming its heartbeat and
+        // output buffer tickers, setting the timeout of deliveries) and ignores later ones.
+        if first {
+            let _ = self.out.send(Out::Heartbeat(heartbeat));
+            let _ = self.out.send(Out::FlushTicker(
+                Some(obuf_timeout).filter(|d| !d.is_zero()),
+            ));
+        }
 
         if !data.feature_negotiation {
             return Ok(Some(b"OK".to_vec()));
@@ -1811,23 +2049,24 @@ impl Conn {
             ));
         }
         let auth_required = opts.auth.is_some();
-        let reply = json!({
-            "max_rdy_count": opts.max_rdy_count,
-            "version": opts.version,
-            "max_msg_timeout": millis(opts.max_msg_timeout),
-            "msg_timeout": millis(msg_timeout),
-            "tls_v1": tls,
-            "deflate": deflate,
-            "deflate_level": deflate_level,
-            "max_deflate_level": opts.max_deflate_level,
-            "snappy": snappy,
-            "sample_rate": data.sample_rate,
-            "auth_required": auth_required,
-            "output_buffer_size": obuf_size,
-            "output_buffer_timeout": millis(obuf_timeout),
-        });
+        let reply = serde_json::to_vec(&IdentifyReply {
+            max_rdy_count: opts.max_rdy_count,
+            version: &opts.version,
+            max_msg_timeout: millis(opts.max_msg_timeout),
+            msg_timeout: millis(msg_timeout),
+            tls_v1: tls,
+            deflate,
+            deflate_level,
+            max_deflate_level: opts.max_deflate_level,
+            snappy,
+            sample_rate: data.sample_rate,
+            auth_required,
+            output_buffer_size: obuf_size,
+            output_buffer_timeout: millis(obuf_timeout),
+        })
+        .map_err(|e| fatal("E_IDENTIFY_FAILED", format!("IDENTIFY failed {e}")))?;
         // The frame that precedes the next upgrade (or goes out last).
-        let mut pending = frame(0, reply.to_string().as_bytes());
+        let mut pending = frame(0, &reply);
         if tls && !self.tls {
             let config = self
                 .inner
@@ -1987,12 +2226,20 @@ impl Conn {
         let (topic, channel) = (lossy(topic), lossy(channel));
         let now = Instant::now();
         let mut st = self.inner.lock();
+        // nsqd creates the topic and channel before it adds the client, which may fail.
         self.inner.ensure_channel(&mut st, &topic, &channel, now);
+        let max = self.inner.opts.max_channel_consumers;
         if let Some(ch) = st
             .topics
             .get_mut(&topic)
             .and_then(|t| t.channels.get_mut(&channel))
         {
+            if max != 0 && ch.clients.len() >= max {
+                return Err(fatal(
+                    "E_SUB_FAILED",
+                    format!("SUB failed consumers for {topic}:{channel} exceeds limit of {max}"),
+                ));
+            }
             ch.clients.push(self.id);
         }
         if let Some(c) = st.clients.get_mut(&self.id) {
@@ -2030,6 +2277,9 @@ impl Conn {
         let mut st = self.inner.lock();
         if let Some(c) = st.clients.get_mut(&self.id) {
             c.rdy = count;
+            if c.in_flight >= c.rdy {
+                let _ = c.out.send(Out::Flush);
+            }
         }
         Inner::dispatch(&mut st, Instant::now());
         Ok(None)
@@ -2188,6 +2438,7 @@ impl Conn {
         }
         c.rdy = 0;
         c.state = ClientState::Closing;
+        let _ = c.out.send(Out::Flush);
         Ok(Some(b"CLOSE_WAIT".to_vec()))
     }
 
@@ -2306,6 +2557,12 @@ impl Conn {
             ));
         }
         self.check_auth("MPUB", topic, b"")?;
+        // nsqd gets (creates) the topic before it reads the body, so even an MPUB that
+        // fails below leaves the topic behind (and registered with lookupd).
+        {
+            let mut st = self.inner.lock();
+            self.inner.ensure_topic(&mut st, &lossy(topic));
+        }
         let max_body = self.inner.opts.max_body_size;
         let max_msg = self.inner.opts.max_msg_size;
         let len = self

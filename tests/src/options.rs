@@ -8,6 +8,9 @@ use std::time::Duration;
 pub struct Options {
     /// `--max-rdy-count` (default 2500).
     pub max_rdy_count: i64,
+    /// `--max-channel-consumers`: clients a channel accepts (default 0 = unlimited); SUB
+    /// beyond it fails with `E_SUB_FAILED`.
+    pub max_channel_consumers: usize,
     /// `--msg-timeout` (default 60s): the default per-client message timeout.
     pub msg_timeout: Duration,
     /// `--max-msg-timeout` (default 15m).
@@ -23,15 +26,16 @@ pub struct Options {
     /// tick, so they are redelivered up to one interval late and in batches, like nsqd's
     /// queue scan loop does. `Duration::ZERO` handles every deadline exactly on time.
     pub queue_scan_interval: Duration,
-    /// Default heartbeat interval of a client, `--client-timeout` / 2 (default 30s).
+    /// Default heartbeat interval of a client (default 30s: nsqd v1.3.0 uses half its
+    /// `ClientTimeout` of 60s, which is not a command-line flag).
     pub heartbeat_interval: Duration,
     /// `--max-heartbeat-interval` (default 60s).
     pub max_heartbeat_interval: Duration,
-    /// Default output buffer size (default 16 KiB).
+    /// Default output buffer size (default 16 KiB; not a flag of nsqd).
     pub output_buffer_size: i64,
     /// `--max-output-buffer-size` (default 64 KiB).
     pub max_output_buffer_size: i64,
-    /// Default output buffer timeout (default 250ms).
+    /// `--output-buffer-timeout`: default output buffer timeout (default 250ms).
     pub output_buffer_timeout: Duration,
     /// `--min-output-buffer-timeout` (default 25ms).
     pub min_output_buffer_timeout: Duration,
@@ -68,6 +72,7 @@ impl Default for Options {
     fn default() -> Self {
         Self {
             max_rdy_count: 2500,
+            max_channel_consumers: 0,
             msg_timeout: Duration::from_secs(60),
             max_msg_timeout: Duration::from_secs(15 * 60),
             max_msg_size: 1024 * 1024,

@@ -384,8 +384,46 @@ pub fn http_request(
     let mut headers = [httparse::EMPTY_HEADER; 32];
     let mut r = httparse::Response::new(&mut headers);
     match r.parse(&resp).map_err(|e| invalid(e.to_string()))? {
-        httparse::Status::Complete(n) => Ok((r.code.unwrap_or(0), resp[n..].to_vec())),
+        httparse::Status::Complete(n) => {
+            let chunked = r.headers.iter().any(|h| {
+                h.name.eq_ignore_ascii_case("transfer-encoding")
+                    && String::from_utf8_lossy(h.value)
+                        .to_ascii_lowercase()
+                        .contains("chunked")
+            });
+            let body = if chunked {
+                dechunk(&resp[n..])?
+            } else {
+                resp[n..].to_vec()
+            };
+            Ok((r.code.unwrap_or(0), body))
+        }
         httparse::Status::Partial => Err(invalid("partial HTTP response")),
+    }
+}
+
+/// Decodes a `Transfer-Encoding: chunked` body (Go's HTTP server uses it for bodies that do
+/// not fit its buffer, e.g. nsqd's `/stats` or a big `/lookup`).
+fn dechunk(mut data: &[u8]) -> io::Result<Vec<u8>> {
+    let mut body = Vec::new();
+    loop {
+        let line_end = data
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .ok_or_else(|| invalid("truncated chunk size"))?;
+        let size_text = String::from_utf8_lossy(&data[..line_end]);
+        let size_text = size_text.split(';').next().unwrap_or_default().trim();
+        let size = usize::from_str_radix(size_text, 16)
+            .map_err(|_| invalid(format!("bad chunk size {size_text:?}")))?;
+        data = &data[line_end + 2..];
+        if size == 0 {
+            return Ok(body);
+        }
+        if data.len() < size + 2 || &data[size..size + 2] != b"\r\n" {
+            return Err(invalid("truncated chunk"));
+        }
+        body.extend_from_slice(&data[..size]);
+        data = &data[size + 2..];
     }
 }
 
@@ -394,4 +432,21 @@ pub fn http_get_json(addr: SocketAddr, target: &str) -> io::Result<(u16, Value)>
     let (status, body) = http_request(addr, "GET", target, b"")?;
     let v = serde_json::from_slice(&body).map_err(|e| invalid(format!("not JSON: {e}")))?;
     Ok((status, v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dechunk;
+
+    #[test]
+    fn chunked_bodies_are_decoded() {
+        assert_eq!(
+            dechunk(b"4\r\nWiki\r\n6;ext=1\r\npedia \r\n0\r\n\r\n").unwrap(),
+            b"Wikipedia "
+        );
+        assert_eq!(dechunk(b"0\r\n\r\n").unwrap(), b"");
+        assert!(dechunk(b"5\r\nabc").is_err());
+        assert!(dechunk(b"zz\r\n").is_err());
+        assert!(dechunk(b"3\r\nabcX\r\n0\r\n\r\n").is_err());
+    }
 }

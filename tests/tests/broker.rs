@@ -83,6 +83,120 @@ fn nsqd_registers_topics_and_channels_with_lookupd() -> R {
     Ok(())
 }
 
+/// Whether `keys` appear in `body` in this order (Go encodes struct fields in order).
+fn in_order(body: &str, keys: &[&str]) -> bool {
+    let at: Vec<Option<usize>> = keys
+        .iter()
+        .map(|k| body.find(&format!("\"{k}\":")))
+        .collect();
+    at.iter().all(Option::is_some) && at.windows(2).all(|w| w[0] < w[1])
+}
+
+#[test]
+fn lookupd_and_nsqd_json_keep_gos_field_order() -> R {
+    let env = Env::new(|b| b);
+    let Some(lookupd) = env.lookupd_or_skip("lookupd_json_keeps_gos_field_order") else {
+        return Ok(());
+    };
+    let t = env.topic("brk");
+    let mut s = env.raw();
+    s.subscribe(&t, "chan")?;
+    let peer = [
+        "remote_address",
+        "hostname",
+        "broadcast_address",
+        "tcp_port",
+        "http_port",
+        "version",
+    ];
+    let mut body = String::new();
+    assert!(wait_until(Duration::from_secs(3), || {
+        body = http_request(lookupd, "GET", &format!("/lookup?topic={t}"), b"")
+            .map(|(_, b)| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default();
+        body.contains("\"chan\"")
+    }));
+    assert!(in_order(&body, &["channels", "producers"]), "{body}");
+    assert!(in_order(&body, &peer), "{body}");
+    let (_, nodes) = http_request(lookupd, "GET", "/nodes", b"")?;
+    let nodes = String::from_utf8_lossy(&nodes);
+    let node_keys: Vec<&str> = peer
+        .iter()
+        .copied()
+        .chain(["tombstones", "topics"])
+        .collect();
+    assert!(in_order(&nodes, &node_keys), "{nodes}");
+    let (status, info) = http_get_json(lookupd, "/info")?;
+    assert_eq!((status, info["version"].as_str().is_some()), (200, true));
+    if let Some(http) = env.http_address() {
+        let (status, info) = http_request(http, "GET", "/info", b"")?;
+        let info = String::from_utf8_lossy(&info);
+        assert_eq!(status, 200);
+        let info_keys = [
+            "version",
+            "broadcast_address",
+            "hostname",
+            "http_port",
+            "tcp_port",
+            "start_time",
+            "max_heartbeat_interval",
+            "max_output_buffer_size",
+            "max_output_buffer_timeout",
+            "max_deflate_level",
+        ];
+        assert!(in_order(&info, &info_keys), "{info}");
+        let info: serde_json::Value = serde_json::from_str(&info)?;
+        assert_eq!(info["tcp_port"], env.tcp_address().port());
+        assert_eq!(info["http_port"], http.port());
+    }
+    Ok(())
+}
+
+#[test]
+fn big_http_replies_are_chunked_like_gos() -> R {
+    let env = Env::new(|b| b);
+    let (Some(lookupd), Some(http)) = (
+        env.lookupd_or_skip("big_http_replies_are_chunked_like_gos"),
+        env.http_or_skip("big_http_replies_are_chunked_like_gos"),
+    ) else {
+        return Ok(());
+    };
+    let t = env.topic("brk");
+    assert_eq!(
+        http_request(http, "POST", &format!("/topic/create?topic={t}"), b"")?.0,
+        200
+    );
+    let channels: Vec<String> = (0..40).map(|i| format!("{i:064}")).collect();
+    for c in &channels {
+        let target = format!("/channel/create?topic={t}&channel={c}");
+        assert_eq!(http_request(http, "POST", &target, b"")?.0, 200);
+    }
+    // Over 2048 bytes, Go's net/http answers an HTTP/1.1 request chunked.
+    let head = |target: &str| -> io::Result<String> {
+        use std::io::{Read, Write};
+        let mut s = TcpStream::connect(lookupd)?;
+        s.set_read_timeout(Some(Duration::from_secs(3)))?;
+        write!(
+            s,
+            "GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )?;
+        let mut resp = Vec::new();
+        s.read_to_end(&mut resp)?;
+        Ok(String::from_utf8_lossy(&resp).to_ascii_lowercase())
+    };
+    let target = format!("/lookup?topic={t}");
+    let mut seen = 0;
+    assert!(wait_until(Duration::from_secs(3), || {
+        seen = http_get_json(lookupd, &target)
+            .map_or(0, |(_, v)| v["channels"].as_array().map_or(0, Vec::len));
+        seen == channels.len()
+    }));
+    assert!(head(&target)?.contains("transfer-encoding: chunked"));
+    let small = head("/lookup?topic=nope-no-such-topic")?;
+    assert!(small.contains("content-length:") && !small.contains("chunked"));
+    Ok(())
+}
+
 #[test]
 fn lookup_url_decodes_the_topic() -> R {
     let env = Env::new(|b| b);

@@ -19,7 +19,7 @@ fn publish(env: &Env, topic: &str, bodies: &[&[u8]]) -> R {
 }
 
 /// Lets `c` wait for a message redelivered by a timeout or released from the deferred
-/// queue, which a real nsqd may deliver seconds late (see `EXTERNAL_QUEUE_SCAN_ALLOWANCE`).
+/// queue, which a real nsqd may deliver seconds late (see `external_queue_scan_allowance`).
 fn patient(env: &Env, c: &RawClient) -> R {
     c.set_read_timeout(READ_TIMEOUT + env.queue_scan_allowance())?;
     Ok(())
@@ -164,6 +164,53 @@ fn channel_spreads_over_ready_subscribers() -> R {
 }
 
 #[test]
+fn messages_wait_in_the_output_buffer_while_the_client_is_ready_for_more() -> R {
+    let env = Env::new(|b| b);
+    let t = env.topic("deliv");
+    let mut c = env.raw();
+    // nsqd buffers message frames and flushes them on a ticker started by IDENTIFY, when
+    // the client is not ready for more, or with the next response.
+    let t0 = Instant::now();
+    c.identify_negotiate(&json!({ "output_buffer_timeout": 1000 }))?;
+    c.subscribe(&t, "c")?;
+    c.cmd("RDY 10")?;
+    publish(&env, &t, &[b"buffered"])?;
+    let m = c.expect_message()?;
+    let waited = t0.elapsed();
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_millis(1500),
+        "{waited:?}"
+    );
+    c.cmd(&format!("FIN {}", m.id_str()))?;
+    // A response flushes what is buffered, in order.
+    publish(&env, &t, &[b"flushed"])?;
+    std::thread::sleep(Duration::from_millis(100));
+    let t1 = Instant::now();
+    c.cmd_body(&format!("PUB {}", env.topic("deliv")), b"x")?;
+    let RawFrame::Message(m) = c.read_frame()? else {
+        panic!("the buffered message must come before the PUB reply");
+    };
+    assert_eq!(m.body, b"flushed");
+    c.expect_ok()?;
+    assert!(
+        t1.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        t1.elapsed()
+    );
+    // Not ready for more (in_flight == RDY): flushed at once.
+    c.cmd("RDY 2")?;
+    publish(&env, &t, &[b"last"])?;
+    let t2 = Instant::now();
+    assert_eq!(c.expect_message()?.body, b"last");
+    assert!(
+        t2.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        t2.elapsed()
+    );
+    Ok(())
+}
+
+#[test]
 fn messages_published_before_any_channel_wait_for_the_first() -> R {
     let env = Env::new(|b| b);
     let t = env.topic("deliv");
@@ -210,6 +257,70 @@ fn unanswered_message_times_out_and_is_redelivered_with_attempts_plus_one() -> R
             })
         }));
     }
+    Ok(())
+}
+
+#[test]
+fn a_timed_out_message_cannot_be_answered_by_its_first_receiver() -> R {
+    let env = Env::new(|b| b);
+    let t = env.topic("deliv");
+    let mut a = consumer(&env, &t, "c", 1000, 1)?;
+    publish(&env, &t, &[b"expired"])?;
+    let m = a.expect_message()?;
+    a.cmd("RDY 0")?;
+    let mut b = consumer(&env, &t, "c", 1000, 1)?;
+    patient(&env, &b)?;
+    let again = b.expect_message()?;
+    assert_eq!((again.id, again.attempts), (m.id, 2));
+    // The timed-out delivery is gone: the id is in flight again, but on b.
+    let id = m.id_str();
+    for (cmd, code) in [
+        (format!("TOUCH {id}"), "E_TOUCH_FAILED"),
+        (format!("FIN {id}"), "E_FIN_FAILED"),
+        (format!("REQ {id} 0"), "E_REQ_FAILED"),
+    ] {
+        a.cmd(&cmd)?;
+        let verb = cmd.split(' ').next().unwrap_or_default();
+        assert_eq!(
+            a.expect_error(code)?,
+            format!("{code} {verb} {id} failed client does not own message")
+        );
+    }
+    b.cmd(&format!("FIN {id}"))?;
+    // Once finished, it is not in flight anywhere.
+    assert!(b.quiet_for(Duration::from_millis(50))?);
+    a.cmd(&format!("TOUCH {id}"))?;
+    assert_eq!(
+        a.expect_error("E_TOUCH_FAILED")?,
+        format!("E_TOUCH_FAILED TOUCH {id} failed ID not in flight")
+    );
+    Ok(())
+}
+
+#[test]
+fn deliveries_keep_the_msg_timeout_of_the_first_identify() -> R {
+    let env = Env::new(|b| b);
+    let t = env.topic("deliv");
+    let mut c = env.raw();
+    c.identify_negotiate(&json!({ "msg_timeout": 1000 }))?;
+    // nsqd's message pump ignores a second IDENTIFY, though the reply (and TOUCH) use it.
+    let r = c.identify_negotiate(&json!({ "msg_timeout": 60_000 }))?;
+    assert_eq!(r["msg_timeout"], 60_000);
+    c.subscribe(&t, "c")?;
+    c.cmd("RDY 1")?;
+    publish(&env, &t, &[b"short"])?;
+    let first = c.expect_message()?;
+    let t0 = Instant::now();
+    patient(&env, &c)?;
+    let again = c.expect_message()?;
+    let waited = t0.elapsed();
+    assert_eq!((again.id, again.attempts), (first.id, 2));
+    assert!(
+        waited >= Duration::from_millis(900)
+            && waited < Duration::from_millis(2500) + env.queue_scan_allowance(),
+        "redelivered after {waited:?}"
+    );
+    c.cmd(&format!("FIN {}", again.id_str()))?;
     Ok(())
 }
 
@@ -461,7 +572,10 @@ fn answering_heartbeats_keeps_the_connection() -> R {
 #[test]
 fn default_heartbeat_interval_option_applies_before_identify() -> R {
     let env = Env::new(|b| b.heartbeat_interval(Duration::from_secs(1)));
-    let Some(_) = env.local_only("default_heartbeat_interval", "a custom --client-timeout") else {
+    let Some(_) = env.local_only(
+        "default_heartbeat_interval",
+        "a default heartbeat interval other than 30s (not an nsqd flag)",
+    ) else {
         return Ok(());
     };
     let mut c = env.raw();

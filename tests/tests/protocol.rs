@@ -148,6 +148,135 @@ fn identify_negotiation_reply_has_every_field() -> R {
 }
 
 #[test]
+fn identify_reply_is_nsqds_json_byte_for_byte() -> R {
+    let env = env();
+    let mut c = env.raw();
+    let body = json!({"feature_negotiation": true, "msg_timeout": 5000, "output_buffer_size": 100, "output_buffer_timeout": 50, "sample_rate": 3});
+    let RawFrame::Response(raw) = c.identify(&body)? else {
+        panic!("IDENTIFY failed");
+    };
+    let v: serde_json::Value = serde_json::from_slice(&raw)?;
+    // Go's encoding/json: struct field order, compact, no trailing newline. The server's own
+    // limits are taken from the reply (an external server may have other flags) and, on the
+    // local broker, checked against its options.
+    let expected = format!(
+        "{{\"max_rdy_count\":{},\"version\":{},\"max_msg_timeout\":{},\"msg_timeout\":5000,\
+         \"tls_v1\":false,\"deflate\":false,\"deflate_level\":{},\"max_deflate_level\":{},\
+         \"snappy\":false,\"sample_rate\":3,\"auth_required\":false,\
+         \"output_buffer_size\":100,\"output_buffer_timeout\":50}}",
+        v["max_rdy_count"],
+        v["version"],
+        v["max_msg_timeout"],
+        v["deflate_level"],
+        v["max_deflate_level"],
+    );
+    assert_eq!(String::from_utf8_lossy(&raw), expected);
+    assert_eq!(
+        v["deflate_level"].as_i64(),
+        v["max_deflate_level"].as_i64().map(|m| m.min(6))
+    );
+    if let Some(nsqd) = env.nsqd() {
+        let o = nsqd.options();
+        assert_eq!(v["max_rdy_count"], o.max_rdy_count);
+        assert_eq!(v["version"], o.version.as_str());
+        assert_eq!(v["max_msg_timeout"], o.max_msg_timeout.as_millis() as u64);
+        assert_eq!(v["max_deflate_level"], o.max_deflate_level);
+    }
+    alive(&env, &mut c)
+}
+
+#[test]
+fn a_second_identify_is_allowed() -> R {
+    let env = env();
+    let mut c = env.raw();
+    assert_eq!(
+        c.identify(&json!({"msg_timeout": 2000}))?,
+        RawFrame::Response(b"OK".to_vec())
+    );
+    // nsqd only refuses IDENTIFY once subscribed; a second one is answered like the first.
+    let r = c.identify_negotiate(&json!({"msg_timeout": 3000}))?;
+    assert_eq!(r["msg_timeout"], 3000);
+    // Without a field, the value from the first IDENTIFY stays.
+    let r = c.identify_negotiate(&json!({}))?;
+    assert_eq!(r["msg_timeout"], 3000);
+    c.subscribe(&env.topic("proto"), "c")?;
+    c.cmd("IDENTIFY")?;
+    assert_eq!(
+        c.expect_fatal("E_INVALID")?,
+        "E_INVALID cannot IDENTIFY in current state"
+    );
+    Ok(())
+}
+
+#[test]
+fn only_the_first_identify_sets_the_heartbeat_ticker() -> R {
+    let env = env();
+    let mut c = env.raw();
+    c.identify(&json!({"heartbeat_interval": 1000}))?;
+    // The second IDENTIFY changes the read deadline (2 x 2000 ms) but nsqd's message pump
+    // ignores it, so heartbeats keep coming every second.
+    let t0 = std::time::Instant::now();
+    assert_eq!(
+        c.identify(&json!({"heartbeat_interval": 2000}))?,
+        RawFrame::Response(b"OK".to_vec())
+    );
+    c.set_read_timeout(Duration::from_secs(6))?;
+    let mut beats = Vec::new();
+    loop {
+        match c.read_frame() {
+            Ok(f) => {
+                assert!(f.is_heartbeat(), "{f:?}");
+                beats.push(t0.elapsed());
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let closed = t0.elapsed();
+    assert!(
+        closed >= Duration::from_millis(3800) && closed < Duration::from_secs(5),
+        "closed after {closed:?}"
+    );
+    assert!(beats.len() >= 3, "heartbeats at {beats:?}");
+    assert!(
+        beats[0] < Duration::from_millis(1600),
+        "heartbeats at {beats:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn req_delay_above_max_req_timeout_is_clamped_not_refused() -> R {
+    let env = env();
+    let t = env.topic("proto");
+    let mut c = env.raw();
+    c.subscribe(&t, "c")?;
+    c.cmd("RDY 1")?;
+    let mut p = env.raw();
+    assert_eq!(p.publish(&t, b"r")?, RawFrame::Response(b"OK".to_vec()));
+    let m = c.expect_message()?;
+    // Far above the default --max-req-timeout (1h): clamped, no error, not redelivered now.
+    c.cmd(&format!("REQ {} 999999999999", m.id_str()))?;
+    assert!(c.quiet_for(Duration::from_millis(300))?);
+    c.cmd(&format!("FIN {}", m.id_str()))?;
+    assert_eq!(
+        c.expect_error("E_FIN_FAILED")?,
+        format!("E_FIN_FAILED FIN {} failed ID not in flight", m.id_str())
+    );
+    if let Some(nsqd) = env.nsqd() {
+        let ch = nsqd.channel(&t, "c").ok_or("channel")?;
+        assert_eq!((ch.requeued, ch.deferred, ch.in_flight), (1, 1, 0));
+    }
+    c.cmd(&format!("REQ {} -1", m.id_str()))?;
+    assert_eq!(
+        c.expect_fatal("E_INVALID")?,
+        "E_INVALID REQ could not parse timeout -1"
+    );
+    Ok(())
+}
+
+#[test]
 fn identify_reports_defaults_when_fields_are_zero() -> R {
     let env = env();
     let Some(_) = env.local_only("identify_reports_defaults", "default option values") else {
@@ -213,6 +342,48 @@ fn identify_range_validation() -> R {
         );
     }
     Ok(())
+}
+
+#[test]
+fn identify_json_is_decoded_like_go() -> R {
+    let env = env();
+    let identify = |raw: &[u8]| -> Result<RawClient, Box<dyn std::error::Error>> {
+        let mut c = env.raw();
+        c.cmd_body("IDENTIFY", raw)?;
+        Ok(c)
+    };
+    let negotiated = |raw: &[u8]| -> Result<serde_json::Value, Box<dyn std::error::Error>> {
+        let mut c = identify(raw)?;
+        match c.read_frame()? {
+            RawFrame::Response(b) => Ok(serde_json::from_slice(&b)?),
+            other => Err(format!("{other:?}").into()),
+        }
+    };
+    // Keys match struct fields case-insensitively (with Go's ſ/K folding).
+    let mut c = identify(br#"{"HEARTBEAT_INTERVAL": 999}"#)?;
+    assert_eq!(
+        c.expect_fatal("E_BAD_BODY")?,
+        "E_BAD_BODY IDENTIFY heartbeat interval (999) is invalid"
+    );
+    let mut c = identify("{\"\u{17f}ample_rate\": 100}".as_bytes())?;
+    assert_eq!(
+        c.expect_fatal("E_BAD_BODY")?,
+        "E_BAD_BODY IDENTIFY sample rate (100) is invalid"
+    );
+    // Later keys win, null leaves a field alone, unknown keys of any type are ignored.
+    let fields = r#""feature_negotiation": true, "x": [{"y": null}]"#;
+    let r = negotiated(
+        format!(r#"{{{fields}, "msg_timeout": 2000, "Msg_Timeout": 3000}}"#).as_bytes(),
+    )?;
+    assert_eq!(r["msg_timeout"], 3000);
+    let r = negotiated(
+        format!(r#"{{{fields}, "msg_timeout": 2000, "msg_timeout": null}}"#).as_bytes(),
+    )?;
+    assert_eq!(r["msg_timeout"], 2000);
+    // Invalid UTF-8 in a string is replaced, not refused.
+    let mut c = identify(b"{\"client_id\": \"\xff\"}")?;
+    c.expect_ok()?;
+    alive(&env, &mut c)
 }
 
 #[test]
@@ -365,6 +536,31 @@ fn sub_errors() -> R {
     long_topic.extend(std::iter::repeat_n('y', 64 - long_topic.len()));
     c.subscribe(&long_topic, &format!("{}#ephemeral", "z".repeat(54)))?;
     Ok(())
+}
+
+#[test]
+fn sub_beyond_max_channel_consumers_fails() -> R {
+    let env = Env::new(|b| b.max_channel_consumers(1));
+    let Some(nsqd) = env.local_only(
+        "sub_beyond_max_channel_consumers_fails",
+        "--max-channel-consumers",
+    ) else {
+        return Ok(());
+    };
+    let t = env.topic("proto");
+    let mut a = env.raw();
+    a.subscribe(&t, "c")?;
+    fatal_after(
+        &env,
+        &[],
+        format!("SUB {t} c\n").as_bytes(),
+        &format!("E_SUB_FAILED SUB failed consumers for {t}:c exceeds limit of 1"),
+    )?;
+    // Other channels have their own limit; the failed SUB created nothing new.
+    let mut b = env.raw();
+    b.subscribe(&t, "d")?;
+    assert_eq!(nsqd.channel(&t, "c").map(|c| c.clients.len()), Some(1));
+    alive(&env, &mut a)
 }
 
 #[test]
@@ -522,6 +718,37 @@ fn mpub_errors() -> R {
         assert_eq!(nsqd.topic(&t).map(|s| s.message_count), Some(3));
         assert!(nsqd.warnings().is_empty());
     }
+    Ok(())
+}
+
+#[test]
+fn a_failed_mpub_still_creates_its_topic() -> R {
+    let env = env();
+    let Some(lookupd) = env.lookupd_or_skip("a_failed_mpub_still_creates_its_topic") else {
+        return Ok(());
+    };
+    let t = env.topic("proto");
+    // nsqd creates the topic before it reads the body; PUB reads the body first.
+    fatal_after(
+        &env,
+        &[],
+        &body(&format!("MPUB {t}"), &0u32.to_be_bytes()),
+        "E_BAD_BODY MPUB invalid message count 0",
+    )?;
+    let lookup = format!("/lookup?topic={t}");
+    assert!(nsq_test_broker::wait_until(Duration::from_secs(3), || {
+        nsq_test_broker::http_get_json(lookupd, &lookup).is_ok_and(|(status, _)| status == 200)
+    }));
+    let t2 = env.topic("proto");
+    fatal_after(
+        &env,
+        &[],
+        &sized(&format!("PUB {t2}"), 0),
+        "E_BAD_MESSAGE PUB invalid message body size 0",
+    )?;
+    std::thread::sleep(Duration::from_millis(200));
+    let (status, _) = nsq_test_broker::http_get_json(lookupd, &format!("/lookup?topic={t2}"))?;
+    assert_eq!(status, 404);
     Ok(())
 }
 
