@@ -2,15 +2,14 @@
 
 use crate::driver::{BATCH, Input, Io};
 use crate::net;
-use bytes::Bytes;
+use nsq_proto::Config;
 use nsq_proto::adapter::{
-    self, Answer, AnswerKind, ConsumerSetup, Error, GiveUpHook, HandlerError, IntoChannel,
-    IntoTopic, StopReport,
+    self, Answer, AnswerKind, AnswerSink, ConsumerSetup, Delivery, Error, GiveUpHook, HandlerError,
+    IntoChannel, IntoTopic, Origin, StopReport,
 };
 use nsq_proto::consumer::{
     Action, ConnId, ConsumerConfig, ConsumerError, ConsumerEvent, ConsumerStats,
 };
-use nsq_proto::{Config, MessageId};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -106,12 +105,6 @@ impl Drop for StoppedGuard {
     }
 }
 
-/// What every message of one connection shares: one reference count per message.
-struct ConnShared {
-    addr: String,
-    shared: Arc<Shared>,
-}
-
 /// Sends `Dropped` to the driver when the last user handle goes.
 struct HandleGuard(Arc<Shared>);
 
@@ -123,121 +116,35 @@ impl Drop for HandleGuard {
 
 // ----------------------------------------------------------------------------------- message
 
-/// A message delivered to this consumer. It answers itself: [`finish`](Self::finish),
-/// [`requeue`](Self::requeue), [`requeue_without_backoff`](Self::requeue_without_backoff),
-/// [`touch`](Self::touch).
+/// Carries a message's answers to the driver thread (a lock-free channel send).
+#[doc(hidden)]
+pub struct AnswerChannel(Arc<Shared>);
+
+impl fmt::Debug for AnswerChannel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("AnswerChannel")
+    }
+}
+
+impl AnswerSink for AnswerChannel {
+    fn send_answer(&self, answer: Answer) {
+        self.0.answer(answer);
+    }
+}
+
+/// A message delivered to this consumer. It answers itself: `finish()`, `requeue(delay)`,
+/// `requeue_without_backoff(delay)`, `touch()`; read it with `body()` (a slice of the read
+/// buffer: zero-copy), `attempts()`, `timestamp()`, `id()`, `nsqd_address()` (see
+/// [`Delivery`], shared by every adapter).
 ///
 /// A message dropped without an answer is requeued (without backoff, with the default delay
 /// for its attempt count) and a warning is logged: it is never lost silently.
-pub struct Message {
-    inner: nsq_proto::Message,
-    conn: ConnId,
-    origin: Arc<ConnShared>,
-    /// Answered, or answered by [`Consumer::run`] on the handler's behalf.
-    done: bool,
-}
+pub type Message = Delivery<AnswerChannel>;
 
-impl fmt::Debug for Message {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Message")
-            .field("id", &self.inner.id)
-            .field("attempts", &self.inner.attempts)
-            .field("timestamp", &self.inner.timestamp)
-            .field("body_len", &self.inner.body.len())
-            .field("nsqd", &self.origin.addr)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Message {
-    /// The message id.
-    pub fn id(&self) -> MessageId {
-        self.inner.id
-    }
-
-    /// The payload (a slice of the read buffer: no copy was made).
-    pub fn body(&self) -> &Bytes {
-        &self.inner.body
-    }
-
-    /// How many times nsqd delivered it, this delivery included.
-    pub fn attempts(&self) -> u16 {
-        self.inner.attempts
-    }
-
-    /// When it was published, in nanoseconds since the Unix epoch (nsqd's clock).
-    pub fn timestamp(&self) -> i64 {
-        self.inner.timestamp
-    }
-
-    /// The nsqd TCP address it came from.
-    pub fn nsqd_address(&self) -> &str {
-        &self.origin.addr
-    }
-
-    fn answer_of(&self, kind: AnswerKind) -> Answer {
-        Answer::new(self.conn, &self.inner, kind)
-    }
-
-    fn answer(&self, kind: AnswerKind) {
-        self.origin.shared.answer(self.answer_of(kind));
-    }
-
-    /// FIN: the message is done.
-    pub fn finish(mut self) {
-        self.done = true;
-        self.answer(AnswerKind::Finish);
-    }
-
-    /// REQ with backoff: the message failed; nsqd redelivers it after `delay` (`None`: the
-    /// configured default delay times the attempt count) and the consumer backs off.
-    pub fn requeue(mut self, delay: Option<Duration>) {
-        self.done = true;
-        self.answer(AnswerKind::Requeue {
-            delay,
-            backoff: true,
-        });
-    }
-
-    /// REQ without backoff: redeliver after `delay` (`None`: the default), without slowing the
-    /// consumer down.
-    pub fn requeue_without_backoff(mut self, delay: Option<Duration>) {
-        self.done = true;
-        self.answer(AnswerKind::Requeue {
-            delay,
-            backoff: false,
-        });
-    }
-
-    /// TOUCH: asks nsqd for more time (another msg_timeout).
-    pub fn touch(&self) {
-        self.answer(AnswerKind::Touch);
-    }
-
-    /// REQ at once without backoff: never handed to the application (the consumer is
-    /// stopping), so it goes back to nsqd without a warning.
-    fn untaken(mut self) {
-        self.done = true;
-        self.answer(AnswerKind::UNTAKEN);
-    }
-
-    /// The core's message (id, attempts, timestamp, body).
-    pub fn as_proto(&self) -> &nsq_proto::Message {
-        &self.inner
-    }
-}
-
-impl Drop for Message {
-    fn drop(&mut self) {
-        if !self.done {
-            tracing::warn!(
-                msg = %self.inner.id,
-                nsqd = %self.origin.addr,
-                "message dropped without an answer: requeueing it"
-            );
-            self.answer(AnswerKind::DROPPED);
-        }
-    }
+/// Requeues at once, without backoff, a message never handed to the application (the
+/// consumer is stopping), without the drop warning.
+fn requeue_untaken(shared: &Shared, m: Message) {
+    shared.answer(m.into_answer(AnswerKind::UNTAKEN));
 }
 
 // ---------------------------------------------------------------------------------- builder
@@ -289,6 +196,26 @@ impl ConsumerBuilder {
     /// An nsqlookupd HTTP address (`host:port` or `http://host:port`) to discover nsqd with.
     pub fn lookupd(mut self, addr: impl Into<String>) -> Self {
         self.setup.lookupd.push(addr.into());
+        self
+    }
+
+    /// Several nsqd TCP addresses.
+    pub fn nsqds<I, S>(mut self, addrs: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.setup.nsqd.extend(addrs.into_iter().map(Into::into));
+        self
+    }
+
+    /// Several nsqlookupd HTTP addresses.
+    pub fn lookupds<I, S>(mut self, addrs: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.setup.lookupd.extend(addrs.into_iter().map(Into::into));
         self
     }
 
@@ -506,7 +433,7 @@ fn next_message(
     if shared.stopping.load(Ordering::Acquire) {
         // Messages not taken yet are requeued at once so the drain is quick.
         while let Ok(m) = rx.try_recv() {
-            m.untaken();
+            requeue_untaken(shared, m);
         }
         return Err(RecvTimeoutError::Disconnected);
     }
@@ -612,7 +539,7 @@ impl Consumer {
             // The driver drops its sender when it starts stopping; every message still queued
             // is requeued at once.
             while let Ok(m) = rx.recv() {
-                m.untaken();
+                requeue_untaken(self.handle.shared(), m);
             }
         }
         self.handle.shared().wait_stopped()
@@ -653,7 +580,7 @@ impl Consumer {
             .into_inner()
             .unwrap_or_else(PoisonError::into_inner);
         while let Ok(m) = rx.try_recv() {
-            m.untaken();
+            requeue_untaken(shared, m);
         }
         drop(rx);
         shared.wait_stopped()
@@ -670,13 +597,9 @@ where
             next_message(shared, &rx, None)
         };
         let Ok(mut msg) = next else { break };
-        msg.done = true;
-        let answer = msg.answer_of(AnswerKind::Finish);
-        let origin = msg.origin.clone();
+        let pending = msg.take_over();
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(msg))).ok();
-        origin
-            .shared
-            .answer(answer.with_kind(AnswerKind::from_handler(outcome)));
+        pending.answer(outcome);
     }
 }
 
@@ -734,7 +657,7 @@ struct Driver {
     io: Io<Cmd>,
     shared: Arc<Shared>,
     msg_tx: Option<Sender<Message>>,
-    origins: BTreeMap<ConnId, Arc<ConnShared>>,
+    origins: BTreeMap<ConnId, Arc<Origin<AnswerChannel>>>,
     give_up: Option<GiveUpHook>,
     report: Option<StopReport>,
 }
@@ -815,10 +738,7 @@ impl Driver {
                     Action::Connect { conn, addr } => {
                         self.origins.insert(
                             *conn,
-                            Arc::new(ConnShared {
-                                addr: addr.clone(),
-                                shared: self.shared.clone(),
-                            }),
+                            Origin::new(addr.clone(), AnswerChannel(self.shared.clone())),
                         );
                     }
                     Action::Disconnect { conn } => {
@@ -844,25 +764,18 @@ impl Driver {
             ConsumerEvent::Message { conn, message } => {
                 let origin = match self.origins.get(&conn) {
                     Some(o) => o.clone(),
-                    None => Arc::new(ConnShared {
-                        addr: String::new(),
-                        shared: self.shared.clone(),
-                    }),
+                    None => Origin::new("", AnswerChannel(self.shared.clone())),
                 };
-                let msg = Message {
-                    inner: message,
-                    conn,
-                    origin,
-                    done: false,
-                };
+                let msg = Delivery::new(conn, message, origin);
                 // While stopping (no sender) no new messages are handed out: requeue at once.
                 let unsent = match &self.msg_tx {
                     Some(tx) => tx.send(msg).err().map(|e| e.0),
                     None => Some(msg),
                 };
-                if let Some(mut m) = unsent {
-                    m.done = true;
-                    let _ = m.answer_of(AnswerKind::UNTAKEN).apply(&mut self.core, now);
+                if let Some(m) = unsent {
+                    let _ = m
+                        .into_answer(AnswerKind::UNTAKEN)
+                        .apply(&mut self.core, now);
                 }
             }
             ConsumerEvent::GaveUp { message, .. } => {

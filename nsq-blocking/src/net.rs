@@ -129,6 +129,7 @@ fn dial(addr: &str, timeout: Duration) -> io::Result<TcpStream> {
 pub(crate) struct Link {
     cancel: Arc<Cancel>,
     writer: Option<Sender<Bytes>>,
+    span: tracing::Span,
 }
 
 impl Link {
@@ -138,6 +139,11 @@ impl Link {
         if let Some(w) = &self.writer {
             let _ = w.send(data);
         }
+    }
+
+    /// The connection's tracing span (the core handles its socket events inside it).
+    pub(crate) fn span(&self) -> &tracing::Span {
+        &self.span
     }
 
     /// Whether the writer is running (the socket is connected).
@@ -160,7 +166,7 @@ impl Link {
     {
         let (wtx, wrx) = mpsc::channel();
         self.writer = Some(wtx);
-        let span = tracing::debug_span!("nsqd-writer", conn = %key);
+        let span = tracing::debug_span!(parent: &self.span, "nsqd-writer");
         threads.spawn(&format!("nsqb-wr-{key}"), move || {
             let _enter = span.enter();
             write_loop(key, stream, &wrx, write_timeout, &tx, wrap);
@@ -201,6 +207,7 @@ where
     let cancel = Arc::new(Cancel::default());
     let c = cancel.clone();
     let span = tracing::info_span!("nsqd", conn = %key, addr = %addr);
+    let link_span = span.clone();
     let addr = addr.to_owned();
     threads.spawn(&format!("nsqb-rd-{key}"), move || {
         let _enter = span.enter();
@@ -209,6 +216,7 @@ where
     Link {
         cancel,
         writer: None,
+        span: link_span,
     }
 }
 

@@ -484,13 +484,26 @@ fn handler_api_runs_with_concurrency() {
         let report = handle.stop();
         assert_eq!(report.unanswered, 0);
         assert_eq!(runner.join().unwrap().unanswered, 0);
-        let ch = nsqd.channel("handler", "ch").unwrap();
-        assert_eq!(ch.finished, 50);
-        assert_eq!(ch.requeued, 1, "{ch:?}");
+        let done = || {
+            nsqd.channel("handler", "ch")
+                .is_some_and(|ch| ch.finished == 50 && ch.requeued == 1)
+        };
+        assert!(
+            eventually(WAIT, done),
+            "{:?}",
+            nsqd.channel("handler", "ch")
+        );
     });
 }
 
-fn round_trip_with(nsqd: &Nsqd, topic: &str, connection: nsq_blocking::ConnectionConfig) {
+/// Publishes and consumes one 10 kB message with `connection`; while both are connected,
+/// every broker client must satisfy `negotiated`.
+fn round_trip_with(
+    nsqd: &Nsqd,
+    topic: &str,
+    connection: nsq_blocking::ConnectionConfig,
+    negotiated: impl Fn(&nsq_test_broker::ClientStats) -> bool,
+) {
     let p = Producer::builder()
         .core_config(ProducerConfig {
             connection: connection.clone(),
@@ -516,22 +529,11 @@ fn round_trip_with(nsqd: &Nsqd, topic: &str, connection: nsq_blocking::Connectio
     assert!(eventually(WAIT, || nsqd
         .channel(topic, "ch")
         .is_some_and(|c| c.finished == 1)));
+    let clients = nsqd.clients();
+    assert_eq!(clients.len(), 2, "{clients:?}");
+    assert!(clients.iter().all(negotiated), "{clients:?}");
     c.stop();
     p.close();
-}
-
-/// Runs [`round_trip_with`] while another thread watches the broker for `seen`.
-fn while_watching(
-    nsqd: &Nsqd,
-    topic: &str,
-    conn: nsq_blocking::ConnectionConfig,
-    seen: impl Fn(&Nsqd) -> bool + Sync,
-) -> bool {
-    std::thread::scope(|s| {
-        let watcher = s.spawn(|| eventually(WAIT, || seen(nsqd)));
-        round_trip_with(nsqd, topic, conn);
-        watcher.join().unwrap()
-    })
 }
 
 #[test]
@@ -544,8 +546,7 @@ fn tls() {
             )),
             ..Default::default()
         };
-        let saw_tls = while_watching(&nsqd, "tls", conn, |n| n.clients().iter().any(|c| c.tls));
-        assert!(saw_tls);
+        round_trip_with(&nsqd, "tls", conn, |c| c.tls);
     });
 }
 
@@ -557,10 +558,7 @@ fn snappy() {
             compression: Compression::Snappy,
             ..Default::default()
         };
-        let saw = while_watching(&nsqd, "snappy", conn, |n| {
-            n.clients().iter().any(|c| c.snappy)
-        });
-        assert!(saw);
+        round_trip_with(&nsqd, "snappy", conn, |c| c.snappy);
     });
 }
 
@@ -572,10 +570,7 @@ fn deflate() {
             compression: Compression::Deflate { level: 3 },
             ..Default::default()
         };
-        let saw = while_watching(&nsqd, "deflate", conn, |n| {
-            n.clients().iter().any(|c| c.deflate.is_some())
-        });
-        assert!(saw);
+        round_trip_with(&nsqd, "deflate", conn, |c| c.deflate == Some(3));
     });
 }
 
@@ -591,12 +586,9 @@ fn auth() {
             auth_secret: Some("s3cret".into()),
             ..Default::default()
         };
-        let saw = while_watching(&nsqd, "auth", conn, |n| {
-            n.clients()
-                .iter()
-                .any(|c| c.identity.as_deref() == Some("tester"))
+        round_trip_with(&nsqd, "auth", conn, |c| {
+            c.identity.as_deref() == Some("tester")
         });
-        assert!(saw);
         // A wrong secret: publishes fail, they do not hang.
         let mut bad = ProducerConfig::default();
         bad.connection.auth_secret = Some("wrong".into());
