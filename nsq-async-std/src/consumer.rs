@@ -137,6 +137,26 @@ impl ConsumerBuilder {
         self
     }
 
+    /// Several nsqd TCP addresses.
+    pub fn nsqds<I, S>(mut self, addrs: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.setup.nsqd.extend(addrs.into_iter().map(Into::into));
+        self
+    }
+
+    /// Several nsqlookupd HTTP addresses.
+    pub fn lookupds<I, S>(mut self, addrs: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.setup.lookupd.extend(addrs.into_iter().map(Into::into));
+        self
+    }
+
     /// Seed of the core's RNG (jitter, random choices); random by default.
     pub fn seed(mut self, seed: u64) -> Self {
         self.setup.seed = Some(seed);
@@ -302,22 +322,37 @@ impl ConsumerHandle {
     }
 }
 
-/// The receiving side of a consumer's messages.
+/// The receiving side of a consumer's messages (one per `run` worker: the channel is MPMC).
 struct MessageReceiver {
     rx: Pin<Box<async_channel::Receiver<Message>>>,
     shared: Arc<Shared>,
 }
 
+impl Drop for MessageReceiver {
+    fn drop(&mut self) {
+        if self.rx.receiver_count() == 1 {
+            // The last receiver: nobody will take what is queued.
+            self.discard();
+        }
+    }
+}
+
 impl MessageReceiver {
     fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Message>> {
         if self.shared.stopping.load(Ordering::Acquire) {
-            // Messages not taken yet are requeued (by their Drop) so the drain is quick.
-            while let Ok(m) = self.rx.try_recv() {
-                drop(m);
-            }
+            // Messages not taken yet are requeued at once so the drain is quick.
+            self.discard();
             return Poll::Ready(None);
         }
         self.rx.as_mut().poll_next(cx)
+    }
+
+    /// Requeues at once (no delay, no backoff) every message received but not taken: the
+    /// application never saw them.
+    fn discard(&mut self) {
+        while let Ok(m) = self.rx.try_recv() {
+            m.release();
+        }
     }
 
     async fn recv(&mut self) -> Option<Message> {
@@ -435,9 +470,9 @@ impl Consumer {
             return StopReport::default();
         }
         // The driver closes the message channel when it starts stopping; every message still
-        // queued is dropped here, which requeues it.
+        // queued is requeued at once.
         while let Ok(m) = self.receiver.rx.recv().await {
-            drop(m);
+            m.release();
         }
         rx.recv().await.unwrap_or_default()
     }
@@ -462,11 +497,14 @@ impl Consumer {
         let handler = Arc::new(handler);
         let mut workers: Vec<Pin<Box<dyn Future<Output = ()> + Send>>> =
             Vec::with_capacity(concurrency.max(1));
-        for _ in 0..concurrency.max(1) {
-            let mut receiver = MessageReceiver {
+        let mut receivers: Vec<MessageReceiver> = (1..concurrency.max(1))
+            .map(|_| MessageReceiver {
                 rx: Box::pin((*receiver.rx).clone()),
                 shared: receiver.shared.clone(),
-            };
+            })
+            .collect();
+        receivers.push(receiver);
+        for mut receiver in receivers {
             let handler = handler.clone();
             workers.push(Box::pin(async move {
                 while let Some(msg) = receiver.recv().await {
@@ -474,7 +512,6 @@ impl Consumer {
                 }
             }));
         }
-        drop(receiver);
         join_all(workers).await;
         drop(handle);
     }
@@ -603,6 +640,12 @@ impl Logic for ConsumerLogic {
                     let _ = m
                         .into_answer(AnswerKind::UNTAKEN)
                         .apply(&mut self.core, now);
+                    if self.msg_tx.is_some() {
+                        // Nobody can receive messages any more: stop rather than loop
+                        // redeliveries.
+                        tracing::info!("the consumer's message receiver was dropped");
+                        self.begin_stop(now);
+                    }
                 }
             }
             ConsumerEvent::GaveUp { message, .. } => {

@@ -313,6 +313,13 @@ impl<S: AnswerSink> Delivery<S> {
         }
     }
 
+    /// For adapters: the application never saw this message (received but not taken when
+    /// the consumer stopped or its receiver was dropped): requeue it at once, without
+    /// backoff and without the warning of an unanswered drop.
+    pub fn release(mut self) {
+        self.send(AnswerKind::UNTAKEN);
+    }
+
     /// For a driver that answers a message it never handed out: the answer to apply to the
     /// core directly (nothing goes through the sink).
     pub fn into_answer(mut self, kind: AnswerKind) -> Answer {
@@ -1329,10 +1336,13 @@ mod tests {
             }
         );
 
-        let d = Delivery::new(conn, message(4), origin);
+        let d = Delivery::new(conn, message(4), origin.clone());
         let a = d.into_answer(AnswerKind::UNTAKEN);
         assert_eq!(a.attempts, 4);
         assert_eq!(kinds().len(), 4, "into_answer sends nothing");
+
+        Delivery::new(conn, message(5), origin).release();
+        assert_eq!(kinds()[4], AnswerKind::UNTAKEN);
     }
 
     #[test]
