@@ -141,12 +141,6 @@ impl AnswerSink for AnswerChannel {
 /// for its attempt count) and a warning is logged: it is never lost silently.
 pub type Message = Delivery<AnswerChannel>;
 
-/// Requeues at once, without backoff, a message never handed to the application (the
-/// consumer is stopping), without the drop warning.
-fn requeue_untaken(shared: &Shared, m: Message) {
-    shared.answer(m.into_answer(AnswerKind::UNTAKEN));
-}
-
 // ---------------------------------------------------------------------------------- builder
 
 /// Builds a [`Consumer`]: topic, channel, configuration, addresses.
@@ -433,7 +427,7 @@ fn next_message(
     if shared.stopping.load(Ordering::Acquire) {
         // Messages not taken yet are requeued at once so the drain is quick.
         while let Ok(m) = rx.try_recv() {
-            requeue_untaken(shared, m);
+            m.release();
         }
         return Err(RecvTimeoutError::Disconnected);
     }
@@ -539,7 +533,7 @@ impl Consumer {
             // The driver drops its sender when it starts stopping; every message still queued
             // is requeued at once.
             while let Ok(m) = rx.recv() {
-                requeue_untaken(self.handle.shared(), m);
+                m.release();
             }
         }
         self.handle.shared().wait_stopped()
@@ -580,7 +574,7 @@ impl Consumer {
             .into_inner()
             .unwrap_or_else(PoisonError::into_inner);
         while let Ok(m) = rx.try_recv() {
-            requeue_untaken(shared, m);
+            m.release();
         }
         drop(rx);
         shared.wait_stopped()
@@ -772,6 +766,11 @@ impl Driver {
                     Some(tx) => tx.send(msg).err().map(|e| e.0),
                     None => Some(msg),
                 };
+                if unsent.is_some() && self.msg_tx.is_some() {
+                    // Nobody can receive messages any more: stop instead of redelivering
+                    // them in a loop.
+                    self.begin_stop(now);
+                }
                 if let Some(m) = unsent {
                     let _ = m
                         .into_answer(AnswerKind::UNTAKEN)

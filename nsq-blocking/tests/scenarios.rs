@@ -899,3 +899,52 @@ fn handles_cross_threads() {
     send::<nsq_blocking::ConsumerBuilder>();
     send::<nsq_blocking::ProducerBuilder>();
 }
+
+#[test]
+fn server_errors_are_typed() {
+    run(20, || {
+        let nsqd = start(Nsqd::builder().max_msg_size(10));
+        let p = producer(&nsqd);
+        let err = p.publish("small", vec![b'x'; 100]).unwrap_err();
+        match &err {
+            Error::Server(e) => assert_eq!(e.code_str(), "E_BAD_MESSAGE", "{e}"),
+            other => panic!("expected a server error, got {other:?}"),
+        }
+        // The producer reconnects after nsqd closed the connection: later publishes work.
+        let deadline = Instant::now() + WAIT;
+        loop {
+            match p.publish("small", "ok") {
+                Ok(()) => break,
+                Err(e) => assert!(Instant::now() < deadline, "never recovered: {e}"),
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        p.close();
+    });
+}
+
+#[test]
+fn dropping_the_consumer_stops_it() {
+    run(20, || {
+        let nsqd = start(Nsqd::builder());
+        for i in 0..5 {
+            nsqd.publish("dropc", format!("{i}").as_bytes());
+        }
+        let mut c = consumer(&nsqd, "dropc", fast_config(5));
+        let handle = c.handle();
+        next(&mut c, WAIT).expect("a message").finish();
+        drop(c);
+        // Dropping stopped it (messages received but not taken were released at once); the
+        // handle outlives the consumer and its stop reports the same.
+        assert!(handle.is_stopping());
+        let report = handle.stop();
+        assert_eq!(report.unanswered, 0);
+        assert!(
+            eventually(WAIT, || nsqd.channel("dropc", "ch").is_some_and(|ch| {
+                ch.in_flight == 0 && ch.finished == 1 && ch.depth + ch.deferred == 4
+            })),
+            "{:?}",
+            nsqd.channel("dropc", "ch")
+        );
+    });
+}
