@@ -948,3 +948,35 @@ fn dropping_the_consumer_stops_it() {
         );
     });
 }
+
+#[test]
+fn close_flushes_what_is_outstanding() {
+    run(30, || {
+        let nsqd = start(Nsqd::builder());
+        let p = producer(&nsqd);
+        let ok = AtomicU32::new(0);
+        std::thread::scope(|s| {
+            for t in 0..8 {
+                let (p, ok) = (&p, &ok);
+                s.spawn(move || {
+                    for i in 0..200 {
+                        match p.publish("flush", format!("{t}-{i}")) {
+                            Ok(()) => {
+                                ok.fetch_add(1, Ordering::SeqCst);
+                            }
+                            Err(Error::Closed) => break,
+                            Err(e) => panic!("unexpected {e}"),
+                        }
+                    }
+                });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            p.close();
+        });
+        // Every publish that returned Ok is on the broker, and nothing else is.
+        let ok = u64::from(ok.load(Ordering::SeqCst));
+        assert!(ok > 0);
+        assert_eq!(nsqd.topic("flush").map(|t| t.message_count), Some(ok));
+        assert_eq!(p.stats().published, ok);
+    });
+}
