@@ -276,9 +276,10 @@ fn read_loop<K, T>(
         if buf.capacity() - buf.len() < MIN_READ {
             buf.reserve(READ_CHUNK);
         }
-        // std's Read wants initialised memory: zero the spare capacity, read, trim.
+        // std's Read wants initialised memory: zero (at most one chunk of) the spare
+        // capacity, read, trim.
         let start = buf.len();
-        buf.resize(buf.capacity(), 0);
+        buf.resize(buf.capacity().min(start + READ_CHUNK), 0);
         let result = stream.read(&mut buf[start..]);
         buf.truncate(start + *result.as_ref().unwrap_or(&0));
         let reason = match result {
