@@ -1,14 +1,13 @@
 //! The [`Consumer`]: a driver thread around [`nsq_proto::Consumer`].
 
 use crate::driver::{self, Logic, Net};
-use bytes::Bytes;
 use futures_lite::Stream;
+use nsq_proto::Config;
 use nsq_proto::adapter::{
-    Answer, AnswerKind, ConsumerSetup, Error, GiveUpHook, HandlerError, IntoChannel, IntoTopic,
-    StopReport, log_consumer_event,
+    Answer, AnswerKind, AnswerSink, ConsumerSetup, Delivery, Error, GiveUpHook, HandlerError,
+    IntoChannel, IntoTopic, Origin, StopReport, log_consumer_event,
 };
 use nsq_proto::consumer::{ConnId, ConsumerConfig, ConsumerError, ConsumerEvent, ConsumerStats};
-use nsq_proto::{Config, MessageId};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
@@ -51,12 +50,6 @@ impl Shared {
     }
 }
 
-/// What every message of one connection shares: one reference count per message.
-struct ConnShared {
-    addr: String,
-    shared: Arc<Shared>,
-}
-
 /// Sends `Dropped` to the driver when the last user handle goes.
 struct HandleGuard(Arc<Shared>);
 
@@ -68,115 +61,29 @@ impl Drop for HandleGuard {
 
 // ----------------------------------------------------------------------------------- message
 
-/// A message delivered to this consumer. It answers itself: [`finish`](Self::finish),
-/// [`requeue`](Self::requeue), [`requeue_without_backoff`](Self::requeue_without_backoff),
-/// [`touch`](Self::touch).
+/// Carries a message's answers to the driver thread (a lock-free channel send).
+#[doc(hidden)]
+pub struct AnswerChannel(Arc<Shared>);
+
+impl fmt::Debug for AnswerChannel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("AnswerChannel")
+    }
+}
+
+impl AnswerSink for AnswerChannel {
+    fn send_answer(&self, answer: Answer) {
+        self.0.answer(answer);
+    }
+}
+
+/// A message delivered to this consumer. It answers itself: `finish()`, `requeue(delay)`,
+/// `requeue_without_backoff(delay)`, `touch()`; read it with `body()`, `attempts()`,
+/// `timestamp()`, `id()`, `nsqd_address()` (see [`Delivery`]).
 ///
 /// A message dropped without an answer is requeued (without backoff, with the default delay
 /// for its attempt count) and a warning is logged: it is never lost silently.
-pub struct Message {
-    inner: nsq_proto::Message,
-    conn: ConnId,
-    origin: Arc<ConnShared>,
-    /// Answered, or answered by [`Consumer::run`] on the handler's behalf.
-    done: bool,
-}
-
-impl fmt::Debug for Message {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Message")
-            .field("id", &self.inner.id)
-            .field("attempts", &self.inner.attempts)
-            .field("timestamp", &self.inner.timestamp)
-            .field("body_len", &self.inner.body.len())
-            .field("nsqd", &self.origin.addr)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Message {
-    /// The message id.
-    pub fn id(&self) -> MessageId {
-        self.inner.id
-    }
-
-    /// The payload (a slice of the read buffer: no copy was made).
-    pub fn body(&self) -> &Bytes {
-        &self.inner.body
-    }
-
-    /// How many times nsqd delivered it, this delivery included.
-    pub fn attempts(&self) -> u16 {
-        self.inner.attempts
-    }
-
-    /// When it was published, in nanoseconds since the Unix epoch (nsqd's clock).
-    pub fn timestamp(&self) -> i64 {
-        self.inner.timestamp
-    }
-
-    /// The nsqd TCP address it came from.
-    pub fn nsqd_address(&self) -> &str {
-        &self.origin.addr
-    }
-
-    fn answer_for(&self, kind: AnswerKind) -> Answer {
-        Answer::new(self.conn, &self.inner, kind)
-    }
-
-    fn answer(&self, kind: AnswerKind) {
-        self.origin.shared.answer(self.answer_for(kind));
-    }
-
-    /// FIN: the message is done.
-    pub fn finish(mut self) {
-        self.done = true;
-        self.answer(AnswerKind::Finish);
-    }
-
-    /// REQ with backoff: the message failed; nsqd redelivers it after `delay` (`None`: the
-    /// configured default delay times the attempt count) and the consumer backs off.
-    pub fn requeue(mut self, delay: Option<Duration>) {
-        self.done = true;
-        self.answer(AnswerKind::Requeue {
-            delay,
-            backoff: true,
-        });
-    }
-
-    /// REQ without backoff: redeliver after `delay` (`None`: the default), without slowing the
-    /// consumer down.
-    pub fn requeue_without_backoff(mut self, delay: Option<Duration>) {
-        self.done = true;
-        self.answer(AnswerKind::Requeue {
-            delay,
-            backoff: false,
-        });
-    }
-
-    /// TOUCH: asks nsqd for more time (another msg_timeout).
-    pub fn touch(&self) {
-        self.answer(AnswerKind::Touch);
-    }
-
-    /// The core's message (id, attempts, timestamp, body).
-    pub fn as_proto(&self) -> &nsq_proto::Message {
-        &self.inner
-    }
-}
-
-impl Drop for Message {
-    fn drop(&mut self) {
-        if !self.done {
-            tracing::warn!(
-                msg = %self.inner.id,
-                nsqd = %self.origin.addr,
-                "message dropped without an answer: requeueing it"
-            );
-            self.answer(AnswerKind::DROPPED);
-        }
-    }
-}
+pub type Message = Delivery<AnswerChannel>;
 
 // ---------------------------------------------------------------------------------- builder
 
@@ -227,6 +134,26 @@ impl ConsumerBuilder {
     /// An nsqlookupd HTTP address (`host:port` or `http://host:port`) to discover nsqd with.
     pub fn lookupd(mut self, addr: impl Into<String>) -> Self {
         self.setup.lookupd.push(addr.into());
+        self
+    }
+
+    /// Several nsqd TCP addresses.
+    pub fn nsqds<I, S>(mut self, addrs: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.setup.nsqd.extend(addrs.into_iter().map(Into::into));
+        self
+    }
+
+    /// Several nsqlookupd HTTP addresses.
+    pub fn lookupds<I, S>(mut self, addrs: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.setup.lookupd.extend(addrs.into_iter().map(Into::into));
         self
     }
 
@@ -395,22 +322,37 @@ impl ConsumerHandle {
     }
 }
 
-/// The receiving side of a consumer's messages.
+/// The receiving side of a consumer's messages (one per `run` worker: the channel is MPMC).
 struct MessageReceiver {
     rx: Pin<Box<async_channel::Receiver<Message>>>,
     shared: Arc<Shared>,
 }
 
+impl Drop for MessageReceiver {
+    fn drop(&mut self) {
+        if self.rx.receiver_count() == 1 {
+            // The last receiver: nobody will take what is queued.
+            self.discard();
+        }
+    }
+}
+
 impl MessageReceiver {
     fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Message>> {
         if self.shared.stopping.load(Ordering::Acquire) {
-            // Messages not taken yet are requeued (by their Drop) so the drain is quick.
-            while let Ok(m) = self.rx.try_recv() {
-                drop(m);
-            }
+            // Messages not taken yet are requeued at once so the drain is quick.
+            self.discard();
             return Poll::Ready(None);
         }
         self.rx.as_mut().poll_next(cx)
+    }
+
+    /// Requeues at once (no delay, no backoff) every message received but not taken: the
+    /// application never saw them.
+    fn discard(&mut self) {
+        while let Ok(m) = self.rx.try_recv() {
+            m.release();
+        }
     }
 
     async fn recv(&mut self) -> Option<Message> {
@@ -528,9 +470,9 @@ impl Consumer {
             return StopReport::default();
         }
         // The driver closes the message channel when it starts stopping; every message still
-        // queued is dropped here, which requeues it.
+        // queued is requeued at once.
         while let Ok(m) = self.receiver.rx.recv().await {
-            drop(m);
+            m.release();
         }
         rx.recv().await.unwrap_or_default()
     }
@@ -555,11 +497,14 @@ impl Consumer {
         let handler = Arc::new(handler);
         let mut workers: Vec<Pin<Box<dyn Future<Output = ()> + Send>>> =
             Vec::with_capacity(concurrency.max(1));
-        for _ in 0..concurrency.max(1) {
-            let mut receiver = MessageReceiver {
+        let mut receivers: Vec<MessageReceiver> = (1..concurrency.max(1))
+            .map(|_| MessageReceiver {
                 rx: Box::pin((*receiver.rx).clone()),
                 shared: receiver.shared.clone(),
-            };
+            })
+            .collect();
+        receivers.push(receiver);
+        for mut receiver in receivers {
             let handler = handler.clone();
             workers.push(Box::pin(async move {
                 while let Some(msg) = receiver.recv().await {
@@ -567,7 +512,6 @@ impl Consumer {
                 }
             }));
         }
-        drop(receiver);
         join_all(workers).await;
         drop(handle);
     }
@@ -579,9 +523,7 @@ where
     H: Fn(Message) -> Fut,
     Fut: Future<Output = Result<(), HandlerError>>,
 {
-    msg.done = true;
-    let answer = msg.answer_for(AnswerKind::Finish);
-    let origin = msg.origin.clone();
+    let pending = msg.take_over();
     let mut fut = std::pin::pin!(handler(msg));
     let outcome = std::future::poll_fn(|cx| {
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fut.as_mut().poll(cx))) {
@@ -590,9 +532,7 @@ where
         }
     })
     .await;
-    origin
-        .shared
-        .answer(answer.with_kind(AnswerKind::from_handler(outcome)));
+    pending.answer(outcome);
 }
 
 /// Polls every worker until all are done.
@@ -614,7 +554,7 @@ struct ConsumerLogic {
     core: nsq_proto::Consumer,
     shared: Arc<Shared>,
     msg_tx: Option<async_channel::Sender<Message>>,
-    origins: BTreeMap<ConnId, Arc<ConnShared>>,
+    origins: BTreeMap<ConnId, Arc<Origin<AnswerChannel>>>,
     stop_waiters: Vec<Reply<StopReport>>,
     give_up: Option<GiveUpHook>,
     report: Option<StopReport>,
@@ -671,13 +611,8 @@ impl Logic for ConsumerLogic {
     }
 
     fn connecting(&mut self, conn: ConnId, addr: &str) {
-        self.origins.insert(
-            conn,
-            Arc::new(ConnShared {
-                addr: addr.to_owned(),
-                shared: self.shared.clone(),
-            }),
-        );
+        self.origins
+            .insert(conn, Origin::new(addr, AnswerChannel(self.shared.clone())));
     }
 
     fn disconnected(&mut self, conn: ConnId) {
@@ -690,17 +625,9 @@ impl Logic for ConsumerLogic {
             ConsumerEvent::Message { conn, message } => {
                 let origin = match self.origins.get(&conn) {
                     Some(o) => o.clone(),
-                    None => Arc::new(ConnShared {
-                        addr: String::new(),
-                        shared: self.shared.clone(),
-                    }),
+                    None => Origin::new("", AnswerChannel(self.shared.clone())),
                 };
-                let msg = Message {
-                    inner: message,
-                    conn,
-                    origin,
-                    done: false,
-                };
+                let msg = Delivery::new(conn, message, origin);
                 // While stopping (no sender) no new messages are handed out: requeue at once.
                 let unsent = match &self.msg_tx {
                     Some(tx) => tx
@@ -709,9 +636,16 @@ impl Logic for ConsumerLogic {
                         .map(async_channel::TrySendError::into_inner),
                     None => Some(msg),
                 };
-                if let Some(mut m) = unsent {
-                    m.done = true;
-                    let _ = m.answer_for(AnswerKind::UNTAKEN).apply(&mut self.core, now);
+                if let Some(m) = unsent {
+                    let _ = m
+                        .into_answer(AnswerKind::UNTAKEN)
+                        .apply(&mut self.core, now);
+                    if self.msg_tx.is_some() {
+                        // Nobody can receive messages any more: stop rather than loop
+                        // redeliveries.
+                        tracing::info!("the consumer's message receiver was dropped");
+                        self.begin_stop(now);
+                    }
                 }
             }
             ConsumerEvent::GaveUp { message, .. } => {

@@ -477,6 +477,13 @@ pub(crate) async fn run<L: Logic>(
         Poll::Pending
     })
     .await;
+    // Refuse further commands, and answer the ones already queued (a queued reply sender
+    // would otherwise live on in the channel and its caller would wait forever).
+    inputs.close();
+    let now = Instant::now();
+    while let Ok(input) = inputs.try_recv() {
+        logic.input(now, input);
+    }
     logic.finish();
 }
 

@@ -103,6 +103,8 @@ mod consumer;
 mod driver;
 mod producer;
 
+#[doc(hidden)]
+pub use consumer::AnswerChannel;
 pub use consumer::{Consumer, ConsumerBuilder, ConsumerHandle, Message};
 pub use nsq_proto as proto;
 pub use nsq_proto::adapter::{Error, GiveUpHook, HandlerError, IntoChannel, IntoTopic, StopReport};

@@ -499,12 +499,25 @@ async fn handler_api_runs_with_concurrency<R: Runtime>() {
     let report = handle.stop().await;
     assert_eq!(report.unanswered, 0);
     runner.await;
-    let ch = nsqd.channel("handler", "ch").unwrap();
-    assert_eq!(ch.finished, 50);
-    assert_eq!(ch.requeued, 1, "{ch:?}");
+    let done = || {
+        nsqd.channel("handler", "ch")
+            .is_some_and(|ch| ch.finished == 50 && ch.requeued == 1)
+    };
+    assert!(
+        eventually(WAIT, done).await,
+        "{:?}",
+        nsqd.channel("handler", "ch")
+    );
 }
 
-async fn round_trip_with(nsqd: &Nsqd, topic: &str, connection: nsq_async_std::ConnectionConfig) {
+/// Publishes and consumes one 10 kB message with `connection`; while both are connected,
+/// every broker client must satisfy `negotiated`.
+async fn round_trip_with(
+    nsqd: &Nsqd,
+    topic: &str,
+    connection: nsq_async_std::ConnectionConfig,
+    negotiated: impl Fn(&nsq_test_broker::ClientStats) -> bool,
+) {
     let p = Producer::builder()
         .core_config(ProducerConfig {
             connection: connection.clone(),
@@ -533,6 +546,9 @@ async fn round_trip_with(nsqd: &Nsqd, topic: &str, connection: nsq_async_std::Co
             .is_some_and(|c| c.finished == 1))
         .await
     );
+    let clients = nsqd.clients();
+    assert_eq!(clients.len(), 2, "{clients:?}");
+    assert!(clients.iter().all(negotiated), "{clients:?}");
     c.stop().await;
     p.close().await;
 }
@@ -546,10 +562,7 @@ async fn tls<R: Runtime>() {
         )),
         ..Default::default()
     };
-    let watcher = async { eventually(WAIT, || nsqd.clients().iter().any(|c| c.tls)).await };
-    let ((), saw_tls) =
-        futures_lite::future::zip(round_trip_with(&nsqd, "tls", conn), watcher).await;
-    assert!(saw_tls);
+    round_trip_with(&nsqd, "tls", conn, |c| c.tls).await;
 }
 
 both!(snappy, 30);
@@ -559,10 +572,7 @@ async fn snappy<R: Runtime>() {
         compression: Compression::Snappy,
         ..Default::default()
     };
-    let watcher = async { eventually(WAIT, || nsqd.clients().iter().any(|c| c.snappy)).await };
-    let ((), saw) =
-        futures_lite::future::zip(round_trip_with(&nsqd, "snappy", conn), watcher).await;
-    assert!(saw);
+    round_trip_with(&nsqd, "snappy", conn, |c| c.snappy).await;
 }
 
 both!(deflate, 30);
@@ -572,11 +582,7 @@ async fn deflate<R: Runtime>() {
         compression: Compression::Deflate { level: 3 },
         ..Default::default()
     };
-    let watcher =
-        async { eventually(WAIT, || nsqd.clients().iter().any(|c| c.deflate.is_some())).await };
-    let ((), saw) =
-        futures_lite::future::zip(round_trip_with(&nsqd, "deflate", conn), watcher).await;
-    assert!(saw);
+    round_trip_with(&nsqd, "deflate", conn, |c| c.deflate == Some(3)).await;
 }
 
 both!(auth, 30);
@@ -590,16 +596,10 @@ async fn auth<R: Runtime>() {
         auth_secret: Some("s3cret".into()),
         ..Default::default()
     };
-    let watcher = async {
-        eventually(WAIT, || {
-            nsqd.clients()
-                .iter()
-                .any(|c| c.identity.as_deref() == Some("tester"))
-        })
-        .await
-    };
-    let ((), saw) = futures_lite::future::zip(round_trip_with(&nsqd, "auth", conn), watcher).await;
-    assert!(saw);
+    round_trip_with(&nsqd, "auth", conn, |c| {
+        c.identity.as_deref() == Some("tester")
+    })
+    .await;
     // A wrong secret: publishes fail, they do not hang.
     let mut bad = ProducerConfig::default();
     bad.connection.auth_secret = Some("wrong".into());
@@ -717,4 +717,138 @@ async fn producer_fails_fast_when_no_broker_is_up<R: Runtime>() {
         Err(Error::NoServerAvailable(_))
     ));
     p.close().await;
+}
+
+both!(consumer_is_a_stream, 20);
+async fn consumer_is_a_stream<R: Runtime>() {
+    use futures_lite::StreamExt;
+    let nsqd = start(Nsqd::builder());
+    for i in 0..3 {
+        nsqd.publish("stream", format!("s{i}").as_bytes());
+    }
+    let mut c = consumer(&nsqd, "stream", fast_config(3));
+    let mut got = BTreeSet::new();
+    while got.len() < 3 {
+        let m = timeout(WAIT, c.next())
+            .await
+            .flatten()
+            .expect("a message from the stream");
+        assert!(format!("{m:?}").contains("attempts"));
+        got.insert(String::from_utf8(m.body().to_vec()).unwrap());
+        m.finish();
+    }
+    assert_eq!(got.len(), 3);
+    // Pause, then resume: max_in_flight follows.
+    c.set_max_in_flight(0);
+    assert!(eventually(WAIT, || c.stats().total_rdy == 0).await);
+    assert!(!c.is_starved());
+    c.set_max_in_flight(2);
+    assert!(eventually(WAIT, || c.stats().total_rdy == 2).await);
+    let handle = c.handle();
+    assert_eq!(handle.stop().await.unanswered, 0);
+    // Once stopped the stream ends.
+    assert!(
+        timeout(WAIT, c.next())
+            .await
+            .expect("ends at once")
+            .is_none()
+    );
+    assert!(matches!(
+        handle.connect_to_nsqd("127.0.0.1:1").await,
+        Err(Error::Closed)
+    ));
+}
+
+both!(dropping_every_handle_stops_the_consumer, 20);
+async fn dropping_every_handle_stops_the_consumer<R: Runtime>() {
+    let nsqd = start(Nsqd::builder());
+    let c = consumer(&nsqd, "dropped", fast_config(1));
+    assert!(eventually(WAIT, || nsqd.clients().len() == 1).await);
+    drop(c);
+    // The driver closes the connection gracefully (CLS) and its thread ends.
+    assert!(eventually(WAIT, || nsqd.clients().is_empty()).await);
+    let p = producer(&nsqd).await;
+    let q = p.clone();
+    drop(p);
+    q.publish("dropped", "still works").await.unwrap();
+    drop(q);
+    assert!(eventually(WAIT, || nsqd.clients().is_empty()).await);
+}
+
+#[test]
+fn handles_are_send_and_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<Producer>();
+    send_sync::<nsq_async_std::ConsumerHandle>();
+    send::<Consumer>();
+    send::<Message>();
+    send_sync::<Error>();
+}
+
+both!(server_errors_are_typed, 20);
+async fn server_errors_are_typed<R: Runtime>() {
+    let nsqd = start(Nsqd::builder().max_msg_size(10));
+    let p = producer(&nsqd).await;
+    let err = p.publish("small", vec![b'x'; 100]).await.unwrap_err();
+    match &err {
+        Error::Server(e) => assert_eq!(e.code_str(), "E_BAD_MESSAGE", "{e}"),
+        other => panic!("expected a server error, got {other:?}"),
+    }
+    // The producer reconnects after nsqd closed the connection: later publishes work.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match p.publish("small", "ok").await {
+            Ok(()) => break,
+            Err(e) => assert!(Instant::now() < deadline, "never recovered: {e}"),
+        }
+        sleep(Duration::from_millis(50)).await;
+    }
+    p.close().await;
+}
+
+both!(dropping_the_consumer_stops_it, 20);
+async fn dropping_the_consumer_stops_it<R: Runtime>() {
+    let nsqd = start(Nsqd::builder());
+    for i in 0..5 {
+        nsqd.publish("dropc", format!("{i}").as_bytes());
+    }
+    let mut c = consumer(&nsqd, "dropc", fast_config(5));
+    let handle = c.handle();
+    next(&mut c, WAIT).await.expect("a message").finish();
+    drop(c);
+    // The handle outlives the consumer: the stop still completes and nothing is lost.
+    let report = handle.stop().await;
+    assert_eq!(report.unanswered, 0);
+    assert!(
+        eventually(WAIT, || nsqd.channel("dropc", "ch").is_some_and(|ch| {
+            ch.in_flight == 0 && ch.finished == 1 && ch.depth + ch.deferred == 4
+        }))
+        .await,
+        "{:?}",
+        nsqd.channel("dropc", "ch")
+    );
+}
+
+both!(a_dropped_receiver_stops_instead_of_looping, 20);
+async fn a_dropped_receiver_stops_instead_of_looping<R: Runtime>() {
+    let nsqd = start(Nsqd::builder());
+    for i in 0..5 {
+        nsqd.publish("droprx", format!("{i}").as_bytes());
+    }
+    let mut c = consumer(&nsqd, "droprx", fast_config(1));
+    let handle = c.handle();
+    next(&mut c, WAIT).await.expect("a message").finish();
+    // The handle keeps the consumer alive, but nobody can receive its messages any more.
+    drop(c);
+    assert!(
+        eventually(WAIT, || nsqd.clients().is_empty()).await,
+        "the consumer stops"
+    );
+    let ch = nsqd.channel("droprx", "ch").unwrap();
+    assert_eq!(ch.finished, 1);
+    // At most the message queued when the receiver went and the one that found it gone.
+    assert!(ch.requeued <= 2, "no redelivery loop: {ch:?}");
+    assert_eq!(ch.depth + ch.deferred, 4, "{ch:?}");
+    assert_eq!(handle.stop().await.unanswered, 0);
 }

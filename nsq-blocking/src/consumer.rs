@@ -2,14 +2,14 @@
 
 use crate::driver::{BATCH, Input, Io};
 use crate::net;
-use bytes::Bytes;
+use nsq_proto::Config;
 use nsq_proto::adapter::{
-    self, Answer, AnswerKind, Error, GiveUpHook, HandlerError, IntoChannel, IntoTopic, StopReport,
+    self, Answer, AnswerKind, AnswerSink, ConsumerSetup, Delivery, Error, GiveUpHook, HandlerError,
+    IntoChannel, IntoTopic, Origin, StopReport,
 };
 use nsq_proto::consumer::{
     Action, ConnId, ConsumerConfig, ConsumerError, ConsumerEvent, ConsumerStats,
 };
-use nsq_proto::{Config, MessageId, Topic};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -52,8 +52,19 @@ impl Shared {
         let _ = self.tx.send(Input::Cmd(Cmd::Answer(a)));
     }
 
-    /// Waits until the driver has stopped, joins its thread and returns its report.
+    /// Waits until the driver has stopped, joins its thread and returns its report. On the
+    /// driver thread itself (a give-up hook asking to stop) it cannot wait: the stop goes on
+    /// after the hook returns, and an empty report is returned.
     fn wait_stopped(&self) -> StopReport {
+        let on_driver = self
+            .driver
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .is_some_and(|h| h.thread().id() == std::thread::current().id());
+        if on_driver {
+            return StopReport::default();
+        }
         let report = {
             let mut report = self.report.lock().unwrap_or_else(PoisonError::into_inner);
             while report.is_none() {
@@ -94,12 +105,6 @@ impl Drop for StoppedGuard {
     }
 }
 
-/// What every message of one connection shares: one reference count per message.
-struct ConnShared {
-    addr: String,
-    shared: Arc<Shared>,
-}
-
 /// Sends `Dropped` to the driver when the last user handle goes.
 struct HandleGuard(Arc<Shared>);
 
@@ -111,149 +116,37 @@ impl Drop for HandleGuard {
 
 // ----------------------------------------------------------------------------------- message
 
-/// A message delivered to this consumer. It answers itself: [`finish`](Self::finish),
-/// [`requeue`](Self::requeue), [`requeue_without_backoff`](Self::requeue_without_backoff),
-/// [`touch`](Self::touch).
+/// Carries a message's answers to the driver thread (a lock-free channel send).
+#[doc(hidden)]
+pub struct AnswerChannel(Arc<Shared>);
+
+impl fmt::Debug for AnswerChannel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("AnswerChannel")
+    }
+}
+
+impl AnswerSink for AnswerChannel {
+    fn send_answer(&self, answer: Answer) {
+        self.0.answer(answer);
+    }
+}
+
+/// A message delivered to this consumer. It answers itself: `finish()`, `requeue(delay)`,
+/// `requeue_without_backoff(delay)`, `touch()`; read it with `body()` (a slice of the read
+/// buffer: zero-copy), `attempts()`, `timestamp()`, `id()`, `nsqd_address()` (see
+/// [`Delivery`], shared by every adapter).
 ///
 /// A message dropped without an answer is requeued (without backoff, with the default delay
 /// for its attempt count) and a warning is logged: it is never lost silently.
-pub struct Message {
-    inner: nsq_proto::Message,
-    conn: ConnId,
-    origin: Arc<ConnShared>,
-    /// Answered, or answered by [`Consumer::run`] on the handler's behalf.
-    done: bool,
-}
-
-impl fmt::Debug for Message {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Message")
-            .field("id", &self.inner.id)
-            .field("attempts", &self.inner.attempts)
-            .field("timestamp", &self.inner.timestamp)
-            .field("body_len", &self.inner.body.len())
-            .field("nsqd", &self.origin.addr)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Message {
-    /// The message id.
-    pub fn id(&self) -> MessageId {
-        self.inner.id
-    }
-
-    /// The payload (a slice of the read buffer: no copy was made).
-    pub fn body(&self) -> &Bytes {
-        &self.inner.body
-    }
-
-    /// How many times nsqd delivered it, this delivery included.
-    pub fn attempts(&self) -> u16 {
-        self.inner.attempts
-    }
-
-    /// When it was published, in nanoseconds since the Unix epoch (nsqd's clock).
-    pub fn timestamp(&self) -> i64 {
-        self.inner.timestamp
-    }
-
-    /// The nsqd TCP address it came from.
-    pub fn nsqd_address(&self) -> &str {
-        &self.origin.addr
-    }
-
-    fn answer_of(&self, kind: AnswerKind) -> Answer {
-        Answer::new(self.conn, &self.inner, kind)
-    }
-
-    fn answer(&self, kind: AnswerKind) {
-        self.origin.shared.answer(self.answer_of(kind));
-    }
-
-    /// FIN: the message is done.
-    pub fn finish(mut self) {
-        self.done = true;
-        self.answer(AnswerKind::Finish);
-    }
-
-    /// REQ with backoff: the message failed; nsqd redelivers it after `delay` (`None`: the
-    /// configured default delay times the attempt count) and the consumer backs off.
-    pub fn requeue(mut self, delay: Option<Duration>) {
-        self.done = true;
-        self.answer(AnswerKind::Requeue {
-            delay,
-            backoff: true,
-        });
-    }
-
-    /// REQ without backoff: redeliver after `delay` (`None`: the default), without slowing the
-    /// consumer down.
-    pub fn requeue_without_backoff(mut self, delay: Option<Duration>) {
-        self.done = true;
-        self.answer(AnswerKind::Requeue {
-            delay,
-            backoff: false,
-        });
-    }
-
-    /// TOUCH: asks nsqd for more time (another msg_timeout).
-    pub fn touch(&self) {
-        self.answer(AnswerKind::Touch);
-    }
-
-    /// REQ at once without backoff: never handed to the application (the consumer is
-    /// stopping), so it goes back to nsqd without a warning.
-    fn untaken(mut self) {
-        self.done = true;
-        self.answer(AnswerKind::UNTAKEN);
-    }
-
-    /// The core's message (id, attempts, timestamp, body).
-    pub fn as_proto(&self) -> &nsq_proto::Message {
-        &self.inner
-    }
-}
-
-impl Drop for Message {
-    fn drop(&mut self) {
-        if !self.done {
-            tracing::warn!(
-                msg = %self.inner.id,
-                nsqd = %self.origin.addr,
-                "message dropped without an answer: requeueing it"
-            );
-            self.answer(AnswerKind::DROPPED);
-        }
-    }
-}
+pub type Message = Delivery<AnswerChannel>;
 
 // ---------------------------------------------------------------------------------- builder
 
 /// Builds a [`Consumer`]: topic, channel, configuration, addresses.
+#[derive(Debug)]
 pub struct ConsumerBuilder {
-    topic: Result<Topic, Error>,
-    channel: Result<nsq_proto::Channel, Error>,
-    config: Result<ConsumerConfig, Error>,
-    max_in_flight: Option<u32>,
-    give_up: Option<GiveUpHook>,
-    nsqd: Vec<String>,
-    lookupd: Vec<String>,
-    seed: Option<u64>,
-    dial_timeout: Duration,
-    write_timeout: Duration,
-}
-
-impl fmt::Debug for ConsumerBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ConsumerBuilder")
-            .field("topic", &self.topic)
-            .field("channel", &self.channel)
-            .field("config", &self.config)
-            .field("nsqd", &self.nsqd)
-            .field("lookupd", &self.lookupd)
-            .finish_non_exhaustive()
-    }
+    setup: ConsumerSetup,
 }
 
 impl ConsumerBuilder {
@@ -261,27 +154,20 @@ impl ConsumerBuilder {
     /// names are read here; errors are reported by [`build`](Self::build). The OS hostname is
     /// sent in IDENTIFY unless `hostname` is set.
     pub fn config(mut self, config: &Config) -> Self {
-        match adapter::consumer_config(config, net::os_hostname(), std::fs::read) {
-            Ok(c) => {
-                self.config = Ok(c.core);
-                self.dial_timeout = c.dial_timeout;
-                self.write_timeout = c.write_timeout;
-            }
-            Err(e) => self.config = Err(e.into()),
-        }
+        self.setup.config(config, net::os_hostname(), std::fs::read);
         self
     }
 
     /// The core's own configuration struct ([`ConsumerConfig`]), for settings [`Config`] does
     /// not expose.
     pub fn core_config(mut self, config: ConsumerConfig) -> Self {
-        self.config = Ok(config);
+        self.setup.config = Ok(config);
         self
     }
 
     /// Shorthand for `config.max_in_flight`.
     pub fn max_in_flight(mut self, n: u32) -> Self {
-        self.max_in_flight = Some(n);
+        self.setup.max_in_flight = Some(n);
         self
     }
 
@@ -291,64 +177,71 @@ impl ConsumerBuilder {
         mut self,
         hook: impl Fn(&nsq_proto::Message) + Send + Sync + 'static,
     ) -> Self {
-        self.give_up = Some(Arc::new(hook));
+        self.setup.give_up = Some(Arc::new(hook));
         self
     }
 
     /// An nsqd TCP address (`host:port`) to connect to directly.
     pub fn nsqd(mut self, addr: impl Into<String>) -> Self {
-        self.nsqd.push(addr.into());
+        self.setup.nsqd.push(addr.into());
         self
     }
 
     /// An nsqlookupd HTTP address (`host:port` or `http://host:port`) to discover nsqd with.
     pub fn lookupd(mut self, addr: impl Into<String>) -> Self {
-        self.lookupd.push(addr.into());
+        self.setup.lookupd.push(addr.into());
+        self
+    }
+
+    /// Several nsqd TCP addresses.
+    pub fn nsqds<I, S>(mut self, addrs: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.setup.nsqd.extend(addrs.into_iter().map(Into::into));
+        self
+    }
+
+    /// Several nsqlookupd HTTP addresses.
+    pub fn lookupds<I, S>(mut self, addrs: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.setup.lookupd.extend(addrs.into_iter().map(Into::into));
         self
     }
 
     /// Seed of the core's RNG (jitter, random choices); random by default.
     pub fn seed(mut self, seed: u64) -> Self {
-        self.seed = Some(seed);
+        self.setup.seed = Some(seed);
         self
     }
 
     /// How long a TCP connect may take (default 1 s, like go-nsq's `dial_timeout`).
     pub fn dial_timeout(mut self, timeout: Duration) -> Self {
-        self.dial_timeout = timeout;
+        self.setup.dial_timeout = timeout;
         self
     }
 
     /// How long one socket write may take before the connection is dropped (default 1 s, like
     /// go-nsq's `write_timeout`).
     pub fn write_timeout(mut self, timeout: Duration) -> Self {
-        self.write_timeout = timeout;
+        self.setup.write_timeout = timeout;
         self
     }
 
     /// Validates everything and starts the driver thread.
     pub fn build(self) -> Result<Consumer, Error> {
-        let topic = self.topic?;
-        let channel = self.channel?;
-        let mut config = self.config?;
-        if let Some(n) = self.max_in_flight {
-            config.max_in_flight = n;
-        }
-        let lookupd_timeout = config.lookupd_timeout;
-        let span = tracing::info_span!("nsq_consumer", topic = %topic, channel = %channel);
-        let now = Instant::now();
-        let mut core = nsq_proto::Consumer::new(
-            config,
-            topic,
-            channel,
-            self.seed.unwrap_or_else(net::random_seed),
-        );
-        for a in &self.nsqd {
-            core.add_nsqd(now, a)?;
-        }
-        for a in &self.lookupd {
-            core.add_lookupd(now, a)?;
-        }
+        let span = if let (Ok(t), Ok(c)) = (&self.setup.topic, &self.setup.channel) {
+            tracing::info_span!("nsq_consumer", topic = %t, channel = %c)
+        } else {
+            tracing::info_span!("nsq_consumer")
+        };
+        let start = self.setup.start(Instant::now(), net::random_seed)?;
+        let core = start.core;
+        let lookupd_timeout = core.config().lookupd_timeout;
         let (tx, rx) = mpsc::channel();
         let (msg_tx, msg_rx) = mpsc::channel();
         let shared = Arc::new(Shared {
@@ -362,11 +255,11 @@ impl ConsumerBuilder {
         });
         let driver = Driver {
             core,
-            io: Io::new(tx, self.dial_timeout, self.write_timeout, lookupd_timeout),
+            io: Io::new(tx, start.dial_timeout, start.write_timeout, lookupd_timeout),
             shared: shared.clone(),
             msg_tx: Some(msg_tx),
             origins: BTreeMap::new(),
-            give_up: self.give_up,
+            give_up: start.give_up,
             report: None,
         };
         let handle = std::thread::Builder::new()
@@ -486,6 +379,9 @@ impl ConsumerHandle {
     /// flight finish first); returns once every connection has drained or the consumer's
     /// `close_timeout` passed and every thread is joined, with the number of messages left
     /// unanswered (nsqd redelivers them).
+    ///
+    /// Called from inside a [`Consumer::run`] handler it also waits for that handler's own
+    /// message (until `close_timeout`): answer the message first, or stop from another thread.
     pub fn stop(&self) -> StopReport {
         let _ = self.control(Control::Stop);
         self.shared().wait_stopped()
@@ -531,7 +427,7 @@ fn next_message(
     if shared.stopping.load(Ordering::Acquire) {
         // Messages not taken yet are requeued at once so the drain is quick.
         while let Ok(m) = rx.try_recv() {
-            m.untaken();
+            m.release();
         }
         return Err(RecvTimeoutError::Disconnected);
     }
@@ -544,18 +440,8 @@ fn next_message(
 impl Consumer {
     /// A builder for a consumer of `topic`/`channel` (names validated at `build`).
     pub fn builder(topic: impl IntoTopic, channel: impl IntoChannel) -> ConsumerBuilder {
-        let defaults = Config::default();
         ConsumerBuilder {
-            topic: topic.into_topic().map_err(Error::from),
-            channel: channel.into_channel().map_err(Error::from),
-            config: Ok(ConsumerConfig::default()),
-            max_in_flight: None,
-            give_up: None,
-            nsqd: Vec::new(),
-            lookupd: Vec::new(),
-            seed: None,
-            dial_timeout: defaults.dial_timeout,
-            write_timeout: defaults.write_timeout,
+            setup: ConsumerSetup::new(topic, channel),
         }
     }
 
@@ -647,7 +533,7 @@ impl Consumer {
             // The driver drops its sender when it starts stopping; every message still queued
             // is requeued at once.
             while let Ok(m) = rx.recv() {
-                m.untaken();
+                m.release();
             }
         }
         self.handle.shared().wait_stopped()
@@ -688,7 +574,7 @@ impl Consumer {
             .into_inner()
             .unwrap_or_else(PoisonError::into_inner);
         while let Ok(m) = rx.try_recv() {
-            m.untaken();
+            m.release();
         }
         drop(rx);
         shared.wait_stopped()
@@ -705,13 +591,9 @@ where
             next_message(shared, &rx, None)
         };
         let Ok(mut msg) = next else { break };
-        msg.done = true;
-        let answer = msg.answer_of(AnswerKind::Finish);
-        let origin = msg.origin.clone();
+        let pending = msg.take_over();
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(msg))).ok();
-        origin
-            .shared
-            .answer(answer.with_kind(AnswerKind::from_handler(outcome)));
+        pending.answer(outcome);
     }
 }
 
@@ -769,7 +651,7 @@ struct Driver {
     io: Io<Cmd>,
     shared: Arc<Shared>,
     msg_tx: Option<Sender<Message>>,
-    origins: BTreeMap<ConnId, Arc<ConnShared>>,
+    origins: BTreeMap<ConnId, Arc<Origin<AnswerChannel>>>,
     give_up: Option<GiveUpHook>,
     report: Option<StopReport>,
 }
@@ -850,10 +732,7 @@ impl Driver {
                     Action::Connect { conn, addr } => {
                         self.origins.insert(
                             *conn,
-                            Arc::new(ConnShared {
-                                addr: addr.clone(),
-                                shared: self.shared.clone(),
-                            }),
+                            Origin::new(addr.clone(), AnswerChannel(self.shared.clone())),
                         );
                     }
                     Action::Disconnect { conn } => {
@@ -879,25 +758,23 @@ impl Driver {
             ConsumerEvent::Message { conn, message } => {
                 let origin = match self.origins.get(&conn) {
                     Some(o) => o.clone(),
-                    None => Arc::new(ConnShared {
-                        addr: String::new(),
-                        shared: self.shared.clone(),
-                    }),
+                    None => Origin::new("", AnswerChannel(self.shared.clone())),
                 };
-                let msg = Message {
-                    inner: message,
-                    conn,
-                    origin,
-                    done: false,
-                };
+                let msg = Delivery::new(conn, message, origin);
                 // While stopping (no sender) no new messages are handed out: requeue at once.
                 let unsent = match &self.msg_tx {
                     Some(tx) => tx.send(msg).err().map(|e| e.0),
                     None => Some(msg),
                 };
-                if let Some(mut m) = unsent {
-                    m.done = true;
-                    let _ = m.answer_of(AnswerKind::UNTAKEN).apply(&mut self.core, now);
+                if unsent.is_some() && self.msg_tx.is_some() {
+                    // Nobody can receive messages any more: stop instead of redelivering
+                    // them in a loop.
+                    self.begin_stop(now);
+                }
+                if let Some(m) = unsent {
+                    let _ = m
+                        .into_answer(AnswerKind::UNTAKEN)
+                        .apply(&mut self.core, now);
                 }
             }
             ConsumerEvent::GaveUp { message, .. } => {

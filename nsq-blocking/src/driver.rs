@@ -87,36 +87,41 @@ impl<C: Send + 'static> Io<C> {
         now: Instant,
         ev: NetEvent<ConnId>,
     ) {
+        let key = match &ev {
+            NetEvent::Data { key, .. }
+            | NetEvent::Connected { key, .. }
+            | NetEvent::ConnectFailed { key, .. }
+            | NetEvent::Closed { key, .. } => *key,
+        };
+        let Some(link) = self.links.get_mut(&key) else {
+            if let NetEvent::Connected { stream, .. } = ev {
+                // Closed while it was connecting.
+                let _ = stream.shutdown(std::net::Shutdown::Both);
+            }
+            return;
+        };
+        // The core handles the connection's socket events inside the connection's span.
+        let span = link.span().clone();
+        let _enter = span.enter();
         match ev {
-            NetEvent::Data { key, mut data } => {
-                if self.links.contains_key(&key) {
-                    core.handle_input(now, key, &mut data);
-                }
+            NetEvent::Data { mut data, .. } => core.handle_input(now, key, &mut data),
+            NetEvent::Connected { stream, .. } => {
+                link.start_writer(
+                    key,
+                    stream,
+                    self.write_timeout,
+                    &mut self.threads,
+                    self.tx.clone(),
+                    Input::Net,
+                );
+                core.handle_connected(now, key);
             }
-            NetEvent::Connected { key, stream } => {
-                if let Some(link) = self.links.get_mut(&key) {
-                    link.start_writer(
-                        key,
-                        stream,
-                        self.write_timeout,
-                        &mut self.threads,
-                        self.tx.clone(),
-                        Input::Net,
-                    );
-                    core.handle_connected(now, key);
-                } else {
-                    // Closed while it was connecting.
-                    let _ = stream.shutdown(std::net::Shutdown::Both);
-                }
+            NetEvent::ConnectFailed { reason, .. } => {
+                core.handle_connect_failed(now, key, &reason);
             }
-            NetEvent::ConnectFailed { key, reason } => {
-                if self.links.contains_key(&key) {
-                    core.handle_connect_failed(now, key, &reason);
-                }
-            }
-            NetEvent::Closed { key, reason } => {
-                if self.links.get(&key).is_some_and(Link::is_connected) {
-                    tracing::debug!(conn = %key, %reason, "socket closed");
+            NetEvent::Closed { reason, .. } => {
+                if link.is_connected() {
+                    tracing::debug!(%reason, "socket closed");
                     core.handle_eof(now, key);
                 }
             }

@@ -108,9 +108,13 @@ mod driver;
 mod net;
 mod producer;
 
-pub use consumer::{Consumer, ConsumerBuilder, ConsumerHandle, IntoIter, Iter, Message};
+pub use consumer::{
+    AnswerChannel, Consumer, ConsumerBuilder, ConsumerHandle, IntoIter, Iter, Message,
+};
 pub use nsq_proto as proto;
-pub use nsq_proto::adapter::{Error, GiveUpHook, HandlerError, IntoChannel, IntoTopic, StopReport};
+pub use nsq_proto::adapter::{
+    Delivery, Error, GiveUpHook, HandlerError, IntoChannel, IntoTopic, StopReport,
+};
 pub use nsq_proto::config::OptionError;
 pub use nsq_proto::consumer::{ConsumerConfig, ConsumerStats};
 pub use nsq_proto::producer::{ProducerConfig, ProducerStats, Routing};

@@ -129,6 +129,7 @@ fn dial(addr: &str, timeout: Duration) -> io::Result<TcpStream> {
 pub(crate) struct Link {
     cancel: Arc<Cancel>,
     writer: Option<Sender<Bytes>>,
+    span: tracing::Span,
 }
 
 impl Link {
@@ -138,6 +139,11 @@ impl Link {
         if let Some(w) = &self.writer {
             let _ = w.send(data);
         }
+    }
+
+    /// The connection's tracing span (the core handles its socket events inside it).
+    pub(crate) fn span(&self) -> &tracing::Span {
+        &self.span
     }
 
     /// Whether the writer is running (the socket is connected).
@@ -160,7 +166,7 @@ impl Link {
     {
         let (wtx, wrx) = mpsc::channel();
         self.writer = Some(wtx);
-        let span = tracing::debug_span!("nsqd-writer", conn = %key);
+        let span = tracing::debug_span!(parent: &self.span, "nsqd-writer");
         threads.spawn(&format!("nsqb-wr-{key}"), move || {
             let _enter = span.enter();
             write_loop(key, stream, &wrx, write_timeout, &tx, wrap);
@@ -201,6 +207,7 @@ where
     let cancel = Arc::new(Cancel::default());
     let c = cancel.clone();
     let span = tracing::info_span!("nsqd", conn = %key, addr = %addr);
+    let link_span = span.clone();
     let addr = addr.to_owned();
     threads.spawn(&format!("nsqb-rd-{key}"), move || {
         let _enter = span.enter();
@@ -209,6 +216,7 @@ where
     Link {
         cancel,
         writer: None,
+        span: link_span,
     }
 }
 
@@ -268,9 +276,10 @@ fn read_loop<K, T>(
         if buf.capacity() - buf.len() < MIN_READ {
             buf.reserve(READ_CHUNK);
         }
-        // std's Read wants initialised memory: zero the spare capacity, read, trim.
+        // std's Read wants initialised memory: zero (at most one chunk of) the spare
+        // capacity, read, trim.
         let start = buf.len();
-        buf.resize(buf.capacity(), 0);
+        buf.resize(buf.capacity().min(start + READ_CHUNK), 0);
         let result = stream.read(&mut buf[start..]);
         buf.truncate(start + *result.as_ref().unwrap_or(&0));
         let reason = match result {

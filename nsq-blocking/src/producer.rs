@@ -3,10 +3,11 @@
 use crate::driver::{BATCH, Input, Io};
 use crate::net;
 use bytes::Bytes;
-use nsq_proto::adapter::{self, Error, IntoTopic};
-use nsq_proto::producer::{PingId, ProducerConfig, ProducerEvent, ProducerStats, PublishId};
-use nsq_proto::{Config, Topic};
-use std::collections::BTreeMap;
+use nsq_proto::Config;
+use nsq_proto::adapter::{
+    Error, IntoTopic, ProducerSetup, PublishRequest, Replies, log_producer_event,
+};
+use nsq_proto::producer::{ProducerConfig, ProducerEvent, ProducerStats};
 use std::fmt;
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
@@ -15,15 +16,8 @@ use std::time::{Duration, Instant};
 
 type Reply = SyncSender<Result<(), Error>>;
 
-enum Request {
-    Publish(Topic, Bytes),
-    Multi(Topic, Vec<Bytes>),
-    Deferred(Topic, Duration, Bytes),
-    Ping,
-}
-
 enum Cmd {
-    Request(Request, Reply),
+    Request(PublishRequest, Reply),
     AddNsqd(String, Reply),
     Close,
     /// Every handle is gone: close gracefully.
@@ -120,23 +114,9 @@ impl fmt::Debug for Producer {
 }
 
 /// Builds a [`Producer`] with several nsqd addresses.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct ProducerBuilder {
-    config: Result<ProducerConfig, Error>,
-    write_timeout: Duration,
-    nsqd: Vec<String>,
-    seed: Option<u64>,
-}
-
-impl Default for ProducerBuilder {
-    fn default() -> Self {
-        ProducerBuilder {
-            config: Ok(ProducerConfig::default()),
-            write_timeout: Config::default().write_timeout,
-            nsqd: Vec::new(),
-            seed: None,
-        }
-    }
+    setup: ProducerSetup,
 }
 
 impl ProducerBuilder {
@@ -144,33 +124,27 @@ impl ProducerBuilder {
     /// names are read here; errors are reported by [`build`](Self::build).
     /// The OS hostname is sent in IDENTIFY unless `hostname` is set.
     pub fn config(mut self, config: &Config) -> Self {
-        match adapter::producer_config(config, net::os_hostname(), std::fs::read) {
-            Ok(c) => {
-                self.config = Ok(c.core);
-                self.write_timeout = c.write_timeout;
-            }
-            Err(e) => self.config = Err(e.into()),
-        }
+        self.setup.config(config, net::os_hostname(), std::fs::read);
         self
     }
 
     /// The core's own configuration struct ([`ProducerConfig`]), for settings [`Config`] does
     /// not expose.
     pub fn core_config(mut self, config: ProducerConfig) -> Self {
-        self.config = Ok(config);
+        self.setup.config = Ok(config);
         self
     }
 
     /// How long one socket write may take before the connection is dropped (default 1 s, like
     /// go-nsq's `write_timeout`).
     pub fn write_timeout(mut self, timeout: Duration) -> Self {
-        self.write_timeout = timeout;
+        self.setup.write_timeout = timeout;
         self
     }
 
     /// An nsqd TCP address (`host:port`); the order of addition is the failover order.
     pub fn nsqd(mut self, addr: impl Into<String>) -> Self {
-        self.nsqd.push(addr.into());
+        self.setup.nsqd.push(addr.into());
         self
     }
 
@@ -180,41 +154,35 @@ impl ProducerBuilder {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        self.nsqd.extend(addrs.into_iter().map(Into::into));
+        self.setup.nsqd.extend(addrs.into_iter().map(Into::into));
         self
     }
 
     /// Seed of the core's RNG (reconnect jitter); random by default.
     pub fn seed(mut self, seed: u64) -> Self {
-        self.seed = Some(seed);
+        self.setup.seed = Some(seed);
         self
     }
 
     /// Validates the configuration and addresses and starts the driver thread (connecting in
     /// the background).
     pub fn build(self) -> Result<Producer, Error> {
-        let config = self.config?;
-        let dial_timeout = config.connect_timeout;
-        let mut core = nsq_proto::Producer::new(config, self.seed.unwrap_or_else(net::random_seed))
-            .map_err(Error::from)?;
-        let now = Instant::now();
-        for a in &self.nsqd {
-            core.add_nsqd(now, a).map_err(Error::from)?;
-        }
+        let start = self.setup.start(Instant::now(), net::random_seed)?;
+        let core = start.core;
         let (tx, rx) = mpsc::channel();
         let stats = Arc::new(Mutex::new(core.stats()));
-        // The core enforces its own connect timeout; this one only bounds the thread.
+        // The core enforces its own connect timeout; `start.dial_timeout` only bounds the
+        // socket's. A producer never queries lookupd.
         let io = Io::new(
             tx.clone(),
-            dial_timeout + Duration::from_secs(1),
-            self.write_timeout,
+            start.dial_timeout,
+            start.write_timeout,
             Duration::from_secs(5),
         );
         let driver = Driver {
             core,
             io,
-            publishes: BTreeMap::new(),
-            pings: BTreeMap::new(),
+            replies: Replies::default(),
             stats: stats.clone(),
             results: Vec::new(),
             closed: false,
@@ -262,7 +230,7 @@ impl Producer {
             .map_err(|_| Error::Closed)
     }
 
-    fn request(&self, request: Request) -> Result<(), Error> {
+    fn request(&self, request: PublishRequest) -> Result<(), Error> {
         let (tx, rx) = mpsc::sync_channel(1);
         self.send(Cmd::Request(request, tx))?;
         // The core resolves every request (publish_timeout, reply_timeout, close_timeout);
@@ -273,7 +241,10 @@ impl Producer {
     /// Publishes one message (PUB) and waits for nsqd's answer.
     pub fn publish(&self, topic: impl IntoTopic, body: impl Into<Bytes>) -> Result<(), Error> {
         let topic = topic.into_topic()?;
-        self.request(Request::Publish(topic, body.into()))
+        self.request(PublishRequest::Publish {
+            topic,
+            body: body.into(),
+        })
     }
 
     /// Publishes several messages atomically (MPUB) and waits for nsqd's answer.
@@ -284,7 +255,7 @@ impl Producer {
     {
         let topic = topic.into_topic()?;
         let bodies: Vec<Bytes> = bodies.into_iter().map(Into::into).collect();
-        self.request(Request::Multi(topic, bodies))
+        self.request(PublishRequest::MultiPublish { topic, bodies })
     }
 
     /// Publishes one message delivered after `delay` (DPUB) and waits for nsqd's answer.
@@ -295,13 +266,17 @@ impl Producer {
         body: impl Into<Bytes>,
     ) -> Result<(), Error> {
         let topic = topic.into_topic()?;
-        self.request(Request::Deferred(topic, delay, body.into()))
+        self.request(PublishRequest::DeferredPublish {
+            topic,
+            delay,
+            body: body.into(),
+        })
     }
 
     /// Returns once a connection is ready (at once if one is); fails fast with
     /// [`Error::NoServerAvailable`] when every nsqd is down.
     pub fn ping(&self) -> Result<(), Error> {
-        self.request(Request::Ping)
+        self.request(PublishRequest::Ping)
     }
 
     /// Adds an nsqd TCP address at runtime (connected at once; last in failover order).
@@ -335,8 +310,7 @@ impl Producer {
 struct Driver {
     core: nsq_proto::Producer,
     io: Io<Cmd>,
-    publishes: BTreeMap<PublishId, Reply>,
-    pings: BTreeMap<PingId, Reply>,
+    replies: Replies<Reply>,
     stats: Arc<Mutex<ProducerStats>>,
     /// Results of this wake-up, sent after the stats are updated (so a caller that got its
     /// result sees it counted).
@@ -371,10 +345,7 @@ impl Driver {
         for (reply, result) in self.results.drain(..) {
             let _ = reply.send(result);
         }
-        for (_, reply) in std::mem::take(&mut self.publishes) {
-            let _ = reply.send(Err(Error::Closed));
-        }
-        for (_, reply) in std::mem::take(&mut self.pings) {
+        for reply in self.replies.take_all() {
             let _ = reply.send(Err(Error::Closed));
         }
         self.io.shutdown();
@@ -390,31 +361,8 @@ impl Driver {
     fn handle(&mut self, now: Instant, input: Input<Cmd>) {
         match input {
             Input::Cmd(Cmd::Request(request, reply)) => {
-                let result = match &request {
-                    Request::Publish(topic, body) => self.core.publish(now, topic, body),
-                    Request::Multi(topic, bodies) => self.core.multi_publish(now, topic, bodies),
-                    Request::Deferred(topic, delay, body) => {
-                        self.core.deferred_publish(now, topic, *delay, body)
-                    }
-                    Request::Ping => {
-                        match self.core.ping(now) {
-                            Ok(id) => {
-                                self.pings.insert(id, reply);
-                            }
-                            Err(e) => {
-                                let _ = reply.send(Err(Error::from(e)));
-                            }
-                        }
-                        return;
-                    }
-                };
-                match result {
-                    Ok(id) => {
-                        self.publishes.insert(id, reply);
-                    }
-                    Err(e) => {
-                        let _ = reply.send(Err(Error::from(e)));
-                    }
+                if let Err((reply, e)) = self.replies.submit(&mut self.core, now, &request, reply) {
+                    let _ = reply.send(Err(e));
                 }
             }
             Input::Cmd(Cmd::AddNsqd(addr, reply)) => {
@@ -436,7 +384,7 @@ impl Driver {
             }
             while let Some(event) = self.core.poll_event() {
                 progressed = true;
-                self.event(event);
+                self.event(&event);
             }
             if !progressed {
                 break;
@@ -444,31 +392,12 @@ impl Driver {
         }
     }
 
-    fn event(&mut self, event: ProducerEvent) {
-        adapter::log_producer_event(&event);
-        match event {
-            ProducerEvent::Published(id) => {
-                if let Some(reply) = self.publishes.remove(&id) {
-                    self.results.push((reply, Ok(())));
-                }
-            }
-            ProducerEvent::PublishFailed(id, failure) => {
-                if let Some(reply) = self.publishes.remove(&id) {
-                    self.results.push((reply, Err(Error::from(failure))));
-                }
-            }
-            ProducerEvent::PingOk(id) => {
-                if let Some(reply) = self.pings.remove(&id) {
-                    self.results.push((reply, Ok(())));
-                }
-            }
-            ProducerEvent::PingFailed(id, failure) => {
-                if let Some(reply) = self.pings.remove(&id) {
-                    self.results.push((reply, Err(Error::from(failure))));
-                }
-            }
-            ProducerEvent::Closed => self.closed = true,
-            _ => {}
+    fn event(&mut self, event: &ProducerEvent) {
+        log_producer_event(event);
+        if let Some(result) = self.replies.resolve(event) {
+            self.results.push(result);
+        } else if matches!(event, ProducerEvent::Closed) {
+            self.closed = true;
         }
     }
 }

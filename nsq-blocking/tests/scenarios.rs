@@ -484,13 +484,26 @@ fn handler_api_runs_with_concurrency() {
         let report = handle.stop();
         assert_eq!(report.unanswered, 0);
         assert_eq!(runner.join().unwrap().unanswered, 0);
-        let ch = nsqd.channel("handler", "ch").unwrap();
-        assert_eq!(ch.finished, 50);
-        assert_eq!(ch.requeued, 1, "{ch:?}");
+        let done = || {
+            nsqd.channel("handler", "ch")
+                .is_some_and(|ch| ch.finished == 50 && ch.requeued == 1)
+        };
+        assert!(
+            eventually(WAIT, done),
+            "{:?}",
+            nsqd.channel("handler", "ch")
+        );
     });
 }
 
-fn round_trip_with(nsqd: &Nsqd, topic: &str, connection: nsq_blocking::ConnectionConfig) {
+/// Publishes and consumes one 10 kB message with `connection`; while both are connected,
+/// every broker client must satisfy `negotiated`.
+fn round_trip_with(
+    nsqd: &Nsqd,
+    topic: &str,
+    connection: nsq_blocking::ConnectionConfig,
+    negotiated: impl Fn(&nsq_test_broker::ClientStats) -> bool,
+) {
     let p = Producer::builder()
         .core_config(ProducerConfig {
             connection: connection.clone(),
@@ -516,22 +529,11 @@ fn round_trip_with(nsqd: &Nsqd, topic: &str, connection: nsq_blocking::Connectio
     assert!(eventually(WAIT, || nsqd
         .channel(topic, "ch")
         .is_some_and(|c| c.finished == 1)));
+    let clients = nsqd.clients();
+    assert_eq!(clients.len(), 2, "{clients:?}");
+    assert!(clients.iter().all(negotiated), "{clients:?}");
     c.stop();
     p.close();
-}
-
-/// Runs [`round_trip_with`] while another thread watches the broker for `seen`.
-fn while_watching(
-    nsqd: &Nsqd,
-    topic: &str,
-    conn: nsq_blocking::ConnectionConfig,
-    seen: impl Fn(&Nsqd) -> bool + Sync,
-) -> bool {
-    std::thread::scope(|s| {
-        let watcher = s.spawn(|| eventually(WAIT, || seen(nsqd)));
-        round_trip_with(nsqd, topic, conn);
-        watcher.join().unwrap()
-    })
 }
 
 #[test]
@@ -544,8 +546,7 @@ fn tls() {
             )),
             ..Default::default()
         };
-        let saw_tls = while_watching(&nsqd, "tls", conn, |n| n.clients().iter().any(|c| c.tls));
-        assert!(saw_tls);
+        round_trip_with(&nsqd, "tls", conn, |c| c.tls);
     });
 }
 
@@ -557,10 +558,7 @@ fn snappy() {
             compression: Compression::Snappy,
             ..Default::default()
         };
-        let saw = while_watching(&nsqd, "snappy", conn, |n| {
-            n.clients().iter().any(|c| c.snappy)
-        });
-        assert!(saw);
+        round_trip_with(&nsqd, "snappy", conn, |c| c.snappy);
     });
 }
 
@@ -572,10 +570,7 @@ fn deflate() {
             compression: Compression::Deflate { level: 3 },
             ..Default::default()
         };
-        let saw = while_watching(&nsqd, "deflate", conn, |n| {
-            n.clients().iter().any(|c| c.deflate.is_some())
-        });
-        assert!(saw);
+        round_trip_with(&nsqd, "deflate", conn, |c| c.deflate == Some(3));
     });
 }
 
@@ -591,12 +586,9 @@ fn auth() {
             auth_secret: Some("s3cret".into()),
             ..Default::default()
         };
-        let saw = while_watching(&nsqd, "auth", conn, |n| {
-            n.clients()
-                .iter()
-                .any(|c| c.identity.as_deref() == Some("tester"))
+        round_trip_with(&nsqd, "auth", conn, |c| {
+            c.identity.as_deref() == Some("tester")
         });
-        assert!(saw);
         // A wrong secret: publishes fail, they do not hang.
         let mut bad = ProducerConfig::default();
         bad.connection.auth_secret = Some("wrong".into());
@@ -857,5 +849,134 @@ fn a_panicking_handler_requeues_with_backoff() {
         );
         handle.stop();
         assert_eq!(runner.join().unwrap().unanswered, 0);
+    });
+}
+
+#[test]
+fn max_in_flight_changes_at_runtime_and_starvation_is_reported() {
+    run(30, || {
+        let nsqd = start(Nsqd::builder());
+        nsqd.publish("mif", b"warm-up");
+        let mut c = consumer(&nsqd, "mif", fast_config(2));
+        // The core starts each connection at RDY 1 and raises it after the first message.
+        next(&mut c, WAIT).expect("warm-up message").finish();
+        let nsqd = &nsqd;
+        let rdy = |n: i64| {
+            move || {
+                let clients = nsqd.clients();
+                clients.len() == 1 && clients[0].rdy == n
+            }
+        };
+        assert!(eventually(WAIT, rdy(2)));
+        assert!(!c.is_starved());
+        c.set_max_in_flight(0);
+        assert!(eventually(WAIT, rdy(0)), "max_in_flight 0 pauses");
+        nsqd.publish("mif", b"a");
+        nsqd.publish("mif", b"b");
+        assert!(next(&mut c, Duration::from_millis(200)).is_none());
+        c.handle().set_max_in_flight(2);
+        assert!(eventually(WAIT, rdy(2)));
+        // Both held: 2 in flight of RDY 2, so a batching handler should flush now.
+        let a = next(&mut c, WAIT).unwrap();
+        let b = next(&mut c, WAIT).unwrap();
+        assert!(eventually(WAIT, || c.is_starved()));
+        a.finish();
+        b.finish();
+        assert!(eventually(WAIT, || !c.is_starved()));
+        assert_eq!(c.stop().unanswered, 0);
+    });
+}
+
+#[test]
+fn handles_cross_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<Producer>();
+    send_sync::<nsq_blocking::ConsumerHandle>();
+    send_sync::<Message>();
+    send_sync::<Error>();
+    send::<Consumer>();
+    send::<nsq_blocking::ConsumerBuilder>();
+    send::<nsq_blocking::ProducerBuilder>();
+}
+
+#[test]
+fn server_errors_are_typed() {
+    run(20, || {
+        let nsqd = start(Nsqd::builder().max_msg_size(10));
+        let p = producer(&nsqd);
+        let err = p.publish("small", vec![b'x'; 100]).unwrap_err();
+        match &err {
+            Error::Server(e) => assert_eq!(e.code_str(), "E_BAD_MESSAGE", "{e}"),
+            other => panic!("expected a server error, got {other:?}"),
+        }
+        // The producer reconnects after nsqd closed the connection: later publishes work.
+        let deadline = Instant::now() + WAIT;
+        loop {
+            match p.publish("small", "ok") {
+                Ok(()) => break,
+                Err(e) => assert!(Instant::now() < deadline, "never recovered: {e}"),
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        p.close();
+    });
+}
+
+#[test]
+fn dropping_the_consumer_stops_it() {
+    run(20, || {
+        let nsqd = start(Nsqd::builder());
+        for i in 0..5 {
+            nsqd.publish("dropc", format!("{i}").as_bytes());
+        }
+        let mut c = consumer(&nsqd, "dropc", fast_config(5));
+        let handle = c.handle();
+        next(&mut c, WAIT).expect("a message").finish();
+        drop(c);
+        // Dropping stopped it (messages received but not taken were released at once); the
+        // handle outlives the consumer and its stop reports the same.
+        assert!(handle.is_stopping());
+        let report = handle.stop();
+        assert_eq!(report.unanswered, 0);
+        assert!(
+            eventually(WAIT, || nsqd.channel("dropc", "ch").is_some_and(|ch| {
+                ch.in_flight == 0 && ch.finished == 1 && ch.depth + ch.deferred == 4
+            })),
+            "{:?}",
+            nsqd.channel("dropc", "ch")
+        );
+    });
+}
+
+#[test]
+fn close_flushes_what_is_outstanding() {
+    run(30, || {
+        let nsqd = start(Nsqd::builder());
+        let p = producer(&nsqd);
+        let ok = AtomicU32::new(0);
+        std::thread::scope(|s| {
+            for t in 0..8 {
+                let (p, ok) = (&p, &ok);
+                s.spawn(move || {
+                    for i in 0..200 {
+                        match p.publish("flush", format!("{t}-{i}")) {
+                            Ok(()) => {
+                                ok.fetch_add(1, Ordering::SeqCst);
+                            }
+                            Err(Error::Closed) => break,
+                            Err(e) => panic!("unexpected {e}"),
+                        }
+                    }
+                });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            p.close();
+        });
+        // Every publish that returned Ok is on the broker, and nothing else is.
+        let ok = u64::from(ok.load(Ordering::SeqCst));
+        assert!(ok > 0);
+        assert_eq!(nsqd.topic("flush").map(|t| t.message_count), Some(ok));
+        assert_eq!(p.stats().published, ok);
     });
 }

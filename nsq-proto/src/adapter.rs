@@ -8,6 +8,8 @@
 //! * [`Answer`] / [`AnswerKind`]: the small `Copy` command a message sends to its driver to
 //!   answer itself (no allocation per answer), and [`Answer::apply`], which hands it to the
 //!   core [`Consumer`] (the core computes the default requeue delay from the attempt count).
+//! * [`Delivery`]: the message type of every adapter (`Message` there), generic over the
+//!   adapter's [`AnswerSink`]; it answers itself and requeues itself when dropped unanswered.
 //! * [`HandlerError`]: what a message handler returns to requeue (with backoff by default,
 //!   [`with_delay`](HandlerError::with_delay), [`without_backoff`](HandlerError::without_backoff)),
 //!   and [`AnswerKind::from_handler`], the answer for a handler's outcome (a panic included).
@@ -158,6 +160,204 @@ impl Answer {
             tracing::debug!(conn = %self.conn, msg = %self.id, error = %e, "answer not sent");
         }
         result
+    }
+}
+
+// ------------------------------------------------------------------------------ deliveries
+
+/// Where the answers of an adapter's messages go: its channel to the driver that owns the
+/// core. Sending must not block and must not fail loudly: if the driver is gone, every
+/// connection is closed and nsqd redelivers the message anyway.
+pub trait AnswerSink: Send + Sync + 'static {
+    /// Hands `answer` to the driver.
+    fn send_answer(&self, answer: Answer);
+}
+
+/// What every message of one connection shares (one reference count per message): the nsqd
+/// address and the sink for answers.
+#[derive(Debug)]
+pub struct Origin<S> {
+    addr: String,
+    sink: S,
+}
+
+impl<S: AnswerSink> Origin<S> {
+    /// The origin of the messages of the connection to `addr`.
+    pub fn new(addr: impl Into<String>, sink: S) -> Arc<Origin<S>> {
+        Arc::new(Origin {
+            addr: addr.into(),
+            sink,
+        })
+    }
+
+    /// The nsqd address.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// The sink.
+    pub fn sink(&self) -> &S {
+        &self.sink
+    }
+}
+
+/// A message delivered to a consumer; every adapter's `Message` is this type with its own
+/// [`AnswerSink`]. It answers itself: [`finish`](Self::finish), [`requeue`](Self::requeue),
+/// [`requeue_without_backoff`](Self::requeue_without_backoff), [`touch`](Self::touch).
+///
+/// A message dropped without an answer is requeued (without backoff, with the default delay
+/// for its attempt count) and a warning is logged: it is never lost silently.
+pub struct Delivery<S: AnswerSink> {
+    inner: Message,
+    conn: ConnId,
+    origin: Arc<Origin<S>>,
+    /// Answered, or taken over by a handler runner.
+    done: bool,
+}
+
+impl<S: AnswerSink> fmt::Debug for Delivery<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Message")
+            .field("id", &self.inner.id)
+            .field("attempts", &self.inner.attempts)
+            .field("timestamp", &self.inner.timestamp)
+            .field("body_len", &self.inner.body.len())
+            .field("nsqd", &self.origin.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: AnswerSink> Delivery<S> {
+    /// A message the core delivered on `conn` (for adapters).
+    pub fn new(conn: ConnId, message: Message, origin: Arc<Origin<S>>) -> Delivery<S> {
+        Delivery {
+            inner: message,
+            conn,
+            origin,
+            done: false,
+        }
+    }
+
+    /// The message id.
+    pub fn id(&self) -> MessageId {
+        self.inner.id
+    }
+
+    /// The payload (a slice of the read buffer: no copy was made).
+    pub fn body(&self) -> &Bytes {
+        &self.inner.body
+    }
+
+    /// How many times nsqd delivered it, this delivery included.
+    pub fn attempts(&self) -> u16 {
+        self.inner.attempts
+    }
+
+    /// When it was published, in nanoseconds since the Unix epoch (nsqd's clock).
+    pub fn timestamp(&self) -> i64 {
+        self.inner.timestamp
+    }
+
+    /// The nsqd TCP address it came from.
+    pub fn nsqd_address(&self) -> &str {
+        &self.origin.addr
+    }
+
+    /// The core's message (id, attempts, timestamp, body).
+    pub fn as_proto(&self) -> &Message {
+        &self.inner
+    }
+
+    fn answer_for(&self, kind: AnswerKind) -> Answer {
+        Answer::new(self.conn, &self.inner, kind)
+    }
+
+    fn send(&mut self, kind: AnswerKind) {
+        self.done = true;
+        self.origin.sink.send_answer(self.answer_for(kind));
+    }
+
+    /// FIN: the message is done.
+    pub fn finish(mut self) {
+        self.send(AnswerKind::Finish);
+    }
+
+    /// REQ with backoff: the message failed; nsqd redelivers it after `delay` (`None`: the
+    /// configured default delay times the attempt count) and the consumer backs off.
+    pub fn requeue(mut self, delay: Option<Duration>) {
+        self.send(AnswerKind::Requeue {
+            delay,
+            backoff: true,
+        });
+    }
+
+    /// REQ without backoff: redeliver after `delay` (`None`: the default), without slowing the
+    /// consumer down.
+    pub fn requeue_without_backoff(mut self, delay: Option<Duration>) {
+        self.send(AnswerKind::Requeue {
+            delay,
+            backoff: false,
+        });
+    }
+
+    /// TOUCH: asks nsqd for more time (another msg_timeout).
+    pub fn touch(&self) {
+        self.origin
+            .sink
+            .send_answer(self.answer_for(AnswerKind::Touch));
+    }
+
+    /// For a handler runner: the message no longer answers itself when dropped; the returned
+    /// [`PendingAnswer`] answers it once the handler is done (an answer the handler gave
+    /// itself comes first; the later one is then refused by the core and ignored).
+    pub fn take_over(&mut self) -> PendingAnswer<S> {
+        self.done = true;
+        PendingAnswer {
+            answer: self.answer_for(AnswerKind::Finish),
+            origin: self.origin.clone(),
+        }
+    }
+
+    /// For adapters: the application never saw this message (received but not taken when
+    /// the consumer stopped or its receiver was dropped): requeue it at once, without
+    /// backoff and without the warning of an unanswered drop.
+    pub fn release(mut self) {
+        self.send(AnswerKind::UNTAKEN);
+    }
+
+    /// For a driver that answers a message it never handed out: the answer to apply to the
+    /// core directly (nothing goes through the sink).
+    pub fn into_answer(mut self, kind: AnswerKind) -> Answer {
+        self.done = true;
+        self.answer_for(kind)
+    }
+}
+
+impl<S: AnswerSink> Drop for Delivery<S> {
+    fn drop(&mut self) {
+        if !self.done {
+            tracing::warn!(
+                msg = %self.inner.id,
+                nsqd = %self.origin.addr,
+                "message dropped without an answer: requeueing it"
+            );
+            self.send(AnswerKind::DROPPED);
+        }
+    }
+}
+
+/// The answer a handler runner owes for a message it took over ([`Delivery::take_over`]).
+#[derive(Debug)]
+pub struct PendingAnswer<S> {
+    answer: Answer,
+    origin: Arc<Origin<S>>,
+}
+
+impl<S: AnswerSink> PendingAnswer<S> {
+    /// Answers with the handler's outcome (see [`AnswerKind::from_handler`]).
+    pub fn answer(self, outcome: Option<Result<(), HandlerError>>) {
+        let kind = AnswerKind::from_handler(outcome);
+        self.origin.sink.send_answer(self.answer.with_kind(kind));
     }
 }
 
@@ -1073,6 +1273,81 @@ mod tests {
         setup.nsqd.push("127.0.0.1:4150".into());
         let started = setup.start(now, || 1).unwrap();
         assert_eq!(started.core.max_in_flight(), 9);
+    }
+
+    #[derive(Default)]
+    struct Collect(std::sync::Mutex<Vec<Answer>>);
+
+    impl AnswerSink for Arc<Collect> {
+        fn send_answer(&self, answer: Answer) {
+            self.0.lock().unwrap().push(answer);
+        }
+    }
+
+    #[test]
+    fn deliveries_answer_themselves_once() {
+        let sink = Arc::new(Collect::default());
+        let origin = Origin::new("127.0.0.1:4150", sink.clone());
+        let conn = {
+            #[allow(
+                clippy::disallowed_methods,
+                reason = "origin of virtual time in a test"
+            )]
+            let now = Instant::now();
+            let mut c = Consumer::new(
+                ConsumerConfig::default(),
+                Topic::new("t").unwrap(),
+                Channel::new("c").unwrap(),
+                1,
+            );
+            c.add_nsqd(now, "127.0.0.1:4150").unwrap();
+            match c.poll_action() {
+                Some(crate::driver::Action::Connect { conn, .. }) => conn,
+                other => panic!("{other:?}"),
+            }
+        };
+        let message = |attempts| Message {
+            timestamp: 1,
+            attempts,
+            id: MessageId::from(*b"0123456789abcdef"),
+            body: Bytes::from_static(b"body"),
+        };
+        let kinds =
+            || -> Vec<AnswerKind> { sink.0.lock().unwrap().iter().map(|a| a.kind).collect() };
+
+        let d = Delivery::new(conn, message(1), origin.clone());
+        assert_eq!(d.nsqd_address(), "127.0.0.1:4150");
+        assert_eq!(&d.body()[..], b"body");
+        d.touch();
+        d.finish();
+        assert_eq!(kinds(), [AnswerKind::Touch, AnswerKind::Finish]);
+
+        drop(Delivery::new(conn, message(2), origin.clone()));
+        assert_eq!(kinds()[2], AnswerKind::DROPPED);
+        assert_eq!(sink.0.lock().unwrap()[2].attempts, 2);
+
+        let mut d = Delivery::new(conn, message(3), origin.clone());
+        let pending = d.take_over();
+        drop(d);
+        assert_eq!(kinds().len(), 3, "taken over: no answer on drop");
+        pending.answer(Some(
+            Err(HandlerError::msg("no").with_delay(Duration::ZERO)),
+        ));
+        assert_eq!(
+            kinds()[3],
+            AnswerKind::Requeue {
+                delay: Some(Duration::ZERO),
+                backoff: true
+            }
+        );
+
+        let d = Delivery::new(conn, message(4), origin.clone());
+        let a = d.into_answer(AnswerKind::UNTAKEN);
+        assert_eq!(a.attempts, 4);
+        assert_eq!(kinds().len(), 4, "into_answer sends nothing");
+
+        Delivery::new(conn, message(5), origin).release();
+        assert_eq!(kinds()[4], AnswerKind::UNTAKEN);
     }
 
     #[test]
