@@ -305,6 +305,8 @@ struct State {
     next_client: ClientId,
     log: VecDeque<CommandRecord>,
     next_seq: u64,
+    /// Commands being executed and not logged yet (their effects may already show).
+    executing: usize,
     warnings: Vec<String>,
 }
 
@@ -610,18 +612,33 @@ impl Nsqd {
     /// Every command received so far, in order (the most recent
     /// [`Options::command_log_limit`] of them).
     pub fn commands(&self) -> Vec<CommandRecord> {
-        self.inner.lock().log.iter().cloned().collect()
+        self.logged().log.iter().cloned().collect()
     }
 
     /// The commands of one client, in order.
     pub fn commands_of(&self, client: ClientId) -> Vec<CommandRecord> {
-        self.inner
-            .lock()
+        self.logged()
             .log
             .iter()
             .filter(|r| r.client == client)
             .cloned()
             .collect()
+    }
+
+    /// The state once every command whose effects may show in [`Nsqd::stats`] is logged: a
+    /// command is logged just after it ran, so without this a test that saw a FIN's effect
+    /// could miss the FIN in the log. Waits at most 500 ms (a command still reading its body
+    /// has no effects yet).
+    fn logged(&self) -> MutexGuard<'_, State> {
+        let end = Instant::now() + Duration::from_millis(500);
+        loop {
+            let st = self.inner.lock();
+            if st.executing == 0 || Instant::now() >= end {
+                return st;
+            }
+            drop(st);
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     /// Client behaviour that real nsqd tolerates but that is almost certainly a bug (for
@@ -1973,6 +1990,7 @@ impl Conn {
             }
             self.body = None;
             let params: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+            self.inner.lock().executing += 1;
             let result = self.exec(&params);
             let error = match &result {
                 Err(CmdErr::Fatal(e) | CmdErr::NonFatal(e)) => Some(e.clone()),
@@ -1986,6 +2004,7 @@ impl Conn {
                     b.truncate(opts.command_log_body_limit);
                 }
                 let mut st = self.inner.lock();
+                st.executing = st.executing.saturating_sub(1);
                 let seq = st.next_seq;
                 st.next_seq += 1;
                 if opts.command_log_limit > 0 {
