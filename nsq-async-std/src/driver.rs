@@ -11,7 +11,7 @@
 //! from async-io's reactor, so nothing here depends on async-std or smol.
 
 use bytes::{Buf, Bytes, BytesMut};
-use futures_lite::{AsyncRead, AsyncWrite, Stream};
+use futures_lite::{AsyncRead, AsyncWrite};
 use nsq_proto::adapter::Outbox;
 use nsq_proto::consumer::LookupdRequestId;
 use nsq_proto::driver::{Action, ConnId, Driven};
@@ -19,6 +19,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -43,8 +44,6 @@ pub(crate) trait Logic: Send + 'static {
     fn machine(&mut self) -> &mut Self::Machine;
     /// One command from a handle.
     fn input(&mut self, now: Instant, input: Self::Input);
-    /// Every user handle is gone (the command channel closed).
-    fn orphaned(&mut self, now: Instant);
     /// One event of the core.
     fn event(&mut self, now: Instant, event: <Self::Machine as Driven>::Event);
     /// A connection is being opened for `conn`.
@@ -404,39 +403,49 @@ impl Net {
     }
 }
 
+/// Commands from the handles to the driver: a lock-free queue and the driver's waker, so a
+/// message's answer or a publish costs one queue push and at most one wake-up of the driver.
+pub(crate) struct Inbox<T> {
+    queue: concurrent_queue::ConcurrentQueue<T>,
+    waker: atomic_waker::AtomicWaker,
+}
+
+impl<T> Inbox<T> {
+    pub(crate) fn new() -> Arc<Inbox<T>> {
+        Arc::new(Inbox {
+            queue: concurrent_queue::ConcurrentQueue::unbounded(),
+            waker: atomic_waker::AtomicWaker::new(),
+        })
+    }
+
+    /// Queues `item` for the driver; gives it back once the driver has stopped.
+    pub(crate) fn send(&self, item: T) -> Result<(), T> {
+        match self.queue.push(item) {
+            Ok(()) => {
+                self.waker.wake();
+                Ok(())
+            }
+            Err(e) => Err(e.into_inner()),
+        }
+    }
+}
+
 /// Runs a driver until its logic is done (then finishes it).
-pub(crate) async fn run<L: Logic>(
-    mut logic: L,
-    inputs: async_channel::Receiver<L::Input>,
-    mut net: Net,
-) {
-    let mut inputs = Box::pin(inputs);
-    let mut orphaned = false;
+pub(crate) async fn run<L: Logic>(mut logic: L, inbox: Arc<Inbox<L::Input>>, mut net: Net) {
     let mut timer = async_io::Timer::never();
     let mut armed: Option<Instant> = None;
     drain(&mut logic, &mut net, Instant::now());
     let _ = net.flush();
     std::future::poll_fn(|cx| {
+        inbox.waker.register(cx.waker());
         for _ in 0..ROUNDS_PER_POLL {
             let now = Instant::now();
             let mut progress = false;
             // Commands first, so concurrent publishes leave in one write.
-            if !orphaned {
-                for _ in 0..BATCH {
-                    match inputs.as_mut().poll_next(cx) {
-                        Poll::Ready(Some(input)) => {
-                            progress = true;
-                            logic.input(now, input);
-                        }
-                        Poll::Ready(None) => {
-                            progress = true;
-                            orphaned = true;
-                            logic.orphaned(now);
-                            break;
-                        }
-                        Poll::Pending => break,
-                    }
-                }
+            for _ in 0..BATCH {
+                let Ok(input) = inbox.queue.pop() else { break };
+                progress = true;
+                logic.input(now, input);
             }
             progress |= net.poll(cx, now, logic.machine());
             if armed.is_some() && Pin::new(&mut timer).poll(cx).is_ready() {
@@ -470,6 +479,8 @@ pub(crate) async fn run<L: Logic>(
                 }
             }
             if !progress {
+                // The waker was registered before the queue was emptied: a command queued
+                // since then wakes us.
                 return Poll::Pending;
             }
         }
@@ -477,11 +488,10 @@ pub(crate) async fn run<L: Logic>(
         Poll::Pending
     })
     .await;
-    // Refuse further commands, and answer the ones already queued (a queued reply sender
-    // would otherwise live on in the channel and its caller would wait forever).
-    inputs.close();
+    // Refuse further commands, and answer the ones already queued (their callers wait).
+    inbox.queue.close();
     let now = Instant::now();
-    while let Ok(input) = inputs.try_recv() {
+    while let Ok(input) = inbox.queue.pop() {
         logic.input(now, input);
     }
     logic.finish();
@@ -516,12 +526,12 @@ fn drain<L: Logic>(logic: &mut L, net: &mut Net, now: Instant) -> bool {
 pub(crate) fn spawn<L: Logic>(
     name: &str,
     logic: L,
-    inputs: async_channel::Receiver<L::Input>,
+    inbox: Arc<Inbox<L::Input>>,
     net: Net,
 ) -> io::Result<()> {
     std::thread::Builder::new()
         .name(name.to_owned())
-        .spawn(move || async_io::block_on(run(logic, inputs, net)))
+        .spawn(move || async_io::block_on(run(logic, inbox, net)))
         .map(drop)
 }
 
