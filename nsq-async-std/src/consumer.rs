@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 // ------------------------------------------------------------------------------------ inputs
 
-type Reply<T> = async_channel::Sender<T>;
+type Reply<T> = driver::OneshotTx<T>;
 
 enum Control {
     AddNsqd(String, Reply<Result<(), ConsumerError>>),

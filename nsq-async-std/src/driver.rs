@@ -535,9 +535,71 @@ pub(crate) fn spawn<L: Logic>(
         .map(drop)
 }
 
+/// A one-shot reply: one value slot (lock-free) and the waiting task's waker. One allocation,
+/// no lock.
+struct Slot<T> {
+    value: concurrent_queue::ConcurrentQueue<T>,
+    waker: atomic_waker::AtomicWaker,
+}
+
+/// The sending side of a one-shot reply; dropping it unsent makes the receiver see `Err`.
+pub(crate) struct OneshotTx<T>(Arc<Slot<T>>);
+
+/// The receiving side of a one-shot reply.
+pub(crate) struct OneshotRx<T>(Arc<Slot<T>>);
+
+/// The sender is gone without a value.
+#[derive(Debug)]
+pub(crate) struct Canceled;
+
 /// A one-shot reply channel.
-pub(crate) fn oneshot<T>() -> (async_channel::Sender<T>, async_channel::Receiver<T>) {
-    async_channel::bounded(1)
+pub(crate) fn oneshot<T>() -> (OneshotTx<T>, OneshotRx<T>) {
+    let slot = Arc::new(Slot {
+        value: concurrent_queue::ConcurrentQueue::bounded(1),
+        waker: atomic_waker::AtomicWaker::new(),
+    });
+    (OneshotTx(slot.clone()), OneshotRx(slot))
+}
+
+impl<T> OneshotTx<T> {
+    /// Sends the value (the first one wins; the receiver may be gone).
+    pub(crate) fn try_send(&self, value: T) -> Result<(), T> {
+        let result = self
+            .0
+            .value
+            .push(value)
+            .map_err(concurrent_queue::PushError::into_inner);
+        self.0.waker.wake();
+        result
+    }
+}
+
+impl<T> Drop for OneshotTx<T> {
+    fn drop(&mut self) {
+        self.0.value.close();
+        self.0.waker.wake();
+    }
+}
+
+impl<T> OneshotRx<T> {
+    /// The value, or `Err` if the sender was dropped without sending.
+    pub(crate) async fn recv(&self) -> Result<T, Canceled> {
+        std::future::poll_fn(|cx| {
+            if let Ok(v) = self.0.value.pop() {
+                return Poll::Ready(Ok(v));
+            }
+            self.0.waker.register(cx.waker());
+            if let Ok(v) = self.0.value.pop() {
+                return Poll::Ready(Ok(v));
+            }
+            if self.0.value.is_closed() {
+                // Closed after a push: the value is still there.
+                return Poll::Ready(self.0.value.pop().map_err(|_| Canceled));
+            }
+            Poll::Pending
+        })
+        .await
+    }
 }
 
 /// A random seed for a state machine's RNG (jitter, random connection choice).
@@ -557,4 +619,40 @@ pub(crate) fn os_hostname() -> Option<String> {
         .or_else(|| std::env::var("COMPUTERNAME").ok())
         .map(|h| h.trim().to_owned())
         .filter(|h| !h.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_lite::future::block_on;
+
+    #[test]
+    fn oneshot_delivers_once_or_reports_cancel() {
+        let (tx, rx) = oneshot();
+        tx.try_send(1).unwrap();
+        assert_eq!(tx.try_send(2), Err(2), "one value only");
+        drop(tx);
+        assert_eq!(block_on(rx.recv()).unwrap(), 1);
+
+        let (tx, rx) = oneshot::<u8>();
+        drop(tx);
+        assert!(block_on(rx.recv()).is_err());
+
+        let (tx, rx) = oneshot();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            tx.try_send("late").unwrap();
+        });
+        assert_eq!(block_on(rx.recv()).unwrap(), "late");
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn inbox_refuses_after_close() {
+        let inbox = Inbox::new();
+        inbox.send(1).unwrap();
+        inbox.queue.close();
+        assert_eq!(inbox.send(2), Err(2));
+        assert_eq!(inbox.queue.pop().ok(), Some(1));
+    }
 }

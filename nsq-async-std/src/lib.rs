@@ -24,7 +24,8 @@
 //!   the driver): a message answers itself with a small `Copy` command
 //!   ([`nsq_proto::adapter::Answer`]), so answering allocates nothing and takes no lock.
 //!   Messages reach the application through an async-channel (MPMC, so [`Consumer::run`]'s
-//!   workers share it). Each publish waits on its own one-shot reply.
+//!   workers share it). Each publish waits on its own one-shot reply (one allocation, no
+//!   lock).
 //! * [`Consumer::run`] runs the handlers concurrently inside the future it returns: poll it
 //!   on the executor of your choice.
 //! * Everything is logged with `tracing` (spans per connection); nothing is printed.

@@ -11,12 +11,12 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-type Reply = async_channel::Sender<Result<(), Error>>;
+type Reply = driver::OneshotTx<Result<(), Error>>;
 
 enum Input {
     Request(PublishRequest, Reply),
     AddNsqd(String, Reply),
-    Close(async_channel::Sender<()>),
+    Close(driver::OneshotTx<()>),
     /// Every handle is gone: close gracefully.
     Dropped,
 }
@@ -232,7 +232,7 @@ impl Producer {
 struct ProducerLogic {
     core: nsq_proto::Producer,
     replies: Replies<Reply>,
-    close_waiters: Vec<async_channel::Sender<()>>,
+    close_waiters: Vec<driver::OneshotTx<()>>,
     stats: Arc<Mutex<ProducerStats>>,
     closed: bool,
 }
