@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 // ------------------------------------------------------------------------------------ inputs
 
-type Reply<T> = async_channel::Sender<T>;
+type Reply<T> = driver::OneshotTx<T>;
 
 enum Control {
     AddNsqd(String, Reply<Result<(), ConsumerError>>),
@@ -37,7 +37,7 @@ enum Input {
 
 /// State shared by the driver and the handles.
 struct Shared {
-    tx: async_channel::Sender<Input>,
+    inbox: Arc<driver::Inbox<Input>>,
     stopping: AtomicBool,
     starved: AtomicBool,
     stats: Mutex<ConsumerStats>,
@@ -46,7 +46,7 @@ struct Shared {
 impl Shared {
     fn answer(&self, a: Answer) {
         // If the driver is gone every connection is closed: nsqd redelivers the message.
-        let _ = self.tx.try_send(Input::Answer(a));
+        let _ = self.inbox.send(Input::Answer(a));
     }
 }
 
@@ -55,7 +55,7 @@ struct HandleGuard(Arc<Shared>);
 
 impl Drop for HandleGuard {
     fn drop(&mut self) {
-        let _ = self.0.tx.try_send(Input::Control(Control::Dropped));
+        let _ = self.0.inbox.send(Input::Control(Control::Dropped));
     }
 }
 
@@ -180,10 +180,10 @@ impl ConsumerBuilder {
     /// outside an async runtime.
     pub fn build(self) -> Result<Consumer, Error> {
         let start = self.setup.start(Instant::now(), driver::random_seed)?;
-        let (tx, rx) = async_channel::unbounded();
+        let inbox = driver::Inbox::new();
         let (msg_tx, msg_rx) = async_channel::unbounded();
         let shared = Arc::new(Shared {
-            tx,
+            inbox: inbox.clone(),
             stopping: AtomicBool::new(false),
             starved: AtomicBool::new(false),
             stats: Mutex::new(ConsumerStats::default()),
@@ -199,7 +199,7 @@ impl ConsumerBuilder {
         };
         let net = Net::new(start.dial_timeout, start.write_timeout);
         // The driver thread is this adapter's runtime.
-        driver::spawn("nsq-consumer", logic, rx, net).map_err(|_| Error::NoRuntime)?;
+        driver::spawn("nsq-consumer", logic, inbox, net).map_err(|_| Error::NoRuntime)?;
         let handle = ConsumerHandle {
             guard: Arc::new(HandleGuard(shared.clone())),
         };
@@ -237,8 +237,8 @@ impl ConsumerHandle {
 
     fn control(&self, c: Control) -> Result<(), Error> {
         self.shared()
-            .tx
-            .try_send(Input::Control(c))
+            .inbox
+            .send(Input::Control(c))
             .map_err(|_| Error::Closed)
     }
 
@@ -604,10 +604,6 @@ impl Logic for ConsumerLogic {
                 Control::Dropped => self.begin_stop(now),
             },
         }
-    }
-
-    fn orphaned(&mut self, now: Instant) {
-        self.begin_stop(now);
     }
 
     fn connecting(&mut self, conn: ConnId, addr: &str) {

@@ -11,7 +11,7 @@
 //! from async-io's reactor, so nothing here depends on async-std or smol.
 
 use bytes::{Buf, Bytes, BytesMut};
-use futures_lite::{AsyncRead, AsyncWrite, Stream};
+use futures_lite::{AsyncRead, AsyncWrite};
 use nsq_proto::adapter::Outbox;
 use nsq_proto::consumer::LookupdRequestId;
 use nsq_proto::driver::{Action, ConnId, Driven};
@@ -19,6 +19,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -43,8 +44,6 @@ pub(crate) trait Logic: Send + 'static {
     fn machine(&mut self) -> &mut Self::Machine;
     /// One command from a handle.
     fn input(&mut self, now: Instant, input: Self::Input);
-    /// Every user handle is gone (the command channel closed).
-    fn orphaned(&mut self, now: Instant);
     /// One event of the core.
     fn event(&mut self, now: Instant, event: <Self::Machine as Driven>::Event);
     /// A connection is being opened for `conn`.
@@ -404,39 +403,49 @@ impl Net {
     }
 }
 
+/// Commands from the handles to the driver: a lock-free queue and the driver's waker, so a
+/// message's answer or a publish costs one queue push and at most one wake-up of the driver.
+pub(crate) struct Inbox<T> {
+    queue: concurrent_queue::ConcurrentQueue<T>,
+    waker: atomic_waker::AtomicWaker,
+}
+
+impl<T> Inbox<T> {
+    pub(crate) fn new() -> Arc<Inbox<T>> {
+        Arc::new(Inbox {
+            queue: concurrent_queue::ConcurrentQueue::unbounded(),
+            waker: atomic_waker::AtomicWaker::new(),
+        })
+    }
+
+    /// Queues `item` for the driver; gives it back once the driver has stopped.
+    pub(crate) fn send(&self, item: T) -> Result<(), T> {
+        match self.queue.push(item) {
+            Ok(()) => {
+                self.waker.wake();
+                Ok(())
+            }
+            Err(e) => Err(e.into_inner()),
+        }
+    }
+}
+
 /// Runs a driver until its logic is done (then finishes it).
-pub(crate) async fn run<L: Logic>(
-    mut logic: L,
-    inputs: async_channel::Receiver<L::Input>,
-    mut net: Net,
-) {
-    let mut inputs = Box::pin(inputs);
-    let mut orphaned = false;
+pub(crate) async fn run<L: Logic>(mut logic: L, inbox: Arc<Inbox<L::Input>>, mut net: Net) {
     let mut timer = async_io::Timer::never();
     let mut armed: Option<Instant> = None;
     drain(&mut logic, &mut net, Instant::now());
     let _ = net.flush();
     std::future::poll_fn(|cx| {
+        inbox.waker.register(cx.waker());
         for _ in 0..ROUNDS_PER_POLL {
             let now = Instant::now();
             let mut progress = false;
             // Commands first, so concurrent publishes leave in one write.
-            if !orphaned {
-                for _ in 0..BATCH {
-                    match inputs.as_mut().poll_next(cx) {
-                        Poll::Ready(Some(input)) => {
-                            progress = true;
-                            logic.input(now, input);
-                        }
-                        Poll::Ready(None) => {
-                            progress = true;
-                            orphaned = true;
-                            logic.orphaned(now);
-                            break;
-                        }
-                        Poll::Pending => break,
-                    }
-                }
+            for _ in 0..BATCH {
+                let Ok(input) = inbox.queue.pop() else { break };
+                progress = true;
+                logic.input(now, input);
             }
             progress |= net.poll(cx, now, logic.machine());
             if armed.is_some() && Pin::new(&mut timer).poll(cx).is_ready() {
@@ -470,6 +479,8 @@ pub(crate) async fn run<L: Logic>(
                 }
             }
             if !progress {
+                // The waker was registered before the queue was emptied: a command queued
+                // since then wakes us.
                 return Poll::Pending;
             }
         }
@@ -477,11 +488,10 @@ pub(crate) async fn run<L: Logic>(
         Poll::Pending
     })
     .await;
-    // Refuse further commands, and answer the ones already queued (a queued reply sender
-    // would otherwise live on in the channel and its caller would wait forever).
-    inputs.close();
+    // Refuse further commands, and answer the ones already queued (their callers wait).
+    inbox.queue.close();
     let now = Instant::now();
-    while let Ok(input) = inputs.try_recv() {
+    while let Ok(input) = inbox.queue.pop() {
         logic.input(now, input);
     }
     logic.finish();
@@ -516,18 +526,80 @@ fn drain<L: Logic>(logic: &mut L, net: &mut Net, now: Instant) -> bool {
 pub(crate) fn spawn<L: Logic>(
     name: &str,
     logic: L,
-    inputs: async_channel::Receiver<L::Input>,
+    inbox: Arc<Inbox<L::Input>>,
     net: Net,
 ) -> io::Result<()> {
     std::thread::Builder::new()
         .name(name.to_owned())
-        .spawn(move || async_io::block_on(run(logic, inputs, net)))
+        .spawn(move || async_io::block_on(run(logic, inbox, net)))
         .map(drop)
 }
 
+/// A one-shot reply: one value slot (lock-free) and the waiting task's waker. One allocation,
+/// no lock.
+struct Slot<T> {
+    value: concurrent_queue::ConcurrentQueue<T>,
+    waker: atomic_waker::AtomicWaker,
+}
+
+/// The sending side of a one-shot reply; dropping it unsent makes the receiver see `Err`.
+pub(crate) struct OneshotTx<T>(Arc<Slot<T>>);
+
+/// The receiving side of a one-shot reply.
+pub(crate) struct OneshotRx<T>(Arc<Slot<T>>);
+
+/// The sender is gone without a value.
+#[derive(Debug)]
+pub(crate) struct Canceled;
+
 /// A one-shot reply channel.
-pub(crate) fn oneshot<T>() -> (async_channel::Sender<T>, async_channel::Receiver<T>) {
-    async_channel::bounded(1)
+pub(crate) fn oneshot<T>() -> (OneshotTx<T>, OneshotRx<T>) {
+    let slot = Arc::new(Slot {
+        value: concurrent_queue::ConcurrentQueue::bounded(1),
+        waker: atomic_waker::AtomicWaker::new(),
+    });
+    (OneshotTx(slot.clone()), OneshotRx(slot))
+}
+
+impl<T> OneshotTx<T> {
+    /// Sends the value (the first one wins; the receiver may be gone).
+    pub(crate) fn try_send(&self, value: T) -> Result<(), T> {
+        let result = self
+            .0
+            .value
+            .push(value)
+            .map_err(concurrent_queue::PushError::into_inner);
+        self.0.waker.wake();
+        result
+    }
+}
+
+impl<T> Drop for OneshotTx<T> {
+    fn drop(&mut self) {
+        self.0.value.close();
+        self.0.waker.wake();
+    }
+}
+
+impl<T> OneshotRx<T> {
+    /// The value, or `Err` if the sender was dropped without sending.
+    pub(crate) async fn recv(&self) -> Result<T, Canceled> {
+        std::future::poll_fn(|cx| {
+            if let Ok(v) = self.0.value.pop() {
+                return Poll::Ready(Ok(v));
+            }
+            self.0.waker.register(cx.waker());
+            if let Ok(v) = self.0.value.pop() {
+                return Poll::Ready(Ok(v));
+            }
+            if self.0.value.is_closed() {
+                // Closed after a push: the value is still there.
+                return Poll::Ready(self.0.value.pop().map_err(|_| Canceled));
+            }
+            Poll::Pending
+        })
+        .await
+    }
 }
 
 /// A random seed for a state machine's RNG (jitter, random connection choice).
@@ -547,4 +619,40 @@ pub(crate) fn os_hostname() -> Option<String> {
         .or_else(|| std::env::var("COMPUTERNAME").ok())
         .map(|h| h.trim().to_owned())
         .filter(|h| !h.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_lite::future::block_on;
+
+    #[test]
+    fn oneshot_delivers_once_or_reports_cancel() {
+        let (tx, rx) = oneshot();
+        tx.try_send(1).unwrap();
+        assert_eq!(tx.try_send(2), Err(2), "one value only");
+        drop(tx);
+        assert_eq!(block_on(rx.recv()).unwrap(), 1);
+
+        let (tx, rx) = oneshot::<u8>();
+        drop(tx);
+        assert!(block_on(rx.recv()).is_err());
+
+        let (tx, rx) = oneshot();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            tx.try_send("late").unwrap();
+        });
+        assert_eq!(block_on(rx.recv()).unwrap(), "late");
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn inbox_refuses_after_close() {
+        let inbox = Inbox::new();
+        inbox.send(1).unwrap();
+        inbox.queue.close();
+        assert_eq!(inbox.send(2), Err(2));
+        assert_eq!(inbox.queue.pop().ok(), Some(1));
+    }
 }

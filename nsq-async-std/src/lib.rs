@@ -7,8 +7,9 @@
 //! # Model
 //!
 //! * It depends only on the smol family's building blocks (async-io, async-net, futures-lite,
-//!   async-channel), not on async-std or smol themselves, so it behaves identically under both
-//!   (and under any other executor, or `futures_lite::future::block_on`).
+//!   async-channel, concurrent-queue, atomic-waker), not on async-std or smol themselves, so
+//!   it behaves identically under both (and under any other executor, or
+//!   `futures_lite::future::block_on`).
 //! * A runtime-agnostic library cannot spawn tasks on the caller's executor, so each
 //!   [`Consumer`] and each [`Producer`] (shared by its clones) has one driver thread running
 //!   `async_io::block_on` over a single future that owns the core state machine and every
@@ -17,10 +18,16 @@
 //!   would block (every read is a `BytesMut` chunk handed to the core, so message bodies are
 //!   slices of the read buffer: zero-copy), fires its one timer (re-armed from the core's
 //!   `poll_timeout`), drains the core's output, and gives each connection at most one
-//!   non-blocking write; a blocked write never stops reading.
-//! * Handles talk to the driver over lock-free channels: a message answers itself with a small
-//!   `Copy` command ([`nsq_proto::adapter::Answer`]); no lock and no allocation per message
-//!   on a connection's hot path. Each publish waits on its own one-shot reply.
+//!   non-blocking write; a blocked write never stops reading. `build()` works from any
+//!   thread, inside or outside a runtime.
+//! * Commands reach the driver through a lock-free queue (one push, at most one wake-up of
+//!   the driver): a message answers itself with a small `Copy` command
+//!   ([`nsq_proto::adapter::Answer`]), so answering allocates nothing and takes no lock.
+//!   Messages reach the application through an async-channel (MPMC, so [`Consumer::run`]'s
+//!   workers share it). Each publish waits on its own one-shot reply (one allocation, no
+//!   lock).
+//! * [`Consumer::run`] runs the handlers concurrently inside the future it returns: poll it
+//!   on the executor of your choice.
 //! * Everything is logged with `tracing` (spans per connection); nothing is printed.
 //!
 //! # Configuration

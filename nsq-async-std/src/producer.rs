@@ -11,24 +11,24 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-type Reply = async_channel::Sender<Result<(), Error>>;
+type Reply = driver::OneshotTx<Result<(), Error>>;
 
 enum Input {
     Request(PublishRequest, Reply),
     AddNsqd(String, Reply),
-    Close(async_channel::Sender<()>),
+    Close(driver::OneshotTx<()>),
     /// Every handle is gone: close gracefully.
     Dropped,
 }
 
 struct Inner {
-    tx: async_channel::Sender<Input>,
+    inbox: Arc<driver::Inbox<Input>>,
     stats: Arc<Mutex<ProducerStats>>,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        let _ = self.tx.try_send(Input::Dropped);
+        let _ = self.inbox.send(Input::Dropped);
     }
 }
 
@@ -109,7 +109,7 @@ impl ProducerBuilder {
     /// the background). Works from any thread, inside or outside an async runtime.
     pub fn build(self) -> Result<Producer, Error> {
         let start = self.setup.start(Instant::now(), driver::random_seed)?;
-        let (tx, rx) = async_channel::unbounded();
+        let inbox = driver::Inbox::new();
         let stats = Arc::new(Mutex::new(start.core.stats()));
         let logic = ProducerLogic {
             core: start.core,
@@ -120,9 +120,9 @@ impl ProducerBuilder {
         };
         let net = Net::new(start.dial_timeout, start.write_timeout);
         // The driver thread is this adapter's runtime.
-        driver::spawn("nsq-producer", logic, rx, net).map_err(|_| Error::NoRuntime)?;
+        driver::spawn("nsq-producer", logic, inbox.clone(), net).map_err(|_| Error::NoRuntime)?;
         Ok(Producer {
-            inner: Arc::new(Inner { tx, stats }),
+            inner: Arc::new(Inner { inbox, stats }),
         })
     }
 }
@@ -144,8 +144,8 @@ impl Producer {
     async fn send(&self, input: impl FnOnce(Reply) -> Input) -> Result<(), Error> {
         let (tx, rx) = driver::oneshot();
         self.inner
-            .tx
-            .try_send(input(tx))
+            .inbox
+            .send(input(tx))
             .map_err(|_| Error::Closed)?;
         rx.recv().await.map_err(|_| Error::Closed)?
     }
@@ -221,7 +221,7 @@ impl Producer {
     /// answered (bounded by `close_timeout`); then every connection is closed.
     pub async fn close(&self) {
         let (tx, rx) = driver::oneshot();
-        if self.inner.tx.try_send(Input::Close(tx)).is_ok() {
+        if self.inner.inbox.send(Input::Close(tx)).is_ok() {
             let _ = rx.recv().await;
         }
     }
@@ -232,7 +232,7 @@ impl Producer {
 struct ProducerLogic {
     core: nsq_proto::Producer,
     replies: Replies<Reply>,
-    close_waiters: Vec<async_channel::Sender<()>>,
+    close_waiters: Vec<driver::OneshotTx<()>>,
     stats: Arc<Mutex<ProducerStats>>,
     closed: bool,
 }
@@ -261,10 +261,6 @@ impl Logic for ProducerLogic {
             }
             Input::Dropped => self.core.close(now),
         }
-    }
-
-    fn orphaned(&mut self, now: Instant) {
-        self.core.close(now);
     }
 
     fn event(&mut self, _now: Instant, event: ProducerEvent) {
