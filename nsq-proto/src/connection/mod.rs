@@ -729,7 +729,10 @@ impl Connection {
         if !self.inflight.remove(id) {
             return Err(ConnectionError::NotInFlight(*id));
         }
-        command::fin(&mut self.wbuf, id);
+        // `command::fin` in one copy: this is once per message.
+        let mut fin = *b"FIN 0123456789abcdef\n";
+        fin[4..20].copy_from_slice(id.as_bytes());
+        self.wbuf.extend_from_slice(&fin);
         self.after_answer();
         Ok(())
     }
@@ -828,6 +831,25 @@ impl Connection {
         } else {
             Some(self.out.split().freeze())
         }
+    }
+
+    /// Like [`Connection::poll_transmit`], but appends the bytes to `dst` (no new buffer for
+    /// a few queued commands); `false` when there was nothing to send.
+    pub(crate) fn transmit_into(&mut self, dst: &mut BytesMut) -> bool {
+        if let Err(e) = self.flush_wbuf() {
+            self.fail(CloseReason::Tls(e));
+        }
+        if self.out.is_empty() {
+            return false;
+        }
+        dst.extend_from_slice(&self.out);
+        self.out.clear();
+        true
+    }
+
+    /// Whether [`Connection::poll_transmit`] may have bytes to return.
+    pub(crate) fn has_transmit(&self) -> bool {
+        !self.wbuf.is_empty() || !self.out.is_empty()
     }
 
     /// The earliest instant at which [`Connection::handle_timeout`] must be called.
@@ -948,6 +970,13 @@ impl Connection {
         }
         if let CloseReason::Graceful { .. } = &reason {
             tracing::debug!(%reason, "nsqd connection closed");
+            // The last commands, then TLS close_notify, go out with the last poll_transmit.
+            let flushed = self.flush_wbuf();
+            if let (Ok(()), Some(tls)) = (flushed, &mut self.tls) {
+                if let Err(e) = tls.close_notify(&mut self.out) {
+                    tracing::debug!(error = %e, "could not queue TLS close_notify");
+                }
+            }
         } else {
             tracing::warn!(%reason, "nsqd connection failed");
         }
