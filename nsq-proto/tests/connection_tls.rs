@@ -341,3 +341,95 @@ fn close_notify_from_the_server_is_end_of_stream() {
         ]
     );
 }
+
+#[test]
+fn graceful_close_ends_with_close_notify() {
+    let pki = pki(&["nsqd.test"]);
+    for compression in [Compression::None, Compression::Snappy] {
+        // Consumer: CLS, CLOSE_WAIT, the last FIN, then close_notify in the same last transmit.
+        let tls = TlsConfig::with_root_store(pki.roots(), None).unwrap();
+        let (mut conn, mut peer, ev) = start(
+            tls,
+            pki.server_config(),
+            "nsqd.test:4150",
+            compression,
+            consumer(),
+        );
+        ready(&ev);
+        let now = t0();
+        conn.set_rdy(now, 1).unwrap();
+        let _ = exchange(&mut conn, &mut peer, now);
+        let id = peer.deliver(b"body").unwrap();
+        let _ = exchange(&mut conn, &mut peer, now);
+        assert!(conn.is_in_flight(&id));
+        conn.close(now);
+        assert!(exchange(&mut conn, &mut peer, now).is_empty());
+        assert!(
+            !peer.got_close_notify(),
+            "not before the connection is done"
+        );
+        conn.finish(now, &id).unwrap();
+        assert_eq!(
+            events(&mut conn),
+            vec![ConnectionEvent::Closed(CloseReason::Graceful {
+                unanswered: 0
+            })]
+        );
+        let last = conn.poll_transmit().unwrap();
+        peer.receive(&last);
+        assert!(peer.got_close_notify(), "{compression:?}");
+        assert!(
+            peer.commands().contains(&ClientCommand::Fin(id)),
+            "the FIN before it was read: {:?}",
+            peer.commands()
+        );
+        assert_eq!(peer.failure(), None);
+        assert_eq!(conn.poll_transmit(), None);
+
+        // Producer: close once the outstanding publish is answered.
+        let tls = TlsConfig::with_root_store(pki.roots(), None).unwrap();
+        let (mut conn, mut peer, ev) = start(
+            tls,
+            pki.server_config(),
+            "nsqd.test:4150",
+            compression,
+            Role::Producer,
+        );
+        ready(&ev);
+        let token = conn.publish(now, &topic(), b"x").unwrap();
+        conn.close(now);
+        let ev = exchange(&mut conn, &mut peer, now);
+        assert_eq!(
+            ev,
+            vec![
+                ConnectionEvent::Published(token),
+                ConnectionEvent::Closed(CloseReason::Graceful { unanswered: 0 })
+            ]
+        );
+        assert!(peer.got_close_notify(), "{compression:?}");
+    }
+}
+
+#[test]
+fn failures_send_no_close_notify() {
+    let pki = pki(&["nsqd.test"]);
+    let tls = TlsConfig::with_root_store(pki.roots(), None).unwrap();
+    let (mut conn, mut peer, ev) = start(
+        tls,
+        pki.server_config(),
+        "nsqd.test:4150",
+        Compression::None,
+        Role::Producer,
+    );
+    ready(&ev);
+    let now = t0();
+    conn.handle_eof(now);
+    assert_eq!(
+        events(&mut conn),
+        vec![ConnectionEvent::Closed(CloseReason::Eof)]
+    );
+    if let Some(out) = conn.poll_transmit() {
+        peer.receive(&out);
+    }
+    assert!(!peer.got_close_notify());
+}

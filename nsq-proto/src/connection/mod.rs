@@ -41,6 +41,7 @@
 
 mod config;
 pub(crate) mod deflate;
+mod inflight;
 pub(crate) mod snappy;
 #[doc(hidden)]
 pub mod test_support;
@@ -58,7 +59,7 @@ use crate::identify::{AuthResponse, IdentifyResponse, ReplyError};
 use crate::names::Topic;
 use bytes::{Bytes, BytesMut};
 use rustls::pki_types::ServerName;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -394,10 +395,8 @@ pub struct Connection {
     now: Instant,
     last_rx: Instant,
     rdy: u32,
-    /// In-flight messages: id -> (deadline, delivered at).
-    inflight: HashMap<MessageId, (Instant, Instant)>,
-    /// Deadlines in non-decreasing order; entries not matching `inflight` are stale.
-    timers: VecDeque<(Instant, MessageId)>,
+    /// In-flight messages with their deadlines.
+    inflight: inflight::InFlight,
     last_message_at: Option<Instant>,
     next_token: u64,
     first_outstanding: u64,
@@ -481,8 +480,7 @@ impl Connection {
             now,
             last_rx: now,
             rdy: 0,
-            inflight: HashMap::new(),
-            timers: VecDeque::new(),
+            inflight: inflight::InFlight::default(),
             last_message_at: None,
             next_token: 0,
             first_outstanding: 0,
@@ -547,7 +545,7 @@ impl Connection {
     /// Whether `id` is in flight on this connection.
     #[must_use]
     pub fn is_in_flight(&self, id: &MessageId) -> bool {
-        self.inflight.contains_key(id)
+        self.inflight.contains(id)
     }
 
     /// When the last message was delivered.
@@ -728,10 +726,13 @@ impl Connection {
     pub fn finish(&mut self, now: Instant, id: &MessageId) -> Result<(), ConnectionError> {
         let _ = self.clock(now);
         self.check_open()?;
-        if self.inflight.remove(id).is_none() {
+        if !self.inflight.remove(id) {
             return Err(ConnectionError::NotInFlight(*id));
         }
-        command::fin(&mut self.wbuf, id);
+        // `command::fin` in one copy: this is once per message.
+        let mut fin = *b"FIN 0123456789abcdef\n";
+        fin[4..20].copy_from_slice(id.as_bytes());
+        self.wbuf.extend_from_slice(&fin);
         self.after_answer();
         Ok(())
     }
@@ -745,7 +746,7 @@ impl Connection {
     ) -> Result<(), ConnectionError> {
         let _ = self.clock(now);
         self.check_open()?;
-        if !self.inflight.contains_key(id) {
+        if !self.inflight.contains(id) {
             return Err(ConnectionError::NotInFlight(*id));
         }
         command::req(&mut self.wbuf, id, delay, &self.config.limits)
@@ -759,7 +760,7 @@ impl Connection {
     pub fn touch(&mut self, now: Instant, id: &MessageId) -> Result<(), ConnectionError> {
         let now = self.clock(now);
         self.check_open()?;
-        let Some(entry) = self.inflight.get_mut(id) else {
+        let Some((current, delivered)) = self.inflight.get(id) else {
             return Err(ConnectionError::NotInFlight(*id));
         };
         // nsqd never extends a message beyond delivery + max_msg_timeout.
@@ -768,12 +769,10 @@ impl Connection {
             .as_ref()
             .map_or(Duration::from_secs(15 * 60), |n| n.max_msg_timeout);
         let deadline = (now + self.msg_timeout)
-            .min(entry.1 + max_msg_timeout)
-            .max(entry.0);
-        entry.0 = deadline;
-        self.push_timer(deadline, *id);
+            .min(delivered + max_msg_timeout)
+            .max(current);
+        self.inflight.reschedule(id, deadline);
         command::touch(&mut self.wbuf, id);
-        self.clean_timers();
         Ok(())
     }
 
@@ -834,6 +833,25 @@ impl Connection {
         }
     }
 
+    /// Like [`Connection::poll_transmit`], but appends the bytes to `dst` (no new buffer for
+    /// a few queued commands); `false` when there was nothing to send.
+    pub(crate) fn transmit_into(&mut self, dst: &mut BytesMut) -> bool {
+        if let Err(e) = self.flush_wbuf() {
+            self.fail(CloseReason::Tls(e));
+        }
+        if self.out.is_empty() {
+            return false;
+        }
+        dst.extend_from_slice(&self.out);
+        self.out.clear();
+        true
+    }
+
+    /// Whether [`Connection::poll_transmit`] may have bytes to return.
+    pub(crate) fn has_transmit(&self) -> bool {
+        !self.wbuf.is_empty() || !self.out.is_empty()
+    }
+
     /// The earliest instant at which [`Connection::handle_timeout`] must be called.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
@@ -841,7 +859,7 @@ impl Connection {
             return None;
         }
         let mut t = self.last_rx + self.read_timeout;
-        if let Some(&(deadline, _)) = self.timers.front() {
+        if let Some(deadline) = self.inflight.next_deadline() {
             t = t.min(deadline);
         }
         if let Some(deadline) = self.drain_deadline {
@@ -908,46 +926,13 @@ impl Connection {
     }
 
     fn after_answer(&mut self) {
-        self.clean_timers();
         self.check_close_done();
     }
 
-    /// Queues a deadline, keeping the queue sorted (deadlines almost always arrive in order,
-    /// so this is a push at the back).
-    fn push_timer(&mut self, deadline: Instant, id: MessageId) {
-        let at = self
-            .timers
-            .iter()
-            .rposition(|&(d, _)| d <= deadline)
-            .map_or(0, |i| i + 1);
-        if at == self.timers.len() {
-            self.timers.push_back((deadline, id));
-        } else {
-            self.timers.insert(at, (deadline, id));
-        }
-    }
-
-    /// Drops stale timer entries from the front.
-    fn clean_timers(&mut self) {
-        while let Some(&(deadline, id)) = self.timers.front() {
-            if self.inflight.get(&id).map(|e| e.0) == Some(deadline) {
-                break;
-            }
-            self.timers.pop_front();
-        }
-    }
-
     fn expire(&mut self, now: Instant) {
-        while let Some(&(deadline, id)) = self.timers.front() {
-            if self.inflight.get(&id).map(|e| e.0) == Some(deadline) {
-                if deadline > now {
-                    break;
-                }
-                self.inflight.remove(&id);
-                tracing::debug!(%id, "message expired unanswered");
-                self.events.push_back(ConnectionEvent::MessageExpired(id));
-            }
-            self.timers.pop_front();
+        while let Some(id) = self.inflight.pop_expired(now) {
+            tracing::debug!(%id, "message expired unanswered");
+            self.events.push_back(ConnectionEvent::MessageExpired(id));
         }
     }
 
@@ -985,6 +970,13 @@ impl Connection {
         }
         if let CloseReason::Graceful { .. } = &reason {
             tracing::debug!(%reason, "nsqd connection closed");
+            // The last commands, then TLS close_notify, go out with the last poll_transmit.
+            let flushed = self.flush_wbuf();
+            if let (Ok(()), Some(tls)) = (flushed, &mut self.tls) {
+                if let Err(e) = tls.close_notify(&mut self.out) {
+                    tracing::debug!(error = %e, "could not queue TLS close_notify");
+                }
+            }
         } else {
             tracing::warn!(%reason, "nsqd connection failed");
         }
@@ -996,7 +988,6 @@ impl Connection {
         }
         self.first_outstanding = self.next_token;
         self.inflight.clear();
-        self.timers.clear();
         self.pre_ready.clear();
         self.drain_deadline = None;
         self.phase = Phase::Closed;
@@ -1149,8 +1140,7 @@ impl Connection {
             return self.violation("message delivered before the subscription was confirmed");
         }
         let deadline = now + self.msg_timeout;
-        self.inflight.insert(message.id, (deadline, now));
-        self.push_timer(deadline, message.id);
+        self.inflight.insert(message.id, deadline, now);
         self.last_message_at = Some(now);
         self.events.push_back(ConnectionEvent::Message(message));
     }

@@ -222,6 +222,7 @@ pub struct FakeNsqd {
     subscribed: bool,
     closing: bool,
     closed: bool,
+    got_close_notify: bool,
     rdy: u32,
     in_flight: HashSet<MessageId>,
     next_id: u64,
@@ -258,6 +259,7 @@ impl FakeNsqd {
             subscribed: false,
             closing: false,
             closed: false,
+            got_close_notify: false,
             rdy: 0,
             in_flight: HashSet::new(),
             next_id: 0,
@@ -338,6 +340,9 @@ impl FakeNsqd {
                     let used = before - src.len();
                     self.raw_in.advance(used);
                     let processed = tls.process_new_packets();
+                    if let Ok(state) = &processed {
+                        self.got_close_notify |= state.peer_has_closed();
+                    }
                     let mut w = Vec::new();
                     while tls.wants_write() {
                         let _ = tls.write_tls(&mut w);
@@ -570,6 +575,11 @@ impl FakeNsqd {
             }
             None => self.wire_out.extend_from_slice(&data),
         }
+    }
+
+    /// Whether the client sent a TLS `close_notify` alert.
+    pub fn got_close_notify(&self) -> bool {
+        self.got_close_notify
     }
 
     /// Sends a TLS `close_notify` alert (when TLS is active).

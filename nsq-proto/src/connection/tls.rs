@@ -322,6 +322,13 @@ impl TlsLayer {
         }
     }
 
+    /// Queues a `close_notify` alert and appends it to `out` (a graceful end of the TLS
+    /// stream; without it nsqd logs an unexpected EOF).
+    pub(crate) fn close_notify(&mut self, out: &mut BytesMut) -> Result<(), TlsError> {
+        self.conn.send_close_notify();
+        self.write_out(out)
+    }
+
     /// Encrypts `data` and appends the records to `out`.
     pub(crate) fn write(&mut self, mut data: &[u8], out: &mut BytesMut) -> Result<(), TlsError> {
         while !data.is_empty() {

@@ -925,10 +925,10 @@ impl Consumer {
     fn connection_mut(&mut self, conn: ConnId) -> Result<&mut Connection, ConsumerError> {
         self.slots
             .get_mut(&conn)
-            .ok_or(ConsumerError::UnknownConnection(conn))?
+            .ok_or_else(|| ConsumerError::UnknownConnection(conn))?
             .conn
             .as_mut()
-            .ok_or(ConsumerError::NotReady(conn))
+            .ok_or_else(|| ConsumerError::NotReady(conn))
     }
 
     fn in_flight(&self, conn: ConnId) -> usize {
@@ -976,6 +976,22 @@ impl Consumer {
         let Some(c) = self.slots.get_mut(&id).and_then(|s| s.conn.as_mut()) else {
             return;
         };
+        if !c.has_transmit() {
+            return;
+        }
+        if let Some(Queued::Transmit { conn, first, more }) = self.actions.back_mut() {
+            if *conn == id {
+                // Appended in place: an answer per call (FIN after FIN) costs one copy of its
+                // few bytes, no buffer of its own.
+                let buf = more.get_or_insert_with(|| {
+                    let mut b = BytesMut::with_capacity(2 * first.len() + 256);
+                    b.extend_from_slice(first);
+                    b
+                });
+                c.transmit_into(buf);
+                return;
+            }
+        }
         while let Some(data) = c.poll_transmit() {
             if data.is_empty() {
                 continue;
