@@ -610,15 +610,13 @@ pub(crate) fn random_seed() -> u64 {
     h.finish()
 }
 
-/// The OS hostname, for IDENTIFY when the configuration names none.
+/// The OS hostname, for IDENTIFY when the configuration names none; the choice is
+/// [`nsq_proto::adapter::os_hostname`]'s, the reading is ours.
 pub(crate) fn os_hostname() -> Option<String> {
-    ["/proc/sys/kernel/hostname", "/etc/hostname"]
-        .iter()
-        .find_map(|p| std::fs::read_to_string(p).ok())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .or_else(|| std::env::var("COMPUTERNAME").ok())
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
+    nsq_proto::adapter::os_hostname(
+        |path| std::fs::read_to_string(path).ok(),
+        |var| std::env::var(var).ok(),
+    )
 }
 
 #[cfg(test)]

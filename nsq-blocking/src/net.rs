@@ -455,15 +455,12 @@ pub(crate) fn random_seed() -> u64 {
 }
 
 /// The OS hostname, sent in IDENTIFY when the configuration names none (go-nsq sends
-/// `os.Hostname()`). Read from the kernel where that is a file; `None` elsewhere.
+/// `os.Hostname()`); the choice is [`nsq_proto::adapter::os_hostname`]'s, the reading is ours.
 pub(crate) fn os_hostname() -> Option<String> {
-    ["/proc/sys/kernel/hostname", "/etc/hostname"]
-        .iter()
-        .find_map(|p| std::fs::read_to_string(p).ok())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .or_else(|| std::env::var("COMPUTERNAME").ok())
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
+    nsq_proto::adapter::os_hostname(
+        |path| std::fs::read_to_string(path).ok(),
+        |var| std::env::var(var).ok(),
+    )
 }
 
 #[cfg(test)]

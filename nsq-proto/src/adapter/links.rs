@@ -130,6 +130,30 @@ impl<T: Transport> Links<T> {
     pub fn has_lookup(&self, request: LookupdRequestId) -> bool {
         self.lookups.contains_key(&request)
     }
+
+    /// Every open connection, mutably (for adapters that poll their sockets themselves).
+    pub fn links_mut(&mut self) -> impl Iterator<Item = (ConnId, &mut T::Link)> {
+        self.links.iter_mut().map(|(&conn, (link, _))| (conn, link))
+    }
+
+    /// Every open lookupd exchange, mutably.
+    pub fn lookups_mut(&mut self) -> impl Iterator<Item = (LookupdRequestId, &mut T::Lookup)> {
+        self.lookups
+            .iter_mut()
+            .map(|(&request, lookup)| (request, lookup))
+    }
+
+    /// Forgets every connection (with its unflushed bytes) and lookupd exchange without
+    /// asking the transport anything, handing them to the caller (e.g. to abort them at once
+    /// when a driver is torn down).
+    pub fn take_all(&mut self) -> (Vec<T::Link>, Vec<T::Lookup>) {
+        let links = std::mem::take(&mut self.links)
+            .into_values()
+            .map(|(link, _)| link)
+            .collect();
+        let lookups = std::mem::take(&mut self.lookups).into_values().collect();
+        (links, lookups)
+    }
 }
 
 #[cfg(test)]
@@ -218,5 +242,33 @@ mod tests {
                 format!("close {conn}"),
             ]
         );
+    }
+
+    #[test]
+    fn take_all_hands_over_without_asking_the_transport() {
+        let mut core = crate::Producer::new(crate::producer::ProducerConfig::default(), 1)
+            .expect("default config");
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "origin of virtual time in a test"
+        )]
+        let now = std::time::Instant::now();
+        core.add_nsqd(now, "127.0.0.1:4150").expect("address");
+        let Some(Action::Connect { conn, addr }) = core.poll_action() else {
+            panic!("the producer connects first");
+        };
+        let mut t = Log::default();
+        let mut links = Links::<Log>::default();
+        links.act(&mut t, Action::Connect { conn, addr });
+        assert_eq!(
+            links.links_mut().map(|(c, _)| c).collect::<Vec<_>>(),
+            [conn]
+        );
+        assert_eq!(links.lookups_mut().count(), 0);
+        let (gone, lookups) = links.take_all();
+        assert_eq!((gone, lookups.len()), (vec![conn], 0));
+        assert!(links.link(conn).is_none());
+        links.close_all(&mut t);
+        assert_eq!(t.0, [format!("connect {conn} 127.0.0.1:4150")]);
     }
 }
