@@ -187,8 +187,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn one_write_per_flush_and_pending_bytes_before_close() {
+    /// Links with one connection, opened as a core asks for it.
+    fn connected() -> (Log, Links<Log>, ConnId) {
         let mut core = crate::Producer::new(crate::producer::ProducerConfig::default(), 1)
             .expect("default config");
         #[allow(
@@ -203,6 +203,12 @@ mod tests {
         let mut t = Log::default();
         let mut links = Links::<Log>::default();
         links.act(&mut t, Action::Connect { conn, addr });
+        (t, links, conn)
+    }
+
+    #[test]
+    fn one_write_per_flush_and_pending_bytes_before_close() {
+        let (mut t, mut links, conn) = connected();
         assert!(links.link(conn).is_some());
         for part in ["a", "b", "c"] {
             links.act(
@@ -246,20 +252,7 @@ mod tests {
 
     #[test]
     fn take_all_hands_over_without_asking_the_transport() {
-        let mut core = crate::Producer::new(crate::producer::ProducerConfig::default(), 1)
-            .expect("default config");
-        #[allow(
-            clippy::disallowed_methods,
-            reason = "origin of virtual time in a test"
-        )]
-        let now = std::time::Instant::now();
-        core.add_nsqd(now, "127.0.0.1:4150").expect("address");
-        let Some(Action::Connect { conn, addr }) = core.poll_action() else {
-            panic!("the producer connects first");
-        };
-        let mut t = Log::default();
-        let mut links = Links::<Log>::default();
-        links.act(&mut t, Action::Connect { conn, addr });
+        let (mut t, mut links, conn) = connected();
         assert_eq!(
             links.links_mut().map(|(c, _)| c).collect::<Vec<_>>(),
             [conn]
