@@ -12,10 +12,10 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 use futures_lite::{AsyncRead, AsyncWrite};
-use nsq_proto::adapter::Outbox;
+use nsq_proto::adapter::{Links, Transport};
 use nsq_proto::consumer::LookupdRequestId;
 use nsq_proto::driver::{Action, ConnId, Driven};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -67,6 +67,9 @@ type Connecting = Pin<Box<dyn Future<Output = io::Result<async_net::TcpStream>> 
 enum State {
     Connecting(Connecting),
     Open(async_net::TcpStream),
+    /// Failed to connect, or a lookupd exchange that is over: nothing left to poll, waiting
+    /// for the core to close it.
+    Done,
 }
 
 /// One socket: an nsqd connection or a lookupd exchange.
@@ -107,6 +110,7 @@ impl Link {
         match self.state {
             State::Connecting(_) => self.dial_deadline,
             State::Open(_) => self.write_blocked_since.map(|t| t + write_timeout),
+            State::Done => None,
         }
     }
 }
@@ -262,34 +266,86 @@ fn fail(link: &mut Link, report: &mut dyn FnMut(Io), reason: &str) -> (bool, boo
     (true, link.closing)
 }
 
-/// Every socket of one driver.
-pub(crate) struct Net {
-    nsqd: BTreeMap<ConnId, Link>,
-    lookupd: BTreeMap<LookupdRequestId, Link>,
+/// The socket half of performing the core's actions (the shared [`Links`] does the rest): the
+/// links are polled by the driver's future, so "sending" queues bytes on a link and "closing"
+/// moves it to the links still writing their last bytes.
+struct Sockets {
     /// Disconnected links still writing their last bytes.
     closing: Vec<Link>,
-    outboxes: BTreeMap<ConnId, Outbox>,
+    /// The time of the current round (dial deadlines are counted from it).
+    now: Instant,
+    /// Bytes were handed to a link since the last [`Net::flush`].
+    sent: bool,
     dial_timeout: Duration,
     write_timeout: Duration,
+}
+
+impl Transport for Sockets {
+    type Link = Link;
+    type Lookup = Link;
+
+    fn connect(&mut self, conn: ConnId, addr: &str) -> Link {
+        let span = tracing::info_span!("nsqd", %conn, %addr);
+        Link::new(addr.to_owned(), Some(self.now + self.dial_timeout), span)
+    }
+
+    fn send(&mut self, link: &mut Link, data: Bytes) {
+        if !link.failed && !matches!(link.state, State::Done) {
+            link.queue.push_back(data);
+            self.sent = true;
+        }
+    }
+
+    fn close(&mut self, mut link: Link) {
+        if matches!(link.state, State::Open(_)) && !link.failed {
+            link.closing = true;
+            link.read_done = true;
+            link.write_blocked_since = None;
+            self.closing.push(link);
+        }
+    }
+
+    fn lookup(&mut self, request: LookupdRequestId, addr: &str, data: Bytes) -> Link {
+        let span = tracing::debug_span!("nsqlookupd", %request, %addr);
+        let mut link = Link::new(addr.to_owned(), None, span);
+        link.queue.push_back(data);
+        link.read_buf = BytesMut::zeroed(16 * 1024);
+        link
+    }
+
+    fn close_lookup(&mut self, lookup: Link) {
+        drop(lookup);
+    }
+}
+
+/// Every socket of one driver.
+pub(crate) struct Net {
+    sockets: Sockets,
+    links: Links<Sockets>,
 }
 
 impl Net {
     pub(crate) fn new(dial_timeout: Duration, write_timeout: Duration) -> Net {
         Net {
-            nsqd: BTreeMap::new(),
-            lookupd: BTreeMap::new(),
-            closing: Vec::new(),
-            outboxes: BTreeMap::new(),
-            dial_timeout,
-            write_timeout,
+            sockets: Sockets {
+                closing: Vec::new(),
+                now: Instant::now(),
+                sent: false,
+                dial_timeout,
+                write_timeout,
+            },
+            links: Links::default(),
         }
     }
 
     /// Polls every socket, feeding what happened to `m`.
     fn poll<M: Driven>(&mut self, cx: &mut Context<'_>, now: Instant, m: &mut M) -> bool {
         let mut progress = false;
-        let write_timeout = self.write_timeout;
-        self.nsqd.retain(|&conn, link| {
+        let write_timeout = self.sockets.write_timeout;
+        for (conn, link) in self.links.links_mut() {
+            if matches!(link.state, State::Done) {
+                continue;
+            }
             let (p, finished) = poll_link(link, cx, now, write_timeout, &mut |io| match io {
                 Io::Connected => m.handle_connected(now, conn),
                 Io::ConnectFailed(reason) => m.handle_connect_failed(now, conn, &reason),
@@ -301,9 +357,14 @@ impl Net {
                 }
             });
             progress |= p;
-            !finished
-        });
-        self.lookupd.retain(|&request, link| {
+            if finished {
+                link.state = State::Done;
+            }
+        }
+        for (request, link) in self.links.lookups_mut() {
+            if matches!(link.state, State::Done) {
+                continue;
+            }
             let mut over = false;
             let (p, finished) = poll_link(link, cx, now, write_timeout, &mut |io| match io {
                 Io::Connected => {}
@@ -319,9 +380,11 @@ impl Net {
                 }
             });
             progress |= p;
-            !(finished || over)
-        });
-        self.closing.retain_mut(|link| {
+            if finished || over {
+                link.state = State::Done;
+            }
+        }
+        self.sockets.closing.retain_mut(|link| {
             let (p, finished) = poll_link(link, cx, now, write_timeout, &mut |_| {});
             progress |= p;
             !finished
@@ -330,75 +393,40 @@ impl Net {
     }
 
     fn act(&mut self, now: Instant, action: Action) {
-        match action {
-            Action::Transmit { conn, data } => {
-                self.outboxes.entry(conn).or_default().push(data);
-            }
-            Action::Connect { conn, addr } => {
-                tracing::info!(%conn, %addr, "connecting to nsqd");
-                let span = tracing::info_span!("nsqd", %conn, %addr);
-                let link = Link::new(addr, Some(now + self.dial_timeout), span);
-                self.nsqd.insert(conn, link);
-            }
-            Action::Disconnect { conn } => {
-                let pending = self.outboxes.remove(&conn).and_then(|mut o| o.take());
-                if let Some(mut link) = self.nsqd.remove(&conn) {
-                    if matches!(link.state, State::Open(_)) && !link.failed {
-                        link.queue.extend(pending);
-                        link.closing = true;
-                        link.read_done = true;
-                        link.write_blocked_since = None;
-                        self.closing.push(link);
-                    }
-                }
-            }
-            Action::LookupdRequest {
-                request,
-                addr,
-                data,
-            } => {
-                tracing::debug!(%request, %addr, "querying nsqlookupd");
-                let span = tracing::debug_span!("nsqlookupd", %request, %addr);
-                let mut link = Link::new(addr, None, span);
-                link.queue.push_back(data);
-                link.read_buf = BytesMut::zeroed(16 * 1024);
-                self.lookupd.insert(request, link);
-            }
-            Action::LookupdClose { request } => {
-                self.lookupd.remove(&request);
-            }
-            other => tracing::debug!(?other, "unknown action ignored"),
-        }
+        self.sockets.now = now;
+        self.links.act(&mut self.sockets, action);
     }
 
     /// Hands each connection's bytes of this wake-up to its socket (one write). Returns
     /// whether any bytes were handed over.
     fn flush(&mut self) -> bool {
-        let mut any = false;
-        for (conn, outbox) in &mut self.outboxes {
-            if let Some(data) = outbox.take() {
-                if let Some(link) = self.nsqd.get_mut(conn) {
-                    if !link.failed {
-                        link.queue.push_back(data);
-                        any = true;
-                    }
-                }
-            }
-        }
-        any
+        self.sockets.sent = false;
+        self.links.flush(&mut self.sockets);
+        self.sockets.sent
     }
 
     /// No disconnected socket is still writing its last bytes.
     fn is_quiet(&self) -> bool {
-        self.closing.is_empty()
+        self.sockets.closing.is_empty()
     }
 
-    fn next_deadline(&self) -> Option<Instant> {
-        self.nsqd
-            .values()
-            .chain(self.lookupd.values())
-            .chain(self.closing.iter())
-            .filter_map(|l| l.deadline(self.write_timeout))
+    fn next_deadline(&mut self) -> Option<Instant> {
+        let write_timeout = self.sockets.write_timeout;
+        let links = self
+            .links
+            .links_mut()
+            .filter_map(|(_, l)| l.deadline(write_timeout))
+            .min();
+        let lookups = self
+            .links
+            .lookups_mut()
+            .filter_map(|(_, l)| l.deadline(write_timeout))
+            .min();
+        let closing = self.sockets.closing.iter();
+        [links, lookups]
+            .into_iter()
+            .flatten()
+            .chain(closing.filter_map(|l| l.deadline(write_timeout)))
             .min()
     }
 }
@@ -604,21 +632,19 @@ impl<T> OneshotRx<T> {
 
 /// A random seed for a state machine's RNG (jitter, random connection choice).
 pub(crate) fn random_seed() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(u64::from(std::process::id()));
-    h.finish()
+    nsq_proto::adapter::seed_from_entropy(
+        &std::collections::hash_map::RandomState::new(),
+        u64::from(std::process::id()),
+    )
 }
 
-/// The OS hostname, for IDENTIFY when the configuration names none.
+/// The OS hostname, for IDENTIFY when the configuration names none; the choice is
+/// [`nsq_proto::adapter::os_hostname`]'s, the reading is ours.
 pub(crate) fn os_hostname() -> Option<String> {
-    ["/proc/sys/kernel/hostname", "/etc/hostname"]
-        .iter()
-        .find_map(|p| std::fs::read_to_string(p).ok())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .or_else(|| std::env::var("COMPUTERNAME").ok())
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
+    nsq_proto::adapter::os_hostname(
+        |path| std::fs::read_to_string(path).ok(),
+        |var| std::env::var(var).ok(),
+    )
 }
 
 #[cfg(test)]

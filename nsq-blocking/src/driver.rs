@@ -3,10 +3,10 @@
 //! [`Action`]s.
 
 use crate::net::{self, Link, LookupEvent, LookupLink, NetEvent, Threads};
-use nsq_proto::adapter::Outbox;
+use bytes::Bytes;
+use nsq_proto::adapter::{Links, Transport};
 use nsq_proto::consumer::LookupdRequestId;
 use nsq_proto::driver::{Action, ConnId, Driven};
-use std::collections::BTreeMap;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::time::{Duration, Instant};
 
@@ -23,16 +23,60 @@ pub(crate) enum Input<C> {
     Cmd(C),
 }
 
-/// The sockets of one driver.
-pub(crate) struct Io<C> {
+/// The thread half of performing the core's actions (the shared [`Links`] does the rest):
+/// reader, writer and lookupd threads reporting on the driver's channel.
+pub(crate) struct Sockets<C> {
     tx: Sender<Input<C>>,
-    links: BTreeMap<ConnId, Link>,
-    outboxes: BTreeMap<ConnId, Outbox>,
-    lookups: BTreeMap<LookupdRequestId, LookupLink>,
     threads: Threads,
     dial_timeout: Duration,
     write_timeout: Duration,
     lookupd_timeout: Duration,
+}
+
+impl<C: Send + 'static> Transport for Sockets<C> {
+    type Link = Link;
+    type Lookup = LookupLink;
+
+    fn connect(&mut self, conn: ConnId, addr: &str) -> Link {
+        net::connect(
+            conn,
+            addr,
+            self.dial_timeout,
+            &mut self.threads,
+            self.tx.clone(),
+            Input::Net,
+        )
+    }
+
+    fn send(&mut self, link: &mut Link, data: Bytes) {
+        link.send(data);
+    }
+
+    fn close(&mut self, link: Link) {
+        link.close();
+    }
+
+    fn lookup(&mut self, request: LookupdRequestId, addr: &str, data: Bytes) -> LookupLink {
+        net::lookup(
+            request,
+            addr,
+            data,
+            (self.dial_timeout, self.lookupd_timeout),
+            &mut self.threads,
+            self.tx.clone(),
+            Input::Lookup,
+        )
+    }
+
+    fn close_lookup(&mut self, lookup: LookupLink) {
+        lookup.close();
+    }
+}
+
+/// The sockets of one driver.
+pub(crate) struct Io<C: Send + 'static> {
+    net: Sockets<C>,
+    links: Links<Sockets<C>>,
 }
 
 impl<C: Send + 'static> Io<C> {
@@ -43,14 +87,14 @@ impl<C: Send + 'static> Io<C> {
         lookupd_timeout: Duration,
     ) -> Self {
         Io {
-            tx,
-            links: BTreeMap::new(),
-            outboxes: BTreeMap::new(),
-            lookups: BTreeMap::new(),
-            threads: Threads::default(),
-            dial_timeout,
-            write_timeout,
-            lookupd_timeout,
+            net: Sockets {
+                tx,
+                threads: Threads::default(),
+                dial_timeout,
+                write_timeout,
+                lookupd_timeout,
+            },
+            links: Links::default(),
         }
     }
 
@@ -93,7 +137,7 @@ impl<C: Send + 'static> Io<C> {
             | NetEvent::ConnectFailed { key, .. }
             | NetEvent::Closed { key, .. } => *key,
         };
-        let Some(link) = self.links.get_mut(&key) else {
+        let Some(link) = self.links.link_mut(key) else {
             if let NetEvent::Connected { stream, .. } = ev {
                 // Closed while it was connecting.
                 let _ = stream.shutdown(std::net::Shutdown::Both);
@@ -109,9 +153,9 @@ impl<C: Send + 'static> Io<C> {
                 link.start_writer(
                     key,
                     stream,
-                    self.write_timeout,
-                    &mut self.threads,
-                    self.tx.clone(),
+                    self.net.write_timeout,
+                    &mut self.net.threads,
+                    self.net.tx.clone(),
                     Input::Net,
                 );
                 core.handle_connected(now, key);
@@ -137,17 +181,17 @@ impl<C: Send + 'static> Io<C> {
     ) {
         match ev {
             LookupEvent::Data { key, data } => {
-                if self.lookups.contains_key(&key) {
+                if self.links.has_lookup(key) {
                     core.handle_lookupd_input(now, key, &data);
                 }
             }
             LookupEvent::Eof { key } => {
-                if self.lookups.contains_key(&key) {
+                if self.links.has_lookup(key) {
                     core.handle_lookupd_eof(now, key);
                 }
             }
             LookupEvent::Failed { key, reason } => {
-                if self.lookups.contains_key(&key) {
+                if self.links.has_lookup(key) {
                     core.handle_lookupd_failed(now, key, &reason);
                 }
             }
@@ -156,89 +200,30 @@ impl<C: Send + 'static> Io<C> {
 
     /// Performs one action of the core (bytes are gathered until [`flush`](Self::flush)).
     pub(crate) fn act(&mut self, action: Action) {
-        match action {
-            Action::Transmit { conn, data } => {
-                self.outboxes.entry(conn).or_default().push(data);
-            }
-            Action::Connect { conn, addr } => {
-                tracing::info!(%conn, %addr, "connecting to nsqd");
-                let link = net::connect(
-                    conn,
-                    &addr,
-                    self.dial_timeout,
-                    &mut self.threads,
-                    self.tx.clone(),
-                    Input::Net,
-                );
-                self.links.insert(conn, link);
-            }
-            Action::Disconnect { conn } => {
-                let pending = self.outboxes.remove(&conn).and_then(|mut o| o.take());
-                if let Some(link) = self.links.remove(&conn) {
-                    if let Some(data) = pending {
-                        link.send(data);
-                    }
-                    link.close();
-                }
-            }
-            Action::LookupdRequest {
-                request,
-                addr,
-                data,
-            } => {
-                tracing::debug!(%request, %addr, "querying nsqlookupd");
-                let l = net::lookup(
-                    request,
-                    &addr,
-                    data,
-                    (self.dial_timeout, self.lookupd_timeout),
-                    &mut self.threads,
-                    self.tx.clone(),
-                    Input::Lookup,
-                );
-                self.lookups.insert(request, l);
-            }
-            Action::LookupdClose { request } => {
-                if let Some(l) = self.lookups.remove(&request) {
-                    l.close();
-                }
-            }
-            other => tracing::debug!(?other, "unknown action ignored"),
-        }
+        self.links.act(&mut self.net, action);
     }
 
     /// One write per connection per wake-up.
     pub(crate) fn flush(&mut self) {
-        for (conn, outbox) in &mut self.outboxes {
-            if let Some(data) = outbox.take() {
-                if let Some(link) = self.links.get(conn) {
-                    link.send(data);
-                }
-            }
-        }
+        self.links.flush(&mut self.net);
     }
 
     /// Closes every socket (after the bytes already handed to the writers) and joins every
     /// thread.
     pub(crate) fn shutdown(&mut self) {
-        self.flush();
-        for (_, link) in std::mem::take(&mut self.links) {
-            link.close();
-        }
-        for (_, l) in std::mem::take(&mut self.lookups) {
-            l.close();
-        }
-        self.threads.join_all();
+        self.links.close_all(&mut self.net);
+        self.net.threads.join_all();
     }
 }
 
-impl<C> Drop for Io<C> {
+impl<C: Send + 'static> Drop for Io<C> {
     fn drop(&mut self) {
         // A driver that panicked still closes its sockets, so its threads end.
-        for (_, link) in std::mem::take(&mut self.links) {
+        let (links, lookups) = self.links.take_all();
+        for link in links {
             link.abort();
         }
-        for (_, l) in std::mem::take(&mut self.lookups) {
+        for l in lookups {
             l.close();
         }
     }

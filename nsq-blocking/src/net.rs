@@ -448,22 +448,19 @@ where
 
 /// A random seed for a state machine's RNG (jitter, random connection choice).
 pub(crate) fn random_seed() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(u64::from(std::process::id()));
-    h.finish()
+    nsq_proto::adapter::seed_from_entropy(
+        &std::collections::hash_map::RandomState::new(),
+        u64::from(std::process::id()),
+    )
 }
 
 /// The OS hostname, sent in IDENTIFY when the configuration names none (go-nsq sends
-/// `os.Hostname()`). Read from the kernel where that is a file; `None` elsewhere.
+/// `os.Hostname()`); the choice is [`nsq_proto::adapter::os_hostname`]'s, the reading is ours.
 pub(crate) fn os_hostname() -> Option<String> {
-    ["/proc/sys/kernel/hostname", "/etc/hostname"]
-        .iter()
-        .find_map(|p| std::fs::read_to_string(p).ok())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .or_else(|| std::env::var("COMPUTERNAME").ok())
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
+    nsq_proto::adapter::os_hostname(
+        |path| std::fs::read_to_string(path).ok(),
+        |var| std::env::var(var).ok(),
+    )
 }
 
 #[cfg(test)]

@@ -18,6 +18,9 @@
 //!   [`IntoTopic`] / [`IntoChannel`] for name arguments.
 //! * [`log_consumer_event`] / [`log_producer_event`]: the `tracing` output for the events an
 //!   adapter does not act on itself, so every adapter logs the same things at the same levels.
+//! * [`Links`] / [`Transport`]: performing the core's actions (which connection has which
+//!   runtime handle), and [`os_hostname`] / [`seed_from_entropy`]: the OS hostname and the RNG
+//!   seed from what the adapter reads from the OS.
 //! * [`Outbox`]: gathers the bytes for one connection during one wake-up into one write.
 //! * [`AdapterConfig`], [`consumer_config`], [`producer_config`]: a [`Config`] turned into the
 //!   core's configuration plus the socket-level settings, with the OS hostname (read by the
@@ -57,8 +60,10 @@ use std::time::{Duration, Instant};
 
 mod hostname;
 mod links;
+mod seed;
 pub use hostname::{HOSTNAME_FILES, HOSTNAME_VARS, os_hostname};
 pub use links::{Links, Transport};
+pub use seed::seed_from_entropy;
 
 // ------------------------------------------------------------------------------- answers
 

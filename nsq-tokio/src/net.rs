@@ -260,10 +260,10 @@ where
 
 /// A random seed for a state machine's RNG (jitter, random connection choice).
 pub(crate) fn random_seed() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(u64::from(std::process::id()));
-    h.finish()
+    nsq_proto::adapter::seed_from_entropy(
+        &std::collections::hash_map::RandomState::new(),
+        u64::from(std::process::id()),
+    )
 }
 
 /// The OS hostname, sent in IDENTIFY when the configuration names none (go-nsq sends

@@ -130,6 +130,30 @@ impl<T: Transport> Links<T> {
     pub fn has_lookup(&self, request: LookupdRequestId) -> bool {
         self.lookups.contains_key(&request)
     }
+
+    /// Every open connection, mutably (for adapters that poll their sockets themselves).
+    pub fn links_mut(&mut self) -> impl Iterator<Item = (ConnId, &mut T::Link)> {
+        self.links.iter_mut().map(|(&conn, (link, _))| (conn, link))
+    }
+
+    /// Every open lookupd exchange, mutably.
+    pub fn lookups_mut(&mut self) -> impl Iterator<Item = (LookupdRequestId, &mut T::Lookup)> {
+        self.lookups
+            .iter_mut()
+            .map(|(&request, lookup)| (request, lookup))
+    }
+
+    /// Forgets every connection (with its unflushed bytes) and lookupd exchange without
+    /// asking the transport anything, handing them to the caller (e.g. to abort them at once
+    /// when a driver is torn down).
+    pub fn take_all(&mut self) -> (Vec<T::Link>, Vec<T::Lookup>) {
+        let links = std::mem::take(&mut self.links)
+            .into_values()
+            .map(|(link, _)| link)
+            .collect();
+        let lookups = std::mem::take(&mut self.lookups).into_values().collect();
+        (links, lookups)
+    }
 }
 
 #[cfg(test)]
@@ -163,8 +187,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn one_write_per_flush_and_pending_bytes_before_close() {
+    /// Links with one connection, opened as a core asks for it.
+    fn connected() -> (Log, Links<Log>, ConnId) {
         let mut core = crate::Producer::new(crate::producer::ProducerConfig::default(), 1)
             .expect("default config");
         #[allow(
@@ -179,6 +203,12 @@ mod tests {
         let mut t = Log::default();
         let mut links = Links::<Log>::default();
         links.act(&mut t, Action::Connect { conn, addr });
+        (t, links, conn)
+    }
+
+    #[test]
+    fn one_write_per_flush_and_pending_bytes_before_close() {
+        let (mut t, mut links, conn) = connected();
         assert!(links.link(conn).is_some());
         for part in ["a", "b", "c"] {
             links.act(
@@ -218,5 +248,20 @@ mod tests {
                 format!("close {conn}"),
             ]
         );
+    }
+
+    #[test]
+    fn take_all_hands_over_without_asking_the_transport() {
+        let (mut t, mut links, conn) = connected();
+        assert_eq!(
+            links.links_mut().map(|(c, _)| c).collect::<Vec<_>>(),
+            [conn]
+        );
+        assert_eq!(links.lookups_mut().count(), 0);
+        let (gone, lookups) = links.take_all();
+        assert_eq!((gone, lookups.len()), (vec![conn], 0));
+        assert!(links.link(conn).is_none());
+        links.close_all(&mut t);
+        assert_eq!(t.0, [format!("connect {conn} 127.0.0.1:4150")]);
     }
 }
