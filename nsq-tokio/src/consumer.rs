@@ -1,13 +1,11 @@
 //! The tokio [`Consumer`]: a driver task around [`nsq_proto::Consumer`].
 
 use crate::net::{self, Io, LookupEvent, NetEvent, Timer};
-use bytes::Bytes;
 use futures_core::Stream;
 use nsq_proto::Config;
-use nsq_proto::MessageId;
 use nsq_proto::adapter::{
-    Answer, AnswerKind, ConsumerSetup, Error, GiveUpHook, HandlerError, IntoChannel, IntoTopic,
-    StopReport, log_consumer_event,
+    Answer, AnswerKind, AnswerSink, ConsumerSetup, Delivery, Error, GiveUpHook, HandlerError,
+    IntoChannel, IntoTopic, Origin, StopReport, log_consumer_event,
 };
 use nsq_proto::consumer::{
     Action, ConnId, ConsumerConfig, ConsumerError, ConsumerEvent, ConsumerStats, LookupdRequestId,
@@ -63,12 +61,6 @@ impl Shared {
     }
 }
 
-/// What every message of one connection shares: one reference count per message.
-struct ConnShared {
-    addr: String,
-    shared: Arc<Shared>,
-}
-
 /// Sends `Dropped` to the driver when the last user handle goes.
 struct HandleGuard(Arc<Shared>);
 
@@ -80,121 +72,29 @@ impl Drop for HandleGuard {
 
 // ----------------------------------------------------------------------------------- message
 
-/// A message delivered to this consumer. It answers itself: [`finish`](Self::finish),
-/// [`requeue`](Self::requeue), [`requeue_without_backoff`](Self::requeue_without_backoff),
-/// [`touch`](Self::touch).
+/// Carries a message's answers to the driver task (a lock-free channel send).
+#[doc(hidden)]
+pub struct AnswerChannel(Arc<Shared>);
+
+impl fmt::Debug for AnswerChannel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("AnswerChannel")
+    }
+}
+
+impl AnswerSink for AnswerChannel {
+    fn send_answer(&self, answer: Answer) {
+        self.0.answer(answer);
+    }
+}
+
+/// A message delivered to this consumer. It answers itself: `finish()`, `requeue(delay)`,
+/// `requeue_without_backoff(delay)`, `touch()`; read it with `body()`, `attempts()`,
+/// `timestamp()`, `id()`, `nsqd_address()` (see [`Delivery`]).
 ///
 /// A message dropped without an answer is requeued (without backoff, with the default delay
 /// for its attempt count) and a warning is logged: it is never lost silently.
-pub struct Message {
-    inner: nsq_proto::Message,
-    conn: ConnId,
-    origin: Arc<ConnShared>,
-    /// Answered, or answered by [`Consumer::run`] on the handler's behalf.
-    done: bool,
-}
-
-impl fmt::Debug for Message {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Message")
-            .field("id", &self.inner.id)
-            .field("attempts", &self.inner.attempts)
-            .field("timestamp", &self.inner.timestamp)
-            .field("body_len", &self.inner.body.len())
-            .field("nsqd", &self.origin.addr)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Message {
-    /// The message id.
-    pub fn id(&self) -> MessageId {
-        self.inner.id
-    }
-
-    /// The payload (a slice of the read buffer: no copy was made).
-    pub fn body(&self) -> &Bytes {
-        &self.inner.body
-    }
-
-    /// How many times nsqd delivered it, this delivery included.
-    pub fn attempts(&self) -> u16 {
-        self.inner.attempts
-    }
-
-    /// When it was published, in nanoseconds since the Unix epoch (nsqd's clock).
-    pub fn timestamp(&self) -> i64 {
-        self.inner.timestamp
-    }
-
-    /// The nsqd TCP address it came from.
-    pub fn nsqd_address(&self) -> &str {
-        &self.origin.addr
-    }
-
-    fn answer_for(&self, kind: AnswerKind) -> Answer {
-        Answer::new(self.conn, &self.inner, kind)
-    }
-
-    fn answer(&self, kind: AnswerKind) {
-        self.origin.shared.answer(self.answer_for(kind));
-    }
-
-    /// FIN: the message is done.
-    pub fn finish(mut self) {
-        self.done = true;
-        self.answer(AnswerKind::Finish);
-    }
-
-    /// REQ with backoff: the message failed; nsqd redelivers it after `delay` (`None`: the
-    /// configured default delay times the attempt count) and the consumer backs off.
-    pub fn requeue(mut self, delay: Option<Duration>) {
-        self.done = true;
-        self.answer(AnswerKind::Requeue {
-            delay,
-            backoff: true,
-        });
-    }
-
-    /// REQ without backoff: redeliver after `delay` (`None`: the default), without slowing the
-    /// consumer down.
-    pub fn requeue_without_backoff(mut self, delay: Option<Duration>) {
-        self.done = true;
-        self.answer(AnswerKind::Requeue {
-            delay,
-            backoff: false,
-        });
-    }
-
-    /// TOUCH: asks nsqd for more time (another msg_timeout).
-    pub fn touch(&self) {
-        self.answer(AnswerKind::Touch);
-    }
-
-    /// Requeues a message the application never received: at once, without backoff.
-    fn release(mut self) {
-        self.done = true;
-        self.answer(AnswerKind::UNTAKEN);
-    }
-
-    /// The core's message (id, attempts, timestamp, body).
-    pub fn as_proto(&self) -> &nsq_proto::Message {
-        &self.inner
-    }
-}
-
-impl Drop for Message {
-    fn drop(&mut self) {
-        if !self.done {
-            tracing::warn!(
-                msg = %self.inner.id,
-                nsqd = %self.origin.addr,
-                "message dropped without an answer: requeueing it"
-            );
-            self.answer(AnswerKind::DROPPED);
-        }
-    }
-}
+pub type Message = Delivery<AnswerChannel>;
 
 // ---------------------------------------------------------------------------------- builder
 
@@ -628,9 +528,7 @@ impl Consumer {
                 loop {
                     let next = receiver.lock().await.recv().await;
                     let Some(mut msg) = next else { break };
-                    msg.done = true;
-                    let answer = msg.answer_for(AnswerKind::Finish);
-                    let origin = msg.origin.clone();
+                    let pending = msg.take_over();
                     let mut fut = std::pin::pin!(handler(msg));
                     let outcome = std::future::poll_fn(|cx| {
                         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -641,9 +539,7 @@ impl Consumer {
                         }
                     })
                     .await;
-                    origin
-                        .shared
-                        .answer(answer.with_kind(AnswerKind::from_handler(outcome)));
+                    pending.answer(outcome);
                 }
             }));
         }
@@ -664,7 +560,7 @@ struct Driver {
     msg_tx: Option<mpsc::UnboundedSender<Vec<Message>>>,
     /// Messages of this wake-up, sent as one batch by `deliver`.
     outgoing: Vec<Message>,
-    origins: BTreeMap<ConnId, Arc<ConnShared>>,
+    origins: BTreeMap<ConnId, Arc<Origin<AnswerChannel>>>,
     stop_waiters: Vec<oneshot::Sender<StopReport>>,
     give_up: Option<GiveUpHook>,
     report: Option<StopReport>,
@@ -737,9 +633,8 @@ impl Driver {
         self.shared.stopping.store(true, Ordering::Release);
         // Dropping the sender wakes a reader blocked in recv(); it then sees `stopping`.
         self.msg_tx = None;
-        for mut m in std::mem::take(&mut self.outgoing) {
-            m.done = true;
-            self.requeue_now(now, &m);
+        for m in std::mem::take(&mut self.outgoing) {
+            self.requeue_now(now, m);
         }
         self.core.close(now);
     }
@@ -770,11 +665,10 @@ impl Driver {
     fn act(&mut self, action: Action) {
         match &action {
             Action::Connect { conn, addr } => {
-                let origin = Arc::new(ConnShared {
-                    addr: addr.clone(),
-                    shared: self.shared.clone(),
-                });
-                self.origins.insert(*conn, origin);
+                self.origins.insert(
+                    *conn,
+                    Origin::new(addr.as_str(), AnswerChannel(self.shared.clone())),
+                );
             }
             Action::Disconnect { conn } => {
                 self.origins.remove(conn);
@@ -790,24 +684,14 @@ impl Driver {
             ConsumerEvent::Message { conn, message } => {
                 let origin = match self.origins.get(&conn) {
                     Some(o) => o.clone(),
-                    None => Arc::new(ConnShared {
-                        addr: String::new(),
-                        shared: self.shared.clone(),
-                    }),
+                    None => Origin::new("", AnswerChannel(self.shared.clone())),
                 };
-                let msg = Message {
-                    inner: message,
-                    conn,
-                    origin,
-                    done: false,
-                };
+                let msg = Delivery::new(conn, message, origin);
                 if self.msg_tx.is_some() {
                     self.outgoing.push(msg);
                 } else {
                     // Stopping: no new messages are handed out; requeue at once.
-                    let mut m = msg;
-                    m.done = true;
-                    self.requeue_now(now, &m);
+                    self.requeue_now(now, msg);
                 }
             }
             ConsumerEvent::GaveUp { message, .. } => {
@@ -833,9 +717,8 @@ impl Driver {
             None => Some(batch),
         };
         if let Some(batch) = unsent {
-            for mut m in batch {
-                m.done = true;
-                self.requeue_now(now, &m);
+            for m in batch {
+                self.requeue_now(now, m);
             }
             if self.msg_tx.is_some() {
                 // Nobody can receive messages any more: stop rather than loop redeliveries.
@@ -847,8 +730,10 @@ impl Driver {
     }
 
     /// Requeues a message the application never received: at once, without backoff.
-    fn requeue_now(&mut self, now: Instant, m: &Message) {
-        let _ = m.answer_for(AnswerKind::UNTAKEN).apply(&mut self.core, now);
+    fn requeue_now(&mut self, now: Instant, m: Message) {
+        let _ = m
+            .into_answer(AnswerKind::UNTAKEN)
+            .apply(&mut self.core, now);
     }
 
     fn publish_state(&self) {

@@ -135,6 +135,7 @@ mod consumer;
 mod net;
 mod producer;
 
+pub use consumer::AnswerChannel;
 pub use consumer::{Consumer, ConsumerBuilder, ConsumerHandle, Message};
 pub use nsq_proto as proto;
 pub use nsq_proto::adapter::{Error, GiveUpHook, HandlerError, IntoChannel, IntoTopic, StopReport};
