@@ -6,7 +6,7 @@ use crate::frame::{
 };
 use crate::names::{Channel, Topic};
 use bytes::{Bytes, BytesMut};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Reads fuzz input as a stream of small numbers; zeros once exhausted.
 struct Input<'a> {
@@ -56,11 +56,7 @@ fn frame(kind: u32, data: &[u8]) -> BytesMut {
 /// connection) and panics if one is broken.
 pub fn consumer_ops(data: &[u8]) {
     let mut input = Input { data };
-    #[allow(
-        clippy::disallowed_methods,
-        reason = "fuzz harness: the origin of virtual time; only offsets from it matter"
-    )]
-    let mut now = Instant::now();
+    let mut now = crate::fuzzing::virtual_time_origin();
     let config = ConsumerConfig {
         max_in_flight: u32::from(input.byte() % 12),
         max_attempts: u16::from(input.byte() % 4),

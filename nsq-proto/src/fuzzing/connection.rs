@@ -7,7 +7,7 @@ use crate::{
     MessageId, Role, Secret, Topic, encode_frame,
 };
 use bytes::BytesMut;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Largest message body the fuzzed connection accepts (keeps the memory bound tight).
 const FUZZ_MAX_MSG: u32 = 64 * 1024;
@@ -52,10 +52,6 @@ pub struct Summary {
 }
 
 /// [`connection`], returning what the run reached.
-#[allow(
-    clippy::disallowed_methods,
-    reason = "the fuzz driver needs one real Instant as the origin of virtual time"
-)]
 pub fn connection_summary(data: &[u8]) -> Summary {
     let mut summary = Summary::default();
     let Some((&mode, mut script)) = data.split_first() else {
@@ -87,7 +83,7 @@ pub fn connection_summary(data: &[u8]) -> Summary {
         max_outstanding_publishes: Some(64),
         ..ConnectionConfig::default()
     };
-    let origin = Instant::now();
+    let origin = super::virtual_time_origin();
     let mut now = origin;
     let Ok(mut conn) = Connection::new(config, role, "fuzz:4150", now) else {
         return summary;

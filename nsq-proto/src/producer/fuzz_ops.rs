@@ -6,7 +6,7 @@ use crate::names::Topic;
 use crate::producer::{Producer, ProducerConfig, ProducerEvent, Routing};
 use bytes::{Bytes, BytesMut};
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Reads fuzz input as a stream of small numbers; zeros once exhausted.
 struct Input<'a> {
@@ -132,11 +132,7 @@ pub fn producer_ops(data: &[u8]) {
 /// [`producer_ops`], returning what the run reached.
 pub fn producer_ops_summary(data: &[u8]) -> OpsSummary {
     let mut input = Input { data };
-    #[allow(
-        clippy::disallowed_methods,
-        reason = "fuzz harness: the origin of virtual time; only offsets from it matter"
-    )]
-    let mut now = Instant::now();
+    let mut now = crate::fuzzing::virtual_time_origin();
     let flags = input.byte();
     let config = ProducerConfig {
         routing: if flags & 1 == 0 {
