@@ -116,6 +116,7 @@ impl ProducerBuilder {
             replies: Replies::default(),
             close_waiters: Vec::new(),
             stats: stats.clone(),
+            results: Vec::new(),
             closed: false,
         };
         let net = Net::new(start.dial_timeout, start.write_timeout);
@@ -234,6 +235,9 @@ struct ProducerLogic {
     replies: Replies<Reply>,
     close_waiters: Vec<driver::OneshotTx<()>>,
     stats: Arc<Mutex<ProducerStats>>,
+    /// Results of this wake-up, sent after the stats are updated (so a caller that got its
+    /// result sees it counted).
+    results: Vec<(Reply, Result<(), Error>)>,
     closed: bool,
 }
 
@@ -265,8 +269,8 @@ impl Logic for ProducerLogic {
 
     fn event(&mut self, _now: Instant, event: ProducerEvent) {
         log_producer_event(&event);
-        if let Some((reply, result)) = self.replies.resolve(&event) {
-            let _ = reply.try_send(result);
+        if let Some(resolved) = self.replies.resolve(&event) {
+            self.results.push(resolved);
         } else if event == ProducerEvent::Closed {
             self.closed = true;
         }
@@ -277,6 +281,9 @@ impl Logic for ProducerLogic {
             .stats
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = self.core.stats();
+        for (reply, result) in self.results.drain(..) {
+            let _ = reply.try_send(result);
+        }
     }
 
     fn done(&self) -> bool {
@@ -284,6 +291,9 @@ impl Logic for ProducerLogic {
     }
 
     fn finish(mut self) {
+        for (reply, result) in self.results.drain(..) {
+            let _ = reply.try_send(result);
+        }
         for reply in self.replies.take_all() {
             let _ = reply.try_send(Err(Error::Closed));
         }

@@ -334,7 +334,7 @@ async fn rdy_is_spread_over_three_brokers<R: Runtime>() {
         })
     };
     assert!(eventually(WAIT, spread).await, "RDY 3 on each broker");
-    assert_eq!(c.stats().total_rdy, 9);
+    assert!(eventually(WAIT, || c.stats().total_rdy == 9).await);
     c.stop().await;
 }
 

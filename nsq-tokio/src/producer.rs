@@ -137,6 +137,7 @@ impl ProducerBuilder {
             replies: Replies::default(),
             close_waiters: Vec::new(),
             stats: stats.clone(),
+            results: Vec::new(),
             closed: false,
         };
         runtime.spawn(driver.run());
@@ -255,6 +256,9 @@ struct Driver {
     replies: Replies<Reply>,
     close_waiters: Vec<oneshot::Sender<()>>,
     stats: Arc<Mutex<ProducerStats>>,
+    /// Results of this wake-up, sent after the stats are updated (so a caller that got its
+    /// result sees it counted).
+    results: Vec<(Reply, Result<(), Error>)>,
     closed: bool,
 }
 
@@ -285,6 +289,12 @@ impl Driver {
                 .stats
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner) = self.core.stats();
+            for (reply, result) in self.results.drain(..) {
+                let _ = reply.send(result);
+            }
+        }
+        for (reply, result) in self.results.drain(..) {
+            let _ = reply.send(result);
         }
         self.io.close_all();
         for reply in self.replies.take_all() {
@@ -336,8 +346,8 @@ impl Driver {
 
     fn event(&mut self, event: &ProducerEvent) {
         log_producer_event(event);
-        if let Some((reply, result)) = self.replies.resolve(event) {
-            let _ = reply.send(result);
+        if let Some(resolved) = self.replies.resolve(event) {
+            self.results.push(resolved);
         } else if matches!(event, ProducerEvent::Closed) {
             self.closed = true;
         }
