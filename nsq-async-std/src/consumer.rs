@@ -1,6 +1,7 @@
 //! The [`Consumer`]: a driver thread around [`nsq_proto::Consumer`].
 
 use crate::driver::{self, Logic, Net};
+use bytes::Bytes;
 use futures_lite::Stream;
 use nsq_proto::Config;
 use nsq_proto::adapter::{
@@ -31,7 +32,8 @@ enum Control {
 }
 
 enum Input {
-    Answer(Answer),
+    /// An answer, with the body of the message it ends (dropped by the driver).
+    Answer(Answer, Bytes),
     Control(Control),
 }
 
@@ -44,9 +46,9 @@ struct Shared {
 }
 
 impl Shared {
-    fn answer(&self, a: Answer) {
+    fn answer(&self, a: Answer, body: Bytes) {
         // If the driver is gone every connection is closed: nsqd redelivers the message.
-        let _ = self.inbox.send(Input::Answer(a));
+        let _ = self.inbox.send(Input::Answer(a, body));
     }
 }
 
@@ -72,8 +74,8 @@ impl fmt::Debug for AnswerChannel {
 }
 
 impl AnswerSink for AnswerChannel {
-    fn send_answer(&self, answer: Answer) {
-        self.0.answer(answer);
+    fn send_answer(&self, answer: Answer, body: Bytes) {
+        self.0.answer(answer, body);
     }
 }
 
@@ -585,7 +587,7 @@ impl Logic for ConsumerLogic {
 
     fn input(&mut self, now: Instant, input: Input) {
         match input {
-            Input::Answer(a) => {
+            Input::Answer(a, _body) => {
                 let _ = a.apply(&mut self.core, now);
             }
             Input::Control(c) => match c {

@@ -2,6 +2,7 @@
 
 use crate::driver::{BATCH, Input, Io};
 use crate::net;
+use bytes::Bytes;
 use nsq_proto::Config;
 use nsq_proto::adapter::{
     self, Answer, AnswerKind, AnswerSink, ConsumerSetup, Delivery, Error, GiveUpHook, HandlerError,
@@ -30,7 +31,8 @@ enum Control {
 }
 
 enum Cmd {
-    Answer(Answer),
+    /// An answer, with the body of the message it ends (dropped by the driver).
+    Answer(Answer, Bytes),
     Control(Control),
 }
 
@@ -47,9 +49,9 @@ struct Shared {
 }
 
 impl Shared {
-    fn answer(&self, a: Answer) {
+    fn answer(&self, a: Answer, body: Bytes) {
         // If the driver is gone every connection is closed: nsqd redelivers the message.
-        let _ = self.tx.send(Input::Cmd(Cmd::Answer(a)));
+        let _ = self.tx.send(Input::Cmd(Cmd::Answer(a, body)));
     }
 
     /// Waits until the driver has stopped, joins its thread and returns its report. On the
@@ -127,8 +129,8 @@ impl fmt::Debug for AnswerChannel {
 }
 
 impl AnswerSink for AnswerChannel {
-    fn send_answer(&self, answer: Answer) {
-        self.0.answer(answer);
+    fn send_answer(&self, answer: Answer, body: Bytes) {
+        self.0.answer(answer, body);
     }
 }
 
@@ -693,7 +695,7 @@ impl Driver {
 
     fn handle(&mut self, now: Instant, input: Input<Cmd>) {
         match input {
-            Input::Cmd(Cmd::Answer(a)) => {
+            Input::Cmd(Cmd::Answer(a, _body)) => {
                 let _ = a.apply(&mut self.core, now);
             }
             Input::Net(ev) => self.io.net_input(&mut self.core, now, ev),

@@ -174,8 +174,11 @@ impl Answer {
 /// core. Sending must not block and must not fail loudly: if the driver is gone, every
 /// connection is closed and nsqd redelivers the message anyway.
 pub trait AnswerSink: Send + Sync + 'static {
-    /// Hands `answer` to the driver.
-    fn send_answer(&self, answer: Answer);
+    /// Hands `answer` to the driver, with the `body` of the message when this is its last
+    /// answer (empty otherwise). The driver drops the body: the read buffer the body is a
+    /// slice of is then released on the thread that split it, so the buffer's reference count
+    /// is not bounced between cores once per message.
+    fn send_answer(&self, answer: Answer, body: Bytes);
 }
 
 /// What every message of one connection shares (one reference count per message): the nsqd
@@ -277,9 +280,11 @@ impl<S: AnswerSink> Delivery<S> {
         Answer::new(self.conn, &self.inner, kind)
     }
 
+    /// Sends the last answer; the body goes back to the driver with it.
     fn send(&mut self, kind: AnswerKind) {
         self.done = true;
-        self.origin.sink.send_answer(self.answer_for(kind));
+        let body = std::mem::take(&mut self.inner.body);
+        self.origin.sink.send_answer(self.answer_for(kind), body);
     }
 
     /// FIN: the message is done.
@@ -309,7 +314,7 @@ impl<S: AnswerSink> Delivery<S> {
     pub fn touch(&self) {
         self.origin
             .sink
-            .send_answer(self.answer_for(AnswerKind::Touch));
+            .send_answer(self.answer_for(AnswerKind::Touch), Bytes::new());
     }
 
     /// For a handler runner: the message no longer answers itself when dropped; the returned
@@ -362,7 +367,9 @@ impl<S: AnswerSink> PendingAnswer<S> {
     /// Answers with the handler's outcome (see [`AnswerKind::from_handler`]).
     pub fn answer(self, outcome: Option<Result<(), HandlerError>>) {
         let kind = AnswerKind::from_handler(outcome);
-        self.origin.sink.send_answer(self.answer.with_kind(kind));
+        self.origin
+            .sink
+            .send_answer(self.answer.with_kind(kind), Bytes::new());
     }
 }
 
@@ -1281,11 +1288,11 @@ mod tests {
     }
 
     #[derive(Default)]
-    struct Collect(std::sync::Mutex<Vec<Answer>>);
+    struct Collect(std::sync::Mutex<Vec<(Answer, Bytes)>>);
 
     impl AnswerSink for Arc<Collect> {
-        fn send_answer(&self, answer: Answer) {
-            self.0.lock().unwrap().push(answer);
+        fn send_answer(&self, answer: Answer, body: Bytes) {
+            self.0.lock().unwrap().push((answer, body));
         }
     }
 
@@ -1318,7 +1325,10 @@ mod tests {
             body: Bytes::from_static(b"body"),
         };
         let kinds =
-            || -> Vec<AnswerKind> { sink.0.lock().unwrap().iter().map(|a| a.kind).collect() };
+            || -> Vec<AnswerKind> { sink.0.lock().unwrap().iter().map(|a| a.0.kind).collect() };
+        // The body travels back to the driver with a message's last answer only.
+        let bodies =
+            || -> Vec<Bytes> { sink.0.lock().unwrap().iter().map(|a| a.1.clone()).collect() };
 
         let d = Delivery::new(conn, message(1), origin.clone());
         assert_eq!(d.nsqd_address(), "127.0.0.1:4150");
@@ -1326,10 +1336,12 @@ mod tests {
         d.touch();
         d.finish();
         assert_eq!(kinds(), [AnswerKind::Touch, AnswerKind::Finish]);
+        assert_eq!(bodies(), [Bytes::new(), Bytes::from_static(b"body")]);
 
         drop(Delivery::new(conn, message(2), origin.clone()));
         assert_eq!(kinds()[2], AnswerKind::DROPPED);
-        assert_eq!(sink.0.lock().unwrap()[2].attempts, 2);
+        assert_eq!(sink.0.lock().unwrap()[2].0.attempts, 2);
+        assert_eq!(bodies()[2], Bytes::from_static(b"body"));
 
         let mut d = Delivery::new(conn, message(3), origin.clone());
         let pending = d.take_over();
@@ -1353,6 +1365,7 @@ mod tests {
 
         Delivery::new(conn, message(5), origin).release();
         assert_eq!(kinds()[4], AnswerKind::UNTAKEN);
+        assert_eq!(bodies()[4], Bytes::from_static(b"body"));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The tokio [`Consumer`]: a driver task around [`nsq_proto::Consumer`].
 
 use crate::net::{self, Io, LookupEvent, NetEvent, Timer};
+use bytes::Bytes;
 use futures_core::Stream;
 use nsq_proto::Config;
 use nsq_proto::adapter::{
@@ -34,7 +35,8 @@ enum Control {
 enum Input {
     Net(NetEvent<ConnId>),
     Lookup(LookupEvent<LookupdRequestId>),
-    Answer(Answer),
+    /// An answer, with the body of the message it ends (dropped here, on the driver's task).
+    Answer(Answer, Bytes),
     Control(Control),
 }
 
@@ -55,9 +57,9 @@ struct Shared {
 }
 
 impl Shared {
-    fn answer(&self, a: Answer) {
+    fn answer(&self, a: Answer, body: Bytes) {
         // If the driver is gone every connection is closed: nsqd redelivers the message.
-        let _ = self.tx.send(Input::Answer(a));
+        let _ = self.tx.send(Input::Answer(a, body));
     }
 }
 
@@ -83,8 +85,8 @@ impl fmt::Debug for AnswerChannel {
 }
 
 impl AnswerSink for AnswerChannel {
-    fn send_answer(&self, answer: Answer) {
-        self.0.answer(answer);
+    fn send_answer(&self, answer: Answer, body: Bytes) {
+        self.0.answer(answer, body);
     }
 }
 
@@ -580,14 +582,15 @@ impl Driver {
                 break;
             }
             let now = Instant::now();
+            // Every input of the wake-up first, then the core's outputs once: answers to one
+            // connection then leave as one transmit (the core appends them in place).
             for input in batch.drain(..) {
                 self.handle(now, input);
-                self.drain(now);
             }
             if self.core.poll_timeout().is_some_and(|t| t <= now) {
                 self.core.handle_timeout(now);
-                self.drain(now);
             }
+            self.drain(now);
             self.deliver(now);
             self.io.flush();
             self.publish_state();
@@ -602,7 +605,7 @@ impl Driver {
 
     fn handle(&mut self, now: Instant, input: Input) {
         match input {
-            Input::Answer(a) => self.answer(now, a),
+            Input::Answer(a, _body) => self.answer(now, a),
             Input::Net(ev) => self.io.net(&mut self.core, now, ev),
             Input::Lookup(ev) => self.io.lookup(&mut self.core, now, ev),
             Input::Control(c) => match c {
