@@ -288,8 +288,9 @@ impl std::error::Error for ConnectionError {}
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum ConnectionEvent {
-    /// Start-up finished; commands go out from now on.
-    Ready(Negotiated),
+    /// Start-up finished; commands go out from now on. (Boxed: it happens once per
+    /// connection, and keeps every event small enough to move cheaply per message.)
+    Ready(Box<Negotiated>),
     /// A message was delivered (consumer). It is in flight until finished, requeued or
     /// expired.
     Message(Message),
@@ -1341,7 +1342,8 @@ impl Connection {
             identify: IdentifyResponse::default(),
         });
         tracing::debug!(?negotiated.version, "nsqd connection ready");
-        self.events.push_back(ConnectionEvent::Ready(negotiated));
+        self.events
+            .push_back(ConnectionEvent::Ready(Box::new(negotiated)));
     }
 
     /// Bytes buffered inside the layers, for tests and stats.

@@ -3,6 +3,7 @@
 use super::config::ConsumerConfig;
 use super::lookupd::{LookupdAddress, LookupdAddressError, LookupdError, LookupdResponseParser};
 use super::policy::{self, RdySlot, ReconnectSchedule};
+use super::slots::Slots;
 use crate::connection::{
     CloseReason, Connection, ConnectionError, ConnectionEvent, ConnectionState, Role,
 };
@@ -366,7 +367,7 @@ pub struct Consumer {
     next_conn: u64,
     next_request: u64,
     seq: u64,
-    slots: BTreeMap<ConnId, Slot>,
+    slots: Slots<Slot>,
     producers: BTreeMap<String, Producer>,
     lookupds: Vec<Lookupd>,
     next_poll: Option<Instant>,
@@ -438,7 +439,7 @@ impl Consumer {
             next_conn: 1,
             next_request: 1,
             seq: 0,
-            slots: BTreeMap::new(),
+            slots: Slots::default(),
             producers: BTreeMap::new(),
             lookupds: Vec::new(),
             next_poll: None,
@@ -524,12 +525,12 @@ impl Consumer {
 
     /// The connection state machine behind `conn`, once the socket is connected.
     pub fn connection(&self, conn: ConnId) -> Option<&Connection> {
-        self.slots.get(&conn).and_then(|s| s.conn.as_ref())
+        self.slots.get(conn).and_then(|s| s.conn.as_ref())
     }
 
     /// The RDY count last sent on `conn` (0 while it is not ready).
     pub fn rdy(&self, conn: ConnId) -> u32 {
-        self.slots.get(&conn).map_or(0, Slot::rdy)
+        self.slots.get(conn).map_or(0, Slot::rdy)
     }
 
     // ---------------------------------------------------------------- inputs
@@ -541,7 +542,7 @@ impl Consumer {
             topic: self.topic.clone(),
             channel: self.channel.clone(),
         };
-        let Some(slot) = self.slots.get_mut(&conn) else {
+        let Some(slot) = self.slots.get_mut(conn) else {
             return;
         };
         if slot.conn.is_some() {
@@ -561,14 +562,14 @@ impl Consumer {
 
     /// The driver could not connect `conn`.
     pub fn handle_connect_failed(&mut self, now: Instant, conn: ConnId, reason: &str) {
-        if self.slots.contains_key(&conn) {
+        if self.slots.contains_key(conn) {
             self.drop_slot(now, conn, reason, 0);
         }
     }
 
     /// Bytes read from `conn`'s socket. All of `data` is consumed.
     pub fn handle_input(&mut self, now: Instant, conn: ConnId, data: &mut BytesMut) {
-        let Some(c) = self.slots.get_mut(&conn).and_then(|s| s.conn.as_mut()) else {
+        let Some(c) = self.slots.get_mut(conn).and_then(|s| s.conn.as_mut()) else {
             data.clear();
             return;
         };
@@ -578,14 +579,14 @@ impl Consumer {
 
     /// `conn`'s socket reached EOF or failed: the connection is gone.
     pub fn handle_eof(&mut self, now: Instant, conn: ConnId) {
-        let Some(slot) = self.slots.get_mut(&conn) else {
+        let Some(slot) = self.slots.get_mut(conn) else {
             return;
         };
         match slot.conn.as_mut() {
             Some(c) => {
                 c.handle_eof(now);
                 self.pump(now, conn);
-                if self.slots.contains_key(&conn) {
+                if self.slots.contains_key(conn) {
                     let left = self.in_flight(conn);
                     self.drop_slot(now, conn, "connection lost", left);
                 }
@@ -643,7 +644,7 @@ impl Consumer {
             .map(|(id, _)| *id)
             .collect();
         for id in due {
-            if let Some(c) = self.slots.get_mut(&id).and_then(|s| s.conn.as_mut()) {
+            if let Some(c) = self.slots.get_mut(id).and_then(|s| s.conn.as_mut()) {
                 c.handle_timeout(now);
                 self.pump(now, id);
             }
@@ -848,9 +849,9 @@ impl Consumer {
         }
         let ids: Vec<ConnId> = self.slots.keys().copied().collect();
         for id in ids {
-            let has_conn = self.slots.get(&id).is_some_and(|s| s.conn.is_some());
+            let has_conn = self.slots.get(id).is_some_and(|s| s.conn.is_some());
             if has_conn {
-                if let Some(c) = self.slots.get_mut(&id).and_then(|s| s.conn.as_mut()) {
+                if let Some(c) = self.slots.get_mut(id).and_then(|s| s.conn.as_mut()) {
                     c.close(now);
                 }
                 self.pump(now, id);
@@ -924,7 +925,7 @@ impl Consumer {
 
     fn connection_mut(&mut self, conn: ConnId) -> Result<&mut Connection, ConsumerError> {
         self.slots
-            .get_mut(&conn)
+            .get_mut(conn)
             .ok_or_else(|| ConsumerError::UnknownConnection(conn))?
             .conn
             .as_mut()
@@ -933,7 +934,7 @@ impl Consumer {
 
     fn in_flight(&self, conn: ConnId) -> usize {
         self.slots
-            .get(&conn)
+            .get(conn)
             .and_then(|s| s.conn.as_ref())
             .map_or(0, Connection::in_flight)
     }
@@ -973,7 +974,7 @@ impl Consumer {
     /// Moves the connection's queued bytes to the action queue, coalescing with a `Transmit`
     /// for the same connection at the tail.
     fn flush(&mut self, id: ConnId) {
-        let Some(c) = self.slots.get_mut(&id).and_then(|s| s.conn.as_mut()) else {
+        let Some(c) = self.slots.get_mut(id).and_then(|s| s.conn.as_mut()) else {
             return;
         };
         if !c.has_transmit() {
@@ -1019,7 +1020,7 @@ impl Consumer {
     /// Drains a connection's events (turning them into consumer actions) and its bytes.
     fn pump(&mut self, now: Instant, id: ConnId) {
         loop {
-            let Some(slot) = self.slots.get_mut(&id) else {
+            let Some(slot) = self.slots.get_mut(id) else {
                 return;
             };
             let Some(c) = slot.conn.as_mut() else {
@@ -1066,7 +1067,7 @@ impl Consumer {
     fn on_message(&mut self, now: Instant, id: ConnId, message: Message) {
         self.received += 1;
         let max_attempts = self.config.max_attempts;
-        let Some(slot) = self.slots.get_mut(&id) else {
+        let Some(slot) = self.slots.get_mut(id) else {
             return;
         };
         slot.received_since_rdy = slot.received_since_rdy.saturating_add(1);
@@ -1093,7 +1094,7 @@ impl Consumer {
 
     /// After a FIN/REQ on `id`: refill its RDY if the remaining count ran low, then drain it.
     fn after_answer(&mut self, now: Instant, id: ConnId) {
-        if let Some(slot) = self.slots.get_mut(&id) {
+        if let Some(slot) = self.slots.get_mut(id) {
             if slot.is_ready() && !self.closing {
                 let rdy = slot.rdy();
                 if policy::needs_refill(rdy, slot.received_since_rdy) {
@@ -1111,7 +1112,7 @@ impl Consumer {
     /// Forgets a connection: Disconnect action, event, reconnect bookkeeping, RDY rebalance.
     fn drop_slot(&mut self, now: Instant, id: ConnId, reason: &str, unanswered: usize) {
         self.flush(id);
-        let Some(slot) = self.slots.remove(&id) else {
+        let Some(slot) = self.slots.remove(id) else {
             return;
         };
         self.push_action(Action::Disconnect { conn: id });
@@ -1280,7 +1281,7 @@ impl Consumer {
     }
 
     fn is_idle(&self, now: Instant, id: ConnId) -> bool {
-        let Some(slot) = self.slots.get(&id) else {
+        let Some(slot) = self.slots.get(id) else {
             return true;
         };
         let last_msg = slot.conn.as_ref().and_then(Connection::last_message_at);
@@ -1356,7 +1357,7 @@ impl Consumer {
     fn apply(&mut self, now: Instant, ready: &[ConnId], targets: &[u32]) {
         for pass in [true, false] {
             for (id, &target) in ready.iter().zip(targets) {
-                let Some(slot) = self.slots.get_mut(id) else {
+                let Some(slot) = self.slots.get_mut(*id) else {
                     continue;
                 };
                 let current = slot.rdy();

@@ -61,6 +61,7 @@ pub(crate) mod fuzz_ops;
 pub mod lookupd;
 mod machine;
 pub mod policy;
+mod slots;
 
 pub use config::ConsumerConfig;
 pub use lookupd::{LookupdAddress, LookupdAddressError, LookupdError, LookupdResponseParser};

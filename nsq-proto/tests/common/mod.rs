@@ -37,7 +37,7 @@ pub fn connect(
     let Some(ConnectionEvent::Ready(n)) = events.first() else {
         panic!("expected Ready, got {events:?}; peer {peer:?}");
     };
-    (conn, n.clone())
+    (conn, (**n).clone())
 }
 
 /// Feeds raw bytes to the client.
