@@ -17,7 +17,7 @@
 //! Expiry order is deadline order, ties in the order the timers were set, as before.
 
 use crate::frame::MessageId;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque, hash_map};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::time::Instant;
 
@@ -113,6 +113,12 @@ struct SortedSlot {
 #[derive(Debug, Default)]
 pub(crate) struct InFlight {
     map: IdMap<Entry>,
+    timers: Timers,
+}
+
+/// The deadline queues.
+#[derive(Debug, Default)]
+struct Timers {
     /// Timers in the order they were set, deadlines non-decreasing; slot `i` has sequence
     /// number `base + i`. The front slot is always live.
     fifo: VecDeque<FifoSlot>,
@@ -124,122 +130,8 @@ pub(crate) struct InFlight {
     next_order: u64,
 }
 
-impl InFlight {
-    pub(crate) fn len(&self) -> usize {
-        self.map.len()
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.map.is_empty()
-    }
-
-    pub(crate) fn contains(&self, id: &MessageId) -> bool {
-        self.map.contains_key(id)
-    }
-
-    /// `(deadline, delivered at)` of an in-flight message.
-    pub(crate) fn get(&self, id: &MessageId) -> Option<(Instant, Instant)> {
-        self.map.get(id).map(|e| (e.deadline, e.delivered))
-    }
-
-    /// Records a delivery (replacing an entry with the same id).
-    pub(crate) fn insert(&mut self, id: MessageId, deadline: Instant, delivered: Instant) {
-        let old = self.map.get(&id).copied();
-        if let Some(old) = old {
-            if old.deadline == deadline {
-                // The old timer already fires at this deadline and now stands for the new
-                // delivery.
-                self.map.insert(
-                    id,
-                    Entry {
-                        deadline,
-                        delivered,
-                        timer: old.timer,
-                    },
-                );
-                return;
-            }
-            self.kill(old.timer);
-        }
-        let timer = self.push_timer(id, deadline);
-        self.map.insert(
-            id,
-            Entry {
-                deadline,
-                delivered,
-                timer,
-            },
-        );
-        if old.is_some() {
-            self.clean();
-        }
-    }
-
-    /// Forgets a message; `false` if it was not in flight.
-    pub(crate) fn remove(&mut self, id: &MessageId) -> bool {
-        let Some(entry) = self.map.remove(id) else {
-            return false;
-        };
-        self.kill(entry.timer);
-        self.clean();
-        true
-    }
-
-    /// Moves a message's deadline (TOUCH).
-    pub(crate) fn reschedule(&mut self, id: &MessageId, deadline: Instant) {
-        let Some(entry) = self.map.get(id).copied() else {
-            return;
-        };
-        if entry.deadline == deadline {
-            return;
-        }
-        self.kill(entry.timer);
-        let timer = self.push_timer(*id, deadline);
-        if let Some(e) = self.map.get_mut(id) {
-            e.deadline = deadline;
-            e.timer = timer;
-        }
-        self.clean();
-    }
-
-    /// The earliest deadline.
-    pub(crate) fn next_deadline(&self) -> Option<Instant> {
-        match (self.fifo.front(), self.sorted.front()) {
-            (Some(f), Some(s)) => Some(f.deadline.min(s.deadline)),
-            (Some(f), None) => Some(f.deadline),
-            (None, Some(s)) => Some(s.deadline),
-            (None, None) => None,
-        }
-    }
-
-    /// Removes and returns the message with the earliest deadline if it is `<= now`.
-    pub(crate) fn pop_expired(&mut self, now: Instant) -> Option<MessageId> {
-        let from_fifo = match (self.fifo.front(), self.sorted.front()) {
-            (Some(f), Some(s)) => (f.deadline, f.order) < (s.deadline, s.order),
-            (Some(_), None) => true,
-            (None, Some(_)) => false,
-            (None, None) => return None,
-        };
-        let (deadline, id) = if from_fifo {
-            self.fifo.front().map(|f| (f.deadline, f.id))?
-        } else {
-            self.sorted.front().map(|s| (s.deadline, s.id))?
-        };
-        if deadline > now {
-            return None;
-        }
-        self.remove(&id);
-        Some(id)
-    }
-
-    pub(crate) fn clear(&mut self) {
-        self.map.clear();
-        self.base += self.fifo.len() as u64;
-        self.fifo.clear();
-        self.sorted.clear();
-    }
-
-    fn push_timer(&mut self, id: MessageId, deadline: Instant) -> Timer {
+impl Timers {
+    fn push(&mut self, id: MessageId, deadline: Instant) -> Timer {
         let order = self.next_order;
         self.next_order += 1;
         if self.fifo.back().is_none_or(|b| b.deadline <= deadline) {
@@ -281,14 +173,128 @@ impl InFlight {
         }
         // A sorted entry goes stale by itself: the map no longer points at its generation.
     }
+}
+
+impl InFlight {
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    pub(crate) fn contains(&self, id: &MessageId) -> bool {
+        self.map.contains_key(id)
+    }
+
+    /// `(deadline, delivered at)` of an in-flight message.
+    pub(crate) fn get(&self, id: &MessageId) -> Option<(Instant, Instant)> {
+        self.map.get(id).map(|e| (e.deadline, e.delivered))
+    }
+
+    /// Records a delivery (replacing an entry with the same id). One hash look-up.
+    pub(crate) fn insert(&mut self, id: MessageId, deadline: Instant, delivered: Instant) {
+        match self.map.entry(id) {
+            hash_map::Entry::Vacant(v) => {
+                let timer = self.timers.push(id, deadline);
+                v.insert(Entry {
+                    deadline,
+                    delivered,
+                    timer,
+                });
+            }
+            hash_map::Entry::Occupied(mut o) => {
+                let old = *o.get();
+                if old.deadline == deadline {
+                    // The old timer already fires at this deadline and now stands for the
+                    // new delivery.
+                    o.get_mut().delivered = delivered;
+                    return;
+                }
+                self.timers.kill(old.timer);
+                let timer = self.timers.push(id, deadline);
+                *o.get_mut() = Entry {
+                    deadline,
+                    delivered,
+                    timer,
+                };
+                self.clean();
+            }
+        }
+    }
+
+    /// Forgets a message; `false` if it was not in flight.
+    pub(crate) fn remove(&mut self, id: &MessageId) -> bool {
+        let Some(entry) = self.map.remove(id) else {
+            return false;
+        };
+        self.timers.kill(entry.timer);
+        self.clean();
+        true
+    }
+
+    /// Moves a message's deadline (TOUCH).
+    pub(crate) fn reschedule(&mut self, id: &MessageId, deadline: Instant) {
+        let Some(entry) = self.map.get(id).copied() else {
+            return;
+        };
+        if entry.deadline == deadline {
+            return;
+        }
+        self.timers.kill(entry.timer);
+        let timer = self.timers.push(*id, deadline);
+        if let Some(e) = self.map.get_mut(id) {
+            e.deadline = deadline;
+            e.timer = timer;
+        }
+        self.clean();
+    }
+
+    /// The earliest deadline.
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        match (self.timers.fifo.front(), self.timers.sorted.front()) {
+            (Some(f), Some(s)) => Some(f.deadline.min(s.deadline)),
+            (Some(f), None) => Some(f.deadline),
+            (None, Some(s)) => Some(s.deadline),
+            (None, None) => None,
+        }
+    }
+
+    /// Removes and returns the message with the earliest deadline if it is `<= now`.
+    pub(crate) fn pop_expired(&mut self, now: Instant) -> Option<MessageId> {
+        let from_fifo = match (self.timers.fifo.front(), self.timers.sorted.front()) {
+            (Some(f), Some(s)) => (f.deadline, f.order) < (s.deadline, s.order),
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => return None,
+        };
+        let (deadline, id) = if from_fifo {
+            self.timers.fifo.front().map(|f| (f.deadline, f.id))?
+        } else {
+            self.timers.sorted.front().map(|s| (s.deadline, s.id))?
+        };
+        if deadline > now {
+            return None;
+        }
+        self.remove(&id);
+        Some(id)
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.map.clear();
+        self.timers.base += self.timers.fifo.len() as u64;
+        self.timers.fifo.clear();
+        self.timers.sorted.clear();
+    }
 
     /// Drops dead timers from the fronts of both queues.
     fn clean(&mut self) {
-        while self.fifo.front().is_some_and(|f| !f.live) {
-            self.fifo.pop_front();
-            self.base += 1;
+        while self.timers.fifo.front().is_some_and(|f| !f.live) {
+            self.timers.fifo.pop_front();
+            self.timers.base += 1;
         }
-        while let Some(s) = self.sorted.front() {
+        while let Some(s) = self.timers.sorted.front() {
             let live = self
                 .map
                 .get(&s.id)
@@ -296,7 +302,7 @@ impl InFlight {
             if live {
                 break;
             }
-            self.sorted.pop_front();
+            self.timers.sorted.pop_front();
         }
     }
 }
