@@ -834,20 +834,6 @@ impl Connection {
         }
     }
 
-    /// Like [`Connection::poll_transmit`], but appends the bytes to `dst` (no new buffer for
-    /// a few queued commands); `false` when there was nothing to send.
-    pub(crate) fn transmit_into(&mut self, dst: &mut BytesMut) -> bool {
-        if let Err(e) = self.flush_wbuf() {
-            self.fail(CloseReason::Tls(e));
-        }
-        if self.out.is_empty() {
-            return false;
-        }
-        dst.extend_from_slice(&self.out);
-        self.out.clear();
-        true
-    }
-
     /// Whether [`Connection::poll_transmit`] may have bytes to return.
     pub(crate) fn has_transmit(&self) -> bool {
         !self.wbuf.is_empty() || !self.out.is_empty()

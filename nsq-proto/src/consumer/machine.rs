@@ -99,28 +99,16 @@ pub enum Action {
     },
 }
 
-/// An action waiting in the output queue; consecutive bytes for one connection are gathered
-/// in a growable buffer so that many commands between two polls cost linear time.
+/// An action waiting in the output queue.
 #[derive(Debug)]
 enum Queued {
     Action(Action),
-    Transmit {
-        conn: ConnId,
-        first: Bytes,
-        more: Option<BytesMut>,
-    },
-}
-
-impl Queued {
-    fn into_action(self) -> Action {
-        match self {
-            Queued::Action(a) => a,
-            Queued::Transmit { conn, first, more } => Action::Transmit {
-                conn,
-                data: more.map_or(first, BytesMut::freeze),
-            },
-        }
-    }
+    /// The bytes a connection has queued, taken from it only when this is polled: every
+    /// command queued on it until then (a wake-up's worth of FINs, say) leaves as one
+    /// transmit, with no copy and, under TLS or compression, one record or chunk. Only ever
+    /// the last entry of the queue: anything queued behind it freezes it into a `Transmit`
+    /// first, so the order of the bytes across connections is the order they were queued in.
+    Pending(ConnId),
 }
 
 /// Something that happened, for the application.
@@ -838,6 +826,7 @@ impl Consumer {
         self.next_poll = None;
         self.next_redistribute = None;
         self.backoff_until = None;
+        self.freeze_back();
         for l in &mut self.lookupds {
             if let Some(p) = l.pending.take() {
                 self.actions
@@ -867,7 +856,16 @@ impl Consumer {
     /// The next thing the driver must do, in order.
     #[must_use]
     pub fn poll_action(&mut self) -> Option<Action> {
-        self.actions.pop_front().map(Queued::into_action)
+        loop {
+            match self.actions.pop_front()? {
+                Queued::Action(a) => return Some(a),
+                Queued::Pending(conn) => {
+                    if let Some(data) = self.take_transmit(conn) {
+                        return Some(Action::Transmit { conn, data });
+                    }
+                }
+            }
+        }
     }
 
     /// The next event for the application.
@@ -920,6 +918,7 @@ impl Consumer {
     }
 
     fn push_action(&mut self, action: Action) {
+        self.freeze_back();
         self.actions.push_back(Queued::Action(action));
     }
 
@@ -971,50 +970,43 @@ impl Consumer {
         });
     }
 
-    /// Moves the connection's queued bytes to the action queue, coalescing with a `Transmit`
-    /// for the same connection at the tail.
+    /// Queues the connection's bytes for sending (see [`Queued::Pending`]).
     fn flush(&mut self, id: ConnId) {
-        let Some(c) = self.slots.get_mut(id).and_then(|s| s.conn.as_mut()) else {
+        let Some(c) = self.slots.get(id).and_then(|s| s.conn.as_ref()) else {
             return;
         };
-        if !c.has_transmit() {
+        if !c.has_transmit() || matches!(self.actions.back(), Some(Queued::Pending(b)) if *b == id)
+        {
             return;
         }
-        if let Some(Queued::Transmit { conn, first, more }) = self.actions.back_mut() {
-            if *conn == id {
-                // Appended in place: an answer per call (FIN after FIN) costs one copy of its
-                // few bytes, no buffer of its own.
-                let buf = more.get_or_insert_with(|| {
-                    let mut b = BytesMut::with_capacity(2 * first.len() + 256);
-                    b.extend_from_slice(first);
-                    b
-                });
-                c.transmit_into(buf);
-                return;
+        self.freeze_back();
+        self.actions.push_back(Queued::Pending(id));
+    }
+
+    /// Turns a `Pending` at the back of the queue into the bytes it stands for, so what is
+    /// queued next goes after them.
+    fn freeze_back(&mut self) {
+        if let Some(&Queued::Pending(conn)) = self.actions.back() {
+            self.actions.pop_back();
+            if let Some(data) = self.take_transmit(conn) {
+                self.actions
+                    .push_back(Queued::Action(Action::Transmit { conn, data }));
             }
         }
-        while let Some(data) = c.poll_transmit() {
-            if data.is_empty() {
-                continue;
-            }
-            if let Some(Queued::Transmit { conn, first, more }) = self.actions.back_mut() {
-                if *conn == id {
-                    // Amortised appends: many answers between two polls stay linear.
-                    let buf = more.get_or_insert_with(|| {
-                        let mut b = BytesMut::with_capacity(2 * (first.len() + data.len()));
-                        b.extend_from_slice(first);
-                        b
-                    });
-                    buf.extend_from_slice(&data);
-                    continue;
-                }
-            }
-            self.actions.push_back(Queued::Transmit {
-                conn: id,
-                first: data,
-                more: None,
-            });
+    }
+
+    /// Everything the connection has to send (`None` if nothing, or if it is gone).
+    fn take_transmit(&mut self, conn: ConnId) -> Option<Bytes> {
+        let c = self.slots.get_mut(conn)?.conn.as_mut()?;
+        let mut data = c.poll_transmit()?;
+        // One call returns everything; keep going in case a layer hands bytes out in parts.
+        while let Some(more) = c.poll_transmit() {
+            let mut joined = BytesMut::with_capacity(data.len() + more.len());
+            joined.extend_from_slice(&data);
+            joined.extend_from_slice(&more);
+            data = joined.freeze();
         }
+        (!data.is_empty()).then_some(data)
     }
 
     /// Drains a connection's events (turning them into consumer actions) and its bytes.
@@ -1111,7 +1103,9 @@ impl Consumer {
 
     /// Forgets a connection: Disconnect action, event, reconnect bookkeeping, RDY rebalance.
     fn drop_slot(&mut self, now: Instant, id: ConnId, reason: &str, unanswered: usize) {
+        // Its last bytes are taken now, while the connection is still here.
         self.flush(id);
+        self.freeze_back();
         let Some(slot) = self.slots.remove(id) else {
             return;
         };
@@ -1395,6 +1389,7 @@ impl Consumer {
             self.next_poll = None;
             return;
         }
+        self.freeze_back();
         for i in 0..self.lookupds.len() {
             if self.lookupds[i].pending.is_some() {
                 continue; // still waiting for the previous round's answer
