@@ -714,7 +714,9 @@ impl Driver {
         if self.outgoing.is_empty() {
             return;
         }
-        let batch = std::mem::take(&mut self.outgoing);
+        // The next batch is likely as large: room for it at once, not by repeated doubling.
+        let room = self.outgoing.len();
+        let batch = std::mem::replace(&mut self.outgoing, Vec::with_capacity(room));
         let unsent = match &self.msg_tx {
             Some(tx) => tx.send(batch).err().map(|e| e.0),
             None => Some(batch),
