@@ -271,24 +271,24 @@ fn read_loop<K, T>(
         let _ = stream.shutdown(Shutdown::Both);
         return;
     }
-    let mut buf = BytesMut::with_capacity(READ_CHUNK);
+    // std's Read wants initialised memory: `buf` is zeroed scratch space, read into at its
+    // front; the bytes read are split off and the rest stays initialised, so each byte of a
+    // chunk is zeroed once, not once per read.
+    let mut buf = BytesMut::zeroed(READ_CHUNK);
     loop {
-        if buf.capacity() - buf.len() < MIN_READ {
+        if buf.len() < MIN_READ {
+            buf.clear();
             buf.reserve(READ_CHUNK);
+            buf.resize(READ_CHUNK, 0);
         }
-        // std's Read wants initialised memory: zero (at most one chunk of) the spare
-        // capacity, read, trim.
-        let start = buf.len();
-        buf.resize(buf.capacity().min(start + READ_CHUNK), 0);
-        let result = stream.read(&mut buf[start..]);
-        buf.truncate(start + *result.as_ref().unwrap_or(&0));
+        let result = stream.read(&mut buf[..]);
         let reason = match result {
             Ok(0) => "EOF".to_owned(),
-            Ok(_) => {
+            Ok(n) => {
                 if tx
                     .send(wrap(NetEvent::Data {
                         key,
-                        data: buf.split(),
+                        data: buf.split_to(n),
                     }))
                     .is_err()
                 {
