@@ -49,6 +49,16 @@
 //! }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! ## Cargo features
+//!
+//! None is on by default, and neither is part of the stable API: what they expose may change
+//! or disappear in any release. They exist for this repository's own tests, benches and fuzzers.
+//!
+//! * `fuzzing`: the hidden `nsq_proto::fuzzing` module, the entry points of the cargo-fuzz
+//!   targets in `fuzz/` and of the corpus-replay tests.
+//! * `test-support`: the hidden `nsq_proto::connection::test_support` module, a scripted fake
+//!   nsqd (the server side of one connection) for tests and benches.
 
 pub mod adapter;
 pub mod command;
@@ -58,6 +68,7 @@ pub mod consumer;
 pub mod driver;
 mod error_code;
 mod frame;
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 mod identify;

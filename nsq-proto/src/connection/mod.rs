@@ -43,6 +43,7 @@ mod config;
 pub(crate) mod deflate;
 mod inflight;
 pub(crate) mod snappy;
+#[cfg(feature = "test-support")]
 #[doc(hidden)]
 pub mod test_support;
 mod tls;

@@ -6,6 +6,7 @@ use crate::frame::{
 };
 use crate::names::{Channel, Topic};
 use bytes::{Bytes, BytesMut};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 /// Reads fuzz input as a stream of small numbers; zeros once exhausted.
@@ -53,7 +54,8 @@ fn frame(kind: u32, data: &[u8]) -> BytesMut {
 /// finishes, requeues with and without backoff, touches; `max_in_flight` changes; lookupd
 /// replies (well-formed and garbage); time jumps; close. After every operation it checks the
 /// flow-control invariants (sum of RDY <= max_in_flight, RDY <= max_rdy_count per
-/// connection) and panics if one is broken.
+/// connection) and that no directly added or connected nsqd was forgotten, and panics if one
+/// is broken.
 pub fn consumer_ops(data: &[u8]) {
     let mut input = Input { data };
     let mut now = crate::fuzzing::virtual_time_origin();
@@ -77,6 +79,7 @@ pub fn consumer_ops(data: &[u8]) {
     let mut requests: Vec<LookupdRequestId> = Vec::new();
     let mut messages: Vec<(ConnId, Message)> = Vec::new();
     let mut next_id: u64 = 0;
+    let mut direct: BTreeSet<String> = BTreeSet::new();
     let mut steps = 0;
     while !input.is_empty() && steps < 4096 {
         steps += 1;
@@ -84,7 +87,10 @@ pub fn consumer_ops(data: &[u8]) {
         let pick = usize::from(input.byte());
         match op {
             0 => {
-                let _ = consumer.add_nsqd(now, &format!("10.0.0.{}:4150", pick % 6));
+                let addr = format!("10.0.0.{}:4150", pick % 6);
+                if consumer.add_nsqd(now, &addr).is_ok() {
+                    direct.insert(addr);
+                }
             }
             1 if !connecting.is_empty() => {
                 let c = connecting.remove(pick % connecting.len());
@@ -215,11 +221,23 @@ pub fn consumer_ops(data: &[u8]) {
                 messages.push((conn, message));
             }
         }
-        check_invariants(&consumer);
+        check_invariants(&consumer, &direct);
     }
 }
 
-fn check_invariants(consumer: &Consumer) {
+fn check_invariants(consumer: &Consumer, direct: &BTreeSet<String>) {
+    // Forgetting discovered nsqd never drops a directly added or a connected one.
+    let held: BTreeSet<&str> = direct
+        .iter()
+        .map(String::as_str)
+        .chain(consumer.connections().map(|(_, addr)| addr))
+        .collect();
+    let known = consumer.stats().known_nsqd;
+    assert!(
+        known >= held.len() && known <= 6,
+        "{known} nsqd known, {} held: {held:?}",
+        held.len()
+    );
     let mut total: u64 = 0;
     for (id, _) in consumer.connections() {
         let rdy = consumer.rdy(id);

@@ -12,7 +12,7 @@ use crate::frame::{Message, MessageId};
 use crate::names::{Channel, Topic};
 use crate::rng::Rng;
 use bytes::{Bytes, BytesMut};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -244,6 +244,11 @@ pub struct ConsumerStats {
     pub backoff_level: u32,
     /// Sum of the RDY counts last sent on ready connections.
     pub total_rdy: u64,
+    /// nsqd addresses the consumer keeps track of, connected or not: every directly added
+    /// address, and each lookupd-discovered address while it is connected (or connecting) or
+    /// still listed by some lookupd's latest successful answer. Discovered addresses that are
+    /// neither are forgotten, so this stays bounded however many nsqd come and go.
+    pub known_nsqd: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -261,6 +266,10 @@ struct Producer {
     /// Sequence number of the last disconnect: only a lookupd answer to a request sent after
     /// it may bring a discovered producer back.
     disconnected_seq: u64,
+    /// Indexes (into `Consumer::lookupds`) of the lookupds whose latest successful answer
+    /// listed this address. A failed query leaves its lookupd's entries as they were, so a
+    /// lookupd being down never makes the consumer forget what it listed.
+    listed_by: BTreeSet<usize>,
 }
 
 #[derive(Debug)]
@@ -345,6 +354,16 @@ struct Lookupd {
 /// REQ; after `multiplier x 2^level` (capped; optionally fully jittered) one random
 /// connection gets RDY 1. The next result decides: a success lowers the level (a new window
 /// if still above 0, full RDY at 0), a failure raises it. Results inside a window are ignored.
+///
+/// # Discovery
+/// Every lookupd is polled each round; the producers they list are unioned and new ones are
+/// connected. Directly added nsqd are reconnected on an exponential schedule; a discovered
+/// nsqd is reconnected only when an answer to a request sent after its connection ended still
+/// lists it. A discovered nsqd is forgotten once it has no connection and no lookupd's latest
+/// *successful* answer lists it: a connected one is kept until its connection ends, and a
+/// lookupd that fails to answer keeps what it last listed, so a lookupd being down never makes
+/// the consumer forget an nsqd. Directly added nsqd are never forgotten.
+/// [`ConsumerStats::known_nsqd`] counts what is kept.
 #[derive(Debug)]
 pub struct Consumer {
     config: ConsumerConfig,
@@ -357,6 +376,10 @@ pub struct Consumer {
     seq: u64,
     slots: Slots<Slot>,
     producers: BTreeMap<String, Producer>,
+    /// Recently forgotten discovered addresses and the sequence number of their last
+    /// disconnect, kept only while a lookupd request sent before that disconnect is pending:
+    /// such a stale answer must not bring the address back (see `Producer::disconnected_seq`).
+    forgotten: BTreeMap<String, u64>,
     lookupds: Vec<Lookupd>,
     next_poll: Option<Instant>,
     rr_offset: usize,
@@ -429,6 +452,7 @@ impl Consumer {
             seq: 0,
             slots: Slots::default(),
             producers: BTreeMap::new(),
+            forgotten: BTreeMap::new(),
             lookupds: Vec::new(),
             next_poll: None,
             rr_offset: 0,
@@ -471,6 +495,7 @@ impl Consumer {
             connections: self.slots.values().filter(|s| s.is_ready()).count(),
             backoff_level: self.backoff_level,
             total_rdy: self.slots.values().map(|s| u64::from(s.rdy())).sum(),
+            known_nsqd: self.producers.len(),
         }
     }
 
@@ -914,6 +939,7 @@ impl Consumer {
             ),
             next_attempt: None,
             disconnected_seq: 0,
+            listed_by: BTreeSet::new(),
         }
     }
 
@@ -1142,6 +1168,7 @@ impl Consumer {
                 }
             }
         }
+        self.prune(Some(&slot.addr));
         self.rebalance(now, false);
     }
 
@@ -1436,6 +1463,7 @@ impl Consumer {
         self.push_action(Action::LookupdClose { request: p.id });
         match result {
             Ok(reply) => {
+                let mut listed = BTreeSet::new();
                 for producer in &reply.producers {
                     let addr = producer.tcp_address();
                     if producer.tcp_port == 0 || !valid_host_port(&addr) {
@@ -1443,7 +1471,17 @@ impl Consumer {
                         continue;
                     }
                     self.discovered(&addr, p.seq);
+                    listed.insert(addr);
                 }
+                // This answer replaces what this lookupd listed before.
+                for (addr, producer) in &mut self.producers {
+                    if listed.contains(addr) {
+                        producer.listed_by.insert(i);
+                    } else {
+                        producer.listed_by.remove(&i);
+                    }
+                }
+                self.prune(None);
             }
             Err(error) => {
                 let addr = self.lookupds[i].addr.to_string();
@@ -1452,6 +1490,60 @@ impl Consumer {
                     .push_back(ConsumerEvent::LookupdFailed { addr, error });
             }
         }
+        // This request is answered: forgotten addresses it predated may be let go.
+        self.expire_forgotten();
+    }
+
+    /// Forgets lookupd-discovered addresses that nothing holds on to any more: no connection
+    /// (live or being set up), no reconnect due, and no lookupd whose latest successful answer
+    /// lists them. Directly added addresses are never forgotten. `only` limits the check to
+    /// one address. Nothing is forgotten while closing (everything goes away then anyway).
+    fn prune(&mut self, only: Option<&str>) {
+        if self.closing {
+            return;
+        }
+        let unheld = |p: &Producer| {
+            p.source == Source::Lookupd
+                && p.conn.is_none()
+                && p.next_attempt.is_none()
+                && p.listed_by.is_empty()
+        };
+        let forgotten = &mut self.forgotten;
+        let mut forget = |addr: &str, p: &Producer| {
+            tracing::debug!(addr, "forgetting an nsqd no lookupd lists any more");
+            forgotten.insert(addr.to_string(), p.disconnected_seq);
+        };
+        match only {
+            Some(addr) => {
+                if let Some(p) = self.producers.get(addr).filter(|p| unheld(p)) {
+                    forget(addr, p);
+                    self.producers.remove(addr);
+                }
+            }
+            None => self.producers.retain(|addr, p| {
+                if unheld(p) {
+                    forget(addr, p);
+                    false
+                } else {
+                    true
+                }
+            }),
+        }
+        self.expire_forgotten();
+    }
+
+    /// Drops the `forgotten` entries no pending lookupd request predates.
+    fn expire_forgotten(&mut self) {
+        if self.forgotten.is_empty() {
+            return;
+        }
+        let oldest = self
+            .lookupds
+            .iter()
+            .filter_map(|l| l.pending.as_ref().map(|p| p.seq))
+            .min();
+        self.forgotten
+            .retain(|_, disconnected| oldest.is_some_and(|o| o < *disconnected));
     }
 
     fn discovered(&mut self, addr: &str, request_seq: u64) {
@@ -1460,6 +1552,14 @@ impl Consumer {
         }
         match self.producers.get(addr) {
             None => {
+                if self
+                    .forgotten
+                    .get(addr)
+                    .is_some_and(|&disconnected| request_seq < disconnected)
+                {
+                    return; // a stale answer about an nsqd that went away since
+                }
+                self.forgotten.remove(addr);
                 let p = self.new_producer(Source::Lookupd);
                 self.producers.insert(addr.to_string(), p);
                 self.connect(addr);

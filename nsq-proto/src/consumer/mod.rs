@@ -57,6 +57,7 @@
 //! ```
 
 mod config;
+#[cfg(feature = "fuzzing")]
 pub(crate) mod fuzz_ops;
 pub mod lookupd;
 mod machine;

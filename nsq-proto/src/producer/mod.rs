@@ -40,6 +40,7 @@
 //! ```
 
 mod config;
+#[cfg(feature = "fuzzing")]
 pub(crate) mod fuzz_ops;
 mod machine;
 
