@@ -102,6 +102,7 @@ mod lookupd;
 mod nsqd;
 mod options;
 pub mod raw;
+pub mod scenarios;
 mod tls;
 mod transport;
 mod util;
