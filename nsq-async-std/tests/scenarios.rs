@@ -8,12 +8,12 @@ mod common;
 mod glue;
 
 use common::{AsyncStd, Join, Runtime, Smol, eventually, timeout};
-use glue::map;
+use glue::{fast_config, map};
 use nsq_async_std::{
     Config, Consumer, ConsumerConfig, ConsumerHandle, Error, Message, Producer, Topic,
 };
-use nsq_test_broker::scenarios::{self as s, WAIT};
-use nsq_test_broker::{Nsqd, NsqdBuilder};
+use nsq_test_broker::Nsqd;
+use nsq_test_broker::scenarios::{self as s, WAIT, start};
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::marker::PhantomData;
@@ -117,20 +117,14 @@ impl<R: Runtime> s::Producer for AsyncProducer<R> {
     fn stats(&self) -> s::ProducerStats {
         glue::producer_stats(&self.p.stats())
     }
-    fn publish_concurrently(
-        &self,
-        topic: &str,
-        tasks: usize,
-        per_task: usize,
-        body: fn(usize, usize) -> String,
-    ) -> s::ClientResult<()> {
+    fn publish_concurrently(&self, load: &s::ConcurrentPublishes) -> s::ClientResult<()> {
         R::block_on(async {
-            let tasks: Vec<_> = (0..tasks)
+            let tasks: Vec<_> = (0..load.tasks)
                 .map(|t| {
-                    let (p, topic) = (self.p.clone(), topic.to_owned());
+                    let (p, load) = (self.p.clone(), load.clone());
                     R::spawn(async move {
-                        for i in 0..per_task {
-                            p.publish(topic.as_str(), body(t, i)).await?;
+                        for i in 0..load.per_task {
+                            p.publish(load.topic.as_str(), (load.body)(t, i)).await?;
                         }
                         Ok(())
                     })
@@ -226,20 +220,8 @@ async fn next(consumer: &mut Consumer, within: Duration) -> Option<Message> {
     timeout(within, consumer.recv()).await.flatten()
 }
 
-fn start(b: NsqdBuilder) -> Nsqd {
-    b.start().expect("starting the test nsqd")
-}
-
-fn fast_config(max_in_flight: u32) -> ConsumerConfig {
-    glue::consumer_config(&s::fast_config(max_in_flight))
-}
-
 fn consumer(nsqd: &Nsqd, topic: &str, config: ConsumerConfig) -> Consumer {
-    Consumer::builder(topic, "ch")
-        .core_config(config)
-        .nsqd(nsqd.tcp_address().to_string())
-        .build()
-        .unwrap()
+    glue::consumer!(Consumer, nsqd, topic, config)
 }
 
 async fn producer(nsqd: &Nsqd) -> Producer {

@@ -6,12 +6,12 @@
 #[path = "../../tests/glue/nsq_proto.rs"]
 mod glue;
 
-use glue::map;
+use glue::{fast_config, map};
 use nsq_blocking::{
     Config, Consumer, ConsumerConfig, ConsumerHandle, Error, Message, Producer, Topic,
 };
-use nsq_test_broker::scenarios::{self as s, WAIT, eventually, run_within as run};
-use nsq_test_broker::{Nsqd, NsqdBuilder, adapter_scenario_tests};
+use nsq_test_broker::scenarios::{self as s, WAIT, eventually, run_within as run, start};
+use nsq_test_broker::{Nsqd, adapter_scenario_tests};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -90,19 +90,13 @@ impl s::Producer for BlockingProducer {
     fn stats(&self) -> s::ProducerStats {
         glue::producer_stats(&self.0.stats())
     }
-    fn publish_concurrently(
-        &self,
-        topic: &str,
-        tasks: usize,
-        per_task: usize,
-        body: fn(usize, usize) -> String,
-    ) -> s::ClientResult<()> {
-        let threads: Vec<_> = (0..tasks)
+    fn publish_concurrently(&self, load: &s::ConcurrentPublishes) -> s::ClientResult<()> {
+        let threads: Vec<_> = (0..load.tasks)
             .map(|t| {
-                let (p, topic) = (self.0.clone(), topic.to_owned());
+                let (p, load) = (self.0.clone(), load.clone());
                 std::thread::spawn(move || {
-                    for i in 0..per_task {
-                        p.publish(topic.as_str(), body(t, i))?;
+                    for i in 0..load.per_task {
+                        p.publish(load.topic.as_str(), (load.body)(t, i))?;
                     }
                     Ok(())
                 })
@@ -165,20 +159,8 @@ fn next(consumer: &mut Consumer, within: Duration) -> Option<Message> {
     consumer.recv_timeout(within).ok()
 }
 
-fn start(b: NsqdBuilder) -> Nsqd {
-    b.start().expect("starting the test nsqd")
-}
-
-fn fast_config(max_in_flight: u32) -> ConsumerConfig {
-    glue::consumer_config(&s::fast_config(max_in_flight))
-}
-
 fn consumer(nsqd: &Nsqd, topic: &str, config: ConsumerConfig) -> Consumer {
-    Consumer::builder(topic, "ch")
-        .core_config(config)
-        .nsqd(nsqd.tcp_address().to_string())
-        .build()
-        .unwrap()
+    glue::consumer!(Consumer, nsqd, topic, config)
 }
 
 fn producer(nsqd: &Nsqd) -> Producer {

@@ -6,12 +6,12 @@
 mod glue;
 
 use glue::map;
-use nsq_test_broker::scenarios::{self as s, WAIT};
+use nsq_test_broker::scenarios::{self as s, WAIT, eventually, start};
 use nsq_test_broker::{Nsqd, adapter_scenario_tests};
 use nsq_tokio::{Consumer, ConsumerHandle, Error, Message, Producer, Topic};
 use std::collections::BTreeSet;
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::runtime::{Handle, Runtime};
 
 // ------------------------------------------------------------------- the shared scenarios
@@ -121,19 +121,13 @@ impl s::Producer for TokioProducer {
     fn stats(&self) -> s::ProducerStats {
         glue::producer_stats(&self.p.stats())
     }
-    fn publish_concurrently(
-        &self,
-        topic: &str,
-        tasks: usize,
-        per_task: usize,
-        body: fn(usize, usize) -> String,
-    ) -> s::ClientResult<()> {
-        let tasks: Vec<_> = (0..tasks)
+    fn publish_concurrently(&self, load: &s::ConcurrentPublishes) -> s::ClientResult<()> {
+        let tasks: Vec<_> = (0..load.tasks)
             .map(|t| {
-                let (p, topic) = (self.p.clone(), topic.to_owned());
+                let (p, load) = (self.p.clone(), load.clone());
                 self.rt.spawn(async move {
-                    for i in 0..per_task {
-                        p.publish(topic.as_str(), body(t, i)).await?;
+                    for i in 0..load.per_task {
+                        p.publish(load.topic.as_str(), (load.body)(t, i)).await?;
                     }
                     Ok(())
                 })
@@ -210,20 +204,6 @@ fn run<F: Future<Output = ()> + Send + 'static>(secs: u64, f: F) {
     });
 }
 
-/// Polls `pred` every 10 ms until it holds or `within` passes.
-async fn eventually(within: Duration, mut pred: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + within;
-    loop {
-        if pred() {
-            return true;
-        }
-        if Instant::now() > end {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 #[test]
 fn handles_are_send_and_sync() {
     fn send_sync<T: Send + Sync>() {}
@@ -240,15 +220,11 @@ fn handles_are_send_and_sync() {
 fn consumer_is_a_stream() {
     use futures_lite::StreamExt;
     run(20, async {
-        let nsqd = Nsqd::builder().start().expect("starting the test nsqd");
+        let nsqd = start(Nsqd::builder());
         for i in 0..20 {
             nsqd.publish("stream", format!("{i}").as_bytes());
         }
-        let c = Consumer::builder("stream", "ch")
-            .core_config(glue::consumer_config(&s::fast_config(5)))
-            .nsqd(nsqd.tcp_address().to_string())
-            .build()
-            .unwrap();
+        let c = glue::consumer!(Consumer, &nsqd, "stream", glue::fast_config(5));
         let handle = c.handle();
         // Stream combinators: each message is finished inside `map`.
         let mut bodies = c.map(|m| {
@@ -269,8 +245,7 @@ fn consumer_is_a_stream() {
         assert!(
             eventually(WAIT, || nsqd
                 .channel("stream", "ch")
-                .is_some_and(|ch| ch.finished == 20 && ch.in_flight == 0))
-            .await,
+                .is_some_and(|ch| ch.finished == 20 && ch.in_flight == 0)),
             "{:?}",
             nsqd.channel("stream", "ch")
         );

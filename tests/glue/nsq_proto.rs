@@ -70,6 +70,24 @@ macro_rules! producer_builder {
 }
 pub(crate) use producer_builder;
 
+/// A consumer of `topic`/`ch` on `nsqd` (a `&Nsqd`) with the `ConsumerConfig`, for an
+/// adapter's own tests: `consumer!(Consumer, &nsqd, "topic", fast_config(1))`.
+macro_rules! consumer {
+    ($consumer:ty, $nsqd:expr, $topic:expr, $config:expr) => {
+        <$consumer>::builder($topic, "ch")
+            .core_config($config)
+            .nsqd($nsqd.tcp_address().to_string())
+            .build()
+            .unwrap()
+    };
+}
+pub(crate) use consumer;
+
+/// [`s::fast_config`] as nsq-proto's `ConsumerConfig`.
+pub(crate) fn fast_config(max_in_flight: u32) -> ConsumerConfig {
+    consumer_config(&s::fast_config(max_in_flight))
+}
+
 /// `result` with its error mapped.
 pub(crate) fn map<T>(result: Result<T, Error>) -> s::ClientResult<T> {
     result.map_err(|e| error(&e))

@@ -295,17 +295,25 @@ pub trait Producer: Send + Sync {
     fn ping(&self) -> ClientResult<()>;
     /// Statistics.
     fn stats(&self) -> ProducerStats;
-    /// `tasks` concurrent tasks (or threads) of this producer's clones, each publishing
-    /// `body(task, i)` for `i` in `0..per_task` one after the other; the first error.
-    fn publish_concurrently(
-        &self,
-        topic: &str,
-        tasks: usize,
-        per_task: usize,
-        body: fn(usize, usize) -> String,
-    ) -> ClientResult<()>;
+    /// Runs `load` on concurrent tasks (or threads) of this producer's clones; the first
+    /// error.
+    fn publish_concurrently(&self, load: &ConcurrentPublishes) -> ClientResult<()>;
     /// Closes (flushing what is outstanding).
     fn close(&self);
+}
+
+/// Publishes from concurrent tasks: each task `t` of `tasks` publishes `body(t, i)` to
+/// `topic` for `i` in `0..per_task`, one after the other.
+#[derive(Clone, Debug)]
+pub struct ConcurrentPublishes {
+    /// The topic.
+    pub topic: String,
+    /// How many tasks.
+    pub tasks: usize,
+    /// How many publishes each.
+    pub per_task: usize,
+    /// The body of publish `i` of task `t`.
+    pub body: fn(usize, usize) -> String,
 }
 
 /// What an adapter provides to run the scenarios.
@@ -457,7 +465,12 @@ pub fn eventually(within: Duration, mut pred: impl FnMut() -> bool) -> bool {
     }
 }
 
-fn start(b: NsqdBuilder) -> Nsqd {
+/// Starts the test nsqd `b` describes.
+///
+/// # Panics
+///
+/// If it does not start.
+pub fn start(b: NsqdBuilder) -> Nsqd {
     b.start().expect("starting the test nsqd")
 }
 
@@ -1032,8 +1045,13 @@ fn idle_connection_is_kept_alive_by_heartbeats(f: &dyn Factory) {
 fn ten_thousand_concurrent_publishes_from_100_tasks(f: &dyn Factory) {
     let nsqd = start(Nsqd::builder());
     let p = producer(f, &nsqd);
-    p.publish_concurrently("many", 100, 100, |t, i| format!("{t}-{i}"))
-        .unwrap();
+    p.publish_concurrently(&ConcurrentPublishes {
+        topic: "many".into(),
+        tasks: 100,
+        per_task: 100,
+        body: |t, i| format!("{t}-{i}"),
+    })
+    .unwrap();
     assert_eq!(p.stats().published, 10_000);
     assert!(eventually(WAIT, || nsqd
         .topic("many")
