@@ -149,6 +149,12 @@ impl<R: Runtime> s::Consumer for AsyncConsumer<R> {
     fn stats(&self) -> s::ConsumerStats {
         glue::consumer_stats(&self.c.stats())
     }
+    fn set_max_in_flight(&self, n: u32) {
+        self.c.set_max_in_flight(n);
+    }
+    fn is_starved(&self) -> bool {
+        self.c.is_starved()
+    }
     fn connect_to_nsqd(&self, addr: &str) -> s::ClientResult<()> {
         map(R::block_on(self.c.connect_to_nsqd(addr)))
     }
@@ -163,8 +169,8 @@ impl<R: Runtime> s::Consumer for AsyncConsumer<R> {
     }
     fn run(self: Box<Self>, concurrency: usize, handler: s::Handler) -> Box<dyn s::Runner> {
         let task = R::spawn(self.c.run(concurrency, move |m: Message| {
-            let result = glue::handle(&handler, m);
-            async move { result }
+            let handler = handler.clone();
+            async move { glue::handle(&handler, m) }
         }));
         Box::new(AsyncRunner::<R> {
             task,
@@ -179,6 +185,9 @@ impl<R: Runtime> s::ConsumerHandle for AsyncHandle<R> {
     }
     fn is_stopping(&self) -> Option<bool> {
         None
+    }
+    fn set_max_in_flight(&self, n: u32) {
+        self.h.set_max_in_flight(n);
     }
 }
 

@@ -119,6 +119,12 @@ impl s::Consumer for BlockingConsumer {
     fn stats(&self) -> s::ConsumerStats {
         glue::consumer_stats(&self.0.stats())
     }
+    fn set_max_in_flight(&self, n: u32) {
+        self.0.set_max_in_flight(n);
+    }
+    fn is_starved(&self) -> bool {
+        self.0.is_starved()
+    }
     fn connect_to_nsqd(&self, addr: &str) -> s::ClientResult<()> {
         map(self.0.connect_to_nsqd(addr))
     }
@@ -143,6 +149,9 @@ impl s::ConsumerHandle for BlockingHandle {
     fn is_stopping(&self) -> Option<bool> {
         Some(self.0.is_stopping())
     }
+    fn set_max_in_flight(&self, n: u32) {
+        self.0.set_max_in_flight(n);
+    }
 }
 
 impl s::Runner for BlockingRunner {
@@ -154,10 +163,6 @@ impl s::Runner for BlockingRunner {
 }
 
 // ------------------------------------------------------------- nsq-blocking's own tests
-
-fn next(consumer: &mut Consumer, within: Duration) -> Option<Message> {
-    consumer.recv_timeout(within).ok()
-}
 
 fn consumer(nsqd: &Nsqd, topic: &str, config: ConsumerConfig) -> Consumer {
     glue::consumer!(Consumer, nsqd, topic, config)
@@ -263,80 +268,6 @@ fn producer_is_shared_across_threads_and_closed_once() {
             }
         });
         p.close();
-    });
-}
-
-#[test]
-fn a_panicking_handler_requeues_with_backoff() {
-    run(30, || {
-        let nsqd = start(Nsqd::builder());
-        nsqd.publish("panic", b"boom once");
-        let c = consumer(
-            &nsqd,
-            "panic",
-            ConsumerConfig {
-                backoff_multiplier: Duration::from_millis(50),
-                default_requeue_delay: Duration::from_millis(10),
-                ..fast_config(1)
-            },
-        );
-        let handle = c.handle();
-        let calls = Arc::new(AtomicU32::new(0));
-        let k = calls.clone();
-        let runner = std::thread::spawn(move || {
-            c.run(1, move |m: Message| {
-                k.fetch_add(1, Ordering::SeqCst);
-                assert!(m.attempts() > 1, "first attempt panics (on purpose)");
-                Ok(())
-            })
-        });
-        assert!(eventually(WAIT, || nsqd
-            .channel("panic", "ch")
-            .is_some_and(|c| c.finished == 1)));
-        let ch = nsqd.channel("panic", "ch").unwrap();
-        assert_eq!(ch.requeued, 1);
-        assert_eq!(calls.load(Ordering::SeqCst), 2);
-        assert!(
-            nsqd.commands().iter().any(|r| r.line == "RDY 0"),
-            "a panic counts as a failure: backoff"
-        );
-        handle.stop();
-        assert_eq!(runner.join().unwrap().unanswered, 0);
-    });
-}
-
-#[test]
-fn max_in_flight_changes_at_runtime_and_starvation_is_reported() {
-    run(30, || {
-        let nsqd = start(Nsqd::builder());
-        nsqd.publish("mif", b"warm-up");
-        let mut c = consumer(&nsqd, "mif", fast_config(2));
-        // The core starts each connection at RDY 1 and raises it after the first message.
-        next(&mut c, WAIT).expect("warm-up message").finish();
-        let nsqd = &nsqd;
-        let rdy = |n: i64| {
-            move || {
-                let clients = nsqd.clients();
-                clients.len() == 1 && clients[0].rdy == n
-            }
-        };
-        assert!(eventually(WAIT, rdy(2)));
-        assert!(!c.is_starved());
-        c.set_max_in_flight(0);
-        assert!(eventually(WAIT, rdy(0)), "max_in_flight 0 pauses");
-        nsqd.publish("mif", b"a");
-        nsqd.publish("mif", b"b");
-        assert!(next(&mut c, Duration::from_millis(200)).is_none());
-        c.handle().set_max_in_flight(2);
-        assert!(eventually(WAIT, rdy(2)));
-        // Both held: 2 in flight of RDY 2, so a batching handler should flush now.
-        let a = next(&mut c, WAIT).unwrap();
-        let b = next(&mut c, WAIT).unwrap();
-        assert!(eventually(WAIT, || c.is_starved()));
-        a.finish();
-        b.finish();
-        assert!(eventually(WAIT, || !c.is_starved()));
-        assert_eq!(c.stop().unanswered, 0);
     });
 }
 

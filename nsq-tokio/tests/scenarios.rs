@@ -156,6 +156,12 @@ impl s::Consumer for TokioConsumer {
     fn stats(&self) -> s::ConsumerStats {
         glue::consumer_stats(&self.c.stats())
     }
+    fn set_max_in_flight(&self, n: u32) {
+        self.c.set_max_in_flight(n);
+    }
+    fn is_starved(&self) -> bool {
+        self.c.is_starved()
+    }
     fn connect_to_nsqd(&self, addr: &str) -> s::ClientResult<()> {
         map(self.rt.block_on(self.c.connect_to_nsqd(addr)))
     }
@@ -170,8 +176,8 @@ impl s::Consumer for TokioConsumer {
     }
     fn run(self: Box<Self>, concurrency: usize, handler: s::Handler) -> Box<dyn s::Runner> {
         let task = self.rt.spawn(self.c.run(concurrency, move |m: Message| {
-            let result = glue::handle(&handler, m);
-            async move { result }
+            let handler = handler.clone();
+            async move { glue::handle(&handler, m) }
         }));
         Box::new(TokioRunner { rt: self.rt, task })
     }
@@ -183,6 +189,9 @@ impl s::ConsumerHandle for TokioHandle {
     }
     fn is_stopping(&self) -> Option<bool> {
         None
+    }
+    fn set_max_in_flight(&self, n: u32) {
+        self.h.set_max_in_flight(n);
     }
 }
 

@@ -149,6 +149,7 @@ pub(crate) fn consumer_config(o: &s::ConsumerOptions) -> ConsumerConfig {
     set(&mut c.max_in_flight, o.max_in_flight);
     set(&mut c.max_attempts, o.max_attempts);
     set(&mut c.backoff_multiplier, o.backoff_multiplier);
+    set(&mut c.default_requeue_delay, o.default_requeue_delay);
     set(
         &mut c.rdy_redistribute_interval,
         o.rdy_redistribute_interval,

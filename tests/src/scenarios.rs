@@ -58,6 +58,8 @@ pub struct ConsumerOptions {
     pub max_attempts: Option<u16>,
     /// Backoff multiplier.
     pub backoff_multiplier: Option<Duration>,
+    /// Requeue delay when the handler names none.
+    pub default_requeue_delay: Option<Duration>,
     /// How often RDY is redistributed.
     pub rdy_redistribute_interval: Option<Duration>,
     /// First reconnect delay.
@@ -263,6 +265,8 @@ pub trait ConsumerHandle: Send + Sync {
     fn stop(&self) -> StopReport;
     /// Whether it is stopping, if the adapter says.
     fn is_stopping(&self) -> Option<bool>;
+    /// Changes max in flight.
+    fn set_max_in_flight(&self, n: u32);
 }
 
 /// A consumer.
@@ -271,6 +275,10 @@ pub trait Consumer: Send {
     fn next(&mut self, within: Duration) -> Option<Box<dyn Message>>;
     /// Statistics.
     fn stats(&self) -> ConsumerStats;
+    /// Changes max in flight.
+    fn set_max_in_flight(&self, n: u32);
+    /// Whether every connection has as many messages in flight as its RDY.
+    fn is_starved(&self) -> bool;
     /// Adds an nsqd.
     fn connect_to_nsqd(&self, addr: &str) -> ClientResult<()>;
     /// A control handle.
@@ -409,6 +417,8 @@ scenario_list! {
     producer_fails_fast_when_no_broker_is_up: 20,
     server_errors_are_typed: 20,
     dropping_the_consumer_stops_it: 20,
+    a_panicking_handler_requeues_with_backoff: 30,
+    max_in_flight_changes_at_runtime_and_starvation_is_reported: 30,
 }
 
 /// Runs the scenario `name` against the factory `make` builds, on a thread of its own with
@@ -1155,6 +1165,78 @@ fn dropping_the_consumer_stops_it(f: &dyn Factory) {
         "{:?}",
         nsqd.channel("dropc", "ch")
     );
+}
+
+fn a_panicking_handler_requeues_with_backoff(f: &dyn Factory) {
+    let nsqd = start(Nsqd::builder());
+    nsqd.publish("panic", b"boom once");
+    let c = consumer(
+        f,
+        &nsqd,
+        "panic",
+        ConsumerOptions {
+            backoff_multiplier: Some(Duration::from_millis(50)),
+            default_requeue_delay: Some(Duration::from_millis(10)),
+            ..fast_config(1)
+        },
+    );
+    let handle = c.handle();
+    let calls = Arc::new(AtomicU32::new(0));
+    let k = calls.clone();
+    let runner = c.run(
+        1,
+        Arc::new(move |m: &dyn Message| {
+            k.fetch_add(1, Ordering::SeqCst);
+            assert!(m.attempts() > 1, "first attempt panics (on purpose)");
+            Ok(())
+        }),
+    );
+    assert!(eventually(WAIT, || nsqd
+        .channel("panic", "ch")
+        .is_some_and(|c| c.finished == 1)));
+    let ch = nsqd.channel("panic", "ch").unwrap();
+    assert_eq!(ch.requeued, 1);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    assert!(
+        nsqd.commands().iter().any(|r| r.line == "RDY 0"),
+        "a panic counts as a failure: backoff"
+    );
+    handle.stop();
+    if let Some(report) = runner.join() {
+        assert_eq!(report.unanswered, 0);
+    }
+}
+
+fn max_in_flight_changes_at_runtime_and_starvation_is_reported(f: &dyn Factory) {
+    let nsqd = start(Nsqd::builder());
+    nsqd.publish("mif", b"warm-up");
+    let mut c = consumer(f, &nsqd, "mif", fast_config(2));
+    // The core starts each connection at RDY 1 and raises it after the first message.
+    c.next(WAIT).expect("warm-up message").finish();
+    let nsqd = &nsqd;
+    let rdy = |n: i64| {
+        move || {
+            let clients = nsqd.clients();
+            clients.len() == 1 && clients[0].rdy == n
+        }
+    };
+    assert!(eventually(WAIT, rdy(2)));
+    assert!(!c.is_starved());
+    c.set_max_in_flight(0);
+    assert!(eventually(WAIT, rdy(0)), "max_in_flight 0 pauses");
+    nsqd.publish("mif", b"a");
+    nsqd.publish("mif", b"b");
+    assert!(c.next(Duration::from_millis(200)).is_none());
+    c.handle().set_max_in_flight(2);
+    assert!(eventually(WAIT, rdy(2)));
+    // Both held: 2 in flight of RDY 2, so a batching handler should flush now.
+    let a = c.next(WAIT).unwrap();
+    let b = c.next(WAIT).unwrap();
+    assert!(eventually(WAIT, || c.is_starved()));
+    a.finish();
+    b.finish();
+    assert!(eventually(WAIT, || !c.is_starved()));
+    assert_eq!(c.stop().unanswered, 0);
 }
 
 #[cfg(test)]
