@@ -110,6 +110,9 @@ impl s::Producer for BlockingProducer {
     fn close(&self) {
         self.0.close();
     }
+    fn clone_producer(&self) -> Box<dyn s::Producer> {
+        Box::new(BlockingProducer(self.0.clone()))
+    }
 }
 
 impl s::Consumer for BlockingConsumer {

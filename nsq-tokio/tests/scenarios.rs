@@ -143,6 +143,12 @@ impl s::Producer for TokioProducer {
     fn close(&self) {
         self.rt.block_on(self.p.close());
     }
+    fn clone_producer(&self) -> Box<dyn s::Producer> {
+        Box::new(TokioProducer {
+            rt: self.rt.clone(),
+            p: self.p.clone(),
+        })
+    }
 }
 
 impl s::Consumer for TokioConsumer {

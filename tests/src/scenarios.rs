@@ -308,6 +308,8 @@ pub trait Producer: Send + Sync {
     fn publish_concurrently(&self, load: &ConcurrentPublishes) -> ClientResult<()>;
     /// Closes (flushing what is outstanding).
     fn close(&self);
+    /// A clone (sharing the connections).
+    fn clone_producer(&self) -> Box<dyn Producer>;
 }
 
 /// Publishes from concurrent tasks: each task `t` of `tasks` publishes `body(t, i)` to
@@ -419,6 +421,7 @@ scenario_list! {
     dropping_the_consumer_stops_it: 20,
     a_panicking_handler_requeues_with_backoff: 30,
     max_in_flight_changes_at_runtime_and_starvation_is_reported: 30,
+    dropping_every_handle_stops_the_consumer: 20,
 }
 
 /// Runs the scenario `name` against the factory `make` builds, on a thread of its own with
@@ -1237,6 +1240,21 @@ fn max_in_flight_changes_at_runtime_and_starvation_is_reported(f: &dyn Factory) 
     b.finish();
     assert!(eventually(WAIT, || !c.is_starved()));
     assert_eq!(c.stop().unanswered, 0);
+}
+
+fn dropping_every_handle_stops_the_consumer(f: &dyn Factory) {
+    let nsqd = start(Nsqd::builder());
+    let c = consumer(f, &nsqd, "dropped", fast_config(1));
+    assert!(eventually(WAIT, || nsqd.clients().len() == 1));
+    drop(c);
+    // The driver closes the connection gracefully (CLS) and ends.
+    assert!(eventually(WAIT, || nsqd.clients().is_empty()));
+    let p = producer(f, &nsqd);
+    let q = p.clone_producer();
+    drop(p);
+    q.publish("dropped", b"still works").unwrap();
+    drop(q);
+    assert!(eventually(WAIT, || nsqd.clients().is_empty()));
 }
 
 #[cfg(test)]
