@@ -95,6 +95,8 @@
 //!   can come seconds late (see [`conformance::external_queue_scan_allowance`]).
 //!
 //! See [`conformance`] for the scenario harness and the `NSQD_TCP_ADDRESS` override.
+//! See [`scenarios`] for the adapter scenarios (written once, run by every adapter's
+//! `tests/scenarios.rs` through [`adapter_scenario_tests!`]).
 
 pub mod conformance;
 mod http;
@@ -102,6 +104,7 @@ mod lookupd;
 mod nsqd;
 mod options;
 pub mod raw;
+pub mod scenarios;
 mod tls;
 mod transport;
 mod util;

@@ -1,0 +1,246 @@
+//! The nsq-proto side of the adapter scenarios (`nsq_test_broker::scenarios`): settings,
+//! errors, statistics and messages, which every adapter shares through nsq-proto, mapped
+//! once. Each adapter's `tests/scenarios.rs` includes this file with
+//! `#[path = "../../tests/glue/nsq_proto.rs"] mod glue;` (the test broker itself must not
+//! depend on nsq-proto, so it is not a module of that crate).
+
+use std::time::Duration;
+
+use nsq_proto::adapter::{AnswerSink, Delivery, Error, HandlerError, StopReport};
+use nsq_proto::consumer::{ConsumerConfig, ConsumerStats};
+use nsq_proto::producer::{ProducerConfig, ProducerStats};
+use nsq_proto::{Compression, Config, ConnectionConfig, TlsConfig};
+use nsq_test_broker::TestPki;
+use nsq_test_broker::scenarios as s;
+
+/// The harness's view of an adapter error.
+pub(crate) fn error(e: &Error) -> s::ClientError {
+    let kind = match e {
+        Error::InvalidName(_) => s::ErrorKind::InvalidName,
+        Error::InvalidInput(_) => s::ErrorKind::InvalidInput,
+        Error::Server(e) => s::ErrorKind::Server(e.code_str().into_owned()),
+        Error::ConnectionLost(_) => s::ErrorKind::ConnectionLost,
+        Error::Timeout => s::ErrorKind::Timeout,
+        Error::NoServerAvailable(_) => s::ErrorKind::NoServerAvailable,
+        Error::Backpressure(_) => s::ErrorKind::Backpressure,
+        Error::Consumer(_) => s::ErrorKind::Consumer,
+        Error::Closed => s::ErrorKind::Closed,
+        Error::NoRuntime => s::ErrorKind::NoRuntime,
+        Error::Config(_) => s::ErrorKind::Config,
+        _ => s::ErrorKind::Other,
+    };
+    s::ClientError {
+        kind,
+        message: e.to_string(),
+    }
+}
+
+/// An adapter's `ConsumerBuilder` (the same API in every adapter) set up as the
+/// `&ConsumerSetup` says: `consumer_builder!(Consumer::builder(topic, channel), setup)`.
+/// Returns early with the error of an invalid go-nsq configuration.
+macro_rules! consumer_builder {
+    ($builder:expr, $setup:expr) => {{
+        let setup: &nsq_test_broker::scenarios::ConsumerSetup = $setup;
+        let mut b = $builder;
+        if let Some(c) = &setup.config {
+            b = b.config(&crate::glue::go_config(c)?);
+        }
+        if let Some(o) = &setup.options {
+            b = b.core_config(crate::glue::consumer_config(o));
+        }
+        if let Some(hook) = setup.on_give_up.clone() {
+            b = b.on_give_up(move |m| hook(m.attempts));
+        }
+        b.nsqds(&setup.nsqd).lookupds(&setup.lookupd)
+    }};
+}
+pub(crate) use consumer_builder;
+
+/// An adapter's `ProducerBuilder` with `nsqd` (`&[String]`), and `core_config` if the
+/// `Option<&ProducerOptions>` is set.
+macro_rules! producer_builder {
+    ($builder:expr, $nsqd:expr, $options:expr) => {{
+        let options: Option<&nsq_test_broker::scenarios::ProducerOptions> = $options;
+        let mut b = $builder.nsqds($nsqd);
+        if let Some(o) = options {
+            b = b.core_config(crate::glue::producer_config(o));
+        }
+        b
+    }};
+}
+pub(crate) use producer_builder;
+
+/// A consumer of `topic`/`ch` on `nsqd` (a `&Nsqd`) with the `ConsumerConfig`, for an
+/// adapter's own tests: `consumer!(Consumer, &nsqd, "topic", fast_config(1))`.
+macro_rules! consumer {
+    ($consumer:ty, $nsqd:expr, $topic:expr, $config:expr) => {
+        <$consumer>::builder($topic, "ch")
+            .core_config($config)
+            .nsqd($nsqd.tcp_address().to_string())
+            .build()
+            .unwrap()
+    };
+}
+pub(crate) use consumer;
+
+/// [`s::fast_config`] as nsq-proto's `ConsumerConfig`.
+pub(crate) fn fast_config(max_in_flight: u32) -> ConsumerConfig {
+    consumer_config(&s::fast_config(max_in_flight))
+}
+
+/// `result` with its error mapped.
+pub(crate) fn map<T>(result: Result<T, Error>) -> s::ClientResult<T> {
+    result.map_err(|e| error(&e))
+}
+
+/// `Config::default()` with the options set (an invalid one is an `ErrorKind::Config`).
+pub(crate) fn go_config(c: &s::GoConfig) -> s::ClientResult<Config> {
+    let mut config = Config::default();
+    for (option, value) in &c.options {
+        map(config.set_str(option, value).map_err(Error::Config))?;
+    }
+    if let Some(n) = c.unchecked_max_attempts {
+        config.max_attempts = n;
+    }
+    if let Some(n) = c.unchecked_deflate_level {
+        config.deflate_level = n;
+    }
+    Ok(config)
+}
+
+/// Whether `Config::set_str` accepts `value` for `option`.
+pub(crate) fn check_option(option: &str, value: &str) -> s::ClientResult<()> {
+    map(Config::default()
+        .set_str(option, value)
+        .map_err(Error::Config))
+}
+
+fn connection(config: &mut ConnectionConfig, c: &s::Connection) {
+    if c.tls {
+        config.tls = Some(TlsConfig::from_client_config(
+            TestPki::global().client_config(),
+        ));
+    }
+    config.compression = match c.compression {
+        s::Compression::None => Compression::None,
+        s::Compression::Snappy => Compression::Snappy,
+        s::Compression::Deflate(level) => Compression::Deflate { level },
+    };
+    if let Some(secret) = &c.auth_secret {
+        config.auth_secret = Some(secret.as_str().into());
+    }
+    if let Some(d) = c.heartbeat_interval {
+        config.heartbeat_interval = d;
+    }
+    if let Some(d) = c.msg_timeout {
+        config.msg_timeout = Some(d);
+    }
+}
+
+fn set<T: Copy>(field: &mut T, value: Option<T>) {
+    if let Some(v) = value {
+        *field = v;
+    }
+}
+
+/// `ConsumerConfig::default()` with the options set.
+pub(crate) fn consumer_config(o: &s::ConsumerOptions) -> ConsumerConfig {
+    let mut c = ConsumerConfig::default();
+    set(&mut c.max_in_flight, o.max_in_flight);
+    set(&mut c.max_attempts, o.max_attempts);
+    set(&mut c.backoff_multiplier, o.backoff_multiplier);
+    set(&mut c.default_requeue_delay, o.default_requeue_delay);
+    set(
+        &mut c.rdy_redistribute_interval,
+        o.rdy_redistribute_interval,
+    );
+    set(&mut c.reconnect_initial_delay, o.reconnect_initial_delay);
+    set(&mut c.reconnect_max_delay, o.reconnect_max_delay);
+    set(&mut c.lookupd_poll_interval, o.lookupd_poll_interval);
+    connection(&mut c.connection, &o.connection);
+    c
+}
+
+/// `ProducerConfig::default()` with the options set.
+pub(crate) fn producer_config(o: &s::ProducerOptions) -> ProducerConfig {
+    let mut c = ProducerConfig::default();
+    set(&mut c.publish_timeout, o.publish_timeout);
+    connection(&mut c.connection, &o.connection);
+    c
+}
+
+pub(crate) fn consumer_stats(st: &ConsumerStats) -> s::ConsumerStats {
+    s::ConsumerStats {
+        gave_up: st.gave_up,
+        connections: st.connections,
+        backoff_level: st.backoff_level,
+        total_rdy: st.total_rdy,
+    }
+}
+
+pub(crate) fn producer_stats(st: &ProducerStats) -> s::ProducerStats {
+    s::ProducerStats {
+        published: st.published,
+        connections_ready: st.connections_ready,
+    }
+}
+
+pub(crate) fn stop_report(r: StopReport) -> s::StopReport {
+    s::StopReport {
+        unanswered: r.unanswered,
+    }
+}
+
+/// The handler's result as the adapter's handlers return it.
+pub(crate) fn handled(result: Result<(), s::HandlerFailure>) -> Result<(), HandlerError> {
+    result.map_err(|f| {
+        let mut e = HandlerError::msg(f.message);
+        if !f.backoff {
+            e = e.without_backoff();
+        }
+        if let Some(d) = f.delay {
+            e = e.with_delay(d);
+        }
+        e
+    })
+}
+
+/// Runs the harness handler on an adapter message.
+pub(crate) fn handle<S: AnswerSink>(
+    handler: &s::Handler,
+    message: Delivery<S>,
+) -> Result<(), HandlerError> {
+    handled(handler(&Msg(message)))
+}
+
+/// Every adapter's message: nsq-proto's `Delivery`.
+pub(crate) struct Msg<S: AnswerSink>(pub(crate) Delivery<S>);
+
+/// The boxed harness message.
+pub(crate) fn message<S: AnswerSink>(m: Delivery<S>) -> Box<dyn s::Message> {
+    Box::new(Msg(m))
+}
+
+impl<S: AnswerSink> s::Message for Msg<S> {
+    fn body(&self) -> &[u8] {
+        self.0.body()
+    }
+    fn attempts(&self) -> u16 {
+        self.0.attempts()
+    }
+    fn timestamp(&self) -> i64 {
+        self.0.timestamp()
+    }
+    fn nsqd_address(&self) -> String {
+        self.0.nsqd_address().to_owned()
+    }
+    fn finish(self: Box<Self>) {
+        self.0.finish();
+    }
+    fn requeue(self: Box<Self>, delay: Option<Duration>) {
+        self.0.requeue(delay);
+    }
+    fn requeue_without_backoff(self: Box<Self>, delay: Option<Duration>) {
+        self.0.requeue_without_backoff(delay);
+    }
+}
