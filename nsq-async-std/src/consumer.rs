@@ -333,7 +333,10 @@ struct MessageReceiver {
 impl Drop for MessageReceiver {
     fn drop(&mut self) {
         if self.rx.receiver_count() == 1 {
-            // The last receiver: nobody will take what is queued.
+            // The last receiver: nobody will take what is queued. Close first, so the driver
+            // cannot queue another message between the drain and the drop (it would then be
+            // dropped unanswered and requeued once more); what is queued is still drained.
+            self.rx.close();
             self.discard();
         }
     }
@@ -635,15 +638,16 @@ impl Logic for ConsumerLogic {
                     None => Some(msg),
                 };
                 if let Some(m) = unsent {
-                    let _ = m
-                        .into_answer(AnswerKind::UNTAKEN)
-                        .apply(&mut self.core, now);
                     if self.msg_tx.is_some() {
                         // Nobody can receive messages any more: stop rather than loop
-                        // redeliveries.
+                        // redeliveries. CLS goes out before the REQ, so nsqd does not hand
+                        // the freed slot to yet another message.
                         tracing::info!("the consumer's message receiver was dropped");
                         self.begin_stop(now);
                     }
+                    let _ = m
+                        .into_answer(AnswerKind::UNTAKEN)
+                        .apply(&mut self.core, now);
                 }
             }
             ConsumerEvent::GaveUp { message, .. } => {

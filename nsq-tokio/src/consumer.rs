@@ -348,6 +348,10 @@ struct MessageReceiver {
 
 impl Drop for MessageReceiver {
     fn drop(&mut self) {
+        // Close first, so the driver cannot queue another batch between the drain and the
+        // drop (its messages would be dropped unanswered and requeued once more); what is
+        // queued is still drained.
+        self.rx.close();
         self.discard();
     }
 }
@@ -636,10 +640,12 @@ impl Driver {
         self.shared.stopping.store(true, Ordering::Release);
         // Dropping the sender wakes a reader blocked in recv(); it then sees `stopping`.
         self.msg_tx = None;
+        // CLS first, then the REQs of what was never handed out: nsqd then does not hand
+        // the freed slots to more messages.
+        self.core.close(now);
         for m in std::mem::take(&mut self.outgoing) {
             self.requeue_now(now, m);
         }
-        self.core.close(now);
     }
 
     fn answer(&mut self, now: Instant, a: Answer) {
@@ -722,13 +728,15 @@ impl Driver {
             None => Some(batch),
         };
         if let Some(batch) = unsent {
-            for m in batch {
-                self.requeue_now(now, m);
-            }
             if self.msg_tx.is_some() {
                 // Nobody can receive messages any more: stop rather than loop redeliveries.
+                // CLS goes out before the REQs, so nsqd does not hand the freed slots to
+                // more messages.
                 tracing::info!("the consumer's message receiver was dropped");
                 self.begin_stop(now);
+            }
+            for m in batch {
+                self.requeue_now(now, m);
             }
             self.drain(now);
         }

@@ -272,3 +272,34 @@ fn consumer_is_a_stream() {
         assert!(end.is_none(), "a message after stop");
     });
 }
+
+/// Dropping the `Consumer` (the only receiver) while a handle lives: what was queued is
+/// requeued once, the driver stops instead of redelivering forever, nothing is lost.
+#[test]
+fn a_dropped_receiver_stops_instead_of_looping() {
+    run(20, async {
+        let nsqd = start(Nsqd::builder());
+        for i in 0..5 {
+            nsqd.publish("droprx", format!("{i}").as_bytes());
+        }
+        let mut c = glue::consumer!(Consumer, &nsqd, "droprx", glue::fast_config(1));
+        let handle = c.handle();
+        tokio::time::timeout(WAIT, c.recv())
+            .await
+            .expect("a message in time")
+            .expect("a message")
+            .finish();
+        // The handle keeps the consumer alive, but nobody can receive its messages any more.
+        drop(c);
+        assert!(
+            eventually(WAIT, || nsqd.clients().is_empty()),
+            "the consumer stops"
+        );
+        let ch = nsqd.channel("droprx", "ch").unwrap();
+        assert_eq!(ch.finished, 1);
+        // At most the message queued when the receiver went and the one that found it gone.
+        assert!(ch.requeued <= 2, "no redelivery loop: {ch:?}");
+        assert_eq!(ch.depth + ch.deferred, 4, "{ch:?}");
+        assert_eq!(handle.stop().await.unanswered, 0);
+    });
+}
