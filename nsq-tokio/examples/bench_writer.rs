@@ -5,7 +5,9 @@
 //! awaiting each reply before the next, until `--runfor` has passed.
 //!
 //! Extra flag (not in the Go tool): `--runtime=current|multi` picks tokio's scheduler
-//! (default `multi`: one worker thread per CPU; `current`: every task on one thread).
+//! (default `current`: every task on one thread, which leaves the other cores to nsqd and
+//! saves the cross-thread wake-ups; `multi`: one worker thread per CPU). The workload is the
+//! same either way: one producer per CPU, each awaiting its MPUB's reply before the next.
 //!
 //! ```text
 //! cargo run --release -p nsq-tokio --example bench_writer -- \
@@ -31,7 +33,7 @@ fn main() {
         let batch_size: usize = flags.number("batch-size", 200)?;
         let workers = cpus();
         // Not a Go flag: tokio's scheduler. `current` runs every task on one thread.
-        let runtime = flags.string("runtime", "multi");
+        let runtime = flags.string("runtime", "current");
         if runtime != "current" && runtime != "multi" {
             return Err(format!(
                 "--runtime must be current or multi, not {runtime:?}"
