@@ -22,7 +22,19 @@ use support::{Flags, bench_line, cpus, fatal, log};
 const PREFIX: &str = "bench_reader";
 
 fn main() {
-    let flags = Flags::parse(&[]).unwrap_or_else(|e| fatal(PREFIX, &e));
+    let flags = Flags::parse(
+        &[
+            "nsqd-tcp-address",
+            "topic",
+            "channel",
+            "size",
+            "rdy",
+            "runfor",
+            "runtime",
+        ],
+        &[],
+    )
+    .unwrap_or_else(|e| fatal(PREFIX, &e));
     let run = || -> Result<(), String> {
         let runfor = flags.duration("runfor", Duration::from_secs(10))?;
         let addr = flags.string("nsqd-tcp-address", "127.0.0.1:4150");

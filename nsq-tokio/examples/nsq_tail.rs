@@ -1,7 +1,8 @@
 //! nsq-tokio's `nsq_tail`: same flags and behaviour as nsq's `nsq_tail` (v1.3.0).
 //!
 //! Consumes one or more topics (an ephemeral channel by default) and writes every message body
-//! to stdout, one per line.
+//! to stdout, one per line. `-n` (alias `--max-messages`) stops after that many messages. Like
+//! the Go tool, an undefined flag is an error (a typo is not silently ignored).
 //!
 //! ```text
 //! cargo run -p nsq-tokio --example nsq_tail -- --nsqd-tcp-address=127.0.0.1:4150 --topic=events -n 10
@@ -23,7 +24,20 @@ const PREFIX: &str = "nsq_tail";
 
 #[tokio::main]
 async fn main() {
-    let flags = Flags::parse(&["version", "print-topic"]).unwrap_or_else(|e| fatal(PREFIX, &e));
+    let flags = Flags::parse(
+        &[
+            "nsqd-tcp-address",
+            "lookupd-http-address",
+            "topic",
+            "channel",
+            "n",
+            "max-messages",
+            "max-in-flight",
+            "consumer-opt",
+        ],
+        &["version", "print-topic"],
+    )
+    .unwrap_or_else(|e| fatal(PREFIX, &e));
     if let Err(e) = run(&flags).await {
         fatal(PREFIX, &e);
     }
@@ -47,7 +61,11 @@ async fn run(flags: &Flags) -> Result<(), String> {
     let nsqd = flags.all("nsqd-tcp-address");
     let lookupd = flags.all("lookupd-http-address");
     let topics = flags.all("topic");
-    let total: u64 = flags.number("n", 0)?;
+    // `-n` is the Go tool's name; `--max-messages` an alias.
+    let total: u64 = match flags.get("n") {
+        Some(_) => flags.number("n", 0)?,
+        None => flags.number("max-messages", 0)?,
+    };
     let mut max_in_flight: u32 = flags.number("max-in-flight", 200)?;
     let print_topic = flags.boolean("print-topic")?;
     if nsqd.is_empty() && lookupd.is_empty() {

@@ -17,7 +17,8 @@ use support::{Flags, fatal};
 
 #[tokio::main]
 async fn main() {
-    let flags = Flags::parse(&[]).unwrap_or_else(|e| fatal("quickstart", &e));
+    let flags = Flags::parse(&["nsqd-tcp-address", "topic", "channel"], &[])
+        .unwrap_or_else(|e| fatal("quickstart", &e));
     if let Err(e) = run(&flags).await {
         fatal("quickstart", &e.to_string());
     }

@@ -18,7 +18,17 @@ const PREFIX: &str = "to_nsq";
 
 #[tokio::main]
 async fn main() {
-    let flags = Flags::parse(&[]).unwrap_or_else(|e| fatal(PREFIX, &e));
+    let flags = Flags::parse(
+        &[
+            "nsqd-tcp-address",
+            "topic",
+            "delimiter",
+            "rate",
+            "producer-opt",
+        ],
+        &[],
+    )
+    .unwrap_or_else(|e| fatal(PREFIX, &e));
     if let Err(e) = run(&flags).await {
         fatal(PREFIX, &e);
     }

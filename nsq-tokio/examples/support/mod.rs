@@ -16,14 +16,16 @@ pub struct Flags {
 }
 
 impl Flags {
-    /// Parses `std::env::args()`. `bools` lists the flags that take no value.
-    pub fn parse(bools: &[&str]) -> Result<Flags, String> {
-        Self::parse_from(std::env::args().skip(1), bools)
+    /// Parses `std::env::args()`. `values` lists the flags that take a value, `bools` those
+    /// that take none; any other flag is refused, like Go's `flag` package does.
+    pub fn parse(values: &[&str], bools: &[&str]) -> Result<Flags, String> {
+        Self::parse_from(std::env::args().skip(1), values, bools)
     }
 
-    /// Parses `args`.
+    /// Parses `args` (see [`Flags::parse`]).
     pub fn parse_from(
         args: impl IntoIterator<Item = String>,
+        values: &[&str],
         bools: &[&str],
     ) -> Result<Flags, String> {
         let mut flags = Flags::default();
@@ -34,6 +36,15 @@ impl Flags {
             };
             if stripped.is_empty() {
                 break;
+            }
+            let name = stripped.split_once('=').map_or(stripped, |(n, _)| n);
+            if !values.contains(&name) && !bools.contains(&name) {
+                let mut defined: Vec<&str> = values.iter().chain(bools).copied().collect();
+                defined.sort_unstable();
+                return Err(format!(
+                    "flag provided but not defined: -{name} (defined: -{})",
+                    defined.join(", -")
+                ));
             }
             let (name, value) = match stripped.split_once('=') {
                 Some((n, v)) => (n.to_owned(), v.to_owned()),
