@@ -76,6 +76,7 @@ mod lookup;
 mod names;
 pub mod producer;
 mod rng;
+mod schedule;
 
 pub use command::{CommandError, Limits, MAGIC_V2};
 pub use config::Config;

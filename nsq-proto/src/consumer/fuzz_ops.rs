@@ -2,52 +2,13 @@
 
 use crate::consumer::{Action, ConnId, Consumer, ConsumerConfig, ConsumerEvent, LookupdRequestId};
 use crate::frame::{
-    FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, Message, MessageId, encode_frame, encode_message_frame,
+    FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, Message, MessageId, encode_message_frame,
 };
+use crate::fuzzing::{Input, frame, identify_reply_with};
 use crate::names::{Channel, Topic};
 use bytes::{Bytes, BytesMut};
 use std::collections::BTreeSet;
 use std::time::Duration;
-
-/// Reads fuzz input as a stream of small numbers; zeros once exhausted.
-struct Input<'a> {
-    data: &'a [u8],
-}
-
-impl Input<'_> {
-    fn byte(&mut self) -> u8 {
-        match self.data.split_first() {
-            Some((&b, rest)) => {
-                self.data = rest;
-                b
-            }
-            None => 0,
-        }
-    }
-
-    fn u16(&mut self) -> u16 {
-        u16::from_be_bytes([self.byte(), self.byte()])
-    }
-
-    fn slice(&mut self, max: usize) -> &[u8] {
-        let n = usize::from(self.byte()).min(max).min(self.data.len());
-        let (head, rest) = self.data.split_at(n);
-        self.data = rest;
-        head
-    }
-
-    fn is_empty(&self) -> bool {
-        self.data.is_empty()
-    }
-}
-
-const IDENTIFY_REPLY: &[u8] = br#"{"max_rdy_count":MAXRDY,"version":"1.3.0","max_msg_timeout":900000,"msg_timeout":60000,"tls_v1":false,"deflate":false,"deflate_level":0,"max_deflate_level":6,"snappy":false,"sample_rate":0,"auth_required":false,"output_buffer_size":16384,"output_buffer_timeout":250}"#;
-
-fn frame(kind: u32, data: &[u8]) -> BytesMut {
-    let mut b = BytesMut::new();
-    encode_frame(&mut b, kind, data);
-    b
-}
 
 /// Drives a [`Consumer`] with an arbitrary sequence of operations decoded from `data`:
 /// connections opening, failing, handshaking, delivering messages, errors and garbage;
@@ -57,7 +18,7 @@ fn frame(kind: u32, data: &[u8]) -> BytesMut {
 /// connection) and that no directly added or connected nsqd was forgotten, and panics if one
 /// is broken.
 pub fn consumer_ops(data: &[u8]) {
-    let mut input = Input { data };
+    let mut input = Input::new(data);
     let mut now = crate::fuzzing::virtual_time_origin();
     let config = ConsumerConfig {
         max_in_flight: u32::from(input.byte() % 12),
@@ -106,8 +67,7 @@ pub fn consumer_ops(data: &[u8]) {
                 let mut bytes = match op {
                     3 => {
                         let max_rdy = [1u32, 2, 5, 2500][usize::from(input.byte() % 4)];
-                        let reply = String::from_utf8_lossy(IDENTIFY_REPLY)
-                            .replace("MAXRDY", &max_rdy.to_string());
+                        let reply = identify_reply_with(max_rdy);
                         frame(FRAME_TYPE_RESPONSE, reply.as_bytes())
                     }
                     4 => frame(FRAME_TYPE_RESPONSE, b"OK"),

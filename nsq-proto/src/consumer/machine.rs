@@ -11,6 +11,7 @@ use crate::error_code::ServerError;
 use crate::frame::{Message, MessageId};
 use crate::names::{Channel, Topic};
 use crate::rng::Rng;
+use crate::schedule::{MAX_DELAY, later, valid_host_port};
 use bytes::{Bytes, BytesMut};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
@@ -401,39 +402,6 @@ pub struct Consumer {
     // outputs
     actions: VecDeque<Queued>,
     events: VecDeque<ConsumerEvent>,
-}
-
-/// Longest delay the consumer schedules; longer configured durations are treated as this.
-const MAX_DELAY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-
-/// `now + d` that cannot overflow, whatever the configuration says.
-fn later(now: Instant, d: Duration) -> Instant {
-    let d = d.min(MAX_DELAY);
-    now.checked_add(d)
-        .or_else(|| now.checked_add(Duration::from_secs(365 * 24 * 3600)))
-        .unwrap_or(now)
-}
-
-fn valid_host_port(addr: &str) -> bool {
-    let Some((host, port)) = addr.rsplit_once(':') else {
-        return false;
-    };
-    let host = match host.strip_prefix('[') {
-        Some(inner) => match inner.strip_suffix(']') {
-            Some(h) => h,
-            None => return false,
-        },
-        // An IPv6 literal must be bracketed to carry a port.
-        None if host.contains(':') => return false,
-        None => host,
-    };
-    !host.is_empty()
-        && !host
-            .bytes()
-            .any(|b| b.is_ascii_whitespace() || matches!(b, b'/' | b'[' | b']' | b'@'))
-        && !port.is_empty()
-        && port.bytes().all(|b| b.is_ascii_digit())
-        && port.parse::<u16>().is_ok_and(|p| p != 0)
 }
 
 impl Consumer {
@@ -1610,35 +1578,6 @@ mod tests {
         ));
         assert!(c.poll_timeout().is_some_and(|t| t > now));
         c.close(now);
-    }
-
-    #[test]
-    fn nsqd_addresses() {
-        for ok in [
-            "127.0.0.1:4150",
-            "nsqd.local:4150",
-            "[::1]:4150",
-            "[fe80::1%eth0]:1",
-        ] {
-            assert!(valid_host_port(ok), "{ok}");
-        }
-        for bad in [
-            "",
-            "nsqd",
-            "nsqd:",
-            ":4150",
-            "::1:4150",
-            "[::1]",
-            "h:0",
-            "h:65536",
-            "h:+1",
-            "h o:1",
-            "http://h:1",
-            "[::1:4150",
-            "u@h:1",
-        ] {
-            assert!(!valid_host_port(bad), "{bad}");
-        }
     }
 
     fn consumer() -> Consumer {

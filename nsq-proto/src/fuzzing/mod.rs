@@ -13,6 +13,57 @@ use crate::identify::{AuthResponse, IdentifyResponse};
 use crate::lookup::{LookupResponse, join_host_port};
 use bytes::BytesMut;
 
+/// Reads fuzz input as a stream of small numbers; zeros once exhausted. Shared by the
+/// operation-sequence targets (`consumer_ops`, `producer_ops`).
+pub(crate) struct Input<'a> {
+    data: &'a [u8],
+}
+
+impl<'a> Input<'a> {
+    pub(crate) fn new(data: &'a [u8]) -> Input<'a> {
+        Input { data }
+    }
+
+    pub(crate) fn byte(&mut self) -> u8 {
+        match self.data.split_first() {
+            Some((&b, rest)) => {
+                self.data = rest;
+                b
+            }
+            None => 0,
+        }
+    }
+
+    pub(crate) fn u16(&mut self) -> u16 {
+        u16::from_be_bytes([self.byte(), self.byte()])
+    }
+
+    pub(crate) fn slice(&mut self, max: usize) -> &[u8] {
+        let n = usize::from(self.byte()).min(max).min(self.data.len());
+        let (head, rest) = self.data.split_at(n);
+        self.data = rest;
+        head
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+}
+
+/// nsqd's IDENTIFY reply (feature negotiation, nothing upgraded) with `max_rdy_count`.
+pub(crate) fn identify_reply_with(max_rdy_count: u32) -> String {
+    format!(
+        r#"{{"max_rdy_count":{max_rdy_count},"version":"1.3.0","max_msg_timeout":900000,"msg_timeout":60000,"tls_v1":false,"deflate":false,"deflate_level":0,"max_deflate_level":6,"snappy":false,"sample_rate":0,"auth_required":false,"output_buffer_size":16384,"output_buffer_timeout":250}}"#
+    )
+}
+
+/// One frame as nsqd writes it.
+pub(crate) fn frame(kind: u32, data: &[u8]) -> BytesMut {
+    let mut b = BytesMut::new();
+    encode_frame(&mut b, kind, data);
+    b
+}
+
 /// How a decode run ended: the frames it produced, then either the error that stopped it or
 /// the number of bytes left waiting for more input.
 #[derive(Debug, PartialEq, Eq)]

@@ -1,52 +1,13 @@
 //! The `producer_ops` fuzz entry point, re-exported from [`crate::fuzzing`]. Not a stable API.
 
 use crate::consumer::{Action, ConnId};
-use crate::frame::{FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, Message, MessageId, encode_frame};
+use crate::frame::{FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, Message, MessageId};
+use crate::fuzzing::{Input, frame, identify_reply_with};
 use crate::names::Topic;
 use crate::producer::{Producer, ProducerConfig, ProducerEvent, Routing};
 use bytes::{Bytes, BytesMut};
 use std::collections::BTreeMap;
 use std::time::Duration;
-
-/// Reads fuzz input as a stream of small numbers; zeros once exhausted.
-struct Input<'a> {
-    data: &'a [u8],
-}
-
-impl Input<'_> {
-    fn byte(&mut self) -> u8 {
-        match self.data.split_first() {
-            Some((&b, rest)) => {
-                self.data = rest;
-                b
-            }
-            None => 0,
-        }
-    }
-
-    fn u16(&mut self) -> u16 {
-        u16::from_be_bytes([self.byte(), self.byte()])
-    }
-
-    fn slice(&mut self, max: usize) -> &[u8] {
-        let n = usize::from(self.byte()).min(max).min(self.data.len());
-        let (head, rest) = self.data.split_at(n);
-        self.data = rest;
-        head
-    }
-
-    fn is_empty(&self) -> bool {
-        self.data.is_empty()
-    }
-}
-
-const IDENTIFY_REPLY: &[u8] = br#"{"max_rdy_count":2500,"version":"1.3.0","max_msg_timeout":900000,"msg_timeout":60000,"tls_v1":false,"deflate":false,"deflate_level":0,"max_deflate_level":6,"snappy":false,"sample_rate":0,"auth_required":false,"output_buffer_size":16384,"output_buffer_timeout":250}"#;
-
-fn frame(kind: u32, data: &[u8]) -> BytesMut {
-    let mut b = BytesMut::new();
-    encode_frame(&mut b, kind, data);
-    b
-}
 
 /// What a `producer_ops` run reached, so corpus replay tests can check their seeds exercise
 /// something.
@@ -131,7 +92,7 @@ pub fn producer_ops(data: &[u8]) {
 
 /// [`producer_ops`], returning what the run reached.
 pub fn producer_ops_summary(data: &[u8]) -> OpsSummary {
-    let mut input = Input { data };
+    let mut input = Input::new(data);
     let mut now = crate::fuzzing::virtual_time_origin();
     let flags = input.byte();
     let config = ProducerConfig {
@@ -174,7 +135,7 @@ pub fn producer_ops_summary(data: &[u8]) -> OpsSummary {
             3..=6 if !book.conns.is_empty() => {
                 let c = book.conns[pick % book.conns.len()];
                 let mut bytes = match op {
-                    3 => frame(FRAME_TYPE_RESPONSE, IDENTIFY_REPLY),
+                    3 => frame(FRAME_TYPE_RESPONSE, identify_reply_with(2500).as_bytes()),
                     4 => {
                         let mut b = BytesMut::new();
                         for _ in 0..=(input.byte() % 8) {

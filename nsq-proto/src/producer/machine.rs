@@ -11,6 +11,7 @@ use crate::consumer::{Action, ConnId};
 use crate::error_code::ServerError;
 use crate::names::Topic;
 use crate::rng::Rng;
+use crate::schedule::{later, valid_host_port};
 use bytes::{Bytes, BytesMut};
 use std::collections::VecDeque;
 use std::fmt;
@@ -384,36 +385,6 @@ pub struct Producer {
     // outputs
     actions: VecDeque<Queued>,
     events: VecDeque<ProducerEvent>,
-}
-
-/// Longest delay the producer schedules; longer configured durations are treated as this.
-const MAX_DELAY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-
-/// `now + d` that cannot overflow, whatever the configuration says.
-fn later(now: Instant, d: Duration) -> Instant {
-    now.checked_add(d.min(MAX_DELAY))
-        .or_else(|| now.checked_add(Duration::from_secs(365 * 24 * 3600)))
-        .unwrap_or(now)
-}
-
-fn valid_host_port(addr: &str) -> bool {
-    let Some((host, port)) = addr.rsplit_once(':') else {
-        return false;
-    };
-    let host = match host.strip_prefix('[') {
-        Some(inner) => match inner.strip_suffix(']') {
-            Some(h) => h,
-            None => return false,
-        },
-        None if host.contains(':') => return false,
-        None => host,
-    };
-    !host.is_empty()
-        && !host
-            .bytes()
-            .any(|b| b.is_ascii_whitespace() || matches!(b, b'/' | b'[' | b']' | b'@'))
-        && port.bytes().all(|b| b.is_ascii_digit())
-        && port.parse::<u16>().is_ok_and(|p| p != 0)
 }
 
 impl Producer {
@@ -1342,24 +1313,6 @@ impl Producer {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn addresses() {
-        for ok in ["127.0.0.1:4150", "nsqd.local:4150", "[::1]:4150"] {
-            assert!(valid_host_port(ok), "{ok}");
-        }
-        for bad in [
-            "",
-            "nsqd",
-            ":4150",
-            "::1:4150",
-            "h:0",
-            "h o:1",
-            "http://h:1",
-        ] {
-            assert!(!valid_host_port(bad), "{bad}");
-        }
-    }
 
     #[test]
     fn display() {
