@@ -13,8 +13,10 @@
 //! 3. re-arms its one timer at [`Driven::poll_timeout`] and calls [`Driven::handle_timeout`]
 //!    when it fires;
 //!
-//! after every input and every command, and feeds socket reads to [`Driven::handle_input`] and
-//! EOF / read errors to [`Driven::handle_eof`].
+//! after every input and every command (or once after a batch of them handled together: the
+//! state machines queue their outputs, and the answers of one wake-up then leave as one
+//! `Transmit` per connection), and feeds socket reads to [`Driven::handle_input`] and EOF /
+//! read errors to [`Driven::handle_eof`].
 //!
 //! ```
 //! use nsq_proto::driver::{Action, Driven};
