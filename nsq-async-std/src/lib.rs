@@ -120,3 +120,31 @@ pub use nsq_proto::consumer::{ConsumerConfig, ConsumerStats};
 pub use nsq_proto::producer::{ProducerConfig, ProducerStats, Routing};
 pub use nsq_proto::{Channel, Compression, Config, ConnectionConfig, MessageId, TlsConfig, Topic};
 pub use producer::{Producer, ProducerBuilder};
+
+/// The async-std adapter's marker for the builders shared by every adapter
+/// ([`ConsumerBuilder`] and [`ProducerBuilder`] are [`nsq_proto::adapter::ConsumerBuilder`] /
+/// [`nsq_proto::adapter::ProducerBuilder`] of `AsyncStd`): reads TLS files and the OS hostname
+/// with `std`, and starts each driver on its own thread (this adapter's runtime).
+#[derive(Debug)]
+pub enum AsyncStd {}
+
+impl nsq_proto::adapter::Runtime for AsyncStd {
+    type Consumer = Consumer;
+    type Producer = Producer;
+
+    fn os_hostname() -> Option<String> {
+        driver::os_hostname()
+    }
+
+    fn read_file(path: std::path::PathBuf) -> std::io::Result<Vec<u8>> {
+        std::fs::read(path)
+    }
+
+    fn start_consumer(setup: nsq_proto::adapter::ConsumerSetup) -> Result<Consumer, Error> {
+        consumer::start(setup)
+    }
+
+    fn start_producer(setup: nsq_proto::adapter::ProducerSetup) -> Result<Producer, Error> {
+        producer::start(setup)
+    }
+}

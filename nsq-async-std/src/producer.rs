@@ -1,12 +1,13 @@
 //! The [`Producer`]: a driver thread around [`nsq_proto::Producer`].
 
+use crate::AsyncStd;
 use crate::driver::{self, Logic, Net};
 use bytes::Bytes;
 use nsq_proto::Config;
 use nsq_proto::adapter::{
     Error, IntoTopic, ProducerSetup, PublishRequest, Replies, log_producer_event,
 };
-use nsq_proto::producer::{ProducerConfig, ProducerEvent, ProducerStats};
+use nsq_proto::producer::{ProducerEvent, ProducerStats};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -53,85 +54,39 @@ impl fmt::Debug for Producer {
     }
 }
 
-/// Builds a [`Producer`] with several nsqd addresses.
-#[derive(Debug, Default)]
-pub struct ProducerBuilder {
-    setup: ProducerSetup,
-}
+/// Builds a [`Producer`] with several nsqd addresses (made by [`Producer::builder`]).
+/// `build` starts the driver thread; it works from any thread, inside or outside an async
+/// runtime.
+pub type ProducerBuilder = nsq_proto::adapter::ProducerBuilder<AsyncStd>;
 
-impl ProducerBuilder {
-    /// The configuration, with go-nsq's option names and defaults ([`Config`]). TLS files it
-    /// names are read here (and the OS hostname fills `hostname` when unset); errors are
-    /// reported by [`build`](Self::build).
-    pub fn config(mut self, config: &Config) -> Self {
-        self.setup
-            .config(config, driver::os_hostname(), std::fs::read);
-        self
-    }
-
-    /// The core's own configuration struct ([`ProducerConfig`]), for settings [`Config`] does
-    /// not expose.
-    pub fn core_config(mut self, config: ProducerConfig) -> Self {
-        self.setup.config = Ok(config);
-        self
-    }
-
-    /// How long one socket write may take before the connection is dropped (default 1 s, like
-    /// go-nsq's `write_timeout`).
-    pub fn write_timeout(mut self, timeout: Duration) -> Self {
-        self.setup.write_timeout = timeout;
-        self
-    }
-
-    /// An nsqd TCP address (`host:port`); the order of addition is the failover order.
-    pub fn nsqd(mut self, addr: impl Into<String>) -> Self {
-        self.setup.nsqd.push(addr.into());
-        self
-    }
-
-    /// Several nsqd TCP addresses.
-    pub fn nsqds<I, S>(mut self, addrs: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.setup.nsqd.extend(addrs.into_iter().map(Into::into));
-        self
-    }
-
-    /// Seed of the core's RNG (reconnect jitter); random by default.
-    pub fn seed(mut self, seed: u64) -> Self {
-        self.setup.seed = Some(seed);
-        self
-    }
-
-    /// Validates the configuration and addresses and starts the driver thread (connecting in
-    /// the background). Works from any thread, inside or outside an async runtime.
-    pub fn build(self) -> Result<Producer, Error> {
-        let start = self.setup.start(Instant::now(), driver::random_seed)?;
-        let inbox = driver::Inbox::new();
-        let stats = Arc::new(Mutex::new(start.core.stats()));
-        let logic = ProducerLogic {
-            core: start.core,
-            replies: Replies::default(),
-            close_waiters: Vec::new(),
-            stats: stats.clone(),
-            results: Vec::new(),
-            closed: false,
-        };
-        let net = Net::new(start.dial_timeout, start.write_timeout);
-        // The driver thread is this adapter's runtime.
-        driver::spawn("nsq-producer", logic, inbox.clone(), net).map_err(|_| Error::NoRuntime)?;
-        Ok(Producer {
-            inner: Arc::new(Inner { inbox, stats }),
-        })
-    }
+/// Validates `setup` and starts the driver thread (connecting in the background;
+/// [`ProducerBuilder::build`]).
+pub(crate) fn start(setup: ProducerSetup) -> Result<Producer, Error> {
+    let start = setup.start(Instant::now(), driver::random_seed)?;
+    let inbox = driver::Inbox::new();
+    let stats = Arc::new(Mutex::new(start.core.stats()));
+    let logic = ProducerLogic {
+        core: start.core,
+        replies: Replies::default(),
+        close_waiters: Vec::new(),
+        stats: stats.clone(),
+        results: Vec::new(),
+        closed: false,
+    };
+    let net = Net::new(start.dial_timeout, start.write_timeout);
+    // The driver thread is this adapter's runtime.
+    driver::spawn("nsq-producer", logic, inbox.clone(), net).map_err(|_| Error::NoRuntime)?;
+    Ok(Producer {
+        inner: Arc::new(Inner { inbox, stats }),
+    })
 }
 
 impl Producer {
-    /// A builder (several nsqd addresses, configuration).
+    /// A builder (several nsqd addresses, configuration). Its
+    /// [`build`](ProducerBuilder::build) starts the driver thread (this adapter's runtime);
+    /// it works from any thread, inside or outside an async runtime.
     pub fn builder() -> ProducerBuilder {
-        ProducerBuilder::default()
+        ProducerBuilder::new()
     }
 
     /// Connects to one nsqd and waits until the connection is ready (or fails like a publish

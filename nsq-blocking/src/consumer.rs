@@ -1,5 +1,6 @@
 //! The blocking [`Consumer`]: a driver thread around [`nsq_proto::Consumer`].
 
+use crate::Blocking;
 use crate::driver::{BATCH, Input, Io};
 use crate::net;
 use bytes::Bytes;
@@ -8,9 +9,7 @@ use nsq_proto::adapter::{
     self, Answer, AnswerKind, AnswerSink, ConsumerSetup, Delivery, Error, GiveUpHook, HandlerError,
     IntoChannel, IntoTopic, Origin, StopReport,
 };
-use nsq_proto::consumer::{
-    Action, ConnId, ConsumerConfig, ConsumerError, ConsumerEvent, ConsumerStats,
-};
+use nsq_proto::consumer::{Action, ConnId, ConsumerError, ConsumerEvent, ConsumerStats};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -145,142 +144,56 @@ pub type Message = Delivery<AnswerChannel>;
 
 // ---------------------------------------------------------------------------------- builder
 
-/// Builds a [`Consumer`]: topic, channel, configuration, addresses.
-#[derive(Debug)]
-pub struct ConsumerBuilder {
-    setup: ConsumerSetup,
-}
+/// Builds a [`Consumer`]: topic, channel, configuration, addresses (made by
+/// [`Consumer::builder`]). `build` starts the driver thread.
+pub type ConsumerBuilder = nsq_proto::adapter::ConsumerBuilder<Blocking>;
 
-impl ConsumerBuilder {
-    /// The configuration, with go-nsq's option names and defaults ([`Config`]). TLS files it
-    /// names are read here; errors are reported by [`build`](Self::build). The OS hostname is
-    /// sent in IDENTIFY unless `hostname` is set.
-    pub fn config(mut self, config: &Config) -> Self {
-        self.setup.config(config, net::os_hostname(), std::fs::read);
-        self
-    }
-
-    /// The core's own configuration struct ([`ConsumerConfig`]), for settings [`Config`] does
-    /// not expose.
-    pub fn core_config(mut self, config: ConsumerConfig) -> Self {
-        self.setup.config = Ok(config);
-        self
-    }
-
-    /// Shorthand for `config.max_in_flight`.
-    pub fn max_in_flight(mut self, n: u32) -> Self {
-        self.setup.max_in_flight = Some(n);
-        self
-    }
-
-    /// Called (on the driver thread, so keep it short) for each message delivered more than
-    /// `max_attempts` times; the message has already been finished.
-    pub fn on_give_up(
-        mut self,
-        hook: impl Fn(&nsq_proto::Message) + Send + Sync + 'static,
-    ) -> Self {
-        self.setup.give_up = Some(Arc::new(hook));
-        self
-    }
-
-    /// An nsqd TCP address (`host:port`) to connect to directly.
-    pub fn nsqd(mut self, addr: impl Into<String>) -> Self {
-        self.setup.nsqd.push(addr.into());
-        self
-    }
-
-    /// An nsqlookupd HTTP address (`host:port` or `http://host:port`) to discover nsqd with.
-    pub fn lookupd(mut self, addr: impl Into<String>) -> Self {
-        self.setup.lookupd.push(addr.into());
-        self
-    }
-
-    /// Several nsqd TCP addresses.
-    pub fn nsqds<I, S>(mut self, addrs: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.setup.nsqd.extend(addrs.into_iter().map(Into::into));
-        self
-    }
-
-    /// Several nsqlookupd HTTP addresses.
-    pub fn lookupds<I, S>(mut self, addrs: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.setup.lookupd.extend(addrs.into_iter().map(Into::into));
-        self
-    }
-
-    /// Seed of the core's RNG (jitter, random choices); random by default.
-    pub fn seed(mut self, seed: u64) -> Self {
-        self.setup.seed = Some(seed);
-        self
-    }
-
-    /// How long a TCP connect may take (default 1 s, like go-nsq's `dial_timeout`).
-    pub fn dial_timeout(mut self, timeout: Duration) -> Self {
-        self.setup.dial_timeout = timeout;
-        self
-    }
-
-    /// How long one socket write may take before the connection is dropped (default 1 s, like
-    /// go-nsq's `write_timeout`).
-    pub fn write_timeout(mut self, timeout: Duration) -> Self {
-        self.setup.write_timeout = timeout;
-        self
-    }
-
-    /// Validates everything and starts the driver thread.
-    pub fn build(self) -> Result<Consumer, Error> {
-        let span = if let (Ok(t), Ok(c)) = (&self.setup.topic, &self.setup.channel) {
-            tracing::info_span!("nsq_consumer", topic = %t, channel = %c)
-        } else {
-            tracing::info_span!("nsq_consumer")
-        };
-        let start = self.setup.start(Instant::now(), net::random_seed)?;
-        let core = start.core;
-        let lookupd_timeout = core.config().lookupd_timeout;
-        let (tx, rx) = mpsc::channel();
-        let (msg_tx, msg_rx) = mpsc::channel();
-        let shared = Arc::new(Shared {
-            tx: tx.clone(),
-            stopping: AtomicBool::new(false),
-            starved: AtomicBool::new(false),
-            stats: Mutex::new(ConsumerStats::default()),
-            report: Mutex::new(None),
-            stopped: Condvar::new(),
-            driver: Mutex::new(None),
-        });
-        let driver = Driver {
-            core,
-            io: Io::new(tx, start.dial_timeout, start.write_timeout, lookupd_timeout),
-            shared: shared.clone(),
-            msg_tx: Some(msg_tx),
-            origins: BTreeMap::new(),
-            give_up: start.give_up,
-            report: None,
-        };
-        let handle = std::thread::Builder::new()
-            .name("nsqb-consumer".into())
-            .spawn(move || {
-                let _enter = span.enter();
-                let _guard = StoppedGuard(driver.shared.clone());
-                driver.run(&rx);
-            })
-            .map_err(|e| Error::InvalidInput(format!("could not start the driver thread: {e}")))?;
-        *shared.driver.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
-        let handle = ConsumerHandle {
-            guard: Arc::new(HandleGuard(shared)),
-        };
-        Ok(Consumer {
-            receiver: Some(msg_rx),
-            handle,
+/// Validates `setup` and starts the driver thread ([`ConsumerBuilder::build`]).
+pub(crate) fn start(setup: ConsumerSetup) -> Result<Consumer, Error> {
+    let span = if let (Ok(t), Ok(c)) = (&setup.topic, &setup.channel) {
+        tracing::info_span!("nsq_consumer", topic = %t, channel = %c)
+    } else {
+        tracing::info_span!("nsq_consumer")
+    };
+    let start = setup.start(Instant::now(), net::random_seed)?;
+    let core = start.core;
+    let lookupd_timeout = core.config().lookupd_timeout;
+    let (tx, rx) = mpsc::channel();
+    let (msg_tx, msg_rx) = mpsc::channel();
+    let shared = Arc::new(Shared {
+        tx: tx.clone(),
+        stopping: AtomicBool::new(false),
+        starved: AtomicBool::new(false),
+        stats: Mutex::new(ConsumerStats::default()),
+        report: Mutex::new(None),
+        stopped: Condvar::new(),
+        driver: Mutex::new(None),
+    });
+    let driver = Driver {
+        core,
+        io: Io::new(tx, start.dial_timeout, start.write_timeout, lookupd_timeout),
+        shared: shared.clone(),
+        msg_tx: Some(msg_tx),
+        origins: BTreeMap::new(),
+        give_up: start.give_up,
+        report: None,
+    };
+    let handle = std::thread::Builder::new()
+        .name("nsqb-consumer".into())
+        .spawn(move || {
+            let _enter = span.enter();
+            let _guard = StoppedGuard(driver.shared.clone());
+            driver.run(&rx);
         })
-    }
+        .map_err(|e| Error::InvalidInput(format!("could not start the driver thread: {e}")))?;
+    *shared.driver.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
+    let handle = ConsumerHandle {
+        guard: Arc::new(HandleGuard(shared)),
+    };
+    Ok(Consumer {
+        receiver: Some(msg_rx),
+        handle,
+    })
 }
 
 // ---------------------------------------------------------------------------------- handles
@@ -440,11 +353,10 @@ fn next_message(
 }
 
 impl Consumer {
-    /// A builder for a consumer of `topic`/`channel` (names validated at `build`).
+    /// A builder for a consumer of `topic`/`channel` (names validated at `build`). Its
+    /// [`build`](ConsumerBuilder::build) starts the driver thread; it works from any thread.
     pub fn builder(topic: impl IntoTopic, channel: impl IntoChannel) -> ConsumerBuilder {
-        ConsumerBuilder {
-            setup: ConsumerSetup::new(topic, channel),
-        }
+        ConsumerBuilder::new(topic, channel)
     }
 
     /// A consumer with `config`, not yet connected anywhere: add servers with

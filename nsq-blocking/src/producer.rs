@@ -1,5 +1,6 @@
 //! The blocking [`Producer`]: a driver thread around [`nsq_proto::Producer`].
 
+use crate::Blocking;
 use crate::driver::{BATCH, Input, Io};
 use crate::net;
 use bytes::Bytes;
@@ -7,7 +8,7 @@ use nsq_proto::Config;
 use nsq_proto::adapter::{
     Error, IntoTopic, ProducerSetup, PublishRequest, Replies, log_producer_event,
 };
-use nsq_proto::producer::{ProducerConfig, ProducerEvent, ProducerStats};
+use nsq_proto::producer::{ProducerEvent, ProducerStats};
 use std::fmt;
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
@@ -113,106 +114,59 @@ impl fmt::Debug for Producer {
     }
 }
 
-/// Builds a [`Producer`] with several nsqd addresses.
-#[derive(Debug, Default)]
-pub struct ProducerBuilder {
-    setup: ProducerSetup,
-}
+/// Builds a [`Producer`] with several nsqd addresses (made by [`Producer::builder`]).
+/// `build` starts the driver thread.
+pub type ProducerBuilder = nsq_proto::adapter::ProducerBuilder<Blocking>;
 
-impl ProducerBuilder {
-    /// The configuration, with go-nsq's option names and defaults ([`Config`]). TLS files it
-    /// names are read here; errors are reported by [`build`](Self::build).
-    /// The OS hostname is sent in IDENTIFY unless `hostname` is set.
-    pub fn config(mut self, config: &Config) -> Self {
-        self.setup.config(config, net::os_hostname(), std::fs::read);
-        self
-    }
-
-    /// The core's own configuration struct ([`ProducerConfig`]), for settings [`Config`] does
-    /// not expose.
-    pub fn core_config(mut self, config: ProducerConfig) -> Self {
-        self.setup.config = Ok(config);
-        self
-    }
-
-    /// How long one socket write may take before the connection is dropped (default 1 s, like
-    /// go-nsq's `write_timeout`).
-    pub fn write_timeout(mut self, timeout: Duration) -> Self {
-        self.setup.write_timeout = timeout;
-        self
-    }
-
-    /// An nsqd TCP address (`host:port`); the order of addition is the failover order.
-    pub fn nsqd(mut self, addr: impl Into<String>) -> Self {
-        self.setup.nsqd.push(addr.into());
-        self
-    }
-
-    /// Several nsqd TCP addresses.
-    pub fn nsqds<I, S>(mut self, addrs: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.setup.nsqd.extend(addrs.into_iter().map(Into::into));
-        self
-    }
-
-    /// Seed of the core's RNG (reconnect jitter); random by default.
-    pub fn seed(mut self, seed: u64) -> Self {
-        self.setup.seed = Some(seed);
-        self
-    }
-
-    /// Validates the configuration and addresses and starts the driver thread (connecting in
-    /// the background).
-    pub fn build(self) -> Result<Producer, Error> {
-        let start = self.setup.start(Instant::now(), net::random_seed)?;
-        let core = start.core;
-        let (tx, rx) = mpsc::channel();
-        let stats = Arc::new(Mutex::new(core.stats()));
-        // The core enforces its own connect timeout; `start.dial_timeout` only bounds the
-        // socket's. A producer never queries lookupd.
-        let io = Io::new(
-            tx.clone(),
-            start.dial_timeout,
-            start.write_timeout,
-            Duration::from_secs(5),
-        );
-        let driver = Driver {
-            core,
-            io,
-            replies: Replies::default(),
-            stats: stats.clone(),
-            results: Vec::new(),
-            closed: false,
-        };
-        let span = tracing::info_span!("nsq_producer");
-        let done = Arc::new(Done::default());
-        let thread_done = done.clone();
-        let handle = std::thread::Builder::new()
-            .name("nsqb-producer".into())
-            .spawn(move || {
-                let _done = DoneGuard(thread_done);
-                let _enter = span.enter();
-                driver.run(&rx);
-            })
-            .map_err(|e| Error::InvalidInput(format!("could not start the driver thread: {e}")))?;
-        Ok(Producer {
-            inner: Arc::new(Inner {
-                tx,
-                stats,
-                driver: Mutex::new(Some(handle)),
-                done,
-            }),
+/// Validates `setup` and starts the driver thread (connecting in the background;
+/// [`ProducerBuilder::build`]).
+pub(crate) fn start(setup: ProducerSetup) -> Result<Producer, Error> {
+    let start = setup.start(Instant::now(), net::random_seed)?;
+    let core = start.core;
+    let (tx, rx) = mpsc::channel();
+    let stats = Arc::new(Mutex::new(core.stats()));
+    // The core enforces its own connect timeout; `start.dial_timeout` only bounds the
+    // socket's. A producer never queries lookupd.
+    let io = Io::new(
+        tx.clone(),
+        start.dial_timeout,
+        start.write_timeout,
+        Duration::from_secs(5),
+    );
+    let driver = Driver {
+        core,
+        io,
+        replies: Replies::default(),
+        stats: stats.clone(),
+        results: Vec::new(),
+        closed: false,
+    };
+    let span = tracing::info_span!("nsq_producer");
+    let done = Arc::new(Done::default());
+    let thread_done = done.clone();
+    let handle = std::thread::Builder::new()
+        .name("nsqb-producer".into())
+        .spawn(move || {
+            let _done = DoneGuard(thread_done);
+            let _enter = span.enter();
+            driver.run(&rx);
         })
-    }
+        .map_err(|e| Error::InvalidInput(format!("could not start the driver thread: {e}")))?;
+    Ok(Producer {
+        inner: Arc::new(Inner {
+            tx,
+            stats,
+            driver: Mutex::new(Some(handle)),
+            done,
+        }),
+    })
 }
 
 impl Producer {
-    /// A builder (several nsqd addresses, configuration).
+    /// A builder (several nsqd addresses, configuration). Its
+    /// [`build`](ProducerBuilder::build) starts the driver thread; it works from any thread.
     pub fn builder() -> ProducerBuilder {
-        ProducerBuilder::default()
+        ProducerBuilder::new()
     }
 
     /// Connects to one nsqd and waits until the connection is ready (or fails like a publish

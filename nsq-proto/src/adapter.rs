@@ -26,7 +26,9 @@
 //!   core's configuration plus the socket-level settings, with the OS hostname (read by the
 //!   adapter) filled in when the configuration names none.
 //! * [`ConsumerSetup`] / [`ProducerSetup`]: what the builders collect, validated and turned
-//!   into a core by `start`.
+//!   into a core by `start`; [`ConsumerBuilder`] / [`ProducerBuilder`]: every adapter's
+//!   builders, generic over the adapter's [`Runtime`] (its OS reads and how it starts a
+//!   driver).
 //! * [`PublishRequest`] / [`Replies`]: a user's publish handed to the core [`Producer`], and
 //!   which reply waits for which publish or ping.
 //!
@@ -58,9 +60,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod builder;
 mod hostname;
 mod links;
 mod seed;
+pub use builder::{ConsumerBuilder, ProducerBuilder, Runtime};
 pub use hostname::{HOSTNAME_FILES, HOSTNAME_VARS, os_hostname};
 pub use links::{Links, Transport};
 pub use seed::seed_from_entropy;
@@ -640,8 +644,8 @@ pub fn producer_config(
 
 // ------------------------------------------------------------------------------- builders
 
-/// What a consumer builder collects before it starts: every adapter's `ConsumerBuilder`
-/// stores one and forwards its methods to the public fields; [`start`](Self::start) does the
+/// What a consumer builder collects before it starts: [`ConsumerBuilder`] stores one and
+/// fills its public fields; [`start`](Self::start) does the
 /// validation and creates the core. Errors of the name and configuration arguments are kept
 /// until then, so the builder methods stay infallible.
 #[non_exhaustive]

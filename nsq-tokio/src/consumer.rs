@@ -1,5 +1,6 @@
 //! The tokio [`Consumer`]: a driver task around [`nsq_proto::Consumer`].
 
+use crate::Tokio;
 use crate::net::{self, Io, LookupEvent, NetEvent, Timer};
 use bytes::Bytes;
 use futures_core::Stream;
@@ -9,7 +10,7 @@ use nsq_proto::adapter::{
     IntoChannel, IntoTopic, Origin, StopReport, log_consumer_event,
 };
 use nsq_proto::consumer::{
-    Action, ConnId, ConsumerConfig, ConsumerError, ConsumerEvent, ConsumerStats, LookupdRequestId,
+    Action, ConnId, ConsumerError, ConsumerEvent, ConsumerStats, LookupdRequestId,
 };
 use std::collections::BTreeMap;
 use std::fmt;
@@ -18,7 +19,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
 
 // ------------------------------------------------------------------------------------ inputs
@@ -100,137 +101,54 @@ pub type Message = Delivery<AnswerChannel>;
 
 // ---------------------------------------------------------------------------------- builder
 
-/// Builds a [`Consumer`]: topic, channel, configuration, addresses.
-#[derive(Debug)]
-pub struct ConsumerBuilder {
-    setup: ConsumerSetup,
-}
+/// Builds a [`Consumer`]: topic, channel, configuration, addresses (made by
+/// [`Consumer::builder`]). `build` starts the driver task: it must be called within a tokio
+/// runtime.
+pub type ConsumerBuilder = nsq_proto::adapter::ConsumerBuilder<Tokio>;
 
-impl ConsumerBuilder {
-    /// The configuration, with go-nsq's option names and defaults ([`Config`]). TLS files it
-    /// names are read here (and the OS hostname fills `hostname` when unset); errors are
-    /// reported by [`build`](Self::build).
-    pub fn config(mut self, config: &Config) -> Self {
-        self.setup.config(config, net::os_hostname(), std::fs::read);
-        self
-    }
-
-    /// The core's own configuration struct ([`ConsumerConfig`]), for settings [`Config`] does
-    /// not expose.
-    pub fn core_config(mut self, config: ConsumerConfig) -> Self {
-        self.setup.config = Ok(config);
-        self
-    }
-
-    /// Shorthand for `config.max_in_flight`.
-    pub fn max_in_flight(mut self, n: u32) -> Self {
-        self.setup.max_in_flight = Some(n);
-        self
-    }
-
-    /// Called for each message delivered more than `max_attempts` times (already finished).
-    pub fn on_give_up(
-        mut self,
-        hook: impl Fn(&nsq_proto::Message) + Send + Sync + 'static,
-    ) -> Self {
-        self.setup.give_up = Some(Arc::new(hook));
-        self
-    }
-
-    /// An nsqd TCP address (`host:port`) to connect to directly.
-    pub fn nsqd(mut self, addr: impl Into<String>) -> Self {
-        self.setup.nsqd.push(addr.into());
-        self
-    }
-
-    /// An nsqlookupd HTTP address (`host:port` or `http://host:port`) to discover nsqd with.
-    pub fn lookupd(mut self, addr: impl Into<String>) -> Self {
-        self.setup.lookupd.push(addr.into());
-        self
-    }
-
-    /// Several nsqd TCP addresses.
-    pub fn nsqds<I, S>(mut self, addrs: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.setup.nsqd.extend(addrs.into_iter().map(Into::into));
-        self
-    }
-
-    /// Several nsqlookupd HTTP addresses.
-    pub fn lookupds<I, S>(mut self, addrs: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.setup.lookupd.extend(addrs.into_iter().map(Into::into));
-        self
-    }
-
-    /// Seed of the core's RNG (jitter, random choices); random by default.
-    pub fn seed(mut self, seed: u64) -> Self {
-        self.setup.seed = Some(seed);
-        self
-    }
-
-    /// How long a TCP connect may take (default 1 s, like go-nsq's `dial_timeout`).
-    pub fn dial_timeout(mut self, timeout: Duration) -> Self {
-        self.setup.dial_timeout = timeout;
-        self
-    }
-
-    /// How long one socket write may take before the connection is dropped (default 1 s, like
-    /// go-nsq's `write_timeout`).
-    pub fn write_timeout(mut self, timeout: Duration) -> Self {
-        self.setup.write_timeout = timeout;
-        self
-    }
-
-    /// Validates everything and starts the driver task. Must be called within a tokio runtime.
-    pub fn build(self) -> Result<Consumer, Error> {
-        let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
-        let start = self.setup.start(Instant::now(), net::random_seed)?;
-        let (tx, rx) = mpsc::unbounded_channel();
-        let (msg_tx, msg_rx) = mpsc::unbounded_channel();
-        let shared = Arc::new(Shared {
-            tx: tx.clone(),
-            stopping: AtomicBool::new(false),
-            starved: AtomicBool::new(false),
-            stats: Mutex::new(ConsumerStats::default()),
-        });
-        let driver = Driver {
-            core: start.core,
-            rx,
-            io: Io::new(
-                tx,
-                wrap_net,
-                wrap_lookup,
-                start.dial_timeout,
-                start.write_timeout,
-            ),
-            shared: shared.clone(),
-            msg_tx: Some(msg_tx),
-            outgoing: Vec::new(),
-            origins: BTreeMap::new(),
-            stop_waiters: Vec::new(),
-            give_up: start.give_up,
-            report: None,
-        };
-        runtime.spawn(driver.run());
-        let handle = ConsumerHandle {
-            guard: Arc::new(HandleGuard(shared.clone())),
-        };
-        Ok(Consumer {
-            receiver: MessageReceiver {
-                rx: msg_rx,
-                batch: Vec::new().into_iter(),
-                shared,
-            },
-            handle,
-        })
-    }
+/// Validates `setup` and starts the driver task on the current tokio runtime
+/// ([`ConsumerBuilder::build`]).
+pub(crate) fn start(setup: ConsumerSetup) -> Result<Consumer, Error> {
+    let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+    let start = setup.start(Instant::now(), net::random_seed)?;
+    let (tx, rx) = mpsc::unbounded_channel();
+    let (msg_tx, msg_rx) = mpsc::unbounded_channel();
+    let shared = Arc::new(Shared {
+        tx: tx.clone(),
+        stopping: AtomicBool::new(false),
+        starved: AtomicBool::new(false),
+        stats: Mutex::new(ConsumerStats::default()),
+    });
+    let driver = Driver {
+        core: start.core,
+        rx,
+        io: Io::new(
+            tx,
+            wrap_net,
+            wrap_lookup,
+            start.dial_timeout,
+            start.write_timeout,
+        ),
+        shared: shared.clone(),
+        msg_tx: Some(msg_tx),
+        outgoing: Vec::new(),
+        origins: BTreeMap::new(),
+        stop_waiters: Vec::new(),
+        give_up: start.give_up,
+        report: None,
+    };
+    runtime.spawn(driver.run());
+    let handle = ConsumerHandle {
+        guard: Arc::new(HandleGuard(shared.clone())),
+    };
+    Ok(Consumer {
+        receiver: MessageReceiver {
+            rx: msg_rx,
+            batch: Vec::new().into_iter(),
+            shared,
+        },
+        handle,
+    })
 }
 
 // ---------------------------------------------------------------------------------- handles
@@ -420,11 +338,11 @@ impl Stream for Consumer {
 }
 
 impl Consumer {
-    /// A builder for a consumer of `topic`/`channel` (names validated at `build`).
+    /// A builder for a consumer of `topic`/`channel` (names validated at `build`). Its
+    /// [`build`](ConsumerBuilder::build) starts the driver task on the current tokio runtime:
+    /// it must be called within one (else [`Error::NoRuntime`]).
     pub fn builder(topic: impl IntoTopic, channel: impl IntoChannel) -> ConsumerBuilder {
-        ConsumerBuilder {
-            setup: ConsumerSetup::new(topic, channel),
-        }
+        ConsumerBuilder::new(topic, channel)
     }
 
     /// A consumer with `config`, not yet connected anywhere: add servers with

@@ -1,5 +1,6 @@
 //! The tokio [`Producer`]: a driver task around [`nsq_proto::Producer`].
 
+use crate::Tokio;
 use crate::net::{self, Io, LookupEvent, NetEvent, Timer};
 use bytes::Bytes;
 use nsq_proto::Config;
@@ -7,7 +8,7 @@ use nsq_proto::adapter::{
     Error, IntoTopic, ProducerSetup, PublishRequest, Replies, log_producer_event,
 };
 use nsq_proto::consumer::LookupdRequestId;
-use nsq_proto::producer::{ConnId, ProducerConfig, ProducerEvent, ProducerStats};
+use nsq_proto::producer::{ConnId, ProducerEvent, ProducerStats};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -66,91 +67,45 @@ impl fmt::Debug for Producer {
     }
 }
 
-/// Builds a [`Producer`] with several nsqd addresses.
-#[derive(Debug, Default)]
-pub struct ProducerBuilder {
-    setup: ProducerSetup,
-}
+/// Builds a [`Producer`] with several nsqd addresses (made by [`Producer::builder`]).
+/// `build` starts the driver task: it must be called within a tokio runtime.
+pub type ProducerBuilder = nsq_proto::adapter::ProducerBuilder<Tokio>;
 
-impl ProducerBuilder {
-    /// The configuration, with go-nsq's option names and defaults ([`Config`]). TLS files it
-    /// names are read here (and the OS hostname fills `hostname` when unset); errors are
-    /// reported by [`build`](Self::build).
-    pub fn config(mut self, config: &Config) -> Self {
-        self.setup.config(config, net::os_hostname(), std::fs::read);
-        self
-    }
-
-    /// The core's own configuration struct ([`ProducerConfig`]), for settings [`Config`] does
-    /// not expose.
-    pub fn core_config(mut self, config: ProducerConfig) -> Self {
-        self.setup.config = Ok(config);
-        self
-    }
-
-    /// How long one socket write may take before the connection is dropped (default 1 s, like
-    /// go-nsq's `write_timeout`).
-    pub fn write_timeout(mut self, timeout: Duration) -> Self {
-        self.setup.write_timeout = timeout;
-        self
-    }
-
-    /// An nsqd TCP address (`host:port`); the order of addition is the failover order.
-    pub fn nsqd(mut self, addr: impl Into<String>) -> Self {
-        self.setup.nsqd.push(addr.into());
-        self
-    }
-
-    /// Several nsqd TCP addresses.
-    pub fn nsqds<I, S>(mut self, addrs: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.setup.nsqd.extend(addrs.into_iter().map(Into::into));
-        self
-    }
-
-    /// Seed of the core's RNG (reconnect jitter); random by default.
-    pub fn seed(mut self, seed: u64) -> Self {
-        self.setup.seed = Some(seed);
-        self
-    }
-
-    /// Validates the configuration and addresses and starts the driver task (connecting in
-    /// the background). Must be called within a tokio runtime.
-    pub fn build(self) -> Result<Producer, Error> {
-        let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
-        let start = self.setup.start(Instant::now(), net::random_seed)?;
-        let (tx, rx) = mpsc::unbounded_channel();
-        let stats = Arc::new(Mutex::new(start.core.stats()));
-        let driver = Driver {
-            core: start.core,
-            rx,
-            io: Io::new(
-                tx.clone(),
-                wrap_net,
-                wrap_lookup,
-                start.dial_timeout,
-                start.write_timeout,
-            ),
-            replies: Replies::default(),
-            close_waiters: Vec::new(),
-            stats: stats.clone(),
-            results: Vec::new(),
-            closed: false,
-        };
-        runtime.spawn(driver.run());
-        Ok(Producer {
-            inner: Arc::new(Inner { tx, stats }),
-        })
-    }
+/// Validates `setup` and starts the driver task on the current tokio runtime (connecting in
+/// the background; [`ProducerBuilder::build`]).
+pub(crate) fn start(setup: ProducerSetup) -> Result<Producer, Error> {
+    let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+    let start = setup.start(Instant::now(), net::random_seed)?;
+    let (tx, rx) = mpsc::unbounded_channel();
+    let stats = Arc::new(Mutex::new(start.core.stats()));
+    let driver = Driver {
+        core: start.core,
+        rx,
+        io: Io::new(
+            tx.clone(),
+            wrap_net,
+            wrap_lookup,
+            start.dial_timeout,
+            start.write_timeout,
+        ),
+        replies: Replies::default(),
+        close_waiters: Vec::new(),
+        stats: stats.clone(),
+        results: Vec::new(),
+        closed: false,
+    };
+    runtime.spawn(driver.run());
+    Ok(Producer {
+        inner: Arc::new(Inner { tx, stats }),
+    })
 }
 
 impl Producer {
-    /// A builder (several nsqd addresses, configuration).
+    /// A builder (several nsqd addresses, configuration). Its
+    /// [`build`](ProducerBuilder::build) starts the driver task on the current tokio runtime:
+    /// it must be called within one (else [`Error::NoRuntime`]).
     pub fn builder() -> ProducerBuilder {
-        ProducerBuilder::default()
+        ProducerBuilder::new()
     }
 
     /// Connects to one nsqd and waits until the connection is ready (or fails like a publish
