@@ -844,7 +844,10 @@ impl Connection {
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
         if self.closed.is_some() {
-            return None;
+            // A close that happened outside an input (a failed TLS write in poll_transmit,
+            // say) and is not reported yet: due at once, so a driver that only waits on
+            // timers still gets to it. Nothing once the events are drained.
+            return (!self.events.is_empty()).then_some(self.last_rx);
         }
         let mut t = self.last_rx + self.read_timeout;
         if let Some(deadline) = self.inflight.next_deadline() {
