@@ -1549,13 +1549,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn extreme_durations_do_not_overflow() {
+    fn extreme_configured_durations_do_not_overflow() {
         #[allow(
             clippy::disallowed_methods,
             reason = "origin of virtual time in a test"
         )]
         let now = Instant::now();
-        assert!(later(now, Duration::MAX) > now);
         let config = ConsumerConfig {
             lookupd_poll_interval: Duration::MAX,
             lookupd_poll_jitter: f64::NAN,
