@@ -819,12 +819,13 @@ impl Consumer {
         self.next_poll = None;
         self.next_redistribute = None;
         self.backoff_until = None;
-        self.freeze_back();
-        for l in &mut self.lookupds {
-            if let Some(p) = l.pending.take() {
-                self.actions
-                    .push_back(Queued::Action(Action::LookupdClose { request: p.id }));
-            }
+        let pending: Vec<LookupdRequestId> = self
+            .lookupds
+            .iter_mut()
+            .filter_map(|l| l.pending.take().map(|p| p.id))
+            .collect();
+        for request in pending {
+            self.push_action(Action::LookupdClose { request });
         }
         for p in self.producers.values_mut() {
             p.next_attempt = None;
@@ -991,16 +992,9 @@ impl Consumer {
 
     /// Everything the connection has to send (`None` if nothing, or if it is gone).
     fn take_transmit(&mut self, conn: ConnId) -> Option<Bytes> {
+        // One call returns everything the connection has (its buffer is split off whole).
         let c = self.slots.get_mut(conn)?.conn.as_mut()?;
-        let mut data = c.poll_transmit()?;
-        // One call returns everything; keep going in case a layer hands bytes out in parts.
-        while let Some(more) = c.poll_transmit() {
-            let mut joined = BytesMut::with_capacity(data.len() + more.len());
-            joined.extend_from_slice(&data);
-            joined.extend_from_slice(&more);
-            data = joined.freeze();
-        }
-        (!data.is_empty()).then_some(data)
+        c.poll_transmit().filter(|data| !data.is_empty())
     }
 
     /// Drains a connection's events (turning them into consumer actions) and its bytes.
@@ -1384,7 +1378,6 @@ impl Consumer {
             self.next_poll = None;
             return;
         }
-        self.freeze_back();
         for i in 0..self.lookupds.len() {
             if self.lookupds[i].pending.is_some() {
                 continue; // still waiting for the previous round's answer
@@ -1400,12 +1393,12 @@ impl Consumer {
                 deadline: later(now, self.config.lookupd_timeout),
                 seq: self.seq,
             });
-            self.actions
-                .push_back(Queued::Action(Action::LookupdRequest {
-                    request: id,
-                    addr: l.addr.authority().to_string(),
-                    data,
-                }));
+            let addr = l.addr.authority().to_string();
+            self.push_action(Action::LookupdRequest {
+                request: id,
+                addr,
+                data,
+            });
         }
         let interval = self.config.lookupd_poll_interval;
         let fraction = self.config.lookupd_poll_jitter;
