@@ -175,8 +175,7 @@ async fn write_loop<K, T>(
 ) where
     K: Copy,
 {
-    while let Some(first) = rx.recv().await {
-        let data = gather(first, &mut rx);
+    while let Some(data) = rx.recv().await {
         let reason = match tokio::time::timeout(write_timeout, wr.write_all(&data)).await {
             Ok(Ok(())) => continue,
             Ok(Err(e)) => e.to_string(),
@@ -188,32 +187,6 @@ async fn write_loop<K, T>(
     }
     let _ = wr.shutdown().await;
     tracing::debug!("connection closed");
-}
-
-/// Most bytes gathered into one write.
-const MAX_GATHER: usize = 256 * 1024;
-
-/// `first`, plus whatever else is already queued (up to [`MAX_GATHER`] bytes) in one buffer:
-/// when the driver handed over several chunks before this task ran (its wake-ups and this
-/// task's can interleave on a multi-threaded runtime), they leave in one write. A lone chunk
-/// (the usual case) is written as it is, without a copy.
-fn gather(first: Bytes, rx: &mut mpsc::UnboundedReceiver<Bytes>) -> Bytes {
-    if first.len() >= MAX_GATHER {
-        return first;
-    }
-    let Ok(second) = rx.try_recv() else {
-        return first;
-    };
-    let mut buf = BytesMut::with_capacity((first.len() + second.len()).max(4096));
-    buf.extend_from_slice(&first);
-    buf.extend_from_slice(&second);
-    while buf.len() < MAX_GATHER {
-        match rx.try_recv() {
-            Ok(more) => buf.extend_from_slice(&more),
-            Err(_) => break,
-        }
-    }
-    buf.freeze()
 }
 
 /// What a lookupd exchange reports to the driver.
