@@ -70,7 +70,6 @@ pub(crate) fn start(setup: ProducerSetup) -> Result<Producer, Error> {
         replies: Replies::default(),
         close_waiters: Vec::new(),
         stats: stats.clone(),
-        results: Vec::new(),
         closed: false,
     };
     let net = Net::new(start.dial_timeout, start.write_timeout);
@@ -190,9 +189,6 @@ struct ProducerLogic {
     replies: Replies<Reply>,
     close_waiters: Vec<driver::OneshotTx<()>>,
     stats: Arc<Mutex<ProducerStats>>,
-    /// Results of this wake-up, sent after the stats are updated (so a caller that got its
-    /// result sees it counted).
-    results: Vec<(Reply, Result<(), Error>)>,
     closed: bool,
 }
 
@@ -224,9 +220,7 @@ impl Logic for ProducerLogic {
 
     fn event(&mut self, _now: Instant, event: ProducerEvent) {
         log_producer_event(&event);
-        if let Some(resolved) = self.replies.resolve(&event) {
-            self.results.push(resolved);
-        } else if event == ProducerEvent::Closed {
+        if !self.replies.resolve(&event) && event == ProducerEvent::Closed {
             self.closed = true;
         }
     }
@@ -236,7 +230,7 @@ impl Logic for ProducerLogic {
             .stats
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = self.core.stats();
-        for (reply, result) in self.results.drain(..) {
+        for (reply, result) in self.replies.take_resolved() {
             let _ = reply.try_send(result);
         }
     }
@@ -246,7 +240,7 @@ impl Logic for ProducerLogic {
     }
 
     fn finish(mut self) {
-        for (reply, result) in self.results.drain(..) {
+        for (reply, result) in self.replies.take_resolved() {
             let _ = reply.try_send(result);
         }
         for reply in self.replies.take_all() {

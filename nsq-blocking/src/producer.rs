@@ -138,7 +138,6 @@ pub(crate) fn start(setup: ProducerSetup) -> Result<Producer, Error> {
         io,
         replies: Replies::default(),
         stats: stats.clone(),
-        results: Vec::new(),
         closed: false,
     };
     let span = tracing::info_span!("nsq_producer");
@@ -266,9 +265,6 @@ struct Driver {
     io: Io<Cmd>,
     replies: Replies<Reply>,
     stats: Arc<Mutex<ProducerStats>>,
-    /// Results of this wake-up, sent after the stats are updated (so a caller that got its
-    /// result sees it counted).
-    results: Vec<(Reply, Result<(), Error>)>,
     closed: bool,
 }
 
@@ -292,11 +288,11 @@ impl Driver {
             self.drain();
             self.io.flush();
             *self.stats.lock().unwrap_or_else(PoisonError::into_inner) = self.core.stats();
-            for (reply, result) in self.results.drain(..) {
+            for (reply, result) in self.replies.take_resolved() {
                 let _ = reply.send(result);
             }
         }
-        for (reply, result) in self.results.drain(..) {
+        for (reply, result) in self.replies.take_resolved() {
             let _ = reply.send(result);
         }
         for reply in self.replies.take_all() {
@@ -348,9 +344,7 @@ impl Driver {
 
     fn event(&mut self, event: &ProducerEvent) {
         log_producer_event(event);
-        if let Some(result) = self.replies.resolve(event) {
-            self.results.push(result);
-        } else if matches!(event, ProducerEvent::Closed) {
+        if !self.replies.resolve(event) && matches!(event, ProducerEvent::Closed) {
             self.closed = true;
         }
     }

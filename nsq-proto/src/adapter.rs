@@ -867,10 +867,15 @@ pub enum PublishRequest {
 
 /// Which reply (`R`: a one-shot sender of the adapter) waits for which publish or ping of a
 /// core [`Producer`].
+///
+/// Resolved replies are held back until the driver takes them with
+/// [`take_resolved`](Self::take_resolved), after it has published the producer's stats for
+/// the wake-up: a caller whose publish resolved then sees it counted.
 #[derive(Debug)]
 pub struct Replies<R> {
     publishes: BTreeMap<PublishId, R>,
     pings: BTreeMap<PingId, R>,
+    resolved: Vec<(R, Result<(), Error>)>,
 }
 
 impl<R> Default for Replies<R> {
@@ -878,6 +883,7 @@ impl<R> Default for Replies<R> {
         Replies {
             publishes: BTreeMap::new(),
             pings: BTreeMap::new(),
+            resolved: Vec::new(),
         }
     }
 }
@@ -919,8 +925,21 @@ impl<R> Replies<R> {
         }
     }
 
-    /// The reply `event` resolves, with its result (`None` for other events).
-    pub fn resolve(&mut self, event: &ProducerEvent) -> Option<(R, Result<(), Error>)> {
+    /// Records the result of the reply `event` resolves, for
+    /// [`take_resolved`](Self::take_resolved); `false` for events that resolve no reply.
+    pub fn resolve(&mut self, event: &ProducerEvent) -> bool {
+        let resolved = self.resolution(event);
+        let found = resolved.is_some();
+        self.resolved.extend(resolved);
+        found
+    }
+
+    /// The replies resolved since the last call, with their results, in resolution order.
+    pub fn take_resolved(&mut self) -> std::vec::Drain<'_, (R, Result<(), Error>)> {
+        self.resolved.drain(..)
+    }
+
+    fn resolution(&mut self, event: &ProducerEvent) -> Option<(R, Result<(), Error>)> {
         match event {
             ProducerEvent::Published(id) => self.publishes.remove(id).map(|r| (r, Ok(()))),
             ProducerEvent::PublishFailed(id, failure) => self
@@ -1258,10 +1277,11 @@ mod tests {
         core.handle_connect_failed(now, conn, "refused");
         let mut resolved = Vec::new();
         while let Some(ev) = core.poll_event() {
-            if let Some((r, result)) = replies.resolve(&ev) {
-                assert!(matches!(result, Err(Error::NoServerAvailable(_))));
-                resolved.push(r);
-            }
+            replies.resolve(&ev);
+        }
+        for (r, result) in replies.take_resolved() {
+            assert!(matches!(result, Err(Error::NoServerAvailable(_))));
+            resolved.push(r);
         }
         resolved.sort_unstable();
         assert_eq!(resolved, [1, 2]);

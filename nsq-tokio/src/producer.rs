@@ -91,7 +91,6 @@ pub(crate) fn start(setup: ProducerSetup) -> Result<Producer, Error> {
         replies: Replies::default(),
         close_waiters: Vec::new(),
         stats: stats.clone(),
-        results: Vec::new(),
         closed: false,
     };
     runtime.spawn(driver.run());
@@ -211,9 +210,6 @@ struct Driver {
     replies: Replies<Reply>,
     close_waiters: Vec<oneshot::Sender<()>>,
     stats: Arc<Mutex<ProducerStats>>,
-    /// Results of this wake-up, sent after the stats are updated (so a caller that got its
-    /// result sees it counted).
-    results: Vec<(Reply, Result<(), Error>)>,
     closed: bool,
 }
 
@@ -244,11 +240,11 @@ impl Driver {
                 .stats
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner) = self.core.stats();
-            for (reply, result) in self.results.drain(..) {
+            for (reply, result) in self.replies.take_resolved() {
                 let _ = reply.send(result);
             }
         }
-        for (reply, result) in self.results.drain(..) {
+        for (reply, result) in self.replies.take_resolved() {
             let _ = reply.send(result);
         }
         self.io.close_all();
@@ -301,9 +297,7 @@ impl Driver {
 
     fn event(&mut self, event: &ProducerEvent) {
         log_producer_event(event);
-        if let Some(resolved) = self.replies.resolve(event) {
-            self.results.push(resolved);
-        } else if matches!(event, ProducerEvent::Closed) {
+        if !self.replies.resolve(event) && matches!(event, ProducerEvent::Closed) {
             self.closed = true;
         }
     }
