@@ -193,11 +193,7 @@ impl Producer {
 
     /// Publishes one message (PUB) and waits for nsqd's answer.
     pub fn publish(&self, topic: impl IntoTopic, body: impl Into<Bytes>) -> Result<(), Error> {
-        let topic = topic.into_topic()?;
-        self.request(PublishRequest::Publish {
-            topic,
-            body: body.into(),
-        })
+        self.request(PublishRequest::publish(topic, body)?)
     }
 
     /// Publishes several messages atomically (MPUB) and waits for nsqd's answer.
@@ -206,9 +202,7 @@ impl Producer {
         I: IntoIterator<Item = B>,
         B: Into<Bytes>,
     {
-        let topic = topic.into_topic()?;
-        let bodies: Vec<Bytes> = bodies.into_iter().map(Into::into).collect();
-        self.request(PublishRequest::MultiPublish { topic, bodies })
+        self.request(PublishRequest::multi_publish(topic, bodies)?)
     }
 
     /// Publishes one message delivered after `delay` (DPUB) and waits for nsqd's answer.
@@ -218,12 +212,7 @@ impl Producer {
         delay: Duration,
         body: impl Into<Bytes>,
     ) -> Result<(), Error> {
-        let topic = topic.into_topic()?;
-        self.request(PublishRequest::DeferredPublish {
-            topic,
-            delay,
-            body: body.into(),
-        })
+        self.request(PublishRequest::deferred_publish(topic, delay, body)?)
     }
 
     /// Returns once a connection is ready (at once if one is); fails fast with

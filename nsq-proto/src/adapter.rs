@@ -865,6 +865,41 @@ pub enum PublishRequest {
     Ping,
 }
 
+impl PublishRequest {
+    /// PUB of `body` to `topic` (the name validated here).
+    pub fn publish(topic: impl IntoTopic, body: impl Into<Bytes>) -> Result<Self, Error> {
+        Ok(PublishRequest::Publish {
+            topic: topic.into_topic()?,
+            body: body.into(),
+        })
+    }
+
+    /// MPUB of `bodies` to `topic`.
+    pub fn multi_publish<I, B>(topic: impl IntoTopic, bodies: I) -> Result<Self, Error>
+    where
+        I: IntoIterator<Item = B>,
+        B: Into<Bytes>,
+    {
+        Ok(PublishRequest::MultiPublish {
+            topic: topic.into_topic()?,
+            bodies: bodies.into_iter().map(Into::into).collect(),
+        })
+    }
+
+    /// DPUB of `body` to `topic`, delivered after `delay`.
+    pub fn deferred_publish(
+        topic: impl IntoTopic,
+        delay: Duration,
+        body: impl Into<Bytes>,
+    ) -> Result<Self, Error> {
+        Ok(PublishRequest::DeferredPublish {
+            topic: topic.into_topic()?,
+            delay,
+            body: body.into(),
+        })
+    }
+}
+
 /// Which reply (`R`: a one-shot sender of the adapter) waits for which publish or ping of a
 /// core [`Producer`].
 ///

@@ -130,12 +130,7 @@ impl Producer {
         topic: impl IntoTopic,
         body: impl Into<Bytes>,
     ) -> Result<(), Error> {
-        let topic = topic.into_topic()?;
-        self.request(PublishRequest::Publish {
-            topic,
-            body: body.into(),
-        })
-        .await
+        self.request(PublishRequest::publish(topic, body)?).await
     }
 
     /// Publishes several messages atomically (MPUB) and waits for nsqd's answer.
@@ -144,9 +139,7 @@ impl Producer {
         I: IntoIterator<Item = B>,
         B: Into<Bytes>,
     {
-        let topic = topic.into_topic()?;
-        let bodies: Vec<Bytes> = bodies.into_iter().map(Into::into).collect();
-        self.request(PublishRequest::MultiPublish { topic, bodies })
+        self.request(PublishRequest::multi_publish(topic, bodies)?)
             .await
     }
 
@@ -157,13 +150,8 @@ impl Producer {
         delay: Duration,
         body: impl Into<Bytes>,
     ) -> Result<(), Error> {
-        let topic = topic.into_topic()?;
-        self.request(PublishRequest::DeferredPublish {
-            topic,
-            delay,
-            body: body.into(),
-        })
-        .await
+        self.request(PublishRequest::deferred_publish(topic, delay, body)?)
+            .await
     }
 
     /// Resolves once a connection is ready (at once if one is); fails fast with
