@@ -96,7 +96,7 @@ pub type Message = Delivery<AnswerChannel>;
 pub type ConsumerBuilder = nsq_proto::adapter::ConsumerBuilder<AsyncStd>;
 
 /// Validates `setup` and starts the driver thread ([`ConsumerBuilder::build`]).
-pub(crate) fn start(setup: ConsumerSetup) -> Result<Consumer, Error> {
+pub(crate) fn start(setup: ConsumerSetup<Message>) -> Result<Consumer, Error> {
     let start = setup.start(Instant::now(), driver::random_seed)?;
     let inbox = driver::Inbox::new();
     let (msg_tx, msg_rx) = async_channel::unbounded();
@@ -227,8 +227,8 @@ impl ConsumerHandle {
     /// Graceful shutdown: CLS on every connection, no new messages are handed out (those not
     /// yet taken are requeued by the next [`Consumer::recv`], or by dropping the
     /// [`Consumer`]: a consumer that is neither read nor dropped holds them until
-    /// `close_timeout`), messages already handed out can still be answered; resolves
-    /// once every connection has drained or the consumer's `close_timeout` passed, with the
+    /// `drain_timeout`), messages already handed out can still be answered; resolves
+    /// once every connection has drained or the consumer's `drain_timeout` passed, with the
     /// number of messages left unanswered (nsqd redelivers them).
     pub async fn stop(&self) -> StopReport {
         let (tx, rx) = driver::oneshot();
@@ -476,7 +476,7 @@ struct ConsumerLogic {
     msg_tx: Option<async_channel::Sender<Message>>,
     origins: BTreeMap<ConnId, Arc<Origin<AnswerChannel>>>,
     stop_waiters: Vec<Reply<StopReport>>,
-    give_up: Option<GiveUpHook>,
+    give_up: Option<GiveUpHook<Message>>,
     report: Option<StopReport>,
 }
 
@@ -565,9 +565,13 @@ impl Logic for ConsumerLogic {
                         .apply(&mut self.core, now);
                 }
             }
-            ConsumerEvent::GaveUp { message, .. } => {
+            ConsumerEvent::GaveUp { conn, message } => {
                 if let Some(hook) = &self.give_up {
-                    hook(&message);
+                    let origin = match self.origins.get(&conn) {
+                        Some(o) => o.clone(),
+                        None => Origin::new("", AnswerChannel(self.shared.clone())),
+                    };
+                    hook(&Delivery::given_up(conn, message, origin));
                 }
             }
             ConsumerEvent::Closed { leftovers } => {

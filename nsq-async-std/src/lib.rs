@@ -110,15 +110,26 @@ mod consumer;
 mod driver;
 mod producer;
 
+pub use bytes::Bytes;
 #[doc(hidden)]
 pub use consumer::AnswerChannel;
 pub use consumer::{Consumer, ConsumerBuilder, ConsumerHandle, Message};
 pub use nsq_proto as proto;
-pub use nsq_proto::adapter::{Error, GiveUpHook, HandlerError, IntoChannel, IntoTopic, StopReport};
+pub use nsq_proto::adapter::{
+    Backpressure, Error, HandlerError, InputError, IntoChannel, IntoTopic, StopReport,
+};
 pub use nsq_proto::config::OptionError;
-pub use nsq_proto::consumer::{ConsumerConfig, ConsumerStats};
+pub use nsq_proto::consumer::{BackoffStrategy, ConsumerConfig, ConsumerError, ConsumerStats};
 pub use nsq_proto::producer::{ProducerConfig, ProducerStats, Routing};
-pub use nsq_proto::{Channel, Compression, Config, ConnectionConfig, MessageId, TlsConfig, Topic};
+pub use nsq_proto::{
+    Channel, CloseReason, CommandError, Compression, Config, ConnectionConfig, ConnectionError,
+    ErrorCode, MessageId, NameError, Secret, ServerError, TlsConfig, Topic,
+};
+
+/// Called for each message given up on (delivered more than `max_attempts` times), with the
+/// same [`Message`] type the consumer hands out everywhere else; see
+/// [`ConsumerBuilder::on_give_up`](nsq_proto::adapter::ConsumerBuilder::on_give_up).
+pub type GiveUpHook = nsq_proto::adapter::GiveUpHook<Message>;
 pub use producer::{Producer, ProducerBuilder};
 
 /// The async-std adapter's marker for the builders shared by every adapter
@@ -131,6 +142,7 @@ pub enum AsyncStd {}
 impl nsq_proto::adapter::Runtime for AsyncStd {
     type Consumer = Consumer;
     type Producer = Producer;
+    type Message = Message;
 
     fn os_hostname() -> Option<String> {
         driver::os_hostname()
@@ -140,7 +152,9 @@ impl nsq_proto::adapter::Runtime for AsyncStd {
         std::fs::read(path)
     }
 
-    fn start_consumer(setup: nsq_proto::adapter::ConsumerSetup) -> Result<Consumer, Error> {
+    fn start_consumer(
+        setup: nsq_proto::adapter::ConsumerSetup<Message>,
+    ) -> Result<Consumer, Error> {
         consumer::start(setup)
     }
 

@@ -161,7 +161,7 @@ impl Producer {
     }
 
     /// Graceful close for every clone: no new publishes; outstanding ones are sent and
-    /// answered (bounded by `close_timeout`); then every connection is closed.
+    /// answered (bounded by `drain_timeout`); then every connection is closed.
     pub async fn close(&self) {
         let (tx, rx) = driver::oneshot();
         if self.inner.inbox.send(Input::Close(tx)).is_ok() {

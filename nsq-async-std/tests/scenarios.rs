@@ -96,7 +96,11 @@ impl<R: Runtime> s::Producer for AsyncProducer<R> {
         map(R::block_on(self.p.publish(topic, body.to_vec())))
     }
     fn publish_typed(&self, topic: &str, body: &[u8]) -> s::ClientResult<()> {
-        let topic = map(Topic::new(topic).map_err(Error::InvalidName))?;
+        let typed = Topic::new(topic).map_err(|reason| Error::InvalidTopic {
+            name: topic.to_owned(),
+            reason,
+        });
+        let topic = map(typed)?;
         map(R::block_on(self.p.publish(&topic, body.to_vec())))
     }
     fn multi_publish(&self, topic: &str, bodies: Vec<Vec<u8>>) -> s::ClientResult<()> {

@@ -149,7 +149,7 @@ pub type Message = Delivery<AnswerChannel>;
 pub type ConsumerBuilder = nsq_proto::adapter::ConsumerBuilder<Blocking>;
 
 /// Validates `setup` and starts the driver thread ([`ConsumerBuilder::build`]).
-pub(crate) fn start(setup: ConsumerSetup) -> Result<Consumer, Error> {
+pub(crate) fn start(setup: ConsumerSetup<Message>) -> Result<Consumer, Error> {
     let span = if let (Ok(t), Ok(c)) = (&setup.topic, &setup.channel) {
         tracing::info_span!("nsq_consumer", topic = %t, channel = %c)
     } else {
@@ -185,7 +185,7 @@ pub(crate) fn start(setup: ConsumerSetup) -> Result<Consumer, Error> {
             let _guard = StoppedGuard(driver.shared.clone());
             driver.run(&rx);
         })
-        .map_err(|e| Error::InvalidInput(format!("could not start the driver thread: {e}")))?;
+        .map_err(|e| Error::Spawn(e.to_string()))?;
     *shared.driver.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
     let handle = ConsumerHandle {
         guard: Arc::new(HandleGuard(shared)),
@@ -290,13 +290,13 @@ impl ConsumerHandle {
     /// Graceful shutdown: CLS on every connection, no new messages are handed out (those not
     /// yet taken are requeued by the next [`Consumer::recv`], or by dropping the
     /// [`Consumer`]: a consumer that is neither read nor dropped holds them until
-    /// `close_timeout`), messages already handed out can still be answered (handlers in
+    /// `drain_timeout`), messages already handed out can still be answered (handlers in
     /// flight finish first); returns once every connection has drained or the consumer's
-    /// `close_timeout` passed and every thread is joined, with the number of messages left
+    /// `drain_timeout` passed and every thread is joined, with the number of messages left
     /// unanswered (nsqd redelivers them).
     ///
     /// Called from inside a [`Consumer::run`] handler it also waits for that handler's own
-    /// message (until `close_timeout`): answer the message first, or stop from another thread.
+    /// message (until `drain_timeout`): answer the message first, or stop from another thread.
     pub fn stop(&self) -> StopReport {
         let _ = self.control(Control::Stop);
         self.shared().wait_stopped()
@@ -318,7 +318,7 @@ impl ConsumerHandle {
 /// [`ConsumerHandle`] ([`handle`](Self::handle)).
 ///
 /// Dropping it stops it like [`stop`](Self::stop) and waits for that (messages still held by
-/// the application are waited for, up to `close_timeout`).
+/// the application are waited for, up to `drain_timeout`).
 pub struct Consumer {
     /// `None` once [`run`](Self::run) took it.
     receiver: Option<Receiver<Message>>,
@@ -566,7 +566,7 @@ struct Driver {
     shared: Arc<Shared>,
     msg_tx: Option<Sender<Message>>,
     origins: BTreeMap<ConnId, Arc<Origin<AnswerChannel>>>,
-    give_up: Option<GiveUpHook>,
+    give_up: Option<GiveUpHook<Message>>,
     report: Option<StopReport>,
 }
 
@@ -691,9 +691,13 @@ impl Driver {
                         .apply(&mut self.core, now);
                 }
             }
-            ConsumerEvent::GaveUp { message, .. } => {
+            ConsumerEvent::GaveUp { conn, message } => {
                 if let Some(hook) = &self.give_up {
-                    hook(&message);
+                    let origin = match self.origins.get(&conn) {
+                        Some(o) => o.clone(),
+                        None => Origin::new("", AnswerChannel(self.shared.clone())),
+                    };
+                    hook(&Delivery::given_up(conn, message, origin));
                 }
             }
             ConsumerEvent::Closed { leftovers } => {

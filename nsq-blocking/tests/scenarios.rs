@@ -75,7 +75,11 @@ impl s::Producer for BlockingProducer {
         map(self.0.publish(topic, body.to_vec()))
     }
     fn publish_typed(&self, topic: &str, body: &[u8]) -> s::ClientResult<()> {
-        let topic = map(Topic::new(topic).map_err(Error::InvalidName))?;
+        let typed = Topic::new(topic).map_err(|reason| Error::InvalidTopic {
+            name: topic.to_owned(),
+            reason,
+        });
+        let topic = map(typed)?;
         map(self.0.publish(&topic, body.to_vec()))
     }
     fn multi_publish(&self, topic: &str, bodies: Vec<Vec<u8>>) -> s::ClientResult<()> {

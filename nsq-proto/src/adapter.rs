@@ -45,9 +45,12 @@
 //! );
 //! ```
 
-use crate::ServerError;
+use crate::command::CommandError;
 use crate::config::{Config, OptionError};
+use crate::connection::{CloseReason, ConfigError, ConnectionError};
+use crate::consumer::LookupdAddressError;
 use crate::consumer::{ConnId, Consumer, ConsumerConfig, ConsumerError, ConsumerEvent};
+use crate::error_code::{ErrorCode, ServerError};
 use crate::frame::{Message, MessageId};
 use crate::names::{Channel, NameError, Topic};
 use crate::producer::{
@@ -250,6 +253,17 @@ impl<S: AnswerSink> Delivery<S> {
         }
     }
 
+    /// A message the core gave up on (`ConsumerEvent::GaveUp`), for the give-up hook: the
+    /// core already finished it, so dropping it sends nothing.
+    pub fn given_up(conn: ConnId, message: Message, origin: Arc<Origin<S>>) -> Delivery<S> {
+        Delivery {
+            inner: message,
+            conn,
+            origin,
+            done: true,
+        }
+    }
+
     /// The message id.
     pub fn id(&self) -> MessageId {
         self.inner.id
@@ -382,7 +396,26 @@ impl<S: AnswerSink> PendingAnswer<S> {
 /// The error a message handler returns: the message is requeued, by default with backoff and
 /// the configured delay.
 ///
-/// Any `std::error::Error + Send + Sync + 'static` converts into it, so `?` works in handlers.
+/// Whatever converts into a `Box<dyn Error + Send + Sync>` converts into it, so `?` works in
+/// a handler on any error: an `std::error::Error + Send + Sync + 'static`, a boxed
+/// `Box<dyn Error + Send + Sync>`, an `anyhow::Error` or `eyre::Report`, even a `String`.
+/// The error is kept as it is, with its chain of sources ([`chain`](Self::chain)).
+///
+/// Like `anyhow::Error`, it does not implement `std::error::Error` itself (that is what
+/// makes the blanket conversion possible). `{}` shows the error, `{:#}` the whole chain
+/// (`outer: cause: root cause`), which is what the consumer logs when a handler fails.
+///
+/// ```
+/// use nsq_proto::adapter::HandlerError;
+///
+/// fn parse(body: &[u8]) -> Result<u64, HandlerError> {
+///     let text = std::str::from_utf8(body)?; // Utf8Error
+///     Ok(text.trim().parse::<u64>()?) // ParseIntError
+/// }
+/// assert_eq!(parse(b"42").unwrap(), 42);
+/// let e = parse(b"forty-two").unwrap_err();
+/// assert_eq!(e.to_string(), "invalid digit found in string");
+/// ```
 pub struct HandlerError {
     source: Box<dyn std::error::Error + Send + Sync>,
     delay: Option<Duration>,
@@ -416,6 +449,17 @@ impl HandlerError {
         &*self.source
     }
 
+    /// The underlying error, then its sources, outermost first.
+    pub fn chain(&self) -> impl Iterator<Item = &(dyn std::error::Error + 'static)> {
+        let first: &(dyn std::error::Error + 'static) = &*self.source;
+        std::iter::successors(Some(first), |e| e.source())
+    }
+
+    /// The underlying error, to downcast or return.
+    pub fn into_inner(self) -> Box<dyn std::error::Error + Send + Sync> {
+        self.source
+    }
+
     /// The explicit requeue delay, if any.
     pub fn delay(&self) -> Option<Duration> {
         self.delay
@@ -435,10 +479,10 @@ impl HandlerError {
     }
 }
 
-impl<E: std::error::Error + Send + Sync + 'static> From<E> for HandlerError {
+impl<E: Into<Box<dyn std::error::Error + Send + Sync>>> From<E> for HandlerError {
     fn from(e: E) -> Self {
         HandlerError {
-            source: Box::new(e),
+            source: e.into(),
             delay: None,
             backoff: true,
         }
@@ -455,9 +499,19 @@ impl fmt::Debug for HandlerError {
     }
 }
 
+/// `{}`: the error; `{:#}`: the error and its sources, joined by `": "`.
 impl fmt::Display for HandlerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.source, f)
+        if !f.alternate() {
+            return fmt::Display::fmt(&self.source, f);
+        }
+        for (i, e) in self.chain().enumerate() {
+            if i > 0 {
+                f.write_str(": ")?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
     }
 }
 
@@ -479,8 +533,10 @@ impl StopReport {
 }
 
 /// Called (on the driver, so keep it short) for every message delivered more than
-/// `max_attempts` times; the message has already been finished.
-pub type GiveUpHook = Arc<dyn Fn(&Message) + Send + Sync>;
+/// `max_attempts` times; the message has already been finished. `M` is the adapter's
+/// `Message` (a [`Delivery`]), the type its handlers and streams hand out, so one function
+/// can inspect messages in both places; each adapter names it `GiveUpHook`.
+pub type GiveUpHook<M> = Arc<dyn Fn(&M) + Send + Sync>;
 
 // ------------------------------------------------------------------------------- logging
 
@@ -649,7 +705,7 @@ pub fn producer_config(
 /// validation and creates the core. Errors of the name and configuration arguments are kept
 /// until then, so the builder methods stay infallible.
 #[non_exhaustive]
-pub struct ConsumerSetup {
+pub struct ConsumerSetup<M> {
     /// The topic (validated by [`new`](Self::new)).
     pub topic: Result<Topic, Error>,
     /// The channel.
@@ -659,7 +715,7 @@ pub struct ConsumerSetup {
     /// Overrides `config.max_in_flight`.
     pub max_in_flight: Option<u32>,
     /// Called for messages given up on.
-    pub give_up: Option<GiveUpHook>,
+    pub give_up: Option<GiveUpHook<M>>,
     /// nsqd TCP addresses to connect to directly.
     pub nsqd: Vec<String>,
     /// nsqlookupd HTTP addresses.
@@ -672,7 +728,7 @@ pub struct ConsumerSetup {
     pub write_timeout: Duration,
 }
 
-impl fmt::Debug for ConsumerSetup {
+impl<M> fmt::Debug for ConsumerSetup<M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ConsumerSetup")
             .field("topic", &self.topic)
@@ -690,24 +746,24 @@ impl fmt::Debug for ConsumerSetup {
 
 /// A core consumer ready to be driven, with what its driver needs.
 #[non_exhaustive]
-pub struct ConsumerStart {
+pub struct ConsumerStart<M> {
     /// The core, with its nsqd and lookupd addresses added.
     pub core: Consumer,
     /// The give-up hook.
-    pub give_up: Option<GiveUpHook>,
+    pub give_up: Option<GiveUpHook<M>>,
     /// TCP connect timeout.
     pub dial_timeout: Duration,
     /// Socket write timeout.
     pub write_timeout: Duration,
 }
 
-impl ConsumerSetup {
+impl<M> ConsumerSetup<M> {
     /// A setup for `topic`/`channel` with the default configuration.
-    pub fn new(topic: impl IntoTopic, channel: impl IntoChannel) -> ConsumerSetup {
+    pub fn new(topic: impl IntoTopic, channel: impl IntoChannel) -> ConsumerSetup<M> {
         let defaults = AdapterConfig::<ConsumerConfig>::default();
         ConsumerSetup {
-            topic: topic.into_topic().map_err(Error::from),
-            channel: channel.into_channel().map_err(Error::from),
+            topic: topic.into_topic(),
+            channel: channel.into_channel(),
             config: Ok(defaults.core),
             max_in_flight: None,
             give_up: None,
@@ -737,7 +793,11 @@ impl ConsumerSetup {
     }
 
     /// Validates everything and creates the core (`seed` is called when no seed was set).
-    pub fn start(self, now: Instant, seed: impl FnOnce() -> u64) -> Result<ConsumerStart, Error> {
+    pub fn start(
+        self,
+        now: Instant,
+        seed: impl FnOnce() -> u64,
+    ) -> Result<ConsumerStart<M>, Error> {
         let topic = self.topic?;
         let channel = self.channel?;
         let mut config = self.config?;
@@ -1011,68 +1071,192 @@ impl<R> Replies<R> {
 // --------------------------------------------------------------------------------- errors
 
 /// Why an operation of an adapter failed.
+///
+/// `Display` says everything once, on one line; no variant also returns the text it shows from
+/// [`source`](std::error::Error::source), so `{:#}` (anyhow/eyre) and error reporters print
+/// each cause once.
+///
+/// ```
+/// use nsq_proto::adapter::{Error, InputError, IntoTopic};
+/// use nsq_proto::{ErrorCode, NameError};
+///
+/// let err = "bad topic!".into_topic().unwrap_err();
+/// match &err {
+///     Error::InvalidTopic { name, reason: NameError::InvalidChar { ch, .. } } => {
+///         assert_eq!(name, "bad topic!");
+///         assert_eq!(*ch, ' ');
+///     }
+///     other => panic!("{other}"),
+/// }
+/// assert_eq!(
+///     err.to_string(),
+///     "invalid topic name \"bad topic!\": invalid character ' ' at byte 3: \
+///      names use only [.a-zA-Z0-9_-] with an optional #ephemeral suffix"
+/// );
+///
+/// // nsqd's refusals carry their code.
+/// # let err = Error::Server(nsq_proto::ServerError::new(ErrorCode::BadMessage, "PUB invalid message body size 0"));
+/// if err.server_code() == Some(ErrorCode::BadMessage) {
+///     // a bad message is not worth retrying
+/// }
+/// assert_eq!(err.to_string(), "nsqd error E_BAD_MESSAGE: PUB invalid message body size 0");
+/// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum Error {
-    /// A topic or channel name that nsqd would refuse.
-    InvalidName(NameError),
+    /// A topic name that nsqd would refuse.
+    InvalidTopic {
+        /// The name as given.
+        name: String,
+        /// What is wrong with it.
+        reason: NameError,
+    },
+    /// A channel name that nsqd would refuse.
+    InvalidChannel {
+        /// The name as given.
+        name: String,
+        /// What is wrong with it.
+        reason: NameError,
+    },
     /// Other input that was refused before anything was sent (address, empty batch, body too
     /// large, ...).
-    InvalidInput(String),
-    /// nsqd answered with an error (for example `E_BAD_MESSAGE`, `E_PUB_FAILED`).
+    InvalidInput(InputError),
+    /// nsqd answered with an error; [`ServerError::code`] (or [`Error::server_code`]) says
+    /// which (`E_BAD_MESSAGE`, `E_PUB_FAILED`, ...).
     Server(ServerError),
     /// The connection carrying the request was lost before the answer arrived (the message
     /// may or may not have been published).
-    ConnectionLost(String),
+    ConnectionLost(CloseReason),
     /// No answer within the configured timeout (may or may not have been published).
     Timeout,
     /// No nsqd connection is up (every configured nsqd is down, or none became ready within
     /// `publish_timeout`); the message was not sent. Carries the last connection error.
     NoServerAvailable(Option<String>),
     /// Too many publishes are outstanding (`max_outstanding` / `max_pending`); retry later.
-    Backpressure(String),
+    Backpressure(Backpressure),
     /// The consumer refused the command.
     Consumer(ConsumerError),
     /// The producer or consumer has been closed.
     Closed,
     /// Not called from within the runtime the adapter needs.
     NoRuntime,
+    /// The driver (thread or task) could not be started.
+    Spawn(String),
     /// A configuration option is unknown, malformed or out of range.
     Config(OptionError),
+}
+
+impl Error {
+    /// nsqd's error code, for [`Error::Server`].
+    pub fn server_code(&self) -> Option<ErrorCode> {
+        match self {
+            Error::Server(e) => Some(e.code()),
+            _ => None,
+        }
+    }
+
+    /// Whether the request may have reached nsqd although it failed (a connection lost or a
+    /// timeout while waiting for the reply): retrying may publish a message twice.
+    pub fn maybe_published(&self) -> bool {
+        matches!(self, Error::ConnectionLost(_) | Error::Timeout)
+    }
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::InvalidName(e) => write!(f, "invalid name: {e}"),
-            Error::InvalidInput(e) => write!(f, "invalid input: {e}"),
-            Error::Server(e) => write!(f, "nsqd error: {e}"),
-            Error::ConnectionLost(r) => write!(f, "connection lost: {r}"),
-            Error::Timeout => f.write_str("timed out"),
+            Error::InvalidTopic { name, reason } => {
+                write!(f, "invalid topic name {name:?}: {reason}")
+            }
+            Error::InvalidChannel { name, reason } => {
+                write!(f, "invalid channel name {name:?}: {reason}")
+            }
+            Error::InvalidInput(e) => fmt::Display::fmt(e, f),
+            Error::Server(e) => fmt::Display::fmt(e, f),
+            Error::ConnectionLost(r) => {
+                write!(f, "connection lost before nsqd answered: {r}")
+            }
+            Error::Timeout => f.write_str("no answer from nsqd in time"),
             Error::NoServerAvailable(None) => f.write_str("no nsqd available"),
             Error::NoServerAvailable(Some(e)) => {
                 write!(f, "no nsqd available (last error: {e})")
             }
-            Error::Backpressure(e) => write!(f, "{e}"),
-            Error::Consumer(e) => write!(f, "{e}"),
+            Error::Backpressure(e) => fmt::Display::fmt(e, f),
+            Error::Consumer(e) => fmt::Display::fmt(e, f),
             Error::Closed => f.write_str("closed"),
             Error::NoRuntime => f.write_str("must be called from within the adapter's runtime"),
-            Error::Config(e) => write!(f, "invalid configuration: {e}"),
+            Error::Spawn(e) => write!(f, "could not start the driver: {e}"),
+            Error::Config(e) => fmt::Display::fmt(e, f),
         }
     }
 }
 
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+/// Every cause is in the `Display` text, so there is no separate source.
+impl std::error::Error for Error {}
+
+/// Input refused before anything was sent ([`Error::InvalidInput`]).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum InputError {
+    /// An nsqd address that is not `host:port`.
+    NsqdAddress(String),
+    /// An nsqlookupd address that cannot be used.
+    LookupdAddress(LookupdAddressError),
+    /// A publish nsqd would refuse (empty body or batch, too large, delay too long, ...).
+    Publish(CommandError),
+    /// A connection setting nsqd would refuse, or a TLS server name that is not valid.
+    Connection(ConfigError),
+    /// The connection refused the command (its negotiated limits differ from the check made
+    /// when the publish was accepted).
+    Refused(ConnectionError),
+}
+
+impl fmt::Display for InputError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::InvalidName(e) => Some(e),
-            Error::Server(e) => Some(e),
-            Error::Consumer(e) => Some(e),
-            Error::Config(e) => Some(e),
-            _ => None,
+            InputError::NsqdAddress(a) => {
+                write!(f, "invalid nsqd address {a:?}: expected host:port")
+            }
+            InputError::LookupdAddress(e) => fmt::Display::fmt(e, f),
+            InputError::Publish(e) => write!(f, "invalid publish: {e}"),
+            InputError::Connection(e) => fmt::Display::fmt(e, f),
+            InputError::Refused(e) => write!(f, "publish refused: {e}"),
         }
     }
 }
+
+impl std::error::Error for InputError {}
+
+/// Which bound of the producer was reached ([`Error::Backpressure`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Backpressure {
+    /// `max_outstanding` publishes are unresolved.
+    TooManyOutstanding {
+        /// The configured bound.
+        limit: usize,
+    },
+    /// `max_pending` publishes already wait for a connection.
+    PendingQueueFull {
+        /// The configured bound.
+        limit: usize,
+    },
+}
+
+impl fmt::Display for Backpressure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Backpressure::TooManyOutstanding { limit } => {
+                write!(f, "{limit} publishes are already outstanding")
+            }
+            Backpressure::PendingQueueFull { limit } => {
+                write!(f, "{limit} publishes already wait for a connection")
+            }
+        }
+    }
+}
+
+impl std::error::Error for Backpressure {}
 
 impl From<OptionError> for Error {
     fn from(e: OptionError) -> Self {
@@ -1080,19 +1264,17 @@ impl From<OptionError> for Error {
     }
 }
 
-impl From<NameError> for Error {
-    fn from(e: NameError) -> Self {
-        Error::InvalidName(e)
+impl From<InputError> for Error {
+    fn from(e: InputError) -> Self {
+        Error::InvalidInput(e)
     }
 }
 
 impl From<ConsumerError> for Error {
     fn from(e: ConsumerError) -> Self {
         match e {
-            ConsumerError::InvalidAddress(a) => {
-                Error::InvalidInput(format!("invalid nsqd address {a:?}: expected host:port"))
-            }
-            ConsumerError::InvalidLookupd(e) => Error::InvalidInput(e.to_string()),
+            ConsumerError::InvalidAddress(a) => InputError::NsqdAddress(a).into(),
+            ConsumerError::InvalidLookupd(e) => InputError::LookupdAddress(e).into(),
             ConsumerError::Closing => Error::Closed,
             e => Error::Consumer(e),
         }
@@ -1104,12 +1286,14 @@ impl From<ProducerError> for Error {
         match e {
             ProducerError::Closed => Error::Closed,
             ProducerError::TooManyOutstanding { limit } => {
-                Error::Backpressure(format!("{limit} publishes are already outstanding"))
+                Error::Backpressure(Backpressure::TooManyOutstanding { limit })
             }
             ProducerError::PendingQueueFull { limit } => {
-                Error::Backpressure(format!("{limit} publishes already wait for a connection"))
+                Error::Backpressure(Backpressure::PendingQueueFull { limit })
             }
-            e => Error::InvalidInput(e.to_string()),
+            ProducerError::Invalid(e) => InputError::Publish(e).into(),
+            ProducerError::InvalidAddress(a) => InputError::NsqdAddress(a).into(),
+            ProducerError::Config(e) => InputError::Connection(e).into(),
         }
     }
 }
@@ -1118,12 +1302,12 @@ impl From<PublishFailure> for Error {
     fn from(f: PublishFailure) -> Self {
         match f {
             PublishFailure::Server(e) => Error::Server(e),
-            PublishFailure::ConnectionLost(r) => Error::ConnectionLost(r.to_string()),
+            PublishFailure::ConnectionLost(r) => Error::ConnectionLost(r),
             PublishFailure::TimedOut { .. } => Error::Timeout,
             PublishFailure::NoServerAvailable { last_error } => {
                 Error::NoServerAvailable(last_error)
             }
-            e => Error::InvalidInput(e.to_string()),
+            PublishFailure::Refused(e) => InputError::Refused(e).into(),
         }
     }
 }
@@ -1141,64 +1325,78 @@ mod sealed {
 
 /// A topic argument: a validated [`Topic`] or a string, validated on use.
 pub trait IntoTopic: sealed::Sealed {
-    /// The validated topic.
-    fn into_topic(self) -> Result<Topic, NameError>;
+    /// The validated topic ([`Error::InvalidTopic`] names the rejected name).
+    fn into_topic(self) -> Result<Topic, Error>;
+}
+
+fn topic(name: &str) -> Result<Topic, Error> {
+    Topic::new(name).map_err(|reason| Error::InvalidTopic {
+        name: name.to_owned(),
+        reason,
+    })
+}
+
+fn channel(name: &str) -> Result<Channel, Error> {
+    Channel::new(name).map_err(|reason| Error::InvalidChannel {
+        name: name.to_owned(),
+        reason,
+    })
 }
 
 impl IntoTopic for &str {
-    fn into_topic(self) -> Result<Topic, NameError> {
-        Topic::new(self)
+    fn into_topic(self) -> Result<Topic, Error> {
+        topic(self)
     }
 }
 impl IntoTopic for String {
-    fn into_topic(self) -> Result<Topic, NameError> {
-        Topic::new(self)
+    fn into_topic(self) -> Result<Topic, Error> {
+        topic(&self)
     }
 }
 impl IntoTopic for &String {
-    fn into_topic(self) -> Result<Topic, NameError> {
-        Topic::new(self)
+    fn into_topic(self) -> Result<Topic, Error> {
+        topic(self)
     }
 }
 impl IntoTopic for Topic {
-    fn into_topic(self) -> Result<Topic, NameError> {
+    fn into_topic(self) -> Result<Topic, Error> {
         Ok(self)
     }
 }
 impl IntoTopic for &Topic {
-    fn into_topic(self) -> Result<Topic, NameError> {
+    fn into_topic(self) -> Result<Topic, Error> {
         Ok(self.clone())
     }
 }
 
 /// A channel argument: a validated [`Channel`] or a string, validated on use.
 pub trait IntoChannel: sealed::Sealed {
-    /// The validated channel.
-    fn into_channel(self) -> Result<Channel, NameError>;
+    /// The validated channel ([`Error::InvalidChannel`] names the rejected name).
+    fn into_channel(self) -> Result<Channel, Error>;
 }
 
 impl IntoChannel for &str {
-    fn into_channel(self) -> Result<Channel, NameError> {
-        Channel::new(self)
+    fn into_channel(self) -> Result<Channel, Error> {
+        channel(self)
     }
 }
 impl IntoChannel for String {
-    fn into_channel(self) -> Result<Channel, NameError> {
-        Channel::new(self)
+    fn into_channel(self) -> Result<Channel, Error> {
+        channel(&self)
     }
 }
 impl IntoChannel for &String {
-    fn into_channel(self) -> Result<Channel, NameError> {
-        Channel::new(self)
+    fn into_channel(self) -> Result<Channel, Error> {
+        channel(self)
     }
 }
 impl IntoChannel for Channel {
-    fn into_channel(self) -> Result<Channel, NameError> {
+    fn into_channel(self) -> Result<Channel, Error> {
         Ok(self)
     }
 }
 impl IntoChannel for &Channel {
-    fn into_channel(self) -> Result<Channel, NameError> {
+    fn into_channel(self) -> Result<Channel, Error> {
         Ok(self.clone())
     }
 }
@@ -1299,7 +1497,13 @@ mod tests {
         };
         let (r, e) = replies.submit(&mut core, now, &empty, 3).unwrap_err();
         assert_eq!(r, 3);
-        assert!(matches!(e, Error::InvalidInput(_)), "{e}");
+        assert!(
+            matches!(
+                e,
+                Error::InvalidInput(InputError::Publish(CommandError::EmptyBatch))
+            ),
+            "{e}"
+        );
         assert_eq!(replies.len(), 2);
         // The only nsqd cannot be reached: both fail fast.
         let conn = loop {
@@ -1331,15 +1535,24 @@ mod tests {
             reason = "origin of virtual time in a test"
         )]
         let now = Instant::now();
-        let bad = ConsumerSetup::new("bad topic!", "ch");
-        assert!(matches!(bad.start(now, || 1), Err(Error::InvalidName(_))));
-        let mut setup = ConsumerSetup::new("t", "ch");
+        let bad = ConsumerSetup::<()>::new("bad topic!", "ch");
+        assert!(matches!(
+            bad.start(now, || 1),
+            Err(Error::InvalidTopic { name, reason: NameError::InvalidChar { index: 3, ch: ' ' } })
+                if name == "bad topic!"
+        ));
+        let bad = ConsumerSetup::<()>::new("t", "");
+        assert!(matches!(
+            bad.start(now, || 1),
+            Err(Error::InvalidChannel { name, reason: NameError::Empty }) if name.is_empty()
+        ));
+        let mut setup = ConsumerSetup::<()>::new("t", "ch");
         setup.nsqd.push("nope".into());
         assert!(matches!(
             setup.start(now, || 1),
-            Err(Error::InvalidInput(_))
+            Err(Error::InvalidInput(InputError::NsqdAddress(a))) if a == "nope"
         ));
-        let mut setup = ConsumerSetup::new("t", "ch");
+        let mut setup = ConsumerSetup::<()>::new("t", "ch");
         setup.max_in_flight = Some(9);
         setup.nsqd.push("127.0.0.1:4150".into());
         let started = setup.start(now, || 1).unwrap();

@@ -108,7 +108,7 @@ pub type ConsumerBuilder = nsq_proto::adapter::ConsumerBuilder<Tokio>;
 
 /// Validates `setup` and starts the driver task on the current tokio runtime
 /// ([`ConsumerBuilder::build`]).
-pub(crate) fn start(setup: ConsumerSetup) -> Result<Consumer, Error> {
+pub(crate) fn start(setup: ConsumerSetup<Message>) -> Result<Consumer, Error> {
     let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
     let start = setup.start(Instant::now(), net::random_seed)?;
     let (tx, rx) = mpsc::unbounded_channel();
@@ -242,8 +242,8 @@ impl ConsumerHandle {
     /// Graceful shutdown: CLS on every connection, no new messages are handed out (those not
     /// yet taken are requeued by the next [`Consumer::recv`], or by dropping the
     /// [`Consumer`]: a consumer that is neither read nor dropped holds them until
-    /// `close_timeout`), messages already handed out can still be answered; resolves
-    /// once every connection has drained or the consumer's `close_timeout` passed, with the
+    /// `drain_timeout`), messages already handed out can still be answered; resolves
+    /// once every connection has drained or the consumer's `drain_timeout` passed, with the
     /// number of messages left unanswered (nsqd redelivers them).
     pub async fn stop(&self) -> StopReport {
         let (tx, rx) = oneshot::channel();
@@ -486,7 +486,7 @@ struct Driver {
     outgoing: Vec<Message>,
     origins: BTreeMap<ConnId, Arc<Origin<AnswerChannel>>>,
     stop_waiters: Vec<oneshot::Sender<StopReport>>,
-    give_up: Option<GiveUpHook>,
+    give_up: Option<GiveUpHook<Message>>,
     report: Option<StopReport>,
 }
 
@@ -621,9 +621,13 @@ impl Driver {
                     self.requeue_now(now, msg);
                 }
             }
-            ConsumerEvent::GaveUp { message, .. } => {
+            ConsumerEvent::GaveUp { conn, message } => {
                 if let Some(hook) = &self.give_up {
-                    hook(&message);
+                    let origin = match self.origins.get(&conn) {
+                        Some(o) => o.clone(),
+                        None => Origin::new("", AnswerChannel(self.shared.clone())),
+                    };
+                    hook(&Delivery::given_up(conn, message, origin));
                 }
             }
             ConsumerEvent::Closed { leftovers } => {

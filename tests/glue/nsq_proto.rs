@@ -16,7 +16,7 @@ use nsq_test_broker::scenarios as s;
 /// The harness's view of an adapter error.
 pub(crate) fn error(e: &Error) -> s::ClientError {
     let kind = match e {
-        Error::InvalidName(_) => s::ErrorKind::InvalidName,
+        Error::InvalidTopic { .. } | Error::InvalidChannel { .. } => s::ErrorKind::InvalidName,
         Error::InvalidInput(_) => s::ErrorKind::InvalidInput,
         Error::Server(e) => s::ErrorKind::Server(e.code_str().into_owned()),
         Error::ConnectionLost(_) => s::ErrorKind::ConnectionLost,
@@ -49,7 +49,9 @@ macro_rules! consumer_builder {
             b = b.core_config(crate::glue::consumer_config(o));
         }
         if let Some(hook) = setup.on_give_up.clone() {
-            b = b.on_give_up(move |m| hook(m.attempts));
+            // The hook takes the adapter's own `Message` (the caller's `Message` in scope),
+            // like its handlers and streams.
+            b = b.on_give_up(move |m: &Message| hook(m.attempts(), m.body()));
         }
         b.nsqds(&setup.nsqd).lookupds(&setup.lookupd)
     }};

@@ -108,8 +108,8 @@ impl GoConfig {
     }
 }
 
-/// Called with the attempts of a message the consumer gave up on.
-pub type GiveUp = Arc<dyn Fn(u16) + Send + Sync>;
+/// Called with the attempts and body of a message the consumer gave up on.
+pub type GiveUp = Arc<dyn Fn(u16, &[u8]) + Send + Sync>;
 
 /// How to build a consumer.
 #[derive(Clone, Default)]
@@ -593,14 +593,21 @@ fn topic_arguments_are_validated(f: &dyn Factory) {
     let p = producer(f, &nsqd);
     let err = p.publish("bad topic!", b"x").unwrap_err();
     assert_eq!(err.kind, ErrorKind::InvalidName, "{err}");
+    assert!(
+        err.message
+            .starts_with("invalid topic name \"bad topic!\": "),
+        "{err}"
+    );
     p.publish_typed("typed", b"x").unwrap();
-    assert!(matches!(
-        f.consumer("ok", "bad channel", &ConsumerSetup::default()),
-        Err(ClientError {
-            kind: ErrorKind::InvalidName,
-            ..
-        })
-    ));
+    let Err(err) = f.consumer("ok", "bad channel", &ConsumerSetup::default()) else {
+        panic!("a bad channel name was accepted");
+    };
+    assert_eq!(err.kind, ErrorKind::InvalidName, "{err}");
+    assert!(
+        err.message
+            .starts_with("invalid channel name \"bad channel\": "),
+        "{err}"
+    );
     p.close();
 }
 
@@ -675,8 +682,9 @@ fn gives_up_after_max_attempts(f: &dyn Factory) {
     let gave_up = Arc::new(AtomicU32::new(0));
     let g = gave_up.clone();
     let setup = ConsumerSetup {
-        on_give_up: Some(Arc::new(move |attempts| {
+        on_give_up: Some(Arc::new(move |attempts, body| {
             assert_eq!(attempts, 3);
+            assert_eq!(body, b"poison");
             g.fetch_add(1, Ordering::SeqCst);
         })),
         ..setup(

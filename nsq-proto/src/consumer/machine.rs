@@ -211,15 +211,8 @@ impl fmt::Display for ConsumerError {
     }
 }
 
-impl std::error::Error for ConsumerError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ConsumerError::Connection(e) => Some(e),
-            ConsumerError::InvalidLookupd(e) => Some(e),
-            _ => None,
-        }
-    }
-}
+/// The inner errors are shown by `Display`, so none is returned as a source.
+impl std::error::Error for ConsumerError {}
 
 impl From<ConnectionError> for ConsumerError {
     fn from(e: ConnectionError) -> Self {

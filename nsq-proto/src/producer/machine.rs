@@ -85,7 +85,7 @@ pub enum PublishFailure {
 impl fmt::Display for PublishFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            PublishFailure::Server(e) => write!(f, "publish rejected by nsqd: {e}"),
+            PublishFailure::Server(e) => write!(f, "publish rejected: {e}"),
             PublishFailure::ConnectionLost(r) => {
                 write!(f, "connection lost before nsqd confirmed the publish: {r}")
             }
@@ -103,16 +103,8 @@ impl fmt::Display for PublishFailure {
     }
 }
 
-impl std::error::Error for PublishFailure {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            PublishFailure::Server(e) => Some(e),
-            PublishFailure::ConnectionLost(r) => Some(r),
-            PublishFailure::Refused(e) => Some(e),
-            _ => None,
-        }
-    }
-}
+/// The inner errors are shown by `Display`, so none is returned as a source.
+impl std::error::Error for PublishFailure {}
 
 /// Why a producer command was refused. Nothing was queued.
 #[derive(Debug, Clone, PartialEq)]
@@ -157,15 +149,8 @@ impl fmt::Display for ProducerError {
     }
 }
 
-impl std::error::Error for ProducerError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ProducerError::Invalid(e) => Some(e),
-            ProducerError::Config(e) => Some(e),
-            _ => None,
-        }
-    }
-}
+/// The inner errors are shown by `Display`, so none is returned as a source.
+impl std::error::Error for ProducerError {}
 
 /// Something that happened, for the application.
 #[derive(Debug, Clone, PartialEq)]
