@@ -7,7 +7,7 @@ use futures_lite::Stream;
 use nsq_proto::Config;
 use nsq_proto::adapter::{
     Answer, AnswerKind, AnswerSink, ConsumerSetup, Delivery, Error, GiveUpHook, HandlerError,
-    IntoChannel, IntoTopic, Origin, StopReport, log_consumer_event,
+    IntoChannel, IntoTopic, Origin, StopReport, log_consumer_event, log_max_in_flight,
 };
 use nsq_proto::consumer::{ConnId, ConsumerError, ConsumerEvent, ConsumerStats};
 use std::collections::BTreeMap;
@@ -117,7 +117,8 @@ pub(crate) fn start(setup: ConsumerSetup<Message>) -> Result<Consumer, Error> {
     };
     let net = Net::new(start.dial_timeout, start.write_timeout);
     // The driver thread is this adapter's runtime.
-    driver::spawn("nsq-consumer", logic, inbox, net).map_err(|_| Error::NoRuntime)?;
+    driver::spawn("nsq-consumer", logic, inbox, net, start.span)
+        .map_err(|e| Error::Spawn(e.to_string()))?;
     let handle = ConsumerHandle {
         guard: Arc::new(HandleGuard(shared.clone())),
     };
@@ -515,7 +516,10 @@ impl Logic for ConsumerLogic {
                 Control::AddLookupd(a, reply) => {
                     let _ = reply.try_send(self.core.add_lookupd(now, &a));
                 }
-                Control::SetMaxInFlight(n) => self.core.set_max_in_flight(now, n),
+                Control::SetMaxInFlight(n) => {
+                    log_max_in_flight(n);
+                    self.core.set_max_in_flight(now, n);
+                }
                 Control::Stop(reply) => {
                     self.stop_waiters.push(reply);
                     self.begin_stop(now);
@@ -536,7 +540,7 @@ impl Logic for ConsumerLogic {
     }
 
     fn event(&mut self, now: Instant, event: ConsumerEvent) {
-        log_consumer_event(&event);
+        log_consumer_event(&event, |c| self.origins.get(&c).map(|o| o.addr()));
         match event {
             ConsumerEvent::Message { conn, message } => {
                 let origin = match self.origins.get(&conn) {

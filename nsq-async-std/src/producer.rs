@@ -74,7 +74,8 @@ pub(crate) fn start(setup: ProducerSetup) -> Result<Producer, Error> {
     };
     let net = Net::new(start.dial_timeout, start.write_timeout);
     // The driver thread is this adapter's runtime.
-    driver::spawn("nsq-producer", logic, inbox.clone(), net).map_err(|_| Error::NoRuntime)?;
+    driver::spawn("nsq-producer", logic, inbox.clone(), net, start.span)
+        .map_err(|e| Error::Spawn(e.to_string()))?;
     Ok(Producer {
         inner: Arc::new(Inner { inbox, stats }),
     })

@@ -150,12 +150,8 @@ pub type ConsumerBuilder = nsq_proto::adapter::ConsumerBuilder<Blocking>;
 
 /// Validates `setup` and starts the driver thread ([`ConsumerBuilder::build`]).
 pub(crate) fn start(setup: ConsumerSetup<Message>) -> Result<Consumer, Error> {
-    let span = if let (Ok(t), Ok(c)) = (&setup.topic, &setup.channel) {
-        tracing::info_span!("nsq_consumer", topic = %t, channel = %c)
-    } else {
-        tracing::info_span!("nsq_consumer")
-    };
     let start = setup.start(Instant::now(), net::random_seed)?;
+    let span = start.span;
     let core = start.core;
     let lookupd_timeout = core.config().lookupd_timeout;
     let (tx, rx) = mpsc::channel();
@@ -619,7 +615,10 @@ impl Driver {
                 Control::AddLookupd(a, reply) => {
                     let _ = reply.send(self.core.add_lookupd(now, &a));
                 }
-                Control::SetMaxInFlight(n) => self.core.set_max_in_flight(now, n),
+                Control::SetMaxInFlight(n) => {
+                    adapter::log_max_in_flight(n);
+                    self.core.set_max_in_flight(now, n);
+                }
                 Control::Stop | Control::Dropped => self.begin_stop(now),
             },
         }
@@ -667,7 +666,7 @@ impl Driver {
     }
 
     fn event(&mut self, now: Instant, event: ConsumerEvent) {
-        adapter::log_consumer_event(&event);
+        adapter::log_consumer_event(&event, |c| self.origins.get(&c).map(|o| o.addr()));
         match event {
             ConsumerEvent::Message { conn, message } => {
                 let origin = match self.origins.get(&conn) {

@@ -140,7 +140,7 @@ pub(crate) fn start(setup: ProducerSetup) -> Result<Producer, Error> {
         stats: stats.clone(),
         closed: false,
     };
-    let span = tracing::info_span!("nsq_producer");
+    let span = start.span;
     let done = Arc::new(Done::default());
     let thread_done = done.clone();
     let handle = std::thread::Builder::new()

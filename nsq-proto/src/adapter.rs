@@ -108,21 +108,16 @@ impl AnswerKind {
     };
 
     /// The answer for a handler's outcome: `Some(Ok)` finishes, `Some(Err(e))` requeues as
-    /// `e` says, `None` (the handler panicked) requeues with backoff. Logs failures.
+    /// `e` says, `None` (the handler panicked) requeues with backoff.
+    /// ([`PendingAnswer::answer`] also logs the failures.)
     pub fn from_handler(outcome: Option<Result<(), HandlerError>>) -> AnswerKind {
         match outcome {
             Some(Ok(())) => AnswerKind::Finish,
-            Some(Err(e)) => {
-                tracing::debug!(error = %e, "handler failed: requeueing");
-                e.answer_kind()
-            }
-            None => {
-                tracing::error!("handler panicked: requeueing");
-                AnswerKind::Requeue {
-                    delay: None,
-                    backoff: true,
-                }
-            }
+            Some(Err(e)) => e.answer_kind(),
+            None => AnswerKind::Requeue {
+                delay: None,
+                backoff: true,
+            },
         }
     }
 }
@@ -169,7 +164,7 @@ impl Answer {
             }
         };
         if let Err(e) = &result {
-            tracing::debug!(conn = %self.conn, msg = %self.id, error = %e, "answer not sent");
+            tracing::debug!(conn = %self.conn, msg_id = %self.id, error = %e, "answer not sent");
         }
         result
     }
@@ -189,19 +184,23 @@ pub trait AnswerSink: Send + Sync + 'static {
 }
 
 /// What every message of one connection shares (one reference count per message): the nsqd
-/// address and the sink for answers.
+/// address, the sink for answers, and the consumer's span, so what a message logs on the
+/// application's tasks names its consumer like the driver's own lines.
 #[derive(Debug)]
 pub struct Origin<S> {
     addr: String,
     sink: S,
+    span: tracing::Span,
 }
 
 impl<S: AnswerSink> Origin<S> {
-    /// The origin of the messages of the connection to `addr`.
+    /// The origin of the messages of the connection to `addr`, in the current span (the
+    /// driver calls it inside its consumer's span).
     pub fn new(addr: impl Into<String>, sink: S) -> Arc<Origin<S>> {
         Arc::new(Origin {
             addr: addr.into(),
             sink,
+            span: tracing::Span::current(),
         })
     }
 
@@ -364,11 +363,14 @@ impl<S: AnswerSink> Delivery<S> {
 impl<S: AnswerSink> Drop for Delivery<S> {
     fn drop(&mut self) {
         if !self.done {
-            tracing::warn!(
-                msg = %self.inner.id,
-                nsqd = %self.origin.addr,
-                "message dropped without an answer: requeueing it"
-            );
+            self.origin.span.in_scope(|| {
+                tracing::warn!(
+                    msg_id = %self.inner.id,
+                    attempts = self.inner.attempts,
+                    nsqd = %self.origin.addr,
+                    "message dropped without an answer: requeueing it"
+                );
+            });
             self.send(AnswerKind::DROPPED);
         }
     }
@@ -382,8 +384,31 @@ pub struct PendingAnswer<S> {
 }
 
 impl<S: AnswerSink> PendingAnswer<S> {
-    /// Answers with the handler's outcome (see [`AnswerKind::from_handler`]).
+    /// Answers with the handler's outcome (see [`AnswerKind::from_handler`]). A failure is
+    /// logged in the consumer's span: an error at WARN with its whole chain, a panic (`None`)
+    /// at ERROR, both with the message id, attempts and nsqd address.
     pub fn answer(self, outcome: Option<Result<(), HandlerError>>) {
+        let (id, attempts, nsqd) = (self.answer.id, self.answer.attempts, &self.origin.addr);
+        match &outcome {
+            Some(Ok(())) => {}
+            Some(Err(e)) => self.origin.span.in_scope(|| {
+                tracing::warn!(
+                    msg_id = %id,
+                    attempts,
+                    nsqd = %nsqd,
+                    error = format_args!("{e:#}"),
+                    "handler failed: requeueing the message"
+                );
+            }),
+            None => self.origin.span.in_scope(|| {
+                tracing::error!(
+                    msg_id = %id,
+                    attempts,
+                    nsqd = %nsqd,
+                    "handler panicked: requeueing the message"
+                );
+            }),
+        }
         let kind = AnswerKind::from_handler(outcome);
         self.origin
             .sink
@@ -539,26 +564,103 @@ impl StopReport {
 pub type GiveUpHook<M> = Arc<dyn Fn(&M) + Send + Sync>;
 
 // ------------------------------------------------------------------------------- logging
+//
+// One spelling of each field in every adapter: `nsqd` (an nsqd TCP address), `conn` (the
+// connection within its client), `lookupd` (an nsqlookupd address), `msg_id`, `attempts`,
+// `error`, `reason`, `retry_in`. Every line of a client is inside its span (`consumer{id=..
+// topic=.. channel=..}` or `producer{id=..}`, [`consumer_span`] / [`producer_span`]); the
+// lines of one connection's socket are inside `connection{conn=.. nsqd=..}` below it
+// ([`connection_span`]).
 
-/// Logs a consumer event with `tracing`, the same way in every adapter. Call it for every
-/// event; the ones an adapter acts on (`Message`, `Closed`) are not logged here.
-pub fn log_consumer_event(event: &ConsumerEvent) {
+static NEXT_CLIENT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+fn next_client_id() -> u64 {
+    NEXT_CLIENT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The span of a consumer: `consumer{id=3 topic=events channel=archive}`, with an id unique in
+/// the process (shared with producers), so two clients' lines are never confused. Its driver
+/// enters it for everything it does; messages log in it on the application's tasks too.
+pub fn consumer_span(topic: &Topic, channel: &Channel) -> tracing::Span {
+    tracing::info_span!(
+        "consumer",
+        id = next_client_id(),
+        topic = %topic,
+        channel = %channel
+    )
+}
+
+/// The span of a producer: `producer{id=4}` (see [`consumer_span`]).
+pub fn producer_span() -> tracing::Span {
+    tracing::info_span!("producer", id = next_client_id())
+}
+
+/// The span of one nsqd connection's socket, `connection{conn=conn#1 nsqd=host:4150}`, made
+/// inside the client's span (the driver's current span) so it nests below it.
+pub fn connection_span(conn: impl fmt::Display, nsqd: &str) -> tracing::Span {
+    tracing::info_span!("connection", %conn, nsqd = %nsqd)
+}
+
+/// The span of one HTTP exchange with an nsqlookupd (see [`connection_span`]).
+pub fn lookupd_span(request: impl fmt::Display, lookupd: &str) -> tracing::Span {
+    tracing::debug_span!("lookupd_request", %request, lookupd = %lookupd)
+}
+
+fn log_connection_closed(conn: ConnId, addr: &str, reason: &str, retry_in: Option<Duration>) {
+    if let Some(retry_in) = retry_in {
+        tracing::warn!(
+            %conn,
+            nsqd = %addr,
+            %reason,
+            ?retry_in,
+            "nsqd connection failed; retrying in {retry_in:?}"
+        );
+    } else {
+        tracing::info!(%conn, nsqd = %addr, %reason, "nsqd connection closed");
+    }
+}
+
+/// Logs a consumer event with `tracing`, the same way in every adapter, in the consumer's
+/// span. Call it for every event; the ones an adapter acts on (`Message`, `Closed`) are not
+/// logged here. `nsqd` gives the address of a connection (for the events that only name
+/// their connection).
+pub fn log_consumer_event<'a>(event: &ConsumerEvent, nsqd: impl FnOnce(ConnId) -> Option<&'a str>) {
     match event {
         ConsumerEvent::Message { .. } | ConsumerEvent::Closed { .. } => {}
         ConsumerEvent::GaveUp { conn, message } => {
-            tracing::warn!(%conn, msg = %message.id, attempts = message.attempts, "giving up on message (max_attempts exceeded)");
+            tracing::warn!(
+                %conn,
+                nsqd = %nsqd(*conn).unwrap_or_default(),
+                msg_id = %message.id,
+                attempts = message.attempts,
+                "giving up on a message delivered more than max_attempts times: finished it"
+            );
         }
         ConsumerEvent::MessageExpired { conn, id } => {
-            tracing::warn!(%conn, msg = %id, "message timed out before it was answered");
+            tracing::warn!(
+                %conn,
+                nsqd = %nsqd(*conn).unwrap_or_default(),
+                msg_id = %id,
+                "message timed out before it was answered: nsqd redelivers it"
+            );
         }
         ConsumerEvent::ConnectionReady { conn, addr } => {
-            tracing::info!(%conn, %addr, "nsqd connection ready");
+            tracing::info!(%conn, nsqd = %addr, "connected to nsqd");
         }
-        ConsumerEvent::ConnectionClosed { conn, addr, reason } => {
-            tracing::info!(%conn, %addr, %reason, "nsqd connection closed");
-        }
+        ConsumerEvent::ConnectionClosed {
+            conn,
+            addr,
+            reason,
+            retry_in,
+        } => log_connection_closed(*conn, addr, reason, *retry_in),
         ConsumerEvent::ServerError { conn, error } => {
-            tracing::warn!(%conn, %error, "nsqd error");
+            tracing::warn!(
+                %conn,
+                nsqd = %nsqd(*conn).unwrap_or_default(),
+                code = %error.code_str(),
+                %error,
+                "nsqd refused a command"
+            );
         }
         ConsumerEvent::LookupdFailed { addr, error } => {
             tracing::warn!(lookupd = %addr, %error, "nsqlookupd query failed");
@@ -568,23 +670,41 @@ pub fn log_consumer_event(event: &ConsumerEvent) {
     }
 }
 
-/// Logs a producer event with `tracing`, the same way in every adapter. Call it for every
-/// event; successes and `Closed` are not logged.
+/// Logs a new `max_in_flight` of a consumer (the drivers call it for `set_max_in_flight`):
+/// 0 pauses the consumer, which is said at INFO so a consumer that receives nothing explains
+/// itself.
+pub fn log_max_in_flight(max_in_flight: u32) {
+    if max_in_flight == 0 {
+        tracing::info!(
+            max_in_flight,
+            "max_in_flight is 0: the consumer is paused (RDY 0) until it is raised"
+        );
+    } else {
+        tracing::info!(max_in_flight, "max_in_flight changed");
+    }
+}
+
+/// Logs a producer event with `tracing`, the same way in every adapter, in the producer's
+/// span. Call it for every event; successes and `Closed` are not logged (a failed publish is
+/// the caller's error; it is logged at DEBUG only).
 pub fn log_producer_event(event: &ProducerEvent) {
     match event {
         ProducerEvent::Published(_) | ProducerEvent::PingOk(_) | ProducerEvent::Closed => {}
         ProducerEvent::PublishFailed(id, failure) => {
-            tracing::debug!(%id, %failure, "publish failed");
+            tracing::debug!(publish = %id, error = %failure, "publish failed");
         }
         ProducerEvent::PingFailed(id, failure) => {
-            tracing::debug!(%id, %failure, "ping failed");
+            tracing::debug!(ping = %id, error = %failure, "ping failed");
         }
         ProducerEvent::ConnectionReady { conn, addr } => {
-            tracing::info!(%conn, %addr, "nsqd connection ready");
+            tracing::info!(%conn, nsqd = %addr, "connected to nsqd");
         }
-        ProducerEvent::ConnectionClosed { conn, addr, reason } => {
-            tracing::info!(%conn, %addr, %reason, "nsqd connection closed");
-        }
+        ProducerEvent::ConnectionClosed {
+            conn,
+            addr,
+            reason,
+            retry_in,
+        } => log_connection_closed(*conn, addr, reason, *retry_in),
         #[allow(unreachable_patterns, reason = "ProducerEvent is non_exhaustive")]
         other => tracing::debug!(?other, "producer event"),
     }
@@ -755,6 +875,8 @@ pub struct ConsumerStart<M> {
     pub dial_timeout: Duration,
     /// Socket write timeout.
     pub write_timeout: Duration,
+    /// The consumer's span ([`consumer_span`]): its driver enters it for everything it does.
+    pub span: tracing::Span,
 }
 
 impl<M> ConsumerSetup<M> {
@@ -804,6 +926,10 @@ impl<M> ConsumerSetup<M> {
         if let Some(n) = self.max_in_flight {
             config.max_in_flight = n;
         }
+        let span = consumer_span(&topic, &channel);
+        if config.max_in_flight == 0 {
+            span.in_scope(|| log_max_in_flight(0));
+        }
         let mut core = Consumer::new(config, topic, channel, self.seed.unwrap_or_else(seed));
         for a in &self.nsqd {
             core.add_nsqd(now, a)?;
@@ -816,6 +942,7 @@ impl<M> ConsumerSetup<M> {
             give_up: self.give_up,
             dial_timeout: self.dial_timeout,
             write_timeout: self.write_timeout,
+            span,
         })
     }
 }
@@ -857,6 +984,8 @@ pub struct ProducerStart {
     pub dial_timeout: Duration,
     /// Socket write timeout.
     pub write_timeout: Duration,
+    /// The producer's span ([`producer_span`]): its driver enters it for everything it does.
+    pub span: tracing::Span,
 }
 
 impl ProducerSetup {
@@ -879,6 +1008,7 @@ impl ProducerSetup {
     /// Validates everything and creates the core (`seed` is called when no seed was set).
     pub fn start(self, now: Instant, seed: impl FnOnce() -> u64) -> Result<ProducerStart, Error> {
         let config = self.config?;
+        let span = producer_span();
         let dial_timeout = config.connect_timeout + Duration::from_secs(1);
         let mut core = Producer::new(config, self.seed.unwrap_or_else(seed))?;
         for a in &self.nsqd {
@@ -888,6 +1018,7 @@ impl ProducerSetup {
             core,
             dial_timeout,
             write_timeout: self.write_timeout,
+            span,
         })
     }
 }

@@ -7,7 +7,7 @@ use futures_core::Stream;
 use nsq_proto::Config;
 use nsq_proto::adapter::{
     Answer, AnswerKind, AnswerSink, ConsumerSetup, Delivery, Error, GiveUpHook, HandlerError,
-    IntoChannel, IntoTopic, Origin, StopReport, log_consumer_event,
+    IntoChannel, IntoTopic, Origin, StopReport, log_consumer_event, log_max_in_flight,
 };
 use nsq_proto::consumer::{
     Action, ConnId, ConsumerError, ConsumerEvent, ConsumerStats, LookupdRequestId,
@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
+use tracing::Instrument;
 
 // ------------------------------------------------------------------------------------ inputs
 
@@ -137,7 +138,7 @@ pub(crate) fn start(setup: ConsumerSetup<Message>) -> Result<Consumer, Error> {
         give_up: start.give_up,
         report: None,
     };
-    runtime.spawn(driver.run());
+    runtime.spawn(driver.run().instrument(start.span));
     let handle = ConsumerHandle {
         guard: Arc::new(HandleGuard(shared.clone())),
     };
@@ -537,7 +538,10 @@ impl Driver {
                 Control::AddLookupd(a, reply) => {
                     let _ = reply.send(self.core.add_lookupd(now, &a));
                 }
-                Control::SetMaxInFlight(n) => self.core.set_max_in_flight(now, n),
+                Control::SetMaxInFlight(n) => {
+                    log_max_in_flight(n);
+                    self.core.set_max_in_flight(now, n);
+                }
                 Control::Stop(reply) => {
                     self.stop_waiters.push(reply);
                     self.begin_stop(now);
@@ -606,7 +610,7 @@ impl Driver {
     }
 
     fn event(&mut self, now: Instant, event: ConsumerEvent) {
-        log_consumer_event(&event);
+        log_consumer_event(&event, |c| self.origins.get(&c).map(|o| o.addr()));
         match event {
             ConsumerEvent::Message { conn, message } => {
                 let origin = match self.origins.get(&conn) {

@@ -13,6 +13,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
+use tracing::Instrument;
 
 type Reply = oneshot::Sender<Result<(), Error>>;
 
@@ -93,7 +94,7 @@ pub(crate) fn start(setup: ProducerSetup) -> Result<Producer, Error> {
         stats: stats.clone(),
         closed: false,
     };
-    runtime.spawn(driver.run());
+    runtime.spawn(driver.run().instrument(start.span));
     Ok(Producer {
         inner: Arc::new(Inner { tx, stats }),
     })

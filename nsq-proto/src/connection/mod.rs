@@ -969,7 +969,7 @@ impl Connection {
                 }
             }
         } else {
-            tracing::warn!(%reason, "nsqd connection failed");
+            tracing::debug!(%reason, "nsqd connection failed");
         }
         for t in self.first_outstanding..self.next_token {
             self.events.push_back(ConnectionEvent::PublishFailed(

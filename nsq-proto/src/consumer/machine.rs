@@ -155,6 +155,10 @@ pub enum ConsumerEvent {
         addr: String,
         /// Why, in words (the connection's close reason or the driver's report).
         reason: String,
+        /// When the consumer connects to this nsqd again (an address given directly; `None`
+        /// when closing, or for an nsqd found through nsqlookupd, which is connected to again
+        /// once a lookupd lists it).
+        retry_in: Option<Duration>,
     },
     /// A non-fatal server error (`E_FIN_FAILED`, `E_REQ_FAILED`, `E_TOUCH_FAILED`).
     ServerError {
@@ -1007,7 +1011,6 @@ impl Consumer {
                     slot.ready_at = Some(now);
                     slot.fresh_until = Some(later(now, self.config.rdy_redistribute_interval));
                     let addr = slot.addr.clone();
-                    tracing::debug!(%id, addr, "nsqd connection ready");
                     self.events
                         .push_back(ConsumerEvent::ConnectionReady { conn: id, addr });
                     self.flush(id);
@@ -1052,7 +1055,6 @@ impl Consumer {
                 }
             }
             self.gave_up += 1;
-            tracing::debug!(%id, msg = %message.id, attempts = message.attempts, "giving up on message");
             self.events
                 .push_back(ConsumerEvent::GaveUp { conn: id, message });
             self.after_answer(now, id);
@@ -1091,16 +1093,17 @@ impl Consumer {
             return;
         };
         self.push_action(Action::Disconnect { conn: id });
-        tracing::debug!(%id, addr = slot.addr, reason, "nsqd connection closed");
-        self.events.push_back(ConsumerEvent::ConnectionClosed {
+        let mut closed = ConsumerEvent::ConnectionClosed {
             conn: id,
             addr: slot.addr.clone(),
             reason: reason.to_string(),
-        });
+            retry_in: None,
+        };
         if self.probe == Some(id) {
             self.probe = None;
         }
         if self.closing {
+            self.events.push_back(closed);
             self.leftovers += unanswered;
             self.maybe_emit_closed();
             return;
@@ -1120,9 +1123,13 @@ impl Consumer {
                     }
                     let delay = p.schedule.next_delay(&mut self.rng);
                     p.next_attempt = Some(later(now, delay));
+                    if let ConsumerEvent::ConnectionClosed { retry_in, .. } = &mut closed {
+                        *retry_in = Some(delay);
+                    }
                 }
             }
         }
+        self.events.push_back(closed);
         self.prune(Some(&slot.addr));
         self.rebalance(now, false);
     }
@@ -1439,7 +1446,6 @@ impl Consumer {
             }
             Err(error) => {
                 let addr = self.lookupds[i].addr.to_string();
-                tracing::debug!(addr, %error, "lookupd query failed");
                 self.events
                     .push_back(ConsumerEvent::LookupdFailed { addr, error });
             }

@@ -179,6 +179,8 @@ pub enum ProducerEvent {
         addr: String,
         /// Why, in words.
         reason: String,
+        /// When the producer connects to this nsqd again (`None` when closing).
+        retry_in: Option<Duration>,
     },
     /// The producer has shut down: every publish is resolved and every connection closed.
     /// Emitted once, after [`Producer::close`].
@@ -1149,7 +1151,6 @@ impl Producer {
                     link.dirty = true;
                     self.any_dirty = true;
                     let (conn, addr) = (link.id, self.nodes[i].addr.clone());
-                    tracing::debug!(%conn, addr, "nsqd connection ready");
                     self.events
                         .push_back(ProducerEvent::ConnectionReady { conn, addr });
                     self.drain_pending(now);
@@ -1192,7 +1193,6 @@ impl Producer {
         let addr = self.nodes[i].addr.clone();
         self.actions
             .push_back(Queued::Action(Action::Disconnect { conn: link.id }));
-        tracing::debug!(conn = %link.id, addr, reason, "nsqd connection closed");
         let graceful = link
             .conn
             .as_ref()
@@ -1217,24 +1217,24 @@ impl Producer {
             };
             self.resolve(s.id, Err(failure));
         }
+        let retry_in = (!self.closing).then(|| {
+            let node = &mut self.nodes[i];
+            let healthy = link.ready_at.is_some_and(|t| {
+                now.saturating_duration_since(t) >= self.config.reconnect_reset_after
+            });
+            if healthy {
+                node.schedule.reset();
+            }
+            let delay = node.schedule.next_delay(&mut self.rng);
+            node.next_attempt = Some(later(now, delay));
+            delay
+        });
         self.events.push_back(ProducerEvent::ConnectionClosed {
             conn: link.id,
             addr,
             reason: reason.to_string(),
+            retry_in,
         });
-        if self.closing {
-            return;
-        }
-        let node = &mut self.nodes[i];
-        let healthy = link
-            .ready_at
-            .is_some_and(|t| now.saturating_duration_since(t) >= self.config.reconnect_reset_after);
-        if healthy {
-            node.schedule.reset();
-        }
-        let delay = node.schedule.next_delay(&mut self.rng);
-        tracing::debug!(addr = node.addr, ?delay, "reconnecting later");
-        node.next_attempt = Some(later(now, delay));
     }
 
     /// Post-conditions after every input or command: waiting publishes fail at once when no
