@@ -922,7 +922,7 @@ impl Connection {
 
     fn expire(&mut self, now: Instant) {
         while let Some(id) = self.inflight.pop_expired(now) {
-            tracing::debug!(%id, "message expired unanswered");
+            tracing::debug!(msg_id = %id, "message expired unanswered");
             self.events.push_back(ConnectionEvent::MessageExpired(id));
         }
     }

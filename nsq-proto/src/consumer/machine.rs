@@ -955,7 +955,6 @@ impl Consumer {
                 received_since_rdy: 0,
             },
         );
-        tracing::debug!(%id, addr, "connecting to nsqd");
         self.push_action(Action::Connect {
             conn: id,
             addr: addr.to_string(),
@@ -1051,7 +1050,7 @@ impl Consumer {
         if max_attempts > 0 && message.attempts > max_attempts {
             if let Some(c) = slot.conn.as_mut() {
                 if let Err(e) = c.finish(now, &message.id) {
-                    tracing::debug!(%id, error = %e, "could not finish a message given up on");
+                    tracing::debug!(conn = %id, error = %e, "could not finish a message given up on");
                 }
             }
             self.gave_up += 1;
@@ -1358,7 +1357,7 @@ impl Consumer {
                             slot.granted_at = Some(now);
                         }
                     }
-                    Err(e) => tracing::debug!(%id, error = %e, "RDY not sent"),
+                    Err(e) => tracing::debug!(conn = %id, error = %e, "RDY not sent"),
                 }
                 self.flush(*id);
             }
@@ -1428,7 +1427,10 @@ impl Consumer {
                 for producer in &reply.producers {
                     let addr = producer.tcp_address();
                     if producer.tcp_port == 0 || !valid_host_port(&addr) {
-                        tracing::debug!(addr, "ignoring a lookupd producer with a bad address");
+                        tracing::debug!(
+                            nsqd = addr,
+                            "ignoring a lookupd producer with a bad address"
+                        );
                         continue;
                     }
                     self.discovered(&addr, p.seq);
@@ -1470,7 +1472,7 @@ impl Consumer {
         };
         let forgotten = &mut self.forgotten;
         let mut forget = |addr: &str, p: &Producer| {
-            tracing::debug!(addr, "forgetting an nsqd no lookupd lists any more");
+            tracing::debug!(nsqd = addr, "forgetting an nsqd no lookupd lists any more");
             forgotten.insert(addr.to_string(), p.disconnected_seq);
         };
         match only {

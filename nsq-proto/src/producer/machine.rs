@@ -584,11 +584,6 @@ impl Producer {
                     .and_then(|l| l.sent.front())
                     .is_some_and(|s| now.saturating_duration_since(s.at) >= limit);
                 if stuck {
-                    tracing::warn!(
-                        addr = self.nodes[i].addr,
-                        ?limit,
-                        "no reply from nsqd: dropping the connection"
-                    );
                     self.drop_link(
                         now,
                         i,
@@ -1055,7 +1050,6 @@ impl Producer {
             }
             Err(failure) => {
                 self.failed += 1;
-                tracing::debug!(%id, %failure, "publish failed");
                 self.events
                     .push_back(ProducerEvent::PublishFailed(id, failure));
             }
@@ -1092,7 +1086,6 @@ impl Producer {
             sent: VecDeque::new(),
             dirty: false,
         });
-        tracing::debug!(%id, addr = node.addr, "connecting to nsqd");
         self.actions.push_back(Queued::Action(Action::Connect {
             conn: id,
             addr: node.addr.clone(),
