@@ -612,8 +612,8 @@ fn log_connection_closed(conn: ConnId, addr: &str, reason: &str, retry_in: Optio
             %conn,
             nsqd = %addr,
             %reason,
-            ?retry_in,
-            "nsqd connection failed; retrying in {retry_in:?}"
+            retry_in = format_args!("{retry_in:.1?}"),
+            "nsqd connection failed; retrying in {retry_in:.1?}"
         );
     } else {
         tracing::info!(%conn, nsqd = %addr, %reason, "nsqd connection closed");
