@@ -184,11 +184,13 @@ pub use nsq_proto::adapter::{
     Backpressure, Delivery, Error, HandlerError, InputError, IntoChannel, IntoTopic, StopReport,
 };
 pub use nsq_proto::config::OptionError;
-pub use nsq_proto::consumer::{BackoffStrategy, ConsumerConfig, ConsumerError, ConsumerStats};
+pub use nsq_proto::consumer::{
+    BackoffStrategy, ConnId, ConsumerConfig, ConsumerError, ConsumerStats, LookupdAddressError,
+};
 pub use nsq_proto::producer::{ProducerConfig, ProducerStats, Routing};
 pub use nsq_proto::{
-    Channel, CloseReason, CommandError, Compression, Config, ConnectionConfig, ConnectionError,
-    ErrorCode, MessageId, NameError, Secret, ServerError, TlsConfig, Topic,
+    Channel, CloseReason, CommandError, Compression, Config, ConfigError, ConnectionConfig,
+    ConnectionError, ErrorCode, MessageId, NameError, Secret, ServerError, TlsConfig, Topic,
 };
 
 /// Called for each message given up on (delivered more than `max_attempts` times), with the

@@ -14,10 +14,13 @@
 //!   [`with_delay`](HandlerError::with_delay), [`without_backoff`](HandlerError::without_backoff)),
 //!   and [`AnswerKind::from_handler`], the answer for a handler's outcome (a panic included).
 //! * [`StopReport`], [`GiveUpHook`]: the user-facing results of a consumer.
-//! * [`Error`]: the adapters' error type, with the conversions from the core's errors, and
-//!   [`IntoTopic`] / [`IntoChannel`] for name arguments.
-//! * [`log_consumer_event`] / [`log_producer_event`]: the `tracing` output for the events an
-//!   adapter does not act on itself, so every adapter logs the same things at the same levels.
+//! * [`Error`] ([`InputError`], [`Backpressure`]): the adapters' error type, with the
+//!   conversions from the core's errors, and [`IntoTopic`] / [`IntoChannel`] for name
+//!   arguments.
+//! * [`log_consumer_event`] / [`log_producer_event`] / [`log_max_in_flight`]: the `tracing`
+//!   output for the events an adapter does not act on itself, so every adapter logs the same
+//!   things at the same levels with the same fields; [`consumer_span`] / [`producer_span`] /
+//!   [`connection_span`] / [`lookupd_span`]: the spans every driver enters.
 //! * [`Links`] / [`Transport`]: performing the core's actions (which connection has which
 //!   runtime handle), and [`os_hostname`] / [`seed_from_entropy`]: the OS hostname and the RNG
 //!   seed from what the adapter reads from the OS.
@@ -657,7 +660,6 @@ pub fn log_consumer_event<'a>(event: &ConsumerEvent, nsqd: impl FnOnce(ConnId) -
             tracing::warn!(
                 %conn,
                 nsqd = %nsqd(*conn).unwrap_or_default(),
-                code = %error.code_str(),
                 %error,
                 "nsqd refused a command"
             );
@@ -1263,7 +1265,8 @@ pub enum Error {
     /// No nsqd connection is up (every configured nsqd is down, or none became ready within
     /// `publish_timeout`); the message was not sent. Carries the last connection error.
     NoServerAvailable(Option<String>),
-    /// Too many publishes are outstanding (`max_outstanding` / `max_pending`); retry later.
+    /// Too many publishes are outstanding (`max_outstanding_publishes` /
+    /// `max_pending_publishes`); retry later.
     Backpressure(Backpressure),
     /// The consumer refused the command.
     Consumer(ConsumerError),
@@ -1362,12 +1365,12 @@ impl std::error::Error for InputError {}
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Backpressure {
-    /// `max_outstanding` publishes are unresolved.
+    /// `max_outstanding_publishes` publishes are unresolved.
     TooManyOutstanding {
         /// The configured bound.
         limit: usize,
     },
-    /// `max_pending` publishes already wait for a connection.
+    /// `max_pending_publishes` publishes already wait for a connection.
     PendingQueueFull {
         /// The configured bound.
         limit: usize,
