@@ -424,3 +424,131 @@ fn handlers_use_question_mark_on_anyhow_errors() {
     assert_eq!(delayed.delay(), Some(Duration::from_secs(3)));
     assert_eq!(format!("{delayed:#}"), "writing the row: disk full");
 }
+
+/// Every kind of the core's errors, alone and inside the adapters' `Error`: nothing is said
+/// twice and no displayed cause is also a source.
+#[test]
+fn every_core_error_kind_says_each_thing_once() {
+    use nsq_proto::connection::TlsError;
+    use nsq_proto::consumer::LookupdAddressError;
+    use nsq_proto::{DecodeError, MessageId, PublishError};
+
+    let decode = [
+        DecodeError::HttpPort,
+        DecodeError::FrameTooSmall { size: 2 },
+        DecodeError::FrameTooLarge { size: 9, max: 4 },
+        DecodeError::UnknownFrameType(7),
+        DecodeError::MessageTooShort { len: 3 },
+    ];
+    let mut reasons = vec![
+        CloseReason::Graceful { unanswered: 0 },
+        CloseReason::Graceful { unanswered: 2 },
+        CloseReason::Server(server(ErrorCode::Invalid, "cannot SUB in current state")),
+        CloseReason::Protocol("response before IDENTIFY".into()),
+        CloseReason::Timeout {
+            idle: Duration::from_secs(60),
+        },
+        CloseReason::Eof,
+        CloseReason::Tls(TlsError::Buffer("record too large".into())),
+        CloseReason::TlsNotGranted,
+        CloseReason::AuthSecretMissing,
+    ];
+    reasons.extend(decode.iter().cloned().map(CloseReason::Decode));
+    let commands = [
+        CommandError::EmptyBody,
+        CommandError::EmptyBatch,
+        CommandError::EmptyBodyInBatch { index: 2 },
+        CommandError::BatchTooLarge { len: 10, max: 5 },
+        CommandError::EmptySecret,
+    ];
+    let mut connection = vec![
+        ConnectionError::Closing,
+        ConnectionError::NotReady,
+        ConnectionError::WrongRole,
+        ConnectionError::TooManyOutstanding { limit: 3 },
+        ConnectionError::NotInFlight(MessageId::from(*b"0123456789abcdef")),
+    ];
+    connection.extend(reasons.iter().cloned().map(ConnectionError::Closed));
+    connection.extend(commands.iter().cloned().map(ConnectionError::Command));
+    let lookupd = [
+        LookupdError::HeadTooLarge,
+        LookupdError::BadHead("invalid status".into()),
+        LookupdError::NotHttp,
+        LookupdError::BodyTooLarge { max: 10 },
+        LookupdError::BadChunk("size"),
+        LookupdError::UnsupportedEncoding("gzip".into()),
+        LookupdError::UnexpectedEof,
+        LookupdError::AlreadyComplete,
+        LookupdError::Transport("connection refused".into()),
+        LookupdError::Timeout,
+    ];
+    let addresses = [
+        LookupdAddressError::Empty,
+        LookupdAddressError::UnsupportedScheme("https".into()),
+        LookupdAddressError::InvalidHost("a b".into()),
+        LookupdAddressError::InvalidPort("0".into()),
+    ];
+
+    let mut adapter: Vec<Error> = Vec::new();
+    for e in &decode {
+        check(e.clone());
+    }
+    for r in &reasons {
+        check(r.clone());
+        check(PublishError::Closed(r.clone()));
+        check(PublishFailure::ConnectionLost(r.clone()));
+        adapter.push(PublishFailure::ConnectionLost(r.clone()).into());
+    }
+    for c in &commands {
+        check(c.clone());
+        check(ProducerError::Invalid(c.clone()));
+        adapter.push(ProducerError::Invalid(c.clone()).into());
+    }
+    for c in &connection {
+        check(c.clone());
+        check(ConsumerError::Connection(c.clone()));
+        check(PublishFailure::Refused(c.clone()));
+        adapter.push(ConsumerError::Connection(c.clone()).into());
+        adapter.push(PublishFailure::Refused(c.clone()).into());
+    }
+    for l in lookupd {
+        check(l);
+    }
+    for a in addresses {
+        check(a.clone());
+        check(ConsumerError::InvalidLookupd(a.clone()));
+        adapter.push(ConsumerError::InvalidLookupd(a).into());
+    }
+    check(PublishError::Server(server(
+        ErrorCode::BadTopic,
+        "PUB topic name x is not valid",
+    )));
+    for name in ["", "a b", &"x".repeat(70)] {
+        adapter.push(name.into_topic().unwrap_err());
+        adapter.push(name.into_channel().unwrap_err());
+    }
+    for (option, value) in [
+        ("max_in_flight", "x"),
+        ("nope", "1"),
+        ("max_attempts", "70000"),
+        ("dial_timeout", "-1s"),
+    ] {
+        let e = nsq_proto::Config::default()
+            .set_str(option, value)
+            .unwrap_err();
+        check(e.clone());
+        adapter.push(e.into());
+    }
+    adapter.extend([
+        ProducerError::Config(ConfigError::Invalid("heartbeat_interval out of range")).into(),
+        ProducerError::InvalidAddress("x".into()).into(),
+        PublishFailure::NoServerAvailable { last_error: None }.into(),
+        Error::NoRuntime,
+        Error::Closed,
+    ]);
+    for e in adapter {
+        let (display, alternate) = check(e);
+        // Nothing is hidden in a source: `{}` is the whole story.
+        assert_eq!(display, alternate);
+    }
+}

@@ -176,9 +176,9 @@ pub enum CloseReason {
 impl fmt::Display for CloseReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            CloseReason::Graceful { unanswered: 0 } => f.write_str("connection closed"),
+            CloseReason::Graceful { unanswered: 0 } => f.write_str("graceful close"),
             CloseReason::Graceful { unanswered } => {
-                write!(f, "connection closed with {unanswered} left unanswered")
+                write!(f, "graceful close with {unanswered} left unanswered")
             }
             CloseReason::Server(e) => write!(f, "{e}"),
             CloseReason::Decode(e) => write!(f, "protocol error: {e}"),
