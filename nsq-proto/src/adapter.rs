@@ -1774,6 +1774,69 @@ mod tests {
         assert_eq!(bodies()[4], Bytes::from_static(b"body"));
     }
 
+    /// A failed connect says when it is retried (the log line needs it); while closing, none.
+    #[test]
+    fn connection_closed_says_when_it_retries() {
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "origin of virtual time in a test"
+        )]
+        let now = Instant::now();
+        let closed_retry = |core: &mut Consumer| {
+            let mut retry = None;
+            while let Some(ev) = core.poll_event() {
+                if let ConsumerEvent::ConnectionClosed { retry_in, .. } = ev {
+                    retry = Some(retry_in);
+                }
+            }
+            retry.expect("no ConnectionClosed")
+        };
+        let connect = |core: &mut Consumer| loop {
+            match core.poll_action() {
+                Some(crate::driver::Action::Connect { conn, .. }) => break conn,
+                Some(_) => {}
+                None => panic!("no connect"),
+            }
+        };
+        let mut setup = ConsumerSetup::<()>::new("t", "c");
+        setup.nsqd.push("127.0.0.1:4150".into());
+        let mut core = setup.start(now, || 3).unwrap().core;
+        let conn = connect(&mut core);
+        core.handle_connect_failed(now, conn, "refused");
+        let retry = closed_retry(&mut core).expect("a direct nsqd is retried");
+        assert!(retry > Duration::ZERO);
+
+        let later = now + retry;
+        core.handle_timeout(later);
+        let conn = connect(&mut core);
+        core.close(later);
+        core.handle_connect_failed(later, conn, "refused");
+        assert_eq!(closed_retry(&mut core), None, "closing: no retry");
+
+        let mut setup = ProducerSetup::default();
+        setup.nsqd.push("127.0.0.1:4150".into());
+        setup.seed = Some(3);
+        let mut producer = setup.start(now, || unreachable!("seeded")).unwrap().core;
+        let conn = loop {
+            match producer.poll_action() {
+                Some(crate::driver::Action::Connect { conn, .. }) => break conn,
+                Some(_) => {}
+                None => panic!("no connect"),
+            }
+        };
+        producer.handle_connect_failed(now, conn, "refused");
+        let mut retries = Vec::new();
+        while let Some(ev) = producer.poll_event() {
+            if let ProducerEvent::ConnectionClosed { retry_in, .. } = ev {
+                retries.push(retry_in);
+            }
+        }
+        assert!(
+            matches!(retries[..], [Some(d)] if d > Duration::ZERO),
+            "{retries:?}"
+        );
+    }
+
     #[test]
     fn errors_map() {
         assert!(matches!(Error::from(ProducerError::Closed), Error::Closed));
