@@ -278,13 +278,14 @@ impl ConsumerHandle {
         self.shared().starved.load(Ordering::Relaxed)
     }
 
-    /// A snapshot of the counters (updated after every wake-up of the driver).
+    /// A snapshot of the counters, in total and per nsqd (updated after every wake-up of the
+    /// driver).
     pub fn stats(&self) -> ConsumerStats {
-        *self
-            .shared()
+        self.shared()
             .stats
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Graceful shutdown: CLS on every connection, no new messages are handed out (those not
@@ -707,10 +708,13 @@ impl Driver {
         self.shared
             .starved
             .store(self.core.is_starved(), Ordering::Relaxed);
-        *self
-            .shared
-            .stats
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = self.core.stats();
+        // Written in place: no allocation once the snapshot has room for every nsqd.
+        self.core.stats_into(
+            &mut self
+                .shared
+                .stats
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
     }
 }
