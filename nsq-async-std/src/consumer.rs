@@ -26,6 +26,8 @@ type Reply<T> = driver::OneshotTx<T>;
 enum Control {
     AddNsqd(String, Reply<Result<(), ConsumerError>>),
     AddLookupd(String, Reply<Result<(), ConsumerError>>),
+    DisconnectNsqd(String, Reply<Result<(), ConsumerError>>),
+    DisconnectLookupd(String, Reply<Result<(), ConsumerError>>),
     SetMaxInFlight(u32),
     Stop(Reply<StopReport>),
     /// Every handle is gone: shut down gracefully.
@@ -132,7 +134,8 @@ pub(crate) fn start(setup: ConsumerSetup) -> Result<Consumer, Error> {
 
 // ---------------------------------------------------------------------------------- handles
 
-/// A cloneable control handle of a [`Consumer`] (stop it, change max_in_flight, add servers)
+/// A cloneable control handle of a [`Consumer`] (stop it, change max_in_flight, add or remove
+/// servers)
 /// usable while another task reads the messages.
 #[derive(Clone)]
 pub struct ConsumerHandle {
@@ -202,6 +205,51 @@ impl ConsumerHandle {
             self.connect_to_lookupd(a.as_ref()).await?;
         }
         Ok(())
+    }
+
+    /// Stops consuming from an nsqd added with [`connect_to_nsqd`](Self::connect_to_nsqd) or
+    /// the builder's `nsqd` (go-nsq's `DisconnectFromNSQD`): CLS is sent, the messages in
+    /// flight on it can still be answered and it closes once they are (or after the
+    /// connection's `drain_timeout`; nsqd then redelivers what is left), its RDY goes to the
+    /// other connections at once, and it is not reconnected. Resolves once the command is applied, not when the
+    /// connection has drained:
+    /// [`stats`](Self::stats) shows it as [`NsqdState::Closing`](crate::NsqdState::Closing)
+    /// until it has drained.
+    ///
+    /// Errors: [`Error::Consumer`] with
+    /// [`NsqdNotConfigured`](nsq_proto::consumer::ConsumerError::NsqdNotConfigured) for an
+    /// address not configured (or already disconnected from), or
+    /// [`NsqdDiscovered`](nsq_proto::consumer::ConsumerError::NsqdDiscovered) for one known only
+    /// through nsqlookupd (disconnect from the lookupd instead); [`Error::InvalidInput`] for an
+    /// address that is not `host:port`; [`Error::Closed`] once the consumer is stopping.
+    pub async fn disconnect_from_nsqd(&self, addr: &str) -> Result<(), Error> {
+        let (tx, rx) = driver::oneshot();
+        self.control(Control::DisconnectNsqd(addr.to_owned(), tx))?;
+        rx.recv()
+            .await
+            .map_err(|_| Error::Closed)?
+            .map_err(Error::from)
+    }
+
+    /// Stops polling an nsqlookupd added with [`connect_to_lookupd`](Self::connect_to_lookupd)
+    /// or the builder's `lookupd` (go-nsq's `DisconnectFromNSQLookupd`); `addr` is matched as
+    /// `connect_to_lookupd` reads it. The nsqd that only it listed stay connected until their
+    /// connection ends, and are not reconnected.
+    ///
+    /// Errors: [`Error::Consumer`] with
+    /// [`LookupdNotConfigured`](nsq_proto::consumer::ConsumerError::LookupdNotConfigured) for
+    /// a lookupd not configured, or
+    /// [`LastLookupd`](nsq_proto::consumer::ConsumerError::LastLookupd) for the only one
+    /// configured (as go-nsq: discovery would stop; connect its replacement first);
+    /// [`Error::InvalidInput`] for an address that does not parse; [`Error::Closed`] once the
+    /// consumer is stopping.
+    pub async fn disconnect_from_lookupd(&self, addr: &str) -> Result<(), Error> {
+        let (tx, rx) = driver::oneshot();
+        self.control(Control::DisconnectLookupd(addr.to_owned(), tx))?;
+        rx.recv()
+            .await
+            .map_err(|_| Error::Closed)?
+            .map_err(Error::from)
     }
 
     /// Changes max_in_flight at runtime (0 pauses the consumer).
@@ -368,6 +416,16 @@ impl Consumer {
         self.handle.connect_to_lookupds(addrs).await
     }
 
+    /// See [`ConsumerHandle::disconnect_from_nsqd`].
+    pub async fn disconnect_from_nsqd(&self, addr: &str) -> Result<(), Error> {
+        self.handle.disconnect_from_nsqd(addr).await
+    }
+
+    /// See [`ConsumerHandle::disconnect_from_lookupd`].
+    pub async fn disconnect_from_lookupd(&self, addr: &str) -> Result<(), Error> {
+        self.handle.disconnect_from_lookupd(addr).await
+    }
+
     /// See [`ConsumerHandle::set_max_in_flight`].
     pub fn set_max_in_flight(&self, n: u32) {
         self.handle.set_max_in_flight(n);
@@ -515,6 +573,12 @@ impl Logic for ConsumerLogic {
                 }
                 Control::AddLookupd(a, reply) => {
                     let _ = reply.try_send(self.core.add_lookupd(now, &a));
+                }
+                Control::DisconnectNsqd(a, reply) => {
+                    let _ = reply.try_send(self.core.disconnect_from_nsqd(now, &a));
+                }
+                Control::DisconnectLookupd(a, reply) => {
+                    let _ = reply.try_send(self.core.disconnect_from_lookupd(now, &a));
                 }
                 Control::SetMaxInFlight(n) => self.core.set_max_in_flight(now, n),
                 Control::Stop(reply) => {

@@ -23,6 +23,8 @@ use std::time::{Duration, Instant};
 enum Control {
     AddNsqd(String, SyncSender<Result<(), ConsumerError>>),
     AddLookupd(String, SyncSender<Result<(), ConsumerError>>),
+    DisconnectNsqd(String, SyncSender<Result<(), ConsumerError>>),
+    DisconnectLookupd(String, SyncSender<Result<(), ConsumerError>>),
     SetMaxInFlight(u32),
     Stop,
     /// Every handle is gone: shut down gracefully.
@@ -198,7 +200,8 @@ pub(crate) fn start(setup: ConsumerSetup) -> Result<Consumer, Error> {
 
 // ---------------------------------------------------------------------------------- handles
 
-/// A cloneable control handle of a [`Consumer`] (stop it, change max_in_flight, add servers)
+/// A cloneable control handle of a [`Consumer`] (stop it, change max_in_flight, add or remove
+/// servers)
 /// usable from other threads while one thread (or [`Consumer::run`]'s pool) reads messages.
 #[derive(Clone)]
 pub struct ConsumerHandle {
@@ -265,6 +268,41 @@ impl ConsumerHandle {
         addrs
             .into_iter()
             .try_for_each(|a| self.connect_to_lookupd(a.as_ref()))
+    }
+
+    /// Stops consuming from an nsqd added with [`connect_to_nsqd`](Self::connect_to_nsqd) or
+    /// the builder's `nsqd` (go-nsq's `DisconnectFromNSQD`): CLS is sent, the messages in
+    /// flight on it can still be answered and it closes once they are (or after the
+    /// connection's `drain_timeout`; nsqd then redelivers what is left), its RDY goes to the
+    /// other connections at once, and it is not reconnected. Returns once the command is applied, not when the
+    /// connection has drained:
+    /// [`stats`](Self::stats) shows it as [`NsqdState::Closing`](crate::NsqdState::Closing)
+    /// until it has drained.
+    ///
+    /// Errors: [`Error::Consumer`] with
+    /// [`NsqdNotConfigured`](nsq_proto::consumer::ConsumerError::NsqdNotConfigured) for an
+    /// address not configured (or already disconnected from), or
+    /// [`NsqdDiscovered`](nsq_proto::consumer::ConsumerError::NsqdDiscovered) for one known only
+    /// through nsqlookupd (disconnect from the lookupd instead); [`Error::InvalidInput`] for an
+    /// address that is not `host:port`; [`Error::Closed`] once the consumer is stopping.
+    pub fn disconnect_from_nsqd(&self, addr: &str) -> Result<(), Error> {
+        self.ask(|tx| Control::DisconnectNsqd(addr.to_owned(), tx))
+    }
+
+    /// Stops polling an nsqlookupd added with [`connect_to_lookupd`](Self::connect_to_lookupd)
+    /// or the builder's `lookupd` (go-nsq's `DisconnectFromNSQLookupd`); `addr` is matched as
+    /// `connect_to_lookupd` reads it. The nsqd that only it listed stay connected until their
+    /// connection ends, and are not reconnected.
+    ///
+    /// Errors: [`Error::Consumer`] with
+    /// [`LookupdNotConfigured`](nsq_proto::consumer::ConsumerError::LookupdNotConfigured) for
+    /// a lookupd not configured, or
+    /// [`LastLookupd`](nsq_proto::consumer::ConsumerError::LastLookupd) for the only one
+    /// configured (as go-nsq: discovery would stop; connect its replacement first);
+    /// [`Error::InvalidInput`] for an address that does not parse; [`Error::Closed`] once the
+    /// consumer is stopping.
+    pub fn disconnect_from_lookupd(&self, addr: &str) -> Result<(), Error> {
+        self.ask(|tx| Control::DisconnectLookupd(addr.to_owned(), tx))
     }
 
     /// Changes max_in_flight at runtime (0 pauses the consumer).
@@ -423,6 +461,16 @@ impl Consumer {
         S: AsRef<str>,
     {
         self.handle.connect_to_lookupds(addrs)
+    }
+
+    /// See [`ConsumerHandle::disconnect_from_nsqd`].
+    pub fn disconnect_from_nsqd(&self, addr: &str) -> Result<(), Error> {
+        self.handle.disconnect_from_nsqd(addr)
+    }
+
+    /// See [`ConsumerHandle::disconnect_from_lookupd`].
+    pub fn disconnect_from_lookupd(&self, addr: &str) -> Result<(), Error> {
+        self.handle.disconnect_from_lookupd(addr)
     }
 
     /// See [`ConsumerHandle::set_max_in_flight`].
@@ -619,6 +667,12 @@ impl Driver {
                 }
                 Control::AddLookupd(a, reply) => {
                     let _ = reply.send(self.core.add_lookupd(now, &a));
+                }
+                Control::DisconnectNsqd(a, reply) => {
+                    let _ = reply.send(self.core.disconnect_from_nsqd(now, &a));
+                }
+                Control::DisconnectLookupd(a, reply) => {
+                    let _ = reply.send(self.core.disconnect_from_lookupd(now, &a));
                 }
                 Control::SetMaxInFlight(n) => self.core.set_max_in_flight(now, n),
                 Control::Stop | Control::Dropped => self.begin_stop(now),
