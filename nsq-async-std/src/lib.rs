@@ -100,6 +100,9 @@
 //! # }
 //! ```
 //!
+//! Errors are typed ([`Error`]): `Server` (nsqd's error code), `ConnectionLost`, `Timeout`,
+//! `InvalidName`/`InvalidInput`, `NoServerAvailable`, `Backpressure`, `Closed`.
+//!
 //! # Servers at runtime, and stats
 //!
 //! As with go-nsq, servers can be added and removed while the consumer runs:
@@ -126,9 +129,6 @@
 //! # }
 //! ```
 //!
-//! Errors are typed ([`Error`]): `Server` (nsqd's error code), `ConnectionLost`, `Timeout`,
-//! `InvalidName`/`InvalidInput`, `NoServerAvailable`, `Backpressure`, `Closed`.
-//!
 //! Runnable program: `cargo run -p nsq-async-std --example quickstart` (starts an in-process
 //! test broker when no `--nsqd-tcp-address` is given).
 
@@ -143,10 +143,12 @@ pub use nsq_proto as proto;
 pub use nsq_proto::adapter::{Error, GiveUpHook, HandlerError, IntoChannel, IntoTopic, StopReport};
 pub use nsq_proto::config::OptionError;
 pub use nsq_proto::consumer::{ConsumerConfig, ConsumerStats};
-pub use nsq_proto::consumer::{NsqdState, NsqdStats};
 pub use nsq_proto::producer::{ProducerConfig, ProducerStats, Routing};
 pub use nsq_proto::{Channel, Compression, Config, ConnectionConfig, MessageId, TlsConfig, Topic};
 pub use producer::{Producer, ProducerBuilder};
+
+// The per-nsqd part of `ConsumerStats`.
+pub use nsq_proto::consumer::{NsqdState, NsqdStats};
 
 /// The async-std adapter's marker for the builders shared by every adapter
 /// ([`ConsumerBuilder`] and [`ProducerBuilder`] are [`nsq_proto::adapter::ConsumerBuilder`] /

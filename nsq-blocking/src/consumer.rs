@@ -665,14 +665,14 @@ impl Driver {
                 Control::AddNsqd(a, reply) => {
                     let _ = reply.send(self.core.add_nsqd(now, &a));
                 }
-                Control::AddLookupd(a, reply) => {
-                    let _ = reply.send(self.core.add_lookupd(now, &a));
-                }
                 Control::DisconnectNsqd(a, reply) => {
                     let _ = reply.send(self.core.disconnect_from_nsqd(now, &a));
                 }
                 Control::DisconnectLookupd(a, reply) => {
                     let _ = reply.send(self.core.disconnect_from_lookupd(now, &a));
+                }
+                Control::AddLookupd(a, reply) => {
+                    let _ = reply.send(self.core.add_lookupd(now, &a));
                 }
                 Control::SetMaxInFlight(n) => self.core.set_max_in_flight(now, n),
                 Control::Stop | Control::Dropped => self.begin_stop(now),

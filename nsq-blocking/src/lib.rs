@@ -97,6 +97,9 @@
 //! # }
 //! ```
 //!
+//! Errors are typed ([`Error`]): `Server` (nsqd's error code), `ConnectionLost`, `Timeout`,
+//! `InvalidName`/`InvalidInput`, `NoServerAvailable`, `Backpressure`, `Closed`, `Config`.
+//!
 //! # Servers at runtime, and stats
 //!
 //! As with go-nsq, servers can be added and removed while the consumer runs:
@@ -123,9 +126,6 @@
 //! # }
 //! ```
 //!
-//! Errors are typed ([`Error`]): `Server` (nsqd's error code), `ConnectionLost`, `Timeout`,
-//! `InvalidName`/`InvalidInput`, `NoServerAvailable`, `Backpressure`, `Closed`, `Config`.
-//!
 //! Runnable program: `cargo run -p nsq-blocking --example quickstart` (starts the in-process
 //! test broker when no `--nsqd-tcp-address` is given).
 
@@ -143,10 +143,12 @@ pub use nsq_proto::adapter::{
 };
 pub use nsq_proto::config::OptionError;
 pub use nsq_proto::consumer::{ConsumerConfig, ConsumerStats};
-pub use nsq_proto::consumer::{NsqdState, NsqdStats};
 pub use nsq_proto::producer::{ProducerConfig, ProducerStats, Routing};
 pub use nsq_proto::{Channel, Compression, Config, ConnectionConfig, MessageId, TlsConfig, Topic};
 pub use producer::{Producer, ProducerBuilder};
+
+// The per-nsqd part of `ConsumerStats`.
+pub use nsq_proto::consumer::{NsqdState, NsqdStats};
 
 /// The blocking adapter's marker for the builders shared by every adapter
 /// ([`ConsumerBuilder`] and [`ProducerBuilder`] are [`nsq_proto::adapter::ConsumerBuilder`] /

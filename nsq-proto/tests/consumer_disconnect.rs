@@ -55,9 +55,10 @@ fn disconnect_from_nsqd_sends_cls_moves_rdy_drains_and_never_reconnects() {
 
     w.consumer.disconnect_from_nsqd(w.now, &addr(0)).unwrap();
     w.settle();
-    // CLS went out, the server stopped delivering to it, and its share moved to addr(1).
+    // CLS went out, the server stopped delivering to it, and its share moved to addr(1)
+    // (as far as the messages still unanswered on addr(0) leave room in max_in_flight).
     assert_eq!(w.conns[&gone].log.last(), Some(&Cmd::Cls));
-    assert_eq!(server_rdy(&w, &addr(1)), 10);
+    assert!(server_rdy(&w, &addr(1)) > 5);
     assert_eq!(w.consumer.rdy(gone), 0);
     // Still open: three messages are in flight on it, and they can be answered.
     assert!(w.conns.contains_key(&gone));
@@ -67,7 +68,8 @@ fn disconnect_from_nsqd_sends_cls_moves_rdy_drains_and_never_reconnects() {
         (entry.state, entry.in_flight, entry.rdy, entry.configured),
         (NsqdState::Closing, 3, 0, false)
     );
-    assert_eq!((s.connections, s.in_flight, s.total_rdy), (1, 3, 10));
+    assert_eq!((s.connections, s.in_flight), (1, 3));
+    assert_eq!(s.total_rdy, u64::from(server_rdy(&w, &addr(1))));
     assert_eq!(closed_events(&w, &addr(0)), 0);
 
     // Answering them closes the connection (the server said CLOSE_WAIT and nothing is left).
@@ -82,6 +84,7 @@ fn disconnect_from_nsqd_sends_cls_moves_rdy_drains_and_never_reconnects() {
     w.settle();
     assert!(!w.conns.contains_key(&gone), "the socket was closed");
     assert_eq!(closed_events(&w, &addr(0)), 1);
+    assert_eq!(server_rdy(&w, &addr(1)), 10, "all of max_in_flight");
     // Two FINs and one REQ reached the server before the close: only the REQ'd message is
     // back in the queue.
     assert_eq!(w.nsqds[&addr(0)].queue.len(), 1);

@@ -167,10 +167,12 @@ pub use nsq_proto as proto;
 pub use nsq_proto::adapter::{Error, GiveUpHook, HandlerError, IntoChannel, IntoTopic, StopReport};
 pub use nsq_proto::config::OptionError;
 pub use nsq_proto::consumer::{ConsumerConfig, ConsumerStats};
-pub use nsq_proto::consumer::{NsqdState, NsqdStats};
 pub use nsq_proto::producer::{ProducerConfig, ProducerStats, Routing};
 pub use nsq_proto::{Channel, Compression, Config, ConnectionConfig, MessageId, TlsConfig, Topic};
 pub use producer::{Producer, ProducerBuilder};
+
+// The per-nsqd part of `ConsumerStats`.
+pub use nsq_proto::consumer::{NsqdState, NsqdStats};
 
 /// The tokio adapter's marker for the builders shared by every adapter
 /// ([`ConsumerBuilder`] and [`ProducerBuilder`] are [`nsq_proto::adapter::ConsumerBuilder`] /

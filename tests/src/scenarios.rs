@@ -1385,22 +1385,17 @@ fn disconnect_from_nsqd_drains_it_and_never_reconnects(f: &dyn Factory) {
 
     let client = nsqd_a.clients()[0].id;
     c.disconnect_from_nsqd(&addr(&nsqd_a)).unwrap();
-    // CLS reaches A, B gets the whole max_in_flight, and A drains: still connected, since
-    // the held message is in flight.
+    // CLS reaches A, which drains: still connected, since the held message is in flight.
     assert!(eventually(WAIT, || nsqd_a
         .commands_of(client)
         .iter()
         .any(|r| r.name() == "CLS")));
-    assert!(eventually(WAIT, || {
-        let st = c.stats();
-        st.nsqd(&addr(&nsqd_a))
-            .is_some_and(|e| e.state == NsqdState::Closing && e.rdy == 0 && !e.configured)
-            && st.nsqd(&addr(&nsqd_b)).is_some_and(|e| e.rdy == 4)
-    }));
-    assert!(eventually(WAIT, || nsqd_b
-        .clients()
-        .first()
-        .is_some_and(|cl| cl.rdy == 4)));
+    assert!(eventually(WAIT, || c
+        .stats()
+        .nsqd(&addr(&nsqd_a))
+        .is_some_and(|e| {
+            e.state == NsqdState::Closing && e.rdy == 0 && !e.configured
+        })));
     assert_eq!(nsqd_a.clients().len(), 1, "draining");
     held.expect("a held message").finish();
     finished_a += 1;
@@ -1418,6 +1413,15 @@ fn disconnect_from_nsqd_drains_it_and_never_reconnects(f: &dyn Factory) {
     let log = nsqd_a.commands_of(client);
     let cls = log.iter().position(|r| r.name() == "CLS").unwrap();
     assert!(log[cls..].iter().any(|r| r.name() == "FIN"), "{log:#?}");
+    // A's share of max_in_flight is B's now.
+    assert!(eventually(WAIT, || c
+        .stats()
+        .nsqd(&addr(&nsqd_b))
+        .is_some_and(|e| e.rdy == 4)));
+    assert!(eventually(WAIT, || nsqd_b
+        .clients()
+        .first()
+        .is_some_and(|cl| cl.rdy == 4)));
     let ch = nsqd_a.channel("disc", "ch").unwrap();
     assert_eq!((ch.in_flight, ch.timed_out), (0, 0));
     assert_eq!((ch.finished, ch.requeued), (finished_a, 1));

@@ -1000,6 +1000,23 @@ impl Consumer {
         Ok(())
     }
 
+    /// Closes one connection gracefully (CLS and drain, or at once if not subscribed yet) and
+    /// hands its RDY to the others.
+    fn close_connection(&mut self, now: Instant, id: ConnId) {
+        match self.slots.get_mut(id).map(|s| s.conn.as_mut()) {
+            None => {}
+            Some(None) => self.drop_slot(now, id, "disconnected while connecting", 0),
+            Some(Some(c)) => {
+                c.close(now);
+                self.pump(now, id);
+                if self.probe == Some(id) {
+                    self.probe = None;
+                }
+                self.rebalance(now, false);
+            }
+        }
+    }
+
     /// Starts a graceful shutdown: CLS on every connection, in-flight messages can still be
     /// answered; connections close when drained or after `close_timeout`. No new connections
     /// or lookupd queries. One [`ConsumerEvent::Closed`] follows.
@@ -1266,8 +1283,8 @@ impl Consumer {
                     tracing::debug!(%id, error = %e, "could not finish a message given up on");
                 }
             }
-            self.gave_up += 1;
             self.count(id, |c| c.gave_up += 1);
+            self.gave_up += 1;
             tracing::debug!(%id, msg = %message.id, attempts = message.attempts, "giving up on message");
             self.events
                 .push_back(ConsumerEvent::GaveUp { conn: id, message });
@@ -1296,23 +1313,6 @@ impl Consumer {
             }
         }
         self.pump(now, id);
-    }
-
-    /// Closes one connection gracefully (CLS and drain, or at once if not subscribed yet) and
-    /// hands its RDY to the others.
-    fn close_connection(&mut self, now: Instant, id: ConnId) {
-        match self.slots.get_mut(id).map(|s| s.conn.as_mut()) {
-            None => {}
-            Some(None) => self.drop_slot(now, id, "disconnected while connecting", 0),
-            Some(Some(c)) => {
-                c.close(now);
-                self.pump(now, id);
-                if self.probe == Some(id) {
-                    self.probe = None;
-                }
-                self.rebalance(now, false);
-            }
-        }
     }
 
     /// Forgets a connection: Disconnect action, event, reconnect bookkeeping, RDY rebalance.
