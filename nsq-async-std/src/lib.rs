@@ -100,9 +100,6 @@
 //! # }
 //! ```
 //!
-//! Errors are typed ([`Error`]): `Server` (nsqd's error code), `ConnectionLost`, `Timeout`,
-//! `InvalidName`/`InvalidInput`, `NoServerAvailable`, `Backpressure`, `Closed`.
-//!
 //! # Servers at runtime, and stats
 //!
 //! As with go-nsq, servers can be added and removed while the consumer runs:
@@ -128,6 +125,9 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! Errors are typed ([`Error`]): `Server` (nsqd's error code), `ConnectionLost`, `Timeout`,
+//! `InvalidName`/`InvalidInput`, `NoServerAvailable`, `Backpressure`, `Closed`.
 //!
 //! Runnable program: `cargo run -p nsq-async-std --example quickstart` (starts an in-process
 //! test broker when no `--nsqd-tcp-address` is given).

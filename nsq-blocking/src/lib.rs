@@ -97,9 +97,6 @@
 //! # }
 //! ```
 //!
-//! Errors are typed ([`Error`]): `Server` (nsqd's error code), `ConnectionLost`, `Timeout`,
-//! `InvalidName`/`InvalidInput`, `NoServerAvailable`, `Backpressure`, `Closed`, `Config`.
-//!
 //! # Servers at runtime, and stats
 //!
 //! As with go-nsq, servers can be added and removed while the consumer runs:
@@ -125,6 +122,9 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! Errors are typed ([`Error`]): `Server` (nsqd's error code), `ConnectionLost`, `Timeout`,
+//! `InvalidName`/`InvalidInput`, `NoServerAvailable`, `Backpressure`, `Closed`, `Config`.
 //!
 //! Runnable program: `cargo run -p nsq-blocking --example quickstart` (starts the in-process
 //! test broker when no `--nsqd-tcp-address` is given).
