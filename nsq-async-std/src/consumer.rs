@@ -334,6 +334,31 @@ impl MessageReceiver {
 /// Read messages with [`recv`](Self::recv) or as a [`Stream`], or hand them to a handler with
 /// [`run`](Self::run). Control it from other tasks through a [`ConsumerHandle`]
 /// ([`handle`](Self::handle)).
+///
+/// # Servers at runtime, and stats
+///
+/// As with go-nsq, servers can be added and removed while it runs:
+/// [`connect_to_nsqd`](Self::connect_to_nsqd) / [`connect_to_lookupd`](Self::connect_to_lookupd),
+/// and [`disconnect_from_nsqd`](Self::disconnect_from_nsqd) (CLS is sent, the messages in
+/// flight on that nsqd can still be answered, its RDY goes to the other connections, and it
+/// is not reconnected) / [`disconnect_from_lookupd`](Self::disconnect_from_lookupd) (the nsqd
+/// only that lookupd listed are dropped once their connection ends; the last lookupd cannot
+/// be removed). [`stats`](Self::stats) is a [`ConsumerStats`] snapshot: totals (received,
+/// finished, requeued, in flight, reconnects, RDY, backoff level) and one
+/// [`NsqdStats`](crate::NsqdStats) per nsqd (state, RDY, in flight, its own counters).
+///
+/// ```no_run
+/// # async fn example(consumer: &nsq_async_std::Consumer) -> Result<(), nsq_async_std::Error> {
+/// consumer.disconnect_from_nsqd("10.0.0.7:4150").await?; // being decommissioned
+/// for nsqd in &consumer.stats().nsqd {
+///     println!(
+///         "{} {:?} rdy={} in_flight={} received={} reconnects={}",
+///         nsqd.address, nsqd.state, nsqd.rdy, nsqd.in_flight, nsqd.received, nsqd.reconnects
+///     );
+/// }
+/// # Ok(())
+/// # }
+/// ```
 pub struct Consumer {
     receiver: MessageReceiver,
     handle: ConsumerHandle,

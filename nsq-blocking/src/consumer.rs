@@ -358,6 +358,31 @@ impl ConsumerHandle {
 ///
 /// Dropping it stops it like [`stop`](Self::stop) and waits for that (messages still held by
 /// the application are waited for, up to `close_timeout`).
+///
+/// # Servers at runtime, and stats
+///
+/// As with go-nsq, servers can be added and removed while it runs:
+/// [`connect_to_nsqd`](Self::connect_to_nsqd) / [`connect_to_lookupd`](Self::connect_to_lookupd),
+/// and [`disconnect_from_nsqd`](Self::disconnect_from_nsqd) (CLS is sent, the messages in
+/// flight on that nsqd can still be answered, its RDY goes to the other connections, and it
+/// is not reconnected) / [`disconnect_from_lookupd`](Self::disconnect_from_lookupd) (the nsqd
+/// only that lookupd listed are dropped once their connection ends; the last lookupd cannot
+/// be removed). [`stats`](Self::stats) is a [`ConsumerStats`] snapshot: totals (received,
+/// finished, requeued, in flight, reconnects, RDY, backoff level) and one
+/// [`NsqdStats`](crate::NsqdStats) per nsqd (state, RDY, in flight, its own counters).
+///
+/// ```no_run
+/// # fn example(consumer: &nsq_blocking::Consumer) -> Result<(), nsq_blocking::Error> {
+/// consumer.disconnect_from_nsqd("10.0.0.7:4150")?; // being decommissioned
+/// for nsqd in &consumer.stats().nsqd {
+///     println!(
+///         "{} {:?} rdy={} in_flight={} received={} reconnects={}",
+///         nsqd.address, nsqd.state, nsqd.rdy, nsqd.in_flight, nsqd.received, nsqd.reconnects
+///     );
+/// }
+/// # Ok(())
+/// # }
+/// ```
 pub struct Consumer {
     /// `None` once [`run`](Self::run) took it.
     receiver: Option<Receiver<Message>>,

@@ -97,32 +97,6 @@
 //! # }
 //! ```
 //!
-//! # Servers at runtime, and stats
-//!
-//! As with go-nsq, servers can be added and removed while the consumer runs:
-//! `connect_to_nsqd` / `connect_to_lookupd`, and `disconnect_from_nsqd` (CLS is sent, the
-//! messages in flight on that nsqd can still be answered, its RDY goes to the other
-//! connections, and it is not reconnected) / `disconnect_from_lookupd` (the nsqd only that
-//! lookupd listed are dropped once their connection ends; the last lookupd cannot be
-//! removed). `stats()` is a [`ConsumerStats`] snapshot: totals (received, finished,
-//! requeued, in flight, reconnects, RDY, backoff level) and one [`NsqdStats`] per nsqd
-//! (state, RDY, in flight, its own counters).
-//!
-//! ```no_run
-//! # fn example(
-//! #     consumer: &nsq_blocking::Consumer,
-//! # ) -> Result<(), nsq_blocking::Error> {
-//! consumer.disconnect_from_nsqd("10.0.0.7:4150")?; // being decommissioned
-//! for nsqd in &consumer.stats().nsqd {
-//!     println!(
-//!         "{} {:?} rdy={} in_flight={} received={} reconnects={}",
-//!         nsqd.address, nsqd.state, nsqd.rdy, nsqd.in_flight, nsqd.received, nsqd.reconnects
-//!     );
-//! }
-//! # Ok(())
-//! # }
-//! ```
-//!
 //! Errors are typed ([`Error`]): `Server` (nsqd's error code), `ConnectionLost`, `Timeout`,
 //! `InvalidName`/`InvalidInput`, `NoServerAvailable`, `Backpressure`, `Closed`, `Config`.
 //!
