@@ -335,8 +335,6 @@ impl MessageReceiver {
 /// [`run`](Self::run). Control it from other tasks through a [`ConsumerHandle`]
 /// ([`handle`](Self::handle)).
 ///
-/// # Servers at runtime, and stats
-///
 /// As with go-nsq, servers can be added and removed while it runs:
 /// [`connect_to_nsqd`](Self::connect_to_nsqd) / [`connect_to_lookupd`](Self::connect_to_lookupd),
 /// and [`disconnect_from_nsqd`](Self::disconnect_from_nsqd) (CLS is sent, the messages in

@@ -356,11 +356,6 @@ impl ConsumerHandle {
 /// threads with [`run`](Self::run). Control it from other threads through a
 /// [`ConsumerHandle`] ([`handle`](Self::handle)).
 ///
-/// Dropping it stops it like [`stop`](Self::stop) and waits for that (messages still held by
-/// the application are waited for, up to `close_timeout`).
-///
-/// # Servers at runtime, and stats
-///
 /// As with go-nsq, servers can be added and removed while it runs:
 /// [`connect_to_nsqd`](Self::connect_to_nsqd) / [`connect_to_lookupd`](Self::connect_to_lookupd),
 /// and [`disconnect_from_nsqd`](Self::disconnect_from_nsqd) (CLS is sent, the messages in
@@ -383,6 +378,9 @@ impl ConsumerHandle {
 /// # Ok(())
 /// # }
 /// ```
+///
+/// Dropping it stops it like [`stop`](Self::stop) and waits for that (messages still held by
+/// the application are waited for, up to `close_timeout`).
 pub struct Consumer {
     /// `None` once [`run`](Self::run) took it.
     receiver: Option<Receiver<Message>>,
