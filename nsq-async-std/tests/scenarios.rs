@@ -166,6 +166,12 @@ impl<R: Runtime> s::Consumer for AsyncConsumer<R> {
     fn connect_to_nsqd(&self, addr: &str) -> s::ClientResult<()> {
         map(R::block_on(self.c.connect_to_nsqd(addr)))
     }
+    fn disconnect_from_nsqd(&self, addr: &str) -> s::ClientResult<()> {
+        map(R::block_on(self.c.disconnect_from_nsqd(addr)))
+    }
+    fn disconnect_from_lookupd(&self, addr: &str) -> s::ClientResult<()> {
+        map(R::block_on(self.c.disconnect_from_lookupd(addr)))
+    }
     fn handle(&self) -> Box<dyn s::ConsumerHandle> {
         Box::new(AsyncHandle::<R> {
             h: self.c.handle(),
@@ -196,6 +202,9 @@ impl<R: Runtime> s::ConsumerHandle for AsyncHandle<R> {
     }
     fn set_max_in_flight(&self, n: u32) {
         self.h.set_max_in_flight(n);
+    }
+    fn disconnect_from_lookupd(&self, addr: &str) -> s::ClientResult<()> {
+        map(R::block_on(self.h.disconnect_from_lookupd(addr)))
     }
 }
 

@@ -199,6 +199,9 @@ pub use nsq_proto::{
 pub type GiveUpHook = nsq_proto::adapter::GiveUpHook<Message>;
 pub use producer::{Producer, ProducerBuilder};
 
+// The per-nsqd part of `ConsumerStats`.
+pub use nsq_proto::consumer::{NsqdState, NsqdStats};
+
 /// The blocking adapter's marker for the builders shared by every adapter
 /// ([`ConsumerBuilder`] and [`ProducerBuilder`] are [`nsq_proto::adapter::ConsumerBuilder`] /
 /// [`nsq_proto::adapter::ProducerBuilder`] of `Blocking`): reads TLS files and the OS hostname

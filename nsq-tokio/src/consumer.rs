@@ -28,6 +28,8 @@ use tracing::Instrument;
 enum Control {
     AddNsqd(String, oneshot::Sender<Result<(), ConsumerError>>),
     AddLookupd(String, oneshot::Sender<Result<(), ConsumerError>>),
+    DisconnectNsqd(String, oneshot::Sender<Result<(), ConsumerError>>),
+    DisconnectLookupd(String, oneshot::Sender<Result<(), ConsumerError>>),
     SetMaxInFlight(u32),
     Stop(oneshot::Sender<StopReport>),
     /// Every handle is gone: shut down gracefully.
@@ -154,7 +156,8 @@ pub(crate) fn start(setup: ConsumerSetup<Message>) -> Result<Consumer, Error> {
 
 // ---------------------------------------------------------------------------------- handles
 
-/// A cloneable control handle of a [`Consumer`] (stop it, change max_in_flight, add servers)
+/// A cloneable control handle of a [`Consumer`] (stop it, change max_in_flight, add or remove
+/// servers)
 /// usable while another task reads the messages.
 #[derive(Clone)]
 pub struct ConsumerHandle {
@@ -220,6 +223,45 @@ impl ConsumerHandle {
         Ok(())
     }
 
+    /// Stops consuming from an nsqd added with [`connect_to_nsqd`](Self::connect_to_nsqd) or
+    /// the builder's `nsqd` (go-nsq's `DisconnectFromNSQD`): CLS is sent, the messages in
+    /// flight on it can still be answered and it closes once they are (or after the
+    /// connection's `drain_timeout`; nsqd then redelivers what is left), its RDY goes to the
+    /// other connections at once, and it is not reconnected. Resolves once the command is applied, not when the
+    /// connection has drained:
+    /// [`stats`](Self::stats) shows it as [`NsqdState::Closing`](crate::NsqdState::Closing)
+    /// until it has drained.
+    ///
+    /// Errors: [`Error::Consumer`] with
+    /// [`NsqdNotConfigured`](nsq_proto::consumer::ConsumerError::NsqdNotConfigured) for an
+    /// address not configured (or already disconnected from), or
+    /// [`NsqdDiscovered`](nsq_proto::consumer::ConsumerError::NsqdDiscovered) for one known only
+    /// through nsqlookupd (disconnect from the lookupd instead); [`Error::InvalidInput`] for an
+    /// address that is not `host:port`; [`Error::Closed`] once the consumer is stopping.
+    pub async fn disconnect_from_nsqd(&self, addr: &str) -> Result<(), Error> {
+        let (tx, rx) = oneshot::channel();
+        self.control(Control::DisconnectNsqd(addr.to_owned(), tx))?;
+        rx.await.map_err(|_| Error::Closed)?.map_err(Error::from)
+    }
+
+    /// Stops polling an nsqlookupd added with [`connect_to_lookupd`](Self::connect_to_lookupd)
+    /// or the builder's `lookupd` (go-nsq's `DisconnectFromNSQLookupd`); `addr` is matched as
+    /// `connect_to_lookupd` reads it. The nsqd that only it listed stay connected until their
+    /// connection ends, and are not reconnected.
+    ///
+    /// Errors: [`Error::Consumer`] with
+    /// [`LookupdNotConfigured`](nsq_proto::consumer::ConsumerError::LookupdNotConfigured) for
+    /// a lookupd not configured, or
+    /// [`LastLookupd`](nsq_proto::consumer::ConsumerError::LastLookupd) for the only one
+    /// configured (as go-nsq: discovery would stop; connect its replacement first);
+    /// [`Error::InvalidInput`] for an address that does not parse; [`Error::Closed`] once the
+    /// consumer is stopping.
+    pub async fn disconnect_from_lookupd(&self, addr: &str) -> Result<(), Error> {
+        let (tx, rx) = oneshot::channel();
+        self.control(Control::DisconnectLookupd(addr.to_owned(), tx))?;
+        rx.await.map_err(|_| Error::Closed)?.map_err(Error::from)
+    }
+
     /// Changes max_in_flight at runtime (0 pauses the consumer).
     pub fn set_max_in_flight(&self, n: u32) {
         let _ = self.control(Control::SetMaxInFlight(n));
@@ -231,13 +273,14 @@ impl ConsumerHandle {
         self.shared().starved.load(Ordering::Relaxed)
     }
 
-    /// A snapshot of the counters (updated after every wake-up of the driver).
+    /// A snapshot of the counters, in total and per nsqd (updated after every wake-up of the
+    /// driver).
     pub fn stats(&self) -> ConsumerStats {
-        *self
-            .shared()
+        self.shared()
             .stats
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Graceful shutdown: CLS on every connection, no new messages are handed out (those not
@@ -317,6 +360,29 @@ impl MessageReceiver {
 /// consumer is stopped), or hand them to a handler with [`run`](Self::run). Control it from
 /// other tasks
 /// through a [`ConsumerHandle`] ([`handle`](Self::handle)).
+///
+/// As with go-nsq, servers can be added and removed while it runs:
+/// [`connect_to_nsqd`](Self::connect_to_nsqd) / [`connect_to_lookupd`](Self::connect_to_lookupd),
+/// and [`disconnect_from_nsqd`](Self::disconnect_from_nsqd) (CLS is sent, the messages in
+/// flight on that nsqd can still be answered, its RDY goes to the other connections, and it
+/// is not reconnected) / [`disconnect_from_lookupd`](Self::disconnect_from_lookupd) (the nsqd
+/// only that lookupd listed are dropped once their connection ends; the last lookupd cannot
+/// be removed). [`stats`](Self::stats) is a [`ConsumerStats`] snapshot: totals (received,
+/// finished, requeued, in flight, reconnects, RDY, backoff level) and one
+/// [`NsqdStats`](crate::NsqdStats) per nsqd (state, RDY, in flight, its own counters).
+///
+/// ```no_run
+/// # async fn example(consumer: &nsq_tokio::Consumer) -> Result<(), nsq_tokio::Error> {
+/// consumer.disconnect_from_nsqd("10.0.0.7:4150").await?; // being decommissioned
+/// for nsqd in &consumer.stats().nsqd {
+///     println!(
+///         "{} {:?} rdy={} in_flight={} received={} reconnects={}",
+///         nsqd.address, nsqd.state, nsqd.rdy, nsqd.in_flight, nsqd.received, nsqd.reconnects
+///     );
+/// }
+/// # Ok(())
+/// # }
+/// ```
 pub struct Consumer {
     receiver: MessageReceiver,
     handle: ConsumerHandle,
@@ -397,6 +463,16 @@ impl Consumer {
         S: AsRef<str>,
     {
         self.handle.connect_to_lookupds(addrs).await
+    }
+
+    /// See [`ConsumerHandle::disconnect_from_nsqd`].
+    pub async fn disconnect_from_nsqd(&self, addr: &str) -> Result<(), Error> {
+        self.handle.disconnect_from_nsqd(addr).await
+    }
+
+    /// See [`ConsumerHandle::disconnect_from_lookupd`].
+    pub async fn disconnect_from_lookupd(&self, addr: &str) -> Result<(), Error> {
+        self.handle.disconnect_from_lookupd(addr).await
     }
 
     /// See [`ConsumerHandle::set_max_in_flight`].
@@ -534,6 +610,12 @@ impl Driver {
             Input::Control(c) => match c {
                 Control::AddNsqd(a, reply) => {
                     let _ = reply.send(self.core.add_nsqd(now, &a));
+                }
+                Control::DisconnectNsqd(a, reply) => {
+                    let _ = reply.send(self.core.disconnect_from_nsqd(now, &a));
+                }
+                Control::DisconnectLookupd(a, reply) => {
+                    let _ = reply.send(self.core.disconnect_from_lookupd(now, &a));
                 }
                 Control::AddLookupd(a, reply) => {
                     let _ = reply.send(self.core.add_lookupd(now, &a));
@@ -679,10 +761,13 @@ impl Driver {
         self.shared
             .starved
             .store(self.core.is_starved(), Ordering::Relaxed);
-        *self
-            .shared
-            .stats
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = self.core.stats();
+        // Written in place: no allocation once the snapshot has room for every nsqd.
+        self.core.stats_into(
+            &mut self
+                .shared
+                .stats
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
     }
 }

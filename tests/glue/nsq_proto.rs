@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use nsq_proto::adapter::{AnswerSink, Delivery, Error, HandlerError, StopReport};
-use nsq_proto::consumer::{ConsumerConfig, ConsumerStats};
+use nsq_proto::consumer::{ConsumerConfig, ConsumerStats, NsqdState};
 use nsq_proto::producer::{ProducerConfig, ProducerStats};
 use nsq_proto::{Compression, Config, ConnectionConfig, TlsConfig};
 use nsq_test_broker::TestPki;
@@ -177,6 +177,30 @@ pub(crate) fn consumer_stats(st: &ConsumerStats) -> s::ConsumerStats {
         connections: st.connections,
         backoff_level: st.backoff_level,
         total_rdy: st.total_rdy,
+        in_flight: st.in_flight,
+        reconnects: st.reconnects,
+        nsqd: st
+            .nsqd
+            .iter()
+            .map(|n| s::NsqdStats {
+                address: n.address.clone(),
+                configured: n.configured,
+                state: match n.state {
+                    NsqdState::Connecting => s::NsqdState::Connecting,
+                    NsqdState::Handshaking => s::NsqdState::Handshaking,
+                    NsqdState::Ready => s::NsqdState::Ready,
+                    NsqdState::Closing => s::NsqdState::Closing,
+                    NsqdState::Disconnected => s::NsqdState::Disconnected,
+                    _ => s::NsqdState::Other,
+                },
+                rdy: n.rdy,
+                in_flight: n.in_flight,
+                received: n.received,
+                finished: n.finished,
+                requeued: n.requeued,
+                reconnects: n.reconnects,
+            })
+            .collect(),
     }
 }
 
