@@ -37,13 +37,17 @@ pub struct Server {
     pub connects: Vec<Instant>,
     /// Publish bodies received (PUB and DPUB one each, MPUB all of them), in order.
     pub received: Vec<Vec<u8>>,
-    /// NOPs received (answers to heartbeats).
+    /// NOPs received after IDENTIFY (answers to heartbeats, pings).
     pub nops: usize,
+    /// NOPs received before IDENTIFY (the producer's TLS-required probe, one per connection).
+    pub probes: usize,
 }
 
 pub struct Peer {
     pub addr: String,
     pub fake: FakeNsqd,
+    /// IDENTIFY was received.
+    pub identified: bool,
 }
 
 pub struct World {
@@ -89,6 +93,7 @@ impl World {
                     connects: Vec::new(),
                     received: Vec::new(),
                     nops: 0,
+                    probes: 0,
                 },
             );
         }
@@ -130,7 +135,14 @@ impl World {
                 auto_ack_publishes: auto,
                 ..FakeNsqdConfig::default()
             });
-            self.peers.insert(conn, Peer { addr: a, fake });
+            self.peers.insert(
+                conn,
+                Peer {
+                    addr: a,
+                    fake,
+                    identified: false,
+                },
+            );
             self.producer.handle_connected(self.now, conn);
         } else {
             self.producer
@@ -178,7 +190,9 @@ impl World {
                                     ClientCommand::Mpub { bodies, .. } => {
                                         server.received.extend(bodies.iter().map(|b| b.to_vec()));
                                     }
-                                    ClientCommand::Nop => server.nops += 1,
+                                    ClientCommand::Identify(_) => p.identified = true,
+                                    ClientCommand::Nop if p.identified => server.nops += 1,
+                                    ClientCommand::Nop => server.probes += 1,
                                     _ => {}
                                 }
                             }
