@@ -1029,6 +1029,9 @@ pub enum Error {
     /// No nsqd connection is up (every configured nsqd is down, or none became ready within
     /// `publish_timeout`); the message was not sent. Carries the last connection error.
     NoServerAvailable(Option<String>),
+    /// The nsqd at this address requires TLS (`--tls-required`) and the configuration has
+    /// none (enable `tls_v1`); nothing was sent.
+    TlsRequired(String),
     /// Too many publishes are outstanding (`max_outstanding` / `max_pending`); retry later.
     Backpressure(String),
     /// The consumer refused the command.
@@ -1053,6 +1056,10 @@ impl fmt::Display for Error {
             Error::NoServerAvailable(Some(e)) => {
                 write!(f, "no nsqd available (last error: {e})")
             }
+            Error::TlsRequired(addr) => write!(
+                f,
+                "nsqd {addr} requires TLS and the configuration has none (enable tls_v1)"
+            ),
             Error::Backpressure(e) => write!(f, "{e}"),
             Error::Consumer(e) => write!(f, "{e}"),
             Error::Closed => f.write_str("closed"),
@@ -1123,6 +1130,7 @@ impl From<PublishFailure> for Error {
             PublishFailure::NoServerAvailable { last_error } => {
                 Error::NoServerAvailable(last_error)
             }
+            PublishFailure::TlsRequired { addr } => Error::TlsRequired(addr),
             e => Error::InvalidInput(e.to_string()),
         }
     }
