@@ -11,8 +11,13 @@ use std::time::Duration;
 
 const SEC: Duration = Duration::from_secs(1);
 
+/// These simulations follow single publishes one PUB and one reply each: batching off.
+/// `producer_batching.rs` simulates batching, and the proptest runs both ways.
 fn config() -> ProducerConfig {
-    ProducerConfig::default()
+    ProducerConfig {
+        batching: false,
+        ..ProducerConfig::default()
+    }
 }
 
 #[test]

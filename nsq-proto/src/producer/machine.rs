@@ -255,6 +255,10 @@ impl Queued {
     }
 }
 
+/// With batching on, the most commands awaiting their reply on a connection; publishes made
+/// meanwhile gather into the next batch.
+const MAX_SENT_WHILE_BATCHING: usize = 1;
+
 /// The publish ids a command carries: one per message of a batch, one for an explicit MPUB
 /// or a DPUB.
 #[derive(Debug, Clone)]
@@ -1164,7 +1168,11 @@ impl Producer {
 
     /// Writes node `i`'s gathered publishes to its connection, in the order they were
     /// gathered, and records them as awaiting a reply.
-    fn emit(&mut self, i: usize) {
+    ///
+    /// With batching on, they are held while a command is outstanding on the connection
+    /// (its reply will come after that one's anyway): what gathers meanwhile leaves as one
+    /// MPUB when the reply arrives. `force`: write them now (the producer is closing).
+    fn emit(&mut self, i: usize, force: bool) {
         let Some(now) = self.clock else {
             return;
         };
@@ -1172,7 +1180,9 @@ impl Producer {
         let Some(link) = self.nodes[i].link.as_mut() else {
             return;
         };
-        if link.open.is_empty() {
+        if link.open.is_empty()
+            || (!force && self.config.batching && link.sent.len() >= MAX_SENT_WHILE_BATCHING)
+        {
             return;
         }
         let Some(c) = link
@@ -1451,7 +1461,7 @@ impl Producer {
     /// Moves node `i`'s queued bytes to the action queue, gathering them with a `Transmit`
     /// for the same connection at the tail.
     fn flush(&mut self, i: usize) {
-        self.emit(i);
+        self.emit(i, false);
         let Some(link) = self.nodes[i].link.as_mut() else {
             return;
         };
@@ -1626,7 +1636,7 @@ impl Producer {
                     Some(c) if link.ready_at.is_some() => {
                         if c.state() == ConnectionState::Ready {
                             // What was gathered goes out before the close.
-                            self.emit(i);
+                            self.emit(i, true);
                             if let Some(c) =
                                 self.nodes[i].link.as_mut().and_then(|l| l.conn.as_mut())
                             {
