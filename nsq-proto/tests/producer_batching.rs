@@ -51,30 +51,39 @@ fn concurrent_publishes_to_one_topic_leave_as_one_mpub_each_with_its_own_result(
 }
 
 #[test]
-fn publishes_made_behind_an_outstanding_batch_form_the_next_one() {
+fn publishes_made_behind_outstanding_batches_form_the_next_one() {
     let mut w = World::new(ProducerConfig::default(), 1);
     w.server(0).auto_ack = false;
     w.add_all();
     let first = w.publish_together(&refs(&bodies(10, "a")));
-    // Made while the first batch awaits its reply: they gather, and leave together when it
-    // arrives (their replies could not come before it anyway).
+    // One command outstanding: the next batch is pipelined behind it.
     let second = w.publish_together(&refs(&bodies(7, "b")));
-    let lone = w.publish(b"c");
-    assert_eq!(w.servers[&addr(0)].commands, vec![("MPUB", 10)]);
-    assert_eq!(w.producer.stats().outstanding, 18);
-    w.ack(0, 1);
-    assert_eq!(w.assert_resolved_once(&first), 0);
     assert_eq!(
         w.servers[&addr(0)].commands,
-        vec![("MPUB", 10), ("MPUB", 8)]
+        vec![("MPUB", 10), ("MPUB", 7)]
     );
+    // Two outstanding: what is made now gathers, and leaves together when a reply arrives
+    // (its own replies could not come before those anyway).
+    let third = w.publish_together(&refs(&bodies(5, "c")));
+    let lone = w.publish(b"d");
+    assert_eq!(w.servers[&addr(0)].commands.len(), 2);
+    assert_eq!(w.producer.stats().outstanding, 23);
     w.ack(0, 1);
-    let all: Vec<PublishId> = first.iter().chain(&second).copied().chain([lone]).collect();
+    assert_eq!(w.assert_resolved_once(&first), 0);
+    assert_eq!(w.servers[&addr(0)].commands.last(), Some(&("MPUB", 6)));
+    w.ack(0, 2);
+    let all: Vec<PublishId> = first
+        .iter()
+        .chain(&second)
+        .chain(&third)
+        .copied()
+        .chain([lone])
+        .collect();
     assert_eq!(w.assert_resolved_once(&all), 0);
     assert_eq!(published_order(&w), all);
-    assert_eq!(w.producer.stats().batches, 2);
+    assert_eq!(w.producer.stats().batches, 3);
     // A lone publish on an idle connection leaves at once, as a PUB.
-    let alone = w.publish(b"d");
+    let alone = w.publish(b"e");
     assert_eq!(w.servers[&addr(0)].commands.last(), Some(&("PUB", 1)));
     w.ack(0, 1);
     assert_eq!(w.outcome(alone), &Ok(()));

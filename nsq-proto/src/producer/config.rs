@@ -61,9 +61,10 @@ pub struct ProducerConfig {
     /// Longest reconnect delay (default 60 s).
     pub reconnect_max_delay: Duration,
     /// Natural batching (default on): single publishes to the same topic that wait for the
-    /// same write of a connection (made since its last write, or waiting together for a
-    /// connection) leave as one MPUB, within the nsqd's size limits; each still resolves on
-    /// its own. Nothing waits for a batch to fill. When nsqd refuses a batch because of one
+    /// same write of a connection (made since its last write, made while two commands await
+    /// their reply on it, or waiting together for a connection) leave as one MPUB, within
+    /// the nsqd's size limits; each still resolves on its own. Nothing waits for a batch to
+    /// fill: a publish on an idle connection leaves at once. When nsqd refuses a batch because of one
     /// message (`E_BAD_MESSAGE`, `E_BAD_BODY`), its publishes are sent again one by one, so
     /// only the bad one fails. Other refusals (`E_BAD_TOPIC`, `E_MPUB_FAILED`, ...) fail
     /// every publish of the batch with nsqd's error. Explicit MPUBs and DPUBs are never

@@ -256,8 +256,9 @@ impl Queued {
 }
 
 /// With batching on, the most commands awaiting their reply on a connection; publishes made
-/// meanwhile gather into the next batch.
-const MAX_SENT_WHILE_BATCHING: usize = 1;
+/// meanwhile gather into the next batch. Two keep nsqd busy with one batch while the reply to
+/// the other travels back and its publishers make their next publishes.
+const MAX_SENT_WHILE_BATCHING: usize = 2;
 
 /// The publish ids a command carries: one per message of a batch, one for an explicit MPUB
 /// or a DPUB.
@@ -1169,9 +1170,9 @@ impl Producer {
     /// Writes node `i`'s gathered publishes to its connection, in the order they were
     /// gathered, and records them as awaiting a reply.
     ///
-    /// With batching on, they are held while a command is outstanding on the connection
-    /// (its reply will come after that one's anyway): what gathers meanwhile leaves as one
-    /// MPUB when the reply arrives. `force`: write them now (the producer is closing).
+    /// With batching on, they are held while [`MAX_SENT_WHILE_BATCHING`] commands are
+    /// outstanding on the connection (their replies come first anyway): what gathers meanwhile
+    /// leaves as one MPUB when a reply arrives. `force`: write them now (the producer is closing).
     fn emit(&mut self, i: usize, force: bool) {
         let Some(now) = self.clock else {
             return;
