@@ -291,3 +291,16 @@ fn an_nsqd_requiring_tls_fails_ping_and_publishes_with_a_typed_error() {
     w.advance(Duration::from_millis(500));
     assert_eq!(w.servers[&addr(0)].connects.len(), 1);
 }
+
+#[test]
+fn an_error_that_refused_nothing_backs_off_like_a_failure() {
+    let mut w = World::new(ProducerConfig::default(), 1);
+    w.add_all();
+    // nsqd errs and closes with no publish to refuse: no instant reconnect (that could loop).
+    w.reject(0);
+    assert_eq!(w.producer.healthy_connections(), 0);
+    assert_eq!(w.servers[&addr(0)].connects.len(), 1);
+    w.advance(Duration::from_secs(3));
+    assert_eq!(w.servers[&addr(0)].connects.len(), 2);
+    assert_eq!(w.producer.healthy_connections(), 1);
+}

@@ -342,6 +342,8 @@ struct Link {
     /// Publishes gathered since the last write, in order; written by `emit`.
     open: Vec<Work<BytesMut>>,
     sent: VecDeque<Sent>,
+    /// nsqd refused one of its commands (its error answered a publish).
+    refused: bool,
     /// The connection may have bytes to transmit.
     dirty: bool,
 }
@@ -1450,6 +1452,7 @@ impl Producer {
             ready_at: None,
             open: Vec::new(),
             sent: VecDeque::new(),
+            refused: false,
             dirty: false,
         });
         tracing::debug!(%id, addr = node.addr, "connecting to nsqd");
@@ -1526,6 +1529,9 @@ impl Producer {
                     }
                 }
                 ConnectionEvent::PublishFailed(token, error) => {
+                    if matches!(error, PublishError::Server(_)) {
+                        link.refused = true;
+                    }
                     if let Some(work) = self.take_sent(i, token) {
                         self.publish_failed(now, i, work, error);
                     }
@@ -1564,8 +1570,11 @@ impl Producer {
         tracing::debug!(conn = %link.id, addr, reason, "nsqd connection closed");
         let close_reason = link.conn.as_ref().and_then(Connection::close_reason);
         let graceful = matches!(close_reason, Some(CloseReason::Graceful { .. }));
-        let rejected =
-            link.ready_at.is_some() && matches!(close_reason, Some(CloseReason::Server(_)));
+        // nsqd answered a publish with an error and closed: a refusal, not a failure. (A
+        // server that errs on its own, with nothing to refuse, backs off like any failure.)
+        let rejected = link.ready_at.is_some()
+            && link.refused
+            && matches!(close_reason, Some(CloseReason::Server(_)));
         if !graceful && !rejected {
             self.last_error = Some(format!("{addr}: {reason}"));
             self.tls_required =
