@@ -1265,6 +1265,9 @@ pub enum Error {
     /// No nsqd connection is up (every configured nsqd is down, or none became ready within
     /// `publish_timeout`); the message was not sent. Carries the last connection error.
     NoServerAvailable(Option<String>),
+    /// The nsqd at this address requires TLS (`--tls-required`) and the configuration has
+    /// none (enable `tls_v1`); nothing was sent.
+    TlsRequired(String),
     /// Too many publishes are outstanding (`max_outstanding_publishes` /
     /// `max_pending_publishes`); retry later.
     Backpressure(Backpressure),
@@ -1315,6 +1318,10 @@ impl fmt::Display for Error {
             Error::NoServerAvailable(Some(e)) => {
                 write!(f, "no nsqd available (last error: {e})")
             }
+            Error::TlsRequired(addr) => write!(
+                f,
+                "nsqd {addr} requires TLS and the configuration has none (enable tls_v1)"
+            ),
             Error::Backpressure(e) => fmt::Display::fmt(e, f),
             Error::Consumer(e) => fmt::Display::fmt(e, f),
             Error::Closed => f.write_str("closed"),
@@ -1442,6 +1449,7 @@ impl From<PublishFailure> for Error {
                 Error::NoServerAvailable(last_error)
             }
             PublishFailure::Refused(e) => InputError::Refused(e).into(),
+            PublishFailure::TlsRequired { addr } => Error::TlsRequired(addr),
         }
     }
 }

@@ -6,7 +6,7 @@
 use crate::frame::{DEFAULT_MAX_MSG_SIZE, MessageId};
 use crate::identify::Identify;
 use crate::names::{Channel, Topic};
-use bytes::BufMut;
+use bytes::{BufMut, BytesMut};
 use std::fmt;
 use std::time::Duration;
 
@@ -247,6 +247,83 @@ pub fn multi_publish<B: AsRef<[u8]>>(
         buf.put_slice(body);
     }
     Ok(())
+}
+
+/// Checks one PUB or DPUB body (and the DPUB delay) without encoding anything.
+pub(crate) fn check_publish(
+    body: &[u8],
+    delay: Option<Duration>,
+    limits: &Limits,
+) -> Result<(), CommandError> {
+    if let Some(delay) = delay {
+        check_delay(delay, limits)?;
+    }
+    check_body(0, body, limits)
+}
+
+/// Encodes the bodies of an MPUB as its entries (u32 length + body, per message) into `buf`,
+/// after checking them as [`multi_publish`] does. Returns the message count.
+pub(crate) fn multi_publish_entries<B: AsRef<[u8]>>(
+    buf: &mut BytesMut,
+    bodies: &[B],
+    limits: &Limits,
+) -> Result<u32, CommandError> {
+    // Checked first, so nothing is written on error.
+    if bodies.is_empty() {
+        return Err(CommandError::EmptyBatch);
+    }
+    let mut total: u64 = 4;
+    for (index, body) in bodies.iter().enumerate() {
+        let body = body.as_ref();
+        if body.is_empty() {
+            return Err(CommandError::EmptyBodyInBatch { index });
+        }
+        check_body(index, body, limits)?;
+        total += 4 + body.len() as u64;
+    }
+    if total > u64::from(limits.max_body_size) {
+        return Err(CommandError::BatchTooLarge {
+            len: total,
+            max: limits.max_body_size,
+        });
+    }
+    buf.reserve(total as usize);
+    for body in bodies {
+        put_entry(buf, body.as_ref());
+    }
+    Ok(bodies.len() as u32)
+}
+
+/// Appends one MPUB entry: u32 length + body.
+pub(crate) fn put_entry(buf: &mut BytesMut, body: &[u8]) {
+    buf.put_u32(body.len() as u32);
+    buf.put_slice(body);
+}
+
+/// Writes a publish whose bodies are already encoded as MPUB entries (`count` of them, checked
+/// against the limits when they were made): `PUB` when there is one entry and `multi` is
+/// false (a PUB is `PUB <topic>\n` followed by exactly one such entry), else `MPUB`.
+pub(crate) fn publish_entries(
+    buf: &mut BytesMut,
+    topic: &Topic,
+    count: u32,
+    entries: &[u8],
+    multi: bool,
+) {
+    if count == 1 && !multi {
+        buf.reserve(5 + topic.as_str().len() + entries.len());
+        buf.put_slice(b"PUB ");
+        buf.put_slice(topic.as_str().as_bytes());
+        buf.put_u8(b'\n');
+    } else {
+        buf.reserve(14 + topic.as_str().len() + entries.len());
+        buf.put_slice(b"MPUB ");
+        buf.put_slice(topic.as_str().as_bytes());
+        buf.put_u8(b'\n');
+        buf.put_u32((entries.len() + 4) as u32);
+        buf.put_u32(count);
+    }
+    buf.put_slice(entries);
 }
 
 /// Writes `DPUB <topic> <defer_ms>\n` + u32 length + body.

@@ -151,9 +151,13 @@ pub struct Config {
     // ----- go-nsq options -----
     /// Longest TCP connect (go-nsq `dial_timeout`, default 1 s).
     pub dial_timeout: Duration,
-    /// Silence after which a connection is declared dead (go-nsq `read_timeout`, default
-    /// 60 s, 100 ms ..= 5 min, at least `heartbeat_interval`).
-    pub read_timeout: Duration,
+    /// Silence after which a connection is declared dead (go-nsq `read_timeout`, 100 ms ..=
+    /// 5 min, at least `heartbeat_interval`). Unset (`None`, the default): twice
+    /// `heartbeat_interval`, the interval nsqd agreed to in IDENTIFY, so a silent nsqd (a
+    /// stopped process, a half-open TCP connection) is found within two heartbeat intervals
+    /// of its last sign of life, a full interval of margin for a late heartbeat. With the
+    /// default heartbeat that is 60 s, go-nsq's default. `null` resets it to unset.
+    pub read_timeout: Option<Duration>,
     /// Longest socket write, enforced by the adapters (go-nsq `write_timeout`, default 1 s,
     /// 100 ms ..= 5 min).
     pub write_timeout: Duration,
@@ -269,6 +273,9 @@ pub struct Config {
     pub max_outstanding_publishes: usize,
     /// Most publishes waiting for a connection (default 10 000).
     pub max_pending_publishes: usize,
+    /// Natural batching of concurrent single publishes into MPUBs (default `true`; see
+    /// [`ProducerConfig::batching`]).
+    pub producer_batching: bool,
     /// How long a graceful stop/close waits for in-flight messages or publishes (default 30 s).
     pub drain_timeout: Duration,
 }
@@ -280,7 +287,7 @@ impl Default for Config {
         let consumer = ConsumerConfig::default();
         Config {
             dial_timeout: Duration::from_secs(1),
-            read_timeout: Duration::from_secs(60),
+            read_timeout: None,
             write_timeout: Duration::from_secs(1),
             lookupd_poll_interval: Duration::from_secs(60),
             lookupd_poll_jitter: 0.3,
@@ -326,6 +333,7 @@ impl Default for Config {
             reply_timeout: producer.reply_timeout.unwrap_or(Duration::ZERO),
             max_outstanding_publishes: 0,
             max_pending_publishes: producer.max_pending,
+            producer_batching: producer.batching,
             drain_timeout: Duration::from_secs(30),
         }
     }
@@ -381,6 +389,7 @@ pub const OPTION_NAMES: &[&str] = &[
     "reply_timeout",
     "max_outstanding_publishes",
     "max_pending_publishes",
+    "producer_batching",
     "drain_timeout",
 ];
 
@@ -625,7 +634,13 @@ impl Config {
         };
         match name.as_str() {
             "dial_timeout" => self.dial_timeout = s.duration()?,
-            "read_timeout" => self.read_timeout = s.duration()?,
+            "read_timeout" => {
+                self.read_timeout = if value.is_null() {
+                    None
+                } else {
+                    Some(s.duration()?)
+                };
+            }
             "write_timeout" => self.write_timeout = s.duration()?,
             "lookupd_poll_interval" => self.lookupd_poll_interval = s.duration()?,
             "lookupd_poll_jitter" => self.lookupd_poll_jitter = s.float()?,
@@ -681,6 +696,7 @@ impl Config {
                 self.max_pending_publishes = s.int_in("a non-negative integer")?;
             }
             "drain_timeout" => self.drain_timeout = s.duration()?,
+            "producer_batching" => self.producer_batching = s.boolean()?,
             _ => return Err(OptionError::Unknown { option: name }),
         }
         self.check(&name)
@@ -699,14 +715,16 @@ impl Config {
         for name in OPTION_NAMES {
             self.check(name)?;
         }
-        if self.heartbeat_interval > self.read_timeout {
-            return Err(OptionError::Conflict {
-                option: "heartbeat_interval".into(),
-                reason: format!(
-                    "{:?} must not exceed read_timeout {:?}",
-                    self.heartbeat_interval, self.read_timeout
-                ),
-            });
+        if let Some(read_timeout) = self.read_timeout {
+            if self.heartbeat_interval > read_timeout {
+                return Err(OptionError::Conflict {
+                    option: "heartbeat_interval".into(),
+                    reason: format!(
+                        "{:?} must not exceed read_timeout {read_timeout:?}",
+                        self.heartbeat_interval
+                    ),
+                });
+            }
         }
         if self.snappy && self.deflate {
             return Err(OptionError::Conflict {
@@ -745,9 +763,9 @@ impl Config {
         };
         match name {
             "dial_timeout" => check_duration(name, self.dial_timeout, MS, 60 * MIN, "1ms ..= 1h"),
-            "read_timeout" => {
-                check_duration(name, self.read_timeout, 100 * MS, 5 * MIN, "100ms ..= 5m")
-            }
+            "read_timeout" => self.read_timeout.map_or(Ok(()), |t| {
+                check_duration(name, t, 100 * MS, 5 * MIN, "100ms ..= 5m")
+            }),
             "write_timeout" => {
                 check_duration(name, self.write_timeout, 100 * MS, 5 * MIN, "100ms ..= 5m")
             }
@@ -892,7 +910,7 @@ impl Config {
                 .clone()
                 .unwrap_or_else(|| DEFAULT_USER_AGENT.to_owned()),
             heartbeat_interval: self.heartbeat_interval,
-            read_timeout: Some(self.read_timeout),
+            read_timeout: self.read_timeout,
             msg_timeout: (!self.msg_timeout.is_zero()).then_some(self.msg_timeout),
             output_buffer_size: (self.output_buffer_size != 0).then_some(self.output_buffer_size),
             output_buffer_timeout: Some(self.output_buffer_timeout),
@@ -959,6 +977,7 @@ impl Config {
             reconnect_max_delay: self.reconnect_max_delay,
             reconnect_reset_after: self.reconnect_reset_after,
             close_timeout: self.drain_timeout,
+            batching: self.producer_batching,
         })
     }
 

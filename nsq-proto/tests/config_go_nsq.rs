@@ -57,7 +57,7 @@ fn a_go_nsq_json_document_parses_to_the_expected_values() {
     }"#;
     let c = Config::from_json(json).unwrap();
     assert_eq!(c.dial_timeout, 2 * SEC);
-    assert_eq!(c.read_timeout, 90 * SEC);
+    assert_eq!(c.read_timeout, Some(90 * SEC));
     assert_eq!(c.write_timeout, 2500 * MS); // integers are milliseconds
     assert_eq!(c.lookupd_poll_interval, 15 * SEC);
     assert!((c.lookupd_poll_jitter - 0.5).abs() < f64::EPSILON);
@@ -177,7 +177,14 @@ fn defaults_equal_go_nsq_and_the_core_defaults() {
     c.validate().unwrap();
     // go-nsq's documented defaults.
     assert_eq!(c.dial_timeout, SEC);
-    assert_eq!(c.read_timeout, 60 * SEC);
+    // Unset: twice heartbeat_interval, which is go-nsq's 60 s at the default heartbeat.
+    assert_eq!(c.read_timeout, None);
+    assert_eq!(
+        c.connection_config(no_files)
+            .unwrap()
+            .effective_read_timeout(),
+        60 * SEC
+    );
     assert_eq!(c.write_timeout, SEC);
     assert_eq!(c.lookupd_poll_interval, 60 * SEC);
     assert!((c.lookupd_poll_jitter - 0.3).abs() < f64::EPSILON);

@@ -64,7 +64,8 @@ fn plain_ok_reply_from_old_server_means_defaults() {
     assert_eq!(n.version, "");
     assert!(!n.tls);
     assert_eq!(conn.state(), ConnectionState::Ready);
-    assert_eq!(peer.commands().len(), 1);
+    // The TLS probe (NOP) and IDENTIFY.
+    assert_eq!(peer.commands().len(), 2);
 }
 
 #[test]
@@ -173,7 +174,10 @@ fn auth_not_required_never_sends_the_secret() {
     };
     let (_conn, n) = connect(config, Role::Producer, &mut peer, now);
     assert!(n.auth.is_none());
-    assert!(matches!(peer.commands(), [ClientCommand::Identify(_)]));
+    assert!(matches!(
+        peer.commands(),
+        [ClientCommand::Nop, ClientCommand::Identify(_)]
+    ));
 }
 
 #[test]
@@ -233,8 +237,8 @@ fn wrong_secret_is_a_fatal_server_error() {
     };
     assert_eq!(*t, token);
     assert_eq!(e.code(), ErrorCode::AuthFailed);
-    // The queued publish never went out.
-    assert_eq!(peer.commands().len(), 2);
+    // The queued publish never went out (NOP probe, IDENTIFY, AUTH).
+    assert_eq!(peer.commands().len(), 3);
 }
 
 #[test]
@@ -264,6 +268,7 @@ fn publishes_before_ready_are_sent_after_start_up() {
     assert!(matches!(
         peer.commands(),
         [
+            ClientCommand::Nop,
             ClientCommand::Identify(_),
             ClientCommand::Auth(_),
             ClientCommand::Pub { .. },

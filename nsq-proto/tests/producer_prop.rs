@@ -1,5 +1,6 @@
-//! Property tests: random operation sequences (publishes, server deaths and revivals, held
-//! connects, rejections, time jumps, close) against a producer and fake nsqd peers.
+//! Property tests: random operation sequences (publishes, gathered into batches or not, server
+//! deaths and revivals, held connects, rejections, messages too big for one nsqd, time jumps,
+//! close) against a producer and fake nsqd peers.
 //!
 //! Invariants: no publish or ping id ever resolves twice; the producer's outstanding count
 //! equals the accepted-but-unresolved ids; after close and enough virtual time every accepted
@@ -15,6 +16,8 @@ use std::time::Duration;
 #[derive(Debug, Clone)]
 enum Op {
     Publish(u8),
+    /// A message larger than server 1 takes (it refuses it like nsqd, with E_BAD_MESSAGE).
+    Big,
     Multi(u8),
     Deferred,
     Ping,
@@ -32,6 +35,7 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (1..20u8).prop_map(Op::Publish),
+        1 => Just(Op::Big),
         1 => (1..5u8).prop_map(Op::Multi),
         1 => Just(Op::Deferred),
         1 => Just(Op::Ping),
@@ -73,6 +77,8 @@ proptest! {
         round_robin in any::<bool>(),
         max_outstanding in prop_oneof![Just(None), (1..30usize).prop_map(Some)],
         long_wait in any::<bool>(),
+        batching in any::<bool>(),
+        max_body in 40..400u32,
     ) {
         let config = ProducerConfig {
             routing: if round_robin { Routing::RoundRobin } else { Routing::Failover },
@@ -82,9 +88,13 @@ proptest! {
             publish_timeout: Duration::from_secs(if long_wait { 30 } else { 3 }),
             reply_timeout: Some(Duration::from_secs(20)),
             close_timeout: Duration::from_secs(10),
+            batching,
             ..ProducerConfig::default()
         };
+        let mut config = config;
+        config.connection.limits.max_body_size = max_body;
         let mut w = World::new(config, 3);
+        w.server(1).max_msg_size = Some(64);
         w.add_all();
         let mut accepted: Vec<PublishId> = Vec::new();
         let mut pings: Vec<PingId> = Vec::new();
@@ -98,6 +108,11 @@ proptest! {
                         if let Ok(id) = w.producer.publish(now, &topic(), &n.to_be_bytes()) {
                             accepted.push(id);
                         }
+                    }
+                }
+                Op::Big => {
+                    if let Ok(id) = w.producer.publish(now, &topic(), &[7; 100]) {
+                        accepted.push(id);
                     }
                 }
                 Op::Multi(k) => {

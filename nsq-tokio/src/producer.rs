@@ -49,10 +49,14 @@ impl Drop for Inner {
 
 /// Publishes to one or more nsqd.
 ///
-/// Cheap to clone (`Send + Sync`): clones share one driver task and its connections. Each
-/// call resolves with its own result; publishes issued concurrently from many tasks are
-/// pipelined and leave in one write per wake-up of the driver. With several nsqd addresses,
-/// publishes go to a healthy one (failover by default, round-robin with
+/// Cheap to clone (`Send + Sync`): clones share one driver task and its connections. Each call
+/// resolves with its own result; publishes issued concurrently from many tasks are pipelined
+/// and leave in one write per wake-up of the driver. Single publishes to one topic that wait at
+/// the same moment (made concurrently, or while the connection awaits replies) leave as one
+/// MPUB, each still with its own result (natural batching; `producer_batching` turns it off). A
+/// publish nsqd refuses (too big, say) fails alone: the connection nsqd then closes is replaced
+/// at once, and publishes made meanwhile wait for it (at most `publish_timeout`). With several
+/// nsqd addresses, publishes go to a healthy one (failover by default, round-robin with
 /// [`Routing::RoundRobin`](nsq_proto::producer::Routing)); while no nsqd is reachable they fail
 /// fast with [`Error::NoServerAvailable`].
 #[derive(Clone)]
@@ -109,7 +113,8 @@ impl Producer {
     }
 
     /// Connects to one nsqd and waits until the connection is ready (or fails like a publish
-    /// would: [`Error::NoServerAvailable`]).
+    /// would: [`Error::NoServerAvailable`], or [`Error::TlsRequired`] when nsqd requires TLS
+    /// and `config` has none).
     pub async fn connect(addr: &str, config: &Config) -> Result<Producer, Error> {
         let producer = Producer::builder().config(config).nsqd(addr).build()?;
         producer.ping().await?;

@@ -22,6 +22,7 @@ pub(crate) fn error(e: &Error) -> s::ClientError {
         Error::ConnectionLost(_) => s::ErrorKind::ConnectionLost,
         Error::Timeout => s::ErrorKind::Timeout,
         Error::NoServerAvailable(_) => s::ErrorKind::NoServerAvailable,
+        Error::TlsRequired(_) => s::ErrorKind::TlsRequired,
         Error::Backpressure(_) => s::ErrorKind::Backpressure,
         Error::Consumer(_) => s::ErrorKind::Consumer,
         Error::Closed => s::ErrorKind::Closed,
@@ -207,7 +208,10 @@ pub(crate) fn consumer_stats(st: &ConsumerStats) -> s::ConsumerStats {
 pub(crate) fn producer_stats(st: &ProducerStats) -> s::ProducerStats {
     s::ProducerStats {
         published: st.published,
+        failed: st.failed,
         connections_ready: st.connections_ready,
+        batches: st.batches,
+        batched_messages: st.batched_messages,
     }
 }
 

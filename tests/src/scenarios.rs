@@ -156,6 +156,8 @@ pub enum ErrorKind {
     Timeout,
     /// No nsqd connection is up.
     NoServerAvailable,
+    /// The nsqd requires TLS and none is configured.
+    TlsRequired,
     /// Too many publishes outstanding.
     Backpressure,
     /// The consumer refused the command.
@@ -262,8 +264,14 @@ pub struct NsqdStats {
 pub struct ProducerStats {
     /// Publishes acknowledged.
     pub published: u64,
+    /// Publishes that failed.
+    pub failed: u64,
     /// Connections ready.
     pub connections_ready: usize,
+    /// Natural batches sent (MPUBs of concurrent single publishes).
+    pub batches: u64,
+    /// Publishes that left in those batches.
+    pub batched_messages: u64,
 }
 
 /// What a consumer's stop reports.
@@ -478,6 +486,9 @@ scenario_list! {
     producer_fails_over_when_a_broker_dies: 30,
     producer_fails_fast_when_no_broker_is_up: 20,
     server_errors_are_typed: 20,
+    a_refused_message_costs_no_outage: 60,
+    concurrent_publishes_leave_in_batches: 60,
+    tls_required_is_reported_by_connect: 20,
     dropping_the_consumer_stops_it: 20,
     a_panicking_handler_requeues_with_backoff: 30,
     max_in_flight_changes_at_runtime_and_starvation_is_reported: 30,
@@ -1214,6 +1225,88 @@ fn server_errors_are_typed(f: &dyn Factory) {
         std::thread::sleep(Duration::from_millis(50));
     }
     p.close();
+}
+
+fn a_refused_message_costs_no_outage(f: &dyn Factory) {
+    // nsqd refuses the oversize message and closes the connection; the producer reconnects
+    // at once (no backoff: it is not a server failure), so the publishes that follow all
+    // succeed, however often it happens.
+    let nsqd = start(Nsqd::builder().max_msg_size(1024));
+    let p = producer(f, &nsqd);
+    for round in 0..5 {
+        let err = p.publish("refused", &[b'x'; 1100]).unwrap_err();
+        assert_eq!(
+            err.kind,
+            ErrorKind::Server("E_BAD_MESSAGE".into()),
+            "round {round}: {err}"
+        );
+        for i in 0..1000 {
+            if let Err(e) = p.publish("refused", b"good") {
+                panic!("round {round}, publish {i} after the refusal failed: {e}");
+            }
+        }
+    }
+    let s = p.stats();
+    assert_eq!((s.published, s.failed), (5000, 5));
+    assert!(eventually(WAIT, || nsqd
+        .topic("refused")
+        .is_some_and(|t| t.message_count == 5000)));
+    p.close();
+}
+
+fn concurrent_publishes_leave_in_batches(f: &dyn Factory) {
+    // 100 tasks publishing one message at a time: those waiting together leave as one MPUB,
+    // each publish with its own result; one oversize message among them fails alone.
+    let nsqd = start(Nsqd::builder().max_msg_size(1024));
+    let p = producer(f, &nsqd);
+    p.publish_concurrently(&ConcurrentPublishes {
+        topic: "batched".into(),
+        tasks: 100,
+        per_task: 100,
+        body: |t, i| format!("{t}-{i}"),
+    })
+    .unwrap();
+    let s = p.stats();
+    assert_eq!(s.published, 10_000);
+    assert!(s.batches > 0 && s.batched_messages > 0, "{s:?}");
+    assert!(eventually(WAIT, || nsqd
+        .topic("batched")
+        .is_some_and(|t| t.message_count == 10_000)));
+    // Oversize publishes from other threads, while the tasks publish: a batch holding one
+    // is refused by nsqd and retried one by one, so only the oversize ones fail.
+    let oversize: Vec<_> = (0..5)
+        .map(|_| {
+            let big = p.clone_producer();
+            std::thread::spawn(move || big.publish("batched", &[b'x'; 2000]))
+        })
+        .collect();
+    p.publish_concurrently(&ConcurrentPublishes {
+        topic: "batched".into(),
+        tasks: 50,
+        per_task: 20,
+        body: |t, i| format!("{t}-{i}"),
+    })
+    .unwrap();
+    for t in oversize {
+        let err = t.join().unwrap().unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Server("E_BAD_MESSAGE".into()), "{err}");
+    }
+    assert!(eventually(WAIT, || nsqd
+        .topic("batched")
+        .is_some_and(|t| t.message_count == 11_000)));
+    let s = p.stats();
+    assert_eq!((s.published, s.failed), (11_000, 5));
+    p.close();
+}
+
+fn tls_required_is_reported_by_connect(f: &dyn Factory) {
+    let nsqd = start(Nsqd::builder().tls_required(true));
+    let err = f
+        .producer_connect(&addr(&nsqd), &GoConfig::default())
+        .err()
+        .expect("connect must fail without TLS");
+    assert_eq!(err.kind, ErrorKind::TlsRequired, "{err}");
+    assert!(err.message.contains("requires TLS"), "{err}");
 }
 
 fn dropping_the_consumer_stops_it(f: &dyn Factory) {

@@ -22,8 +22,9 @@
 //! let mut conn = Connection::new(ConnectionConfig::default(), Role::Producer, "127.0.0.1:4150", now)?;
 //! // Publishing before the handshake finished is fine: it is queued until `Ready`.
 //! let token = conn.publish(now, &Topic::new("events")?, b"hello")?;
-//! let hello = conn.poll_transmit().unwrap(); // magic + IDENTIFY, for the socket
-//! assert!(hello.starts_with(b"  V2IDENTIFY\n"));
+//! // magic, NOP (a producer's probe for nsqd requiring TLS) and IDENTIFY, for the socket
+//! let hello = conn.poll_transmit().unwrap();
+//! assert!(hello.starts_with(b"  V2NOP\nIDENTIFY\n"));
 //!
 //! // nsqd answers IDENTIFY with its negotiated settings ...
 //! let mut read_buf = BytesMut::new();
@@ -54,7 +55,7 @@ pub use snappy::SnappyError;
 pub use tls::{ClientCert, TlsConfig, TlsError, TlsSetupError, webpki_root_store};
 
 use crate::command::{self, CommandError};
-use crate::error_code::ServerError;
+use crate::error_code::{ErrorCode, ServerError};
 use crate::frame::{DecodeError, Frame, FrameDecoder, Message, MessageId, Response};
 use crate::identify::{AuthResponse, IdentifyResponse, ReplyError};
 use crate::names::Topic;
@@ -161,6 +162,9 @@ pub enum CloseReason {
     /// TLS was configured but the server did not grant it; the client refuses to continue in
     /// plain text.
     TlsNotGranted,
+    /// The server requires TLS (`nsqd --tls-required`) and the configuration has none: it
+    /// refused the connection's first command with this error.
+    TlsRequired(ServerError),
     /// The snappy stream from the server is invalid.
     Snappy(SnappyError),
     /// The DEFLATE stream from the server is invalid.
@@ -194,6 +198,10 @@ impl fmt::Display for CloseReason {
             CloseReason::TlsNotGranted => {
                 f.write_str("TLS is configured but the server did not grant it")
             }
+            CloseReason::TlsRequired(e) => write!(
+                f,
+                "the server requires TLS and none is configured (enable tls_v1): {e}"
+            ),
             CloseReason::Snappy(e) => write!(f, "{e}"),
             CloseReason::Deflate(e) => write!(f, "{e}"),
             CloseReason::IdentifyReply(e) | CloseReason::AuthReply(e) => write!(f, "{e}"),
@@ -456,6 +464,15 @@ impl Connection {
         };
         let mut wbuf = BytesMut::with_capacity(256);
         command::magic(&mut wbuf);
+        if !role.is_consumer() && config.tls.is_none() {
+            // A probe: nsqd answers every command but IDENTIFY with a fatal
+            // `E_INVALID ... (TLS required)` when it requires TLS and the client has not
+            // started it, and says nothing otherwise (a NOP has no reply). Sent before
+            // IDENTIFY, its error is the first frame, so a producer finds out during the
+            // handshake instead of on its first publish (no other producer command is
+            // both harmless and answered).
+            command::nop(&mut wbuf);
+        }
         command::identify(&mut wbuf, &identify)
             .map_err(|_| ConfigError::Invalid("IDENTIFY body rejected"))?;
         let read_timeout = config.effective_read_timeout();
@@ -908,6 +925,17 @@ impl Connection {
         Ok(token)
     }
 
+    /// Queues a publish written by `encode` (a producer's prepared command; on error it
+    /// must write nothing).
+    pub(crate) fn publish_prepared(
+        &mut self,
+        now: Instant,
+        encode: impl FnOnce(&mut BytesMut) -> Result<(), CommandError>,
+    ) -> Result<PublishToken, ConnectionError> {
+        let _ = self.clock(now);
+        self.publish_with(encode)
+    }
+
     fn unanswered(&self) -> usize {
         if self.role.is_consumer() {
             self.inflight.len()
@@ -1117,7 +1145,14 @@ impl Connection {
                         PublishError::Server(err.clone()),
                     ));
                 }
-                self.fail(CloseReason::Server(err));
+                let reason = if err.code() == ErrorCode::Invalid
+                    && err.description().contains("(TLS required)")
+                {
+                    CloseReason::TlsRequired(err)
+                } else {
+                    CloseReason::Server(err)
+                };
+                self.fail(reason);
             }
             Frame::Message(message) => self.handle_message(now, message),
         }

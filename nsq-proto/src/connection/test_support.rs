@@ -54,6 +54,12 @@ pub struct FakeNsqdConfig {
     pub auto_ack_publishes: bool,
     /// Answer CLS with `CLOSE_WAIT` right away.
     pub auto_close_wait: bool,
+    /// `--max-msg-size`: a larger PUB / MPUB / DPUB message is refused with a fatal
+    /// `E_BAD_MESSAGE ... too big N > MAX`, as nsqd does.
+    pub max_msg_size: Option<usize>,
+    /// `--tls-required`: every command but IDENTIFY before TLS is refused with a fatal
+    /// `E_INVALID cannot <CMD> in current state (TLS required)`.
+    pub tls_required: bool,
 }
 
 impl Default for FakeNsqdConfig {
@@ -71,6 +77,8 @@ impl Default for FakeNsqdConfig {
             auth_secret: None,
             auto_ack_publishes: true,
             auto_close_wait: true,
+            max_msg_size: None,
+            tls_required: false,
         }
     }
 }
@@ -415,6 +423,35 @@ impl FakeNsqd {
 
     fn handle(&mut self, cmd: ClientCommand) {
         self.commands.push(cmd.clone());
+        if self.config.tls_required && self.tls.is_none() {
+            let name = match &cmd {
+                ClientCommand::Identify(_) => None,
+                ClientCommand::Nop => Some("NOP"),
+                ClientCommand::Pub { .. } => Some("PUB"),
+                ClientCommand::Mpub { .. } => Some("MPUB"),
+                ClientCommand::Dpub { .. } => Some("DPUB"),
+                ClientCommand::Sub { .. } => Some("SUB"),
+                _ => Some("command"),
+            };
+            if let Some(name) = name {
+                let text = format!("cannot {name} in current state (TLS required)");
+                return self.fatal(ErrorCode::Invalid, &text);
+            }
+        }
+        if let Some(max) = self.config.max_msg_size {
+            let (verb, largest) = match &cmd {
+                ClientCommand::Pub { body, .. } => ("PUB", body.len()),
+                ClientCommand::Dpub { body, .. } => ("DPUB", body.len()),
+                ClientCommand::Mpub { bodies, .. } => {
+                    ("MPUB", bodies.iter().map(Bytes::len).max().unwrap_or(0))
+                }
+                _ => ("", 0),
+            };
+            if largest > max {
+                let text = format!("{verb} message too big {largest} > {max}");
+                return self.fatal(ErrorCode::BadMessage, &text);
+            }
+        }
         match cmd {
             ClientCommand::Identify(identify) => self.on_identify(&identify),
             ClientCommand::Auth(secret) => match &self.config.auth_secret {

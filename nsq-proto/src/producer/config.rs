@@ -53,10 +53,23 @@ pub struct ProducerConfig {
     /// The most publishes waiting for a connection at once; beyond it publishing is refused
     /// with `PendingQueueFull`. Default 10 000.
     pub max_pending: usize,
-    /// First reconnect delay after a failure (default 1 s), doubling per failure, with jitter.
+    /// First reconnect delay after a failure to connect or to complete the handshake (default
+    /// 1 s), doubling per failure, with jitter. A connection that nsqd closed after refusing a
+    /// command (`E_BAD_MESSAGE`, `E_BAD_TOPIC`, `E_PUB_FAILED`, ...) is not a failure of the
+    /// server: it is replaced at once, and the schedule does not grow.
     pub reconnect_initial_delay: Duration,
     /// Longest reconnect delay (default 60 s).
     pub reconnect_max_delay: Duration,
+    /// Natural batching (default on): single publishes to the same topic that wait for the
+    /// same write of a connection (made since its last write, made while two commands await
+    /// their reply on it, or waiting together for a connection) leave as one MPUB, within
+    /// the nsqd's size limits; each still resolves on its own. Nothing waits for a batch to
+    /// fill: a publish on an idle connection leaves at once. When nsqd refuses a batch because of one
+    /// message (`E_BAD_MESSAGE`, `E_BAD_BODY`), its publishes are sent again one by one, so
+    /// only the bad one fails. Other refusals (`E_BAD_TOPIC`, `E_MPUB_FAILED`, ...) fail
+    /// every publish of the batch with nsqd's error. Explicit MPUBs and DPUBs are never
+    /// merged. `false`: every publish is its own PUB.
+    pub batching: bool,
     /// A connection up for this long resets its reconnect schedule (default 30 s).
     pub reconnect_reset_after: Duration,
     /// After [`close`](super::Producer::close), publishes still unresolved fail with
@@ -76,6 +89,7 @@ impl Default for ProducerConfig {
             max_pending: 10_000,
             reconnect_initial_delay: Duration::from_secs(1),
             reconnect_max_delay: Duration::from_secs(60),
+            batching: true,
             reconnect_reset_after: Duration::from_secs(30),
             close_timeout: Duration::from_secs(30),
         }

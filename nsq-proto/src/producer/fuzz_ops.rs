@@ -106,6 +106,8 @@ pub fn producer_ops_summary(data: &[u8]) -> OpsSummary {
         publish_timeout: Duration::from_millis(u64::from(input.u16()) * 4),
         reply_timeout: (flags & 4 != 0).then_some(Duration::from_secs(5)),
         close_timeout: Duration::from_secs(u64::from(input.byte() % 40)),
+        // Off unless asked, so the committed seeds keep one reply per publish.
+        batching: flags & 8 != 0,
         ..ProducerConfig::default()
     };
     let seed = u64::from(input.u16());

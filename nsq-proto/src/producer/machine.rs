@@ -8,7 +8,7 @@ use crate::connection::{
 };
 use crate::consumer::policy::ReconnectSchedule;
 use crate::consumer::{Action, ConnId};
-use crate::error_code::ServerError;
+use crate::error_code::{ErrorCode, ServerError};
 use crate::names::Topic;
 use crate::rng::Rng;
 use crate::schedule::{later, valid_host_port};
@@ -80,6 +80,13 @@ pub enum PublishFailure {
     /// The connection refused the command locally (its limits differ from the check made
     /// when the publish was accepted). The message was not sent.
     Refused(ConnectionError),
+    /// Like [`NoServerAvailable`](Self::NoServerAvailable), and the reason is that nsqd
+    /// requires TLS (`--tls-required`) while the configuration has none. The message was
+    /// **not** sent.
+    TlsRequired {
+        /// The nsqd that refused plain text.
+        addr: String,
+    },
 }
 
 impl fmt::Display for PublishFailure {
@@ -99,6 +106,10 @@ impl fmt::Display for PublishFailure {
                 last_error: Some(e),
             } => write!(f, "no nsqd connection available (last error: {e})"),
             PublishFailure::Refused(e) => write!(f, "publish refused: {e}"),
+            PublishFailure::TlsRequired { addr } => write!(
+                f,
+                "nsqd {addr} requires TLS and the configuration has none (enable tls_v1)"
+            ),
         }
     }
 }
@@ -201,6 +212,11 @@ pub struct ProducerStats {
     pub pending: usize,
     /// Connections that are ready.
     pub connections_ready: usize,
+    /// Natural batches sent: publishes to one topic that were waiting at the same moment,
+    /// sent as one MPUB (see [`ProducerConfig::batching`](super::ProducerConfig::batching)).
+    pub batches: u64,
+    /// Publishes that left in those batches.
+    pub batched_messages: u64,
 }
 
 /// An action waiting in the output queue; consecutive bytes for one connection are gathered.
@@ -226,12 +242,80 @@ impl Queued {
     }
 }
 
-/// A publish written to a connection, awaiting its reply.
-#[derive(Debug, Clone, Copy)]
+/// With batching on, the most commands awaiting their reply on a connection; publishes made
+/// meanwhile gather into the next batch. Two keep nsqd busy with one batch while the reply to
+/// the other travels back and its publishers make their next publishes.
+const MAX_SENT_WHILE_BATCHING: usize = 2;
+
+/// The publish ids a command carries: one per message of a batch, one for an explicit MPUB
+/// or a DPUB.
+#[derive(Debug, Clone)]
+enum Ids {
+    One(PublishId),
+    Many(Vec<PublishId>),
+}
+
+impl Ids {
+    fn push(&mut self, id: PublishId) {
+        match self {
+            Ids::One(first) => *self = Ids::Many(vec![*first, id]),
+            Ids::Many(v) => v.push(id),
+        }
+    }
+
+    fn as_slice(&self) -> &[PublishId] {
+        match self {
+            Ids::One(id) => std::slice::from_ref(id),
+            Ids::Many(v) => v,
+        }
+    }
+}
+
+/// What kind of command a [`Work`] becomes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// Single publishes: one PUB, or one MPUB when several were merged (natural batching).
+    /// `solo`: never merged with others (a retry after the batch holding it was refused).
+    Batch { solo: bool },
+    /// An explicit MPUB: atomic, one id.
+    Multi,
+    /// A DPUB.
+    Deferred(Duration),
+}
+
+/// One command for a connection: being gathered (`D = BytesMut`, until the next
+/// [`Producer::poll_action`]) or sent and awaiting its reply (`D = Bytes`). Its data is kept
+/// until the reply, so the command can be sent again when nsqd never processed it.
+#[derive(Debug)]
+struct Work<D> {
+    topic: Topic,
+    shape: Shape,
+    /// `Batch` and `Multi`: the MPUB entries (u32 length + body, per message); `Deferred`:
+    /// the body.
+    data: D,
+    /// Messages in `data`.
+    count: u32,
+    ids: Ids,
+}
+
+impl Work<BytesMut> {
+    fn freeze(self) -> Work<Bytes> {
+        Work {
+            topic: self.topic,
+            shape: self.shape,
+            data: self.data.freeze(),
+            count: self.count,
+            ids: self.ids,
+        }
+    }
+}
+
+/// A command written to a connection, awaiting its reply.
+#[derive(Debug)]
 struct Sent {
     token: u64,
-    id: PublishId,
     at: Instant,
+    work: Work<Bytes>,
 }
 
 /// One socket to an nsqd: connecting (`conn: None`), handshaking, ready or closing.
@@ -242,7 +326,11 @@ struct Link {
     started: Instant,
     conn: Option<Connection>,
     ready_at: Option<Instant>,
+    /// Publishes gathered since the last write, in order; written by `emit`.
+    open: Vec<Work<BytesMut>>,
     sent: VecDeque<Sent>,
+    /// nsqd refused one of its commands (its error answered a publish).
+    refused: bool,
     /// The connection may have bytes to transmit.
     dirty: bool,
 }
@@ -263,6 +351,11 @@ struct Node {
     link: Option<Link>,
     schedule: ReconnectSchedule,
     next_attempt: Option<Instant>,
+    /// The largest message this nsqd takes, as configured or as learned from its refusals
+    /// (`E_BAD_MESSAGE ... too big N > MAX`); larger ones are not put in batches.
+    max_msg: u32,
+    /// The largest MPUB body, likewise (`E_BAD_BODY ... too big N > MAX`).
+    max_body: u32,
 }
 
 #[derive(Debug)]
@@ -270,10 +363,12 @@ enum PendingKind {
     Publish {
         topic: Topic,
         body: Bytes,
+        solo: bool,
     },
     Multi {
         topic: Topic,
-        bodies: Vec<Bytes>,
+        entries: Bytes,
+        count: u32,
     },
     Deferred {
         topic: Topic,
@@ -292,20 +387,20 @@ struct Pending {
     kind: PendingKind,
 }
 
-/// How a publish is encoded, borrowed from the caller (hot path) or from the pending queue.
-enum Body<'a, B> {
-    One(&'a [u8]),
-    Many(&'a [B]),
+/// How a publish is given, borrowed from the caller (hot path) or from the pending queue.
+#[derive(Clone, Copy)]
+enum Item<'a> {
+    One {
+        body: &'a [u8],
+        solo: bool,
+    },
+    /// An explicit MPUB, already encoded as entries.
+    Multi {
+        entries: &'a [u8],
+        count: u32,
+    },
     Deferred(Duration, &'a [u8]),
 }
-
-impl<B> Clone for Body<'_, B> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<B> Copy for Body<'_, B> {}
 
 /// How publishes still held by a dropped connection fail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -358,6 +453,8 @@ pub struct Producer {
     /// Publishes accepted and not yet resolved (sent + pending).
     outstanding: usize,
     last_error: Option<String>,
+    /// Set when the last connection error was an nsqd requiring TLS (its address).
+    tls_required: Option<String>,
     scratch: BytesMut,
     any_dirty: bool,
     /// The latest `now` given to any input or command.
@@ -369,6 +466,8 @@ pub struct Producer {
     // stats
     published: u64,
     failed: u64,
+    batches: u64,
+    batched_messages: u64,
     // outputs
     actions: VecDeque<Queued>,
     events: VecDeque<ProducerEvent>,
@@ -395,6 +494,7 @@ impl Producer {
             pending: VecDeque::new(),
             outstanding: 0,
             last_error: None,
+            tls_required: None,
             scratch: BytesMut::new(),
             any_dirty: false,
             clock: None,
@@ -403,6 +503,8 @@ impl Producer {
             closed_emitted: false,
             published: 0,
             failed: 0,
+            batches: 0,
+            batched_messages: 0,
             actions: VecDeque::new(),
             events: VecDeque::new(),
         })
@@ -427,6 +529,8 @@ impl Producer {
                 .filter(|p| !matches!(p.kind, PendingKind::Ping(_)))
                 .count(),
             connections_ready: self.healthy_connections(),
+            batches: self.batches,
+            batched_messages: self.batched_messages,
         }
     }
 
@@ -595,9 +699,7 @@ impl Producer {
         }
         while self.pending.front().is_some_and(|p| p.deadline <= now) {
             if let Some(p) = self.pending.pop_front() {
-                let failure = PublishFailure::NoServerAvailable {
-                    last_error: self.last_error.clone(),
-                };
+                let failure = self.unavailable();
                 self.fail_pending(&p, failure);
             }
         }
@@ -643,19 +745,29 @@ impl Producer {
                 self.config.reconnect_max_delay,
             ),
             next_attempt: None,
+            max_msg: self.config.connection.limits.max_msg_size,
+            max_body: self.config.connection.limits.max_body_size,
         });
         self.connect(now, self.nodes.len() - 1);
         Ok(())
     }
 
     /// Publishes one message to `topic` (PUB).
+    ///
+    /// With [`batching`](ProducerConfig::batching) on (the default), publishes to the same
+    /// topic made before the next [`poll_action`](Self::poll_action) for the same connection
+    /// leave as one MPUB; each still resolves on its own.
     pub fn publish(
         &mut self,
         now: Instant,
         topic: &Topic,
         body: &[u8],
     ) -> Result<PublishId, ProducerError> {
-        self.submit::<&[u8]>(now, topic, Body::One(body))
+        let now = self.tick(now);
+        self.admit()?;
+        command::check_publish(body, None, &self.config.connection.limits)
+            .map_err(ProducerError::Invalid)?;
+        self.submit(now, topic, Item::One { body, solo: false })
     }
 
     /// Publishes several messages to `topic` atomically (MPUB): one id, one reply.
@@ -665,7 +777,26 @@ impl Producer {
         topic: &Topic,
         bodies: &[B],
     ) -> Result<PublishId, ProducerError> {
-        self.submit(now, topic, Body::Many(bodies))
+        let now = self.tick(now);
+        self.admit()?;
+        let mut entries = std::mem::take(&mut self.scratch);
+        entries.clear();
+        let checked =
+            command::multi_publish_entries(&mut entries, bodies, &self.config.connection.limits);
+        let id = match checked {
+            Ok(count) => self.submit(
+                now,
+                topic,
+                Item::Multi {
+                    entries: &entries,
+                    count,
+                },
+            ),
+            Err(e) => Err(ProducerError::Invalid(e)),
+        };
+        entries.clear();
+        self.scratch = entries;
+        id
     }
 
     /// Publishes one message to `topic`, delivered to consumers after `delay` (DPUB).
@@ -676,7 +807,11 @@ impl Producer {
         delay: Duration,
         body: &[u8],
     ) -> Result<PublishId, ProducerError> {
-        self.submit::<&[u8]>(now, topic, Body::Deferred(delay, body))
+        let now = self.tick(now);
+        self.admit()?;
+        command::check_publish(body, Some(delay), &self.config.connection.limits)
+            .map_err(ProducerError::Invalid)?;
+        self.submit(now, topic, Item::Deferred(delay, body))
     }
 
     /// Checks that the producer can publish: resolves with [`ProducerEvent::PingOk`] as soon
@@ -702,12 +837,9 @@ impl Producer {
                 kind: PendingKind::Ping(id),
             });
         } else {
-            self.events.push_back(ProducerEvent::PingFailed(
-                id,
-                PublishFailure::NoServerAvailable {
-                    last_error: self.last_error.clone(),
-                },
-            ));
+            let failure = self.unavailable();
+            self.events
+                .push_back(ProducerEvent::PingFailed(id, failure));
         }
         Ok(id)
     }
@@ -874,31 +1006,8 @@ impl Producer {
         self.nodes[i].link.as_ref().is_some_and(Link::is_ready)
     }
 
-    fn validate<B: AsRef<[u8]>>(
-        &mut self,
-        topic: &Topic,
-        body: Body<'_, B>,
-    ) -> Result<(), CommandError> {
-        let limits = self.config.connection.limits;
-        self.scratch.clear();
-        let r = match body {
-            Body::One(b) => command::publish(&mut self.scratch, topic, b, &limits),
-            Body::Many(bs) => command::multi_publish(&mut self.scratch, topic, bs, &limits),
-            Body::Deferred(d, b) => {
-                command::deferred_publish(&mut self.scratch, topic, d, b, &limits)
-            }
-        };
-        self.scratch.clear();
-        r
-    }
-
-    fn submit<B: AsRef<[u8]>>(
-        &mut self,
-        now: Instant,
-        topic: &Topic,
-        body: Body<'_, B>,
-    ) -> Result<PublishId, ProducerError> {
-        let now = self.tick(now);
+    /// Refuses a publish when the producer is closed or at its bound of outstanding publishes.
+    fn admit(&self) -> Result<(), ProducerError> {
         if self.closing {
             return Err(ProducerError::Closed);
         }
@@ -907,45 +1016,55 @@ impl Producer {
                 return Err(ProducerError::TooManyOutstanding { limit });
             }
         }
-        if let Some(i) = self.route() {
-            // Hot path: encoded straight into the connection's buffer.
-            let id = PublishId(self.next_id);
-            match self.send(now, i, id, topic, body) {
-                Ok(()) => {
-                    self.next_id += 1;
-                    self.outstanding += 1;
-                    return Ok(id);
-                }
-                Err(ConnectionError::Command(e)) => return Err(ProducerError::Invalid(e)),
-                Err(e) => {
-                    // Cannot happen for a ready connection; fall through to the slow path.
-                    tracing::debug!(error = %e, "ready connection refused a publish");
-                }
-            }
+        Ok(())
+    }
+
+    /// How a publish (or ping) fails when no connection can take it.
+    fn unavailable(&self) -> PublishFailure {
+        match &self.tls_required {
+            Some(addr) => PublishFailure::TlsRequired { addr: addr.clone() },
+            None => PublishFailure::NoServerAvailable {
+                last_error: self.last_error.clone(),
+            },
         }
-        self.validate(topic, body).map_err(ProducerError::Invalid)?;
+    }
+
+    /// Takes a checked publish: gathered on a ready connection, or waiting for one being
+    /// established, or failed at once when every nsqd is down.
+    fn submit(
+        &mut self,
+        now: Instant,
+        topic: &Topic,
+        item: Item<'_>,
+    ) -> Result<PublishId, ProducerError> {
+        if let Some(i) = self.route() {
+            // Hot path: gathered for the next write of that connection.
+            let id = PublishId(self.take_id());
+            self.outstanding += 1;
+            self.enqueue(i, id, topic, item);
+            return Ok(id);
+        }
         if self.any_in_progress() {
             if self.pending.len() >= self.config.max_pending {
                 return Err(ProducerError::PendingQueueFull {
                     limit: self.config.max_pending,
                 });
             }
-            let kind = match body {
-                Body::One(b) => PendingKind::Publish {
+            let kind = match item {
+                Item::One { body, solo } => PendingKind::Publish {
                     topic: topic.clone(),
-                    body: Bytes::copy_from_slice(b),
+                    body: Bytes::copy_from_slice(body),
+                    solo,
                 },
-                Body::Many(bs) => PendingKind::Multi {
+                Item::Multi { entries, count } => PendingKind::Multi {
                     topic: topic.clone(),
-                    bodies: bs
-                        .iter()
-                        .map(|b| Bytes::copy_from_slice(b.as_ref()))
-                        .collect(),
+                    entries: Bytes::copy_from_slice(entries),
+                    count,
                 },
-                Body::Deferred(delay, b) => PendingKind::Deferred {
+                Item::Deferred(delay, body) => PendingKind::Deferred {
                     topic: topic.clone(),
                     delay,
-                    body: Bytes::copy_from_slice(b),
+                    body: Bytes::copy_from_slice(body),
                 },
             };
             let id = PublishId(self.take_id());
@@ -961,45 +1080,136 @@ impl Producer {
         // Every nsqd is down: fail fast.
         let id = PublishId(self.take_id());
         self.failed += 1;
-        self.events.push_back(ProducerEvent::PublishFailed(
-            id,
-            PublishFailure::NoServerAvailable {
-                last_error: self.last_error.clone(),
-            },
-        ));
+        let failure = self.unavailable();
+        self.events
+            .push_back(ProducerEvent::PublishFailed(id, failure));
         Ok(id)
     }
 
-    /// Writes a publish on node `i`'s connection and records it as awaiting a reply.
-    fn send<B: AsRef<[u8]>>(
-        &mut self,
-        now: Instant,
-        i: usize,
-        id: PublishId,
-        topic: &Topic,
-        body: Body<'_, B>,
-    ) -> Result<(), ConnectionError> {
-        let Some(link) = self.nodes[i].link.as_mut() else {
-            return Err(ConnectionError::NotReady);
+    /// Gathers a publish for node `i`'s next write (`i` is ready). A single publish joins the
+    /// batch of its topic gathered last, when batching is on, the batch is not closed to
+    /// merging and the MPUB body stays within the nsqd's limit.
+    fn enqueue(&mut self, i: usize, id: PublishId, topic: &Topic, item: Item<'_>) {
+        let batching = self.config.batching;
+        let node = &mut self.nodes[i];
+        let (max_msg, max_body) = (node.max_msg as usize, node.max_body as usize);
+        let Some(link) = node.link.as_mut() else {
+            // Not reached: `route` only returns ready nodes.
+            let failure = self.unavailable();
+            self.resolve(id, Err(failure));
+            return;
         };
-        let Some(c) = link.conn.as_mut() else {
-            return Err(ConnectionError::NotReady);
-        };
-        let token: PublishToken = match body {
-            Body::One(b) => c.publish(now, topic, b)?,
-            Body::Many(bs) => c.multi_publish(now, topic, bs)?,
-            Body::Deferred(d, b) => c.deferred_publish(now, topic, d, b)?,
-        };
-        link.sent.push_back(Sent {
-            token: token.sequence(),
-            id,
-            at: now,
-        });
+        match item {
+            Item::One { body, solo } => {
+                let solo = solo || !batching || body.len() > max_msg;
+                let joined = !solo
+                    && link
+                        .open
+                        .iter_mut()
+                        .rev()
+                        .find(|w| w.topic == *topic)
+                        .filter(|w| {
+                            w.shape == (Shape::Batch { solo: false })
+                                && 8 + w.data.len() + body.len() <= max_body
+                        })
+                        .map(|w| {
+                            command::put_entry(&mut w.data, body);
+                            w.count += 1;
+                            w.ids.push(id);
+                        })
+                        .is_some();
+                if !joined {
+                    let mut data = BytesMut::with_capacity(4 + body.len());
+                    command::put_entry(&mut data, body);
+                    link.open.push(Work {
+                        topic: topic.clone(),
+                        shape: Shape::Batch { solo },
+                        data,
+                        count: 1,
+                        ids: Ids::One(id),
+                    });
+                }
+            }
+            Item::Multi { entries, count } => link.open.push(Work {
+                topic: topic.clone(),
+                shape: Shape::Multi,
+                data: BytesMut::from(entries),
+                count,
+                ids: Ids::One(id),
+            }),
+            Item::Deferred(delay, body) => link.open.push(Work {
+                topic: topic.clone(),
+                shape: Shape::Deferred(delay),
+                data: BytesMut::from(body),
+                count: 1,
+                ids: Ids::One(id),
+            }),
+        }
         if !link.dirty {
             link.dirty = true;
             self.any_dirty = true;
         }
-        Ok(())
+    }
+
+    /// Writes node `i`'s gathered publishes to its connection, in the order they were
+    /// gathered, and records them as awaiting a reply.
+    ///
+    /// With batching on, they are held while [`MAX_SENT_WHILE_BATCHING`] commands are
+    /// outstanding on the connection (their replies come first anyway): what gathers meanwhile
+    /// leaves as one MPUB when a reply arrives. `force`: write them now (the producer is closing).
+    fn emit(&mut self, i: usize, force: bool) {
+        let Some(now) = self.clock else {
+            return;
+        };
+        let limits = self.config.connection.limits;
+        let Some(link) = self.nodes[i].link.as_mut() else {
+            return;
+        };
+        if link.open.is_empty()
+            || (!force && self.config.batching && link.sent.len() >= MAX_SENT_WHILE_BATCHING)
+        {
+            return;
+        }
+        let Some(c) = link
+            .conn
+            .as_mut()
+            .filter(|c| c.state() == ConnectionState::Ready)
+        else {
+            // Left for `drop_link`, which puts them back to wait for a connection.
+            return;
+        };
+        let mut refused = Vec::new();
+        for work in link.open.drain(..) {
+            let result = c.publish_prepared(now, |buf| match work.shape {
+                Shape::Batch { .. } | Shape::Multi => {
+                    let multi = work.shape == Shape::Multi;
+                    command::publish_entries(buf, &work.topic, work.count, &work.data, multi);
+                    Ok(())
+                }
+                Shape::Deferred(delay) => {
+                    command::deferred_publish(buf, &work.topic, delay, &work.data, &limits)
+                }
+            });
+            match result {
+                Ok(token) => {
+                    if matches!(work.shape, Shape::Batch { .. }) && work.count > 1 {
+                        self.batches += 1;
+                        self.batched_messages += u64::from(work.count);
+                    }
+                    link.sent.push_back(Sent {
+                        token: token.sequence(),
+                        at: now,
+                        work: work.freeze(),
+                    });
+                }
+                Err(e) => refused.push((work.ids, e)),
+            }
+        }
+        for (ids, e) in refused {
+            for id in ids.as_slice() {
+                self.resolve(*id, Err(PublishFailure::Refused(e.clone())));
+            }
+        }
     }
 
     /// Sends the publishes waiting for a connection (a connection just became ready).
@@ -1009,25 +1219,163 @@ impl Producer {
                 self.pending.push_front(p);
                 return;
             };
-            if let PendingKind::Ping(ping) = p.kind {
-                self.ping_on(now, i, ping);
-                continue;
-            }
-            let result = match &p.kind {
-                PendingKind::Publish { topic, body } => {
-                    self.send::<&[u8]>(now, i, PublishId(p.id), topic, Body::One(body))
+            let id = PublishId(p.id);
+            match &p.kind {
+                PendingKind::Ping(ping) => self.ping_on(now, i, *ping),
+                PendingKind::Publish { topic, body, solo } => {
+                    self.enqueue(i, id, topic, Item::One { body, solo: *solo });
                 }
-                PendingKind::Multi { topic, bodies } => {
-                    self.send(now, i, PublishId(p.id), topic, Body::Many(bodies))
-                }
+                PendingKind::Multi {
+                    topic,
+                    entries,
+                    count,
+                } => self.enqueue(
+                    i,
+                    id,
+                    topic,
+                    Item::Multi {
+                        entries,
+                        count: *count,
+                    },
+                ),
                 PendingKind::Deferred { topic, delay, body } => {
-                    self.send::<&[u8]>(now, i, PublishId(p.id), topic, Body::Deferred(*delay, body))
+                    self.enqueue(i, id, topic, Item::Deferred(*delay, body));
                 }
-                PendingKind::Ping(_) => Ok(()),
-            };
-            if let Err(e) = result {
-                self.fail_pending(&p, PublishFailure::Refused(e));
             }
+        }
+    }
+
+    /// A command on node `i` failed: resolves its publishes, or puts them back to be sent
+    /// again when nsqd never processed them, or one by one when nsqd refused their batch
+    /// because of one message.
+    fn publish_failed(&mut self, now: Instant, i: usize, work: Work<Bytes>, error: PublishError) {
+        match error {
+            PublishError::Server(e) => {
+                self.learn_limits(i, &e);
+                let per_message = matches!(e.code(), ErrorCode::BadMessage | ErrorCode::BadBody);
+                if per_message && work.count > 1 && work.shape == (Shape::Batch { solo: false }) {
+                    tracing::debug!(
+                        addr = self.nodes[i].addr,
+                        messages = work.count,
+                        error = %e,
+                        "nsqd refused a batch: sending its publishes one by one"
+                    );
+                    self.retry(now, work, true);
+                } else {
+                    for id in work.ids.as_slice() {
+                        self.resolve(*id, Err(PublishFailure::Server(e.clone())));
+                    }
+                }
+            }
+            // nsqd stops reading at a fatal error: what was sent after the refused command
+            // was never processed, and goes again on the next connection.
+            PublishError::Closed(CloseReason::Server(_) | CloseReason::TlsRequired(_)) => {
+                self.retry(now, work, false);
+            }
+            PublishError::Closed(reason) => {
+                for id in work.ids.as_slice() {
+                    self.resolve(*id, Err(PublishFailure::ConnectionLost(reason.clone())));
+                }
+            }
+        }
+    }
+
+    /// Puts the publishes of `work` (never processed by nsqd) back in the pending queue;
+    /// `split`: each message of a batch alone, never merged again.
+    fn retry(&mut self, now: Instant, work: Work<Bytes>, split: bool) {
+        let deadline = later(now, self.config.publish_timeout);
+        let Work {
+            topic,
+            shape,
+            data,
+            count,
+            ids,
+        } = work;
+        let mut push = |id: PublishId, kind: PendingKind| {
+            self.pending.push_back(Pending {
+                id: id.get(),
+                since: now,
+                deadline,
+                kind,
+            });
+        };
+        match shape {
+            Shape::Batch { solo } => {
+                let mut at = 0usize;
+                for id in ids.as_slice() {
+                    let body = data
+                        .get(at..at + 4)
+                        .and_then(|l| <[u8; 4]>::try_from(l).ok())
+                        .map(|l| u32::from_be_bytes(l) as usize)
+                        .and_then(|len| {
+                            let body = data
+                                .get(at + 4..at + 4 + len)
+                                .map(|_| data.slice(at + 4..at + 4 + len));
+                            at += 4 + len;
+                            body
+                        })
+                        .unwrap_or_default();
+                    push(
+                        *id,
+                        PendingKind::Publish {
+                            topic: topic.clone(),
+                            body,
+                            solo: solo || split,
+                        },
+                    );
+                }
+            }
+            Shape::Multi => push(
+                ids.as_slice()[0],
+                PendingKind::Multi {
+                    topic,
+                    entries: data,
+                    count,
+                },
+            ),
+            Shape::Deferred(delay) => push(
+                ids.as_slice()[0],
+                PendingKind::Deferred {
+                    topic,
+                    delay,
+                    body: data,
+                },
+            ),
+        }
+    }
+
+    /// Lowers node `i`'s size limits to what nsqd said in a refusal (`... too big N > MAX`).
+    fn learn_limits(&mut self, i: usize, e: &ServerError) {
+        let description = e.description();
+        let Some((_, max)) = description.split_once(" too big ") else {
+            return;
+        };
+        let Some(max) = max
+            .rsplit('>')
+            .next()
+            .and_then(|m| m.trim().parse::<u32>().ok())
+        else {
+            return;
+        };
+        let node = &mut self.nodes[i];
+        match e.code() {
+            ErrorCode::BadMessage if max < node.max_msg => {
+                tracing::info!(
+                    addr = node.addr,
+                    max,
+                    "nsqd's max-msg-size is lower than configured"
+                );
+                node.max_msg = max;
+            }
+            ErrorCode::BadBody if max < node.max_body => {
+                tracing::info!(
+                    addr = node.addr,
+                    max,
+                    "nsqd's max-body-size is lower than configured"
+                );
+                node.max_body = max;
+            }
+            _ => {}
         }
     }
 
@@ -1056,15 +1404,15 @@ impl Producer {
         }
     }
 
-    /// Takes the record of the publish with connection token `token` on node `i`.
-    fn take_sent(&mut self, i: usize, token: PublishToken) -> Option<PublishId> {
+    /// Takes the record of the command with connection token `token` on node `i`.
+    fn take_sent(&mut self, i: usize, token: PublishToken) -> Option<Work<Bytes>> {
         let link = self.nodes[i].link.as_mut()?;
         let seq = token.sequence();
         if link.sent.front().is_some_and(|s| s.token == seq) {
-            return link.sent.pop_front().map(|s| s.id);
+            return link.sent.pop_front().map(|s| s.work);
         }
         let at = link.sent.iter().position(|s| s.token == seq)?;
-        link.sent.remove(at).map(|s| s.id)
+        link.sent.remove(at).map(|s| s.work)
     }
 
     fn connect(&mut self, now: Instant, i: usize) {
@@ -1083,7 +1431,9 @@ impl Producer {
             started: now,
             conn: None,
             ready_at: None,
+            open: Vec::new(),
             sent: VecDeque::new(),
+            refused: false,
             dirty: false,
         });
         self.actions.push_back(Queued::Action(Action::Connect {
@@ -1095,6 +1445,7 @@ impl Producer {
     /// Moves node `i`'s queued bytes to the action queue, gathering them with a `Transmit`
     /// for the same connection at the tail.
     fn flush(&mut self, i: usize) {
+        self.emit(i, false);
         let Some(link) = self.nodes[i].link.as_mut() else {
             return;
         };
@@ -1141,6 +1492,7 @@ impl Producer {
             match event {
                 ConnectionEvent::Ready(_) => {
                     link.ready_at = Some(now);
+                    self.tls_required = None;
                     link.dirty = true;
                     self.any_dirty = true;
                     let (conn, addr) = (link.id, self.nodes[i].addr.clone());
@@ -1149,17 +1501,18 @@ impl Producer {
                     self.drain_pending(now);
                 }
                 ConnectionEvent::Published(token) => {
-                    if let Some(id) = self.take_sent(i, token) {
-                        self.resolve(id, Ok(()));
+                    if let Some(work) = self.take_sent(i, token) {
+                        for id in work.ids.as_slice() {
+                            self.resolve(*id, Ok(()));
+                        }
                     }
                 }
                 ConnectionEvent::PublishFailed(token, error) => {
-                    if let Some(id) = self.take_sent(i, token) {
-                        let failure = match error {
-                            PublishError::Server(e) => PublishFailure::Server(e),
-                            PublishError::Closed(r) => PublishFailure::ConnectionLost(r),
-                        };
-                        self.resolve(id, Err(failure));
+                    if matches!(error, PublishError::Server(_)) {
+                        link.refused = true;
+                    }
+                    if let Some(work) = self.take_sent(i, token) {
+                        self.publish_failed(now, i, work, error);
                     }
                 }
                 ConnectionEvent::Closed(reason) => {
@@ -1177,8 +1530,15 @@ impl Producer {
     }
 
     /// Forgets node `i`'s connection: flushes its last bytes, `Disconnect`, event, fails what
-    /// it still holds as `fate` says, schedules a reconnect.
+    /// it still holds as `fate` says (publishes gathered but never written wait for a
+    /// connection again), and reconnects: at once when nsqd closed it after refusing a
+    /// command (a rejection is not a server failure), else on the backoff schedule.
     fn drop_link(&mut self, now: Instant, i: usize, reason: &str, fate: Fate) {
+        let open = self.nodes[i]
+            .link
+            .as_mut()
+            .map(|l| std::mem::take(&mut l.open))
+            .unwrap_or_default();
         self.flush(i);
         let Some(mut link) = self.nodes[i].link.take() else {
             return;
@@ -1186,31 +1546,39 @@ impl Producer {
         let addr = self.nodes[i].addr.clone();
         self.actions
             .push_back(Queued::Action(Action::Disconnect { conn: link.id }));
-        let graceful = link
-            .conn
-            .as_ref()
-            .and_then(Connection::close_reason)
-            .is_some_and(|r| matches!(r, CloseReason::Graceful { .. }));
-        if !graceful {
+        let close_reason = link.conn.as_ref().and_then(Connection::close_reason);
+        let graceful = matches!(close_reason, Some(CloseReason::Graceful { .. }));
+        // nsqd answered a publish with an error and closed: a refusal, not a failure. (A
+        // server that errs on its own, with nothing to refuse, backs off like any failure.)
+        let rejected = link.ready_at.is_some()
+            && link.refused
+            && matches!(close_reason, Some(CloseReason::Server(_)));
+        if !graceful && !rejected {
             self.last_error = Some(format!("{addr}: {reason}"));
+            self.tls_required =
+                matches!(close_reason, Some(CloseReason::TlsRequired(_))).then(|| addr.clone());
         }
+        let lost = close_reason.cloned().unwrap_or(CloseReason::Eof);
         for s in std::mem::take(&mut link.sent) {
             let failure = if fate == Fate::TimedOut {
                 PublishFailure::TimedOut {
                     waited: now.saturating_duration_since(s.at),
                 }
             } else {
-                let r = link
-                    .conn
-                    .as_ref()
-                    .and_then(Connection::close_reason)
-                    .cloned()
-                    .unwrap_or(CloseReason::Eof);
-                PublishFailure::ConnectionLost(r)
+                PublishFailure::ConnectionLost(lost.clone())
             };
-            self.resolve(s.id, Err(failure));
+            for id in s.work.ids.as_slice() {
+                self.resolve(*id, Err(failure.clone()));
+            }
         }
+        for work in open {
+            self.retry(now, work.freeze(), false);
+        }
+        // A refusal reconnects at once (`Some(ZERO)`), without touching the backoff schedule.
         let retry_in = (!self.closing).then(|| {
+            if rejected {
+                return Duration::ZERO;
+            }
             let node = &mut self.nodes[i];
             let healthy = link.ready_at.is_some_and(|t| {
                 now.saturating_duration_since(t) >= self.config.reconnect_reset_after
@@ -1228,6 +1596,9 @@ impl Producer {
             reason: reason.to_string(),
             retry_in,
         });
+        if rejected && !self.closing {
+            self.connect(now, i);
+        }
     }
 
     /// Post-conditions after every input or command: waiting publishes fail at once when no
@@ -1238,12 +1609,9 @@ impl Producer {
             self.drain_pending(now);
         }
         if !self.pending.is_empty() && self.healthy_connections() == 0 && !self.any_in_progress() {
-            let last_error = self.last_error.clone();
+            let failure = self.unavailable();
             while let Some(p) = self.pending.pop_front() {
-                let failure = PublishFailure::NoServerAvailable {
-                    last_error: last_error.clone(),
-                };
-                self.fail_pending(&p, failure);
+                self.fail_pending(&p, failure.clone());
             }
         }
         if self.closing && self.pending.is_empty() {
@@ -1254,7 +1622,13 @@ impl Producer {
                 match link.conn.as_mut() {
                     Some(c) if link.ready_at.is_some() => {
                         if c.state() == ConnectionState::Ready {
-                            c.close(now);
+                            // What was gathered goes out before the close.
+                            self.emit(i, true);
+                            if let Some(c) =
+                                self.nodes[i].link.as_mut().and_then(|l| l.conn.as_mut())
+                            {
+                                c.close(now);
+                            }
                             self.pump(now, i);
                         }
                     }
@@ -1284,6 +1658,11 @@ impl Producer {
             if self.nodes[i].link.is_some() {
                 self.drop_link(now, i, "close timeout", Fate::TimedOut);
             }
+        }
+        // Publishes gathered and never written were put back to wait.
+        while let Some(p) = self.pending.pop_front() {
+            let waited = now.saturating_duration_since(p.since);
+            self.fail_pending(&p, PublishFailure::TimedOut { waited });
         }
     }
 }

@@ -37,13 +37,23 @@ pub struct Server {
     pub connects: Vec<Instant>,
     /// Publish bodies received (PUB and DPUB one each, MPUB all of them), in order.
     pub received: Vec<Vec<u8>>,
-    /// NOPs received (answers to heartbeats).
+    /// NOPs received after IDENTIFY (answers to heartbeats, pings).
     pub nops: usize,
+    /// NOPs received before IDENTIFY (the producer's TLS-required probe, one per connection).
+    pub probes: usize,
+    /// `--max-msg-size`: larger messages are refused like nsqd does (fatal E_BAD_MESSAGE).
+    pub max_msg_size: Option<usize>,
+    /// `--tls-required`.
+    pub tls_required: bool,
+    /// Commands received (PUB, MPUB, DPUB), as (verb, message count), in order.
+    pub commands: Vec<(&'static str, usize)>,
 }
 
 pub struct Peer {
     pub addr: String,
     pub fake: FakeNsqd,
+    /// IDENTIFY was received.
+    pub identified: bool,
 }
 
 pub struct World {
@@ -89,6 +99,10 @@ impl World {
                     connects: Vec::new(),
                     received: Vec::new(),
                     nops: 0,
+                    probes: 0,
+                    max_msg_size: None,
+                    tls_required: false,
+                    commands: Vec::new(),
                 },
             );
         }
@@ -116,6 +130,17 @@ impl World {
             .map(|(id, _)| *id)
     }
 
+    /// Publishes every body without settling in between (they wait for the same write),
+    /// then settles.
+    pub fn publish_together(&mut self, bodies: &[&[u8]]) -> Vec<PublishId> {
+        let ids = bodies
+            .iter()
+            .map(|b| self.producer.publish(self.now, &topic(), b).unwrap())
+            .collect();
+        self.settle();
+        ids
+    }
+
     pub fn publish(&mut self, body: &[u8]) -> PublishId {
         let id = self.producer.publish(self.now, &topic(), body).unwrap();
         self.settle();
@@ -125,12 +150,21 @@ impl World {
     fn open(&mut self, conn: ConnId, a: String) {
         let up = self.servers.get(&a).is_some_and(|s| s.up);
         if up {
-            let auto = self.servers[&a].auto_ack;
+            let s = &self.servers[&a];
             let fake = FakeNsqd::new(FakeNsqdConfig {
-                auto_ack_publishes: auto,
+                auto_ack_publishes: s.auto_ack,
+                max_msg_size: s.max_msg_size,
+                tls_required: s.tls_required,
                 ..FakeNsqdConfig::default()
             });
-            self.peers.insert(conn, Peer { addr: a, fake });
+            self.peers.insert(
+                conn,
+                Peer {
+                    addr: a,
+                    fake,
+                    identified: false,
+                },
+            );
             self.producer.handle_connected(self.now, conn);
         } else {
             self.producer
@@ -171,14 +205,21 @@ impl World {
                             let server = self.servers.get_mut(&p.addr).unwrap();
                             for c in cmds {
                                 match c {
-                                    ClientCommand::Pub { body, .. }
-                                    | ClientCommand::Dpub { body, .. } => {
+                                    ClientCommand::Pub { body, .. } => {
+                                        server.commands.push(("PUB", 1));
+                                        server.received.push(body.to_vec());
+                                    }
+                                    ClientCommand::Dpub { body, .. } => {
+                                        server.commands.push(("DPUB", 1));
                                         server.received.push(body.to_vec());
                                     }
                                     ClientCommand::Mpub { bodies, .. } => {
+                                        server.commands.push(("MPUB", bodies.len()));
                                         server.received.extend(bodies.iter().map(|b| b.to_vec()));
                                     }
-                                    ClientCommand::Nop => server.nops += 1,
+                                    ClientCommand::Identify(_) => p.identified = true,
+                                    ClientCommand::Nop if p.identified => server.nops += 1,
+                                    ClientCommand::Nop => server.probes += 1,
                                     _ => {}
                                 }
                             }

@@ -1,0 +1,121 @@
+//! The single-publish benchmark (nsq-tokio's `bench_publish`, on async-std or smol):
+//! `--concurrency` tasks share one [`Producer`] and each publishes one `--size`-byte message
+//! at a time, awaiting its result before the next, until `--runfor` has passed. Publishes
+//! waiting at the same moment leave as one MPUB (natural batching), each with its own result.
+//! Prints the Go bench tools' final line. Extra flags: `--runtime=async-std|smol` (default
+//! async-std; smol's tasks run on `SMOL_THREADS` threads, default 1) and
+//! `--batching=true|false` (default true).
+//!
+//! ```text
+//! cargo run --release -p nsq-async-std --example bench_publish -- \
+//!     --nsqd-tcp-address=127.0.0.1:4150 --topic=sub_bench --size=200 --concurrency=100 --runfor=3s
+//! ```
+
+#[path = "../../nsq-blocking/examples/support/mod.rs"]
+mod support;
+
+use bytes::Bytes;
+use nsq_async_std::proto::config::parse_go_duration;
+use nsq_async_std::{Config, Producer, Topic};
+use std::time::{Duration, Instant};
+use support::{bench_line, fatal, flag, log, parse_flags};
+
+const PREFIX: &str = "bench_publish";
+
+/// One publishing task (spawned on the runtime, awaited for its count).
+type Task = std::pin::Pin<Box<dyn Future<Output = Result<u64, String>> + Send>>;
+
+struct Load {
+    addr: String,
+    topic: Topic,
+    body: Bytes,
+    concurrency: usize,
+    runfor: Duration,
+    config: Config,
+}
+
+async fn bench(
+    load: Load,
+    spawn: fn(Task) -> Task,
+) -> Result<(Duration, u64, nsq_async_std::ProducerStats), String> {
+    let producer = Producer::connect(&load.addr, &load.config)
+        .await
+        .map_err(|e| e.to_string())?;
+    let start = Instant::now();
+    let end = start + load.runfor;
+    let tasks: Vec<_> = (0..load.concurrency)
+        .map(|_| {
+            let (p, topic, body) = (producer.clone(), load.topic.clone(), load.body.clone());
+            spawn(Box::pin(async move {
+                let mut n = 0u64;
+                while Instant::now() < end {
+                    p.publish(&topic, body.clone())
+                        .await
+                        .map_err(|e| format!("publish error: {e}"))?;
+                    n += 1;
+                }
+                Ok(n)
+            }))
+        })
+        .collect();
+    let mut total = 0;
+    for t in tasks {
+        total += t.await?;
+    }
+    let duration = start.elapsed();
+    let stats = producer.stats();
+    producer.close().await;
+    Ok((duration, total, stats))
+}
+
+fn run() -> Result<(), String> {
+    let flags = parse_flags(&[
+        "nsqd-tcp-address",
+        "topic",
+        "size",
+        "runfor",
+        "concurrency",
+        "runtime",
+        "batching",
+    ])?;
+    let mut config = Config::default();
+    config
+        .set_str("producer_batching", flag(&flags, "batching", "true"))
+        .map_err(|e| e.to_string())?;
+    let size: usize = flag(&flags, "size", "200")
+        .parse()
+        .map_err(|_| "invalid -size")?;
+    let load = Load {
+        addr: flag(&flags, "nsqd-tcp-address", "127.0.0.1:4150").to_owned(),
+        topic: Topic::new(flag(&flags, "topic", "sub_bench")).map_err(|e| e.to_string())?,
+        body: Bytes::from(vec![0u8; size]),
+        concurrency: flag(&flags, "concurrency", "100")
+            .parse()
+            .map_err(|_| "invalid -concurrency")?,
+        runfor: parse_go_duration(flag(&flags, "runfor", "3s"))
+            .map_err(|e| format!("-runfor: {e}"))?,
+        config,
+    };
+    let (duration, total, stats) = match flag(&flags, "runtime", "async-std") {
+        "async-std" => {
+            async_std::task::block_on(bench(load, |f| Box::pin(async_std::task::spawn(f))))
+        }
+        "smol" => smol::block_on(bench(load, |f| Box::pin(smol::spawn(f)))),
+        other => return Err(format!("-runtime must be async-std or smol, not {other:?}")),
+    }?;
+    log(
+        PREFIX,
+        &format!(
+            "{} MPUB batches carried {} of {total} messages",
+            stats.batches, stats.batched_messages
+        ),
+    );
+    log(PREFIX, &bench_line(duration, total, size));
+    Ok(())
+}
+
+fn main() {
+    if let Err(e) = run() {
+        fatal(PREFIX, &e);
+    }
+}
