@@ -179,10 +179,11 @@ pub struct Config {
     /// `max_attempts`, default 5).
     pub max_attempts: u16,
     /// With fewer max_in_flight than connections: a connection idle this long gives its RDY
-    /// up (go-nsq `low_rdy_idle_timeout`, default 10 s, 1 s ..= 5 min).
+    /// up (go-nsq `low_rdy_idle_timeout`, default 1 s (go-nsq: 10 s), 1 s ..= 5 min).
     pub low_rdy_idle_timeout: Duration,
-    /// ... and one holding RDY this long gives it up anyway (go-nsq `low_rdy_timeout`,
-    /// default 30 s, 1 s ..= 5 min).
+    /// ... and one holding RDY this long (one turn) passes it on anyway (go-nsq
+    /// `low_rdy_timeout`, default 2 s (go-nsq: 30 s, which let an nsqd wait half a minute),
+    /// 1 s ..= 5 min).
     pub low_rdy_timeout: Duration,
     /// How often RDY is redistributed (go-nsq `rdy_redistribute_interval`, default 5 s,
     /// 1 ms ..= 5 s).
@@ -290,8 +291,8 @@ impl Default for Config {
             max_backoff_duration: Duration::from_secs(120),
             backoff_multiplier: Duration::from_secs(1),
             max_attempts: 5,
-            low_rdy_idle_timeout: Duration::from_secs(10),
-            low_rdy_timeout: Duration::from_secs(30),
+            low_rdy_idle_timeout: Duration::from_secs(1),
+            low_rdy_timeout: Duration::from_secs(2),
             rdy_redistribute_interval: Duration::from_secs(5),
             client_id: None,
             hostname: None,

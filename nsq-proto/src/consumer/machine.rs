@@ -7,7 +7,7 @@ use super::slots::Slots;
 use crate::connection::{
     CloseReason, Connection, ConnectionError, ConnectionEvent, ConnectionState, Role,
 };
-use crate::error_code::ServerError;
+use crate::error_code::{ErrorCode, ServerError};
 use crate::frame::{Message, MessageId};
 use crate::names::{Channel, Topic};
 use crate::rng::Rng;
@@ -252,6 +252,14 @@ pub struct ConsumerStats {
     pub known_nsqd: usize,
 }
 
+/// How many E_FIN_FAILED / E_REQ_FAILED / E_TOUCH_FAILED within [`ANSWER_FAILURE_WINDOW`]
+/// count as one handler failure for backoff.
+pub const ANSWER_FAILURE_BURST: u32 = 3;
+
+/// The window in which [`ANSWER_FAILURE_BURST`] rejected answers make a burst, counted from
+/// the first of them.
+pub const ANSWER_FAILURE_WINDOW: Duration = Duration::from_secs(1);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Source {
     Direct,
@@ -282,6 +290,17 @@ struct Slot {
     fresh_until: Option<Instant>,
     /// When it last went from RDY 0 to RDY > 0.
     granted_at: Option<Instant>,
+    /// When it last went from RDY > 0 to RDY 0 (the low-RDY rotation serves the connection
+    /// that has waited longest first).
+    released_at: Option<Instant>,
+    /// When the application last answered a message on it (for the idle rule).
+    answered_at: Option<Instant>,
+    /// How many times it went from RDY 0 to RDY > 0 (the rotation's tie-break: fewer
+    /// turns first).
+    turns: u64,
+    /// Its low-RDY turn is over but it had just answered: it gives RDY up at its next
+    /// message.
+    yield_pending: bool,
     /// Messages received since the last RDY was sent (for the refill rule).
     received_since_rdy: u32,
 }
@@ -302,6 +321,24 @@ impl Slot {
             0
         }
     }
+
+    /// Messages delivered on it and not yet answered (nor expired). Its share of
+    /// `max_in_flight` (its reservation) is `max(RDY, unanswered)`: a connection whose RDY was
+    /// lowered keeps its unanswered messages' share until they are answered, expire or the
+    /// connection ends.
+    fn unanswered(&self) -> u64 {
+        self.conn
+            .as_ref()
+            .map_or(0, |c| u64::try_from(c.in_flight()).unwrap_or(u64::MAX))
+    }
+}
+
+/// What the low-RDY rotation does with a holder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Turn {
+    Keep,
+    GiveUp,
+    AtNextMessage,
 }
 
 #[derive(Debug)]
@@ -343,18 +380,56 @@ struct Lookupd {
 /// reaches `max_in_flight`. A new connection starts at RDY 1 (other connections are lowered
 /// first to make room for its share) and gets its share after its first message or after
 /// `rdy_redistribute_interval`, whichever comes first: connections discovered together all get
-/// a chance before one of them takes everything. Lowerings are always queued before raisings, so the sum of RDY never exceeds
-/// `max_in_flight`. A connection's RDY is re-sent when its remaining count drops to <= 1 or
-/// under 25% of the last value. With fewer `max_in_flight` than connections, connections hold
-/// RDY 1 in turns: every `rdy_redistribute_interval`, holders idle for `low_rdy_idle_timeout`
-/// or holding for `low_rdy_timeout` give it up, and it goes to the connections that have
-/// waited longest (ties broken at random).
+/// a chance before one of them takes everything. A connection's RDY is re-sent when its
+/// remaining count drops to <= 1 or under 25% of the last value.
+///
+/// # max_in_flight bounds messages in flight, not only RDY
+/// Each connection holds a share of `max_in_flight`: `max(RDY, messages delivered on it and
+/// not yet answered)`. The sum of the shares never exceeds `max_in_flight`, through joins,
+/// leaves, rotation, backoff, [`set_max_in_flight`](Self::set_max_in_flight) and reconnects:
+/// lowerings go out before raises, and RDY is raised only out of budget no connection holds,
+/// so RDY taken from a connection whose message is still in its handler passes on when that
+/// message is answered (expires, or its connection ends), not before. When more messages are
+/// unanswered than `max_in_flight` allows (after lowering it), no RDY opens room for a
+/// delivery: an answer on such a connection is preceded by a lower RDY. go-nsq bounds only
+/// the sum of RDY, so with RDY rotating it lets more messages into handlers than
+/// `max_in_flight` (measured on nsqd v1.3.0: 3 in flight with `max_in_flight` 2).
+/// What remains outside any client's control: messages nsqd already wrote before it read a
+/// lower RDY (at most one round trip's worth, and only when RDY is lowered on a connection
+/// that has fewer messages in flight than its RDY). The rotation below avoids that case: it
+/// takes RDY from a busy holder (its message in the handler, so nsqd sends nothing more) or
+/// from one idle for `low_rdy_idle_timeout`, never right after an answer. Messages of a
+/// connection that was lost are not counted: nsqd has requeued them.
+///
+/// # Fewer max_in_flight than connections: a rotation in seconds
+/// Connections hold RDY 1 in turns. A turn lasts `low_rdy_timeout` (default **2 s**), or ends
+/// earlier when the holder had nothing in flight and no message or answer for
+/// `low_rdy_idle_timeout` (default **1 s**); a holder whose turn ends just after an answer
+/// (its next message may be on the wire) passes RDY on at its next message. The freed turn
+/// goes to the connection that has waited longest (never served first; then fewer turns;
+/// random among equals), so the rotation is round-robin: with `w` connections waiting and
+/// `m = max_in_flight` turns running, a connection with messages waits at most about
+/// `ceil(w / m)` turns. Turn ends are exact timers, not a periodic tick.
+///
+/// go-nsq's defaults (30 s and 10 s, checked every 5 s) let the third of 3 nsqd wait 30 s
+/// with `max_in_flight` 2 (measured on nsqd v1.3.0: 30.1 s, every run). The option names are
+/// go-nsq's, the defaults are not: with 3 nsqd and `max_in_flight` 2 every nsqd now gets its
+/// first message within about 2 s on a real nsqd v1.3.0, and a busy handler's throughput is
+/// unchanged within noise (BENCHMARKS.md, "Consumer flow control"). A turn change costs one
+/// round trip of idle budget: the busy holder keeps working on its last message while its
+/// successor's RDY waits for that answer.
 ///
 /// # Backoff
 /// A requeue with backoff raises the level and queues RDY 0 on every connection before the
 /// REQ; after `multiplier x 2^level` (capped; optionally fully jittered) one random
 /// connection gets RDY 1. The next result decides: a success lowers the level (a new window
 /// if still above 0, full RDY at 0), a failure raises it. Results inside a window are ignored.
+/// A message given up on (attempts above `max_attempts`, finished automatically) counts as a
+/// success, as in go-nsq. A burst of answers nsqd rejects because the messages had already
+/// timed out (`E_FIN_FAILED`, `E_REQ_FAILED`, `E_TOUCH_FAILED`: [`ANSWER_FAILURE_BURST`]
+/// within [`ANSWER_FAILURE_WINDOW`]) counts as one failure, logged once with the count: a
+/// consumer whose handler is slower than msg_timeout slows its intake instead of pulling more
+/// messages it would also lose.
 ///
 /// # Discovery
 /// Every lookupd is polled each round; the producers they list are unioned and new ones are
@@ -385,6 +460,14 @@ pub struct Consumer {
     next_poll: Option<Instant>,
     rr_offset: usize,
     next_redistribute: Option<Instant>,
+    /// A planned RDY raise was cut short because the budget was held by unanswered
+    /// messages: the next answer re-plans.
+    owed: bool,
+    /// More messages are unanswered than max_in_flight (after it was lowered): answers lower
+    /// RDY before they go out (see `before_answer`).
+    over_budget: bool,
+    /// E_FIN_FAILED / E_REQ_FAILED / E_TOUCH_FAILED burst: (start of the window, count).
+    answer_failures: Option<(Instant, u32)>,
     // backoff
     backoff_level: u32,
     backoff_until: Option<Instant>,
@@ -425,6 +508,9 @@ impl Consumer {
             next_poll: None,
             rr_offset: 0,
             next_redistribute: None,
+            owed: false,
+            over_budget: false,
+            answer_failures: None,
             backoff_level: 0,
             backoff_until: None,
             probe: None,
@@ -684,6 +770,7 @@ impl Consumer {
         conn: ConnId,
         id: &MessageId,
     ) -> Result<(), ConsumerError> {
+        self.before_answer(now, conn, id);
         self.connection_mut(conn)?.finish(now, id)?;
         self.finished += 1;
         // Backoff first: leaving backoff re-plans RDY, which makes a refill unnecessary.
@@ -741,6 +828,7 @@ impl Consumer {
             // RDY 0 everywhere is queued before the REQ that caused it.
             self.on_failure(now);
         }
+        self.before_answer(now, conn, id);
         self.connection_mut(conn)?.requeue(now, id, delay)?;
         self.requeued += 1;
         self.after_answer(now, conn);
@@ -955,6 +1043,10 @@ impl Consumer {
                 ready_at: None,
                 fresh_until: None,
                 granted_at: None,
+                released_at: None,
+                answered_at: None,
+                turns: 0,
+                yield_pending: false,
                 received_since_rdy: 0,
             },
         );
@@ -1024,8 +1116,11 @@ impl Consumer {
                 ConnectionEvent::MessageExpired(mid) => {
                     self.events
                         .push_back(ConsumerEvent::MessageExpired { conn: id, id: mid });
+                    // Its share of max_in_flight is free again.
+                    self.replan_if_owed(now);
                 }
                 ConnectionEvent::ServerError(error) => {
+                    self.on_answer_failed(now, id, &error);
                     self.events
                         .push_back(ConsumerEvent::ServerError { conn: id, error });
                 }
@@ -1052,6 +1147,7 @@ impl Consumer {
         };
         slot.received_since_rdy = slot.received_since_rdy.saturating_add(1);
         let was_fresh = slot.fresh_until.take().is_some();
+        let turn_over = slot.yield_pending;
         if max_attempts > 0 && message.attempts > max_attempts {
             if let Some(c) = slot.conn.as_mut() {
                 if let Err(e) = c.finish(now, &message.id) {
@@ -1062,19 +1158,23 @@ impl Consumer {
             tracing::debug!(%id, msg = %message.id, attempts = message.attempts, "giving up on message");
             self.events
                 .push_back(ConsumerEvent::GaveUp { conn: id, message });
+            // Like go-nsq: the FIN of a message given up on is a success for backoff.
+            self.on_success(now);
             self.after_answer(now, id);
         } else {
             self.events
                 .push_back(ConsumerEvent::Message { conn: id, message });
         }
-        if was_fresh {
-            self.rebalance(now, false);
+        if was_fresh || turn_over {
+            self.rebalance(now, turn_over);
         }
     }
 
-    /// After a FIN/REQ on `id`: refill its RDY if the remaining count ran low, then drain it.
+    /// After a FIN/REQ on `id`: refill its RDY if the remaining count ran low, hand out the
+    /// share the answer freed if a raise is owed, then drain it.
     fn after_answer(&mut self, now: Instant, id: ConnId) {
         if let Some(slot) = self.slots.get_mut(id) {
+            slot.answered_at = Some(now);
             if slot.is_ready() && !self.closing {
                 let rdy = slot.rdy();
                 if policy::needs_refill(rdy, slot.received_since_rdy) {
@@ -1086,7 +1186,53 @@ impl Consumer {
                 }
             }
         }
+        if self.owed {
+            // This connection's bytes (a lowered RDY, the answer) go out before any raise
+            // the re-plan queues elsewhere.
+            self.flush(id);
+            self.replan_if_owed(now);
+        }
         self.pump(now, id);
+    }
+
+    /// A share of max_in_flight was freed (an answer, an expiry): if a raise is waiting for
+    /// budget, plan again.
+    fn replan_if_owed(&mut self, now: Instant) {
+        if self.owed && !self.closing {
+            self.rebalance(now, false);
+        }
+    }
+
+    /// E_FIN_FAILED, E_REQ_FAILED and E_TOUCH_FAILED mean answers arrived after nsqd had
+    /// already timed the messages out: the handler is slower than msg_timeout. A burst of
+    /// [`ANSWER_FAILURE_BURST`] of them within [`ANSWER_FAILURE_WINDOW`] counts as one
+    /// handler failure for backoff, so a consumer that cannot keep up slows its intake.
+    fn on_answer_failed(&mut self, now: Instant, id: ConnId, error: &ServerError) {
+        if !matches!(
+            error.code(),
+            ErrorCode::FinFailed | ErrorCode::ReqFailed | ErrorCode::TouchFailed
+        ) {
+            return;
+        }
+        let (start, count) = match self.answer_failures {
+            Some((start, count))
+                if now.saturating_duration_since(start) < ANSWER_FAILURE_WINDOW =>
+            {
+                (start, count.saturating_add(1))
+            }
+            _ => (now, 1),
+        };
+        self.answer_failures = Some((start, count));
+        if count == ANSWER_FAILURE_BURST {
+            tracing::warn!(
+                %id,
+                count,
+                window = ?ANSWER_FAILURE_WINDOW,
+                "answers rejected by nsqd (messages already timed out): the handler is slower \
+                 than msg_timeout; backing off"
+            );
+            self.on_failure(now);
+        }
     }
 
     /// Forgets a connection: Disconnect action, event, reconnect bookkeeping, RDY rebalance.
@@ -1253,13 +1399,17 @@ impl Consumer {
             self.plan_low(now, &ready, &mut targets, redistribute);
         }
         self.apply(now, &ready, &targets);
-        let needs_tick = !self.closing
-            && ((low_mode && m > 0)
-                || (self.backoff_level > 0 && self.backoff_until.is_none() && n > 1));
-        if !needs_tick {
+        let probe_tick = self.backoff_level > 0 && self.backoff_until.is_none() && n > 1;
+        if self.closing {
             self.next_redistribute = None;
-        } else if self.next_redistribute.is_none() {
-            self.next_redistribute = Some(later(now, self.config.rdy_redistribute_interval));
+        } else if low_mode && m > 0 {
+            self.next_redistribute = Some(self.next_rotation(now, &ready));
+        } else if probe_tick {
+            if self.next_redistribute.is_none() {
+                self.next_redistribute = Some(later(now, self.config.rdy_redistribute_interval));
+            }
+        } else {
+            self.next_redistribute = None;
         }
     }
 
@@ -1275,7 +1425,75 @@ impl Consumer {
         now.saturating_duration_since(since) > self.config.low_rdy_idle_timeout
     }
 
-    /// max_in_flight < connections: RDY 1 held in turns.
+    /// When a RDY holder with nothing in flight counts as idle: `low_rdy_idle_timeout` after
+    /// its last message, its last answer or its grant, whichever is latest. `None` while it
+    /// has messages in flight (busy, not idle).
+    fn idle_deadline(&self, id: ConnId) -> Option<Instant> {
+        let slot = self.slots.get(id)?;
+        let c = slot.conn.as_ref()?;
+        if c.in_flight() > 0 {
+            return None;
+        }
+        let since = [c.last_message_at(), slot.granted_at, slot.answered_at]
+            .into_iter()
+            .flatten()
+            .max()?;
+        Some(later(since, self.config.low_rdy_idle_timeout))
+    }
+
+    /// What the low-RDY rotation does with a holder of RDY at `now`.
+    fn turn_verdict(&self, now: Instant, id: ConnId) -> Turn {
+        let Some(slot) = self.slots.get(id) else {
+            return Turn::Keep;
+        };
+        if self.idle_deadline(id).is_some_and(|t| t <= now) {
+            return Turn::GiveUp;
+        }
+        let over = slot
+            .granted_at
+            .is_some_and(|g| later(g, self.config.low_rdy_timeout) <= now);
+        if !over {
+            return Turn::Keep;
+        }
+        let in_flight = slot.conn.as_ref().map_or(0, Connection::in_flight);
+        if in_flight >= slot.rdy() as usize {
+            // Busy: its RDY 0 goes out before the answer, so nsqd sends it nothing more and
+            // the share passes on when the answer frees it.
+            Turn::GiveUp
+        } else {
+            // It answered and its next message may be on the wire: taking RDY now could let
+            // that message and the next holder's overlap. It gives up at its next message
+            // (or when idle).
+            Turn::AtNextMessage
+        }
+    }
+
+    /// The next instant the low-RDY rotation must look again: the earliest end of a turn or
+    /// idle deadline among the holders.
+    fn next_rotation(&self, now: Instant, ready: &[ConnId]) -> Instant {
+        let mut next: Option<Instant> = None;
+        for id in ready {
+            let slot = &self.slots[id];
+            if slot.rdy() == 0 {
+                continue;
+            }
+            let turn_end = slot
+                .granted_at
+                .filter(|_| !slot.yield_pending)
+                .map(|g| later(g, self.config.low_rdy_timeout));
+            for t in turn_end.into_iter().chain(self.idle_deadline(*id)) {
+                next = Some(next.map_or(t, |n| n.min(t)));
+            }
+        }
+        // No holder (the budget is held by unanswered messages; their answers re-plan): look
+        // again after a redistribution interval anyway.
+        next.unwrap_or_else(|| later(now, self.config.rdy_redistribute_interval))
+            .max(now)
+    }
+
+    /// max_in_flight < connections: RDY 1 held in turns of `low_rdy_timeout` (shorter when
+    /// idle for `low_rdy_idle_timeout`); a freed turn goes to the connection that has waited
+    /// longest (never served first, ties broken at random), so the rotation is round-robin.
     fn plan_low(
         &mut self,
         now: Instant,
@@ -1286,16 +1504,21 @@ impl Consumer {
         let m = self.max_in_flight as usize;
         let mut taken = vec![false; ready.len()];
         for (i, id) in ready.iter().enumerate() {
-            let slot = &self.slots[id];
-            if slot.rdy() > 0 {
-                targets[i] = 1;
-                if redistribute {
-                    let held_too_long = slot.granted_at.is_some_and(|g| {
-                        now.saturating_duration_since(g) > self.config.low_rdy_timeout
-                    });
-                    if held_too_long || self.is_idle(now, *id) {
+            if self.slots[id].rdy() == 0 {
+                continue;
+            }
+            targets[i] = 1;
+            if redistribute {
+                match self.turn_verdict(now, *id) {
+                    Turn::Keep => {}
+                    Turn::GiveUp => {
                         targets[i] = 0;
                         taken[i] = true;
+                    }
+                    Turn::AtNextMessage => {
+                        if let Some(slot) = self.slots.get_mut(*id) {
+                            slot.yield_pending = true;
+                        }
                     }
                 }
             }
@@ -1312,7 +1535,7 @@ impl Consumer {
         if free == 0 {
             return;
         }
-        // Waited longest first (never granted counts as longest), random among equals.
+        // Waited longest first (never served counts as longest), random among equals.
         let mut candidates: Vec<usize> = (0..ready.len())
             .filter(|&i| targets[i] == 0 && !taken[i])
             .collect();
@@ -1320,47 +1543,129 @@ impl Consumer {
             let j = self.rng.index(k + 1);
             candidates.swap(k, j);
         }
-        candidates.sort_by_key(|&i| self.slots[&ready[i]].granted_at);
+        candidates.sort_by_key(|&i| {
+            let s = &self.slots[&ready[i]];
+            (s.released_at, s.turns)
+        });
+        // Holders whose turn ended at this same instant: the one with fewer turns goes on.
         let mut again: Vec<usize> = (0..ready.len()).filter(|&i| taken[i]).collect();
         for k in (1..again.len()).rev() {
             let j = self.rng.index(k + 1);
             again.swap(k, j);
         }
+        again.sort_by_key(|&i| self.slots[&ready[i]].turns);
         for i in candidates.into_iter().chain(again) {
             if free == 0 {
                 break;
             }
             targets[i] = 1;
             free -= 1;
+            if taken[i] {
+                // Nobody else wants the turn: a new one starts for the same holder.
+                if let Some(slot) = self.slots.get_mut(ready[i]) {
+                    slot.granted_at = Some(now);
+                    slot.turns += 1;
+                    slot.yield_pending = false;
+                }
+            }
         }
     }
 
-    /// Sends the planned RDY values: every lowering first, then every raise, so the sum never
-    /// exceeds the plan's total on the way.
+    /// Sends the planned RDY values, each cut to the budget: a connection's reservation is
+    /// `max(RDY, unanswered messages)` (see [`Slot::unanswered`]) and the unanswered
+    /// messages cannot be taken back, so RDY above a connection's unanswered messages is
+    /// granted only out of `max_in_flight` minus every connection's unanswered messages and
+    /// the RDY granted before it (holders first, then raises). Every lowering goes out before
+    /// any raise. A target cut short is owed: the answer that frees budget plans again.
     fn apply(&mut self, now: Instant, ready: &[ConnId], targets: &[u32]) {
+        let unanswered: u64 = self.slots.values().map(Slot::unanswered).sum();
+        let mut free = u64::from(self.max_in_flight).saturating_sub(unanswered);
+        let mut owed = false;
+        let mut grants = vec![0u32; ready.len()];
+        // Holders (not raised) are served before raises, so a raise never costs a holder.
+        let order = (0..ready.len())
+            .filter(|&i| targets[i] <= self.slots[&ready[i]].rdy())
+            .chain((0..ready.len()).filter(|&i| targets[i] > self.slots[&ready[i]].rdy()));
+        for i in order.collect::<Vec<_>>() {
+            let slot = &self.slots[&ready[i]];
+            let f = slot.unanswered();
+            let extra = u64::from(targets[i]).saturating_sub(f);
+            let given = extra.min(free);
+            free -= given;
+            grants[i] = u32::try_from(f + given).map_or(targets[i], |g| g.min(targets[i]));
+            owed |= grants[i] < targets[i];
+        }
+        self.over_budget = unanswered > u64::from(self.max_in_flight);
+        self.owed = owed || self.over_budget;
+        debug_assert!(
+            ready
+                .iter()
+                .zip(&grants)
+                .map(|(id, &g)| u64::from(g).max(self.slots[id].unanswered()))
+                .sum::<u64>()
+                <= u64::from(self.max_in_flight).max(unanswered),
+            "reservations above max_in_flight"
+        );
         for pass in [true, false] {
-            for (id, &target) in ready.iter().zip(targets) {
+            for (id, &grant) in ready.iter().zip(&grants) {
                 let Some(slot) = self.slots.get_mut(*id) else {
                     continue;
                 };
                 let current = slot.rdy();
-                let lowering = target < current;
-                if target == current || lowering != pass {
+                if grant == current || (grant < current) != pass {
                     continue;
                 }
                 let Some(c) = slot.conn.as_mut() else {
                     continue;
                 };
-                match c.set_rdy(now, target) {
+                match c.set_rdy(now, grant) {
                     Ok(()) => {
                         slot.received_since_rdy = 0;
-                        if current == 0 && target > 0 {
+                        if grant == 0 {
+                            slot.released_at = Some(now);
+                            slot.yield_pending = false;
+                        } else if current == 0 {
                             slot.granted_at = Some(now);
+                            slot.turns += 1;
+                            slot.yield_pending = false;
                         }
                     }
                     Err(e) => tracing::debug!(%id, error = %e, "RDY not sent"),
                 }
                 self.flush(*id);
+            }
+        }
+    }
+
+    /// Before an answer to message `id` on `conn` goes out: while more messages are
+    /// unanswered than `max_in_flight` allows (it was lowered, or RDY moved), an answer must
+    /// not open room for a delivery, so RDY on `conn` is lowered first, on the wire ahead of
+    /// the FIN/REQ.
+    fn before_answer(&mut self, now: Instant, conn: ConnId, id: &MessageId) {
+        if !self.over_budget {
+            return;
+        }
+        let unanswered: u64 = self.slots.values().map(Slot::unanswered).sum();
+        if unanswered <= u64::from(self.max_in_flight) {
+            return;
+        }
+        let Some(slot) = self.slots.get_mut(conn) else {
+            return;
+        };
+        let rdy = slot.rdy();
+        let Some(c) = slot.conn.as_mut() else {
+            return;
+        };
+        let f = c.in_flight();
+        if !c.is_in_flight(id) || rdy == 0 || (rdy as usize) < f {
+            return;
+        }
+        let lower = u32::try_from(f - 1).unwrap_or(0).min(rdy);
+        if c.set_rdy(now, lower).is_ok() {
+            slot.received_since_rdy = 0;
+            if lower == 0 {
+                slot.released_at = Some(now);
+                slot.yield_pending = false;
             }
         }
     }
