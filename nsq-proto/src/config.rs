@@ -239,6 +239,14 @@ pub struct Config {
     /// Server-side message timeout for this client; 0 leaves nsqd's default (go-nsq
     /// `msg_timeout`; nsqd needs at least 1 s).
     pub msg_timeout: Duration,
+    /// Consumer: touch every message still unanswered a little before its msg_timeout runs
+    /// out, so handlers may run longer than msg_timeout (default false: only explicit
+    /// `touch()`, as in go-nsq).
+    pub auto_touch: bool,
+    /// With `auto_touch`: how long a message is kept alive at most (counted from its
+    /// delivery; nsqd's max_msg_timeout caps it too); after that it is left to time out and
+    /// be redelivered, with a warning logged (default 15 min, 1 s ..= 24 h).
+    pub auto_touch_limit: Duration,
     /// Secret for AUTH, sent only when nsqd requires it (go-nsq `auth_secret`).
     pub auth_secret: Option<Secret>,
 
@@ -314,6 +322,8 @@ impl Default for Config {
             output_buffer_timeout: Duration::from_millis(250),
             max_in_flight: 1,
             msg_timeout: Duration::ZERO,
+            auto_touch: false,
+            auto_touch_limit: Duration::from_secs(15 * 60),
             auth_secret: None,
             max_msg_size: limits.max_msg_size,
             max_body_size: limits.max_body_size,
@@ -368,6 +378,8 @@ pub const OPTION_NAMES: &[&str] = &[
     "output_buffer_timeout",
     "max_in_flight",
     "msg_timeout",
+    "auto_touch",
+    "auto_touch_limit",
     "auth_secret",
     "max_msg_size",
     "max_body_size",
@@ -662,6 +674,8 @@ impl Config {
             "output_buffer_timeout" => self.output_buffer_timeout = s.duration()?,
             "max_in_flight" => self.max_in_flight = s.int_in("within 0..=4294967295")?,
             "msg_timeout" => self.msg_timeout = s.duration()?,
+            "auto_touch" => self.auto_touch = s.boolean()?,
+            "auto_touch_limit" => self.auto_touch_limit = s.duration()?,
             "auth_secret" => self.auth_secret = s.string()?.map(Secret::from),
             "max_msg_size" => self.max_msg_size = s.int_in("within 1..=4294967295")?,
             "max_body_size" => self.max_body_size = s.int_in("within 1..=4294967295")?,
@@ -810,6 +824,13 @@ impl Config {
             "heartbeat_interval" => {
                 check_duration(name, self.heartbeat_interval, SEC, MIN, "1s ..= 60s")
             }
+            "auto_touch_limit" => check_duration(
+                name,
+                self.auto_touch_limit,
+                SEC,
+                24 * 60 * MIN,
+                "1s ..= 24h",
+            ),
             "sample_rate" if self.sample_rate > 99 => {
                 out(self.sample_rate.to_string(), "within 0..=99")
             }
@@ -908,6 +929,7 @@ impl Config {
             },
             max_outstanding_publishes: None,
             drain_timeout: self.drain_timeout,
+            auto_touch: self.auto_touch.then_some(self.auto_touch_limit),
         })
     }
 

@@ -1,6 +1,7 @@
 //! Flow control beyond go-nsq, in virtual time: max_in_flight bounds the messages in flight
 //! (as the servers count them) and not only RDY, no nsqd waits long for RDY, a message given
-//! up on counts as a success for backoff, and a burst of rejected answers backs off.
+//! up on counts as a success for backoff, a burst of rejected answers backs off, and
+//! `auto_touch` keeps messages of handlers slower than msg_timeout alive.
 //!
 //! The simulated servers check after every command and every delivery that the messages in
 //! flight over all of them never exceed max_in_flight (`World::violations`).
@@ -206,5 +207,113 @@ fn a_burst_of_rejected_answers_backs_off() {
     );
     assert!(w.consumer.in_backoff_window());
     assert_eq!(w.server_total_rdy(), 0);
+    w.assert_clean();
+}
+
+fn auto_touch_world(
+    limit: Option<Duration>,
+    max_msg_timeout: Duration,
+    handler: Duration,
+) -> World {
+    let mut cfg = config(1);
+    cfg.connection.auto_touch = limit;
+    let mut w = World::new(cfg, 5);
+    w.handler = Handler::FinishAfter(handler);
+    w.add_nsqd(&addr(0), 2500);
+    let nsqd = w.nsqds.get_mut(&addr(0)).unwrap();
+    nsqd.msg_timeout = SEC;
+    nsqd.max_msg_timeout = max_msg_timeout;
+    w.consumer.add_nsqd(w.now, &addr(0)).unwrap();
+    w.settle();
+    w
+}
+
+fn count(w: &World, f: impl Fn(&Cmd) -> bool) -> usize {
+    w.conns
+        .values()
+        .flat_map(|c| &c.log)
+        .filter(|c| f(c))
+        .count()
+}
+
+#[test]
+fn auto_touch_keeps_a_slow_handler_s_message() {
+    // msg_timeout 1 s, a 3.5 s handler: one delivery, no redelivery, finished once.
+    let mut w = auto_touch_world(Some(SEC * 60), SEC * 900, MS * 3500);
+    w.nsqds.get_mut(&addr(0)).unwrap().push(1, 1);
+    w.run_for(SEC * 10);
+    w.assert_clean();
+    assert_eq!(w.nsqds[&addr(0)].delivered, 1);
+    assert_eq!(count(&w, |c| matches!(c, Cmd::Fin(_))), 1);
+    // Touched every 750 ms (a quarter of msg_timeout ahead of the deadline) while handled.
+    assert_eq!(count(&w, |c| matches!(c, Cmd::Touch(_))), 4);
+    assert_eq!(
+        w.count_events(|e| matches!(
+            e,
+            ConsumerEvent::MessageExpired { .. } | ConsumerEvent::ServerError { .. }
+        )),
+        0
+    );
+    assert_eq!(w.consumer.stats().finished, 1);
+}
+
+#[test]
+fn without_auto_touch_the_slow_handler_s_message_is_redelivered() {
+    let mut w = auto_touch_world(None, SEC * 900, MS * 3500);
+    w.nsqds.get_mut(&addr(0)).unwrap().push(1, 1);
+    w.run_for(SEC * 3);
+    assert!(
+        w.nsqds[&addr(0)].delivered >= 2,
+        "go-nsq semantics by default"
+    );
+    assert_eq!(count(&w, |c| matches!(c, Cmd::Touch(_))), 0);
+}
+
+#[test]
+fn auto_touch_stops_at_its_limit_and_at_max_msg_timeout() {
+    // Limit 2 s: touched while in flight less than 2 s, then left to time out.
+    let mut w = auto_touch_world(Some(SEC * 2), SEC * 900, SEC * 30);
+    w.nsqds.get_mut(&addr(0)).unwrap().push(1, 1);
+    w.run_for(MS * 2400);
+    assert_eq!(count(&w, |c| matches!(c, Cmd::Touch(_))), 2);
+    assert_eq!(w.nsqds[&addr(0)].delivered, 1);
+    // Its deadline (2.5 s) passes: nsqd redelivers it.
+    w.run_for(MS * 200);
+    assert_eq!(
+        w.count_events(|e| matches!(e, ConsumerEvent::MessageExpired { .. })),
+        1
+    );
+    assert_eq!(w.nsqds[&addr(0)].delivered, 2);
+    // nsqd's max_msg_timeout 2 s: a touch cannot extend past delivery + 2 s.
+    let mut w = auto_touch_world(Some(SEC * 60), SEC * 2, SEC * 30);
+    w.nsqds.get_mut(&addr(0)).unwrap().push(1, 1);
+    w.run_for(MS * 2100);
+    assert_eq!(count(&w, |c| matches!(c, Cmd::Touch(_))), 2);
+    assert_eq!(
+        w.count_events(|e| matches!(e, ConsumerEvent::MessageExpired { .. })),
+        1
+    );
+    w.assert_clean();
+}
+
+#[test]
+fn auto_touch_follows_explicit_touches_and_stops_at_the_answer() {
+    let mut w = auto_touch_world(Some(SEC * 60), SEC * 900, SEC * 30);
+    w.handler = Handler::Hold;
+    w.nsqds.get_mut(&addr(0)).unwrap().push(1, 1);
+    w.settle();
+    let (conn, m) = w.held[0].clone();
+    w.run_for(MS * 500);
+    // An explicit touch at 0.5 s moves the deadline to 1.5 s: the next auto-touch is at
+    // 1.25 s, not 0.75 s.
+    w.consumer.touch(w.now, conn, &m.id).unwrap();
+    w.run_for(MS * 700);
+    assert_eq!(count(&w, |c| matches!(c, Cmd::Touch(_))), 1);
+    w.run_for(MS * 100);
+    assert_eq!(count(&w, |c| matches!(c, Cmd::Touch(_))), 2);
+    w.finish_held();
+    w.run_for(SEC * 10);
+    assert_eq!(count(&w, |c| matches!(c, Cmd::Touch(_))), 2);
+    assert!(w.consumer.poll_timeout().is_some());
     w.assert_clean();
 }

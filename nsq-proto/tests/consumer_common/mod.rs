@@ -41,6 +41,8 @@ pub struct NsqdState {
     /// Keep the queue topped up to this many messages (steady traffic).
     pub steady: usize,
     pub msg_timeout: Duration,
+    /// The max_msg_timeout announced in IDENTIFY's reply.
+    pub max_msg_timeout: Duration,
     pub delivered: u64,
     pub connects: Vec<Instant>,
 }
@@ -112,6 +114,7 @@ impl NsqdState {
             queue: VecDeque::new(),
             steady: 0,
             msg_timeout: Duration::from_secs(60),
+            max_msg_timeout: Duration::from_secs(15 * 60),
             delivered: 0,
             connects: Vec::new(),
         }
@@ -133,6 +136,7 @@ impl FakeConn {
             peer: FakeNsqd::new(FakeNsqdConfig {
                 max_rdy_count: i64::from(nsqd.max_rdy),
                 msg_timeout_ms: nsqd.msg_timeout.as_millis() as i64,
+                max_msg_timeout_ms: nsqd.max_msg_timeout.as_millis() as i64,
                 ..FakeNsqdConfig::default()
             }),
             log: Vec::new(),
