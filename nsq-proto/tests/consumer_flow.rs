@@ -317,3 +317,27 @@ fn auto_touch_follows_explicit_touches_and_stops_at_the_answer() {
     assert!(w.consumer.poll_timeout().is_some());
     w.assert_clean();
 }
+
+#[test]
+fn a_lowered_rdy_keeps_what_nsqd_may_still_send() {
+    // The servers' bytes take 20 ms to arrive: when a second nsqd joins and the first one's
+    // RDY goes from 2 to 1, a message the first sent under RDY 2 may still be on the wire.
+    // The joining connection's RDY waits for it (or for the settle time), so the servers
+    // never have 3 in flight.
+    for seed in 0..20 {
+        let mut w = World::new(config(2), seed);
+        w.latency = MS * 20;
+        w.handler = Handler::FinishAfter(MS * 30);
+        for i in 0..2 {
+            w.add_nsqd(&addr(i), 2500);
+            w.nsqds.get_mut(&addr(i)).unwrap().steady = 10;
+        }
+        w.consumer.add_nsqd(w.now, &addr(0)).unwrap();
+        w.run_for(MS * (1000 + 37 * seed as u32));
+        w.consumer.add_nsqd(w.now, &addr(1)).unwrap();
+        w.run_for(SEC * 20);
+        w.assert_clean();
+        assert_eq!(w.max_total_in_flight_seen, 2);
+        assert!(w.received_per_addr.get(&addr(1)).is_some_and(|&n| n > 0));
+    }
+}

@@ -5,7 +5,9 @@
 //! max_rdy_count, nor more messages in flight over all of them than max_in_flight (checked
 //! at every command and every delivery; after max_in_flight is lowered below what is in
 //! flight, what is in flight never grows until it is back under the limit); the consumer's
-//! own book-keeping agrees. After the random phase, with steady
+//! own book-keeping agrees. The servers' bytes reach the consumer after a latency (0, 1 or
+//! 40 ms), so messages nsqd sent before it read a lower RDY arrive after the consumer moved
+//! that RDY elsewhere. After the random phase, with steady
 //! traffic and only successes: every connection is served within a bounded virtual time and
 //! full throttle returns.
 
@@ -64,8 +66,9 @@ fn check(w: &World) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-fn run(max_in_flight: u32, seed: u64, ops: &[Op]) -> Result<(), TestCaseError> {
+fn run(max_in_flight: u32, seed: u64, latency_ms: u64, ops: &[Op]) -> Result<(), TestCaseError> {
     let mut w = World::new(config(max_in_flight), seed);
+    w.latency = Duration::from_millis(latency_ms);
     for (i, max_rdy) in MAX_RDY.iter().enumerate() {
         w.add_nsqd(&addr(i), *max_rdy);
     }
@@ -187,8 +190,9 @@ proptest! {
     fn rdy_invariants_and_liveness(
         max_in_flight in prop_oneof![Just(1u32), Just(2), Just(4), Just(7), Just(50)],
         seed in any::<u64>(),
+        latency_ms in prop_oneof![Just(0u64), Just(1), Just(40)],
         ops in proptest::collection::vec(op(), 1..40),
     ) {
-        run(max_in_flight, seed, &ops)?;
+        run(max_in_flight, seed, latency_ms, &ops)?;
     }
 }

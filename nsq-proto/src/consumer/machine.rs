@@ -252,6 +252,9 @@ pub struct ConsumerStats {
     pub known_nsqd: usize,
 }
 
+/// The longest a lowered RDY's possible deliveries are waited for (see `Slot::transit`).
+const MAX_SETTLE: Duration = Duration::from_secs(5);
+
 /// How many E_FIN_FAILED / E_REQ_FAILED / E_TOUCH_FAILED within [`ANSWER_FAILURE_WINDOW`]
 /// count as one handler failure for backoff.
 pub const ANSWER_FAILURE_BURST: u32 = 3;
@@ -301,6 +304,16 @@ struct Slot {
     /// Its low-RDY turn is over but it had just answered: it gives RDY up at its next
     /// message.
     yield_pending: bool,
+    /// When the driver connected its socket (the handshake's length estimates round trips).
+    connected_at: Option<Instant>,
+    /// How long after a lower RDY nsqd may still deliver what it sent before reading it:
+    /// the negotiated output_buffer_timeout plus the handshake's duration (two round trips
+    /// or more).
+    settle: Duration,
+    /// Messages nsqd may have sent before it read a lower RDY and that have not arrived:
+    /// they count against max_in_flight until they arrive or `settle` has passed.
+    transit: u64,
+    transit_until: Option<Instant>,
     /// Messages received since the last RDY was sent (for the refill rule).
     received_since_rdy: u32,
 }
@@ -322,14 +335,45 @@ impl Slot {
         }
     }
 
-    /// Messages delivered on it and not yet answered (nor expired). Its share of
-    /// `max_in_flight` (its reservation) is `max(RDY, unanswered)`: a connection whose RDY was
-    /// lowered keeps its unanswered messages' share until they are answered, expire or the
-    /// connection ends.
+    /// Messages delivered on it and not yet answered (nor expired).
     fn unanswered(&self) -> u64 {
         self.conn
             .as_ref()
             .map_or(0, |c| u64::try_from(c.in_flight()).unwrap_or(u64::MAX))
+    }
+
+    /// The messages it holds whatever its RDY: unanswered ones, and ones nsqd may still be
+    /// sending after a lower RDY (see `transit`). Its share of `max_in_flight` (its
+    /// reservation) is `max(RDY, committed)`: a connection whose RDY was lowered keeps the
+    /// share of its unanswered messages until they are answered, expire or the connection
+    /// ends, and of the messages that may be on the wire until they arrive or `settle` passes.
+    fn committed(&self) -> u64 {
+        self.unanswered().saturating_add(self.transit)
+    }
+
+    /// Sends a lower RDY, and keeps what nsqd may still send under the old one committed.
+    fn lower_rdy(&mut self, now: Instant, id: ConnId, target: u32) {
+        let current = self.rdy();
+        let committed = self.committed();
+        let f = self.unanswered();
+        let Some(c) = self.conn.as_mut() else {
+            return;
+        };
+        match c.set_rdy(now, target) {
+            Ok(()) => {
+                self.received_since_rdy = 0;
+                let possible = committed.max(u64::from(current));
+                self.transit = possible - f;
+                if self.transit > 0 {
+                    self.transit_until = Some(later(now, self.settle));
+                }
+                if target == 0 {
+                    self.released_at = Some(now);
+                    self.yield_pending = false;
+                }
+            }
+            Err(e) => tracing::debug!(%id, error = %e, "RDY not sent"),
+        }
     }
 }
 
@@ -618,6 +662,7 @@ impl Consumer {
         match Connection::new(self.config.connection.clone(), role, &slot.addr, now) {
             Ok(c) => {
                 slot.conn = Some(c);
+                slot.connected_at = Some(now);
                 self.pump(now, conn);
             }
             Err(e) => {
@@ -725,11 +770,20 @@ impl Consumer {
             self.rebalance(now, false);
         }
         let mut bootstrapped = false;
+        let mut settled = false;
         for slot in self.slots.values_mut() {
             if slot.fresh_until.is_some_and(|t| t <= now) {
                 slot.fresh_until = None;
                 bootstrapped = true;
             }
+            if slot.transit_until.is_some_and(|t| t <= now) {
+                slot.transit_until = None;
+                slot.transit = 0;
+                settled = true;
+            }
+        }
+        if settled && !bootstrapped {
+            self.replan_if_owed(now);
         }
         if self.next_redistribute.is_some_and(|t| t <= now) {
             self.next_redistribute = None;
@@ -963,7 +1017,10 @@ impl Consumer {
             .slots
             .values()
             .filter_map(|s| s.conn.as_ref().and_then(Connection::poll_timeout));
-        let bootstraps = self.slots.values().filter_map(|s| s.fresh_until);
+        let bootstraps = self
+            .slots
+            .values()
+            .flat_map(|s| s.fresh_until.into_iter().chain(s.transit_until));
         let lookups = self
             .lookupds
             .iter()
@@ -1047,6 +1104,10 @@ impl Consumer {
                 answered_at: None,
                 turns: 0,
                 yield_pending: false,
+                connected_at: None,
+                settle: Duration::ZERO,
+                transit: 0,
+                transit_until: None,
                 received_since_rdy: 0,
             },
         );
@@ -1102,7 +1163,11 @@ impl Consumer {
                 break;
             };
             match event {
-                ConnectionEvent::Ready(_) => {
+                ConnectionEvent::Ready(negotiated) => {
+                    let buffered = u64::try_from(negotiated.identify.output_buffer_timeout)
+                        .map_or(Duration::ZERO, Duration::from_millis);
+                    let handshake = now.saturating_duration_since(slot.connected_at.unwrap_or(now));
+                    slot.settle = buffered.saturating_add(handshake).min(MAX_SETTLE);
                     slot.ready_at = Some(now);
                     slot.fresh_until = Some(later(now, self.config.rdy_redistribute_interval));
                     let addr = slot.addr.clone();
@@ -1146,6 +1211,8 @@ impl Consumer {
             return;
         };
         slot.received_since_rdy = slot.received_since_rdy.saturating_add(1);
+        // One of the messages that may have been on the wire arrived.
+        slot.transit = slot.transit.saturating_sub(1);
         let was_fresh = slot.fresh_until.take().is_some();
         let turn_over = slot.yield_pending;
         if max_attempts > 0 && message.attempts > max_attempts {
@@ -1578,34 +1645,43 @@ impl Consumer {
     /// the RDY granted before it (holders first, then raises). Every lowering goes out before
     /// any raise. A target cut short is owed: the answer that frees budget plans again.
     fn apply(&mut self, now: Instant, ready: &[ConnId], targets: &[u32]) {
-        let unanswered: u64 = self.slots.values().map(Slot::unanswered).sum();
-        let mut free = u64::from(self.max_in_flight).saturating_sub(unanswered);
+        let m = u64::from(self.max_in_flight);
+        // A lowered RDY frees nothing yet: what nsqd may have sent under it stays committed
+        // (`Slot::transit`), so the budget counts every connection's current RDY.
+        let committed: u64 = self.slots.values().map(Slot::committed).sum();
+        let reserved: u64 = self
+            .slots
+            .values()
+            .map(|s| s.committed().max(u64::from(s.rdy())))
+            .sum();
+        let mut free = m.saturating_sub(reserved);
+        // At or over the limit with what is committed alone, no RDY may leave room for one
+        // more delivery anywhere.
+        let full = committed >= m;
         let mut owed = false;
-        let mut grants = vec![0u32; ready.len()];
-        // Holders (not raised) are served before raises, so a raise never costs a holder.
-        let order = (0..ready.len())
-            .filter(|&i| targets[i] <= self.slots[&ready[i]].rdy())
-            .chain((0..ready.len()).filter(|&i| targets[i] > self.slots[&ready[i]].rdy()));
-        for i in order.collect::<Vec<_>>() {
-            let slot = &self.slots[&ready[i]];
-            let f = slot.unanswered();
-            let extra = u64::from(targets[i]).saturating_sub(f);
-            let given = extra.min(free);
-            free -= given;
-            grants[i] = u32::try_from(f + given).map_or(targets[i], |g| g.min(targets[i]));
-            owed |= grants[i] < targets[i];
-        }
-        self.over_budget = unanswered > u64::from(self.max_in_flight);
+        let grants: Vec<u32> = ready
+            .iter()
+            .zip(targets)
+            .map(|(id, &target)| {
+                let slot = &self.slots[id];
+                let current = slot.rdy();
+                let held = slot.committed();
+                let mut grant = target;
+                if target > current {
+                    let base = held.max(u64::from(current));
+                    let given = u64::from(target).saturating_sub(base).min(free);
+                    free -= given;
+                    grant = u32::try_from(base + given).map_or(target, |g| g.min(target));
+                }
+                if full {
+                    grant = grant.min(u32::try_from(held).unwrap_or(u32::MAX));
+                }
+                owed |= grant < target;
+                grant
+            })
+            .collect();
+        self.over_budget = committed > m;
         self.owed = owed || self.over_budget;
-        debug_assert!(
-            ready
-                .iter()
-                .zip(&grants)
-                .map(|(id, &g)| u64::from(g).max(self.slots[id].unanswered()))
-                .sum::<u64>()
-                <= u64::from(self.max_in_flight).max(unanswered),
-            "reservations above max_in_flight"
-        );
         for pass in [true, false] {
             for (id, &grant) in ready.iter().zip(&grants) {
                 let Some(slot) = self.slots.get_mut(*id) else {
@@ -1615,16 +1691,18 @@ impl Consumer {
                 if grant == current || (grant < current) != pass {
                     continue;
                 }
+                if grant < current {
+                    slot.lower_rdy(now, *id, grant);
+                    self.flush(*id);
+                    continue;
+                }
                 let Some(c) = slot.conn.as_mut() else {
                     continue;
                 };
                 match c.set_rdy(now, grant) {
                     Ok(()) => {
                         slot.received_since_rdy = 0;
-                        if grant == 0 {
-                            slot.released_at = Some(now);
-                            slot.yield_pending = false;
-                        } else if current == 0 {
+                        if current == 0 {
                             slot.granted_at = Some(now);
                             slot.turns += 1;
                             slot.yield_pending = false;
@@ -1645,15 +1723,15 @@ impl Consumer {
         if !self.over_budget {
             return;
         }
-        let unanswered: u64 = self.slots.values().map(Slot::unanswered).sum();
-        if unanswered <= u64::from(self.max_in_flight) {
+        let committed: u64 = self.slots.values().map(Slot::committed).sum();
+        if committed <= u64::from(self.max_in_flight) {
             return;
         }
         let Some(slot) = self.slots.get_mut(conn) else {
             return;
         };
         let rdy = slot.rdy();
-        let Some(c) = slot.conn.as_mut() else {
+        let Some(c) = slot.conn.as_ref() else {
             return;
         };
         let f = c.in_flight();
@@ -1661,13 +1739,7 @@ impl Consumer {
             return;
         }
         let lower = u32::try_from(f - 1).unwrap_or(0).min(rdy);
-        if c.set_rdy(now, lower).is_ok() {
-            slot.received_since_rdy = 0;
-            if lower == 0 {
-                slot.released_at = Some(now);
-                slot.yield_pending = false;
-            }
-        }
+        slot.lower_rdy(now, conn, lower);
     }
 
     // ------------------------------------------------------------ lookupd

@@ -100,6 +100,13 @@ pub struct World {
     pub last_served: BTreeMap<String, Instant>,
     pub served_at: BTreeMap<String, Vec<Instant>>,
     pub lookupd_requests: Vec<(LookupdRequestId, String)>,
+    /// How long the servers' bytes take to reach the consumer (commands reach the servers at
+    /// once): messages nsqd sent before it read a lower RDY arrive after it.
+    pub latency: Duration,
+    /// Server bytes on their way to the consumer.
+    wire: VecDeque<(Instant, ConnId, Bytes)>,
+    /// When steady queues are topped up next.
+    next_traffic: Instant,
 }
 
 pub const HEARTBEAT: Duration = Duration::from_secs(30);
@@ -252,6 +259,9 @@ impl World {
             last_served: BTreeMap::new(),
             served_at: BTreeMap::new(),
             lookupd_requests: Vec::new(),
+            latency: Duration::ZERO,
+            wire: VecDeque::new(),
+            next_traffic: now,
         }
     }
 
@@ -353,6 +363,18 @@ impl World {
                 let out = conn.peer.take_output();
                 if !out.is_empty() {
                     progressed = true;
+                    if self.latency.is_zero() {
+                        let mut data = BytesMut::from(&out[..]);
+                        self.consumer.handle_input(self.now, id, &mut data);
+                    } else {
+                        self.wire.push_back((self.now + self.latency, id, out));
+                    }
+                }
+            }
+            while self.wire.front().is_some_and(|(t, _, _)| *t <= self.now) {
+                let (_, id, out) = self.wire.pop_front().unwrap();
+                progressed = true;
+                if self.conns.get(&id).is_some_and(|c| !c.dead) {
                     let mut data = BytesMut::from(&out[..]);
                     self.consumer.handle_input(self.now, id, &mut data);
                 }
@@ -567,14 +589,16 @@ impl World {
             .nsqds
             .values()
             .any(|n| n.steady > 0)
-            .then(|| self.now + TRAFFIC_TICK);
+            .then(|| self.next_traffic.max(self.now));
         let handlers = self.busy.iter().map(|(t, _, _)| *t).min();
+        let wire = self.wire.front().map(|(t, _, _)| *t);
         self.consumer
             .poll_timeout()
             .into_iter()
             .chain(servers)
             .chain(traffic)
             .chain(handlers)
+            .chain(wire)
             .min()
     }
 
@@ -603,10 +627,13 @@ impl World {
 
     fn fire_servers(&mut self) {
         let now = self.now;
-        for nsqd in self.nsqds.values_mut() {
-            if nsqd.queue.len() < nsqd.steady {
-                let missing = nsqd.steady - nsqd.queue.len();
-                nsqd.push(missing, 1);
+        if now >= self.next_traffic {
+            self.next_traffic = now + TRAFFIC_TICK;
+            for nsqd in self.nsqds.values_mut() {
+                if nsqd.queue.len() < nsqd.steady {
+                    let missing = nsqd.steady - nsqd.queue.len();
+                    nsqd.push(missing, 1);
+                }
             }
         }
         for (id, c) in &mut self.conns {
