@@ -438,12 +438,15 @@ struct Lookupd {
 /// delivery: an answer on such a connection is preceded by a lower RDY. go-nsq bounds only
 /// the sum of RDY, so with RDY rotating it lets more messages into handlers than
 /// `max_in_flight` (measured on nsqd v1.3.0: 3 in flight with `max_in_flight` 2).
-/// What remains outside any client's control: messages nsqd already wrote before it read a
-/// lower RDY (at most one round trip's worth, and only when RDY is lowered on a connection
-/// that has fewer messages in flight than its RDY). The rotation below avoids that case: it
-/// takes RDY from a busy holder (its message in the handler, so nsqd sends nothing more) or
-/// from one idle for `low_rdy_idle_timeout`, never right after an answer. Messages of a
-/// connection that was lost are not counted: nsqd has requeued them.
+/// Messages nsqd wrote before it read a lower RDY may still be on the wire (or in nsqd's
+/// output buffer): after lowering RDY on a connection with fewer messages in flight than its
+/// RDY, the difference stays committed until those messages arrive or a settle time passes
+/// (the negotiated output_buffer_timeout plus the handshake's duration, at least two round
+/// trips). The rotation below mostly avoids the case: it takes RDY from a busy holder (its
+/// message in the handler, so nsqd sends nothing more) or from one idle for
+/// `low_rdy_idle_timeout`, never right after an answer. What no client controls: a FIN and
+/// a RDY sent to two different nsqd may be read in either order, for microseconds. Messages
+/// of a connection that was lost are not counted: nsqd has requeued them.
 ///
 /// # Fewer max_in_flight than connections: a rotation in seconds
 /// Connections hold RDY 1 in turns. A turn lasts `low_rdy_timeout` (default **2 s**), or ends
@@ -456,12 +459,13 @@ struct Lookupd {
 /// `ceil(w / m)` turns. Turn ends are exact timers, not a periodic tick.
 ///
 /// go-nsq's defaults (30 s and 10 s, checked every 5 s) let the third of 3 nsqd wait 30 s
-/// with `max_in_flight` 2 (measured on nsqd v1.3.0: 30.1 s, every run). The option names are
+/// with `max_in_flight` 2 (measured on nsqd v1.3.0: 30.0 s, every run). The option names are
 /// go-nsq's, the defaults are not: with 3 nsqd and `max_in_flight` 2 every nsqd now gets its
-/// first message within about 2 s on a real nsqd v1.3.0, and a busy handler's throughput is
-/// unchanged within noise (BENCHMARKS.md, "Consumer flow control"). A turn change costs one
-/// round trip of idle budget: the busy holder keeps working on its last message while its
-/// successor's RDY waits for that answer.
+/// first message within 2.0 s to 2.1 s on a real nsqd v1.3.0 (a 300 ms handler), and a busy
+/// handler (10 ms per message) keeps 0.97x of the old throughput while all three nsqd are
+/// served instead of two (BENCHMARKS.md, "Consumer flow control on real nsqd"). A turn change
+/// costs about one round trip of idle budget: the busy holder keeps working on its last
+/// message while its successor's RDY waits for that answer.
 ///
 /// # Backoff
 /// A requeue with backoff raises the level and queues RDY 0 on every connection before the
