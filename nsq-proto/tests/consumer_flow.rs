@@ -136,6 +136,11 @@ fn every_nsqd_is_served_within_seconds_in_a_fair_rotation() {
         count.values().max().copied().unwrap(),
     );
     assert!(hi - lo <= 1, "turns {count:?}");
+    // Fair in service too: with turns ending one at a time, `low_rdy_timeout / 2` apart,
+    // every nsqd holds RDY about as long as the others.
+    let served: Vec<u64> = (0..3).map(|i| w.received_per_addr[&addr(i)]).collect();
+    let (lo, hi) = (*served.iter().min().unwrap(), *served.iter().max().unwrap());
+    assert!(hi * 10 <= lo * 11, "messages per nsqd {served:?}");
     // Busy-handler throughput: the two slots stay busy through the rotation.
     let ideal = 2.0 * 300.0 / handler.as_secs_f64();
     let done = w.consumer.stats().finished as f64;

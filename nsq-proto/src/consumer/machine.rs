@@ -298,8 +298,9 @@ struct Slot {
     released_at: Option<Instant>,
     /// When the application last answered a message on it (for the idle rule).
     answered_at: Option<Instant>,
-    /// How many times it went from RDY 0 to RDY > 0 (the rotation's tie-break: fewer
-    /// turns first).
+    /// How many turns it had (RDY from 0 to more, or a turn renewed): the rotation serves
+    /// fewer turns first, then the longest waiting. A new connection starts at the fewest
+    /// turns of the others, so it neither waits for nor overtakes a whole round.
     turns: u64,
     /// Its low-RDY turn is over but it had just answered: it gives RDY up at its next
     /// message.
@@ -453,10 +454,14 @@ struct Lookupd {
 /// earlier when the holder had nothing in flight and no message or answer for
 /// `low_rdy_idle_timeout` (default **1 s**); a holder whose turn ends just after an answer
 /// (its next message may be on the wire) passes RDY on at its next message. The freed turn
-/// goes to the connection that has waited longest (never served first; then fewer turns;
-/// random among equals), so the rotation is round-robin: with `w` connections waiting and
+/// goes to the connection that has had the fewest turns (a new one counts as having had as
+/// few as the others), then the one that has waited longest, random among equals, so the
+/// rotation is round-robin: with `w` connections waiting and
 /// `m = max_in_flight` turns running, a connection with messages waits at most about
-/// `ceil(w / m)` turns. Turn ends are exact timers, not a periodic tick.
+/// `ceil(w / m)` turns. Turns end one at a time, at least `low_rdy_timeout / m` apart, so
+/// they stay staggered and every connection holds RDY about as long as the others (turns
+/// that ended together let one connection in and the other straight back). Turn ends are
+/// exact timers, not a periodic tick.
 ///
 /// go-nsq's defaults (30 s and 10 s, checked every 5 s) let the third of 3 nsqd wait 30 s
 /// with `max_in_flight` 2 (measured on nsqd v1.3.0: 30.0 s, every run). The option names are
@@ -511,6 +516,9 @@ pub struct Consumer {
     /// A planned RDY raise was cut short because the budget was held by unanswered
     /// messages: the next answer re-plans.
     owed: bool,
+    /// When a low-RDY turn last ended for its length (not idleness): turns end one at a
+    /// time, `low_rdy_timeout / max_in_flight` apart, so they stay staggered.
+    last_turn_end: Option<Instant>,
     /// More messages are unanswered than max_in_flight (after it was lowered): answers lower
     /// RDY before they go out (see `before_answer`).
     over_budget: bool,
@@ -557,6 +565,7 @@ impl Consumer {
             rr_offset: 0,
             next_redistribute: None,
             owed: false,
+            last_turn_end: None,
             over_budget: false,
             answer_failures: None,
             backoff_level: 0,
@@ -1173,6 +1182,17 @@ impl Consumer {
                     let handshake = now.saturating_duration_since(slot.connected_at.unwrap_or(now));
                     slot.settle = buffered.saturating_add(handshake).min(MAX_SETTLE);
                     slot.ready_at = Some(now);
+                    let fewest = self
+                        .slots
+                        .iter()
+                        .filter(|(other, s)| **other != id && s.ready_at.is_some())
+                        .map(|(_, s)| s.turns)
+                        .min()
+                        .unwrap_or(0);
+                    let Some(slot) = self.slots.get_mut(id) else {
+                        return;
+                    };
+                    slot.turns = fewest;
                     slot.fresh_until = Some(later(now, self.config.rdy_redistribute_interval));
                     let addr = slot.addr.clone();
                     tracing::debug!(%id, addr, "nsqd connection ready");
@@ -1520,9 +1540,7 @@ impl Consumer {
         if self.idle_deadline(id).is_some_and(|t| t <= now) {
             return Turn::GiveUp;
         }
-        let over = slot
-            .granted_at
-            .is_some_and(|g| later(g, self.config.low_rdy_timeout) <= now);
+        let over = slot.granted_at.is_some_and(|g| self.turn_end(g) <= now);
         if !over {
             return Turn::Keep;
         }
@@ -1539,6 +1557,15 @@ impl Consumer {
         }
     }
 
+    /// When a turn granted at `granted` ends: after `low_rdy_timeout`, and not sooner than
+    /// `low_rdy_timeout / max_in_flight` after the previous turn ended.
+    fn turn_end(&self, granted: Instant) -> Instant {
+        let end = later(granted, self.config.low_rdy_timeout);
+        let spacing = self.config.low_rdy_timeout / self.max_in_flight.max(1);
+        self.last_turn_end
+            .map_or(end, |last| end.max(later(last, spacing)))
+    }
+
     /// The next instant the low-RDY rotation must look again: the earliest end of a turn or
     /// idle deadline among the holders.
     fn next_rotation(&self, now: Instant, ready: &[ConnId]) -> Instant {
@@ -1551,7 +1578,7 @@ impl Consumer {
             let turn_end = slot
                 .granted_at
                 .filter(|_| !slot.yield_pending)
-                .map(|g| later(g, self.config.low_rdy_timeout));
+                .map(|g| self.turn_end(g));
             for t in turn_end.into_iter().chain(self.idle_deadline(*id)) {
                 next = Some(next.map_or(t, |n| n.min(t)));
             }
@@ -1574,24 +1601,45 @@ impl Consumer {
     ) {
         let m = self.max_in_flight as usize;
         let mut taken = vec![false; ready.len()];
+        // Turns end one at a time: only the longest-held of the holders whose turn is over
+        // (idle holders give up regardless).
+        let mut ending: Option<(Instant, usize, Turn)> = None;
         for (i, id) in ready.iter().enumerate() {
             if self.slots[id].rdy() == 0 {
                 continue;
             }
             targets[i] = 1;
-            if redistribute {
-                match self.turn_verdict(now, *id) {
-                    Turn::Keep => {}
-                    Turn::GiveUp => {
-                        targets[i] = 0;
-                        taken[i] = true;
-                    }
-                    Turn::AtNextMessage => {
-                        if let Some(slot) = self.slots.get_mut(*id) {
-                            slot.yield_pending = true;
-                        }
-                    }
-                }
+            if !redistribute {
+                continue;
+            }
+            let slot = &self.slots[id];
+            if slot.yield_pending && slot.unanswered() >= u64::from(slot.rdy()) {
+                // Its turn ended just after an answer; now its next message is here.
+                targets[i] = 0;
+                taken[i] = true;
+                continue;
+            }
+            let verdict = self.turn_verdict(now, *id);
+            if verdict == Turn::Keep {
+                continue;
+            }
+            if self.idle_deadline(*id).is_some_and(|t| t <= now) {
+                targets[i] = 0;
+                taken[i] = true;
+                continue;
+            }
+            let granted = self.slots[id].granted_at.unwrap_or(now);
+            if ending.is_none_or(|(g, _, _)| granted < g) {
+                ending = Some((granted, i, verdict));
+            }
+        }
+        if let Some((_, i, verdict)) = ending {
+            self.last_turn_end = Some(now);
+            if verdict == Turn::GiveUp {
+                targets[i] = 0;
+                taken[i] = true;
+            } else if let Some(slot) = self.slots.get_mut(ready[i]) {
+                slot.yield_pending = true;
             }
         }
         // Too many holders (max_in_flight was lowered): drop the longest-held.
@@ -1616,7 +1664,7 @@ impl Consumer {
         }
         candidates.sort_by_key(|&i| {
             let s = &self.slots[&ready[i]];
-            (s.released_at, s.turns)
+            (s.turns, s.released_at)
         });
         // Holders whose turn ended at this same instant: the one with fewer turns goes on.
         let mut again: Vec<usize> = (0..ready.len()).filter(|&i| taken[i]).collect();
