@@ -183,10 +183,11 @@ pub struct Config {
     /// `max_attempts`, default 5).
     pub max_attempts: u16,
     /// With fewer max_in_flight than connections: a connection idle this long gives its RDY
-    /// up (go-nsq `low_rdy_idle_timeout`, default 10 s, 1 s ..= 5 min).
+    /// up (go-nsq `low_rdy_idle_timeout`, default 1 s (go-nsq: 10 s), 1 s ..= 5 min).
     pub low_rdy_idle_timeout: Duration,
-    /// ... and one holding RDY this long gives it up anyway (go-nsq `low_rdy_timeout`,
-    /// default 30 s, 1 s ..= 5 min).
+    /// ... and one holding RDY this long (one turn) passes it on anyway (go-nsq
+    /// `low_rdy_timeout`, default 2 s (go-nsq: 30 s, which let an nsqd wait half a minute),
+    /// 1 s ..= 5 min).
     pub low_rdy_timeout: Duration,
     /// How often RDY is redistributed (go-nsq `rdy_redistribute_interval`, default 5 s,
     /// 1 ms ..= 5 s).
@@ -242,6 +243,14 @@ pub struct Config {
     /// Server-side message timeout for this client; 0 leaves nsqd's default (go-nsq
     /// `msg_timeout`; nsqd needs at least 1 s).
     pub msg_timeout: Duration,
+    /// Consumer: touch every message still unanswered a little before its msg_timeout runs
+    /// out, so handlers may run longer than msg_timeout (default false: only explicit
+    /// `touch()`, as in go-nsq).
+    pub auto_touch: bool,
+    /// With `auto_touch`: how long a message is kept alive at most (counted from its
+    /// delivery; nsqd's max_msg_timeout caps it too); after that it is left to time out and
+    /// be redelivered, with a warning logged (default 15 min, 1 s ..= 24 h).
+    pub auto_touch_limit: Duration,
     /// Secret for AUTH, sent only when nsqd requires it (go-nsq `auth_secret`).
     pub auth_secret: Option<Secret>,
 
@@ -297,8 +306,8 @@ impl Default for Config {
             max_backoff_duration: Duration::from_secs(120),
             backoff_multiplier: Duration::from_secs(1),
             max_attempts: 5,
-            low_rdy_idle_timeout: Duration::from_secs(10),
-            low_rdy_timeout: Duration::from_secs(30),
+            low_rdy_idle_timeout: Duration::from_secs(1),
+            low_rdy_timeout: Duration::from_secs(2),
             rdy_redistribute_interval: Duration::from_secs(5),
             client_id: None,
             hostname: None,
@@ -320,6 +329,8 @@ impl Default for Config {
             output_buffer_timeout: Duration::from_millis(250),
             max_in_flight: 1,
             msg_timeout: Duration::ZERO,
+            auto_touch: false,
+            auto_touch_limit: Duration::from_secs(15 * 60),
             auth_secret: None,
             max_msg_size: limits.max_msg_size,
             max_body_size: limits.max_body_size,
@@ -375,6 +386,8 @@ pub const OPTION_NAMES: &[&str] = &[
     "output_buffer_timeout",
     "max_in_flight",
     "msg_timeout",
+    "auto_touch",
+    "auto_touch_limit",
     "auth_secret",
     "max_msg_size",
     "max_body_size",
@@ -676,6 +689,8 @@ impl Config {
             "output_buffer_timeout" => self.output_buffer_timeout = s.duration()?,
             "max_in_flight" => self.max_in_flight = s.int_in("within 0..=4294967295")?,
             "msg_timeout" => self.msg_timeout = s.duration()?,
+            "auto_touch" => self.auto_touch = s.boolean()?,
+            "auto_touch_limit" => self.auto_touch_limit = s.duration()?,
             "auth_secret" => self.auth_secret = s.string()?.map(Secret::from),
             "max_msg_size" => self.max_msg_size = s.int_in("within 1..=4294967295")?,
             "max_body_size" => self.max_body_size = s.int_in("within 1..=4294967295")?,
@@ -827,6 +842,13 @@ impl Config {
             "heartbeat_interval" => {
                 check_duration(name, self.heartbeat_interval, SEC, MIN, "1s ..= 60s")
             }
+            "auto_touch_limit" => check_duration(
+                name,
+                self.auto_touch_limit,
+                SEC,
+                24 * 60 * MIN,
+                "1s ..= 24h",
+            ),
             "sample_rate" if self.sample_rate > 99 => {
                 out(self.sample_rate.to_string(), "within 0..=99")
             }
@@ -925,6 +947,7 @@ impl Config {
             },
             max_outstanding_publishes: None,
             drain_timeout: self.drain_timeout,
+            auto_touch: self.auto_touch.then_some(self.auto_touch_limit),
         })
     }
 

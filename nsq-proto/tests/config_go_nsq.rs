@@ -194,8 +194,9 @@ fn defaults_equal_go_nsq_and_the_core_defaults() {
     assert_eq!(c.max_backoff_duration, 120 * SEC);
     assert_eq!(c.backoff_multiplier, SEC);
     assert_eq!(c.max_attempts, 5);
-    assert_eq!(c.low_rdy_idle_timeout, 10 * SEC);
-    assert_eq!(c.low_rdy_timeout, 30 * SEC);
+    // Deliberately shorter than go-nsq's 10 s / 30 s: no nsqd waits half a minute for RDY.
+    assert_eq!(c.low_rdy_idle_timeout, SEC);
+    assert_eq!(c.low_rdy_timeout, 2 * SEC);
     assert_eq!(c.rdy_redistribute_interval, 5 * SEC);
     assert_eq!(c.heartbeat_interval, 30 * SEC);
     assert_eq!(c.sample_rate, 0);

@@ -83,8 +83,12 @@ fn new_connection_bootstraps_with_rdy_1_after_lowering_others() {
     w.add_nsqd(&addr(2), 2500);
     w.consumer.add_nsqd(w.now, &addr(2)).unwrap();
     w.settle();
-    w.assert_clean();
+    // The others' lowered RDY frees budget only once what nsqd may have sent under the old
+    // one had time to arrive (output_buffer_timeout, 250 ms, plus the handshake).
     let c = w.conn_of(&addr(2)).unwrap();
+    assert_eq!(w.conns[&c].rdy(), 0);
+    w.run_for(Duration::from_millis(250));
+    w.assert_clean();
     let rdys: Vec<u32> = w.conns[&c]
         .log
         .iter()
@@ -95,12 +99,12 @@ fn new_connection_bootstraps_with_rdy_1_after_lowering_others() {
     assert!(w.server_total_rdy() <= 10);
     // Its first message brings it to its full share.
     w.nsqds.get_mut(&addr(2)).unwrap().push(1, 1);
-    w.settle();
+    w.run_for(Duration::from_millis(250));
     assert_eq!(w.server_total_rdy(), 10);
     // So does the end of the bootstrap period, without messages.
     w.add_nsqd(&addr(3), 2500);
     w.consumer.add_nsqd(w.now, &addr(3)).unwrap();
-    w.settle();
+    w.run_for(Duration::from_millis(250));
     assert_eq!(w.conns[&w.conn_of(&addr(3)).unwrap()].rdy(), 1);
     assert!(w.server_total_rdy() < 10);
     w.run_for(SEC * 6);

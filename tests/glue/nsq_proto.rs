@@ -138,6 +138,9 @@ fn connection(config: &mut ConnectionConfig, c: &s::Connection) {
     if let Some(d) = c.msg_timeout {
         config.msg_timeout = Some(d);
     }
+    if let Some(limit) = c.auto_touch {
+        config.auto_touch = Some(limit);
+    }
 }
 
 fn set<T: Copy>(field: &mut T, value: Option<T>) {

@@ -219,9 +219,25 @@ struct Channel {
     finished: u64,
     requeued: u64,
     timed_out: u64,
+    /// `(instant, messages in flight)` after every change, oldest first (bounded).
+    in_flight_log: VecDeque<(Instant, usize)>,
 }
 
+/// How many changes of a channel's in-flight count [`Nsqd::in_flight_log`] keeps.
+pub(crate) const IN_FLIGHT_LOG_LEN: usize = 100_000;
+
 impl Channel {
+    /// Records the in-flight count if it changed.
+    fn note_in_flight(&mut self) {
+        let n = self.in_flight.len();
+        if self.in_flight_log.back().map_or(0, |(_, last)| *last) != n {
+            if self.in_flight_log.len() == IN_FLIGHT_LOG_LEN {
+                self.in_flight_log.pop_front();
+            }
+            self.in_flight_log.push_back((Instant::now(), n));
+        }
+    }
+
     fn put(&mut self, msg: Msg, defer: Duration, now: Instant) {
         if defer.is_zero() {
             self.queue.push_back(msg);
@@ -591,6 +607,19 @@ impl Nsqd {
         self.stats().topics.into_iter().find(|t| t.name == name)
     }
 
+    /// Every change of a channel's count of messages in flight, as `(when, count)`, oldest
+    /// first (the last 100 000), recorded under the broker's lock as each
+    /// delivery, answer, timeout or restart happened; empty for an unknown channel. Several
+    /// brokers' logs merged by time give the in-flight total across them at every instant.
+    pub fn in_flight_log(&self, topic: &str, channel: &str) -> Vec<(Instant, usize)> {
+        let st = self.inner.lock();
+        st.topics
+            .get(topic)
+            .and_then(|t| t.channels.get(channel))
+            .map(|ch| ch.in_flight_log.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
     /// One channel's counters.
     pub fn channel(&self, topic: &str, channel: &str) -> Option<ChannelStats> {
         self.topic(topic)?
@@ -668,6 +697,26 @@ impl Nsqd {
     }
 
     // ---- fault injection ----
+
+    /// Makes every message in flight time out now, as if its msg_timeout had passed (answers
+    /// to them then fail with `E_FIN_FAILED` / `E_REQ_FAILED` / `E_TOUCH_FAILED`, and they
+    /// are redelivered).
+    pub fn time_out_in_flight(&self) {
+        let now = Instant::now();
+        {
+            let mut st = self.inner.lock();
+            for topic in st.topics.values_mut() {
+                for ch in topic.channels.values_mut() {
+                    for f in ch.in_flight.values_mut() {
+                        f.deadline = f.deadline.min(now);
+                    }
+                }
+            }
+            Inner::process_timers(&mut st, now);
+            Inner::dispatch(&mut st, now);
+        }
+        self.inner.wake.notify_all();
+    }
 
     /// Closes every client connection now (clients see EOF; in-flight messages time out and
     /// are redelivered later, as with nsqd).
@@ -805,6 +854,7 @@ impl Nsqd {
                             for f in flying.into_iter().rev() {
                                 ch.queue.push_front(f.msg);
                             }
+                            ch.note_in_flight();
                         }
                     }
                 }
@@ -1031,6 +1081,7 @@ impl Inner {
                         ch.queue.push_back(f.msg);
                     }
                 }
+                ch.note_in_flight();
                 for f in ch.in_flight.values() {
                     upd(f.deadline);
                 }
@@ -1088,6 +1139,7 @@ impl Inner {
                             delivered: now,
                         },
                     );
+                    ch.note_in_flight();
                 }
             }
         }
@@ -2497,6 +2549,7 @@ impl Conn {
             .in_flight
             .remove(id)
             .ok_or_else(|| "ID not in flight".to_owned())?;
+        ch.note_in_flight();
         Ok((topic, channel, f))
     }
 
@@ -2589,6 +2642,7 @@ impl Conn {
                     .and_then(|t| t.channels.get_mut(&channel))
                 {
                     ch.in_flight.insert(id, f);
+                    ch.note_in_flight();
                 }
                 Ok(None)
             }

@@ -129,6 +129,13 @@ pub struct ConnectionConfig {
     pub max_outstanding_publishes: Option<usize>,
     /// How long a graceful close waits for in-flight messages or outstanding publishes.
     pub drain_timeout: Duration,
+    /// Consumer: touch every in-flight message on its own, a little before its deadline (a
+    /// quarter of msg_timeout, at most 5 s, ahead), until it is answered, for handlers that
+    /// can run longer than msg_timeout (go-nsq #204). `Some(limit)`: a message is touched
+    /// while it has been in flight less than `limit` (nsqd's max_msg_timeout caps it too);
+    /// after that it is left to time out and be redelivered, and a warning is logged.
+    /// `None` (default): only explicit touches, the go-nsq semantics.
+    pub auto_touch: Option<Duration>,
 }
 
 impl Default for ConnectionConfig {
@@ -149,6 +156,7 @@ impl Default for ConnectionConfig {
             limits: Limits::default(),
             max_outstanding_publishes: None,
             drain_timeout: Duration::from_secs(30),
+            auto_touch: None,
         }
     }
 }

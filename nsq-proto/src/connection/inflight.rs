@@ -15,6 +15,10 @@
 //!   number.
 //!
 //! Expiry order is deadline order, ties in the order the timers were set, as before.
+//!
+//! Messages the connection touches on its own (`auto_touch`) also have a second timer, in a
+//! second pair of queues of the same kind, keyed by the same deadline: the connection touches
+//! them a fixed lead before it, so the deadline order is the touch order.
 
 use crate::frame::MessageId;
 use std::collections::{HashMap, VecDeque, hash_map};
@@ -91,6 +95,8 @@ struct Entry {
     deadline: Instant,
     delivered: Instant,
     timer: Timer,
+    /// Its auto-touch timer, while the connection still touches it on its own.
+    touch: Option<Timer>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -114,6 +120,8 @@ struct SortedSlot {
 pub(crate) struct InFlight {
     map: IdMap<Entry>,
     timers: Timers,
+    /// Auto-touch timers (at the deadline; the connection applies its lead).
+    touches: Timers,
 }
 
 /// The deadline queues.
@@ -161,6 +169,45 @@ impl Timers {
         }
     }
 
+    fn front(&self) -> Option<(Instant, MessageId)> {
+        let from_fifo = match (self.fifo.front(), self.sorted.front()) {
+            (Some(f), Some(s)) => (f.deadline, f.order) < (s.deadline, s.order),
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => return None,
+        };
+        if from_fifo {
+            self.fifo.front().map(|f| (f.deadline, f.id))
+        } else {
+            self.sorted.front().map(|s| (s.deadline, s.id))
+        }
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.front().map(|(d, _)| d)
+    }
+
+    /// Drops dead timers from the fronts of both queues; a sorted entry is live when
+    /// `live(id, generation)` says so.
+    fn clean(&mut self, live: impl Fn(&MessageId, u64) -> bool) {
+        while self.fifo.front().is_some_and(|f| !f.live) {
+            self.fifo.pop_front();
+            self.base += 1;
+        }
+        while let Some(s) = self.sorted.front() {
+            if live(&s.id, s.order) {
+                break;
+            }
+            self.sorted.pop_front();
+        }
+    }
+
+    fn clear(&mut self) {
+        self.base += self.fifo.len() as u64;
+        self.fifo.clear();
+        self.sorted.clear();
+    }
+
     fn kill(&mut self, timer: Timer) {
         if let Timer::Fifo(seq) = timer {
             if let Some(slot) = seq
@@ -193,31 +240,45 @@ impl InFlight {
         self.map.get(id).map(|e| (e.deadline, e.delivered))
     }
 
-    /// Records a delivery (replacing an entry with the same id). One hash look-up.
-    pub(crate) fn insert(&mut self, id: MessageId, deadline: Instant, delivered: Instant) {
+    /// Records a delivery (replacing an entry with the same id). One hash look-up. With
+    /// `touch`, the message also gets an auto-touch timer.
+    pub(crate) fn insert(
+        &mut self,
+        id: MessageId,
+        deadline: Instant,
+        delivered: Instant,
+        touch: bool,
+    ) {
         match self.map.entry(id) {
             hash_map::Entry::Vacant(v) => {
                 let timer = self.timers.push(id, deadline);
+                let touch = touch.then(|| self.touches.push(id, deadline));
                 v.insert(Entry {
                     deadline,
                     delivered,
                     timer,
+                    touch,
                 });
             }
             hash_map::Entry::Occupied(mut o) => {
                 let old = *o.get();
-                if old.deadline == deadline {
-                    // The old timer already fires at this deadline and now stands for the
+                if old.deadline == deadline && old.touch.is_some() == touch {
+                    // The old timers already fire at this deadline and now stand for the
                     // new delivery.
                     o.get_mut().delivered = delivered;
                     return;
                 }
                 self.timers.kill(old.timer);
+                if let Some(t) = old.touch {
+                    self.touches.kill(t);
+                }
                 let timer = self.timers.push(id, deadline);
+                let touch = touch.then(|| self.touches.push(id, deadline));
                 *o.get_mut() = Entry {
                     deadline,
                     delivered,
                     timer,
+                    touch,
                 };
                 self.clean();
             }
@@ -230,11 +291,14 @@ impl InFlight {
             return false;
         };
         self.timers.kill(entry.timer);
+        if let Some(t) = entry.touch {
+            self.touches.kill(t);
+        }
         self.clean();
         true
     }
 
-    /// Moves a message's deadline (TOUCH).
+    /// Moves a message's deadline (TOUCH); its auto-touch timer, if it has one, follows.
     pub(crate) fn reschedule(&mut self, id: &MessageId, deadline: Instant) {
         let Some(entry) = self.map.get(id).copied() else {
             return;
@@ -244,36 +308,31 @@ impl InFlight {
         }
         self.timers.kill(entry.timer);
         let timer = self.timers.push(*id, deadline);
+        let touch = entry.touch.map(|t| {
+            self.touches.kill(t);
+            self.touches.push(*id, deadline)
+        });
         if let Some(e) = self.map.get_mut(id) {
             e.deadline = deadline;
             e.timer = timer;
+            e.touch = touch;
         }
         self.clean();
     }
 
     /// The earliest deadline.
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
-        match (self.timers.fifo.front(), self.timers.sorted.front()) {
-            (Some(f), Some(s)) => Some(f.deadline.min(s.deadline)),
-            (Some(f), None) => Some(f.deadline),
-            (None, Some(s)) => Some(s.deadline),
-            (None, None) => None,
-        }
+        self.timers.next_deadline()
+    }
+
+    /// The earliest deadline among the messages with an auto-touch timer.
+    pub(crate) fn next_touch_deadline(&self) -> Option<Instant> {
+        self.touches.next_deadline()
     }
 
     /// Removes and returns the message with the earliest deadline if it is `<= now`.
     pub(crate) fn pop_expired(&mut self, now: Instant) -> Option<MessageId> {
-        let from_fifo = match (self.timers.fifo.front(), self.timers.sorted.front()) {
-            (Some(f), Some(s)) => (f.deadline, f.order) < (s.deadline, s.order),
-            (Some(_), None) => true,
-            (None, Some(_)) => false,
-            (None, None) => return None,
-        };
-        let (deadline, id) = if from_fifo {
-            self.timers.fifo.front().map(|f| (f.deadline, f.id))?
-        } else {
-            self.timers.sorted.front().map(|s| (s.deadline, s.id))?
-        };
+        let (deadline, id) = self.timers.front()?;
         if deadline > now {
             return None;
         }
@@ -281,29 +340,55 @@ impl InFlight {
         Some(id)
     }
 
-    pub(crate) fn clear(&mut self) {
-        self.map.clear();
-        self.timers.base += self.timers.fifo.len() as u64;
-        self.timers.fifo.clear();
-        self.timers.sorted.clear();
+    /// Takes the auto-touch timer of the message with the earliest deadline if that deadline
+    /// is `<= until`, and returns the message with `(deadline, delivered at)`. Rescheduling
+    /// it gives it a new auto-touch timer only through [`InFlight::rearm_touch`].
+    pub(crate) fn pop_touch_due(
+        &mut self,
+        until: Instant,
+    ) -> Option<(MessageId, Instant, Instant)> {
+        let (deadline, id) = self.touches.front()?;
+        if deadline > until {
+            return None;
+        }
+        let e = self.map.get_mut(&id)?;
+        let (d, delivered) = (e.deadline, e.delivered);
+        if let Some(t) = e.touch.take() {
+            self.touches.kill(t);
+        }
+        self.clean();
+        Some((id, d, delivered))
     }
 
-    /// Drops dead timers from the fronts of both queues.
+    /// Gives a message an auto-touch timer at its current deadline again.
+    pub(crate) fn rearm_touch(&mut self, id: &MessageId) {
+        let Some(e) = self.map.get(id).copied() else {
+            return;
+        };
+        if e.touch.is_some() {
+            return;
+        }
+        let t = self.touches.push(*id, e.deadline);
+        if let Some(e) = self.map.get_mut(id) {
+            e.touch = Some(t);
+        }
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.map.clear();
+        self.timers.clear();
+        self.touches.clear();
+    }
+
+    /// Drops dead timers from the fronts of the queues.
     fn clean(&mut self) {
-        while self.timers.fifo.front().is_some_and(|f| !f.live) {
-            self.timers.fifo.pop_front();
-            self.timers.base += 1;
-        }
-        while let Some(s) = self.timers.sorted.front() {
-            let live = self
-                .map
-                .get(&s.id)
-                .is_some_and(|e| e.timer == Timer::Sorted(s.order));
-            if live {
-                break;
-            }
-            self.timers.sorted.pop_front();
-        }
+        let map = &self.map;
+        self.timers
+            .clean(|id, order| map.get(id).is_some_and(|e| e.timer == Timer::Sorted(order)));
+        self.touches.clean(|id, order| {
+            map.get(id)
+                .is_some_and(|e| e.touch == Some(Timer::Sorted(order)))
+        });
     }
 }
 
@@ -389,7 +474,7 @@ mod tests {
                     } else if let Some(e) = model.map.get_mut(&m) {
                         e.0 = deadline;
                     }
-                    table.insert(m, deadline, now);
+                    table.insert(m, deadline, now, false);
                 }
                 4..=6 => {
                     assert_eq!(table.remove(&m), model.map.remove(&m).is_some());
@@ -423,5 +508,43 @@ mod tests {
         table.clear();
         assert!(table.is_empty());
         assert_eq!(table.next_deadline(), None);
+    }
+
+    #[test]
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "test: the origin of virtual time; only offsets from it matter"
+    )]
+    fn touch_timers_follow_deadlines_and_answers() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut table = InFlight::default();
+        table.insert(id(1), t0 + ms(100), t0, true);
+        table.insert(id(2), t0 + ms(110), t0, false);
+        table.insert(id(3), t0 + ms(120), t0, true);
+        assert_eq!(table.next_touch_deadline(), Some(t0 + ms(100)));
+        // A touch of 1 moves its touch timer behind 3's.
+        table.reschedule(&id(1), t0 + ms(200));
+        assert_eq!(table.next_touch_deadline(), Some(t0 + ms(120)));
+        assert_eq!(table.pop_touch_due(t0 + ms(119)), None);
+        assert_eq!(
+            table.pop_touch_due(t0 + ms(150)),
+            Some((id(3), t0 + ms(120), t0))
+        );
+        // Taken: 3 has no touch timer until re-armed.
+        assert_eq!(table.next_touch_deadline(), Some(t0 + ms(200)));
+        table.reschedule(&id(3), t0 + ms(300));
+        table.rearm_touch(&id(3));
+        table.rearm_touch(&id(3));
+        // An answered message loses its touch timer; one never armed has none.
+        assert!(table.remove(&id(1)));
+        assert_eq!(table.next_touch_deadline(), Some(t0 + ms(300)));
+        assert_eq!(table.pop_touch_due(t0 + ms(1000)).map(|t| t.0), Some(id(3)));
+        assert_eq!(table.pop_touch_due(t0 + ms(1000)), None);
+        assert_eq!(table.next_touch_deadline(), None);
+        // Expiry is unaffected by touch timers.
+        assert_eq!(table.pop_expired(t0 + ms(1000)), Some(id(2)));
+        assert_eq!(table.pop_expired(t0 + ms(1000)), Some(id(3)));
+        assert!(table.is_empty());
     }
 }

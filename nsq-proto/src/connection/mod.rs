@@ -667,6 +667,7 @@ impl Connection {
             self.fail(CloseReason::Timeout { idle });
             return;
         }
+        self.auto_touch(now);
         self.expire(now);
         self.check_close_done();
         if let Some(deadline) = self.drain_deadline {
@@ -782,17 +783,58 @@ impl Connection {
         let Some((current, delivered)) = self.inflight.get(id) else {
             return Err(ConnectionError::NotInFlight(*id));
         };
-        // nsqd never extends a message beyond delivery + max_msg_timeout.
+        let deadline = self.touched_deadline(now, current, delivered);
+        self.inflight.reschedule(id, deadline);
+        command::touch(&mut self.wbuf, id);
+        Ok(())
+    }
+
+    /// The deadline a TOUCH at `now` gives a message: now + msg_timeout, but nsqd never
+    /// extends a message beyond delivery + max_msg_timeout, and never shortens it.
+    fn touched_deadline(&self, now: Instant, current: Instant, delivered: Instant) -> Instant {
         let max_msg_timeout = self
             .negotiated
             .as_ref()
             .map_or(Duration::from_secs(15 * 60), |n| n.max_msg_timeout);
-        let deadline = (now + self.msg_timeout)
+        (now + self.msg_timeout)
             .min(delivered + max_msg_timeout)
-            .max(current);
-        self.inflight.reschedule(id, deadline);
-        command::touch(&mut self.wbuf, id);
-        Ok(())
+            .max(current)
+    }
+
+    /// How long before a message's deadline `auto_touch` touches it: a quarter of
+    /// msg_timeout, at most 5 s (nsqd must read the TOUCH before the deadline passes).
+    fn auto_touch_lead(&self) -> Duration {
+        (self.msg_timeout / 4).min(Duration::from_secs(5))
+    }
+
+    /// `auto_touch`: touches the messages whose deadline is within the lead, as long as they
+    /// have been in flight less than the configured limit and nsqd's max_msg_timeout still
+    /// allows an extension; past that a message is left to time out (logged once).
+    fn auto_touch(&mut self, now: Instant) {
+        let Some(limit) = self.config.auto_touch else {
+            return;
+        };
+        let lead = self.auto_touch_lead();
+        while let Some((id, deadline, delivered)) = self.inflight.pop_touch_due(now + lead) {
+            if deadline <= now {
+                continue; // too late: it expires now
+            }
+            let held = now.saturating_duration_since(delivered);
+            let extended = self.touched_deadline(now, deadline, delivered);
+            if held >= limit || extended <= deadline {
+                tracing::warn!(
+                    %id,
+                    ?held,
+                    ?limit,
+                    "auto-touch stops (its limit or nsqd's max_msg_timeout reached): the \
+                     message will time out and be redelivered"
+                );
+                continue;
+            }
+            self.inflight.reschedule(&id, extended);
+            self.inflight.rearm_touch(&id);
+            command::touch(&mut self.wbuf, &id);
+        }
     }
 
     /// Queues a NOP, which nsqd reads and never answers. Useful to exercise the write path of an
@@ -869,6 +911,10 @@ impl Connection {
         let mut t = self.last_rx + self.read_timeout;
         if let Some(deadline) = self.inflight.next_deadline() {
             t = t.min(deadline);
+        }
+        if let Some(deadline) = self.inflight.next_touch_deadline() {
+            let lead = self.auto_touch_lead();
+            t = t.min(deadline.checked_sub(lead).unwrap_or(deadline));
         }
         if let Some(deadline) = self.drain_deadline {
             t = t.min(deadline);
@@ -1166,7 +1212,8 @@ impl Connection {
             return self.violation("message delivered before the subscription was confirmed");
         }
         let deadline = now + self.msg_timeout;
-        self.inflight.insert(message.id, deadline, now);
+        self.inflight
+            .insert(message.id, deadline, now, self.config.auto_touch.is_some());
         self.last_message_at = Some(now);
         self.events.push_back(ConnectionEvent::Message(message));
     }

@@ -50,11 +50,14 @@ pub struct ConsumerConfig {
     /// How often RDY is redistributed when `max_in_flight` is smaller than the number of
     /// connections, or a backoff probe sits idle (go-nsq `rdy_redistribute_interval`, 5 s).
     pub rdy_redistribute_interval: Duration,
-    /// A connection holding RDY without a message for this long gives it up at the next
-    /// redistribution (go-nsq `low_rdy_idle_timeout`, default 10 s).
+    /// With fewer `max_in_flight` than connections: a connection holding RDY with nothing in
+    /// flight and no message or answer for this long gives its turn up (go-nsq
+    /// `low_rdy_idle_timeout`; default 1 s here, 10 s in go-nsq).
     pub low_rdy_idle_timeout: Duration,
-    /// A connection holding RDY for this long gives it up at the next redistribution even
-    /// when busy, so others get a turn (go-nsq `low_rdy_timeout`, default 30 s).
+    /// With fewer `max_in_flight` than connections: the length of one connection's turn
+    /// holding RDY, after which it passes RDY on even when busy, so others get served (go-nsq
+    /// `low_rdy_timeout`; default 2 s here, 30 s in go-nsq: see the
+    /// [`Consumer`](super::Consumer) docs for why and what it costs).
     pub low_rdy_timeout: Duration,
     /// First reconnect delay for directly configured nsqd (default 1 s), doubling per failure.
     pub reconnect_initial_delay: Duration,
@@ -83,8 +86,8 @@ impl Default for ConsumerConfig {
             lookupd_timeout: Duration::from_secs(30),
             max_lookupd_response_size: super::lookupd::DEFAULT_MAX_BODY_SIZE,
             rdy_redistribute_interval: Duration::from_secs(5),
-            low_rdy_idle_timeout: Duration::from_secs(10),
-            low_rdy_timeout: Duration::from_secs(30),
+            low_rdy_idle_timeout: Duration::from_secs(1),
+            low_rdy_timeout: Duration::from_secs(2),
             reconnect_initial_delay: Duration::from_secs(1),
             reconnect_max_delay: Duration::from_secs(60),
             reconnect_reset_after: Duration::from_secs(30),

@@ -8,7 +8,7 @@ use super::stats::{Counts, NsqdState, NsqdStats};
 use crate::connection::{
     CloseReason, Connection, ConnectionError, ConnectionEvent, ConnectionState, Role,
 };
-use crate::error_code::ServerError;
+use crate::error_code::{ErrorCode, ServerError};
 use crate::frame::{Message, MessageId};
 use crate::names::{Channel, Topic};
 use crate::rng::Rng;
@@ -278,6 +278,17 @@ pub struct ConsumerStats {
     pub nsqd: Vec<NsqdStats>,
 }
 
+/// The longest a lowered RDY's possible deliveries are waited for (see `Slot::transit`).
+const MAX_SETTLE: Duration = Duration::from_secs(5);
+
+/// How many E_FIN_FAILED / E_REQ_FAILED / E_TOUCH_FAILED within [`ANSWER_FAILURE_WINDOW`]
+/// count as one handler failure for backoff.
+pub const ANSWER_FAILURE_BURST: u32 = 3;
+
+/// The window in which [`ANSWER_FAILURE_BURST`] rejected answers make a burst, counted from
+/// the first of them.
+pub const ANSWER_FAILURE_WINDOW: Duration = Duration::from_secs(1);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Source {
     Direct,
@@ -312,6 +323,28 @@ struct Slot {
     fresh_until: Option<Instant>,
     /// When it last went from RDY 0 to RDY > 0.
     granted_at: Option<Instant>,
+    /// When it last went from RDY > 0 to RDY 0 (the low-RDY rotation serves the connection
+    /// that has waited longest first).
+    released_at: Option<Instant>,
+    /// When the application last answered a message on it (for the idle rule).
+    answered_at: Option<Instant>,
+    /// How many turns it had (RDY from 0 to more, or a turn renewed): the rotation serves
+    /// fewer turns first, then the longest waiting. A new connection starts at the fewest
+    /// turns of the others, so it neither waits for nor overtakes a whole round.
+    turns: u64,
+    /// Its low-RDY turn is over but it had just answered: it gives RDY up at its next
+    /// message.
+    yield_pending: bool,
+    /// When the driver connected its socket (the handshake's length estimates round trips).
+    connected_at: Option<Instant>,
+    /// How long after a lower RDY nsqd may still deliver what it sent before reading it:
+    /// the negotiated output_buffer_timeout plus the handshake's duration (two round trips
+    /// or more).
+    settle: Duration,
+    /// Messages nsqd may have sent before it read a lower RDY and that have not arrived:
+    /// they count against max_in_flight until they arrive or `settle` has passed.
+    transit: u64,
+    transit_until: Option<Instant>,
     /// Messages received since the last RDY was sent (for the refill rule).
     received_since_rdy: u32,
     /// Message counters of this connection.
@@ -334,6 +367,55 @@ impl Slot {
             0
         }
     }
+
+    /// Messages delivered on it and not yet answered (nor expired).
+    fn unanswered(&self) -> u64 {
+        self.conn
+            .as_ref()
+            .map_or(0, |c| u64::try_from(c.in_flight()).unwrap_or(u64::MAX))
+    }
+
+    /// The messages it holds whatever its RDY: unanswered ones, and ones nsqd may still be
+    /// sending after a lower RDY (see `transit`). Its share of `max_in_flight` (its
+    /// reservation) is `max(RDY, committed)`: a connection whose RDY was lowered keeps the
+    /// share of its unanswered messages until they are answered, expire or the connection
+    /// ends, and of the messages that may be on the wire until they arrive or `settle` passes.
+    fn committed(&self) -> u64 {
+        self.unanswered().saturating_add(self.transit)
+    }
+
+    /// Sends a lower RDY, and keeps what nsqd may still send under the old one committed.
+    fn lower_rdy(&mut self, now: Instant, id: ConnId, target: u32) {
+        let current = self.rdy();
+        let committed = self.committed();
+        let f = self.unanswered();
+        let Some(c) = self.conn.as_mut() else {
+            return;
+        };
+        match c.set_rdy(now, target) {
+            Ok(()) => {
+                self.received_since_rdy = 0;
+                let possible = committed.max(u64::from(current));
+                self.transit = possible - f;
+                if self.transit > 0 {
+                    self.transit_until = Some(later(now, self.settle));
+                }
+                if target == 0 {
+                    self.released_at = Some(now);
+                    self.yield_pending = false;
+                }
+            }
+            Err(e) => tracing::debug!(%id, error = %e, "RDY not sent"),
+        }
+    }
+}
+
+/// What the low-RDY rotation does with a holder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Turn {
+    Keep,
+    GiveUp,
+    AtNextMessage,
 }
 
 #[derive(Debug)]
@@ -376,18 +458,64 @@ struct Lookupd {
 /// reaches `max_in_flight`. A new connection starts at RDY 1 (other connections are lowered
 /// first to make room for its share) and gets its share after its first message or after
 /// `rdy_redistribute_interval`, whichever comes first: connections discovered together all get
-/// a chance before one of them takes everything. Lowerings are always queued before raisings, so the sum of RDY never exceeds
-/// `max_in_flight`. A connection's RDY is re-sent when its remaining count drops to <= 1 or
-/// under 25% of the last value. With fewer `max_in_flight` than connections, connections hold
-/// RDY 1 in turns: every `rdy_redistribute_interval`, holders idle for `low_rdy_idle_timeout`
-/// or holding for `low_rdy_timeout` give it up, and it goes to the connections that have
-/// waited longest (ties broken at random).
+/// a chance before one of them takes everything. A connection's RDY is re-sent when its
+/// remaining count drops to <= 1 or under 25% of the last value.
+///
+/// # max_in_flight bounds messages in flight, not only RDY
+/// Each connection holds a share of `max_in_flight`: `max(RDY, messages delivered on it and
+/// not yet answered)`. The sum of the shares never exceeds `max_in_flight`, through joins,
+/// leaves, rotation, backoff, [`set_max_in_flight`](Self::set_max_in_flight) and reconnects:
+/// lowerings go out before raises, and RDY is raised only out of budget no connection holds,
+/// so RDY taken from a connection whose message is still in its handler passes on when that
+/// message is answered (expires, or its connection ends), not before. When more messages are
+/// unanswered than `max_in_flight` allows (after lowering it), no RDY opens room for a
+/// delivery: an answer on such a connection is preceded by a lower RDY. go-nsq bounds only
+/// the sum of RDY, so with RDY rotating it lets more messages into handlers than
+/// `max_in_flight` (measured on nsqd v1.3.0: 3 in flight with `max_in_flight` 2).
+/// Messages nsqd wrote before it read a lower RDY may still be on the wire (or in nsqd's
+/// output buffer): after lowering RDY on a connection with fewer messages in flight than its
+/// RDY, the difference stays committed until those messages arrive or a settle time passes
+/// (the negotiated output_buffer_timeout plus the handshake's duration, at least two round
+/// trips). The rotation below mostly avoids the case: it takes RDY from a busy holder (its
+/// message in the handler, so nsqd sends nothing more) or from one idle for
+/// `low_rdy_idle_timeout`, never right after an answer. What no client controls: a FIN and
+/// a RDY sent to two different nsqd may be read in either order, for microseconds. Messages
+/// of a connection that was lost are not counted: nsqd has requeued them.
+///
+/// # Fewer max_in_flight than connections: a rotation in seconds
+/// Connections hold RDY 1 in turns. A turn lasts `low_rdy_timeout` (default **2 s**), or ends
+/// earlier when the holder had nothing in flight and no message or answer for
+/// `low_rdy_idle_timeout` (default **1 s**); a holder whose turn ends just after an answer
+/// (its next message may be on the wire) passes RDY on at its next message. The freed turn
+/// goes to the connection that has had the fewest turns (a new one counts as having had as
+/// few as the others), then the one that has waited longest, random among equals, so the
+/// rotation is round-robin: with `w` connections waiting and
+/// `m = max_in_flight` turns running, a connection with messages waits at most about
+/// `ceil(w / m)` turns. Turns end one at a time, at least `low_rdy_timeout / m` apart, so
+/// they stay staggered and every connection holds RDY about as long as the others (turns
+/// that ended together let one connection in and the other straight back). Turn ends are
+/// exact timers, not a periodic tick.
+///
+/// go-nsq's defaults (30 s and 10 s, checked every 5 s) let the third of 3 nsqd wait 30 s
+/// with `max_in_flight` 2 (measured on nsqd v1.3.0: 30.0 s, every run). The option names are
+/// go-nsq's, the defaults are not: with 3 nsqd and `max_in_flight` 2 every nsqd now gets its
+/// first message within 2.0 s to 2.1 s on a real nsqd v1.3.0 (a 300 ms handler), and a busy
+/// handler (10 ms per message) keeps 0.97x of the old throughput while all three nsqd are
+/// served instead of two (BENCHMARKS.md, "Consumer flow control on real nsqd"). A turn change
+/// costs about one round trip of idle budget: the busy holder keeps working on its last
+/// message while its successor's RDY waits for that answer.
 ///
 /// # Backoff
 /// A requeue with backoff raises the level and queues RDY 0 on every connection before the
 /// REQ; after `multiplier x 2^level` (capped; optionally fully jittered) one random
 /// connection gets RDY 1. The next result decides: a success lowers the level (a new window
 /// if still above 0, full RDY at 0), a failure raises it. Results inside a window are ignored.
+/// A message given up on (attempts above `max_attempts`, finished automatically) counts as a
+/// success, as in go-nsq. A burst of answers nsqd rejects because the messages had already
+/// timed out (`E_FIN_FAILED`, `E_REQ_FAILED`, `E_TOUCH_FAILED`: [`ANSWER_FAILURE_BURST`]
+/// within [`ANSWER_FAILURE_WINDOW`]) counts as one failure, logged once with the count: a
+/// consumer whose handler is slower than msg_timeout slows its intake instead of pulling more
+/// messages it would also lose.
 ///
 /// # Discovery
 /// Every lookupd is polled each round; the producers they list are unioned and new ones are
@@ -418,6 +546,17 @@ pub struct Consumer {
     next_poll: Option<Instant>,
     rr_offset: usize,
     next_redistribute: Option<Instant>,
+    /// A planned RDY raise was cut short because the budget was held by unanswered
+    /// messages: the next answer re-plans.
+    owed: bool,
+    /// When a low-RDY turn last ended for its length (not idleness): turns end one at a
+    /// time, `low_rdy_timeout / max_in_flight` apart, so they stay staggered.
+    last_turn_end: Option<Instant>,
+    /// More messages are unanswered than max_in_flight (after it was lowered): answers lower
+    /// RDY before they go out (see `before_answer`).
+    over_budget: bool,
+    /// E_FIN_FAILED / E_REQ_FAILED / E_TOUCH_FAILED burst: (start of the window, count).
+    answer_failures: Option<(Instant, u32)>,
     // backoff
     backoff_level: u32,
     backoff_until: Option<Instant>,
@@ -459,6 +598,10 @@ impl Consumer {
             next_poll: None,
             rr_offset: 0,
             next_redistribute: None,
+            owed: false,
+            last_turn_end: None,
+            over_budget: false,
+            answer_failures: None,
             backoff_level: 0,
             backoff_until: None,
             probe: None,
@@ -623,6 +766,7 @@ impl Consumer {
         match Connection::new(self.config.connection.clone(), role, &slot.addr, now) {
             Ok(c) => {
                 slot.conn = Some(c);
+                slot.connected_at = Some(now);
                 self.pump(now, conn);
             }
             Err(e) => {
@@ -730,11 +874,20 @@ impl Consumer {
             self.rebalance(now, false);
         }
         let mut bootstrapped = false;
+        let mut settled = false;
         for slot in self.slots.values_mut() {
             if slot.fresh_until.is_some_and(|t| t <= now) {
                 slot.fresh_until = None;
                 bootstrapped = true;
             }
+            if slot.transit_until.is_some_and(|t| t <= now) {
+                slot.transit_until = None;
+                slot.transit = 0;
+                settled = true;
+            }
+        }
+        if settled && !bootstrapped {
+            self.replan_if_owed(now);
         }
         if self.next_redistribute.is_some_and(|t| t <= now) {
             self.next_redistribute = None;
@@ -775,6 +928,7 @@ impl Consumer {
         conn: ConnId,
         id: &MessageId,
     ) -> Result<(), ConsumerError> {
+        self.before_answer(now, conn, id);
         self.connection_mut(conn)?.finish(now, id)?;
         self.finished += 1;
         self.count(conn, |c| c.finished += 1);
@@ -834,6 +988,7 @@ impl Consumer {
             // RDY 0 everywhere is queued before the REQ that caused it.
             self.on_failure(now);
         }
+        self.before_answer(now, conn, id);
         self.connection_mut(conn)?.requeue(now, id, delay)?;
         self.requeued += 1;
         self.count(conn, |c| c.requeued += 1);
@@ -1082,7 +1237,10 @@ impl Consumer {
             .slots
             .values()
             .filter_map(|s| s.conn.as_ref().and_then(Connection::poll_timeout));
-        let bootstraps = self.slots.values().filter_map(|s| s.fresh_until);
+        let bootstraps = self
+            .slots
+            .values()
+            .flat_map(|s| s.fresh_until.into_iter().chain(s.transit_until));
         let lookups = self
             .lookupds
             .iter()
@@ -1175,6 +1333,14 @@ impl Consumer {
                 ready_at: None,
                 fresh_until: None,
                 granted_at: None,
+                released_at: None,
+                answered_at: None,
+                turns: 0,
+                yield_pending: false,
+                connected_at: None,
+                settle: Duration::ZERO,
+                transit: 0,
+                transit_until: None,
                 received_since_rdy: 0,
                 counts: Counts::default(),
             },
@@ -1230,8 +1396,23 @@ impl Consumer {
                 break;
             };
             match event {
-                ConnectionEvent::Ready(_) => {
+                ConnectionEvent::Ready(negotiated) => {
+                    let buffered = u64::try_from(negotiated.identify.output_buffer_timeout)
+                        .map_or(Duration::ZERO, Duration::from_millis);
+                    let handshake = now.saturating_duration_since(slot.connected_at.unwrap_or(now));
+                    slot.settle = buffered.saturating_add(handshake).min(MAX_SETTLE);
                     slot.ready_at = Some(now);
+                    let fewest = self
+                        .slots
+                        .iter()
+                        .filter(|(other, s)| **other != id && s.ready_at.is_some())
+                        .map(|(_, s)| s.turns)
+                        .min()
+                        .unwrap_or(0);
+                    let Some(slot) = self.slots.get_mut(id) else {
+                        return;
+                    };
+                    slot.turns = fewest;
                     slot.fresh_until = Some(later(now, self.config.rdy_redistribute_interval));
                     let addr = slot.addr.clone();
                     self.events
@@ -1243,8 +1424,11 @@ impl Consumer {
                 ConnectionEvent::MessageExpired(mid) => {
                     self.events
                         .push_back(ConsumerEvent::MessageExpired { conn: id, id: mid });
+                    // Its share of max_in_flight is free again.
+                    self.replan_if_owed(now);
                 }
                 ConnectionEvent::ServerError(error) => {
+                    self.on_answer_failed(now, id, &error);
                     self.events
                         .push_back(ConsumerEvent::ServerError { conn: id, error });
                 }
@@ -1271,7 +1455,10 @@ impl Consumer {
             return;
         };
         slot.received_since_rdy = slot.received_since_rdy.saturating_add(1);
+        // One of the messages that may have been on the wire arrived.
+        slot.transit = slot.transit.saturating_sub(1);
         let was_fresh = slot.fresh_until.take().is_some();
+        let turn_over = slot.yield_pending;
         if max_attempts > 0 && message.attempts > max_attempts {
             if let Some(c) = slot.conn.as_mut() {
                 if let Err(e) = c.finish(now, &message.id) {
@@ -1282,19 +1469,23 @@ impl Consumer {
             self.gave_up += 1;
             self.events
                 .push_back(ConsumerEvent::GaveUp { conn: id, message });
+            // Like go-nsq: the FIN of a message given up on is a success for backoff.
+            self.on_success(now);
             self.after_answer(now, id);
         } else {
             self.events
                 .push_back(ConsumerEvent::Message { conn: id, message });
         }
-        if was_fresh {
-            self.rebalance(now, false);
+        if was_fresh || turn_over {
+            self.rebalance(now, turn_over);
         }
     }
 
-    /// After a FIN/REQ on `id`: refill its RDY if the remaining count ran low, then drain it.
+    /// After a FIN/REQ on `id`: refill its RDY if the remaining count ran low, hand out the
+    /// share the answer freed if a raise is owed, then drain it.
     fn after_answer(&mut self, now: Instant, id: ConnId) {
         if let Some(slot) = self.slots.get_mut(id) {
+            slot.answered_at = Some(now);
             if slot.is_ready() && !self.closing {
                 let rdy = slot.rdy();
                 if policy::needs_refill(rdy, slot.received_since_rdy) {
@@ -1306,7 +1497,53 @@ impl Consumer {
                 }
             }
         }
+        if self.owed {
+            // This connection's bytes (a lowered RDY, the answer) go out before any raise
+            // the re-plan queues elsewhere.
+            self.flush(id);
+            self.replan_if_owed(now);
+        }
         self.pump(now, id);
+    }
+
+    /// A share of max_in_flight was freed (an answer, an expiry): if a raise is waiting for
+    /// budget, plan again.
+    fn replan_if_owed(&mut self, now: Instant) {
+        if self.owed && !self.closing {
+            self.rebalance(now, false);
+        }
+    }
+
+    /// E_FIN_FAILED, E_REQ_FAILED and E_TOUCH_FAILED mean answers arrived after nsqd had
+    /// already timed the messages out: the handler is slower than msg_timeout. A burst of
+    /// [`ANSWER_FAILURE_BURST`] of them within [`ANSWER_FAILURE_WINDOW`] counts as one
+    /// handler failure for backoff, so a consumer that cannot keep up slows its intake.
+    fn on_answer_failed(&mut self, now: Instant, id: ConnId, error: &ServerError) {
+        if !matches!(
+            error.code(),
+            ErrorCode::FinFailed | ErrorCode::ReqFailed | ErrorCode::TouchFailed
+        ) {
+            return;
+        }
+        let (start, count) = match self.answer_failures {
+            Some((start, count))
+                if now.saturating_duration_since(start) < ANSWER_FAILURE_WINDOW =>
+            {
+                (start, count.saturating_add(1))
+            }
+            _ => (now, 1),
+        };
+        self.answer_failures = Some((start, count));
+        if count == ANSWER_FAILURE_BURST {
+            tracing::warn!(
+                %id,
+                count,
+                window = ?ANSWER_FAILURE_WINDOW,
+                "answers rejected by nsqd (messages already timed out): the handler is slower \
+                 than msg_timeout; backing off"
+            );
+            self.on_failure(now);
+        }
     }
 
     /// Forgets a connection: Disconnect action, event, reconnect bookkeeping, RDY rebalance.
@@ -1481,13 +1718,17 @@ impl Consumer {
             self.plan_low(now, &ready, &mut targets, redistribute);
         }
         self.apply(now, &ready, &targets);
-        let needs_tick = !self.closing
-            && ((low_mode && m > 0)
-                || (self.backoff_level > 0 && self.backoff_until.is_none() && n > 1));
-        if !needs_tick {
+        let probe_tick = self.backoff_level > 0 && self.backoff_until.is_none() && n > 1;
+        if self.closing {
             self.next_redistribute = None;
-        } else if self.next_redistribute.is_none() {
-            self.next_redistribute = Some(later(now, self.config.rdy_redistribute_interval));
+        } else if low_mode && m > 0 {
+            self.next_redistribute = Some(self.next_rotation(now, &ready));
+        } else if probe_tick {
+            if self.next_redistribute.is_none() {
+                self.next_redistribute = Some(later(now, self.config.rdy_redistribute_interval));
+            }
+        } else {
+            self.next_redistribute = None;
         }
     }
 
@@ -1503,7 +1744,82 @@ impl Consumer {
         now.saturating_duration_since(since) > self.config.low_rdy_idle_timeout
     }
 
-    /// max_in_flight < connections: RDY 1 held in turns.
+    /// When a RDY holder with nothing in flight counts as idle: `low_rdy_idle_timeout` after
+    /// its last message, its last answer or its grant, whichever is latest. `None` while it
+    /// has messages in flight (busy, not idle).
+    fn idle_deadline(&self, id: ConnId) -> Option<Instant> {
+        let slot = self.slots.get(id)?;
+        let c = slot.conn.as_ref()?;
+        if c.in_flight() > 0 {
+            return None;
+        }
+        let since = [c.last_message_at(), slot.granted_at, slot.answered_at]
+            .into_iter()
+            .flatten()
+            .max()?;
+        Some(later(since, self.config.low_rdy_idle_timeout))
+    }
+
+    /// What the low-RDY rotation does with a holder of RDY at `now`.
+    fn turn_verdict(&self, now: Instant, id: ConnId) -> Turn {
+        let Some(slot) = self.slots.get(id) else {
+            return Turn::Keep;
+        };
+        if self.idle_deadline(id).is_some_and(|t| t <= now) {
+            return Turn::GiveUp;
+        }
+        let over = slot.granted_at.is_some_and(|g| self.turn_end(g) <= now);
+        if !over {
+            return Turn::Keep;
+        }
+        let in_flight = slot.conn.as_ref().map_or(0, Connection::in_flight);
+        if in_flight >= slot.rdy() as usize {
+            // Busy: its RDY 0 goes out before the answer, so nsqd sends it nothing more and
+            // the share passes on when the answer frees it.
+            Turn::GiveUp
+        } else {
+            // It answered and its next message may be on the wire: taking RDY now could let
+            // that message and the next holder's overlap. It gives up at its next message
+            // (or when idle).
+            Turn::AtNextMessage
+        }
+    }
+
+    /// When a turn granted at `granted` ends: after `low_rdy_timeout`, and not sooner than
+    /// `low_rdy_timeout / max_in_flight` after the previous turn ended.
+    fn turn_end(&self, granted: Instant) -> Instant {
+        let end = later(granted, self.config.low_rdy_timeout);
+        let spacing = self.config.low_rdy_timeout / self.max_in_flight.max(1);
+        self.last_turn_end
+            .map_or(end, |last| end.max(later(last, spacing)))
+    }
+
+    /// The next instant the low-RDY rotation must look again: the earliest end of a turn or
+    /// idle deadline among the holders.
+    fn next_rotation(&self, now: Instant, ready: &[ConnId]) -> Instant {
+        let mut next: Option<Instant> = None;
+        for id in ready {
+            let slot = &self.slots[id];
+            if slot.rdy() == 0 {
+                continue;
+            }
+            let turn_end = slot
+                .granted_at
+                .filter(|_| !slot.yield_pending)
+                .map(|g| self.turn_end(g));
+            for t in turn_end.into_iter().chain(self.idle_deadline(*id)) {
+                next = Some(next.map_or(t, |n| n.min(t)));
+            }
+        }
+        // No holder (the budget is held by unanswered messages; their answers re-plan): look
+        // again after a redistribution interval anyway.
+        next.unwrap_or_else(|| later(now, self.config.rdy_redistribute_interval))
+            .max(now)
+    }
+
+    /// max_in_flight < connections: RDY 1 held in turns of `low_rdy_timeout` (shorter when
+    /// idle for `low_rdy_idle_timeout`); a freed turn goes to the connection that has waited
+    /// longest (never served first, ties broken at random), so the rotation is round-robin.
     fn plan_low(
         &mut self,
         now: Instant,
@@ -1513,19 +1829,45 @@ impl Consumer {
     ) {
         let m = self.max_in_flight as usize;
         let mut taken = vec![false; ready.len()];
+        // Turns end one at a time: only the longest-held of the holders whose turn is over
+        // (idle holders give up regardless).
+        let mut ending: Option<(Instant, usize, Turn)> = None;
         for (i, id) in ready.iter().enumerate() {
+            if self.slots[id].rdy() == 0 {
+                continue;
+            }
+            targets[i] = 1;
+            if !redistribute {
+                continue;
+            }
             let slot = &self.slots[id];
-            if slot.rdy() > 0 {
-                targets[i] = 1;
-                if redistribute {
-                    let held_too_long = slot.granted_at.is_some_and(|g| {
-                        now.saturating_duration_since(g) > self.config.low_rdy_timeout
-                    });
-                    if held_too_long || self.is_idle(now, *id) {
-                        targets[i] = 0;
-                        taken[i] = true;
-                    }
-                }
+            if slot.yield_pending && slot.unanswered() >= u64::from(slot.rdy()) {
+                // Its turn ended just after an answer; now its next message is here.
+                targets[i] = 0;
+                taken[i] = true;
+                continue;
+            }
+            let verdict = self.turn_verdict(now, *id);
+            if verdict == Turn::Keep {
+                continue;
+            }
+            if self.idle_deadline(*id).is_some_and(|t| t <= now) {
+                targets[i] = 0;
+                taken[i] = true;
+                continue;
+            }
+            let granted = self.slots[id].granted_at.unwrap_or(now);
+            if ending.is_none_or(|(g, _, _)| granted < g) {
+                ending = Some((granted, i, verdict));
+            }
+        }
+        if let Some((_, i, verdict)) = ending {
+            self.last_turn_end = Some(now);
+            if verdict == Turn::GiveUp {
+                targets[i] = 0;
+                taken[i] = true;
+            } else if let Some(slot) = self.slots.get_mut(ready[i]) {
+                slot.yield_pending = true;
             }
         }
         // Too many holders (max_in_flight was lowered): drop the longest-held.
@@ -1540,7 +1882,7 @@ impl Consumer {
         if free == 0 {
             return;
         }
-        // Waited longest first (never granted counts as longest), random among equals.
+        // Waited longest first (never served counts as longest), random among equals.
         let mut candidates: Vec<usize> = (0..ready.len())
             .filter(|&i| targets[i] == 0 && !taken[i])
             .collect();
@@ -1548,42 +1890,102 @@ impl Consumer {
             let j = self.rng.index(k + 1);
             candidates.swap(k, j);
         }
-        candidates.sort_by_key(|&i| self.slots[&ready[i]].granted_at);
+        candidates.sort_by_key(|&i| {
+            let s = &self.slots[&ready[i]];
+            (s.turns, s.released_at)
+        });
+        // Holders whose turn ended at this same instant: the one with fewer turns goes on.
         let mut again: Vec<usize> = (0..ready.len()).filter(|&i| taken[i]).collect();
         for k in (1..again.len()).rev() {
             let j = self.rng.index(k + 1);
             again.swap(k, j);
         }
+        again.sort_by_key(|&i| self.slots[&ready[i]].turns);
         for i in candidates.into_iter().chain(again) {
             if free == 0 {
                 break;
             }
             targets[i] = 1;
             free -= 1;
+            if taken[i] {
+                // Nobody else wants the turn: a new one starts for the same holder.
+                if let Some(slot) = self.slots.get_mut(ready[i]) {
+                    slot.granted_at = Some(now);
+                    slot.turns += 1;
+                    slot.yield_pending = false;
+                }
+            }
         }
     }
 
-    /// Sends the planned RDY values: every lowering first, then every raise, so the sum never
-    /// exceeds the plan's total on the way.
+    /// Sends the planned RDY values, each cut to the budget: a connection's reservation is
+    /// `max(RDY, unanswered messages)` (see [`Slot::unanswered`]) and the unanswered
+    /// messages cannot be taken back, so RDY above a connection's unanswered messages is
+    /// granted only out of `max_in_flight` minus every connection's unanswered messages and
+    /// the RDY granted before it (holders first, then raises). Every lowering goes out before
+    /// any raise. A target cut short is owed: the answer that frees budget plans again.
     fn apply(&mut self, now: Instant, ready: &[ConnId], targets: &[u32]) {
+        let m = u64::from(self.max_in_flight);
+        // A lowered RDY frees nothing yet: what nsqd may have sent under it stays committed
+        // (`Slot::transit`), so the budget counts every connection's current RDY.
+        let committed: u64 = self.slots.values().map(Slot::committed).sum();
+        let reserved: u64 = self
+            .slots
+            .values()
+            .map(|s| s.committed().max(u64::from(s.rdy())))
+            .sum();
+        let mut free = m.saturating_sub(reserved);
+        // At or over the limit with what is committed alone, no RDY may leave room for one
+        // more delivery anywhere.
+        let full = committed >= m;
+        let mut owed = false;
+        let grants: Vec<u32> = ready
+            .iter()
+            .zip(targets)
+            .map(|(id, &target)| {
+                let slot = &self.slots[id];
+                let current = slot.rdy();
+                let held = slot.committed();
+                let mut grant = target;
+                if target > current {
+                    let base = held.max(u64::from(current));
+                    let given = u64::from(target).saturating_sub(base).min(free);
+                    free -= given;
+                    grant = u32::try_from(base + given).map_or(target, |g| g.min(target));
+                }
+                if full {
+                    grant = grant.min(u32::try_from(held).unwrap_or(u32::MAX));
+                }
+                owed |= grant < target;
+                grant
+            })
+            .collect();
+        self.over_budget = committed > m;
+        self.owed = owed || self.over_budget;
         for pass in [true, false] {
-            for (id, &target) in ready.iter().zip(targets) {
+            for (id, &grant) in ready.iter().zip(&grants) {
                 let Some(slot) = self.slots.get_mut(*id) else {
                     continue;
                 };
                 let current = slot.rdy();
-                let lowering = target < current;
-                if target == current || lowering != pass {
+                if grant == current || (grant < current) != pass {
+                    continue;
+                }
+                if grant < current {
+                    slot.lower_rdy(now, *id, grant);
+                    self.flush(*id);
                     continue;
                 }
                 let Some(c) = slot.conn.as_mut() else {
                     continue;
                 };
-                match c.set_rdy(now, target) {
+                match c.set_rdy(now, grant) {
                     Ok(()) => {
                         slot.received_since_rdy = 0;
-                        if current == 0 && target > 0 {
+                        if current == 0 {
                             slot.granted_at = Some(now);
+                            slot.turns += 1;
+                            slot.yield_pending = false;
                         }
                     }
                     Err(e) => tracing::debug!(conn = %id, error = %e, "RDY not sent"),
@@ -1591,6 +1993,33 @@ impl Consumer {
                 self.flush(*id);
             }
         }
+    }
+
+    /// Before an answer to message `id` on `conn` goes out: while more messages are
+    /// unanswered than `max_in_flight` allows (it was lowered, or RDY moved), an answer must
+    /// not open room for a delivery, so RDY on `conn` is lowered first, on the wire ahead of
+    /// the FIN/REQ.
+    fn before_answer(&mut self, now: Instant, conn: ConnId, id: &MessageId) {
+        if !self.over_budget {
+            return;
+        }
+        let committed: u64 = self.slots.values().map(Slot::committed).sum();
+        if committed <= u64::from(self.max_in_flight) {
+            return;
+        }
+        let Some(slot) = self.slots.get_mut(conn) else {
+            return;
+        };
+        let rdy = slot.rdy();
+        let Some(c) = slot.conn.as_ref() else {
+            return;
+        };
+        let f = c.in_flight();
+        if !c.is_in_flight(id) || rdy == 0 || (rdy as usize) < f {
+            return;
+        }
+        let lower = u32::try_from(f - 1).unwrap_or(0).min(rdy);
+        slot.lower_rdy(now, conn, lower);
     }
 
     // ------------------------------------------------------------ lookupd

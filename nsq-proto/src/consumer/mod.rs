@@ -68,7 +68,8 @@ mod stats;
 pub use config::ConsumerConfig;
 pub use lookupd::{LookupdAddress, LookupdAddressError, LookupdError, LookupdResponseParser};
 pub use machine::{
-    Action, ConnId, Consumer, ConsumerError, ConsumerEvent, ConsumerStats, LookupdRequestId,
+    ANSWER_FAILURE_BURST, ANSWER_FAILURE_WINDOW, Action, ConnId, Consumer, ConsumerError,
+    ConsumerEvent, ConsumerStats, LookupdRequestId,
 };
 pub use policy::{BackoffStrategy, ReconnectSchedule};
 pub use stats::{NsqdState, NsqdStats};

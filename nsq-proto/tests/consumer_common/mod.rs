@@ -41,6 +41,8 @@ pub struct NsqdState {
     /// Keep the queue topped up to this many messages (steady traffic).
     pub steady: usize,
     pub msg_timeout: Duration,
+    /// The max_msg_timeout announced in IDENTIFY's reply.
+    pub max_msg_timeout: Duration,
     pub delivered: u64,
     pub connects: Vec<Instant>,
 }
@@ -69,6 +71,8 @@ pub enum Handler {
     RequeueBackoff,
     RequeueNoBackoff,
     Hold,
+    /// A busy handler: each message is finished this long after it arrived.
+    FinishAfter(Duration),
 }
 
 pub struct World {
@@ -80,15 +84,29 @@ pub struct World {
     pub lookupds: BTreeMap<String, FakeLookupd>,
     pub events: Vec<ConsumerEvent>,
     pub held: Vec<(ConnId, Message)>,
+    /// Messages in a [`Handler::FinishAfter`] handler, with the instant they are finished.
+    pub busy: Vec<(Instant, ConnId, Message)>,
     pub handler: Handler,
     /// Allowed total RDY while a max_in_flight change is being applied.
     limit: u32,
+    /// Allowed total of messages in flight as the servers see them: max_in_flight, or
+    /// (after max_in_flight was lowered below what was in flight) what is in flight, never
+    /// growing until it is back under max_in_flight.
+    inflight_limit: u32,
     pub max_total_rdy_seen: u32,
+    pub max_total_in_flight_seen: u32,
     pub violations: Vec<String>,
     pub received_per_addr: BTreeMap<String, u64>,
     pub last_served: BTreeMap<String, Instant>,
     pub served_at: BTreeMap<String, Vec<Instant>>,
     pub lookupd_requests: Vec<(LookupdRequestId, String)>,
+    /// How long the servers' bytes take to reach the consumer (commands reach the servers at
+    /// once): messages nsqd sent before it read a lower RDY arrive after it.
+    pub latency: Duration,
+    /// Server bytes on their way to the consumer.
+    wire: VecDeque<(Instant, ConnId, Bytes)>,
+    /// When steady queues are topped up next.
+    next_traffic: Instant,
 }
 
 pub const HEARTBEAT: Duration = Duration::from_secs(30);
@@ -103,6 +121,7 @@ impl NsqdState {
             queue: VecDeque::new(),
             steady: 0,
             msg_timeout: Duration::from_secs(60),
+            max_msg_timeout: Duration::from_secs(15 * 60),
             delivered: 0,
             connects: Vec::new(),
         }
@@ -124,6 +143,7 @@ impl FakeConn {
             peer: FakeNsqd::new(FakeNsqdConfig {
                 max_rdy_count: i64::from(nsqd.max_rdy),
                 msg_timeout_ms: nsqd.msg_timeout.as_millis() as i64,
+                max_msg_timeout_ms: nsqd.max_msg_timeout.as_millis() as i64,
                 ..FakeNsqdConfig::default()
             }),
             log: Vec::new(),
@@ -228,14 +248,20 @@ impl World {
             lookupds: BTreeMap::new(),
             events: Vec::new(),
             held: Vec::new(),
+            busy: Vec::new(),
             handler: Handler::Finish,
             limit,
+            inflight_limit: limit,
             max_total_rdy_seen: 0,
+            max_total_in_flight_seen: 0,
             violations: Vec::new(),
             received_per_addr: BTreeMap::new(),
             last_served: BTreeMap::new(),
             served_at: BTreeMap::new(),
             lookupd_requests: Vec::new(),
+            latency: Duration::ZERO,
+            wire: VecDeque::new(),
+            next_traffic: now,
         }
     }
 
@@ -281,6 +307,16 @@ impl World {
             .map(|(id, _)| *id)
     }
 
+    /// Messages in flight as the servers see them (delivered, not yet answered, requeued
+    /// or timed out), over every live connection.
+    pub fn server_total_in_flight(&self) -> u32 {
+        self.conns
+            .values()
+            .filter(|c| !c.dead)
+            .map(|c| c.in_flight.len() as u32)
+            .sum()
+    }
+
     fn check_rdy(&mut self) {
         let total = self.server_total_rdy();
         self.max_total_rdy_seen = self.max_total_rdy_seen.max(total);
@@ -288,6 +324,21 @@ impl World {
             self.violations
                 .push(format!("total RDY {total} > max_in_flight {}", self.limit));
         }
+        self.check_in_flight();
+    }
+
+    /// max_in_flight bounds the messages in flight, not only RDY.
+    fn check_in_flight(&mut self) {
+        let total = self.server_total_in_flight();
+        self.max_total_in_flight_seen = self.max_total_in_flight_seen.max(total);
+        if total > self.inflight_limit {
+            self.violations.push(format!(
+                "{total} messages in flight > max_in_flight {} (allowed {})",
+                self.limit, self.inflight_limit
+            ));
+        }
+        let m = self.consumer.max_in_flight();
+        self.inflight_limit = m.max(self.inflight_limit.min(total));
     }
 
     /// Runs every queued action and event until nothing is left.
@@ -307,9 +358,23 @@ impl World {
                 }
                 let nsqd = self.nsqds.get_mut(&conn.addr).unwrap();
                 conn.deliver(self.now, nsqd);
+                self.check_in_flight();
+                let conn = self.conns.get_mut(&id).unwrap();
                 let out = conn.peer.take_output();
                 if !out.is_empty() {
                     progressed = true;
+                    if self.latency.is_zero() {
+                        let mut data = BytesMut::from(&out[..]);
+                        self.consumer.handle_input(self.now, id, &mut data);
+                    } else {
+                        self.wire.push_back((self.now + self.latency, id, out));
+                    }
+                }
+            }
+            while self.wire.front().is_some_and(|(t, _, _)| *t <= self.now) {
+                let (_, id, out) = self.wire.pop_front().unwrap();
+                progressed = true;
+                if self.conns.get(&id).is_some_and(|c| !c.dead) {
                     let mut data = BytesMut::from(&out[..]);
                     self.consumer.handle_input(self.now, id, &mut data);
                 }
@@ -470,9 +535,29 @@ impl World {
                         .unwrap();
                 }
                 Handler::Hold => self.held.push((conn, message)),
+                Handler::FinishAfter(d) => self.busy.push((self.now + d, conn, message)),
             }
         }
         self.events.push(event);
+    }
+
+    /// Finishes the [`Handler::FinishAfter`] messages whose time has come, oldest first.
+    fn finish_busy(&mut self) {
+        let now = self.now;
+        let mut due: Vec<(Instant, ConnId, Message)> = Vec::new();
+        self.busy.retain(|b| {
+            if b.0 <= now {
+                due.push(b.clone());
+                false
+            } else {
+                true
+            }
+        });
+        due.sort_by_key(|b| b.0);
+        for (_, conn, m) in due {
+            let _ = self.consumer.finish(now, conn, &m.id);
+            self.settle();
+        }
     }
 
     /// Finishes every held message.
@@ -485,6 +570,7 @@ impl World {
 
     pub fn set_max_in_flight(&mut self, n: u32) {
         self.limit = self.limit.max(n);
+        self.inflight_limit = n.max(self.server_total_in_flight());
         self.consumer.set_max_in_flight(self.now, n);
         self.settle();
         self.limit = n;
@@ -503,12 +589,16 @@ impl World {
             .nsqds
             .values()
             .any(|n| n.steady > 0)
-            .then(|| self.now + TRAFFIC_TICK);
+            .then(|| self.next_traffic.max(self.now));
+        let handlers = self.busy.iter().map(|(t, _, _)| *t).min();
+        let wire = self.wire.front().map(|(t, _, _)| *t);
         self.consumer
             .poll_timeout()
             .into_iter()
             .chain(servers)
             .chain(traffic)
+            .chain(handlers)
+            .chain(wire)
             .min()
     }
 
@@ -524,6 +614,7 @@ impl World {
             self.fire_servers();
             self.consumer.handle_timeout(self.now);
             self.settle();
+            self.finish_busy();
         }
         self.now = self.now.max(until);
         self.settle();
@@ -536,10 +627,13 @@ impl World {
 
     fn fire_servers(&mut self) {
         let now = self.now;
-        for nsqd in self.nsqds.values_mut() {
-            if nsqd.queue.len() < nsqd.steady {
-                let missing = nsqd.steady - nsqd.queue.len();
-                nsqd.push(missing, 1);
+        if now >= self.next_traffic {
+            self.next_traffic = now + TRAFFIC_TICK;
+            for nsqd in self.nsqds.values_mut() {
+                if nsqd.queue.len() < nsqd.steady {
+                    let missing = nsqd.steady - nsqd.queue.len();
+                    nsqd.push(missing, 1);
+                }
             }
         }
         for (id, c) in &mut self.conns {
