@@ -19,7 +19,7 @@
 //! * [`log_consumer_event`] / [`log_producer_event`]: the `tracing` output for the events an
 //!   adapter does not act on itself, so every adapter logs the same things at the same levels.
 //! * [`Links`] / [`Transport`]: performing the core's actions (which connection has which
-//!   runtime handle), and [`os_hostname`] / [`seed_from_entropy`]: the OS hostname and the RNG
+//!   runtime handle), and [`hostname_from_os`] / [`seed_or_fallback`]: the hostname and the RNG
 //!   seed from what the adapter reads from the OS.
 //! * [`Outbox`]: gathers the bytes for one connection during one wake-up into one write.
 //! * [`AdapterConfig`], [`consumer_config`], [`producer_config`]: a [`Config`] turned into the
@@ -65,9 +65,9 @@ mod hostname;
 mod links;
 mod seed;
 pub use builder::{ConsumerBuilder, ProducerBuilder, Runtime};
-pub use hostname::{HOSTNAME_FILES, HOSTNAME_VARS, os_hostname};
+pub use hostname::hostname_from_os;
 pub use links::{Links, Transport};
-pub use seed::seed_from_entropy;
+pub use seed::{seed_from_entropy, seed_or_fallback};
 
 // ------------------------------------------------------------------------------- answers
 

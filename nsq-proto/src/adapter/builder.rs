@@ -57,7 +57,7 @@ pub trait Runtime {
     type Producer;
 
     /// The OS hostname, sent in IDENTIFY when the configuration names none (the adapter reads
-    /// it, typically with [`os_hostname`](super::os_hostname)).
+    /// it, typically `gethostname::gethostname()` through [`hostname_from_os`](super::hostname_from_os)).
     fn os_hostname() -> Option<String>;
 
     /// Reads a file the configuration names (TLS certificates and keys): `std::fs::read`.
