@@ -10,21 +10,33 @@
 //! on. This decoder keeps the partial chunk, bounds every allocation by the chunk header it has
 //! checked, and hands out plaintext in bounded pulls.
 
+#[cfg(feature = "snappy")]
 use bytes::{Buf, BufMut, BytesMut};
 use std::fmt;
 
+#[cfg(not(feature = "snappy"))]
+pub(crate) use super::disabled::snappy::{SnappyDecoder, SnappyEncoder};
+
+#[cfg(feature = "snappy")]
 const CHUNK_COMPRESSED: u8 = 0x00;
+#[cfg(feature = "snappy")]
 const CHUNK_UNCOMPRESSED: u8 = 0x01;
+#[cfg(feature = "snappy")]
 const CHUNK_PADDING: u8 = 0xfe;
+#[cfg(feature = "snappy")]
 const CHUNK_STREAM_ID: u8 = 0xff;
+#[cfg(feature = "snappy")]
 const STREAM_ID_BODY: &[u8; 6] = b"sNaPpY";
 /// The stream identifier chunk, written once at the start of every stream.
+#[cfg(feature = "snappy")]
 const STREAM_ID_CHUNK: &[u8; 10] = b"\xff\x06\x00\x00sNaPpY";
 
 /// Largest uncompressed payload of one data chunk (64 KiB).
+#[cfg(feature = "snappy")]
 pub(crate) const MAX_BLOCK: usize = 65_536;
 
 /// Largest data-chunk length accepted: checksum plus the worst case of a compressed block.
+#[cfg(feature = "snappy")]
 fn max_chunk_len() -> usize {
     4 + snap::raw::max_compress_len(MAX_BLOCK)
 }
@@ -96,6 +108,7 @@ impl fmt::Display for SnappyError {
 impl std::error::Error for SnappyError {}
 
 /// Incremental decoder: push compressed bytes in, pull plaintext out one chunk at a time.
+#[cfg(feature = "snappy")]
 #[derive(Default)]
 pub(crate) struct SnappyDecoder {
     input: BytesMut,
@@ -105,6 +118,7 @@ pub(crate) struct SnappyDecoder {
     decoder: snap::raw::Decoder,
 }
 
+#[cfg(feature = "snappy")]
 impl fmt::Debug for SnappyDecoder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SnappyDecoder")
@@ -114,6 +128,7 @@ impl fmt::Debug for SnappyDecoder {
     }
 }
 
+#[cfg(feature = "snappy")]
 impl SnappyDecoder {
     /// Appends compressed bytes.
     pub(crate) fn push(&mut self, data: &[u8]) {
@@ -225,11 +240,13 @@ impl SnappyDecoder {
 }
 
 /// Encoder: every call writes whole chunks, so each batch is decodable on its own.
+#[cfg(feature = "snappy")]
 pub(crate) struct SnappyEncoder {
     wrote_stream_id: bool,
     encoder: snap::raw::Encoder,
 }
 
+#[cfg(feature = "snappy")]
 impl Default for SnappyEncoder {
     fn default() -> Self {
         SnappyEncoder {
@@ -239,6 +256,7 @@ impl Default for SnappyEncoder {
     }
 }
 
+#[cfg(feature = "snappy")]
 impl fmt::Debug for SnappyEncoder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SnappyEncoder")
@@ -247,6 +265,7 @@ impl fmt::Debug for SnappyEncoder {
     }
 }
 
+#[cfg(feature = "snappy")]
 impl SnappyEncoder {
     /// Appends the framed encoding of `data` to `out`.
     pub(crate) fn encode(&mut self, data: &[u8], out: &mut BytesMut) {
@@ -283,16 +302,19 @@ impl SnappyEncoder {
 
 /// CRC-32C (Castagnoli) of `data`: the `crc32c` crate, which uses the CPU's CRC instructions
 /// (SSE 4.2, ARMv8) where present and a table-driven fallback elsewhere.
+#[cfg(feature = "snappy")]
 pub(crate) fn crc32c(data: &[u8]) -> u32 {
     crc32c::crc32c(data)
 }
 
 /// The masked checksum the snappy framing format stores.
+#[cfg(feature = "snappy")]
 pub(crate) fn masked_crc32c(data: &[u8]) -> u32 {
     let crc = crc32c(data);
     crc.rotate_right(15).wrapping_add(0xa282_ead8)
 }
 
+#[cfg(feature = "snappy")]
 #[cfg(test)]
 mod tests {
     use super::*;
