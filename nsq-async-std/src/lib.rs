@@ -103,8 +103,8 @@
 //! Errors are typed ([`Error`]): `Server` (nsqd's error code), `ConnectionLost`, `Timeout`,
 //! `InvalidName`/`InvalidInput`, `NoServerAvailable`, `Backpressure`, `Closed`.
 //!
-//! Runnable program: `cargo run -p nsq-async-std --example quickstart` (starts an in-process
-//! test broker when no `--nsqd-tcp-address` is given).
+//! Runnable program: `cargo run -p nsq-async-std --example quickstart_async_std` (starts an
+//! in-process test broker when no `--nsqd-tcp-address` is given).
 
 mod consumer;
 mod driver;

@@ -100,8 +100,8 @@
 //! Errors are typed ([`Error`]): `Server` (nsqd's error code), `ConnectionLost`, `Timeout`,
 //! `InvalidName`/`InvalidInput`, `NoServerAvailable`, `Backpressure`, `Closed`, `Config`.
 //!
-//! Runnable program: `cargo run -p nsq-blocking --example quickstart` (starts the in-process
-//! test broker when no `--nsqd-tcp-address` is given).
+//! Runnable program: `cargo run -p nsq-blocking --example quickstart_blocking` (starts the
+//! in-process test broker when no `--nsqd-tcp-address` is given).
 
 mod consumer;
 mod driver;

@@ -2,8 +2,8 @@
 //! on plain threads).
 //!
 //! ```text
-//! cargo run -p nsq-blocking --example quickstart                      # in-process test broker
-//! cargo run -p nsq-blocking --example quickstart -- --nsqd-tcp-address=127.0.0.1:4150
+//! cargo run -p nsq-blocking --example quickstart_blocking  # in-process test broker
+//! cargo run -p nsq-blocking --example quickstart_blocking -- --nsqd-tcp-address=127.0.0.1:4150
 //! ```
 //!
 //! Without `--nsqd-tcp-address` it starts the in-process test nsqd from `tests/` (crate

@@ -2,9 +2,9 @@
 //! on async-std or smol).
 //!
 //! ```text
-//! cargo run -p nsq-async-std --example quickstart                      # in-process test broker
-//! cargo run -p nsq-async-std --example quickstart -- --nsqd-tcp-address=127.0.0.1:4150
-//! cargo run -p nsq-async-std --example quickstart -- --runtime=smol    # default: async-std
+//! cargo run -p nsq-async-std --example quickstart_async_std  # in-process test broker
+//! cargo run -p nsq-async-std --example quickstart_async_std -- --nsqd-tcp-address=127.0.0.1:4150
+//! cargo run -p nsq-async-std --example quickstart_async_std -- --runtime=smol  # default: async-std
 //! ```
 //!
 //! Without `--nsqd-tcp-address` it starts the in-process test nsqd from `tests/` (crate
