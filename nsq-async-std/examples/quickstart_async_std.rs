@@ -29,6 +29,15 @@ fn main() {
             std::process::exit(2);
         }
     };
+    // Log lines (connections, failures) on stderr; RUST_LOG sets the level (default: info).
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .init();
     let result = match flags.get("runtime").map_or("async-std", String::as_str) {
         "async-std" => async_std::task::block_on(run(&flags)),
         "smol" => smol::block_on(run(&flags)),

@@ -7,7 +7,7 @@ use futures_lite::Stream;
 use nsq_proto::Config;
 use nsq_proto::adapter::{
     Answer, AnswerKind, AnswerSink, ConsumerSetup, Delivery, Error, GiveUpHook, HandlerError,
-    IntoChannel, IntoTopic, Origin, StopReport, log_consumer_event,
+    IntoChannel, IntoTopic, Origin, StopReport, log_consumer_event, log_max_in_flight,
 };
 use nsq_proto::consumer::{ConnId, ConsumerError, ConsumerEvent, ConsumerStats};
 use std::collections::BTreeMap;
@@ -26,6 +26,8 @@ type Reply<T> = driver::OneshotTx<T>;
 enum Control {
     AddNsqd(String, Reply<Result<(), ConsumerError>>),
     AddLookupd(String, Reply<Result<(), ConsumerError>>),
+    DisconnectNsqd(String, Reply<Result<(), ConsumerError>>),
+    DisconnectLookupd(String, Reply<Result<(), ConsumerError>>),
     SetMaxInFlight(u32),
     Stop(Reply<StopReport>),
     /// Every handle is gone: shut down gracefully.
@@ -96,7 +98,7 @@ pub type Message = Delivery<AnswerChannel>;
 pub type ConsumerBuilder = nsq_proto::adapter::ConsumerBuilder<AsyncStd>;
 
 /// Validates `setup` and starts the driver thread ([`ConsumerBuilder::build`]).
-pub(crate) fn start(setup: ConsumerSetup) -> Result<Consumer, Error> {
+pub(crate) fn start(setup: ConsumerSetup<Message>) -> Result<Consumer, Error> {
     let start = setup.start(Instant::now(), driver::random_seed)?;
     let inbox = driver::Inbox::new();
     let (msg_tx, msg_rx) = async_channel::unbounded();
@@ -117,7 +119,8 @@ pub(crate) fn start(setup: ConsumerSetup) -> Result<Consumer, Error> {
     };
     let net = Net::new(start.dial_timeout, start.write_timeout);
     // The driver thread is this adapter's runtime.
-    driver::spawn("nsq-consumer", logic, inbox, net).map_err(|_| Error::NoRuntime)?;
+    driver::spawn("nsq-consumer", logic, inbox, net, start.span)
+        .map_err(|e| Error::Spawn(e.to_string()))?;
     let handle = ConsumerHandle {
         guard: Arc::new(HandleGuard(shared.clone())),
     };
@@ -132,7 +135,8 @@ pub(crate) fn start(setup: ConsumerSetup) -> Result<Consumer, Error> {
 
 // ---------------------------------------------------------------------------------- handles
 
-/// A cloneable control handle of a [`Consumer`] (stop it, change max_in_flight, add servers)
+/// A cloneable control handle of a [`Consumer`] (stop it, change max_in_flight, add or remove
+/// servers)
 /// usable while another task reads the messages.
 #[derive(Clone)]
 pub struct ConsumerHandle {
@@ -204,6 +208,51 @@ impl ConsumerHandle {
         Ok(())
     }
 
+    /// Stops consuming from an nsqd added with [`connect_to_nsqd`](Self::connect_to_nsqd) or
+    /// the builder's `nsqd` (go-nsq's `DisconnectFromNSQD`): CLS is sent, the messages in
+    /// flight on it can still be answered and it closes once they are (or after the
+    /// connection's `drain_timeout`; nsqd then redelivers what is left), its RDY goes to the
+    /// other connections at once, and it is not reconnected. Resolves once the command is applied, not when the
+    /// connection has drained:
+    /// [`stats`](Self::stats) shows it as [`NsqdState::Closing`](crate::NsqdState::Closing)
+    /// until it has drained.
+    ///
+    /// Errors: [`Error::Consumer`] with
+    /// [`NsqdNotConfigured`](nsq_proto::consumer::ConsumerError::NsqdNotConfigured) for an
+    /// address not configured (or already disconnected from), or
+    /// [`NsqdDiscovered`](nsq_proto::consumer::ConsumerError::NsqdDiscovered) for one known only
+    /// through nsqlookupd (disconnect from the lookupd instead); [`Error::InvalidInput`] for an
+    /// address that is not `host:port`; [`Error::Closed`] once the consumer is stopping.
+    pub async fn disconnect_from_nsqd(&self, addr: &str) -> Result<(), Error> {
+        let (tx, rx) = driver::oneshot();
+        self.control(Control::DisconnectNsqd(addr.to_owned(), tx))?;
+        rx.recv()
+            .await
+            .map_err(|_| Error::Closed)?
+            .map_err(Error::from)
+    }
+
+    /// Stops polling an nsqlookupd added with [`connect_to_lookupd`](Self::connect_to_lookupd)
+    /// or the builder's `lookupd` (go-nsq's `DisconnectFromNSQLookupd`); `addr` is matched as
+    /// `connect_to_lookupd` reads it. The nsqd that only it listed stay connected until their
+    /// connection ends, and are not reconnected.
+    ///
+    /// Errors: [`Error::Consumer`] with
+    /// [`LookupdNotConfigured`](nsq_proto::consumer::ConsumerError::LookupdNotConfigured) for
+    /// a lookupd not configured, or
+    /// [`LastLookupd`](nsq_proto::consumer::ConsumerError::LastLookupd) for the only one
+    /// configured (as go-nsq: discovery would stop; connect its replacement first);
+    /// [`Error::InvalidInput`] for an address that does not parse; [`Error::Closed`] once the
+    /// consumer is stopping.
+    pub async fn disconnect_from_lookupd(&self, addr: &str) -> Result<(), Error> {
+        let (tx, rx) = driver::oneshot();
+        self.control(Control::DisconnectLookupd(addr.to_owned(), tx))?;
+        rx.recv()
+            .await
+            .map_err(|_| Error::Closed)?
+            .map_err(Error::from)
+    }
+
     /// Changes max_in_flight at runtime (0 pauses the consumer).
     pub fn set_max_in_flight(&self, n: u32) {
         let _ = self.control(Control::SetMaxInFlight(n));
@@ -215,20 +264,21 @@ impl ConsumerHandle {
         self.shared().starved.load(Ordering::Relaxed)
     }
 
-    /// A snapshot of the counters (updated after every wake-up of the driver).
+    /// A snapshot of the counters, in total and per nsqd (updated after every wake-up of the
+    /// driver).
     pub fn stats(&self) -> ConsumerStats {
-        *self
-            .shared()
+        self.shared()
             .stats
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Graceful shutdown: CLS on every connection, no new messages are handed out (those not
     /// yet taken are requeued by the next [`Consumer::recv`], or by dropping the
     /// [`Consumer`]: a consumer that is neither read nor dropped holds them until
-    /// `close_timeout`), messages already handed out can still be answered; resolves
-    /// once every connection has drained or the consumer's `close_timeout` passed, with the
+    /// `drain_timeout`), messages already handed out can still be answered; resolves
+    /// once every connection has drained or the consumer's `drain_timeout` passed, with the
     /// number of messages left unanswered (nsqd redelivers them).
     pub async fn stop(&self) -> StopReport {
         let (tx, rx) = driver::oneshot();
@@ -285,6 +335,29 @@ impl MessageReceiver {
 /// Read messages with [`recv`](Self::recv) or as a [`Stream`], or hand them to a handler with
 /// [`run`](Self::run). Control it from other tasks through a [`ConsumerHandle`]
 /// ([`handle`](Self::handle)).
+///
+/// As with go-nsq, servers can be added and removed while it runs:
+/// [`connect_to_nsqd`](Self::connect_to_nsqd) / [`connect_to_lookupd`](Self::connect_to_lookupd),
+/// and [`disconnect_from_nsqd`](Self::disconnect_from_nsqd) (CLS is sent, the messages in
+/// flight on that nsqd can still be answered, its RDY goes to the other connections, and it
+/// is not reconnected) / [`disconnect_from_lookupd`](Self::disconnect_from_lookupd) (the nsqd
+/// only that lookupd listed are dropped once their connection ends; the last lookupd cannot
+/// be removed). [`stats`](Self::stats) is a [`ConsumerStats`] snapshot: totals (received,
+/// finished, requeued, in flight, reconnects, RDY, backoff level) and one
+/// [`NsqdStats`](crate::NsqdStats) per nsqd (state, RDY, in flight, its own counters).
+///
+/// ```no_run
+/// # async fn example(consumer: &nsq_async_std::Consumer) -> Result<(), nsq_async_std::Error> {
+/// consumer.disconnect_from_nsqd("10.0.0.7:4150").await?; // being decommissioned
+/// for nsqd in &consumer.stats().nsqd {
+///     println!(
+///         "{} {:?} rdy={} in_flight={} received={} reconnects={}",
+///         nsqd.address, nsqd.state, nsqd.rdy, nsqd.in_flight, nsqd.received, nsqd.reconnects
+///     );
+/// }
+/// # Ok(())
+/// # }
+/// ```
 pub struct Consumer {
     receiver: MessageReceiver,
     handle: ConsumerHandle,
@@ -365,6 +438,16 @@ impl Consumer {
         S: AsRef<str>,
     {
         self.handle.connect_to_lookupds(addrs).await
+    }
+
+    /// See [`ConsumerHandle::disconnect_from_nsqd`].
+    pub async fn disconnect_from_nsqd(&self, addr: &str) -> Result<(), Error> {
+        self.handle.disconnect_from_nsqd(addr).await
+    }
+
+    /// See [`ConsumerHandle::disconnect_from_lookupd`].
+    pub async fn disconnect_from_lookupd(&self, addr: &str) -> Result<(), Error> {
+        self.handle.disconnect_from_lookupd(addr).await
     }
 
     /// See [`ConsumerHandle::set_max_in_flight`].
@@ -476,7 +559,7 @@ struct ConsumerLogic {
     msg_tx: Option<async_channel::Sender<Message>>,
     origins: BTreeMap<ConnId, Arc<Origin<AnswerChannel>>>,
     stop_waiters: Vec<Reply<StopReport>>,
-    give_up: Option<GiveUpHook>,
+    give_up: Option<GiveUpHook<Message>>,
     report: Option<StopReport>,
 }
 
@@ -512,10 +595,19 @@ impl Logic for ConsumerLogic {
                 Control::AddNsqd(a, reply) => {
                     let _ = reply.try_send(self.core.add_nsqd(now, &a));
                 }
+                Control::DisconnectNsqd(a, reply) => {
+                    let _ = reply.try_send(self.core.disconnect_from_nsqd(now, &a));
+                }
+                Control::DisconnectLookupd(a, reply) => {
+                    let _ = reply.try_send(self.core.disconnect_from_lookupd(now, &a));
+                }
                 Control::AddLookupd(a, reply) => {
                     let _ = reply.try_send(self.core.add_lookupd(now, &a));
                 }
-                Control::SetMaxInFlight(n) => self.core.set_max_in_flight(now, n),
+                Control::SetMaxInFlight(n) => {
+                    log_max_in_flight(n);
+                    self.core.set_max_in_flight(now, n);
+                }
                 Control::Stop(reply) => {
                     self.stop_waiters.push(reply);
                     self.begin_stop(now);
@@ -536,7 +628,7 @@ impl Logic for ConsumerLogic {
     }
 
     fn event(&mut self, now: Instant, event: ConsumerEvent) {
-        log_consumer_event(&event);
+        log_consumer_event(&event, |c| self.origins.get(&c).map(|o| o.addr()));
         match event {
             ConsumerEvent::Message { conn, message } => {
                 let origin = match self.origins.get(&conn) {
@@ -565,9 +657,13 @@ impl Logic for ConsumerLogic {
                         .apply(&mut self.core, now);
                 }
             }
-            ConsumerEvent::GaveUp { message, .. } => {
+            ConsumerEvent::GaveUp { conn, message } => {
                 if let Some(hook) = &self.give_up {
-                    hook(&message);
+                    let origin = match self.origins.get(&conn) {
+                        Some(o) => o.clone(),
+                        None => Origin::new("", AnswerChannel(self.shared.clone())),
+                    };
+                    hook(&Delivery::given_up(conn, message, origin));
                 }
             }
             ConsumerEvent::Closed { leftovers } => {
@@ -581,11 +677,14 @@ impl Logic for ConsumerLogic {
         self.shared
             .starved
             .store(self.core.is_starved(), Ordering::Relaxed);
-        *self
-            .shared
-            .stats
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = self.core.stats();
+        // Written in place: no allocation once the snapshot has room for every nsqd.
+        self.core.stats_into(
+            &mut self
+                .shared
+                .stats
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
     }
 
     fn done(&self) -> bool {

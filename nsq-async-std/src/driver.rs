@@ -151,14 +151,14 @@ fn poll_link_in_span(
         match fut.as_mut().poll(cx) {
             Poll::Pending => {
                 if link.dial_deadline.is_some_and(|d| d <= now) {
-                    tracing::warn!("connect timed out");
+                    tracing::debug!("connect timed out");
                     report(Io::ConnectFailed("connect timed out".to_owned()));
                     return (true, true);
                 }
                 return (false, false);
             }
             Poll::Ready(Err(e)) => {
-                tracing::warn!(error = %e, "connect failed");
+                tracing::debug!(error = %e, "connect failed");
                 report(Io::ConnectFailed(e.to_string()));
                 return (true, true);
             }
@@ -285,7 +285,7 @@ impl Transport for Sockets {
     type Lookup = Link;
 
     fn connect(&mut self, conn: ConnId, addr: &str) -> Link {
-        let span = tracing::info_span!("nsqd", %conn, %addr);
+        let span = nsq_proto::adapter::connection_span(conn, addr);
         Link::new(addr.to_owned(), Some(self.now + self.dial_timeout), span)
     }
 
@@ -306,7 +306,7 @@ impl Transport for Sockets {
     }
 
     fn lookup(&mut self, request: LookupdRequestId, addr: &str, data: Bytes) -> Link {
-        let span = tracing::debug_span!("nsqlookupd", %request, %addr);
+        let span = nsq_proto::adapter::lookupd_span(request, addr);
         let mut link = Link::new(addr.to_owned(), None, span);
         link.queue.push_back(data);
         link.read_buf = BytesMut::zeroed(16 * 1024);
@@ -369,7 +369,7 @@ impl Net {
             let (p, finished) = poll_link(link, cx, now, write_timeout, &mut |io| match io {
                 Io::Connected => {}
                 Io::ConnectFailed(reason) | Io::Failed(reason) => {
-                    tracing::warn!(%reason, "lookupd request failed");
+                    tracing::debug!(%reason, "lookupd request failed");
                     m.handle_lookupd_failed(now, request, &reason);
                     over = true;
                 }
@@ -550,16 +550,17 @@ fn drain<L: Logic>(logic: &mut L, net: &mut Net, now: Instant) -> bool {
     }
 }
 
-/// Starts a driver on its own thread.
+/// Starts a driver on its own thread, inside its client's `span` for its whole life.
 pub(crate) fn spawn<L: Logic>(
     name: &str,
     logic: L,
     inbox: Arc<Inbox<L::Input>>,
     net: Net,
+    span: tracing::Span,
 ) -> io::Result<()> {
     std::thread::Builder::new()
         .name(name.to_owned())
-        .spawn(move || async_io::block_on(run(logic, inbox, net)))
+        .spawn(move || span.in_scope(|| async_io::block_on(run(logic, inbox, net))))
         .map(drop)
 }
 

@@ -74,7 +74,8 @@ pub(crate) fn start(setup: ProducerSetup) -> Result<Producer, Error> {
     };
     let net = Net::new(start.dial_timeout, start.write_timeout);
     // The driver thread is this adapter's runtime.
-    driver::spawn("nsq-producer", logic, inbox.clone(), net).map_err(|_| Error::NoRuntime)?;
+    driver::spawn("nsq-producer", logic, inbox.clone(), net, start.span)
+        .map_err(|e| Error::Spawn(e.to_string()))?;
     Ok(Producer {
         inner: Arc::new(Inner { inbox, stats }),
     })
@@ -161,7 +162,7 @@ impl Producer {
     }
 
     /// Graceful close for every clone: no new publishes; outstanding ones are sent and
-    /// answered (bounded by `close_timeout`); then every connection is closed.
+    /// answered (bounded by `drain_timeout`); then every connection is closed.
     pub async fn close(&self) {
         let (tx, rx) = driver::oneshot();
         if self.inner.inbox.send(Input::Close(tx)).is_ok() {

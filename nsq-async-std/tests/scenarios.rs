@@ -96,7 +96,11 @@ impl<R: Runtime> s::Producer for AsyncProducer<R> {
         map(R::block_on(self.p.publish(topic, body.to_vec())))
     }
     fn publish_typed(&self, topic: &str, body: &[u8]) -> s::ClientResult<()> {
-        let topic = map(Topic::new(topic).map_err(Error::InvalidName))?;
+        let typed = Topic::new(topic).map_err(|reason| Error::InvalidTopic {
+            name: topic.to_owned(),
+            reason,
+        });
+        let topic = map(typed)?;
         map(R::block_on(self.p.publish(&topic, body.to_vec())))
     }
     fn multi_publish(&self, topic: &str, bodies: Vec<Vec<u8>>) -> s::ClientResult<()> {
@@ -162,6 +166,12 @@ impl<R: Runtime> s::Consumer for AsyncConsumer<R> {
     fn connect_to_nsqd(&self, addr: &str) -> s::ClientResult<()> {
         map(R::block_on(self.c.connect_to_nsqd(addr)))
     }
+    fn disconnect_from_nsqd(&self, addr: &str) -> s::ClientResult<()> {
+        map(R::block_on(self.c.disconnect_from_nsqd(addr)))
+    }
+    fn disconnect_from_lookupd(&self, addr: &str) -> s::ClientResult<()> {
+        map(R::block_on(self.c.disconnect_from_lookupd(addr)))
+    }
     fn handle(&self) -> Box<dyn s::ConsumerHandle> {
         Box::new(AsyncHandle::<R> {
             h: self.c.handle(),
@@ -192,6 +202,9 @@ impl<R: Runtime> s::ConsumerHandle for AsyncHandle<R> {
     }
     fn set_max_in_flight(&self, n: u32) {
         self.h.set_max_in_flight(n);
+    }
+    fn disconnect_from_lookupd(&self, addr: &str) -> s::ClientResult<()> {
+        map(R::block_on(self.h.disconnect_from_lookupd(addr)))
     }
 }
 

@@ -27,6 +27,15 @@ fn main() {
             std::process::exit(2);
         }
     };
+    // Log lines (connections, failures) on stderr; RUST_LOG sets the level (default: info).
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .init();
     if let Err(e) = run(&flags) {
         eprintln!("quickstart: {e}");
         std::process::exit(1);

@@ -23,6 +23,8 @@ use std::time::{Duration, Instant};
 enum Control {
     AddNsqd(String, SyncSender<Result<(), ConsumerError>>),
     AddLookupd(String, SyncSender<Result<(), ConsumerError>>),
+    DisconnectNsqd(String, SyncSender<Result<(), ConsumerError>>),
+    DisconnectLookupd(String, SyncSender<Result<(), ConsumerError>>),
     SetMaxInFlight(u32),
     Stop,
     /// Every handle is gone: shut down gracefully.
@@ -149,13 +151,9 @@ pub type Message = Delivery<AnswerChannel>;
 pub type ConsumerBuilder = nsq_proto::adapter::ConsumerBuilder<Blocking>;
 
 /// Validates `setup` and starts the driver thread ([`ConsumerBuilder::build`]).
-pub(crate) fn start(setup: ConsumerSetup) -> Result<Consumer, Error> {
-    let span = if let (Ok(t), Ok(c)) = (&setup.topic, &setup.channel) {
-        tracing::info_span!("nsq_consumer", topic = %t, channel = %c)
-    } else {
-        tracing::info_span!("nsq_consumer")
-    };
+pub(crate) fn start(setup: ConsumerSetup<Message>) -> Result<Consumer, Error> {
     let start = setup.start(Instant::now(), net::random_seed)?;
+    let span = start.span;
     let core = start.core;
     let lookupd_timeout = core.config().lookupd_timeout;
     let (tx, rx) = mpsc::channel();
@@ -185,7 +183,7 @@ pub(crate) fn start(setup: ConsumerSetup) -> Result<Consumer, Error> {
             let _guard = StoppedGuard(driver.shared.clone());
             driver.run(&rx);
         })
-        .map_err(|e| Error::InvalidInput(format!("could not start the driver thread: {e}")))?;
+        .map_err(|e| Error::Spawn(e.to_string()))?;
     *shared.driver.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
     let handle = ConsumerHandle {
         guard: Arc::new(HandleGuard(shared)),
@@ -198,7 +196,8 @@ pub(crate) fn start(setup: ConsumerSetup) -> Result<Consumer, Error> {
 
 // ---------------------------------------------------------------------------------- handles
 
-/// A cloneable control handle of a [`Consumer`] (stop it, change max_in_flight, add servers)
+/// A cloneable control handle of a [`Consumer`] (stop it, change max_in_flight, add or remove
+/// servers)
 /// usable from other threads while one thread (or [`Consumer::run`]'s pool) reads messages.
 #[derive(Clone)]
 pub struct ConsumerHandle {
@@ -267,6 +266,41 @@ impl ConsumerHandle {
             .try_for_each(|a| self.connect_to_lookupd(a.as_ref()))
     }
 
+    /// Stops consuming from an nsqd added with [`connect_to_nsqd`](Self::connect_to_nsqd) or
+    /// the builder's `nsqd` (go-nsq's `DisconnectFromNSQD`): CLS is sent, the messages in
+    /// flight on it can still be answered and it closes once they are (or after the
+    /// connection's `drain_timeout`; nsqd then redelivers what is left), its RDY goes to the
+    /// other connections at once, and it is not reconnected. Returns once the command is applied, not when the
+    /// connection has drained:
+    /// [`stats`](Self::stats) shows it as [`NsqdState::Closing`](crate::NsqdState::Closing)
+    /// until it has drained.
+    ///
+    /// Errors: [`Error::Consumer`] with
+    /// [`NsqdNotConfigured`](nsq_proto::consumer::ConsumerError::NsqdNotConfigured) for an
+    /// address not configured (or already disconnected from), or
+    /// [`NsqdDiscovered`](nsq_proto::consumer::ConsumerError::NsqdDiscovered) for one known only
+    /// through nsqlookupd (disconnect from the lookupd instead); [`Error::InvalidInput`] for an
+    /// address that is not `host:port`; [`Error::Closed`] once the consumer is stopping.
+    pub fn disconnect_from_nsqd(&self, addr: &str) -> Result<(), Error> {
+        self.ask(|tx| Control::DisconnectNsqd(addr.to_owned(), tx))
+    }
+
+    /// Stops polling an nsqlookupd added with [`connect_to_lookupd`](Self::connect_to_lookupd)
+    /// or the builder's `lookupd` (go-nsq's `DisconnectFromNSQLookupd`); `addr` is matched as
+    /// `connect_to_lookupd` reads it. The nsqd that only it listed stay connected until their
+    /// connection ends, and are not reconnected.
+    ///
+    /// Errors: [`Error::Consumer`] with
+    /// [`LookupdNotConfigured`](nsq_proto::consumer::ConsumerError::LookupdNotConfigured) for
+    /// a lookupd not configured, or
+    /// [`LastLookupd`](nsq_proto::consumer::ConsumerError::LastLookupd) for the only one
+    /// configured (as go-nsq: discovery would stop; connect its replacement first);
+    /// [`Error::InvalidInput`] for an address that does not parse; [`Error::Closed`] once the
+    /// consumer is stopping.
+    pub fn disconnect_from_lookupd(&self, addr: &str) -> Result<(), Error> {
+        self.ask(|tx| Control::DisconnectLookupd(addr.to_owned(), tx))
+    }
+
     /// Changes max_in_flight at runtime (0 pauses the consumer).
     pub fn set_max_in_flight(&self, n: u32) {
         let _ = self.control(Control::SetMaxInFlight(n));
@@ -278,25 +312,26 @@ impl ConsumerHandle {
         self.shared().starved.load(Ordering::Relaxed)
     }
 
-    /// A snapshot of the counters (updated after every wake-up of the driver).
+    /// A snapshot of the counters, in total and per nsqd (updated after every wake-up of the
+    /// driver).
     pub fn stats(&self) -> ConsumerStats {
-        *self
-            .shared()
+        self.shared()
             .stats
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Graceful shutdown: CLS on every connection, no new messages are handed out (those not
     /// yet taken are requeued by the next [`Consumer::recv`], or by dropping the
     /// [`Consumer`]: a consumer that is neither read nor dropped holds them until
-    /// `close_timeout`), messages already handed out can still be answered (handlers in
+    /// `drain_timeout`), messages already handed out can still be answered (handlers in
     /// flight finish first); returns once every connection has drained or the consumer's
-    /// `close_timeout` passed and every thread is joined, with the number of messages left
+    /// `drain_timeout` passed and every thread is joined, with the number of messages left
     /// unanswered (nsqd redelivers them).
     ///
     /// Called from inside a [`Consumer::run`] handler it also waits for that handler's own
-    /// message (until `close_timeout`): answer the message first, or stop from another thread.
+    /// message (until `drain_timeout`): answer the message first, or stop from another thread.
     pub fn stop(&self) -> StopReport {
         let _ = self.control(Control::Stop);
         self.shared().wait_stopped()
@@ -317,8 +352,31 @@ impl ConsumerHandle {
 /// threads with [`run`](Self::run). Control it from other threads through a
 /// [`ConsumerHandle`] ([`handle`](Self::handle)).
 ///
+/// As with go-nsq, servers can be added and removed while it runs:
+/// [`connect_to_nsqd`](Self::connect_to_nsqd) / [`connect_to_lookupd`](Self::connect_to_lookupd),
+/// and [`disconnect_from_nsqd`](Self::disconnect_from_nsqd) (CLS is sent, the messages in
+/// flight on that nsqd can still be answered, its RDY goes to the other connections, and it
+/// is not reconnected) / [`disconnect_from_lookupd`](Self::disconnect_from_lookupd) (the nsqd
+/// only that lookupd listed are dropped once their connection ends; the last lookupd cannot
+/// be removed). [`stats`](Self::stats) is a [`ConsumerStats`] snapshot: totals (received,
+/// finished, requeued, in flight, reconnects, RDY, backoff level) and one
+/// [`NsqdStats`](crate::NsqdStats) per nsqd (state, RDY, in flight, its own counters).
+///
+/// ```no_run
+/// # fn example(consumer: &nsq_blocking::Consumer) -> Result<(), nsq_blocking::Error> {
+/// consumer.disconnect_from_nsqd("10.0.0.7:4150")?; // being decommissioned
+/// for nsqd in &consumer.stats().nsqd {
+///     println!(
+///         "{} {:?} rdy={} in_flight={} received={} reconnects={}",
+///         nsqd.address, nsqd.state, nsqd.rdy, nsqd.in_flight, nsqd.received, nsqd.reconnects
+///     );
+/// }
+/// # Ok(())
+/// # }
+/// ```
+///
 /// Dropping it stops it like [`stop`](Self::stop) and waits for that (messages still held by
-/// the application are waited for, up to `close_timeout`).
+/// the application are waited for, up to `drain_timeout`).
 pub struct Consumer {
     /// `None` once [`run`](Self::run) took it.
     receiver: Option<Receiver<Message>>,
@@ -422,6 +480,16 @@ impl Consumer {
         S: AsRef<str>,
     {
         self.handle.connect_to_lookupds(addrs)
+    }
+
+    /// See [`ConsumerHandle::disconnect_from_nsqd`].
+    pub fn disconnect_from_nsqd(&self, addr: &str) -> Result<(), Error> {
+        self.handle.disconnect_from_nsqd(addr)
+    }
+
+    /// See [`ConsumerHandle::disconnect_from_lookupd`].
+    pub fn disconnect_from_lookupd(&self, addr: &str) -> Result<(), Error> {
+        self.handle.disconnect_from_lookupd(addr)
     }
 
     /// See [`ConsumerHandle::set_max_in_flight`].
@@ -566,7 +634,7 @@ struct Driver {
     shared: Arc<Shared>,
     msg_tx: Option<Sender<Message>>,
     origins: BTreeMap<ConnId, Arc<Origin<AnswerChannel>>>,
-    give_up: Option<GiveUpHook>,
+    give_up: Option<GiveUpHook<Message>>,
     report: Option<StopReport>,
 }
 
@@ -616,10 +684,19 @@ impl Driver {
                 Control::AddNsqd(a, reply) => {
                     let _ = reply.send(self.core.add_nsqd(now, &a));
                 }
+                Control::DisconnectNsqd(a, reply) => {
+                    let _ = reply.send(self.core.disconnect_from_nsqd(now, &a));
+                }
+                Control::DisconnectLookupd(a, reply) => {
+                    let _ = reply.send(self.core.disconnect_from_lookupd(now, &a));
+                }
                 Control::AddLookupd(a, reply) => {
                     let _ = reply.send(self.core.add_lookupd(now, &a));
                 }
-                Control::SetMaxInFlight(n) => self.core.set_max_in_flight(now, n),
+                Control::SetMaxInFlight(n) => {
+                    adapter::log_max_in_flight(n);
+                    self.core.set_max_in_flight(now, n);
+                }
                 Control::Stop | Control::Dropped => self.begin_stop(now),
             },
         }
@@ -667,7 +744,7 @@ impl Driver {
     }
 
     fn event(&mut self, now: Instant, event: ConsumerEvent) {
-        adapter::log_consumer_event(&event);
+        adapter::log_consumer_event(&event, |c| self.origins.get(&c).map(|o| o.addr()));
         match event {
             ConsumerEvent::Message { conn, message } => {
                 let origin = match self.origins.get(&conn) {
@@ -691,9 +768,13 @@ impl Driver {
                         .apply(&mut self.core, now);
                 }
             }
-            ConsumerEvent::GaveUp { message, .. } => {
+            ConsumerEvent::GaveUp { conn, message } => {
                 if let Some(hook) = &self.give_up {
-                    hook(&message);
+                    let origin = match self.origins.get(&conn) {
+                        Some(o) => o.clone(),
+                        None => Origin::new("", AnswerChannel(self.shared.clone())),
+                    };
+                    hook(&Delivery::given_up(conn, message, origin));
                 }
             }
             ConsumerEvent::Closed { leftovers } => {
@@ -707,10 +788,13 @@ impl Driver {
         self.shared
             .starved
             .store(self.core.is_starved(), Ordering::Relaxed);
-        *self
-            .shared
-            .stats
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = self.core.stats();
+        // Written in place: no allocation once the snapshot has room for every nsqd.
+        self.core.stats_into(
+            &mut self
+                .shared
+                .stats
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
     }
 }

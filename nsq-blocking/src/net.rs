@@ -206,7 +206,7 @@ where
 {
     let cancel = Arc::new(Cancel::default());
     let c = cancel.clone();
-    let span = tracing::info_span!("nsqd", conn = %key, addr = %addr);
+    let span = nsq_proto::adapter::connection_span(key, addr);
     let link_span = span.clone();
     let addr = addr.to_owned();
     threads.spawn(&format!("nsqb-rd-{key}"), move || {
@@ -238,7 +238,7 @@ fn read_loop<K, T>(
             } else {
                 e.to_string()
             };
-            tracing::warn!(%reason, "connect failed");
+            tracing::debug!(%reason, "connect failed");
             let _ = tx.send(wrap(NetEvent::ConnectFailed { key, reason }));
             return;
         }
@@ -402,14 +402,14 @@ where
 {
     let cancel = Arc::new(Cancel::default());
     let c = cancel.clone();
-    let span = tracing::debug_span!("nsqlookupd", request = %key, addr = %addr);
+    let span = nsq_proto::adapter::lookupd_span(key, addr);
     let addr = addr.to_owned();
     let timeout = timeout.max(Duration::from_millis(1));
     threads.spawn(&format!("nsqb-lookup-{key}"), move || {
         let _enter = span.enter();
         let fail = |reason: String| {
             if !c.is_cancelled() {
-                tracing::warn!(%reason, "lookupd request failed");
+                tracing::debug!(%reason, "lookupd request failed");
                 let _ = tx.send(wrap(LookupEvent::Failed { key, reason }));
             }
         };

@@ -140,7 +140,7 @@ pub(crate) fn start(setup: ProducerSetup) -> Result<Producer, Error> {
         stats: stats.clone(),
         closed: false,
     };
-    let span = tracing::info_span!("nsq_producer");
+    let span = start.span;
     let done = Arc::new(Done::default());
     let thread_done = done.clone();
     let handle = std::thread::Builder::new()
@@ -150,7 +150,7 @@ pub(crate) fn start(setup: ProducerSetup) -> Result<Producer, Error> {
             let _enter = span.enter();
             driver.run(&rx);
         })
-        .map_err(|e| Error::InvalidInput(format!("could not start the driver thread: {e}")))?;
+        .map_err(|e| Error::Spawn(e.to_string()))?;
     Ok(Producer {
         inner: Arc::new(Inner {
             tx,
@@ -238,7 +238,7 @@ impl Producer {
     }
 
     /// Graceful close for every clone: no new publishes; outstanding ones are sent and
-    /// answered (bounded by `close_timeout`); then every connection is closed and every
+    /// answered (bounded by `drain_timeout`); then every connection is closed and every
     /// thread joined. Returns when that is done.
     pub fn close(&self) {
         if self.send(Cmd::Close).is_ok() {

@@ -75,7 +75,11 @@ impl s::Producer for BlockingProducer {
         map(self.0.publish(topic, body.to_vec()))
     }
     fn publish_typed(&self, topic: &str, body: &[u8]) -> s::ClientResult<()> {
-        let topic = map(Topic::new(topic).map_err(Error::InvalidName))?;
+        let typed = Topic::new(topic).map_err(|reason| Error::InvalidTopic {
+            name: topic.to_owned(),
+            reason,
+        });
+        let topic = map(typed)?;
         map(self.0.publish(&topic, body.to_vec()))
     }
     fn multi_publish(&self, topic: &str, bodies: Vec<Vec<u8>>) -> s::ClientResult<()> {
@@ -131,6 +135,12 @@ impl s::Consumer for BlockingConsumer {
     fn connect_to_nsqd(&self, addr: &str) -> s::ClientResult<()> {
         map(self.0.connect_to_nsqd(addr))
     }
+    fn disconnect_from_nsqd(&self, addr: &str) -> s::ClientResult<()> {
+        map(self.0.disconnect_from_nsqd(addr))
+    }
+    fn disconnect_from_lookupd(&self, addr: &str) -> s::ClientResult<()> {
+        map(self.0.disconnect_from_lookupd(addr))
+    }
     fn handle(&self) -> Box<dyn s::ConsumerHandle> {
         Box::new(BlockingHandle(self.0.handle()))
     }
@@ -154,6 +164,9 @@ impl s::ConsumerHandle for BlockingHandle {
     }
     fn set_max_in_flight(&self, n: u32) {
         self.0.set_max_in_flight(n);
+    }
+    fn disconnect_from_lookupd(&self, addr: &str) -> s::ClientResult<()> {
+        map(self.0.disconnect_from_lookupd(addr))
     }
 }
 

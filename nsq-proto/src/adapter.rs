@@ -14,10 +14,13 @@
 //!   [`with_delay`](HandlerError::with_delay), [`without_backoff`](HandlerError::without_backoff)),
 //!   and [`AnswerKind::from_handler`], the answer for a handler's outcome (a panic included).
 //! * [`StopReport`], [`GiveUpHook`]: the user-facing results of a consumer.
-//! * [`Error`]: the adapters' error type, with the conversions from the core's errors, and
-//!   [`IntoTopic`] / [`IntoChannel`] for name arguments.
-//! * [`log_consumer_event`] / [`log_producer_event`]: the `tracing` output for the events an
-//!   adapter does not act on itself, so every adapter logs the same things at the same levels.
+//! * [`Error`] ([`InputError`], [`Backpressure`]): the adapters' error type, with the
+//!   conversions from the core's errors, and [`IntoTopic`] / [`IntoChannel`] for name
+//!   arguments.
+//! * [`log_consumer_event`] / [`log_producer_event`] / [`log_max_in_flight`]: the `tracing`
+//!   output for the events an adapter does not act on itself, so every adapter logs the same
+//!   things at the same levels with the same fields; [`consumer_span`] / [`producer_span`] /
+//!   [`connection_span`] / [`lookupd_span`]: the spans every driver enters.
 //! * [`Links`] / [`Transport`]: performing the core's actions (which connection has which
 //!   runtime handle), and [`hostname_from_os`] / [`seed_or_fallback`]: the hostname and the RNG
 //!   seed from what the adapter reads from the OS.
@@ -45,9 +48,12 @@
 //! );
 //! ```
 
-use crate::ServerError;
+use crate::command::CommandError;
 use crate::config::{Config, OptionError};
+use crate::connection::{CloseReason, ConfigError, ConnectionError};
+use crate::consumer::LookupdAddressError;
 use crate::consumer::{ConnId, Consumer, ConsumerConfig, ConsumerError, ConsumerEvent};
+use crate::error_code::{ErrorCode, ServerError};
 use crate::frame::{Message, MessageId};
 use crate::names::{Channel, NameError, Topic};
 use crate::producer::{
@@ -105,21 +111,16 @@ impl AnswerKind {
     };
 
     /// The answer for a handler's outcome: `Some(Ok)` finishes, `Some(Err(e))` requeues as
-    /// `e` says, `None` (the handler panicked) requeues with backoff. Logs failures.
+    /// `e` says, `None` (the handler panicked) requeues with backoff.
+    /// ([`PendingAnswer::answer`] also logs the failures.)
     pub fn from_handler(outcome: Option<Result<(), HandlerError>>) -> AnswerKind {
         match outcome {
             Some(Ok(())) => AnswerKind::Finish,
-            Some(Err(e)) => {
-                tracing::debug!(error = %e, "handler failed: requeueing");
-                e.answer_kind()
-            }
-            None => {
-                tracing::error!("handler panicked: requeueing");
-                AnswerKind::Requeue {
-                    delay: None,
-                    backoff: true,
-                }
-            }
+            Some(Err(e)) => e.answer_kind(),
+            None => AnswerKind::Requeue {
+                delay: None,
+                backoff: true,
+            },
         }
     }
 }
@@ -166,7 +167,7 @@ impl Answer {
             }
         };
         if let Err(e) = &result {
-            tracing::debug!(conn = %self.conn, msg = %self.id, error = %e, "answer not sent");
+            tracing::debug!(conn = %self.conn, msg_id = %self.id, error = %e, "answer not sent");
         }
         result
     }
@@ -186,19 +187,23 @@ pub trait AnswerSink: Send + Sync + 'static {
 }
 
 /// What every message of one connection shares (one reference count per message): the nsqd
-/// address and the sink for answers.
+/// address, the sink for answers, and the consumer's span, so what a message logs on the
+/// application's tasks names its consumer like the driver's own lines.
 #[derive(Debug)]
 pub struct Origin<S> {
     addr: String,
     sink: S,
+    span: tracing::Span,
 }
 
 impl<S: AnswerSink> Origin<S> {
-    /// The origin of the messages of the connection to `addr`.
+    /// The origin of the messages of the connection to `addr`, in the current span (the
+    /// driver calls it inside its consumer's span).
     pub fn new(addr: impl Into<String>, sink: S) -> Arc<Origin<S>> {
         Arc::new(Origin {
             addr: addr.into(),
             sink,
+            span: tracing::Span::current(),
         })
     }
 
@@ -247,6 +252,17 @@ impl<S: AnswerSink> Delivery<S> {
             conn,
             origin,
             done: false,
+        }
+    }
+
+    /// A message the core gave up on (`ConsumerEvent::GaveUp`), for the give-up hook: the
+    /// core already finished it, so dropping it sends nothing.
+    pub fn given_up(conn: ConnId, message: Message, origin: Arc<Origin<S>>) -> Delivery<S> {
+        Delivery {
+            inner: message,
+            conn,
+            origin,
+            done: true,
         }
     }
 
@@ -350,11 +366,14 @@ impl<S: AnswerSink> Delivery<S> {
 impl<S: AnswerSink> Drop for Delivery<S> {
     fn drop(&mut self) {
         if !self.done {
-            tracing::warn!(
-                msg = %self.inner.id,
-                nsqd = %self.origin.addr,
-                "message dropped without an answer: requeueing it"
-            );
+            self.origin.span.in_scope(|| {
+                tracing::warn!(
+                    msg_id = %self.inner.id,
+                    attempts = self.inner.attempts,
+                    nsqd = %self.origin.addr,
+                    "message dropped without an answer: requeueing it"
+                );
+            });
             self.send(AnswerKind::DROPPED);
         }
     }
@@ -368,8 +387,31 @@ pub struct PendingAnswer<S> {
 }
 
 impl<S: AnswerSink> PendingAnswer<S> {
-    /// Answers with the handler's outcome (see [`AnswerKind::from_handler`]).
+    /// Answers with the handler's outcome (see [`AnswerKind::from_handler`]). A failure is
+    /// logged in the consumer's span: an error at WARN with its whole chain, a panic (`None`)
+    /// at ERROR, both with the message id, attempts and nsqd address.
     pub fn answer(self, outcome: Option<Result<(), HandlerError>>) {
+        let (id, attempts, nsqd) = (self.answer.id, self.answer.attempts, &self.origin.addr);
+        match &outcome {
+            Some(Ok(())) => {}
+            Some(Err(e)) => self.origin.span.in_scope(|| {
+                tracing::warn!(
+                    msg_id = %id,
+                    attempts,
+                    nsqd = %nsqd,
+                    error = format_args!("{e:#}"),
+                    "handler failed: requeueing the message"
+                );
+            }),
+            None => self.origin.span.in_scope(|| {
+                tracing::error!(
+                    msg_id = %id,
+                    attempts,
+                    nsqd = %nsqd,
+                    "handler panicked: requeueing the message"
+                );
+            }),
+        }
         let kind = AnswerKind::from_handler(outcome);
         self.origin
             .sink
@@ -382,7 +424,26 @@ impl<S: AnswerSink> PendingAnswer<S> {
 /// The error a message handler returns: the message is requeued, by default with backoff and
 /// the configured delay.
 ///
-/// Any `std::error::Error + Send + Sync + 'static` converts into it, so `?` works in handlers.
+/// Whatever converts into a `Box<dyn Error + Send + Sync>` converts into it, so `?` works in
+/// a handler on any error: an `std::error::Error + Send + Sync + 'static`, a boxed
+/// `Box<dyn Error + Send + Sync>`, an `anyhow::Error` or `eyre::Report`, even a `String`.
+/// The error is kept as it is, with its chain of sources ([`chain`](Self::chain)).
+///
+/// Like `anyhow::Error`, it does not implement `std::error::Error` itself (that is what
+/// makes the blanket conversion possible). `{}` shows the error, `{:#}` the whole chain
+/// (`outer: cause: root cause`), which is what the consumer logs when a handler fails.
+///
+/// ```
+/// use nsq_proto::adapter::HandlerError;
+///
+/// fn parse(body: &[u8]) -> Result<u64, HandlerError> {
+///     let text = std::str::from_utf8(body)?; // Utf8Error
+///     Ok(text.trim().parse::<u64>()?) // ParseIntError
+/// }
+/// assert_eq!(parse(b"42").unwrap(), 42);
+/// let e = parse(b"forty-two").unwrap_err();
+/// assert_eq!(e.to_string(), "invalid digit found in string");
+/// ```
 pub struct HandlerError {
     source: Box<dyn std::error::Error + Send + Sync>,
     delay: Option<Duration>,
@@ -416,6 +477,17 @@ impl HandlerError {
         &*self.source
     }
 
+    /// The underlying error, then its sources, outermost first.
+    pub fn chain(&self) -> impl Iterator<Item = &(dyn std::error::Error + 'static)> {
+        let first: &(dyn std::error::Error + 'static) = &*self.source;
+        std::iter::successors(Some(first), |e| e.source())
+    }
+
+    /// The underlying error, to downcast or return.
+    pub fn into_inner(self) -> Box<dyn std::error::Error + Send + Sync> {
+        self.source
+    }
+
     /// The explicit requeue delay, if any.
     pub fn delay(&self) -> Option<Duration> {
         self.delay
@@ -435,10 +507,10 @@ impl HandlerError {
     }
 }
 
-impl<E: std::error::Error + Send + Sync + 'static> From<E> for HandlerError {
+impl<E: Into<Box<dyn std::error::Error + Send + Sync>>> From<E> for HandlerError {
     fn from(e: E) -> Self {
         HandlerError {
-            source: Box::new(e),
+            source: e.into(),
             delay: None,
             backoff: true,
         }
@@ -455,9 +527,19 @@ impl fmt::Debug for HandlerError {
     }
 }
 
+/// `{}`: the error; `{:#}`: the error and its sources, joined by `": "`.
 impl fmt::Display for HandlerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.source, f)
+        if !f.alternate() {
+            return fmt::Display::fmt(&self.source, f);
+        }
+        for (i, e) in self.chain().enumerate() {
+            if i > 0 {
+                f.write_str(": ")?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
     }
 }
 
@@ -479,30 +561,108 @@ impl StopReport {
 }
 
 /// Called (on the driver, so keep it short) for every message delivered more than
-/// `max_attempts` times; the message has already been finished.
-pub type GiveUpHook = Arc<dyn Fn(&Message) + Send + Sync>;
+/// `max_attempts` times; the message has already been finished. `M` is the adapter's
+/// `Message` (a [`Delivery`]), the type its handlers and streams hand out, so one function
+/// can inspect messages in both places; each adapter names it `GiveUpHook`.
+pub type GiveUpHook<M> = Arc<dyn Fn(&M) + Send + Sync>;
 
 // ------------------------------------------------------------------------------- logging
+//
+// One spelling of each field in every adapter: `nsqd` (an nsqd TCP address), `conn` (the
+// connection within its client), `lookupd` (an nsqlookupd address), `msg_id`, `attempts`,
+// `error`, `reason`, `retry_in`. Every line of a client is inside its span (`consumer{id=..
+// topic=.. channel=..}` or `producer{id=..}`, [`consumer_span`] / [`producer_span`]); the
+// lines of one connection's socket are inside `connection{conn=.. nsqd=..}` below it
+// ([`connection_span`]).
 
-/// Logs a consumer event with `tracing`, the same way in every adapter. Call it for every
-/// event; the ones an adapter acts on (`Message`, `Closed`) are not logged here.
-pub fn log_consumer_event(event: &ConsumerEvent) {
+static NEXT_CLIENT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+fn next_client_id() -> u64 {
+    NEXT_CLIENT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The span of a consumer: `consumer{id=3 topic=events channel=archive}`, with an id unique in
+/// the process (shared with producers), so two clients' lines are never confused. Its driver
+/// enters it for everything it does; messages log in it on the application's tasks too.
+pub fn consumer_span(topic: &Topic, channel: &Channel) -> tracing::Span {
+    tracing::info_span!(
+        "consumer",
+        id = next_client_id(),
+        topic = %topic,
+        channel = %channel
+    )
+}
+
+/// The span of a producer: `producer{id=4}` (see [`consumer_span`]).
+pub fn producer_span() -> tracing::Span {
+    tracing::info_span!("producer", id = next_client_id())
+}
+
+/// The span of one nsqd connection's socket, `connection{conn=conn#1 nsqd=host:4150}`, made
+/// inside the client's span (the driver's current span) so it nests below it.
+pub fn connection_span(conn: impl fmt::Display, nsqd: &str) -> tracing::Span {
+    tracing::info_span!("connection", %conn, nsqd = %nsqd)
+}
+
+/// The span of one HTTP exchange with an nsqlookupd (see [`connection_span`]).
+pub fn lookupd_span(request: impl fmt::Display, lookupd: &str) -> tracing::Span {
+    tracing::debug_span!("lookupd_request", %request, lookupd = %lookupd)
+}
+
+fn log_connection_closed(conn: ConnId, addr: &str, reason: &str, retry_in: Option<Duration>) {
+    if let Some(retry_in) = retry_in {
+        tracing::warn!(
+            %conn,
+            nsqd = %addr,
+            %reason,
+            retry_in = format_args!("{retry_in:.1?}"),
+            "nsqd connection failed; retrying in {retry_in:.1?}"
+        );
+    } else {
+        tracing::info!(%conn, nsqd = %addr, %reason, "nsqd connection closed");
+    }
+}
+
+/// Logs a consumer event with `tracing`, the same way in every adapter, in the consumer's
+/// span. Call it for every event; the ones an adapter acts on (`Message`, `Closed`) are not
+/// logged here. `nsqd` gives the address of a connection (for the events that only name
+/// their connection).
+pub fn log_consumer_event<'a>(event: &ConsumerEvent, nsqd: impl FnOnce(ConnId) -> Option<&'a str>) {
     match event {
         ConsumerEvent::Message { .. } | ConsumerEvent::Closed { .. } => {}
         ConsumerEvent::GaveUp { conn, message } => {
-            tracing::warn!(%conn, msg = %message.id, attempts = message.attempts, "giving up on message (max_attempts exceeded)");
+            tracing::warn!(
+                %conn,
+                nsqd = %nsqd(*conn).unwrap_or_default(),
+                msg_id = %message.id,
+                attempts = message.attempts,
+                "giving up on a message delivered more than max_attempts times: finished it"
+            );
         }
         ConsumerEvent::MessageExpired { conn, id } => {
-            tracing::warn!(%conn, msg = %id, "message timed out before it was answered");
+            tracing::warn!(
+                %conn,
+                nsqd = %nsqd(*conn).unwrap_or_default(),
+                msg_id = %id,
+                "message timed out before it was answered: nsqd redelivers it"
+            );
         }
         ConsumerEvent::ConnectionReady { conn, addr } => {
-            tracing::info!(%conn, %addr, "nsqd connection ready");
+            tracing::info!(%conn, nsqd = %addr, "connected to nsqd");
         }
-        ConsumerEvent::ConnectionClosed { conn, addr, reason } => {
-            tracing::info!(%conn, %addr, %reason, "nsqd connection closed");
-        }
+        ConsumerEvent::ConnectionClosed {
+            conn,
+            addr,
+            reason,
+            retry_in,
+        } => log_connection_closed(*conn, addr, reason, *retry_in),
         ConsumerEvent::ServerError { conn, error } => {
-            tracing::warn!(%conn, %error, "nsqd error");
+            tracing::warn!(
+                %conn,
+                nsqd = %nsqd(*conn).unwrap_or_default(),
+                %error,
+                "nsqd refused a command"
+            );
         }
         ConsumerEvent::LookupdFailed { addr, error } => {
             tracing::warn!(lookupd = %addr, %error, "nsqlookupd query failed");
@@ -512,23 +672,41 @@ pub fn log_consumer_event(event: &ConsumerEvent) {
     }
 }
 
-/// Logs a producer event with `tracing`, the same way in every adapter. Call it for every
-/// event; successes and `Closed` are not logged.
+/// Logs a new `max_in_flight` of a consumer (the drivers call it for `set_max_in_flight`):
+/// 0 pauses the consumer, which is said at INFO so a consumer that receives nothing explains
+/// itself.
+pub fn log_max_in_flight(max_in_flight: u32) {
+    if max_in_flight == 0 {
+        tracing::info!(
+            max_in_flight,
+            "max_in_flight is 0: the consumer is paused (RDY 0) until it is raised"
+        );
+    } else {
+        tracing::info!(max_in_flight, "max_in_flight changed");
+    }
+}
+
+/// Logs a producer event with `tracing`, the same way in every adapter, in the producer's
+/// span. Call it for every event; successes and `Closed` are not logged (a failed publish is
+/// the caller's error; it is logged at DEBUG only).
 pub fn log_producer_event(event: &ProducerEvent) {
     match event {
         ProducerEvent::Published(_) | ProducerEvent::PingOk(_) | ProducerEvent::Closed => {}
         ProducerEvent::PublishFailed(id, failure) => {
-            tracing::debug!(%id, %failure, "publish failed");
+            tracing::debug!(publish = %id, error = %failure, "publish failed");
         }
         ProducerEvent::PingFailed(id, failure) => {
-            tracing::debug!(%id, %failure, "ping failed");
+            tracing::debug!(ping = %id, error = %failure, "ping failed");
         }
         ProducerEvent::ConnectionReady { conn, addr } => {
-            tracing::info!(%conn, %addr, "nsqd connection ready");
+            tracing::info!(%conn, nsqd = %addr, "connected to nsqd");
         }
-        ProducerEvent::ConnectionClosed { conn, addr, reason } => {
-            tracing::info!(%conn, %addr, %reason, "nsqd connection closed");
-        }
+        ProducerEvent::ConnectionClosed {
+            conn,
+            addr,
+            reason,
+            retry_in,
+        } => log_connection_closed(*conn, addr, reason, *retry_in),
         #[allow(unreachable_patterns, reason = "ProducerEvent is non_exhaustive")]
         other => tracing::debug!(?other, "producer event"),
     }
@@ -649,7 +827,7 @@ pub fn producer_config(
 /// validation and creates the core. Errors of the name and configuration arguments are kept
 /// until then, so the builder methods stay infallible.
 #[non_exhaustive]
-pub struct ConsumerSetup {
+pub struct ConsumerSetup<M> {
     /// The topic (validated by [`new`](Self::new)).
     pub topic: Result<Topic, Error>,
     /// The channel.
@@ -659,7 +837,7 @@ pub struct ConsumerSetup {
     /// Overrides `config.max_in_flight`.
     pub max_in_flight: Option<u32>,
     /// Called for messages given up on.
-    pub give_up: Option<GiveUpHook>,
+    pub give_up: Option<GiveUpHook<M>>,
     /// nsqd TCP addresses to connect to directly.
     pub nsqd: Vec<String>,
     /// nsqlookupd HTTP addresses.
@@ -672,7 +850,7 @@ pub struct ConsumerSetup {
     pub write_timeout: Duration,
 }
 
-impl fmt::Debug for ConsumerSetup {
+impl<M> fmt::Debug for ConsumerSetup<M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ConsumerSetup")
             .field("topic", &self.topic)
@@ -690,24 +868,26 @@ impl fmt::Debug for ConsumerSetup {
 
 /// A core consumer ready to be driven, with what its driver needs.
 #[non_exhaustive]
-pub struct ConsumerStart {
+pub struct ConsumerStart<M> {
     /// The core, with its nsqd and lookupd addresses added.
     pub core: Consumer,
     /// The give-up hook.
-    pub give_up: Option<GiveUpHook>,
+    pub give_up: Option<GiveUpHook<M>>,
     /// TCP connect timeout.
     pub dial_timeout: Duration,
     /// Socket write timeout.
     pub write_timeout: Duration,
+    /// The consumer's span ([`consumer_span`]): its driver enters it for everything it does.
+    pub span: tracing::Span,
 }
 
-impl ConsumerSetup {
+impl<M> ConsumerSetup<M> {
     /// A setup for `topic`/`channel` with the default configuration.
-    pub fn new(topic: impl IntoTopic, channel: impl IntoChannel) -> ConsumerSetup {
+    pub fn new(topic: impl IntoTopic, channel: impl IntoChannel) -> ConsumerSetup<M> {
         let defaults = AdapterConfig::<ConsumerConfig>::default();
         ConsumerSetup {
-            topic: topic.into_topic().map_err(Error::from),
-            channel: channel.into_channel().map_err(Error::from),
+            topic: topic.into_topic(),
+            channel: channel.into_channel(),
             config: Ok(defaults.core),
             max_in_flight: None,
             give_up: None,
@@ -737,12 +917,20 @@ impl ConsumerSetup {
     }
 
     /// Validates everything and creates the core (`seed` is called when no seed was set).
-    pub fn start(self, now: Instant, seed: impl FnOnce() -> u64) -> Result<ConsumerStart, Error> {
+    pub fn start(
+        self,
+        now: Instant,
+        seed: impl FnOnce() -> u64,
+    ) -> Result<ConsumerStart<M>, Error> {
         let topic = self.topic?;
         let channel = self.channel?;
         let mut config = self.config?;
         if let Some(n) = self.max_in_flight {
             config.max_in_flight = n;
+        }
+        let span = consumer_span(&topic, &channel);
+        if config.max_in_flight == 0 {
+            span.in_scope(|| log_max_in_flight(0));
         }
         let mut core = Consumer::new(config, topic, channel, self.seed.unwrap_or_else(seed));
         for a in &self.nsqd {
@@ -756,6 +944,7 @@ impl ConsumerSetup {
             give_up: self.give_up,
             dial_timeout: self.dial_timeout,
             write_timeout: self.write_timeout,
+            span,
         })
     }
 }
@@ -797,6 +986,8 @@ pub struct ProducerStart {
     pub dial_timeout: Duration,
     /// Socket write timeout.
     pub write_timeout: Duration,
+    /// The producer's span ([`producer_span`]): its driver enters it for everything it does.
+    pub span: tracing::Span,
 }
 
 impl ProducerSetup {
@@ -819,6 +1010,7 @@ impl ProducerSetup {
     /// Validates everything and creates the core (`seed` is called when no seed was set).
     pub fn start(self, now: Instant, seed: impl FnOnce() -> u64) -> Result<ProducerStart, Error> {
         let config = self.config?;
+        let span = producer_span();
         let dial_timeout = config.connect_timeout + Duration::from_secs(1);
         let mut core = Producer::new(config, self.seed.unwrap_or_else(seed))?;
         for a in &self.nsqd {
@@ -828,6 +1020,7 @@ impl ProducerSetup {
             core,
             dial_timeout,
             write_timeout: self.write_timeout,
+            span,
         })
     }
 }
@@ -1011,68 +1204,193 @@ impl<R> Replies<R> {
 // --------------------------------------------------------------------------------- errors
 
 /// Why an operation of an adapter failed.
+///
+/// `Display` says everything once, on one line; no variant also returns the text it shows from
+/// [`source`](std::error::Error::source), so `{:#}` (anyhow/eyre) and error reporters print
+/// each cause once.
+///
+/// ```
+/// use nsq_proto::adapter::{Error, InputError, IntoTopic};
+/// use nsq_proto::{ErrorCode, NameError};
+///
+/// let err = "bad topic!".into_topic().unwrap_err();
+/// match &err {
+///     Error::InvalidTopic { name, reason: NameError::InvalidChar { ch, .. } } => {
+///         assert_eq!(name, "bad topic!");
+///         assert_eq!(*ch, ' ');
+///     }
+///     other => panic!("{other}"),
+/// }
+/// assert_eq!(
+///     err.to_string(),
+///     "invalid topic name \"bad topic!\": invalid character ' ' at byte 3: \
+///      names use only [.a-zA-Z0-9_-] with an optional #ephemeral suffix"
+/// );
+///
+/// // nsqd's refusals carry their code.
+/// # let err = Error::Server(nsq_proto::ServerError::new(ErrorCode::BadMessage, "PUB invalid message body size 0"));
+/// if err.server_code() == Some(ErrorCode::BadMessage) {
+///     // a bad message is not worth retrying
+/// }
+/// assert_eq!(err.to_string(), "nsqd error E_BAD_MESSAGE: PUB invalid message body size 0");
+/// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum Error {
-    /// A topic or channel name that nsqd would refuse.
-    InvalidName(NameError),
+    /// A topic name that nsqd would refuse.
+    InvalidTopic {
+        /// The name as given.
+        name: String,
+        /// What is wrong with it.
+        reason: NameError,
+    },
+    /// A channel name that nsqd would refuse.
+    InvalidChannel {
+        /// The name as given.
+        name: String,
+        /// What is wrong with it.
+        reason: NameError,
+    },
     /// Other input that was refused before anything was sent (address, empty batch, body too
     /// large, ...).
-    InvalidInput(String),
-    /// nsqd answered with an error (for example `E_BAD_MESSAGE`, `E_PUB_FAILED`).
+    InvalidInput(InputError),
+    /// nsqd answered with an error; [`ServerError::code`] (or [`Error::server_code`]) says
+    /// which (`E_BAD_MESSAGE`, `E_PUB_FAILED`, ...).
     Server(ServerError),
     /// The connection carrying the request was lost before the answer arrived (the message
     /// may or may not have been published).
-    ConnectionLost(String),
+    ConnectionLost(CloseReason),
     /// No answer within the configured timeout (may or may not have been published).
     Timeout,
     /// No nsqd connection is up (every configured nsqd is down, or none became ready within
     /// `publish_timeout`); the message was not sent. Carries the last connection error.
     NoServerAvailable(Option<String>),
-    /// Too many publishes are outstanding (`max_outstanding` / `max_pending`); retry later.
-    Backpressure(String),
+    /// Too many publishes are outstanding (`max_outstanding_publishes` /
+    /// `max_pending_publishes`); retry later.
+    Backpressure(Backpressure),
     /// The consumer refused the command.
     Consumer(ConsumerError),
     /// The producer or consumer has been closed.
     Closed,
     /// Not called from within the runtime the adapter needs.
     NoRuntime,
+    /// The driver (thread or task) could not be started.
+    Spawn(String),
     /// A configuration option is unknown, malformed or out of range.
     Config(OptionError),
+}
+
+impl Error {
+    /// nsqd's error code, for [`Error::Server`].
+    pub fn server_code(&self) -> Option<ErrorCode> {
+        match self {
+            Error::Server(e) => Some(e.code()),
+            _ => None,
+        }
+    }
+
+    /// Whether the request may have reached nsqd although it failed (a connection lost or a
+    /// timeout while waiting for the reply): retrying may publish a message twice.
+    pub fn maybe_published(&self) -> bool {
+        matches!(self, Error::ConnectionLost(_) | Error::Timeout)
+    }
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::InvalidName(e) => write!(f, "invalid name: {e}"),
-            Error::InvalidInput(e) => write!(f, "invalid input: {e}"),
-            Error::Server(e) => write!(f, "nsqd error: {e}"),
-            Error::ConnectionLost(r) => write!(f, "connection lost: {r}"),
-            Error::Timeout => f.write_str("timed out"),
+            Error::InvalidTopic { name, reason } => {
+                write!(f, "invalid topic name {name:?}: {reason}")
+            }
+            Error::InvalidChannel { name, reason } => {
+                write!(f, "invalid channel name {name:?}: {reason}")
+            }
+            Error::InvalidInput(e) => fmt::Display::fmt(e, f),
+            Error::Server(e) => fmt::Display::fmt(e, f),
+            Error::ConnectionLost(r) => {
+                write!(f, "connection lost before nsqd answered: {r}")
+            }
+            Error::Timeout => f.write_str("no answer from nsqd in time"),
             Error::NoServerAvailable(None) => f.write_str("no nsqd available"),
             Error::NoServerAvailable(Some(e)) => {
                 write!(f, "no nsqd available (last error: {e})")
             }
-            Error::Backpressure(e) => write!(f, "{e}"),
-            Error::Consumer(e) => write!(f, "{e}"),
+            Error::Backpressure(e) => fmt::Display::fmt(e, f),
+            Error::Consumer(e) => fmt::Display::fmt(e, f),
             Error::Closed => f.write_str("closed"),
             Error::NoRuntime => f.write_str("must be called from within the adapter's runtime"),
-            Error::Config(e) => write!(f, "invalid configuration: {e}"),
+            Error::Spawn(e) => write!(f, "could not start the driver: {e}"),
+            Error::Config(e) => fmt::Display::fmt(e, f),
         }
     }
 }
 
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+/// Every cause is in the `Display` text, so there is no separate source.
+impl std::error::Error for Error {}
+
+/// Input refused before anything was sent ([`Error::InvalidInput`]).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum InputError {
+    /// An nsqd address that is not `host:port`.
+    NsqdAddress(String),
+    /// An nsqlookupd address that cannot be used.
+    LookupdAddress(LookupdAddressError),
+    /// A publish nsqd would refuse (empty body or batch, too large, delay too long, ...).
+    Publish(CommandError),
+    /// A connection setting nsqd would refuse, or a TLS server name that is not valid.
+    Connection(ConfigError),
+    /// The connection refused the command (its negotiated limits differ from the check made
+    /// when the publish was accepted).
+    Refused(ConnectionError),
+}
+
+impl fmt::Display for InputError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::InvalidName(e) => Some(e),
-            Error::Server(e) => Some(e),
-            Error::Consumer(e) => Some(e),
-            Error::Config(e) => Some(e),
-            _ => None,
+            InputError::NsqdAddress(a) => {
+                write!(f, "invalid nsqd address {a:?}: expected host:port")
+            }
+            InputError::LookupdAddress(e) => fmt::Display::fmt(e, f),
+            InputError::Publish(e) => write!(f, "invalid publish: {e}"),
+            InputError::Connection(e) => fmt::Display::fmt(e, f),
+            InputError::Refused(e) => write!(f, "publish refused: {e}"),
         }
     }
 }
+
+impl std::error::Error for InputError {}
+
+/// Which bound of the producer was reached ([`Error::Backpressure`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Backpressure {
+    /// `max_outstanding_publishes` publishes are unresolved.
+    TooManyOutstanding {
+        /// The configured bound.
+        limit: usize,
+    },
+    /// `max_pending_publishes` publishes already wait for a connection.
+    PendingQueueFull {
+        /// The configured bound.
+        limit: usize,
+    },
+}
+
+impl fmt::Display for Backpressure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Backpressure::TooManyOutstanding { limit } => {
+                write!(f, "{limit} publishes are already outstanding")
+            }
+            Backpressure::PendingQueueFull { limit } => {
+                write!(f, "{limit} publishes already wait for a connection")
+            }
+        }
+    }
+}
+
+impl std::error::Error for Backpressure {}
 
 impl From<OptionError> for Error {
     fn from(e: OptionError) -> Self {
@@ -1080,19 +1398,17 @@ impl From<OptionError> for Error {
     }
 }
 
-impl From<NameError> for Error {
-    fn from(e: NameError) -> Self {
-        Error::InvalidName(e)
+impl From<InputError> for Error {
+    fn from(e: InputError) -> Self {
+        Error::InvalidInput(e)
     }
 }
 
 impl From<ConsumerError> for Error {
     fn from(e: ConsumerError) -> Self {
         match e {
-            ConsumerError::InvalidAddress(a) => {
-                Error::InvalidInput(format!("invalid nsqd address {a:?}: expected host:port"))
-            }
-            ConsumerError::InvalidLookupd(e) => Error::InvalidInput(e.to_string()),
+            ConsumerError::InvalidAddress(a) => InputError::NsqdAddress(a).into(),
+            ConsumerError::InvalidLookupd(e) => InputError::LookupdAddress(e).into(),
             ConsumerError::Closing => Error::Closed,
             e => Error::Consumer(e),
         }
@@ -1104,12 +1420,14 @@ impl From<ProducerError> for Error {
         match e {
             ProducerError::Closed => Error::Closed,
             ProducerError::TooManyOutstanding { limit } => {
-                Error::Backpressure(format!("{limit} publishes are already outstanding"))
+                Error::Backpressure(Backpressure::TooManyOutstanding { limit })
             }
             ProducerError::PendingQueueFull { limit } => {
-                Error::Backpressure(format!("{limit} publishes already wait for a connection"))
+                Error::Backpressure(Backpressure::PendingQueueFull { limit })
             }
-            e => Error::InvalidInput(e.to_string()),
+            ProducerError::Invalid(e) => InputError::Publish(e).into(),
+            ProducerError::InvalidAddress(a) => InputError::NsqdAddress(a).into(),
+            ProducerError::Config(e) => InputError::Connection(e).into(),
         }
     }
 }
@@ -1118,12 +1436,12 @@ impl From<PublishFailure> for Error {
     fn from(f: PublishFailure) -> Self {
         match f {
             PublishFailure::Server(e) => Error::Server(e),
-            PublishFailure::ConnectionLost(r) => Error::ConnectionLost(r.to_string()),
+            PublishFailure::ConnectionLost(r) => Error::ConnectionLost(r),
             PublishFailure::TimedOut { .. } => Error::Timeout,
             PublishFailure::NoServerAvailable { last_error } => {
                 Error::NoServerAvailable(last_error)
             }
-            e => Error::InvalidInput(e.to_string()),
+            PublishFailure::Refused(e) => InputError::Refused(e).into(),
         }
     }
 }
@@ -1141,64 +1459,78 @@ mod sealed {
 
 /// A topic argument: a validated [`Topic`] or a string, validated on use.
 pub trait IntoTopic: sealed::Sealed {
-    /// The validated topic.
-    fn into_topic(self) -> Result<Topic, NameError>;
+    /// The validated topic ([`Error::InvalidTopic`] names the rejected name).
+    fn into_topic(self) -> Result<Topic, Error>;
+}
+
+fn topic(name: &str) -> Result<Topic, Error> {
+    Topic::new(name).map_err(|reason| Error::InvalidTopic {
+        name: name.to_owned(),
+        reason,
+    })
+}
+
+fn channel(name: &str) -> Result<Channel, Error> {
+    Channel::new(name).map_err(|reason| Error::InvalidChannel {
+        name: name.to_owned(),
+        reason,
+    })
 }
 
 impl IntoTopic for &str {
-    fn into_topic(self) -> Result<Topic, NameError> {
-        Topic::new(self)
+    fn into_topic(self) -> Result<Topic, Error> {
+        topic(self)
     }
 }
 impl IntoTopic for String {
-    fn into_topic(self) -> Result<Topic, NameError> {
-        Topic::new(self)
+    fn into_topic(self) -> Result<Topic, Error> {
+        topic(&self)
     }
 }
 impl IntoTopic for &String {
-    fn into_topic(self) -> Result<Topic, NameError> {
-        Topic::new(self)
+    fn into_topic(self) -> Result<Topic, Error> {
+        topic(self)
     }
 }
 impl IntoTopic for Topic {
-    fn into_topic(self) -> Result<Topic, NameError> {
+    fn into_topic(self) -> Result<Topic, Error> {
         Ok(self)
     }
 }
 impl IntoTopic for &Topic {
-    fn into_topic(self) -> Result<Topic, NameError> {
+    fn into_topic(self) -> Result<Topic, Error> {
         Ok(self.clone())
     }
 }
 
 /// A channel argument: a validated [`Channel`] or a string, validated on use.
 pub trait IntoChannel: sealed::Sealed {
-    /// The validated channel.
-    fn into_channel(self) -> Result<Channel, NameError>;
+    /// The validated channel ([`Error::InvalidChannel`] names the rejected name).
+    fn into_channel(self) -> Result<Channel, Error>;
 }
 
 impl IntoChannel for &str {
-    fn into_channel(self) -> Result<Channel, NameError> {
-        Channel::new(self)
+    fn into_channel(self) -> Result<Channel, Error> {
+        channel(self)
     }
 }
 impl IntoChannel for String {
-    fn into_channel(self) -> Result<Channel, NameError> {
-        Channel::new(self)
+    fn into_channel(self) -> Result<Channel, Error> {
+        channel(&self)
     }
 }
 impl IntoChannel for &String {
-    fn into_channel(self) -> Result<Channel, NameError> {
-        Channel::new(self)
+    fn into_channel(self) -> Result<Channel, Error> {
+        channel(self)
     }
 }
 impl IntoChannel for Channel {
-    fn into_channel(self) -> Result<Channel, NameError> {
+    fn into_channel(self) -> Result<Channel, Error> {
         Ok(self)
     }
 }
 impl IntoChannel for &Channel {
-    fn into_channel(self) -> Result<Channel, NameError> {
+    fn into_channel(self) -> Result<Channel, Error> {
         Ok(self.clone())
     }
 }
@@ -1299,7 +1631,13 @@ mod tests {
         };
         let (r, e) = replies.submit(&mut core, now, &empty, 3).unwrap_err();
         assert_eq!(r, 3);
-        assert!(matches!(e, Error::InvalidInput(_)), "{e}");
+        assert!(
+            matches!(
+                e,
+                Error::InvalidInput(InputError::Publish(CommandError::EmptyBatch))
+            ),
+            "{e}"
+        );
         assert_eq!(replies.len(), 2);
         // The only nsqd cannot be reached: both fail fast.
         let conn = loop {
@@ -1331,15 +1669,24 @@ mod tests {
             reason = "origin of virtual time in a test"
         )]
         let now = Instant::now();
-        let bad = ConsumerSetup::new("bad topic!", "ch");
-        assert!(matches!(bad.start(now, || 1), Err(Error::InvalidName(_))));
-        let mut setup = ConsumerSetup::new("t", "ch");
+        let bad = ConsumerSetup::<()>::new("bad topic!", "ch");
+        assert!(matches!(
+            bad.start(now, || 1),
+            Err(Error::InvalidTopic { name, reason: NameError::InvalidChar { index: 3, ch: ' ' } })
+                if name == "bad topic!"
+        ));
+        let bad = ConsumerSetup::<()>::new("t", "");
+        assert!(matches!(
+            bad.start(now, || 1),
+            Err(Error::InvalidChannel { name, reason: NameError::Empty }) if name.is_empty()
+        ));
+        let mut setup = ConsumerSetup::<()>::new("t", "ch");
         setup.nsqd.push("nope".into());
         assert!(matches!(
             setup.start(now, || 1),
-            Err(Error::InvalidInput(_))
+            Err(Error::InvalidInput(InputError::NsqdAddress(a))) if a == "nope"
         ));
-        let mut setup = ConsumerSetup::new("t", "ch");
+        let mut setup = ConsumerSetup::<()>::new("t", "ch");
         setup.max_in_flight = Some(9);
         setup.nsqd.push("127.0.0.1:4150".into());
         let started = setup.start(now, || 1).unwrap();
@@ -1425,6 +1772,69 @@ mod tests {
         Delivery::new(conn, message(5), origin).release();
         assert_eq!(kinds()[4], AnswerKind::UNTAKEN);
         assert_eq!(bodies()[4], Bytes::from_static(b"body"));
+    }
+
+    /// A failed connect says when it is retried (the log line needs it); while closing, none.
+    #[test]
+    fn connection_closed_says_when_it_retries() {
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "origin of virtual time in a test"
+        )]
+        let now = Instant::now();
+        let closed_retry = |core: &mut Consumer| {
+            let mut retry = None;
+            while let Some(ev) = core.poll_event() {
+                if let ConsumerEvent::ConnectionClosed { retry_in, .. } = ev {
+                    retry = Some(retry_in);
+                }
+            }
+            retry.expect("no ConnectionClosed")
+        };
+        let connect = |core: &mut Consumer| loop {
+            match core.poll_action() {
+                Some(crate::driver::Action::Connect { conn, .. }) => break conn,
+                Some(_) => {}
+                None => panic!("no connect"),
+            }
+        };
+        let mut setup = ConsumerSetup::<()>::new("t", "c");
+        setup.nsqd.push("127.0.0.1:4150".into());
+        let mut core = setup.start(now, || 3).unwrap().core;
+        let conn = connect(&mut core);
+        core.handle_connect_failed(now, conn, "refused");
+        let retry = closed_retry(&mut core).expect("a direct nsqd is retried");
+        assert!(retry > Duration::ZERO);
+
+        let later = now + retry;
+        core.handle_timeout(later);
+        let conn = connect(&mut core);
+        core.close(later);
+        core.handle_connect_failed(later, conn, "refused");
+        assert_eq!(closed_retry(&mut core), None, "closing: no retry");
+
+        let mut setup = ProducerSetup::default();
+        setup.nsqd.push("127.0.0.1:4150".into());
+        setup.seed = Some(3);
+        let mut producer = setup.start(now, || unreachable!("seeded")).unwrap().core;
+        let conn = loop {
+            match producer.poll_action() {
+                Some(crate::driver::Action::Connect { conn, .. }) => break conn,
+                Some(_) => {}
+                None => panic!("no connect"),
+            }
+        };
+        producer.handle_connect_failed(now, conn, "refused");
+        let mut retries = Vec::new();
+        while let Some(ev) = producer.poll_event() {
+            if let ProducerEvent::ConnectionClosed { retry_in, .. } = ev {
+                retries.push(retry_in);
+            }
+        }
+        assert!(
+            matches!(retries[..], [Some(d)] if d > Duration::ZERO),
+            "{retries:?}"
+        );
     }
 
     #[test]

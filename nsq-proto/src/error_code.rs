@@ -217,7 +217,12 @@ impl fmt::Debug for ServerError {
 
 impl fmt::Display for ServerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "nsqd error: {}", String::from_utf8_lossy(&self.raw))
+        let description = self.description();
+        if description.is_empty() {
+            write!(f, "nsqd error {}", self.code_str())
+        } else {
+            write!(f, "nsqd error {}: {description}", self.code_str())
+        }
     }
 }
 

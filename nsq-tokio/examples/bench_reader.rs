@@ -17,24 +17,39 @@ mod support;
 
 use nsq_tokio::{Config, Consumer};
 use std::time::{Duration, Instant};
-use support::{Flags, bench_line, cpus, fatal, log};
+use support::{Flags, Usage, bench_line, cpus, fatal, init_logging, log, value};
 
 const PREFIX: &str = "bench_reader";
 
-fn main() {
-    let flags = Flags::parse(
-        &[
+const USAGE: Usage = Usage {
+    name: "bench_reader",
+    about: "Consumes with one consumer per CPU for a while, finishing every message; prints the rate.",
+    flags: &[
+        value(
             "nsqd-tcp-address",
-            "topic",
-            "channel",
+            "ADDR",
+            "nsqd TCP address (default: 127.0.0.1:4150)",
+        ),
+        value("topic", "TOPIC", "topic to consume (default: sub_bench)"),
+        value("channel", "CHANNEL", "channel to consume (default: ch)"),
+        value(
             "size",
-            "rdy",
-            "runfor",
+            "BYTES",
+            "size of each message, for the rate (default: 200)",
+        ),
+        value("rdy", "N", "RDY count of each consumer (default: 2500)"),
+        value("runfor", "DURATION", "duration of the run (default: 10s)"),
+        value(
             "runtime",
-        ],
-        &[],
-    )
-    .unwrap_or_else(|e| fatal(PREFIX, &e));
+            "current|multi",
+            "tokio scheduler, not a Go flag (default: current)",
+        ),
+    ],
+};
+
+fn main() {
+    let flags = Flags::parse(&USAGE);
+    init_logging();
     let run = || -> Result<(), String> {
         let runfor = flags.duration("runfor", Duration::from_secs(10))?;
         let addr = flags.string("nsqd-tcp-address", "127.0.0.1:4150");

@@ -19,23 +19,34 @@ mod support;
 use bytes::Bytes;
 use nsq_tokio::{Config, Producer, Topic};
 use std::time::{Duration, Instant};
-use support::{Flags, bench_line, cpus, fatal, log};
+use support::{Flags, Usage, bench_line, cpus, fatal, init_logging, log, value};
 
 const PREFIX: &str = "bench_writer";
 
-fn main() {
-    let flags = Flags::parse(
-        &[
+const USAGE: Usage = Usage {
+    name: "bench_writer",
+    about: "Publishes MPUB batches from one producer per CPU for a while; prints the rate.",
+    flags: &[
+        value(
             "nsqd-tcp-address",
-            "topic",
-            "size",
-            "batch-size",
-            "runfor",
+            "ADDR",
+            "nsqd TCP address (default: 127.0.0.1:4150)",
+        ),
+        value("topic", "TOPIC", "topic to publish to (default: sub_bench)"),
+        value("size", "BYTES", "size of each message (default: 200)"),
+        value("batch-size", "N", "messages per MPUB batch (default: 200)"),
+        value("runfor", "DURATION", "duration of the run (default: 10s)"),
+        value(
             "runtime",
-        ],
-        &[],
-    )
-    .unwrap_or_else(|e| fatal(PREFIX, &e));
+            "current|multi",
+            "tokio scheduler, not a Go flag (default: current)",
+        ),
+    ],
+};
+
+fn main() {
+    let flags = Flags::parse(&USAGE);
+    init_logging();
     let run = || -> Result<(), String> {
         let runfor = flags.duration("runfor", Duration::from_secs(10))?;
         let addr = flags.string("nsqd-tcp-address", "127.0.0.1:4150");

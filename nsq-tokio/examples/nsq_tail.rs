@@ -18,26 +18,54 @@ use nsq_tokio::{Config, Consumer};
 use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use support::{Flags, apply_opts, fatal, log, terminated};
+use support::{Flags, Usage, apply_opts, fatal, init_logging, log, switch, terminated, value};
 
 const PREFIX: &str = "nsq_tail";
 
+const USAGE: Usage = Usage {
+    name: "nsq_tail",
+    about: "Consumes the given topics and writes every message body to stdout, one per line.",
+    flags: &[
+        value(
+            "nsqd-tcp-address",
+            "ADDR",
+            "nsqd TCP address (may be given multiple times)",
+        ),
+        value(
+            "lookupd-http-address",
+            "ADDR",
+            "nsqlookupd HTTP address (may be given multiple times)",
+        ),
+        value("topic", "TOPIC", "NSQ topic (may be given multiple times)"),
+        value(
+            "channel",
+            "CHANNEL",
+            "NSQ channel (default: an ephemeral tailNNNNNN#ephemeral)",
+        ),
+        value("n", "N", "total messages to show (will wait if starved)"),
+        value("max-messages", "N", "alias of -n"),
+        value(
+            "max-in-flight",
+            "N",
+            "max number of messages to allow in flight (default: 200)",
+        ),
+        value(
+            "consumer-opt",
+            "NAME,VALUE",
+            "option to pass through to the consumer (may be given multiple times)",
+        ),
+        switch(
+            "print-topic",
+            "print the topic name where the message was received",
+        ),
+        switch("version", "print version string"),
+    ],
+};
+
 #[tokio::main]
 async fn main() {
-    let flags = Flags::parse(
-        &[
-            "nsqd-tcp-address",
-            "lookupd-http-address",
-            "topic",
-            "channel",
-            "n",
-            "max-messages",
-            "max-in-flight",
-            "consumer-opt",
-        ],
-        &["version", "print-topic"],
-    )
-    .unwrap_or_else(|e| fatal(PREFIX, &e));
+    let flags = Flags::parse(&USAGE);
+    init_logging();
     if let Err(e) = run(&flags).await {
         fatal(PREFIX, &e);
     }

@@ -13,12 +13,30 @@ mod support;
 
 use nsq_tokio::{Config, Consumer, Producer};
 use std::time::{Duration, Instant};
-use support::{Flags, fatal};
+use support::{Flags, Usage, fatal, init_logging, value};
+
+const USAGE: Usage = Usage {
+    name: "quickstart",
+    about: "Publishes a few messages (PUB, MPUB, DPUB) and consumes them, printing what happens.",
+    flags: &[
+        value(
+            "nsqd-tcp-address",
+            "ADDR",
+            "nsqd TCP address (default: start the in-process test nsqd)",
+        ),
+        value("topic", "TOPIC", "topic to use (default: quickstart)"),
+        value(
+            "channel",
+            "CHANNEL",
+            "channel to consume from (default: demo)",
+        ),
+    ],
+};
 
 #[tokio::main]
 async fn main() {
-    let flags = Flags::parse(&["nsqd-tcp-address", "topic", "channel"], &[])
-        .unwrap_or_else(|e| fatal("quickstart", &e));
+    let flags = Flags::parse(&USAGE);
+    init_logging();
     if let Err(e) = run(&flags).await {
         fatal("quickstart", &e.to_string());
     }

@@ -12,23 +12,42 @@ mod support;
 use nsq_tokio::{Config, Producer, Topic};
 use std::io::BufRead;
 use std::time::Duration;
-use support::{Flags, apply_opts, fatal, log, terminated};
+use support::{Flags, Usage, apply_opts, fatal, init_logging, log, terminated, value};
 
 const PREFIX: &str = "to_nsq";
 
+const USAGE: Usage = Usage {
+    name: "to_nsq",
+    about: "Reads stdin, splits it at the delimiter and publishes every piece to a topic.",
+    flags: &[
+        value(
+            "nsqd-tcp-address",
+            "ADDR",
+            "destination nsqd TCP address (may be given multiple times)",
+        ),
+        value("topic", "TOPIC", "NSQ topic to publish to"),
+        value(
+            "delimiter",
+            "CHAR",
+            "character to split input from stdin (default: newline)",
+        ),
+        value(
+            "rate",
+            "N",
+            "throttle messages to N/second (default: 0, no throttle)",
+        ),
+        value(
+            "producer-opt",
+            "NAME,VALUE",
+            "option to pass through to the producer (may be given multiple times)",
+        ),
+    ],
+};
+
 #[tokio::main]
 async fn main() {
-    let flags = Flags::parse(
-        &[
-            "nsqd-tcp-address",
-            "topic",
-            "delimiter",
-            "rate",
-            "producer-opt",
-        ],
-        &[],
-    )
-    .unwrap_or_else(|e| fatal(PREFIX, &e));
+    let flags = Flags::parse(&USAGE);
+    init_logging();
     if let Err(e) = run(&flags).await {
         fatal(PREFIX, &e);
     }

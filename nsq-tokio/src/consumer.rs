@@ -7,7 +7,7 @@ use futures_core::Stream;
 use nsq_proto::Config;
 use nsq_proto::adapter::{
     Answer, AnswerKind, AnswerSink, ConsumerSetup, Delivery, Error, GiveUpHook, HandlerError,
-    IntoChannel, IntoTopic, Origin, StopReport, log_consumer_event,
+    IntoChannel, IntoTopic, Origin, StopReport, log_consumer_event, log_max_in_flight,
 };
 use nsq_proto::consumer::{
     Action, ConnId, ConsumerError, ConsumerEvent, ConsumerStats, LookupdRequestId,
@@ -21,12 +21,15 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
+use tracing::Instrument;
 
 // ------------------------------------------------------------------------------------ inputs
 
 enum Control {
     AddNsqd(String, oneshot::Sender<Result<(), ConsumerError>>),
     AddLookupd(String, oneshot::Sender<Result<(), ConsumerError>>),
+    DisconnectNsqd(String, oneshot::Sender<Result<(), ConsumerError>>),
+    DisconnectLookupd(String, oneshot::Sender<Result<(), ConsumerError>>),
     SetMaxInFlight(u32),
     Stop(oneshot::Sender<StopReport>),
     /// Every handle is gone: shut down gracefully.
@@ -108,7 +111,7 @@ pub type ConsumerBuilder = nsq_proto::adapter::ConsumerBuilder<Tokio>;
 
 /// Validates `setup` and starts the driver task on the current tokio runtime
 /// ([`ConsumerBuilder::build`]).
-pub(crate) fn start(setup: ConsumerSetup) -> Result<Consumer, Error> {
+pub(crate) fn start(setup: ConsumerSetup<Message>) -> Result<Consumer, Error> {
     let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
     let start = setup.start(Instant::now(), net::random_seed)?;
     let (tx, rx) = mpsc::unbounded_channel();
@@ -137,7 +140,7 @@ pub(crate) fn start(setup: ConsumerSetup) -> Result<Consumer, Error> {
         give_up: start.give_up,
         report: None,
     };
-    runtime.spawn(driver.run());
+    runtime.spawn(driver.run().instrument(start.span));
     let handle = ConsumerHandle {
         guard: Arc::new(HandleGuard(shared.clone())),
     };
@@ -153,7 +156,8 @@ pub(crate) fn start(setup: ConsumerSetup) -> Result<Consumer, Error> {
 
 // ---------------------------------------------------------------------------------- handles
 
-/// A cloneable control handle of a [`Consumer`] (stop it, change max_in_flight, add servers)
+/// A cloneable control handle of a [`Consumer`] (stop it, change max_in_flight, add or remove
+/// servers)
 /// usable while another task reads the messages.
 #[derive(Clone)]
 pub struct ConsumerHandle {
@@ -219,6 +223,45 @@ impl ConsumerHandle {
         Ok(())
     }
 
+    /// Stops consuming from an nsqd added with [`connect_to_nsqd`](Self::connect_to_nsqd) or
+    /// the builder's `nsqd` (go-nsq's `DisconnectFromNSQD`): CLS is sent, the messages in
+    /// flight on it can still be answered and it closes once they are (or after the
+    /// connection's `drain_timeout`; nsqd then redelivers what is left), its RDY goes to the
+    /// other connections at once, and it is not reconnected. Resolves once the command is applied, not when the
+    /// connection has drained:
+    /// [`stats`](Self::stats) shows it as [`NsqdState::Closing`](crate::NsqdState::Closing)
+    /// until it has drained.
+    ///
+    /// Errors: [`Error::Consumer`] with
+    /// [`NsqdNotConfigured`](nsq_proto::consumer::ConsumerError::NsqdNotConfigured) for an
+    /// address not configured (or already disconnected from), or
+    /// [`NsqdDiscovered`](nsq_proto::consumer::ConsumerError::NsqdDiscovered) for one known only
+    /// through nsqlookupd (disconnect from the lookupd instead); [`Error::InvalidInput`] for an
+    /// address that is not `host:port`; [`Error::Closed`] once the consumer is stopping.
+    pub async fn disconnect_from_nsqd(&self, addr: &str) -> Result<(), Error> {
+        let (tx, rx) = oneshot::channel();
+        self.control(Control::DisconnectNsqd(addr.to_owned(), tx))?;
+        rx.await.map_err(|_| Error::Closed)?.map_err(Error::from)
+    }
+
+    /// Stops polling an nsqlookupd added with [`connect_to_lookupd`](Self::connect_to_lookupd)
+    /// or the builder's `lookupd` (go-nsq's `DisconnectFromNSQLookupd`); `addr` is matched as
+    /// `connect_to_lookupd` reads it. The nsqd that only it listed stay connected until their
+    /// connection ends, and are not reconnected.
+    ///
+    /// Errors: [`Error::Consumer`] with
+    /// [`LookupdNotConfigured`](nsq_proto::consumer::ConsumerError::LookupdNotConfigured) for
+    /// a lookupd not configured, or
+    /// [`LastLookupd`](nsq_proto::consumer::ConsumerError::LastLookupd) for the only one
+    /// configured (as go-nsq: discovery would stop; connect its replacement first);
+    /// [`Error::InvalidInput`] for an address that does not parse; [`Error::Closed`] once the
+    /// consumer is stopping.
+    pub async fn disconnect_from_lookupd(&self, addr: &str) -> Result<(), Error> {
+        let (tx, rx) = oneshot::channel();
+        self.control(Control::DisconnectLookupd(addr.to_owned(), tx))?;
+        rx.await.map_err(|_| Error::Closed)?.map_err(Error::from)
+    }
+
     /// Changes max_in_flight at runtime (0 pauses the consumer).
     pub fn set_max_in_flight(&self, n: u32) {
         let _ = self.control(Control::SetMaxInFlight(n));
@@ -230,20 +273,21 @@ impl ConsumerHandle {
         self.shared().starved.load(Ordering::Relaxed)
     }
 
-    /// A snapshot of the counters (updated after every wake-up of the driver).
+    /// A snapshot of the counters, in total and per nsqd (updated after every wake-up of the
+    /// driver).
     pub fn stats(&self) -> ConsumerStats {
-        *self
-            .shared()
+        self.shared()
             .stats
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Graceful shutdown: CLS on every connection, no new messages are handed out (those not
     /// yet taken are requeued by the next [`Consumer::recv`], or by dropping the
     /// [`Consumer`]: a consumer that is neither read nor dropped holds them until
-    /// `close_timeout`), messages already handed out can still be answered; resolves
-    /// once every connection has drained or the consumer's `close_timeout` passed, with the
+    /// `drain_timeout`), messages already handed out can still be answered; resolves
+    /// once every connection has drained or the consumer's `drain_timeout` passed, with the
     /// number of messages left unanswered (nsqd redelivers them).
     pub async fn stop(&self) -> StopReport {
         let (tx, rx) = oneshot::channel();
@@ -316,6 +360,29 @@ impl MessageReceiver {
 /// consumer is stopped), or hand them to a handler with [`run`](Self::run). Control it from
 /// other tasks
 /// through a [`ConsumerHandle`] ([`handle`](Self::handle)).
+///
+/// As with go-nsq, servers can be added and removed while it runs:
+/// [`connect_to_nsqd`](Self::connect_to_nsqd) / [`connect_to_lookupd`](Self::connect_to_lookupd),
+/// and [`disconnect_from_nsqd`](Self::disconnect_from_nsqd) (CLS is sent, the messages in
+/// flight on that nsqd can still be answered, its RDY goes to the other connections, and it
+/// is not reconnected) / [`disconnect_from_lookupd`](Self::disconnect_from_lookupd) (the nsqd
+/// only that lookupd listed are dropped once their connection ends; the last lookupd cannot
+/// be removed). [`stats`](Self::stats) is a [`ConsumerStats`] snapshot: totals (received,
+/// finished, requeued, in flight, reconnects, RDY, backoff level) and one
+/// [`NsqdStats`](crate::NsqdStats) per nsqd (state, RDY, in flight, its own counters).
+///
+/// ```no_run
+/// # async fn example(consumer: &nsq_tokio::Consumer) -> Result<(), nsq_tokio::Error> {
+/// consumer.disconnect_from_nsqd("10.0.0.7:4150").await?; // being decommissioned
+/// for nsqd in &consumer.stats().nsqd {
+///     println!(
+///         "{} {:?} rdy={} in_flight={} received={} reconnects={}",
+///         nsqd.address, nsqd.state, nsqd.rdy, nsqd.in_flight, nsqd.received, nsqd.reconnects
+///     );
+/// }
+/// # Ok(())
+/// # }
+/// ```
 pub struct Consumer {
     receiver: MessageReceiver,
     handle: ConsumerHandle,
@@ -396,6 +463,16 @@ impl Consumer {
         S: AsRef<str>,
     {
         self.handle.connect_to_lookupds(addrs).await
+    }
+
+    /// See [`ConsumerHandle::disconnect_from_nsqd`].
+    pub async fn disconnect_from_nsqd(&self, addr: &str) -> Result<(), Error> {
+        self.handle.disconnect_from_nsqd(addr).await
+    }
+
+    /// See [`ConsumerHandle::disconnect_from_lookupd`].
+    pub async fn disconnect_from_lookupd(&self, addr: &str) -> Result<(), Error> {
+        self.handle.disconnect_from_lookupd(addr).await
     }
 
     /// See [`ConsumerHandle::set_max_in_flight`].
@@ -486,7 +563,7 @@ struct Driver {
     outgoing: Vec<Message>,
     origins: BTreeMap<ConnId, Arc<Origin<AnswerChannel>>>,
     stop_waiters: Vec<oneshot::Sender<StopReport>>,
-    give_up: Option<GiveUpHook>,
+    give_up: Option<GiveUpHook<Message>>,
     report: Option<StopReport>,
 }
 
@@ -534,10 +611,19 @@ impl Driver {
                 Control::AddNsqd(a, reply) => {
                     let _ = reply.send(self.core.add_nsqd(now, &a));
                 }
+                Control::DisconnectNsqd(a, reply) => {
+                    let _ = reply.send(self.core.disconnect_from_nsqd(now, &a));
+                }
+                Control::DisconnectLookupd(a, reply) => {
+                    let _ = reply.send(self.core.disconnect_from_lookupd(now, &a));
+                }
                 Control::AddLookupd(a, reply) => {
                     let _ = reply.send(self.core.add_lookupd(now, &a));
                 }
-                Control::SetMaxInFlight(n) => self.core.set_max_in_flight(now, n),
+                Control::SetMaxInFlight(n) => {
+                    log_max_in_flight(n);
+                    self.core.set_max_in_flight(now, n);
+                }
                 Control::Stop(reply) => {
                     self.stop_waiters.push(reply);
                     self.begin_stop(now);
@@ -606,7 +692,7 @@ impl Driver {
     }
 
     fn event(&mut self, now: Instant, event: ConsumerEvent) {
-        log_consumer_event(&event);
+        log_consumer_event(&event, |c| self.origins.get(&c).map(|o| o.addr()));
         match event {
             ConsumerEvent::Message { conn, message } => {
                 let origin = match self.origins.get(&conn) {
@@ -621,9 +707,13 @@ impl Driver {
                     self.requeue_now(now, msg);
                 }
             }
-            ConsumerEvent::GaveUp { message, .. } => {
+            ConsumerEvent::GaveUp { conn, message } => {
                 if let Some(hook) = &self.give_up {
-                    hook(&message);
+                    let origin = match self.origins.get(&conn) {
+                        Some(o) => o.clone(),
+                        None => Origin::new("", AnswerChannel(self.shared.clone())),
+                    };
+                    hook(&Delivery::given_up(conn, message, origin));
                 }
             }
             ConsumerEvent::Closed { leftovers } => {
@@ -671,10 +761,13 @@ impl Driver {
         self.shared
             .starved
             .store(self.core.is_starved(), Ordering::Relaxed);
-        *self
-            .shared
-            .stats
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = self.core.stats();
+        // Written in place: no allocation once the snapshot has room for every nsqd.
+        self.core.stats_into(
+            &mut self
+                .shared
+                .stats
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
     }
 }

@@ -81,7 +81,7 @@ where
     K: Copy + Send + std::fmt::Display + 'static,
     T: Send + 'static,
 {
-    let span = tracing::info_span!("nsqd", conn = %key, addr = %addr);
+    let span = nsq_proto::adapter::connection_span(key, addr);
     let link_span = span.clone();
     let addr = addr.to_owned();
     let task = tokio::spawn(
@@ -89,7 +89,7 @@ where
             let stream = match tokio::time::timeout(dial_timeout, TcpStream::connect(&addr)).await {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "connect failed");
+                    tracing::debug!(error = %e, "connect failed");
                     let _ = tx.send(wrap(NetEvent::ConnectFailed {
                         key,
                         reason: e.to_string(),
@@ -97,7 +97,7 @@ where
                     return;
                 }
                 Err(_) => {
-                    tracing::warn!(?dial_timeout, "connect timed out");
+                    tracing::debug!(?dial_timeout, "connect timed out");
                     let _ = tx.send(wrap(NetEvent::ConnectFailed {
                         key,
                         reason: format!("connect timed out after {dial_timeout:?}"),
@@ -213,12 +213,12 @@ where
     K: Copy + Send + std::fmt::Display + 'static,
     T: Send + 'static,
 {
-    let span = tracing::debug_span!("nsqlookupd", request = %key, addr = %addr);
+    let span = nsq_proto::adapter::lookupd_span(key, addr);
     let addr = addr.to_owned();
     tokio::spawn(
         async move {
             let fail = move |reason: String| {
-                tracing::warn!(%reason, "lookupd request failed");
+                tracing::debug!(%reason, "lookupd request failed");
                 wrap(LookupEvent::Failed { key, reason })
             };
             let mut stream = match TcpStream::connect(&addr).await {

@@ -13,6 +13,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
+use tracing::Instrument;
 
 type Reply = oneshot::Sender<Result<(), Error>>;
 
@@ -93,7 +94,7 @@ pub(crate) fn start(setup: ProducerSetup) -> Result<Producer, Error> {
         stats: stats.clone(),
         closed: false,
     };
-    runtime.spawn(driver.run());
+    runtime.spawn(driver.run().instrument(start.span));
     Ok(Producer {
         inner: Arc::new(Inner { tx, stats }),
     })
@@ -180,7 +181,7 @@ impl Producer {
     }
 
     /// Graceful close for every clone: no new publishes; outstanding ones are sent and
-    /// answered (bounded by `close_timeout`); then every connection is closed.
+    /// answered (bounded by `drain_timeout`); then every connection is closed.
     pub async fn close(&self) {
         let (tx, rx) = oneshot::channel();
         if self.inner.tx.send(Input::Close(tx)).is_ok() {

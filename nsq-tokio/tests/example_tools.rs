@@ -1,58 +1,102 @@
-//! The example tools' shared helpers (flag parsing like Go's `flag` package, Go durations,
-//! the bench tools' final line), tested where the examples cannot be.
+//! The example tools' shared helpers (flag parsing that accepts the Go tools' forms, with
+//! `--help`; Go durations; the bench tools' final line), tested where the examples cannot be.
 
 #[path = "../examples/support/mod.rs"]
 mod support;
 
 use std::time::Duration;
-use support::{Flags, bench_line, go_duration, parse_go_duration};
+use support::{FlagError, Flags, Usage, bench_line, go_duration, parse_go_duration, switch, value};
 
 fn args(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| (*s).to_owned()).collect()
 }
 
+const TAIL: Usage = Usage {
+    name: "nsq_tail",
+    about: "Consumes topics.",
+    flags: &[
+        value("topic", "TOPIC", "NSQ topic"),
+        value("channel", "CHANNEL", "NSQ channel"),
+        value("nsqd-tcp-address", "ADDR", "nsqd TCP address"),
+        value("n", "N", "total messages to show"),
+        switch("print-topic", "print the topic name"),
+        switch("version", "print version string"),
+    ],
+};
+
+fn parse(list: &[&str]) -> Result<Flags, FlagError> {
+    Flags::parse_from(args(list), &TAIL)
+}
+
+fn invalid(list: &[&str]) -> String {
+    match parse(list) {
+        Err(FlagError::Invalid(e)) => e,
+        other => panic!("{list:?} was accepted: {other:?}"),
+    }
+}
+
 #[test]
 fn flags_take_go_forms_and_repeat() {
-    let f = Flags::parse_from(
-        args(&[
-            "--topic=t",
-            "-channel",
-            "c",
-            "--nsqd-tcp-address",
-            "a:1",
-            "--nsqd-tcp-address=b:2",
-            "--print-topic",
-            "--",
-            "--ignored",
-        ]),
-        &["topic", "channel", "nsqd-tcp-address"],
-        &["print-topic"],
-    )
+    let f = parse(&[
+        "--topic=t",
+        "-channel",
+        "c",
+        "--nsqd-tcp-address",
+        "a:1",
+        "-nsqd-tcp-address=b:2",
+        "-n",
+        "5",
+        "--print-topic",
+        "--",
+        "--ignored",
+    ])
     .unwrap();
     assert_eq!(f.get("topic"), Some("t"));
     assert_eq!(f.get("channel"), Some("c"));
     assert_eq!(f.all("nsqd-tcp-address"), ["a:1", "b:2"]);
+    assert_eq!(f.number::<u64>("n", 0).unwrap(), 5);
     assert!(f.boolean("print-topic").unwrap());
     assert!(!f.has("ignored"));
+    let f = parse(&["-n=7", "-print-topic=false", "-version"]).unwrap();
+    assert_eq!(f.get("n"), Some("7"));
+    assert!(!f.boolean("print-topic").unwrap());
+    assert!(f.boolean("version").unwrap());
+}
+
+#[test]
+fn help_prints_the_usage_text() {
+    for flag in ["--help", "-h", "-help"] {
+        let Err(FlagError::Help(text)) = parse(&["--topic=t", flag]) else {
+            panic!("{flag} did not ask for help");
+        };
+        assert!(
+            text.starts_with("Consumes topics.\n\nUsage: nsq_tail [FLAGS]"),
+            "{text}"
+        );
+        assert!(text.contains("  --topic=TOPIC "), "{text}");
+        assert!(text.contains("  --print-topic "), "{text}");
+        assert!(text.contains("  -h, --help "), "{text}");
+        assert!(text.contains("RUST_LOG"), "{text}");
+    }
 }
 
 #[test]
 fn undefined_flags_and_missing_values_are_refused() {
-    let e = Flags::parse_from(args(&["--snappy"]), &["topic"], &["version"]).unwrap_err();
+    let e = invalid(&["--snappy"]);
     assert_eq!(
         e,
-        "flag provided but not defined: -snappy (defined: -topic, -version)"
+        "flag provided but not defined: -snappy (defined: -channel, -n, -nsqd-tcp-address, \
+         -print-topic, -topic, -version)"
     );
-    let e = Flags::parse_from(args(&["--topc=x"]), &["topic"], &[]).unwrap_err();
+    let e = invalid(&["--topc=x"]);
     assert!(e.starts_with("flag provided but not defined: -topc"), "{e}");
-    let e = Flags::parse_from(args(&["--topic"]), &["topic"], &[]).unwrap_err();
-    assert_eq!(e, "flag needs an argument: -topic");
-    let e = Flags::parse_from(args(&["stray"]), &["topic"], &[]).unwrap_err();
-    assert_eq!(e, "unexpected argument \"stray\"");
-    let f = Flags::parse_from(args(&["--rdy=x"]), &["rdy"], &[]).unwrap();
+    assert_eq!(invalid(&["--topic"]), "flag needs an argument: -topic");
+    assert_eq!(invalid(&["-n"]), "flag needs an argument: -n");
+    assert_eq!(invalid(&["stray"]), "unexpected argument \"stray\"");
+    let f = parse(&["--n=x"]).unwrap();
     assert_eq!(
-        f.number::<u32>("rdy", 1).unwrap_err(),
-        "invalid value \"x\" for flag -rdy"
+        f.number::<u32>("n", 1).unwrap_err(),
+        "invalid value \"x\" for flag -n"
     );
 }
 

@@ -104,7 +104,11 @@ impl s::Producer for TokioProducer {
         map(self.rt.block_on(self.p.publish(topic, body.to_vec())))
     }
     fn publish_typed(&self, topic: &str, body: &[u8]) -> s::ClientResult<()> {
-        let topic = map(Topic::new(topic).map_err(Error::InvalidName))?;
+        let typed = Topic::new(topic).map_err(|reason| Error::InvalidTopic {
+            name: topic.to_owned(),
+            reason,
+        });
+        let topic = map(typed)?;
         map(self.rt.block_on(self.p.publish(&topic, body.to_vec())))
     }
     fn multi_publish(&self, topic: &str, bodies: Vec<Vec<u8>>) -> s::ClientResult<()> {
@@ -171,6 +175,12 @@ impl s::Consumer for TokioConsumer {
     fn connect_to_nsqd(&self, addr: &str) -> s::ClientResult<()> {
         map(self.rt.block_on(self.c.connect_to_nsqd(addr)))
     }
+    fn disconnect_from_nsqd(&self, addr: &str) -> s::ClientResult<()> {
+        map(self.rt.block_on(self.c.disconnect_from_nsqd(addr)))
+    }
+    fn disconnect_from_lookupd(&self, addr: &str) -> s::ClientResult<()> {
+        map(self.rt.block_on(self.c.disconnect_from_lookupd(addr)))
+    }
     fn handle(&self) -> Box<dyn s::ConsumerHandle> {
         Box::new(TokioHandle {
             rt: self.rt.clone(),
@@ -198,6 +208,9 @@ impl s::ConsumerHandle for TokioHandle {
     }
     fn set_max_in_flight(&self, n: u32) {
         self.h.set_max_in_flight(n);
+    }
+    fn disconnect_from_lookupd(&self, addr: &str) -> s::ClientResult<()> {
+        map(self.rt.block_on(self.h.disconnect_from_lookupd(addr)))
     }
 }
 

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use nsq_proto::adapter::{AnswerSink, Delivery, Error, HandlerError, StopReport};
-use nsq_proto::consumer::{ConsumerConfig, ConsumerStats};
+use nsq_proto::consumer::{ConsumerConfig, ConsumerStats, NsqdState};
 use nsq_proto::producer::{ProducerConfig, ProducerStats};
 use nsq_proto::{Compression, Config, ConnectionConfig, TlsConfig};
 use nsq_test_broker::TestPki;
@@ -16,7 +16,7 @@ use nsq_test_broker::scenarios as s;
 /// The harness's view of an adapter error.
 pub(crate) fn error(e: &Error) -> s::ClientError {
     let kind = match e {
-        Error::InvalidName(_) => s::ErrorKind::InvalidName,
+        Error::InvalidTopic { .. } | Error::InvalidChannel { .. } => s::ErrorKind::InvalidName,
         Error::InvalidInput(_) => s::ErrorKind::InvalidInput,
         Error::Server(e) => s::ErrorKind::Server(e.code_str().into_owned()),
         Error::ConnectionLost(_) => s::ErrorKind::ConnectionLost,
@@ -49,7 +49,9 @@ macro_rules! consumer_builder {
             b = b.core_config(crate::glue::consumer_config(o));
         }
         if let Some(hook) = setup.on_give_up.clone() {
-            b = b.on_give_up(move |m| hook(m.attempts));
+            // The hook takes the adapter's own `Message` (the caller's `Message` in scope),
+            // like its handlers and streams.
+            b = b.on_give_up(move |m: &Message| hook(m.attempts(), m.body()));
         }
         b.nsqds(&setup.nsqd).lookupds(&setup.lookupd)
     }};
@@ -175,6 +177,30 @@ pub(crate) fn consumer_stats(st: &ConsumerStats) -> s::ConsumerStats {
         connections: st.connections,
         backoff_level: st.backoff_level,
         total_rdy: st.total_rdy,
+        in_flight: st.in_flight,
+        reconnects: st.reconnects,
+        nsqd: st
+            .nsqd
+            .iter()
+            .map(|n| s::NsqdStats {
+                address: n.address.clone(),
+                configured: n.configured,
+                state: match n.state {
+                    NsqdState::Connecting => s::NsqdState::Connecting,
+                    NsqdState::Handshaking => s::NsqdState::Handshaking,
+                    NsqdState::Ready => s::NsqdState::Ready,
+                    NsqdState::Closing => s::NsqdState::Closing,
+                    NsqdState::Disconnected => s::NsqdState::Disconnected,
+                    _ => s::NsqdState::Other,
+                },
+                rdy: n.rdy,
+                in_flight: n.in_flight,
+                received: n.received,
+                finished: n.finished,
+                requeued: n.requeued,
+                reconnects: n.reconnects,
+            })
+            .collect(),
     }
 }
 

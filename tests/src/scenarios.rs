@@ -108,8 +108,8 @@ impl GoConfig {
     }
 }
 
-/// Called with the attempts of a message the consumer gave up on.
-pub type GiveUp = Arc<dyn Fn(u16) + Send + Sync>;
+/// Called with the attempts and body of a message the consumer gave up on.
+pub type GiveUp = Arc<dyn Fn(u16, &[u8]) + Send + Sync>;
 
 /// How to build a consumer.
 #[derive(Clone, Default)]
@@ -191,7 +191,7 @@ impl std::error::Error for ClientError {}
 pub type ClientResult<T> = Result<T, ClientError>;
 
 /// The consumer statistics the scenarios look at.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ConsumerStats {
     /// Messages given up on.
     pub gave_up: u64,
@@ -201,6 +201,60 @@ pub struct ConsumerStats {
     pub backoff_level: u32,
     /// Sum of RDY over the connections.
     pub total_rdy: u64,
+    /// Messages in flight over every connection.
+    pub in_flight: usize,
+    /// Reconnect attempts.
+    pub reconnects: u64,
+    /// Every nsqd the consumer keeps track of.
+    pub nsqd: Vec<NsqdStats>,
+}
+
+impl ConsumerStats {
+    /// The entry of the nsqd at `addr`.
+    pub fn nsqd(&self, addr: &str) -> Option<&NsqdStats> {
+        self.nsqd.iter().find(|n| n.address == addr)
+    }
+}
+
+/// Where one nsqd of a consumer stands (nsq-proto's `NsqdState`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NsqdState {
+    /// TCP connect in progress.
+    Connecting,
+    /// Handshake in progress.
+    Handshaking,
+    /// Subscribed.
+    Ready,
+    /// CLS sent, draining.
+    Closing,
+    /// No connection.
+    Disconnected,
+    /// A state this harness does not know.
+    Other,
+}
+
+/// One nsqd in [`ConsumerStats::nsqd`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NsqdStats {
+    /// Its TCP address.
+    pub address: String,
+    /// Added directly rather than discovered.
+    pub configured: bool,
+    /// Its connection's state.
+    pub state: NsqdState,
+    /// RDY last sent.
+    pub rdy: u32,
+    /// Messages in flight.
+    pub in_flight: usize,
+    /// Messages received from it.
+    pub received: u64,
+    /// Of those, finished.
+    pub finished: u64,
+    /// Of those, requeued.
+    pub requeued: u64,
+    /// Reconnect attempts.
+    pub reconnects: u64,
 }
 
 /// The producer statistics the scenarios look at.
@@ -267,6 +321,8 @@ pub trait ConsumerHandle: Send + Sync {
     fn is_stopping(&self) -> Option<bool>;
     /// Changes max in flight.
     fn set_max_in_flight(&self, n: u32);
+    /// Stops polling a lookupd.
+    fn disconnect_from_lookupd(&self, addr: &str) -> ClientResult<()>;
 }
 
 /// A consumer.
@@ -281,6 +337,10 @@ pub trait Consumer: Send {
     fn is_starved(&self) -> bool;
     /// Adds an nsqd.
     fn connect_to_nsqd(&self, addr: &str) -> ClientResult<()>;
+    /// Stops consuming from a configured nsqd.
+    fn disconnect_from_nsqd(&self, addr: &str) -> ClientResult<()>;
+    /// Stops polling a lookupd.
+    fn disconnect_from_lookupd(&self, addr: &str) -> ClientResult<()>;
     /// A control handle.
     fn handle(&self) -> Box<dyn ConsumerHandle>;
     /// Graceful stop.
@@ -422,6 +482,8 @@ scenario_list! {
     a_panicking_handler_requeues_with_backoff: 30,
     max_in_flight_changes_at_runtime_and_starvation_is_reported: 30,
     dropping_every_handle_stops_the_consumer: 20,
+    disconnect_from_nsqd_drains_it_and_never_reconnects: 30,
+    disconnect_from_lookupd_stops_discovery_through_it: 30,
 }
 
 /// Runs the scenario `name` against the factory `make` builds, on a thread of its own with
@@ -593,14 +655,21 @@ fn topic_arguments_are_validated(f: &dyn Factory) {
     let p = producer(f, &nsqd);
     let err = p.publish("bad topic!", b"x").unwrap_err();
     assert_eq!(err.kind, ErrorKind::InvalidName, "{err}");
+    assert!(
+        err.message
+            .starts_with("invalid topic name \"bad topic!\": "),
+        "{err}"
+    );
     p.publish_typed("typed", b"x").unwrap();
-    assert!(matches!(
-        f.consumer("ok", "bad channel", &ConsumerSetup::default()),
-        Err(ClientError {
-            kind: ErrorKind::InvalidName,
-            ..
-        })
-    ));
+    let Err(err) = f.consumer("ok", "bad channel", &ConsumerSetup::default()) else {
+        panic!("a bad channel name was accepted");
+    };
+    assert_eq!(err.kind, ErrorKind::InvalidName, "{err}");
+    assert!(
+        err.message
+            .starts_with("invalid channel name \"bad channel\": "),
+        "{err}"
+    );
     p.close();
 }
 
@@ -675,8 +744,9 @@ fn gives_up_after_max_attempts(f: &dyn Factory) {
     let gave_up = Arc::new(AtomicU32::new(0));
     let g = gave_up.clone();
     let setup = ConsumerSetup {
-        on_give_up: Some(Arc::new(move |attempts| {
+        on_give_up: Some(Arc::new(move |attempts, body| {
             assert_eq!(attempts, 3);
+            assert_eq!(body, b"poison");
             g.fetch_add(1, Ordering::SeqCst);
         })),
         ..setup(
@@ -1255,6 +1325,202 @@ fn dropping_every_handle_stops_the_consumer(f: &dyn Factory) {
     q.publish("dropped", b"still works").unwrap();
     drop(q);
     assert!(eventually(WAIT, || nsqd.clients().is_empty()));
+}
+
+/// The consumer's stats for `nsqd` agree with what the broker says of its one client.
+fn stats_match_broker(c: &dyn Consumer, nsqd: &Nsqd) -> bool {
+    let stats = c.stats();
+    let Some(e) = stats.nsqd(&addr(nsqd)) else {
+        return false;
+    };
+    let clients = nsqd.clients();
+    let [client] = clients.as_slice() else {
+        return false;
+    };
+    e.state == NsqdState::Ready
+        && e.configured
+        && e.reconnects == 0
+        && i64::from(e.rdy) == client.rdy
+        && i64::try_from(e.in_flight) == Ok(client.in_flight)
+        && (e.received, e.finished, e.requeued)
+            == (client.delivered, client.finished, client.requeued)
+}
+
+fn disconnect_from_nsqd_drains_it_and_never_reconnects(f: &dyn Factory) {
+    let (nsqd_a, nsqd_b) = (start(Nsqd::builder()), start(Nsqd::builder()));
+    for i in 0..20 {
+        nsqd_a.publish("disc", format!("a{i}").as_bytes());
+        nsqd_b.publish("disc", format!("b{i}").as_bytes());
+    }
+    let setup = ConsumerSetup {
+        options: Some(fast_config(4)),
+        nsqd: vec![addr(&nsqd_a), addr(&nsqd_b)],
+        ..ConsumerSetup::default()
+    };
+    let mut c = f.consumer("disc", "ch", &setup).unwrap();
+    // From A: one requeued, one held unanswered, the others finished; from B: finished.
+    let (mut requeued, mut held, mut finished_a, mut from_b) = (false, None, 0, 0);
+    while held.is_none() || from_b < 3 {
+        let m = c.next(WAIT).expect("messages from both brokers");
+        if m.nsqd_address() != addr(&nsqd_a) {
+            from_b += 1;
+            m.finish();
+        } else if !requeued {
+            requeued = true;
+            m.requeue_without_backoff(Some(Duration::ZERO));
+        } else if held.is_none() {
+            held = Some(m);
+        } else {
+            finished_a += 1;
+            m.finish();
+        }
+    }
+    // Nothing is taken for nsqd_a while: both brokers fill their RDY and the numbers settle.
+    assert!(
+        eventually(WAIT, || stats_match_broker(&*c, &nsqd_a)
+            && stats_match_broker(&*c, &nsqd_b)),
+        "{:#?}\nA: {:#?}\nB: {:#?}",
+        c.stats(),
+        nsqd_a.clients(),
+        nsqd_b.clients()
+    );
+    let st = c.stats();
+    assert_eq!(
+        st.in_flight,
+        st.nsqd.iter().map(|n| n.in_flight).sum::<usize>()
+    );
+    assert_eq!((st.connections, st.total_rdy, st.reconnects), (2, 4, 0));
+
+    let client = nsqd_a.clients()[0].id;
+    c.disconnect_from_nsqd(&addr(&nsqd_a)).unwrap();
+    // CLS reaches A, which drains: still connected, since the held message is in flight.
+    assert!(eventually(WAIT, || nsqd_a
+        .commands_of(client)
+        .iter()
+        .any(|r| r.name() == "CLS")));
+    assert!(eventually(WAIT, || c
+        .stats()
+        .nsqd(&addr(&nsqd_a))
+        .is_some_and(|e| {
+            e.state == NsqdState::Closing && e.rdy == 0 && !e.configured
+        })));
+    assert_eq!(nsqd_a.clients().len(), 1, "draining");
+    held.expect("a held message").finish();
+    finished_a += 1;
+    // Everything still queued is answered; A's connection then closes.
+    assert!(eventually(WAIT, || {
+        while let Some(m) = c.next(Duration::from_millis(20)) {
+            if m.nsqd_address() == addr(&nsqd_a) {
+                finished_a += 1;
+            }
+            m.finish();
+        }
+        nsqd_a.clients().is_empty()
+    }));
+    // Its in-flight messages were answered after the CLS, none left to time out.
+    let log = nsqd_a.commands_of(client);
+    let cls = log.iter().position(|r| r.name() == "CLS").unwrap();
+    assert!(log[cls..].iter().any(|r| r.name() == "FIN"), "{log:#?}");
+    // A's share of max_in_flight is B's now.
+    assert!(eventually(WAIT, || c
+        .stats()
+        .nsqd(&addr(&nsqd_b))
+        .is_some_and(|e| e.rdy == 4)));
+    assert!(eventually(WAIT, || nsqd_b
+        .clients()
+        .first()
+        .is_some_and(|cl| cl.rdy == 4)));
+    let ch = nsqd_a.channel("disc", "ch").unwrap();
+    assert_eq!((ch.in_flight, ch.timed_out), (0, 0));
+    assert_eq!((ch.finished, ch.requeued), (finished_a, 1));
+    // Never reconnected (the reconnect delay is 50..200 ms), though A has messages.
+    for _ in 0..3 {
+        nsqd_a.publish("disc", b"late");
+    }
+    assert!(nsqd_a.channel("disc", "ch").unwrap().depth >= 3);
+    assert!(!eventually(Duration::from_secs(1), || !nsqd_a
+        .clients()
+        .is_empty()));
+    assert!(eventually(WAIT, || c
+        .stats()
+        .nsqd(&addr(&nsqd_a))
+        .is_none()));
+    assert_eq!(c.stats().connections, 1);
+    // Messages keep flowing, all from B.
+    nsqd_b.publish("disc", b"after");
+    let mut got_after = false;
+    while let Some(m) = c.next(Duration::from_millis(300)) {
+        assert_eq!(m.nsqd_address(), addr(&nsqd_b));
+        got_after |= m.body() == b"after";
+        m.finish();
+    }
+    assert!(got_after);
+    // Refusals.
+    let err = c.disconnect_from_nsqd(&addr(&nsqd_a)).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Consumer, "{err}");
+    assert!(err.message.contains("not configured"), "{err}");
+    let err = c.disconnect_from_nsqd("not an address").unwrap_err();
+    assert_eq!(err.kind, ErrorKind::InvalidInput, "{err}");
+    assert_eq!(c.stop().unanswered, 0);
+}
+
+fn disconnect_from_lookupd_stops_discovery_through_it(f: &dyn Factory) {
+    let (l1, l2) = (Lookupd::start().unwrap(), Lookupd::start().unwrap());
+    let nsqd_a = start(Nsqd::builder().lookupd(&l1));
+    let nsqd_b = start(Nsqd::builder().lookupd(&l2));
+    nsqd_a.publish("dlk", b"a");
+    nsqd_b.publish("dlk", b"b");
+    let (l1_addr, l2_addr) = (l1.http_address().to_string(), l2.http_address().to_string());
+    let setup = ConsumerSetup {
+        options: Some(fast_config(4)),
+        lookupd: vec![l1_addr.clone(), l2_addr.clone()],
+        ..ConsumerSetup::default()
+    };
+    let mut c = f.consumer("dlk", "ch", &setup).unwrap();
+    for _ in 0..2 {
+        c.next(WAIT).expect("a message from each broker").finish();
+    }
+    assert!(eventually(WAIT, || c.stats().connections == 2));
+    c.handle().disconnect_from_lookupd(&l1_addr).unwrap();
+    let polls = l1.requests().len();
+    // Refusals: the last lookupd, one not configured, nsqd_a discovered nsqd.
+    let err = c.disconnect_from_lookupd(&l2_addr).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Consumer, "{err}");
+    assert!(err.message.contains("only one"), "{err}");
+    let err = c.disconnect_from_lookupd(&l1_addr).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Consumer, "{err}");
+    assert!(err.message.contains("not configured"), "{err}");
+    let err = c.disconnect_from_nsqd(&addr(&nsqd_b)).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Consumer, "{err}");
+    assert!(err.message.contains("discovered"), "{err}");
+    // A, which only L1 lists, stays connected until its connection ends ...
+    assert_eq!(nsqd_a.clients().len(), 1);
+    nsqd_a.drop_connections();
+    // ... and is never reconnected, over several polls of L2 (every 200 ms).
+    assert!(!eventually(Duration::from_secs(1), || !nsqd_a
+        .clients()
+        .is_empty()));
+    assert!(eventually(WAIT, || c
+        .stats()
+        .nsqd(&addr(&nsqd_a))
+        .is_none()));
+    assert_eq!(l1.requests().len(), polls, "L1 is not polled any more");
+    // B, still listed by L2, comes back when its connection drops.
+    nsqd_b.drop_connections();
+    assert!(eventually(WAIT, || nsqd_b.clients().len() == 1));
+    assert!(eventually(WAIT, || c
+        .stats()
+        .nsqd(&addr(&nsqd_b))
+        .is_some_and(
+            |e| e.reconnects == 1 && e.state == NsqdState::Ready
+        )));
+    nsqd_a.publish("dlk", b"a2");
+    nsqd_b.publish("dlk", b"b2");
+    let m = c.next(WAIT).expect("B's message");
+    assert_eq!(m.body(), b"b2");
+    m.finish();
+    assert!(c.next(Duration::from_millis(300)).is_none(), "A is gone");
+    assert_eq!(c.stop().unanswered, 0);
 }
 
 #[cfg(test)]

@@ -6,7 +6,6 @@
 use super::{ConsumerSetup, Error, GiveUpHook, IntoChannel, IntoTopic, ProducerSetup};
 use crate::config::Config;
 use crate::consumer::ConsumerConfig;
-use crate::frame::Message;
 use crate::producer::ProducerConfig;
 use std::fmt;
 use std::marker::PhantomData;
@@ -26,15 +25,16 @@ use std::time::Duration;
 /// enum DryRun {}
 ///
 /// impl Runtime for DryRun {
-///     type Consumer = ConsumerSetup;
+///     type Consumer = ConsumerSetup<Self::Message>;
 ///     type Producer = ProducerSetup;
+///     type Message = nsq_proto::Message;
 ///     fn os_hostname() -> Option<String> {
 ///         Some("box".into())
 ///     }
 ///     fn read_file(path: PathBuf) -> std::io::Result<Vec<u8>> {
 ///         Err(std::io::Error::new(std::io::ErrorKind::NotFound, path.display().to_string()))
 ///     }
-///     fn start_consumer(setup: ConsumerSetup) -> Result<ConsumerSetup, Error> {
+///     fn start_consumer(setup: ConsumerSetup<Self::Message>) -> Result<Self::Consumer, Error> {
 ///         Ok(setup)
 ///     }
 ///     fn start_producer(setup: ProducerSetup) -> Result<ProducerSetup, Error> {
@@ -55,6 +55,9 @@ pub trait Runtime {
     type Consumer;
     /// The adapter's producer, which [`ProducerBuilder::build`] returns.
     type Producer;
+    /// The adapter's message type (a [`Delivery`](super::Delivery)), which the give-up hook
+    /// receives ([`ConsumerBuilder::on_give_up`]).
+    type Message;
 
     /// The OS hostname, sent in IDENTIFY when the configuration names none (the adapter reads
     /// it, typically `gethostname::gethostname()` through [`hostname_from_os`](super::hostname_from_os)).
@@ -64,7 +67,7 @@ pub trait Runtime {
     fn read_file(path: PathBuf) -> std::io::Result<Vec<u8>>;
 
     /// Validates `setup` ([`ConsumerSetup::start`]) and starts the consumer's driver.
-    fn start_consumer(setup: ConsumerSetup) -> Result<Self::Consumer, Error>;
+    fn start_consumer(setup: ConsumerSetup<Self::Message>) -> Result<Self::Consumer, Error>;
 
     /// Validates `setup` ([`ProducerSetup::start`]) and starts the producer's driver.
     fn start_producer(setup: ProducerSetup) -> Result<Self::Producer, Error>;
@@ -78,13 +81,13 @@ pub trait Runtime {
 /// Each adapter names it `ConsumerBuilder` (this type with its runtime marker) and makes one
 /// with its `Consumer::builder(topic, channel)`, whose documentation says what `build`
 /// requires in that runtime.
-pub struct ConsumerBuilder<R> {
-    setup: ConsumerSetup,
+pub struct ConsumerBuilder<R: Runtime> {
+    setup: ConsumerSetup<R::Message>,
     // `fn() -> R`: the builder is Send + Sync whatever the marker.
     runtime: PhantomData<fn() -> R>,
 }
 
-impl<R> fmt::Debug for ConsumerBuilder<R> {
+impl<R: Runtime> fmt::Debug for ConsumerBuilder<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ConsumerBuilder")
             .field("setup", &self.setup)
@@ -125,8 +128,10 @@ impl<R: Runtime> ConsumerBuilder<R> {
 
     /// Called for each message delivered more than `max_attempts` times; the message has
     /// already been finished. It runs on the driver (its task or thread), so keep it short.
-    pub fn on_give_up(mut self, hook: impl Fn(&Message) + Send + Sync + 'static) -> Self {
-        let hook: GiveUpHook = Arc::new(hook);
+    /// It receives the adapter's `Message`, the type the consumer hands out everywhere else
+    /// (answering it does nothing: it is already finished).
+    pub fn on_give_up(mut self, hook: impl Fn(&R::Message) + Send + Sync + 'static) -> Self {
+        let hook: GiveUpHook<R::Message> = Arc::new(hook);
         self.setup.give_up = Some(hook);
         self
     }
@@ -287,8 +292,9 @@ mod tests {
     enum Dry {}
 
     impl Runtime for Dry {
-        type Consumer = ConsumerSetup;
+        type Consumer = ConsumerSetup<Self::Message>;
         type Producer = ProducerSetup;
+        type Message = crate::Message;
         fn os_hostname() -> Option<String> {
             Some(" box \n".into())
         }
@@ -298,7 +304,7 @@ mod tests {
                 path.display().to_string(),
             ))
         }
-        fn start_consumer(setup: ConsumerSetup) -> Result<ConsumerSetup, Error> {
+        fn start_consumer(setup: ConsumerSetup<crate::Message>) -> Result<Self::Consumer, Error> {
             Ok(setup)
         }
         fn start_producer(setup: ProducerSetup) -> Result<ProducerSetup, Error> {
@@ -311,7 +317,7 @@ mod tests {
         let setup = ConsumerBuilder::<Dry>::new("t", "c")
             .config(&Config::default())
             .max_in_flight(7)
-            .on_give_up(|_| {})
+            .on_give_up(|m: &crate::Message| assert_eq!(m.attempts, 9))
             .nsqd("a:1")
             .nsqds(["b:2", "c:3"])
             .lookupd("l:1")

@@ -65,7 +65,7 @@ impl<T: Transport> Links<T> {
                 }
             }
             Action::Connect { conn, addr } => {
-                tracing::info!(%conn, %addr, "connecting to nsqd");
+                tracing::info!(%conn, nsqd = %addr, "connecting to nsqd");
                 let link = transport.connect(conn, &addr);
                 self.links.insert(conn, (link, Outbox::default()));
             }
@@ -82,7 +82,7 @@ impl<T: Transport> Links<T> {
                 addr,
                 data,
             } => {
-                tracing::debug!(%request, %addr, "querying nsqlookupd");
+                tracing::debug!(%request, lookupd = %addr, "querying nsqlookupd");
                 let lookup = transport.lookup(request, &addr, data);
                 self.lookups.insert(request, lookup);
             }

@@ -185,9 +185,9 @@ pub enum CloseReason {
 impl fmt::Display for CloseReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            CloseReason::Graceful { unanswered: 0 } => f.write_str("connection closed"),
+            CloseReason::Graceful { unanswered: 0 } => f.write_str("graceful close"),
             CloseReason::Graceful { unanswered } => {
-                write!(f, "connection closed with {unanswered} left unanswered")
+                write!(f, "graceful close with {unanswered} left unanswered")
             }
             CloseReason::Server(e) => write!(f, "{e}"),
             CloseReason::Decode(e) => write!(f, "protocol error: {e}"),
@@ -934,7 +934,7 @@ impl Connection {
 
     fn expire(&mut self, now: Instant) {
         while let Some(id) = self.inflight.pop_expired(now) {
-            tracing::debug!(%id, "message expired unanswered");
+            tracing::debug!(msg_id = %id, "message expired unanswered");
             self.events.push_back(ConnectionEvent::MessageExpired(id));
         }
     }
@@ -981,7 +981,7 @@ impl Connection {
                 }
             }
         } else {
-            tracing::warn!(%reason, "nsqd connection failed");
+            tracing::debug!(%reason, "nsqd connection failed");
         }
         for t in self.first_outstanding..self.next_token {
             self.events.push_back(ConnectionEvent::PublishFailed(

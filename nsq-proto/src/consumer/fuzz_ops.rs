@@ -13,10 +13,10 @@ use std::time::Duration;
 /// Drives a [`Consumer`] with an arbitrary sequence of operations decoded from `data`:
 /// connections opening, failing, handshaking, delivering messages, errors and garbage;
 /// finishes, requeues with and without backoff, touches; `max_in_flight` changes; lookupd
-/// replies (well-formed and garbage); time jumps; close. After every operation it checks the
-/// flow-control invariants (sum of RDY <= max_in_flight, RDY <= max_rdy_count per
-/// connection) and that no directly added or connected nsqd was forgotten, and panics if one
-/// is broken.
+/// replies (well-formed and garbage); disconnecting from nsqd and lookupds; time jumps; close.
+/// After every operation it checks the flow-control invariants (sum of RDY <= max_in_flight,
+/// RDY <= max_rdy_count per connection), that no directly added or connected nsqd was
+/// forgotten and that the per-nsqd stats add up to the totals, and panics if one is broken.
 pub fn consumer_ops(data: &[u8]) {
     let mut input = Input::new(data);
     let mut now = crate::fuzzing::virtual_time_origin();
@@ -49,8 +49,12 @@ pub fn consumer_ops(data: &[u8]) {
         match op {
             0 => {
                 let addr = format!("10.0.0.{}:4150", pick % 6);
-                if consumer.add_nsqd(now, &addr).is_ok() {
-                    direct.insert(addr);
+                if pick < 0xc0 {
+                    if consumer.add_nsqd(now, &addr).is_ok() {
+                        direct.insert(addr);
+                    }
+                } else if consumer.disconnect_from_nsqd(now, &addr).is_ok() {
+                    direct.remove(&addr);
                 }
             }
             1 if !connecting.is_empty() => {
@@ -134,7 +138,12 @@ pub fn consumer_ops(data: &[u8]) {
                 }
             }
             16 => {
-                let _ = consumer.add_lookupd(now, &format!("10.1.0.{}:4161", pick % 3));
+                let addr = format!("10.1.0.{}:4161", pick % 3);
+                let _ = if pick < 0xc0 {
+                    consumer.add_lookupd(now, &addr)
+                } else {
+                    consumer.disconnect_from_lookupd(now, &addr)
+                };
             }
             17 if !requests.is_empty() => {
                 let r = requests[pick % requests.len()];
@@ -192,7 +201,27 @@ fn check_invariants(consumer: &Consumer, direct: &BTreeSet<String>) {
         .map(String::as_str)
         .chain(consumer.connections().map(|(_, addr)| addr))
         .collect();
-    let known = consumer.stats().known_nsqd;
+    let stats = consumer.stats();
+    let known = stats.known_nsqd;
+    // The per-nsqd breakdown adds up to the totals.
+    assert_eq!(stats.nsqd.len(), known);
+    let rdy: u64 = stats.nsqd.iter().map(|n| u64::from(n.rdy)).sum();
+    let in_flight: usize = stats.nsqd.iter().map(|n| n.in_flight).sum();
+    assert_eq!(rdy, stats.total_rdy);
+    assert_eq!(in_flight, stats.in_flight);
+    let reconnects: u64 = stats.nsqd.iter().map(|n| n.reconnects).sum();
+    assert!(reconnects <= stats.reconnects);
+    for (per, total) in [
+        (
+            stats.nsqd.iter().map(|n| n.received).sum::<u64>(),
+            stats.received,
+        ),
+        (stats.nsqd.iter().map(|n| n.finished).sum(), stats.finished),
+        (stats.nsqd.iter().map(|n| n.requeued).sum(), stats.requeued),
+        (stats.nsqd.iter().map(|n| n.gave_up).sum(), stats.gave_up),
+    ] {
+        assert!(per <= total, "per-nsqd {per} above the total {total}");
+    }
     assert!(
         known >= held.len() && known <= 6,
         "{known} nsqd known, {} held: {held:?}",

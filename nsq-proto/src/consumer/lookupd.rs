@@ -225,6 +225,9 @@ pub enum LookupdError {
     HeadTooLarge,
     /// The response head is not valid HTTP/1.x.
     BadHead(String),
+    /// The answer does not even start like HTTP: the address is most likely a port of
+    /// another service (nsqd's TCP port 4150 instead of nsqlookupd's HTTP port 4161).
+    NotHttp,
     /// The body exceeds the configured cap.
     BodyTooLarge {
         /// The cap, in bytes.
@@ -254,6 +257,10 @@ impl fmt::Display for LookupdError {
                 write!(f, "lookupd response head exceeds {MAX_HEAD_SIZE} bytes")
             }
             LookupdError::BadHead(e) => write!(f, "malformed lookupd response head: {e}"),
+            LookupdError::NotHttp => f.write_str(
+                "the lookupd address answered with something other than HTTP: \
+                 wrong port? (nsqlookupd's HTTP port is usually 4161, not nsqd's TCP port 4150)",
+            ),
             LookupdError::BodyTooLarge { max } => {
                 write!(f, "lookupd response body exceeds {max} bytes")
             }
@@ -270,14 +277,8 @@ impl fmt::Display for LookupdError {
     }
 }
 
-impl std::error::Error for LookupdError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            LookupdError::Reply(e) => Some(e),
-            _ => None,
-        }
-    }
-}
+/// The inner errors are shown by `Display`, so none is returned as a source.
+impl std::error::Error for LookupdError {}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Body {
@@ -413,6 +414,9 @@ impl LookupdResponseParser {
     }
 
     fn parse_head(&mut self) -> Result<Step, LookupdError> {
+        if !looks_like_http(&self.buf) {
+            return Err(LookupdError::NotHttp);
+        }
         let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut response = httparse::Response::new(&mut headers);
         let consumed = match response.parse(&self.buf) {
@@ -423,6 +427,7 @@ impl LookupdResponseParser {
                 return Ok(Step::NeedMore);
             }
             Ok(httparse::Status::Complete(n)) => n,
+            Err(_) if !looks_like_http(&self.buf) => return Err(LookupdError::NotHttp),
             Err(e) => return Err(LookupdError::BadHead(e.to_string())),
         };
         if consumed > MAX_HEAD_SIZE {
@@ -601,6 +606,18 @@ impl LookupdResponseParser {
     }
 }
 
+/// Whether `buf` starts like an HTTP/1.x status line (as far as it goes). Leading blank lines
+/// are tolerated, as by httparse.
+fn looks_like_http(buf: &[u8]) -> bool {
+    let start = buf
+        .iter()
+        .position(|&b| b != b'\r' && b != b'\n')
+        .unwrap_or(buf.len());
+    let rest = &buf[start..];
+    let n = rest.len().min(5);
+    rest[..n] == b"HTTP/"[..n]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -754,6 +771,14 @@ mod tests {
         ));
         assert!(matches!(
             err(&[b"NOT HTTP\r\n\r\n"], false),
+            LookupdError::NotHttp
+        ));
+        // nsqd's TCP port answers an HTTP request with an E_BAD_PROTOCOL frame.
+        let nsqd = err(&[b"\x00\x00\x00\x12\x00\x00\x00\x01E_BAD_PROTOCOL"], true);
+        assert!(matches!(nsqd, LookupdError::NotHttp));
+        assert!(nsqd.to_string().contains("wrong port?"), "{nsqd}");
+        assert!(matches!(
+            err(&[b"HTTP/1.1 2x0 OK\r\n\r\n"], false),
             LookupdError::BadHead(_)
         ));
         assert!(matches!(

@@ -4,6 +4,7 @@ use super::config::ConsumerConfig;
 use super::lookupd::{LookupdAddress, LookupdAddressError, LookupdError, LookupdResponseParser};
 use super::policy::{self, RdySlot, ReconnectSchedule};
 use super::slots::Slots;
+use super::stats::{Counts, NsqdState, NsqdStats};
 use crate::connection::{
     CloseReason, Connection, ConnectionError, ConnectionEvent, ConnectionState, Role,
 };
@@ -155,6 +156,10 @@ pub enum ConsumerEvent {
         addr: String,
         /// Why, in words (the connection's close reason or the driver's report).
         reason: String,
+        /// When the consumer connects to this nsqd again (an address given directly; `None`
+        /// when closing, or for an nsqd found through nsqlookupd, which is connected to again
+        /// once a lookupd lists it).
+        retry_in: Option<Duration>,
     },
     /// A non-fatal server error (`E_FIN_FAILED`, `E_REQ_FAILED`, `E_TOUCH_FAILED`).
     ServerError {
@@ -194,6 +199,17 @@ pub enum ConsumerError {
     InvalidLookupd(LookupdAddressError),
     /// The consumer is closing; no new connections.
     Closing,
+    /// [`Consumer::disconnect_from_nsqd`] named an nsqd that is not configured: never added,
+    /// already disconnected from, or discovered but listed by no lookupd any more.
+    NsqdNotConfigured(String),
+    /// [`Consumer::disconnect_from_nsqd`] named an nsqd known only through nsqlookupd: it is
+    /// connected while a lookupd lists it (remove the lookupd, or tombstone the nsqd there).
+    NsqdDiscovered(String),
+    /// [`Consumer::disconnect_from_lookupd`] named a lookupd that is not configured.
+    LookupdNotConfigured(String),
+    /// [`Consumer::disconnect_from_lookupd`] named the only configured lookupd: discovery
+    /// would stop (add its replacement first, or [`close`](Consumer::close) the consumer).
+    LastLookupd(String),
 }
 
 impl fmt::Display for ConsumerError {
@@ -207,19 +223,22 @@ impl fmt::Display for ConsumerError {
             }
             ConsumerError::InvalidLookupd(e) => write!(f, "{e}"),
             ConsumerError::Closing => f.write_str("the consumer is closing"),
+            ConsumerError::NsqdNotConfigured(a) => write!(f, "nsqd {a} is not configured"),
+            ConsumerError::NsqdDiscovered(a) => write!(
+                f,
+                "nsqd {a} was discovered through nsqlookupd, not added directly"
+            ),
+            ConsumerError::LookupdNotConfigured(a) => write!(f, "nsqlookupd {a} is not configured"),
+            ConsumerError::LastLookupd(a) => write!(
+                f,
+                "cannot disconnect from nsqlookupd {a}: it is the only one configured"
+            ),
         }
     }
 }
 
-impl std::error::Error for ConsumerError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ConsumerError::Connection(e) => Some(e),
-            ConsumerError::InvalidLookupd(e) => Some(e),
-            _ => None,
-        }
-    }
-}
+/// The inner errors are shown by `Display`, so none is returned as a source.
+impl std::error::Error for ConsumerError {}
 
 impl From<ConnectionError> for ConsumerError {
     fn from(e: ConnectionError) -> Self {
@@ -227,8 +246,8 @@ impl From<ConnectionError> for ConsumerError {
     }
 }
 
-/// A snapshot of a consumer's counters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// A snapshot of a consumer's counters, in total and per nsqd.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct ConsumerStats {
     /// Messages delivered by nsqd (including ones given up on).
@@ -250,6 +269,13 @@ pub struct ConsumerStats {
     /// still listed by some lookupd's latest successful answer. Discovered addresses that are
     /// neither are forgotten, so this stays bounded however many nsqd come and go.
     pub known_nsqd: usize,
+    /// Messages delivered and not answered yet, over every connection (closing ones
+    /// included).
+    pub in_flight: usize,
+    /// Connection attempts to an nsqd after its first one, over every nsqd ever known.
+    pub reconnects: u64,
+    /// Every nsqd the consumer keeps track of (the `known_nsqd` of them), by address.
+    pub nsqd: Vec<NsqdStats>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -271,6 +297,10 @@ struct Producer {
     /// listed this address. A failed query leaves its lookupd's entries as they were, so a
     /// lookupd being down never makes the consumer forget what it listed.
     listed_by: BTreeSet<usize>,
+    /// Counters of its connections that have ended.
+    counts: Counts,
+    /// Connection attempts made.
+    attempts: u64,
 }
 
 #[derive(Debug)]
@@ -284,6 +314,8 @@ struct Slot {
     granted_at: Option<Instant>,
     /// Messages received since the last RDY was sent (for the refill rule).
     received_since_rdy: u32,
+    /// Message counters of this connection.
+    counts: Counts,
 }
 
 impl Slot {
@@ -333,8 +365,9 @@ struct Lookupd {
 /// [`handle_timeout`](Self::handle_timeout), ...), **commands** ([`finish`](Self::finish),
 /// [`requeue`](Self::requeue), [`touch`](Self::touch),
 /// [`set_max_in_flight`](Self::set_max_in_flight), [`add_nsqd`](Self::add_nsqd),
-/// [`add_lookupd`](Self::add_lookupd), [`close`](Self::close)), **outputs**
-/// ([`poll_action`](Self::poll_action), [`poll_event`](Self::poll_event),
+/// [`add_lookupd`](Self::add_lookupd), [`disconnect_from_nsqd`](Self::disconnect_from_nsqd),
+/// [`disconnect_from_lookupd`](Self::disconnect_from_lookupd), [`close`](Self::close)),
+/// **outputs** ([`poll_action`](Self::poll_action), [`poll_event`](Self::poll_event),
 /// [`poll_timeout`](Self::poll_timeout)).
 ///
 /// # RDY
@@ -399,6 +432,7 @@ pub struct Consumer {
     finished: u64,
     requeued: u64,
     gave_up: u64,
+    reconnects: u64,
     // outputs
     actions: VecDeque<Queued>,
     events: VecDeque<ConsumerEvent>,
@@ -436,6 +470,7 @@ impl Consumer {
             finished: 0,
             requeued: 0,
             gave_up: 0,
+            reconnects: 0,
             actions: VecDeque::new(),
             events: VecDeque::new(),
         }
@@ -453,17 +488,73 @@ impl Consumer {
         self.max_in_flight
     }
 
-    /// Counters and the current flow-control state.
+    /// Counters and the current flow-control state, in total and per nsqd.
     pub fn stats(&self) -> ConsumerStats {
-        ConsumerStats {
-            received: self.received,
-            finished: self.finished,
-            requeued: self.requeued,
-            gave_up: self.gave_up,
-            connections: self.slots.values().filter(|s| s.is_ready()).count(),
-            backoff_level: self.backoff_level,
-            total_rdy: self.slots.values().map(|s| u64::from(s.rdy())).sum(),
-            known_nsqd: self.producers.len(),
+        let mut stats = ConsumerStats::default();
+        self.stats_into(&mut stats);
+        stats
+    }
+
+    /// [`stats`](Self::stats) written over `out`, reusing its allocations (a driver that
+    /// publishes the snapshot after every wake-up allocates nothing once it has room).
+    pub fn stats_into(&self, out: &mut ConsumerStats) {
+        out.received = self.received;
+        out.finished = self.finished;
+        out.requeued = self.requeued;
+        out.gave_up = self.gave_up;
+        out.connections = self.slots.values().filter(|s| s.is_ready()).count();
+        out.backoff_level = self.backoff_level;
+        out.total_rdy = self.slots.values().map(|s| u64::from(s.rdy())).sum();
+        out.known_nsqd = self.producers.len();
+        out.in_flight = self
+            .slots
+            .values()
+            .filter_map(|s| s.conn.as_ref())
+            .map(Connection::in_flight)
+            .sum();
+        out.reconnects = self.reconnects;
+        out.nsqd.truncate(self.producers.len());
+        for (i, (addr, p)) in self.producers.iter().enumerate() {
+            let slot = p.conn.and_then(|id| self.slots.get(id));
+            let mut counts = p.counts;
+            if let Some(s) = slot {
+                counts.add(&s.counts);
+            }
+            let c = slot.and_then(|s| s.conn.as_ref());
+            let state = match (slot, c.map(Connection::state)) {
+                (None, _) => NsqdState::Disconnected,
+                (Some(_), None) => NsqdState::Connecting,
+                (Some(s), Some(ConnectionState::Ready)) if s.is_ready() => NsqdState::Ready,
+                (Some(_), Some(ConnectionState::Ready | ConnectionState::Handshaking)) => {
+                    NsqdState::Handshaking
+                }
+                (Some(_), Some(_)) => NsqdState::Closing,
+            };
+            let entry = NsqdStats {
+                address: String::new(),
+                configured: p.source == Source::Direct,
+                state,
+                connection: p.conn,
+                rdy: slot.map_or(0, Slot::rdy),
+                in_flight: c.map_or(0, Connection::in_flight),
+                received: counts.received,
+                finished: counts.finished,
+                requeued: counts.requeued,
+                gave_up: counts.gave_up,
+                reconnects: p.attempts.saturating_sub(1),
+                reconnect_at: p.next_attempt.filter(|_| p.conn.is_none()),
+            };
+            match out.nsqd.get_mut(i) {
+                Some(old) => {
+                    let mut address = std::mem::take(&mut old.address);
+                    address.clone_from(addr);
+                    *old = NsqdStats { address, ..entry };
+                }
+                None => out.nsqd.push(NsqdStats {
+                    address: addr.clone(),
+                    ..entry
+                }),
+            }
         }
     }
 
@@ -686,6 +777,7 @@ impl Consumer {
     ) -> Result<(), ConsumerError> {
         self.connection_mut(conn)?.finish(now, id)?;
         self.finished += 1;
+        self.count(conn, |c| c.finished += 1);
         // Backoff first: leaving backoff re-plans RDY, which makes a refill unnecessary.
         self.on_success(now);
         self.after_answer(now, conn);
@@ -734,6 +826,7 @@ impl Consumer {
             // accept the REQ after all, it counts as a requeue without backoff.
             c.requeue(now, id, delay)?;
             self.requeued += 1;
+            self.count(conn, |c| c.requeued += 1);
             self.after_answer(now, conn);
             return Ok(());
         }
@@ -743,6 +836,7 @@ impl Consumer {
         }
         self.connection_mut(conn)?.requeue(now, id, delay)?;
         self.requeued += 1;
+        self.count(conn, |c| c.requeued += 1);
         self.after_answer(now, conn);
         Ok(())
     }
@@ -805,6 +899,119 @@ impl Consumer {
         });
         self.next_poll = Some(now);
         Ok(())
+    }
+
+    /// Stops consuming from an nsqd added with [`add_nsqd`](Self::add_nsqd) (go-nsq's
+    /// `DisconnectFromNSQD`): its connection closes gracefully (CLS; messages in flight on it
+    /// can still be answered, and it closes once they are, or after the connection's
+    /// `drain_timeout`), its RDY goes to the other connections at once, and it is not
+    /// reconnected. A connection attempt in progress is abandoned; a pending reconnect is
+    /// cancelled. [`add_nsqd`](Self::add_nsqd) can add it again.
+    ///
+    /// Should a lookupd list the address too, it counts as discovered from then on: a lookupd
+    /// answer asked for after its connection ended connects it again, as for any discovered
+    /// nsqd. Otherwise the consumer forgets it once its connection has ended.
+    ///
+    /// Refused, with nothing changed: an address that is not `host:port`
+    /// ([`ConsumerError::InvalidAddress`]), one never added or already disconnected from
+    /// ([`ConsumerError::NsqdNotConfigured`]), one known only through nsqlookupd
+    /// ([`ConsumerError::NsqdDiscovered`]: the lookupd would list it again; go-nsq refuses
+    /// it too), and any while closing ([`ConsumerError::Closing`]).
+    pub fn disconnect_from_nsqd(&mut self, now: Instant, addr: &str) -> Result<(), ConsumerError> {
+        if self.closing {
+            return Err(ConsumerError::Closing);
+        }
+        let addr = addr.trim();
+        if !valid_host_port(addr) {
+            return Err(ConsumerError::InvalidAddress(addr.to_string()));
+        }
+        let Some(p) = self.producers.get_mut(addr) else {
+            return Err(ConsumerError::NsqdNotConfigured(addr.to_string()));
+        };
+        if p.source != Source::Direct {
+            // Listed by a lookupd: discovered. Otherwise already disconnected from (and
+            // draining), or a discovered nsqd no lookupd lists any more: not configured.
+            return Err(if p.listed_by.is_empty() {
+                ConsumerError::NsqdNotConfigured(addr.to_string())
+            } else {
+                ConsumerError::NsqdDiscovered(addr.to_string())
+            });
+        }
+        // From now on it is handled like a discovered nsqd: no reconnect schedule, and
+        // forgotten once no connection and no lookupd holds on to it.
+        p.source = Source::Lookupd;
+        p.next_attempt = None;
+        let conn = p.conn;
+        tracing::debug!(addr, "disconnecting from nsqd");
+        match conn {
+            Some(id) => self.close_connection(now, id),
+            None => self.prune(Some(addr)),
+        }
+        Ok(())
+    }
+
+    /// Stops polling an nsqlookupd added with [`add_lookupd`](Self::add_lookupd) (go-nsq's
+    /// `DisconnectFromNSQLookupd`); `addr` is matched as `add_lookupd` parses it. Its query in
+    /// progress, if any, is abandoned. The nsqd that only it listed are not reconnected:
+    /// connected ones are kept until their connection ends, then forgotten; the others are
+    /// forgotten at once.
+    ///
+    /// Refused, with nothing changed: an address that does not parse
+    /// ([`ConsumerError::InvalidLookupd`]), one not configured
+    /// ([`ConsumerError::LookupdNotConfigured`]), the only lookupd configured
+    /// ([`ConsumerError::LastLookupd`], as go-nsq: discovery would stop; add its replacement
+    /// first), and any while closing ([`ConsumerError::Closing`]).
+    pub fn disconnect_from_lookupd(
+        &mut self,
+        now: Instant,
+        addr: &str,
+    ) -> Result<(), ConsumerError> {
+        let _ = now;
+        if self.closing {
+            return Err(ConsumerError::Closing);
+        }
+        let input = addr.trim();
+        let addr = LookupdAddress::parse(input).map_err(ConsumerError::InvalidLookupd)?;
+        let Some(i) = self.lookupds.iter().position(|l| l.addr == addr) else {
+            return Err(ConsumerError::LookupdNotConfigured(input.to_string()));
+        };
+        if self.lookupds.len() == 1 {
+            return Err(ConsumerError::LastLookupd(input.to_string()));
+        }
+        tracing::debug!(addr = %addr, "disconnecting from nsqlookupd");
+        if let Some(pending) = self.lookupds.remove(i).pending {
+            self.push_action(Action::LookupdClose {
+                request: pending.id,
+            });
+        }
+        // `listed_by` holds indexes into `lookupds`: drop `i`, shift the ones after it.
+        for p in self.producers.values_mut() {
+            p.listed_by = p
+                .listed_by
+                .iter()
+                .filter(|&&j| j != i)
+                .map(|&j| if j > i { j - 1 } else { j })
+                .collect();
+        }
+        self.prune(None);
+        Ok(())
+    }
+
+    /// Closes one connection gracefully (CLS and drain, or at once if not subscribed yet) and
+    /// hands its RDY to the others.
+    fn close_connection(&mut self, now: Instant, id: ConnId) {
+        match self.slots.get_mut(id).map(|s| s.conn.as_mut()) {
+            None => {}
+            Some(None) => self.drop_slot(now, id, "disconnected while connecting", 0),
+            Some(Some(c)) => {
+                c.close(now);
+                self.pump(now, id);
+                if self.probe == Some(id) {
+                    self.probe = None;
+                }
+                self.rebalance(now, false);
+            }
+        }
     }
 
     /// Starts a graceful shutdown: CLS on every connection, in-flight messages can still be
@@ -909,6 +1116,8 @@ impl Consumer {
             next_attempt: None,
             disconnected_seq: 0,
             listed_by: BTreeSet::new(),
+            counts: Counts::default(),
+            attempts: 0,
         }
     }
 
@@ -924,6 +1133,13 @@ impl Consumer {
             .conn
             .as_mut()
             .ok_or_else(|| ConsumerError::NotReady(conn))
+    }
+
+    /// Counts a message event on `conn`'s own counters.
+    fn count(&mut self, conn: ConnId, f: impl FnOnce(&mut Counts)) {
+        if let Some(slot) = self.slots.get_mut(conn) {
+            f(&mut slot.counts);
+        }
     }
 
     fn in_flight(&self, conn: ConnId) -> usize {
@@ -947,6 +1163,10 @@ impl Consumer {
         self.next_conn += 1;
         p.conn = Some(id);
         p.next_attempt = None;
+        p.attempts += 1;
+        if p.attempts > 1 {
+            self.reconnects += 1;
+        }
         self.slots.insert(
             id,
             Slot {
@@ -956,9 +1176,9 @@ impl Consumer {
                 fresh_until: None,
                 granted_at: None,
                 received_since_rdy: 0,
+                counts: Counts::default(),
             },
         );
-        tracing::debug!(%id, addr, "connecting to nsqd");
         self.push_action(Action::Connect {
             conn: id,
             addr: addr.to_string(),
@@ -1014,7 +1234,6 @@ impl Consumer {
                     slot.ready_at = Some(now);
                     slot.fresh_until = Some(later(now, self.config.rdy_redistribute_interval));
                     let addr = slot.addr.clone();
-                    tracing::debug!(%id, addr, "nsqd connection ready");
                     self.events
                         .push_back(ConsumerEvent::ConnectionReady { conn: id, addr });
                     self.flush(id);
@@ -1046,6 +1265,7 @@ impl Consumer {
 
     fn on_message(&mut self, now: Instant, id: ConnId, message: Message) {
         self.received += 1;
+        self.count(id, |c| c.received += 1);
         let max_attempts = self.config.max_attempts;
         let Some(slot) = self.slots.get_mut(id) else {
             return;
@@ -1055,11 +1275,11 @@ impl Consumer {
         if max_attempts > 0 && message.attempts > max_attempts {
             if let Some(c) = slot.conn.as_mut() {
                 if let Err(e) = c.finish(now, &message.id) {
-                    tracing::debug!(%id, error = %e, "could not finish a message given up on");
+                    tracing::debug!(conn = %id, error = %e, "could not finish a message given up on");
                 }
             }
+            self.count(id, |c| c.gave_up += 1);
             self.gave_up += 1;
-            tracing::debug!(%id, msg = %message.id, attempts = message.attempts, "giving up on message");
             self.events
                 .push_back(ConsumerEvent::GaveUp { conn: id, message });
             self.after_answer(now, id);
@@ -1097,17 +1317,21 @@ impl Consumer {
         let Some(slot) = self.slots.remove(id) else {
             return;
         };
+        if let Some(p) = self.producers.get_mut(&slot.addr) {
+            p.counts.add(&slot.counts);
+        }
         self.push_action(Action::Disconnect { conn: id });
-        tracing::debug!(%id, addr = slot.addr, reason, "nsqd connection closed");
-        self.events.push_back(ConsumerEvent::ConnectionClosed {
+        let mut closed = ConsumerEvent::ConnectionClosed {
             conn: id,
             addr: slot.addr.clone(),
             reason: reason.to_string(),
-        });
+            retry_in: None,
+        };
         if self.probe == Some(id) {
             self.probe = None;
         }
         if self.closing {
+            self.events.push_back(closed);
             self.leftovers += unanswered;
             self.maybe_emit_closed();
             return;
@@ -1127,9 +1351,13 @@ impl Consumer {
                     }
                     let delay = p.schedule.next_delay(&mut self.rng);
                     p.next_attempt = Some(later(now, delay));
+                    if let ConsumerEvent::ConnectionClosed { retry_in, .. } = &mut closed {
+                        *retry_in = Some(delay);
+                    }
                 }
             }
         }
+        self.events.push_back(closed);
         self.prune(Some(&slot.addr));
         self.rebalance(now, false);
     }
@@ -1358,7 +1586,7 @@ impl Consumer {
                             slot.granted_at = Some(now);
                         }
                     }
-                    Err(e) => tracing::debug!(%id, error = %e, "RDY not sent"),
+                    Err(e) => tracing::debug!(conn = %id, error = %e, "RDY not sent"),
                 }
                 self.flush(*id);
             }
@@ -1428,7 +1656,10 @@ impl Consumer {
                 for producer in &reply.producers {
                     let addr = producer.tcp_address();
                     if producer.tcp_port == 0 || !valid_host_port(&addr) {
-                        tracing::debug!(addr, "ignoring a lookupd producer with a bad address");
+                        tracing::debug!(
+                            nsqd = addr,
+                            "ignoring a lookupd producer with a bad address"
+                        );
                         continue;
                     }
                     self.discovered(&addr, p.seq);
@@ -1446,7 +1677,6 @@ impl Consumer {
             }
             Err(error) => {
                 let addr = self.lookupds[i].addr.to_string();
-                tracing::debug!(addr, %error, "lookupd query failed");
                 self.events
                     .push_back(ConsumerEvent::LookupdFailed { addr, error });
             }
@@ -1471,7 +1701,7 @@ impl Consumer {
         };
         let forgotten = &mut self.forgotten;
         let mut forget = |addr: &str, p: &Producer| {
-            tracing::debug!(addr, "forgetting an nsqd no lookupd lists any more");
+            tracing::debug!(nsqd = addr, "forgetting an nsqd no lookupd lists any more");
             forgotten.insert(addr.to_string(), p.disconnected_seq);
         };
         match only {

@@ -63,6 +63,7 @@ pub mod lookupd;
 mod machine;
 pub mod policy;
 mod slots;
+mod stats;
 
 pub use config::ConsumerConfig;
 pub use lookupd::{LookupdAddress, LookupdAddressError, LookupdError, LookupdResponseParser};
@@ -70,3 +71,4 @@ pub use machine::{
     Action, ConnId, Consumer, ConsumerError, ConsumerEvent, ConsumerStats, LookupdRequestId,
 };
 pub use policy::{BackoffStrategy, ReconnectSchedule};
+pub use stats::{NsqdState, NsqdStats};

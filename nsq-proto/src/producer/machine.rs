@@ -85,7 +85,7 @@ pub enum PublishFailure {
 impl fmt::Display for PublishFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            PublishFailure::Server(e) => write!(f, "publish rejected by nsqd: {e}"),
+            PublishFailure::Server(e) => write!(f, "publish rejected: {e}"),
             PublishFailure::ConnectionLost(r) => {
                 write!(f, "connection lost before nsqd confirmed the publish: {r}")
             }
@@ -103,16 +103,8 @@ impl fmt::Display for PublishFailure {
     }
 }
 
-impl std::error::Error for PublishFailure {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            PublishFailure::Server(e) => Some(e),
-            PublishFailure::ConnectionLost(r) => Some(r),
-            PublishFailure::Refused(e) => Some(e),
-            _ => None,
-        }
-    }
-}
+/// The inner errors are shown by `Display`, so none is returned as a source.
+impl std::error::Error for PublishFailure {}
 
 /// Why a producer command was refused. Nothing was queued.
 #[derive(Debug, Clone, PartialEq)]
@@ -157,15 +149,8 @@ impl fmt::Display for ProducerError {
     }
 }
 
-impl std::error::Error for ProducerError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ProducerError::Invalid(e) => Some(e),
-            ProducerError::Config(e) => Some(e),
-            _ => None,
-        }
-    }
-}
+/// The inner errors are shown by `Display`, so none is returned as a source.
+impl std::error::Error for ProducerError {}
 
 /// Something that happened, for the application.
 #[derive(Debug, Clone, PartialEq)]
@@ -194,6 +179,8 @@ pub enum ProducerEvent {
         addr: String,
         /// Why, in words.
         reason: String,
+        /// When the producer connects to this nsqd again (`None` when closing).
+        retry_in: Option<Duration>,
     },
     /// The producer has shut down: every publish is resolved and every connection closed.
     /// Emitted once, after [`Producer::close`].
@@ -597,11 +584,6 @@ impl Producer {
                     .and_then(|l| l.sent.front())
                     .is_some_and(|s| now.saturating_duration_since(s.at) >= limit);
                 if stuck {
-                    tracing::warn!(
-                        addr = self.nodes[i].addr,
-                        ?limit,
-                        "no reply from nsqd: dropping the connection"
-                    );
                     self.drop_link(
                         now,
                         i,
@@ -1068,7 +1050,6 @@ impl Producer {
             }
             Err(failure) => {
                 self.failed += 1;
-                tracing::debug!(%id, %failure, "publish failed");
                 self.events
                     .push_back(ProducerEvent::PublishFailed(id, failure));
             }
@@ -1105,7 +1086,6 @@ impl Producer {
             sent: VecDeque::new(),
             dirty: false,
         });
-        tracing::debug!(%id, addr = node.addr, "connecting to nsqd");
         self.actions.push_back(Queued::Action(Action::Connect {
             conn: id,
             addr: node.addr.clone(),
@@ -1164,7 +1144,6 @@ impl Producer {
                     link.dirty = true;
                     self.any_dirty = true;
                     let (conn, addr) = (link.id, self.nodes[i].addr.clone());
-                    tracing::debug!(%conn, addr, "nsqd connection ready");
                     self.events
                         .push_back(ProducerEvent::ConnectionReady { conn, addr });
                     self.drain_pending(now);
@@ -1207,7 +1186,6 @@ impl Producer {
         let addr = self.nodes[i].addr.clone();
         self.actions
             .push_back(Queued::Action(Action::Disconnect { conn: link.id }));
-        tracing::debug!(conn = %link.id, addr, reason, "nsqd connection closed");
         let graceful = link
             .conn
             .as_ref()
@@ -1232,24 +1210,24 @@ impl Producer {
             };
             self.resolve(s.id, Err(failure));
         }
+        let retry_in = (!self.closing).then(|| {
+            let node = &mut self.nodes[i];
+            let healthy = link.ready_at.is_some_and(|t| {
+                now.saturating_duration_since(t) >= self.config.reconnect_reset_after
+            });
+            if healthy {
+                node.schedule.reset();
+            }
+            let delay = node.schedule.next_delay(&mut self.rng);
+            node.next_attempt = Some(later(now, delay));
+            delay
+        });
         self.events.push_back(ProducerEvent::ConnectionClosed {
             conn: link.id,
             addr,
             reason: reason.to_string(),
+            retry_in,
         });
-        if self.closing {
-            return;
-        }
-        let node = &mut self.nodes[i];
-        let healthy = link
-            .ready_at
-            .is_some_and(|t| now.saturating_duration_since(t) >= self.config.reconnect_reset_after);
-        if healthy {
-            node.schedule.reset();
-        }
-        let delay = node.schedule.next_delay(&mut self.rng);
-        tracing::debug!(addr = node.addr, ?delay, "reconnecting later");
-        node.next_attempt = Some(later(now, delay));
     }
 
     /// Post-conditions after every input or command: waiting publishes fail at once when no

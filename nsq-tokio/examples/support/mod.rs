@@ -1,5 +1,7 @@
-//! Shared helpers of the examples: hand-written flag parsing (Go `flag` style), Go duration
-//! parsing/formatting and Go `log`-style output, so the tools behave like the official ones.
+//! Shared helpers of the examples: command-line flags (parsed with `lexopt`, accepting the Go
+//! tools' `-name value`, `--name=value` forms, with `--help`), the `tracing` subscriber,
+//! Go duration parsing/formatting and Go `log`-style output, so the tools behave like the
+//! official ones.
 #![allow(
     dead_code,
     unreachable_pub,
@@ -7,55 +9,187 @@
 )]
 
 use std::collections::HashMap;
+use std::ffi::OsString;
+use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// Parsed command-line flags: `--name=value`, `--name value`, `-name value`; repeatable.
+/// One command-line flag of a tool.
+#[derive(Debug, Clone, Copy)]
+pub struct Flag {
+    /// The name, without dashes (`nsqd-tcp-address`).
+    pub name: &'static str,
+    /// What the value is (`ADDR`), or `None` for a boolean switch.
+    pub arg: Option<&'static str>,
+    /// One line of help.
+    pub help: &'static str,
+}
+
+/// A flag that takes a value.
+pub const fn value(name: &'static str, arg: &'static str, help: &'static str) -> Flag {
+    Flag {
+        name,
+        arg: Some(arg),
+        help,
+    }
+}
+
+/// A boolean switch (`--x`, `--x=true`, `--x=false`).
+pub const fn switch(name: &'static str, help: &'static str) -> Flag {
+    Flag {
+        name,
+        arg: None,
+        help,
+    }
+}
+
+/// A tool's name, purpose and flags: what `--help` prints and what the parser accepts.
+#[derive(Debug, Clone, Copy)]
+pub struct Usage {
+    /// The tool's name.
+    pub name: &'static str,
+    /// What it does, in a line or two.
+    pub about: &'static str,
+    /// Its flags.
+    pub flags: &'static [Flag],
+}
+
+impl Usage {
+    /// The `--help` text.
+    pub fn text(&self) -> String {
+        let mut out = format!(
+            "{}\n\nUsage: {} [FLAGS]\n\nFlags (also accepted as -name, like the Go tools):\n",
+            self.about, self.name
+        );
+        let rows: Vec<(String, &str)> = self
+            .flags
+            .iter()
+            .map(|f| {
+                let dashes = if f.name.len() == 1 { "-" } else { "--" };
+                let left = match f.arg {
+                    Some(arg) if f.name.len() == 1 => format!("-{} {arg}", f.name),
+                    Some(arg) => format!("--{}={arg}", f.name),
+                    None => format!("{dashes}{}", f.name),
+                };
+                (left, f.help)
+            })
+            .chain([("-h, --help".to_owned(), "print this help and exit")])
+            .collect();
+        let width = rows.iter().map(|(l, _)| l.len()).max().unwrap_or(0);
+        for (left, help) in rows {
+            let _ = writeln!(out, "  {left:width$}  {help}");
+        }
+        out.push_str("\nLog output goes to stderr; RUST_LOG sets its level (default: info).\n");
+        out
+    }
+
+    fn flag(&self, name: &str) -> Option<&Flag> {
+        self.flags.iter().find(|f| f.name == name)
+    }
+}
+
+/// Why the command line was not accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FlagError {
+    /// `-h` / `--help`: the usage text.
+    Help(String),
+    /// A flag that is not defined, a missing value, a stray argument.
+    Invalid(String),
+}
+
+/// Parsed command-line flags; repeatable flags keep every value.
 #[derive(Debug, Default)]
 pub struct Flags {
     values: HashMap<String, Vec<String>>,
 }
 
+/// Go's `flag` package takes `-name` like `--name`; lexopt reads a single dash as short
+/// options. A single-dash argument with a longer name (or `-n=5`) becomes `--name`; parsing
+/// stops at `--`.
+fn go_style(args: impl IntoIterator<Item = String>) -> Vec<OsString> {
+    args.into_iter()
+        .take_while(|a| a != "--")
+        .map(|a| match a.strip_prefix('-') {
+            Some(rest)
+                if !rest.starts_with('-')
+                    && (rest.chars().count() > 1 || rest.contains('='))
+                    && !rest.starts_with(|c: char| c.is_ascii_digit()) =>
+            {
+                OsString::from(format!("--{rest}"))
+            }
+            _ => OsString::from(a),
+        })
+        .collect()
+}
+
 impl Flags {
-    /// Parses `std::env::args()`. `values` lists the flags that take a value, `bools` those
-    /// that take none; any other flag is refused, like Go's `flag` package does.
-    pub fn parse(values: &[&str], bools: &[&str]) -> Result<Flags, String> {
-        Self::parse_from(std::env::args().skip(1), values, bools)
+    /// Parses `std::env::args()` for `usage`. `--help` prints the usage text to stdout and
+    /// exits with status 0; an error is printed to stderr with a hint, status 2 (like Go's
+    /// `flag` package).
+    #[allow(
+        clippy::print_stdout,
+        clippy::print_stderr,
+        reason = "command-line tool"
+    )]
+    pub fn parse(usage: &Usage) -> Flags {
+        match Self::parse_from(std::env::args().skip(1), usage) {
+            Ok(flags) => flags,
+            Err(FlagError::Help(text)) => {
+                print!("{text}");
+                std::process::exit(0)
+            }
+            Err(FlagError::Invalid(e)) => {
+                eprintln!(
+                    "{}: {e}\nRun `{} --help` for the flags.",
+                    usage.name, usage.name
+                );
+                std::process::exit(2)
+            }
+        }
     }
 
     /// Parses `args` (see [`Flags::parse`]).
     pub fn parse_from(
         args: impl IntoIterator<Item = String>,
-        values: &[&str],
-        bools: &[&str],
-    ) -> Result<Flags, String> {
+        usage: &Usage,
+    ) -> Result<Flags, FlagError> {
+        use lexopt::Arg;
+        let invalid = |e: lexopt::Error| FlagError::Invalid(e.to_string());
         let mut flags = Flags::default();
-        let mut args = args.into_iter();
-        while let Some(arg) = args.next() {
-            let Some(stripped) = arg.strip_prefix("--").or_else(|| arg.strip_prefix('-')) else {
-                return Err(format!("unexpected argument {arg:?}"));
-            };
-            if stripped.is_empty() {
-                break;
-            }
-            let name = stripped.split_once('=').map_or(stripped, |(n, _)| n);
-            if !values.contains(&name) && !bools.contains(&name) {
-                let mut defined: Vec<&str> = values.iter().chain(bools).copied().collect();
-                defined.sort_unstable();
-                return Err(format!(
-                    "flag provided but not defined: -{name} (defined: -{})",
-                    defined.join(", -")
-                ));
-            }
-            let (name, value) = match stripped.split_once('=') {
-                Some((n, v)) => (n.to_owned(), v.to_owned()),
-                None if bools.contains(&stripped) => (stripped.to_owned(), "true".to_owned()),
-                None => {
-                    let v = args
-                        .next()
-                        .ok_or_else(|| format!("flag needs an argument: -{stripped}"))?;
-                    (stripped.to_owned(), v)
+        let mut parser = lexopt::Parser::from_args(go_style(args));
+        while let Some(arg) = parser.next().map_err(invalid)? {
+            let name = match arg {
+                Arg::Short('h') | Arg::Long("help") => {
+                    return Err(FlagError::Help(usage.text()));
+                }
+                Arg::Short(c) => c.to_string(),
+                Arg::Long(name) => name.to_owned(),
+                Arg::Value(v) => {
+                    return Err(FlagError::Invalid(format!(
+                        "unexpected argument {:?}",
+                        v.to_string_lossy()
+                    )));
                 }
             };
+            let Some(flag) = usage.flag(&name) else {
+                let mut defined: Vec<&str> = usage.flags.iter().map(|f| f.name).collect();
+                defined.sort_unstable();
+                return Err(FlagError::Invalid(format!(
+                    "flag provided but not defined: -{name} (defined: -{})",
+                    defined.join(", -")
+                )));
+            };
+            let value = if flag.arg.is_some() {
+                parser
+                    .value()
+                    .map_err(|_| FlagError::Invalid(format!("flag needs an argument: -{name}")))?
+            } else {
+                parser
+                    .optional_value()
+                    .unwrap_or_else(|| OsString::from("true"))
+            };
+            let value = value.into_string().map_err(|v| {
+                FlagError::Invalid(format!("invalid value {v:?} for flag -{name}: not UTF-8"))
+            })?;
             flags.values.entry(name).or_default().push(value);
         }
         Ok(flags)
@@ -111,6 +245,18 @@ impl Flags {
                 .ok_or_else(|| format!("invalid value {v:?} for flag -{name}: parse error")),
         }
     }
+}
+
+/// Installs the `tracing` subscriber of the tools: human-readable lines on stderr, filtered by
+/// `RUST_LOG` (`RUST_LOG=debug`, `RUST_LOG=nsq_proto=trace,info`, ...), `info` when unset.
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .init();
 }
 
 /// Parses a Go duration string (`300ms`, `1.5h`, `2h45m`); negative values are refused.

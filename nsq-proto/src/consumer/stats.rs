@@ -1,0 +1,73 @@
+//! The per-nsqd part of a consumer's stats snapshot.
+
+use super::machine::ConnId;
+use std::time::Instant;
+
+/// Where one nsqd of a consumer stands, in [`NsqdStats`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NsqdState {
+    /// The TCP connection is being opened.
+    Connecting,
+    /// Start-up in progress (IDENTIFY, upgrades, AUTH, SUB).
+    Handshaking,
+    /// Subscribed: messages flow as its RDY allows.
+    Ready,
+    /// CLS sent (the nsqd was disconnected from, or the consumer is closing): its messages
+    /// in flight can still be answered, then the connection closes.
+    Closing,
+    /// No connection: a reconnect is due at [`NsqdStats::reconnect_at`], or (discovered
+    /// nsqd) waits for a lookupd to list it again.
+    Disconnected,
+}
+
+/// One nsqd address of a consumer, in [`ConsumerStats::nsqd`](super::ConsumerStats::nsqd):
+/// its connection's state and flow control, and counters over every connection the consumer
+/// made to it while it kept track of the address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NsqdStats {
+    /// The nsqd TCP address (`host:port`).
+    pub address: String,
+    /// Added directly (`add_nsqd`) rather than discovered through nsqlookupd. An nsqd that
+    /// was disconnected from is no longer configured.
+    pub configured: bool,
+    /// Where its connection stands.
+    pub state: NsqdState,
+    /// The current connection, if any (connecting, handshaking, ready or closing).
+    pub connection: Option<ConnId>,
+    /// The RDY count last sent on the connection (0 unless ready).
+    pub rdy: u32,
+    /// Messages delivered on the connection and not answered yet.
+    pub in_flight: usize,
+    /// Messages delivered by this nsqd (including ones given up on).
+    pub received: u64,
+    /// Messages from this nsqd finished by the application.
+    pub finished: u64,
+    /// Messages from this nsqd requeued by the application.
+    pub requeued: u64,
+    /// Messages from this nsqd finished automatically for exceeding `max_attempts`.
+    pub gave_up: u64,
+    /// Connection attempts to this nsqd after the first one.
+    pub reconnects: u64,
+    /// When the next reconnect attempt is due (directly added nsqd whose connection ended).
+    pub reconnect_at: Option<Instant>,
+}
+
+/// Message counters of one connection, or of every finished connection to one address.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Counts {
+    pub(crate) received: u64,
+    pub(crate) finished: u64,
+    pub(crate) requeued: u64,
+    pub(crate) gave_up: u64,
+}
+
+impl Counts {
+    pub(crate) fn add(&mut self, other: &Counts) {
+        self.received += other.received;
+        self.finished += other.finished;
+        self.requeued += other.requeued;
+        self.gave_up += other.gave_up;
+    }
+}

@@ -1,0 +1,221 @@
+//! Logs a user can read: every line of a consumer names its topic and channel (and the nsqd of
+//! a connection), a producer's lines say producer, two clients are never confused, and the
+//! failures a user must see come at WARN/ERROR with what identifies them. The lines are
+//! captured with tracing-subscriber's `fmt` layer, as an application would print them.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nsq_test_broker::Nsqd;
+use nsq_tokio::{Consumer, HandlerError, Message, Producer};
+use tracing_subscriber::fmt::MakeWriter;
+
+#[derive(Clone, Default)]
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl Capture {
+    fn lines(&self) -> Vec<String> {
+        String::from_utf8_lossy(&self.0.lock().unwrap())
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Waits (bounded) until a line satisfies `pred`; returns it.
+    async fn wait_for(&self, what: &str, pred: impl Fn(&str) -> bool) -> String {
+        for _ in 0..500 {
+            if let Some(l) = self.lines().into_iter().find(|l| pred(l)) {
+                return l;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("no log line {what}; got:\n{}", self.lines().join("\n"));
+    }
+}
+
+impl Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> MakeWriter<'a> for Capture {
+    type Writer = Capture;
+    fn make_writer(&'a self) -> Capture {
+        self.clone()
+    }
+}
+
+/// A current-thread runtime whose tasks all log into `capture` (the subscriber is the
+/// thread's default, so tests running in parallel do not mix).
+fn run(capture: &Capture, level: &str, test: impl std::future::Future<Output = ()>) {
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(capture.clone())
+        .with_ansi(false)
+        .with_env_filter(level)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(20), test)
+            .await
+            .expect("test timed out");
+    });
+}
+
+fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    let start = line.find(&format!("{name}="))? + name.len() + 1;
+    let rest = &line[start..];
+    let end = rest.find([' ', '}']).unwrap_or(rest.len());
+    Some(&rest[..end])
+}
+
+#[test]
+fn consumer_lines_name_topic_channel_and_nsqd() {
+    let capture = Capture::default();
+    let nsqd = Nsqd::start().unwrap();
+    let addr = nsqd.tcp_address().to_string();
+    run(&capture, "info", async {
+        nsqd.publish("orders", b"fails");
+        nsqd.publish("orders", b"panics");
+        let consumer = Consumer::builder("orders", "billing")
+            .max_in_flight(2)
+            .nsqd(&addr)
+            .build()
+            .unwrap();
+        let handle = consumer.handle();
+        let task = tokio::spawn(consumer.run(2, |m: Message| async move {
+            assert!(&m.body()[..] != b"panics", "handler bug");
+            Err(HandlerError::from(std::io::Error::other("database down")))
+        }));
+        let ready = capture
+            .wait_for("connected", |l| l.contains("connected to nsqd"))
+            .await;
+        assert!(ready.contains(" INFO "), "{ready}");
+        assert!(
+            ready.contains("consumer{id=") && ready.contains("topic=orders channel=billing}"),
+            "{ready}"
+        );
+        assert_eq!(field(&ready, "nsqd"), Some(addr.as_str()), "{ready}");
+
+        let failed = capture
+            .wait_for("handler failed", |l| l.contains("handler failed"))
+            .await;
+        assert!(failed.contains(" WARN "), "{failed}");
+        assert!(failed.contains("topic=orders channel=billing"), "{failed}");
+        assert_eq!(field(&failed, "msg_id").map(str::len), Some(16), "{failed}");
+        assert_eq!(field(&failed, "attempts"), Some("1"), "{failed}");
+        assert_eq!(field(&failed, "nsqd"), Some(addr.as_str()), "{failed}");
+        assert!(failed.contains("error=database down"), "{failed}");
+
+        let panicked = capture
+            .wait_for("handler panicked", |l| l.contains("handler panicked"))
+            .await;
+        assert!(panicked.contains(" ERROR "), "{panicked}");
+        assert!(
+            panicked.contains("topic=orders channel=billing"),
+            "{panicked}"
+        );
+        assert_eq!(field(&panicked, "msg_id").map(str::len), Some(16));
+
+        handle.set_max_in_flight(0);
+        let paused = capture
+            .wait_for("paused", |l| l.contains("consumer is paused"))
+            .await;
+        assert!(
+            paused.contains(" INFO ") && paused.contains("channel=billing"),
+            "{paused}"
+        );
+        handle.stop().await;
+        task.await.unwrap();
+    });
+    // Every line of this consumer is inside its span; each event is logged once.
+    let lines = capture.lines();
+    for l in &lines {
+        assert!(l.contains("topic=orders channel=billing"), "{l}");
+    }
+    let connected = lines
+        .iter()
+        .filter(|l| l.contains("connected to nsqd"))
+        .count();
+    assert_eq!(connected, 1, "{lines:#?}");
+}
+
+#[test]
+fn failed_connects_say_when_they_retry_and_lookupd_wrong_port_is_named() {
+    let capture = Capture::default();
+    let nsqd = Nsqd::start().unwrap();
+    let nsqd_port = nsqd.tcp_address().to_string();
+    // A port nothing listens on.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    run(&capture, "info", async {
+        let consumer = Consumer::builder("t", "c")
+            .nsqd(&closed)
+            .lookupd(&nsqd_port) // nsqd's TCP port, not a lookupd's HTTP port
+            .build()
+            .unwrap();
+        let handle = consumer.handle();
+        let failed = capture
+            .wait_for("a failed connect", |l| l.contains("nsqd connection failed"))
+            .await;
+        assert!(failed.contains(" WARN "), "{failed}");
+        assert!(failed.contains("retrying in "), "{failed}");
+        assert!(field(&failed, "retry_in").is_some(), "{failed}");
+        assert_eq!(field(&failed, "nsqd"), Some(closed.as_str()), "{failed}");
+        assert!(failed.contains("topic=t channel=c"), "{failed}");
+
+        let lookupd = capture
+            .wait_for("a lookupd failure", |l| {
+                l.contains("nsqlookupd query failed")
+            })
+            .await;
+        assert!(lookupd.contains(" WARN "), "{lookupd}");
+        assert!(lookupd.contains("wrong port?"), "{lookupd}");
+        assert!(lookupd.contains(&nsqd_port), "{lookupd}");
+        handle.stop().await;
+    });
+    // The socket layer does not log the same failure again.
+    let lines = capture.lines();
+    let per_attempt = lines
+        .iter()
+        .filter(|l| l.contains("connect failed") || l.contains("lookupd request failed"))
+        .count();
+    assert_eq!(per_attempt, 0, "{lines:#?}");
+}
+
+#[test]
+fn producers_say_producer_and_two_clients_are_told_apart() {
+    let capture = Capture::default();
+    let nsqd = Nsqd::start().unwrap();
+    let addr = nsqd.tcp_address().to_string();
+    run(&capture, "info", async {
+        let a = Producer::builder().nsqd(&addr).build().unwrap();
+        let b = Producer::builder().nsqd(&addr).build().unwrap();
+        a.publish("t", "x").await.unwrap();
+        b.publish("t", "y").await.unwrap();
+        a.close().await;
+        b.close().await;
+    });
+    let lines = capture.lines();
+    let ids: std::collections::BTreeSet<&str> = lines
+        .iter()
+        .filter(|l| l.contains("connected to nsqd"))
+        .map(|l| {
+            assert!(l.contains("producer{id="), "{l}");
+            assert_eq!(field(l, "nsqd"), Some(addr.as_str()), "{l}");
+            field(l, "producer{id").unwrap()
+        })
+        .collect();
+    assert_eq!(ids.len(), 2, "{lines:#?}");
+}
