@@ -170,8 +170,8 @@
 //! than HTTP: the wrong port) at WARN. DEBUG adds the protocol's details (upgrades, RDY,
 //! backoff, each lookupd query) inside `connection{conn=.. nsqd=..}` spans.
 //!
-//! Runnable program: `cargo run -p nsq-async-std --example quickstart` (starts an in-process
-//! test broker when no `--nsqd-tcp-address` is given).
+//! Runnable program: `cargo run -p nsq-async-std --example quickstart_async_std` (starts an
+//! in-process test broker when no `--nsqd-tcp-address` is given).
 
 mod consumer;
 mod driver;

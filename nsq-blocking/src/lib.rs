@@ -167,8 +167,8 @@
 //! than HTTP: the wrong port) at WARN. DEBUG adds the protocol's details (upgrades, RDY,
 //! backoff, each lookupd query) inside `connection{conn=.. nsqd=..}` spans.
 //!
-//! Runnable program: `cargo run -p nsq-blocking --example quickstart` (starts the in-process
-//! test broker when no `--nsqd-tcp-address` is given).
+//! Runnable program: `cargo run -p nsq-blocking --example quickstart_blocking` (starts the
+//! in-process test broker when no `--nsqd-tcp-address` is given).
 
 mod consumer;
 mod driver;

@@ -22,7 +22,7 @@
 //!   things at the same levels with the same fields; [`consumer_span`] / [`producer_span`] /
 //!   [`connection_span`] / [`lookupd_span`]: the spans every driver enters.
 //! * [`Links`] / [`Transport`]: performing the core's actions (which connection has which
-//!   runtime handle), and [`os_hostname`] / [`seed_from_entropy`]: the OS hostname and the RNG
+//!   runtime handle), and [`hostname_from_os`] / [`seed_or_fallback`]: the hostname and the RNG
 //!   seed from what the adapter reads from the OS.
 //! * [`Outbox`]: gathers the bytes for one connection during one wake-up into one write.
 //! * [`AdapterConfig`], [`consumer_config`], [`producer_config`]: a [`Config`] turned into the
@@ -71,9 +71,9 @@ mod hostname;
 mod links;
 mod seed;
 pub use builder::{ConsumerBuilder, ProducerBuilder, Runtime};
-pub use hostname::{HOSTNAME_FILES, HOSTNAME_VARS, os_hostname};
+pub use hostname::hostname_from_os;
 pub use links::{Links, Transport};
-pub use seed::seed_from_entropy;
+pub use seed::{seed_from_entropy, seed_or_fallback};
 
 // ------------------------------------------------------------------------------- answers
 

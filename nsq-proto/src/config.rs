@@ -44,18 +44,22 @@
 //! ```
 
 use crate::command::Limits;
-use crate::connection::{
-    ClientCert, Compression, ConnectionConfig, DEFAULT_USER_AGENT, Secret, TlsConfig,
-    webpki_root_store,
-};
+#[cfg(feature = "tls")]
+use crate::connection::{ClientCert, webpki_root_store};
+use crate::connection::{Compression, ConnectionConfig, DEFAULT_USER_AGENT, Secret, TlsConfig};
 use crate::consumer::{BackoffStrategy, ConsumerConfig};
 use crate::producer::{ProducerConfig, Routing};
+#[cfg(feature = "tls")]
 use rustls::RootCertStore;
+#[cfg(feature = "tls")]
 use rustls::pki_types::pem::PemObject;
+#[cfg(feature = "tls")]
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::Value;
 use std::fmt;
-use std::path::{Path, PathBuf};
+#[cfg(feature = "tls")]
+use std::path::Path;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// A configuration option was unknown, could not be parsed, or is out of range. Every variant
@@ -102,6 +106,14 @@ pub enum OptionError {
         /// What went wrong.
         reason: String,
     },
+    /// The option asks for something this build leaves out: the named cargo feature of
+    /// nsq-proto (`tls`, `snappy`, `deflate`) is off.
+    FeatureDisabled {
+        /// The option.
+        option: String,
+        /// The cargo feature it needs.
+        feature: &'static str,
+    },
 }
 
 impl OptionError {
@@ -112,7 +124,8 @@ impl OptionError {
             | OptionError::Invalid { option, .. }
             | OptionError::OutOfRange { option, .. }
             | OptionError::Conflict { option, .. }
-            | OptionError::TlsFile { option, .. } => option,
+            | OptionError::TlsFile { option, .. }
+            | OptionError::FeatureDisabled { option, .. } => option,
         }
     }
 }
@@ -137,6 +150,11 @@ impl fmt::Display for OptionError {
                 path,
                 reason,
             } => write!(f, "{option} {}: {reason}", path.display()),
+            OptionError::FeatureDisabled { option, feature } => write!(
+                f,
+                "{option} needs {feature}, which this build leaves out (nsq-proto's `{feature}` \
+                 cargo feature is off)"
+            ),
         }
     }
 }
@@ -741,6 +759,23 @@ impl Config {
                 });
             }
         }
+        for (option, on, feature, built) in [
+            ("tls_v1", self.tls_v1, "tls", cfg!(feature = "tls")),
+            ("snappy", self.snappy, "snappy", cfg!(feature = "snappy")),
+            (
+                "deflate",
+                self.deflate,
+                "deflate",
+                cfg!(feature = "deflate"),
+            ),
+        ] {
+            if on && !built {
+                return Err(OptionError::FeatureDisabled {
+                    option: option.into(),
+                    feature,
+                });
+            }
+        }
         if self.snappy && self.deflate {
             return Err(OptionError::Conflict {
                 option: "snappy".into(),
@@ -1004,6 +1039,17 @@ impl Config {
         })
     }
 
+    #[cfg(not(feature = "tls"))]
+    #[allow(clippy::unnecessary_wraps, clippy::unused_self)]
+    fn tls(
+        &self,
+        _read_file: impl FnMut(PathBuf) -> std::io::Result<Vec<u8>>,
+    ) -> Result<Option<TlsConfig>, OptionError> {
+        // `validate` refused `tls_v1`, and no `TlsConfig` exists in this build.
+        Ok(None)
+    }
+
+    #[cfg(feature = "tls")]
     fn tls(
         &self,
         mut read_file: impl FnMut(PathBuf) -> std::io::Result<Vec<u8>>,

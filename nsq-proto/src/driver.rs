@@ -18,6 +18,16 @@
 //! `Transmit` per connection), and feeds socket reads to [`Driven::handle_input`] and EOF /
 //! read errors to [`Driven::handle_eof`].
 //!
+//! Two runnable drivers over plain blocking `std::net` sockets, a few dozen lines each plus a
+//! shared [driver loop](https://github.com/nsq-rs/nsq-rs/blob/main/nsq-proto/examples/std_driver/mod.rs),
+//! with nothing from the adapters:
+//! [`std_producer`](https://github.com/nsq-rs/nsq-rs/blob/main/nsq-proto/examples/std_producer.rs)
+//! publishes, and
+//! [`std_consumer`](https://github.com/nsq-rs/nsq-rs/blob/main/nsq-proto/examples/std_consumer.rs)
+//! subscribes, receives, finishes and closes cleanly. `cargo run -p nsq-proto --example
+//! std_consumer` runs one against an in-process test broker; add
+//! `-- --nsqd-tcp-address=127.0.0.1:4150` for a real nsqd.
+//!
 //! ```
 //! use nsq_proto::driver::{Action, Driven};
 //! use std::time::Instant;

@@ -52,8 +52,24 @@
 //!
 //! ## Cargo features
 //!
-//! None is on by default, and neither is part of the stable API: what they expose may change
-//! or disappear in any release. They exist for this repository's own tests, benches and fuzzers.
+//! On by default (the adapters forward them under the same names):
+//!
+//! * `tls`: TLS through rustls (ring provider, webpki-roots). Without it [`TlsConfig`] has no
+//!   value, `ClientCert`, `TlsSetupError` and `webpki_root_store` are absent, and a
+//!   [`Config`] asking for `tls_v1` is refused with
+//!   [`OptionError::FeatureDisabled`](config::OptionError::FeatureDisabled).
+//! * `snappy`: snappy compression (snap, crc32c). Without it asking for it is refused:
+//!   `OptionError::FeatureDisabled` from a [`Config`],
+//!   [`ConfigError::FeatureDisabled`] from [`ConnectionConfig::identify`] and
+//!   [`Connection::new`].
+//! * `deflate`: DEFLATE compression (flate2), likewise.
+//!
+//! A build with none of them (`default-features = false`) compiles no crypto and no
+//! compression crate; a server that grants TLS or compression unasked is disconnected, never
+//! talked to in a layer the client cannot speak.
+//!
+//! Off by default, and not part of the stable API: what they expose may change or disappear in
+//! any release. They exist for this repository's own tests, benches and fuzzers.
 //!
 //! * `fuzzing`: the hidden `nsq_proto::fuzzing` module, the entry points of the cargo-fuzz
 //!   targets in `fuzz/` and of the corpus-replay tests.

@@ -1,5 +1,10 @@
 //! The shared `Config`: go-nsq option names, value syntax, defaults, range checks with the
 //! option named in the error, and the derived connection / consumer / producer settings.
+// Without every optional layer some tests are compiled out, and their imports unused.
+#![cfg_attr(
+    not(all(feature = "tls", feature = "snappy", feature = "deflate")),
+    allow(unused_imports)
+)]
 
 use nsq_proto::config::{OptionError, parse_go_duration};
 use nsq_proto::connection::test_support::{FakeNsqd, FakeNsqdConfig, exchange};
@@ -23,6 +28,7 @@ fn no_files(path: PathBuf) -> std::io::Result<Vec<u8>> {
 }
 
 #[test]
+#[cfg(feature = "deflate")]
 fn a_go_nsq_json_document_parses_to_the_expected_values() {
     let json = r#"{
         "dial_timeout": "2s",
@@ -119,6 +125,7 @@ fn a_go_nsq_json_document_parses_to_the_expected_values() {
 }
 
 #[test]
+#[cfg(feature = "snappy")]
 fn our_own_options_parse_and_derive() {
     let c: Config = serde_json::from_str(
         r#"{
@@ -384,6 +391,7 @@ fn set_accepts_command_line_text_like_go_nsq() {
 }
 
 /// A CA (PEM) and a server certificate for `name` signed by it, plus a client certificate.
+#[cfg(feature = "tls")]
 struct Pki {
     ca_pem: String,
     server: Arc<rustls::ServerConfig>,
@@ -391,6 +399,7 @@ struct Pki {
     client_key_pem: String,
 }
 
+#[cfg(feature = "tls")]
 fn pki(name: &str) -> Pki {
     let ca_key = rcgen::KeyPair::generate().unwrap();
     let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
@@ -429,6 +438,7 @@ fn pki(name: &str) -> Pki {
 }
 
 #[test]
+#[cfg(feature = "tls")]
 fn tls_files_are_read_through_the_callback_and_used() {
     let pki = pki("nsqd.test");
     let files: HashMap<PathBuf, Vec<u8>> = [

@@ -1,5 +1,6 @@
 //! proptest: however the server's bytes are split into reads, after each upgrade (none, TLS,
 //! snappy, deflate, TLS+snappy, TLS+deflate), the connection reports identical events.
+#![cfg(all(feature = "tls", feature = "snappy", feature = "deflate"))]
 
 mod common;
 

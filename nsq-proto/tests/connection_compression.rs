@@ -1,5 +1,6 @@
 //! Snappy and deflate against independent implementations (the snap crate's frame
 //! encoder/decoder and flate2's raw deflater/inflater, inside the fake nsqd and directly).
+#![cfg(all(feature = "snappy", feature = "deflate"))]
 
 mod common;
 

@@ -1,4 +1,9 @@
 //! Start-up paths of a connection against the fake nsqd.
+// Without every optional layer some tests are compiled out, and their imports unused.
+#![cfg_attr(
+    not(all(feature = "tls", feature = "snappy", feature = "deflate")),
+    allow(unused_imports)
+)]
 
 mod common;
 
@@ -12,6 +17,7 @@ use nsq_proto::{Connection, command};
 use std::time::Duration;
 
 #[test]
+#[cfg(feature = "deflate")]
 fn identify_is_built_from_config() {
     let now = common::t0();
     let config = ConnectionConfig {
@@ -108,6 +114,7 @@ fn negotiated_settings_are_reported() {
 }
 
 #[test]
+#[cfg(all(feature = "snappy", feature = "deflate"))]
 fn snappy_and_deflate_start_ups() {
     for (compression, expected) in [
         (Compression::Snappy, NegotiatedCompression::Snappy),
@@ -142,6 +149,7 @@ fn snappy_and_deflate_start_ups() {
 }
 
 #[test]
+#[cfg(feature = "snappy")]
 fn auth_required_sends_secret_before_sub() {
     let now = common::t0();
     let mut peer = fake(FakeNsqdConfig {
@@ -242,6 +250,7 @@ fn wrong_secret_is_a_fatal_server_error() {
 }
 
 #[test]
+#[cfg(feature = "deflate")]
 fn publishes_before_ready_are_sent_after_start_up() {
     let now = common::t0();
     let mut peer = fake(FakeNsqdConfig {
@@ -382,6 +391,7 @@ fn sub_rejected_is_fatal() {
 }
 
 #[test]
+#[cfg(feature = "tls")]
 fn tls_requested_but_not_granted_refuses_plaintext() {
     let now = common::t0();
     let mut peer = fake(FakeNsqdConfig::default()); // no TLS configured on the server
@@ -405,11 +415,14 @@ fn invalid_configs_are_rejected() {
         ..ConnectionConfig::default()
     };
     assert!(Connection::new(bad, Role::Producer, "h:1", now).is_err());
-    let bad = ConnectionConfig {
-        tls: Some(nsq_proto::TlsConfig::webpki_roots().unwrap()),
-        ..ConnectionConfig::default()
-    };
-    assert!(Connection::new(bad, Role::Producer, "not a hostname!:4150", now).is_err());
+    #[cfg(feature = "tls")]
+    {
+        let bad = ConnectionConfig {
+            tls: Some(nsq_proto::TlsConfig::webpki_roots().unwrap()),
+            ..ConnectionConfig::default()
+        };
+        assert!(Connection::new(bad, Role::Producer, "not a hostname!:4150", now).is_err());
+    }
     let bad = ConnectionConfig {
         heartbeat_interval: Duration::from_secs(61),
         ..ConnectionConfig::default()

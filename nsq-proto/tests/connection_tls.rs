@@ -1,4 +1,5 @@
 //! TLS in memory against a rustls server with rcgen-made certificates.
+#![cfg(feature = "tls")]
 
 mod common;
 

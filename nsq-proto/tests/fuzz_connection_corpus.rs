@@ -14,6 +14,20 @@ fn corpus_replays_without_panics() {
         let data = std::fs::read(&path).unwrap();
         let summary = nsq_proto::fuzzing::connection_summary(&data);
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        // A seed asking for a compression this build leaves out never gets a connection
+        // (`Connection::new` refuses the configuration), so nothing happens.
+        // The first byte chooses it as `fuzzing::connection_summary` does.
+        let compression = data.first().map(|mode| (mode >> 1) % 3);
+        if (compression == Some(1) && !cfg!(feature = "snappy"))
+            || (compression == Some(2) && !cfg!(feature = "deflate"))
+        {
+            assert!(
+                !summary.ready && summary.closed.is_none(),
+                "{name}: {summary:?}"
+            );
+            count += 1;
+            continue;
+        }
         // The hand-written seeds reach what their names say.
         match name.as_str() {
             "consumer_plain" | "consumer_snappy_wrapped" | "consumer_deflate_wrapped_auth" => {

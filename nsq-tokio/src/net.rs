@@ -258,21 +258,19 @@ where
     .abort_handle()
 }
 
-/// A random seed for a state machine's RNG (jitter, random connection choice).
+/// A random seed for a state machine's RNG (jitter, random connection choice), from the OS.
 pub(crate) fn random_seed() -> u64 {
-    nsq_proto::adapter::seed_from_entropy(
+    nsq_proto::adapter::seed_or_fallback(
+        getrandom::u64(),
         &std::collections::hash_map::RandomState::new(),
         u64::from(std::process::id()),
     )
 }
 
 /// The OS hostname, sent in IDENTIFY when the configuration names none (go-nsq sends
-/// `os.Hostname()`); the choice is [`nsq_proto::adapter::os_hostname`]'s, the reading is ours.
+/// `os.Hostname()`).
 pub(crate) fn os_hostname() -> Option<String> {
-    nsq_proto::adapter::os_hostname(
-        |path| std::fs::read_to_string(path).ok(),
-        |var| std::env::var(var).ok(),
-    )
+    nsq_proto::adapter::hostname_from_os(&gethostname::gethostname())
 }
 
 /// The tokio half of performing the core's actions: connection and lookupd tasks.

@@ -1,35 +1,22 @@
-//! Which OS hostname an adapter sends in IDENTIFY when the configuration names none (go-nsq
-//! sends `os.Hostname()`). The choice is made here once; the adapter does the reading (files,
-//! environment), so this stays sans-IO.
+//! Which hostname an adapter sends in IDENTIFY when the configuration names none (go-nsq
+//! sends `os.Hostname()`). The adapter asks the OS (the `gethostname` crate, which works on
+//! every Unix and on Windows); this module turns the OS's answer into what goes on the wire, the
+//! same way in every adapter, and stays sans-IO.
 
-/// Files holding the OS hostname (Linux and most Unix-likes), in order of preference.
-pub const HOSTNAME_FILES: [&str; 2] = ["/proc/sys/kernel/hostname", "/etc/hostname"];
+use std::ffi::OsStr;
 
-/// Environment variables naming the host (most shells, Windows), tried after the files.
-pub const HOSTNAME_VARS: [&str; 2] = ["HOSTNAME", "COMPUTERNAME"];
-
-/// The OS hostname: the first of [`HOSTNAME_FILES`] `read_file` can read, else the first of
-/// [`HOSTNAME_VARS`] `var` knows; trimmed, `None` when empty or unknown.
-///
-/// Adapters pass `|p| std::fs::read_to_string(p).ok()` and `|v| std::env::var(v).ok()`.
+/// The hostname to send for the OS's answer `name` (an adapter passes
+/// `gethostname::gethostname()`): trimmed, `None` when empty or not UTF-8 (IDENTIFY is JSON,
+/// and a mangled name would be wrong in nsqd's stats; it then shows no hostname).
 ///
 /// ```
-/// use nsq_proto::adapter::os_hostname;
+/// use nsq_proto::adapter::hostname_from_os;
+/// use std::ffi::OsStr;
 ///
-/// let from_file = os_hostname(|p| (p == "/etc/hostname").then(|| "box\n".into()), |_| None);
-/// assert_eq!(from_file.as_deref(), Some("box"));
-/// let from_env = os_hostname(|_| None, |v| (v == "COMPUTERNAME").then(|| "PC".into()));
-/// assert_eq!(from_env.as_deref(), Some("PC"));
-/// assert_eq!(os_hostname(|_| Some("  \n".into()), |_| None), None);
+/// assert_eq!(hostname_from_os(OsStr::new("box.example\n")).as_deref(), Some("box.example"));
+/// assert_eq!(hostname_from_os(OsStr::new("  ")), None);
 /// ```
-pub fn os_hostname(
-    mut read_file: impl FnMut(&str) -> Option<String>,
-    mut var: impl FnMut(&str) -> Option<String>,
-) -> Option<String> {
-    HOSTNAME_FILES
-        .iter()
-        .find_map(|p| read_file(p))
-        .or_else(|| HOSTNAME_VARS.iter().find_map(|v| var(v)))
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
+pub fn hostname_from_os(name: &OsStr) -> Option<String> {
+    let name = name.to_str()?.trim();
+    (!name.is_empty()).then(|| name.to_owned())
 }

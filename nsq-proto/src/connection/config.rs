@@ -169,6 +169,9 @@ pub enum ConfigError {
     Invalid(&'static str),
     /// The server name for TLS is not a valid DNS name or IP address.
     InvalidServerName(String),
+    /// The configuration asks for something this build leaves out: the named cargo feature of
+    /// nsq-proto (`snappy`, `deflate`) is off.
+    FeatureDisabled(&'static str),
 }
 
 impl fmt::Display for ConfigError {
@@ -178,6 +181,11 @@ impl fmt::Display for ConfigError {
             ConfigError::InvalidServerName(name) => {
                 write!(f, "invalid TLS server name {name:?}")
             }
+            ConfigError::FeatureDisabled(feature) => write!(
+                f,
+                "{feature} was asked for but this build has none (nsq-proto's `{feature}` cargo \
+                 feature is off)"
+            ),
         }
     }
 }
@@ -227,6 +235,12 @@ impl ConnectionConfig {
         }
         let (snappy, deflate, deflate_level) = match self.compression {
             Compression::None => (false, false, 0),
+            Compression::Snappy if !cfg!(feature = "snappy") => {
+                return Err(ConfigError::FeatureDisabled("snappy"));
+            }
+            Compression::Deflate { .. } if !cfg!(feature = "deflate") => {
+                return Err(ConfigError::FeatureDisabled("deflate"));
+            }
             Compression::Snappy => (true, false, 0),
             Compression::Deflate { level } => {
                 if !(1..=9).contains(&level) {

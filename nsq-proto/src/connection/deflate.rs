@@ -1,9 +1,14 @@
 //! Raw DEFLATE (no zlib header) as incremental byte transforms, with a sync flush after every
 //! write batch so the server can decode each batch as soon as it arrives.
 
+#[cfg(feature = "deflate")]
 use bytes::{Buf, BytesMut};
+#[cfg(feature = "deflate")]
 use flate2::{Compress, Decompress, FlushCompress, FlushDecompress, Status};
 use std::fmt;
+
+#[cfg(not(feature = "deflate"))]
+pub(crate) use super::disabled::deflate::{DeflateDecoder, DeflateEncoder};
 
 /// Why a DEFLATE stream could not be decoded. Fatal for the connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,6 +32,7 @@ impl fmt::Display for DeflateError {
 impl std::error::Error for DeflateError {}
 
 /// Incremental inflater with a bounded output per call.
+#[cfg(feature = "deflate")]
 pub(crate) struct DeflateDecoder {
     input: BytesMut,
     inflate: Decompress,
@@ -35,6 +41,7 @@ pub(crate) struct DeflateDecoder {
     maybe_pending: bool,
 }
 
+#[cfg(feature = "deflate")]
 impl fmt::Debug for DeflateDecoder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DeflateDecoder")
@@ -44,6 +51,7 @@ impl fmt::Debug for DeflateDecoder {
     }
 }
 
+#[cfg(feature = "deflate")]
 impl Default for DeflateDecoder {
     fn default() -> Self {
         DeflateDecoder {
@@ -55,6 +63,7 @@ impl Default for DeflateDecoder {
     }
 }
 
+#[cfg(feature = "deflate")]
 impl DeflateDecoder {
     /// Appends compressed bytes.
     pub(crate) fn push(&mut self, data: &[u8]) {
@@ -117,16 +126,19 @@ impl DeflateDecoder {
 }
 
 /// Deflater: each `encode` call ends in a sync flush.
+#[cfg(feature = "deflate")]
 pub(crate) struct DeflateEncoder {
     deflate: Compress,
 }
 
+#[cfg(feature = "deflate")]
 impl fmt::Debug for DeflateEncoder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DeflateEncoder").finish_non_exhaustive()
     }
 }
 
+#[cfg(feature = "deflate")]
 impl DeflateEncoder {
     /// A raw deflater at `level` (0..=9).
     pub(crate) fn new(level: u32) -> DeflateEncoder {
@@ -158,6 +170,7 @@ impl DeflateEncoder {
     }
 }
 
+#[cfg(feature = "deflate")]
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -42,17 +42,23 @@
 
 mod config;
 pub(crate) mod deflate;
+mod disabled;
 mod inflight;
 pub(crate) mod snappy;
 #[cfg(feature = "test-support")]
 #[doc(hidden)]
 pub mod test_support;
+#[cfg(feature = "tls")]
 mod tls;
+#[cfg(not(feature = "tls"))]
+use disabled::tls;
 
 pub use config::{Compression, ConfigError, ConnectionConfig, DEFAULT_USER_AGENT, Role, Secret};
 pub use deflate::DeflateError;
 pub use snappy::SnappyError;
-pub use tls::{ClientCert, TlsConfig, TlsError, TlsSetupError, webpki_root_store};
+#[cfg(feature = "tls")]
+pub use tls::{ClientCert, TlsSetupError, webpki_root_store};
+pub use tls::{TlsConfig, TlsError};
 
 use crate::command::{self, CommandError};
 use crate::error_code::{ErrorCode, ServerError};
@@ -60,10 +66,13 @@ use crate::frame::{DecodeError, Frame, FrameDecoder, Message, MessageId, Respons
 use crate::identify::{AuthResponse, IdentifyResponse, ReplyError};
 use crate::names::Topic;
 use bytes::{Bytes, BytesMut};
+#[cfg(feature = "tls")]
 use rustls::pki_types::ServerName;
 use std::collections::VecDeque;
 use std::fmt;
 use std::time::{Duration, Instant};
+#[cfg(not(feature = "tls"))]
+use tls::ServerName;
 
 /// Largest amount of plaintext produced by the TLS / decompression layers in one step, so a
 /// small compressed input can never expand into an unbounded buffer.
@@ -331,6 +340,9 @@ enum Phase {
 }
 
 #[derive(Debug)]
+// Without the `snappy` / `deflate` feature a variant holds an uninhabited stand-in and is
+// never built.
+#[cfg_attr(not(all(feature = "snappy", feature = "deflate")), allow(dead_code))]
 enum Codec {
     Snappy(snappy::SnappyDecoder, Box<snappy::SnappyEncoder>),
     Deflate(deflate::DeflateDecoder, deflate::DeflateEncoder),
@@ -1356,12 +1368,25 @@ impl Connection {
             if let Err(e) = self.flush_wbuf() {
                 return self.fail(CloseReason::Tls(e));
             }
-            let mut codec = match self.pending_codec {
-                NegotiatedCompression::Deflate { level } => Codec::Deflate(
+            let codec: Option<Codec> = match self.pending_codec {
+                #[cfg(feature = "deflate")]
+                NegotiatedCompression::Deflate { level } => Some(Codec::Deflate(
                     deflate::DeflateDecoder::default(),
                     deflate::DeflateEncoder::new(level),
-                ),
-                _ => Codec::Snappy(snappy::SnappyDecoder::default(), Box::default()),
+                )),
+                #[cfg(feature = "snappy")]
+                NegotiatedCompression::Snappy => Some(Codec::Snappy(
+                    snappy::SnappyDecoder::default(),
+                    Box::default(),
+                )),
+                // Only a compression this build can speak is ever asked for, hence granted.
+                _ => None,
+            };
+            let Some(mut codec) = codec else {
+                return self.fail(CloseReason::Protocol(format!(
+                    "compression {:?} enabled without being asked for",
+                    self.pending_codec
+                )));
             };
             tracing::debug!(compression = ?self.pending_codec, "compression enabled");
             self.pending_codec = NegotiatedCompression::None;

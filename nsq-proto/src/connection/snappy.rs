@@ -3,24 +3,40 @@
 //! A stream is a sequence of chunks: `u8 type | u24 little-endian length | data`. The first
 //! chunk is the stream identifier `sNaPpY`; data chunks carry a masked CRC-32C of their
 //! uncompressed content followed by either a snappy block (type 0) or raw bytes (type 1), each
-//! at most 64 KiB uncompressed. Block (de)compression is `snap::raw`; the framing is here so it
-//! can be parsed incrementally from a socket without blocking.
+//! at most 64 KiB uncompressed. Block (de)compression is `snap::raw` and the checksum the
+//! `crc32c` crate; the framing is here, not `snap::read` / `snap::write`, because those wrap a
+//! blocking `std::io::Read` / `Write`: a sans-IO core is handed whatever bytes arrived, often
+//! half a chunk, and must stop there and resume on the next input without a reader to block
+//! on. This decoder keeps the partial chunk, bounds every allocation by the chunk header it has
+//! checked, and hands out plaintext in bounded pulls.
 
+#[cfg(feature = "snappy")]
 use bytes::{Buf, BufMut, BytesMut};
 use std::fmt;
 
+#[cfg(not(feature = "snappy"))]
+pub(crate) use super::disabled::snappy::{SnappyDecoder, SnappyEncoder};
+
+#[cfg(feature = "snappy")]
 const CHUNK_COMPRESSED: u8 = 0x00;
+#[cfg(feature = "snappy")]
 const CHUNK_UNCOMPRESSED: u8 = 0x01;
+#[cfg(feature = "snappy")]
 const CHUNK_PADDING: u8 = 0xfe;
+#[cfg(feature = "snappy")]
 const CHUNK_STREAM_ID: u8 = 0xff;
+#[cfg(feature = "snappy")]
 const STREAM_ID_BODY: &[u8; 6] = b"sNaPpY";
 /// The stream identifier chunk, written once at the start of every stream.
+#[cfg(feature = "snappy")]
 const STREAM_ID_CHUNK: &[u8; 10] = b"\xff\x06\x00\x00sNaPpY";
 
 /// Largest uncompressed payload of one data chunk (64 KiB).
+#[cfg(feature = "snappy")]
 pub(crate) const MAX_BLOCK: usize = 65_536;
 
 /// Largest data-chunk length accepted: checksum plus the worst case of a compressed block.
+#[cfg(feature = "snappy")]
 fn max_chunk_len() -> usize {
     4 + snap::raw::max_compress_len(MAX_BLOCK)
 }
@@ -92,6 +108,7 @@ impl fmt::Display for SnappyError {
 impl std::error::Error for SnappyError {}
 
 /// Incremental decoder: push compressed bytes in, pull plaintext out one chunk at a time.
+#[cfg(feature = "snappy")]
 #[derive(Default)]
 pub(crate) struct SnappyDecoder {
     input: BytesMut,
@@ -101,6 +118,7 @@ pub(crate) struct SnappyDecoder {
     decoder: snap::raw::Decoder,
 }
 
+#[cfg(feature = "snappy")]
 impl fmt::Debug for SnappyDecoder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SnappyDecoder")
@@ -110,6 +128,7 @@ impl fmt::Debug for SnappyDecoder {
     }
 }
 
+#[cfg(feature = "snappy")]
 impl SnappyDecoder {
     /// Appends compressed bytes.
     pub(crate) fn push(&mut self, data: &[u8]) {
@@ -221,11 +240,13 @@ impl SnappyDecoder {
 }
 
 /// Encoder: every call writes whole chunks, so each batch is decodable on its own.
+#[cfg(feature = "snappy")]
 pub(crate) struct SnappyEncoder {
     wrote_stream_id: bool,
     encoder: snap::raw::Encoder,
 }
 
+#[cfg(feature = "snappy")]
 impl Default for SnappyEncoder {
     fn default() -> Self {
         SnappyEncoder {
@@ -235,6 +256,7 @@ impl Default for SnappyEncoder {
     }
 }
 
+#[cfg(feature = "snappy")]
 impl fmt::Debug for SnappyEncoder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SnappyEncoder")
@@ -243,6 +265,7 @@ impl fmt::Debug for SnappyEncoder {
     }
 }
 
+#[cfg(feature = "snappy")]
 impl SnappyEncoder {
     /// Appends the framed encoding of `data` to `out`.
     pub(crate) fn encode(&mut self, data: &[u8], out: &mut BytesMut) {
@@ -277,66 +300,21 @@ impl SnappyEncoder {
     }
 }
 
-/// CRC-32C (Castagnoli), slicing-by-8 tables built at compile time.
-const CRC_TABLES: [[u32; 256]; 8] = {
-    let mut tables = [[0u32; 256]; 8];
-    let mut i = 0;
-    while i < 256 {
-        let mut crc = i as u32;
-        let mut k = 0;
-        while k < 8 {
-            crc = if crc & 1 == 1 {
-                (crc >> 1) ^ 0x82f6_3b78
-            } else {
-                crc >> 1
-            };
-            k += 1;
-        }
-        tables[0][i] = crc;
-        i += 1;
-    }
-    let mut t = 1;
-    while t < 8 {
-        let mut i = 0;
-        while i < 256 {
-            let prev = tables[t - 1][i];
-            tables[t][i] = (prev >> 8) ^ tables[0][(prev & 0xff) as usize];
-            i += 1;
-        }
-        t += 1;
-    }
-    tables
-};
-
-/// CRC-32C of `data`.
+/// CRC-32C (Castagnoli) of `data`: the `crc32c` crate, which uses the CPU's CRC instructions
+/// (SSE 4.2, ARMv8) where present and a table-driven fallback elsewhere.
+#[cfg(feature = "snappy")]
 pub(crate) fn crc32c(data: &[u8]) -> u32 {
-    let t = &CRC_TABLES;
-    let mut crc = !0u32;
-    let mut chunks = data.chunks_exact(8);
-    for c in &mut chunks {
-        let lo = u32::from_le_bytes([c[0], c[1], c[2], c[3]]) ^ crc;
-        let hi = u32::from_le_bytes([c[4], c[5], c[6], c[7]]);
-        crc = t[7][(lo & 0xff) as usize]
-            ^ t[6][((lo >> 8) & 0xff) as usize]
-            ^ t[5][((lo >> 16) & 0xff) as usize]
-            ^ t[4][(lo >> 24) as usize]
-            ^ t[3][(hi & 0xff) as usize]
-            ^ t[2][((hi >> 8) & 0xff) as usize]
-            ^ t[1][((hi >> 16) & 0xff) as usize]
-            ^ t[0][(hi >> 24) as usize];
-    }
-    for &b in chunks.remainder() {
-        crc = (crc >> 8) ^ t[0][((crc ^ u32::from(b)) & 0xff) as usize];
-    }
-    !crc
+    crc32c::crc32c(data)
 }
 
 /// The masked checksum the snappy framing format stores.
+#[cfg(feature = "snappy")]
 pub(crate) fn masked_crc32c(data: &[u8]) -> u32 {
     let crc = crc32c(data);
     crc.rotate_right(15).wrapping_add(0xa282_ead8)
 }
 
+#[cfg(feature = "snappy")]
 #[cfg(test)]
 mod tests {
     use super::*;

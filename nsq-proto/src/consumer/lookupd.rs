@@ -4,6 +4,13 @@
 //! [`LookupdResponseParser`] is fed the response bytes as they arrive (and told about EOF) and
 //! yields the parsed [`LookupResponse`]. The driver only opens the TCP stream and moves bytes.
 //!
+//! Why not an HTTP client crate: every one of them owns the socket and a runtime (hyper,
+//! reqwest, ureq), which a sans-IO core cannot, and each adapter would then pull in a
+//! different one. The exchange needed is one `GET` with a bounded response: the head is parsed
+//! by `httparse` (the parser hyper uses), and only the framing around it (`Content-Length`,
+//! chunked, read-to-EOF, every size bounded) is here, so the three adapters share one
+//! implementation and the fuzzers reach it.
+//!
 //! ```
 //! use nsq_proto::Topic;
 //! use nsq_proto::consumer::{LookupdAddress, LookupdResponseParser};

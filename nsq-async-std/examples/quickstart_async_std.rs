@@ -1,21 +1,23 @@
 //! Publish a few messages and consume them, printing what happens (nsq-tokio's quickstart,
-//! on plain threads).
+//! on async-std or smol).
 //!
 //! ```text
-//! cargo run -p nsq-blocking --example quickstart                      # in-process test broker
-//! cargo run -p nsq-blocking --example quickstart -- --nsqd-tcp-address=127.0.0.1:4150
+//! cargo run -p nsq-async-std --example quickstart_async_std  # in-process test broker
+//! cargo run -p nsq-async-std --example quickstart_async_std -- --nsqd-tcp-address=127.0.0.1:4150
+//! cargo run -p nsq-async-std --example quickstart_async_std -- --runtime=smol  # default: async-std
 //! ```
 //!
 //! Without `--nsqd-tcp-address` it starts the in-process test nsqd from `tests/` (crate
 //! `nsq-test-broker`), so it works on a fresh machine with nothing installed. Flags:
-//! `--nsqd-tcp-address`, `--topic` (default `quickstart`), `--channel` (default `demo`).
+//! `--nsqd-tcp-address`, `--topic` (default `quickstart`), `--channel` (default `demo`),
+//! `--runtime` (`async-std` or `smol`).
 #![allow(
     clippy::print_stdout,
     clippy::print_stderr,
     reason = "an example that shows what happened"
 )]
 
-use nsq_blocking::{Config, Consumer, Producer, RecvTimeoutError};
+use nsq_async_std::{Config, Consumer, Producer};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -36,7 +38,12 @@ fn main() {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
-    if let Err(e) = run(&flags) {
+    let result = match flags.get("runtime").map_or("async-std", String::as_str) {
+        "async-std" => async_std::task::block_on(run(&flags)),
+        "smol" => smol::block_on(run(&flags)),
+        other => Err(format!("unknown --runtime {other:?} (async-std or smol)").into()),
+    };
+    if let Err(e) = result {
         eprintln!("quickstart: {e}");
         std::process::exit(1);
     }
@@ -58,7 +65,7 @@ fn parse_flags() -> Result<HashMap<String, String>, String> {
                 .ok_or_else(|| format!("--{name} needs a value"))?;
             (name.to_owned(), v)
         };
-        if !["nsqd-tcp-address", "topic", "channel"].contains(&name.as_str()) {
+        if !["nsqd-tcp-address", "topic", "channel", "runtime"].contains(&name.as_str()) {
             return Err(format!("unknown flag --{name}"));
         }
         flags.insert(name, value);
@@ -66,7 +73,7 @@ fn parse_flags() -> Result<HashMap<String, String>, String> {
     Ok(flags)
 }
 
-fn run(flags: &HashMap<String, String>) -> Result<(), Box<dyn std::error::Error>> {
+async fn run(flags: &HashMap<String, String>) -> Result<(), Box<dyn std::error::Error>> {
     // 1. A server: the one given, or the in-process test broker.
     let (_broker, addr) = if let Some(a) = flags.get("nsqd-tcp-address") {
         (None, a.clone())
@@ -80,14 +87,18 @@ fn run(flags: &HashMap<String, String>) -> Result<(), Box<dyn std::error::Error>
     let channel = flags.get("channel").map_or("demo", String::as_str);
 
     // 2. Publish: one message, a batch, and a deferred one.
-    let producer = Producer::connect(&addr, &Config::default())?;
-    producer.publish(topic, "hello")?;
+    let producer = Producer::connect(&addr, &Config::default()).await?;
+    producer.publish(topic, "hello").await?;
     println!("published 1 message (PUB)");
-    producer.multi_publish(topic, ["one", "two", "three"])?;
+    producer
+        .multi_publish(topic, ["one", "two", "three"])
+        .await?;
     println!("published 3 messages in one batch (MPUB)");
-    producer.deferred_publish(topic, Duration::from_millis(500), "later")?;
+    producer
+        .deferred_publish(topic, Duration::from_millis(500), "later")
+        .await?;
     println!("published 1 message delivered after 500 ms (DPUB)");
-    producer.close();
+    producer.close().await;
 
     // 3. Consume them; the first attempt of "two" fails and is requeued.
     let mut consumer = Consumer::builder(topic, channel)
@@ -100,11 +111,15 @@ fn run(flags: &HashMap<String, String>) -> Result<(), Box<dyn std::error::Error>
     let started = Instant::now();
     let mut done = 0;
     while done < 5 {
-        let msg = match consumer.recv_timeout(Duration::from_secs(10)) {
-            Ok(m) => m,
-            Err(RecvTimeoutError::Timeout) => return Err("timed out waiting for messages".into()),
-            Err(RecvTimeoutError::Disconnected) => break,
+        let next = futures_lite::future::or(async { Some(consumer.recv().await) }, async {
+            async_io::Timer::after(Duration::from_secs(10)).await;
+            None
+        })
+        .await;
+        let Some(next) = next else {
+            return Err("timed out waiting for messages".into());
         };
+        let Some(msg) = next else { break };
         let body = String::from_utf8_lossy(msg.body()).into_owned();
         if body == "two" && msg.attempts() == 1 {
             println!("received {body:?} (attempt 1): requeueing it for a retry");
@@ -120,7 +135,7 @@ fn run(flags: &HashMap<String, String>) -> Result<(), Box<dyn std::error::Error>
         msg.finish();
         done += 1;
     }
-    let report = consumer.stop();
+    let report = consumer.stop().await;
     let stats = consumer.stats();
     println!(
         "stopped: {} received, {} finished, {} requeued, {} left unanswered",

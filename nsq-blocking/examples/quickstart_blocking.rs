@@ -1,23 +1,21 @@
 //! Publish a few messages and consume them, printing what happens (nsq-tokio's quickstart,
-//! on async-std or smol).
+//! on plain threads).
 //!
 //! ```text
-//! cargo run -p nsq-async-std --example quickstart                      # in-process test broker
-//! cargo run -p nsq-async-std --example quickstart -- --nsqd-tcp-address=127.0.0.1:4150
-//! cargo run -p nsq-async-std --example quickstart -- --runtime=smol    # default: async-std
+//! cargo run -p nsq-blocking --example quickstart_blocking  # in-process test broker
+//! cargo run -p nsq-blocking --example quickstart_blocking -- --nsqd-tcp-address=127.0.0.1:4150
 //! ```
 //!
 //! Without `--nsqd-tcp-address` it starts the in-process test nsqd from `tests/` (crate
 //! `nsq-test-broker`), so it works on a fresh machine with nothing installed. Flags:
-//! `--nsqd-tcp-address`, `--topic` (default `quickstart`), `--channel` (default `demo`),
-//! `--runtime` (`async-std` or `smol`).
+//! `--nsqd-tcp-address`, `--topic` (default `quickstart`), `--channel` (default `demo`).
 #![allow(
     clippy::print_stdout,
     clippy::print_stderr,
     reason = "an example that shows what happened"
 )]
 
-use nsq_async_std::{Config, Consumer, Producer};
+use nsq_blocking::{Config, Consumer, Producer, RecvTimeoutError};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -38,12 +36,7 @@ fn main() {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
-    let result = match flags.get("runtime").map_or("async-std", String::as_str) {
-        "async-std" => async_std::task::block_on(run(&flags)),
-        "smol" => smol::block_on(run(&flags)),
-        other => Err(format!("unknown --runtime {other:?} (async-std or smol)").into()),
-    };
-    if let Err(e) = result {
+    if let Err(e) = run(&flags) {
         eprintln!("quickstart: {e}");
         std::process::exit(1);
     }
@@ -65,7 +58,7 @@ fn parse_flags() -> Result<HashMap<String, String>, String> {
                 .ok_or_else(|| format!("--{name} needs a value"))?;
             (name.to_owned(), v)
         };
-        if !["nsqd-tcp-address", "topic", "channel", "runtime"].contains(&name.as_str()) {
+        if !["nsqd-tcp-address", "topic", "channel"].contains(&name.as_str()) {
             return Err(format!("unknown flag --{name}"));
         }
         flags.insert(name, value);
@@ -73,7 +66,7 @@ fn parse_flags() -> Result<HashMap<String, String>, String> {
     Ok(flags)
 }
 
-async fn run(flags: &HashMap<String, String>) -> Result<(), Box<dyn std::error::Error>> {
+fn run(flags: &HashMap<String, String>) -> Result<(), Box<dyn std::error::Error>> {
     // 1. A server: the one given, or the in-process test broker.
     let (_broker, addr) = if let Some(a) = flags.get("nsqd-tcp-address") {
         (None, a.clone())
@@ -87,18 +80,14 @@ async fn run(flags: &HashMap<String, String>) -> Result<(), Box<dyn std::error::
     let channel = flags.get("channel").map_or("demo", String::as_str);
 
     // 2. Publish: one message, a batch, and a deferred one.
-    let producer = Producer::connect(&addr, &Config::default()).await?;
-    producer.publish(topic, "hello").await?;
+    let producer = Producer::connect(&addr, &Config::default())?;
+    producer.publish(topic, "hello")?;
     println!("published 1 message (PUB)");
-    producer
-        .multi_publish(topic, ["one", "two", "three"])
-        .await?;
+    producer.multi_publish(topic, ["one", "two", "three"])?;
     println!("published 3 messages in one batch (MPUB)");
-    producer
-        .deferred_publish(topic, Duration::from_millis(500), "later")
-        .await?;
+    producer.deferred_publish(topic, Duration::from_millis(500), "later")?;
     println!("published 1 message delivered after 500 ms (DPUB)");
-    producer.close().await;
+    producer.close();
 
     // 3. Consume them; the first attempt of "two" fails and is requeued.
     let mut consumer = Consumer::builder(topic, channel)
@@ -111,15 +100,11 @@ async fn run(flags: &HashMap<String, String>) -> Result<(), Box<dyn std::error::
     let started = Instant::now();
     let mut done = 0;
     while done < 5 {
-        let next = futures_lite::future::or(async { Some(consumer.recv().await) }, async {
-            async_io::Timer::after(Duration::from_secs(10)).await;
-            None
-        })
-        .await;
-        let Some(next) = next else {
-            return Err("timed out waiting for messages".into());
+        let msg = match consumer.recv_timeout(Duration::from_secs(10)) {
+            Ok(m) => m,
+            Err(RecvTimeoutError::Timeout) => return Err("timed out waiting for messages".into()),
+            Err(RecvTimeoutError::Disconnected) => break,
         };
-        let Some(msg) = next else { break };
         let body = String::from_utf8_lossy(msg.body()).into_owned();
         if body == "two" && msg.attempts() == 1 {
             println!("received {body:?} (attempt 1): requeueing it for a retry");
@@ -135,7 +120,7 @@ async fn run(flags: &HashMap<String, String>) -> Result<(), Box<dyn std::error::
         msg.finish();
         done += 1;
     }
-    let report = consumer.stop().await;
+    let report = consumer.stop();
     let stats = consumer.stats();
     println!(
         "stopped: {} received, {} finished, {} requeued, {} left unanswered",
