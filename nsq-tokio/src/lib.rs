@@ -207,7 +207,8 @@ pub use consumer::AnswerChannel;
 pub use consumer::{Consumer, ConsumerBuilder, ConsumerHandle, Message};
 pub use nsq_proto as proto;
 pub use nsq_proto::adapter::{
-    Backpressure, Delivery, Error, HandlerError, InputError, IntoChannel, IntoTopic, StopReport,
+    AnswerKind, Backpressure, Delivery, Error, HandlerError, InputError, IntoChannel, IntoTopic,
+    StopReport,
 };
 pub use nsq_proto::config::OptionError;
 pub use nsq_proto::consumer::{

@@ -97,12 +97,14 @@ impl<R: Runtime> fmt::Debug for ConsumerBuilder<R> {
 
 impl<R: Runtime> ConsumerBuilder<R> {
     /// A builder for a consumer of `topic`/`channel` (names validated by
-    /// [`build`](Self::build)) with the default configuration.
+    /// [`build`](Self::build)) with the default configuration (and the OS hostname, as
+    /// [`config`](Self::config) fills it).
     pub fn new(topic: impl IntoTopic, channel: impl IntoChannel) -> Self {
         ConsumerBuilder {
             setup: ConsumerSetup::new(topic, channel),
             runtime: PhantomData,
         }
+        .config(&Config::default())
     }
 
     /// The configuration, with go-nsq's option names and defaults ([`Config`]). TLS files it
@@ -216,17 +218,19 @@ impl<R> fmt::Debug for ProducerBuilder<R> {
     }
 }
 
-impl<R> Default for ProducerBuilder<R> {
+impl<R: Runtime> Default for ProducerBuilder<R> {
     fn default() -> Self {
         ProducerBuilder {
             setup: ProducerSetup::default(),
             runtime: PhantomData,
         }
+        .config(&Config::default())
     }
 }
 
 impl<R: Runtime> ProducerBuilder<R> {
-    /// A builder with the default configuration and no nsqd address yet.
+    /// A builder with the default configuration (and the OS hostname, as
+    /// [`config`](Self::config) fills it) and no nsqd address yet.
     pub fn new() -> Self {
         Self::default()
     }
@@ -338,6 +342,19 @@ mod tests {
         assert_eq!(setup.write_timeout, Duration::from_millis(400));
         // The runtime's hostname fills the unset `hostname`.
         let config = setup.config.unwrap();
+        assert_eq!(config.connection.hostname.as_deref(), Some("box"));
+    }
+
+    #[test]
+    fn builders_send_the_os_hostname_without_a_config() {
+        let consumer = ConsumerBuilder::<Dry>::new("t", "c")
+            .nsqd("a:1")
+            .build()
+            .unwrap();
+        let config = consumer.config.unwrap();
+        assert_eq!(config.connection.hostname.as_deref(), Some("box"));
+        let producer = ProducerBuilder::<Dry>::new().nsqd("a:1").build().unwrap();
+        let config = producer.config.unwrap();
         assert_eq!(config.connection.hostname.as_deref(), Some("box"));
     }
 

@@ -446,7 +446,7 @@ impl fmt::Debug for Connection {
 
 impl Connection {
     /// Creates a connection to `server_addr` (`host:port`; the host names the server for TLS
-    /// unless [`TlsConfig::with_server_name`] did) and queues the magic and IDENTIFY.
+    /// unless `TlsConfig::with_server_name` did) and queues the magic and IDENTIFY.
     pub fn new(
         config: ConnectionConfig,
         role: Role,

@@ -7,7 +7,7 @@
 //! `--batching=true|false` (default true).
 //!
 //! ```text
-//! cargo run --release -p nsq-async-std --example bench_publish -- \
+//! cargo run --release -p nsq-async-std --example bench_publish_async_std -- \
 //!     --nsqd-tcp-address=127.0.0.1:4150 --topic=sub_bench --size=200 --concurrency=100 --runfor=3s
 //! ```
 

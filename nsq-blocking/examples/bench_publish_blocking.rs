@@ -5,7 +5,7 @@
 //! Go bench tools' final line. Extra flag: `--batching=true|false` (default true).
 //!
 //! ```text
-//! cargo run --release -p nsq-blocking --example bench_publish -- \
+//! cargo run --release -p nsq-blocking --example bench_publish_blocking -- \
 //!     --nsqd-tcp-address=127.0.0.1:4150 --topic=sub_bench --size=200 --concurrency=100 --runfor=3s
 //! ```
 
