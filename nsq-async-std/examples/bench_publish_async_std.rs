@@ -11,16 +11,41 @@
 //!     --nsqd-tcp-address=127.0.0.1:4150 --topic=sub_bench --size=200 --concurrency=100 --runfor=3s
 //! ```
 
-#[path = "../../nsq-blocking/examples/support/mod.rs"]
+#[path = "../../nsq-tokio/examples/support/cli.rs"]
 mod support;
 
 use bytes::Bytes;
-use nsq_async_std::proto::config::parse_go_duration;
 use nsq_async_std::{Config, Producer, Topic};
 use std::time::{Duration, Instant};
-use support::{bench_line, fatal, flag, log, parse_flags};
+use support::{Flags, Usage, bench_line, fatal, init_logging, log, value};
 
 const PREFIX: &str = "bench_publish";
+
+const USAGE: Usage = Usage {
+    name: "bench_publish_async_std",
+    about: "Publishes single messages from many tasks sharing one producer; prints the rate.",
+    flags: &[
+        value(
+            "nsqd-tcp-address",
+            "ADDR",
+            "nsqd TCP address (default: 127.0.0.1:4150)",
+        ),
+        value("topic", "TOPIC", "topic to publish to (default: sub_bench)"),
+        value("size", "BYTES", "size of each message (default: 200)"),
+        value("runfor", "DURATION", "duration of the run (default: 3s)"),
+        value("concurrency", "N", "concurrent publishers (default: 100)"),
+        value(
+            "runtime",
+            "async-std|smol",
+            "the executor, not a Go flag (default: async-std)",
+        ),
+        value(
+            "batching",
+            "true|false",
+            "natural batching of concurrent publishes, not a Go flag (default: true)",
+        ),
+    ],
+};
 
 /// One publishing task (spawned on the runtime, awaited for its count).
 type Task = std::pin::Pin<Box<dyn Future<Output = Result<u64, String>> + Send>>;
@@ -69,34 +94,22 @@ async fn bench(
 }
 
 fn run() -> Result<(), String> {
-    let flags = parse_flags(&[
-        "nsqd-tcp-address",
-        "topic",
-        "size",
-        "runfor",
-        "concurrency",
-        "runtime",
-        "batching",
-    ])?;
+    let flags = Flags::parse(&USAGE);
+    init_logging();
     let mut config = Config::default();
     config
-        .set_str("producer_batching", flag(&flags, "batching", "true"))
+        .set_str("producer_batching", &flags.string("batching", "true"))
         .map_err(|e| e.to_string())?;
-    let size: usize = flag(&flags, "size", "200")
-        .parse()
-        .map_err(|_| "invalid -size")?;
+    let size: usize = flags.number("size", 200)?;
     let load = Load {
-        addr: flag(&flags, "nsqd-tcp-address", "127.0.0.1:4150").to_owned(),
-        topic: Topic::new(flag(&flags, "topic", "sub_bench")).map_err(|e| e.to_string())?,
+        addr: flags.string("nsqd-tcp-address", "127.0.0.1:4150"),
+        topic: Topic::new(flags.string("topic", "sub_bench")).map_err(|e| e.to_string())?,
         body: Bytes::from(vec![0u8; size]),
-        concurrency: flag(&flags, "concurrency", "100")
-            .parse()
-            .map_err(|_| "invalid -concurrency")?,
-        runfor: parse_go_duration(flag(&flags, "runfor", "3s"))
-            .map_err(|e| format!("-runfor: {e}"))?,
+        concurrency: flags.number("concurrency", 100)?,
+        runfor: flags.duration("runfor", Duration::from_secs(3))?,
         config,
     };
-    let (duration, total, stats) = match flag(&flags, "runtime", "async-std") {
+    let (duration, total, stats) = match flags.string("runtime", "async-std").as_str() {
         "async-std" => {
             async_std::task::block_on(bench(load, |f| Box::pin(async_std::task::spawn(f))))
         }

@@ -9,38 +9,48 @@
 //!     --nsqd-tcp-address=127.0.0.1:4150 --topic=sub_bench --size=200 --concurrency=100 --runfor=3s
 //! ```
 
+#[path = "../../nsq-tokio/examples/support/cli.rs"]
 mod support;
 
-use nsq_blocking::proto::config::parse_go_duration;
 use nsq_blocking::{Config, Producer, Topic};
 use std::time::{Duration, Instant};
-use support::{bench_line, fatal, flag, log, parse_flags};
+use support::{Flags, Usage, bench_line, fatal, init_logging, log, value};
 
 const PREFIX: &str = "bench_publish";
 
+const USAGE: Usage = Usage {
+    name: "bench_publish_blocking",
+    about: "Publishes single messages from many threads sharing one producer; prints the rate.",
+    flags: &[
+        value(
+            "nsqd-tcp-address",
+            "ADDR",
+            "nsqd TCP address (default: 127.0.0.1:4150)",
+        ),
+        value("topic", "TOPIC", "topic to publish to (default: sub_bench)"),
+        value("size", "BYTES", "size of each message (default: 200)"),
+        value("runfor", "DURATION", "duration of the run (default: 3s)"),
+        value("concurrency", "N", "concurrent publishers (default: 100)"),
+        value(
+            "batching",
+            "true|false",
+            "natural batching of concurrent publishes, not a Go flag (default: true)",
+        ),
+    ],
+};
+
 fn run() -> Result<(), String> {
-    let flags = parse_flags(&[
-        "nsqd-tcp-address",
-        "topic",
-        "size",
-        "runfor",
-        "concurrency",
-        "batching",
-    ])?;
-    let runfor =
-        parse_go_duration(flag(&flags, "runfor", "3s")).map_err(|e| format!("-runfor: {e}"))?;
-    let topic = Topic::new(flag(&flags, "topic", "sub_bench")).map_err(|e| e.to_string())?;
-    let size: usize = flag(&flags, "size", "200")
-        .parse()
-        .map_err(|_| "invalid -size")?;
-    let concurrency: usize = flag(&flags, "concurrency", "100")
-        .parse()
-        .map_err(|_| "invalid -concurrency")?;
+    let flags = Flags::parse(&USAGE);
+    init_logging();
+    let runfor = flags.duration("runfor", Duration::from_secs(3))?;
+    let topic = Topic::new(flags.string("topic", "sub_bench")).map_err(|e| e.to_string())?;
+    let size: usize = flags.number("size", 200)?;
+    let concurrency: usize = flags.number("concurrency", 100)?;
     let mut config = Config::default();
     config
-        .set_str("producer_batching", flag(&flags, "batching", "true"))
+        .set_str("producer_batching", &flags.string("batching", "true"))
         .map_err(|e| e.to_string())?;
-    let producer = Producer::connect(flag(&flags, "nsqd-tcp-address", "127.0.0.1:4150"), &config)
+    let producer = Producer::connect(&flags.string("nsqd-tcp-address", "127.0.0.1:4150"), &config)
         .map_err(|e| e.to_string())?;
     let body = bytes::Bytes::from(vec![0u8; size]);
     let start = Instant::now();
