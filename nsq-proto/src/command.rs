@@ -218,6 +218,23 @@ pub fn multi_publish<B: AsRef<[u8]>>(
     bodies: &[B],
     limits: &Limits,
 ) -> Result<(), CommandError> {
+    let total = check_batch(bodies, limits)?;
+    buf.put_slice(b"MPUB ");
+    buf.put_slice(topic.as_str().as_bytes());
+    buf.put_u8(b'\n');
+    buf.put_u32(total as u32);
+    buf.put_u32(bodies.len() as u32);
+    for body in bodies {
+        let body = body.as_ref();
+        buf.put_u32(body.len() as u32);
+        buf.put_slice(body);
+    }
+    Ok(())
+}
+
+/// Checks the bodies of an MPUB (not empty, each body within the message limit, the whole body
+/// within the MPUB limit) and returns the MPUB body's length (count + entries).
+fn check_batch<B: AsRef<[u8]>>(bodies: &[B], limits: &Limits) -> Result<u64, CommandError> {
     if bodies.is_empty() {
         return Err(CommandError::EmptyBatch);
     }
@@ -236,17 +253,7 @@ pub fn multi_publish<B: AsRef<[u8]>>(
             max: limits.max_body_size,
         });
     }
-    buf.put_slice(b"MPUB ");
-    buf.put_slice(topic.as_str().as_bytes());
-    buf.put_u8(b'\n');
-    buf.put_u32(total as u32);
-    buf.put_u32(bodies.len() as u32);
-    for body in bodies {
-        let body = body.as_ref();
-        buf.put_u32(body.len() as u32);
-        buf.put_slice(body);
-    }
-    Ok(())
+    Ok(total)
 }
 
 /// Checks one PUB or DPUB body (and the DPUB delay) without encoding anything.
@@ -269,24 +276,7 @@ pub(crate) fn multi_publish_entries<B: AsRef<[u8]>>(
     limits: &Limits,
 ) -> Result<u32, CommandError> {
     // Checked first, so nothing is written on error.
-    if bodies.is_empty() {
-        return Err(CommandError::EmptyBatch);
-    }
-    let mut total: u64 = 4;
-    for (index, body) in bodies.iter().enumerate() {
-        let body = body.as_ref();
-        if body.is_empty() {
-            return Err(CommandError::EmptyBodyInBatch { index });
-        }
-        check_body(index, body, limits)?;
-        total += 4 + body.len() as u64;
-    }
-    if total > u64::from(limits.max_body_size) {
-        return Err(CommandError::BatchTooLarge {
-            len: total,
-            max: limits.max_body_size,
-        });
-    }
+    let total = check_batch(bodies, limits)?;
     buf.reserve(total as usize);
     for body in bodies {
         put_entry(buf, body.as_ref());
