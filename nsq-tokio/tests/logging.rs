@@ -3,27 +3,24 @@
 //! failures a user must see come at WARN/ERROR with what identifies them. The lines are
 //! captured with tracing-subscriber's `fmt` layer, as an application would print them.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nsq_test_broker::Nsqd;
 use nsq_tokio::{Consumer, HandlerError, Message, Producer};
-use tracing_subscriber::fmt::MakeWriter;
 
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
+#[path = "../../tests/glue/log_capture.rs"]
+mod log_capture;
 
-impl Capture {
-    fn lines(&self) -> Vec<String> {
-        String::from_utf8_lossy(&self.0.lock().unwrap())
-            .lines()
-            .map(str::to_owned)
-            .collect()
-    }
+use log_capture::{Capture, field};
 
+/// Waiting for a line without blocking the runtime the clients run on.
+trait WaitLine {
     /// Waits (bounded) until a line satisfies `pred`; returns it.
-    async fn wait_for(&self, what: &str, pred: impl Fn(&str) -> bool) -> String {
+    async fn wait_line(&self, what: &str, pred: impl Fn(&str) -> bool) -> String;
+}
+
+impl WaitLine for Capture {
+    async fn wait_line(&self, what: &str, pred: impl Fn(&str) -> bool) -> String {
         for _ in 0..500 {
             if let Some(l) = self.lines().into_iter().find(|l| pred(l)) {
                 return l;
@@ -34,32 +31,10 @@ impl Capture {
     }
 }
 
-impl Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> MakeWriter<'a> for Capture {
-    type Writer = Capture;
-    fn make_writer(&'a self) -> Capture {
-        self.clone()
-    }
-}
-
 /// A current-thread runtime whose tasks all log into `capture` (the subscriber is the
 /// thread's default, so tests running in parallel do not mix).
 fn run(capture: &Capture, level: &str, test: impl std::future::Future<Output = ()>) {
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(capture.clone())
-        .with_ansi(false)
-        .with_env_filter(level)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let _guard = tracing::subscriber::set_default(capture.subscriber(level));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -69,13 +44,6 @@ fn run(capture: &Capture, level: &str, test: impl std::future::Future<Output = (
             .await
             .expect("test timed out");
     });
-}
-
-fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
-    let start = line.find(&format!("{name}="))? + name.len() + 1;
-    let rest = &line[start..];
-    let end = rest.find([' ', '}']).unwrap_or(rest.len());
-    Some(&rest[..end])
 }
 
 #[test]
@@ -97,7 +65,7 @@ fn consumer_lines_name_topic_channel_and_nsqd() {
             Err(HandlerError::from(std::io::Error::other("database down")))
         }));
         let ready = capture
-            .wait_for("connected", |l| l.contains("connected to nsqd"))
+            .wait_line("connected", |l| l.contains("connected to nsqd"))
             .await;
         assert!(ready.contains(" INFO "), "{ready}");
         assert!(
@@ -107,7 +75,7 @@ fn consumer_lines_name_topic_channel_and_nsqd() {
         assert_eq!(field(&ready, "nsqd"), Some(addr.as_str()), "{ready}");
 
         let failed = capture
-            .wait_for("handler failed", |l| l.contains("handler failed"))
+            .wait_line("handler failed", |l| l.contains("handler failed"))
             .await;
         assert!(failed.contains(" WARN "), "{failed}");
         assert!(failed.contains("topic=orders channel=billing"), "{failed}");
@@ -117,7 +85,7 @@ fn consumer_lines_name_topic_channel_and_nsqd() {
         assert!(failed.contains("error=database down"), "{failed}");
 
         let panicked = capture
-            .wait_for("handler panicked", |l| l.contains("handler panicked"))
+            .wait_line("handler panicked", |l| l.contains("handler panicked"))
             .await;
         assert!(panicked.contains(" ERROR "), "{panicked}");
         assert!(
@@ -128,7 +96,7 @@ fn consumer_lines_name_topic_channel_and_nsqd() {
 
         handle.set_max_in_flight(0);
         let paused = capture
-            .wait_for("paused", |l| l.contains("consumer is paused"))
+            .wait_line("paused", |l| l.contains("consumer is paused"))
             .await;
         assert!(
             paused.contains(" INFO ") && paused.contains("channel=billing"),
@@ -167,7 +135,7 @@ fn failed_connects_say_when_they_retry_and_lookupd_wrong_port_is_named() {
             .unwrap();
         let handle = consumer.handle();
         let failed = capture
-            .wait_for("a failed connect", |l| l.contains("nsqd connection failed"))
+            .wait_line("a failed connect", |l| l.contains("nsqd connection failed"))
             .await;
         assert!(failed.contains(" WARN "), "{failed}");
         assert!(failed.contains("retrying in "), "{failed}");
@@ -176,7 +144,7 @@ fn failed_connects_say_when_they_retry_and_lookupd_wrong_port_is_named() {
         assert!(failed.contains("topic=t channel=c"), "{failed}");
 
         let lookupd = capture
-            .wait_for("a lookupd failure", |l| {
+            .wait_line("a lookupd failure", |l| {
                 l.contains("nsqlookupd query failed")
             })
             .await;

@@ -1,0 +1,109 @@
+//! Captured `tracing` output for the adapters' log tests, written once: each adapter's
+//! `tests/logging.rs` includes this file with
+//! `#[path = "../../tests/glue/log_capture.rs"] mod log_capture;`. The lines are formatted by
+//! tracing-subscriber's `fmt` layer, as an application would print them.
+#![allow(dead_code, reason = "each adapter's log tests use a different subset")]
+
+use std::io::Write;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use tracing_subscriber::fmt::MakeWriter;
+
+/// Bytes logged through a subscriber whose writer is this capture.
+#[derive(Clone, Default)]
+pub(crate) struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl Capture {
+    /// Every line logged in this test binary at INFO and above, through the global default
+    /// subscriber (for drivers that run on threads of their own; each test then uses its own
+    /// topic, and reads its lines with [`Capture::lines_of`]).
+    pub(crate) fn global() -> Capture {
+        static CAPTURE: OnceLock<Capture> = OnceLock::new();
+        CAPTURE
+            .get_or_init(|| {
+                let capture = Capture::default();
+                tracing_subscriber::fmt()
+                    .with_writer(capture.clone())
+                    .with_ansi(false)
+                    .with_env_filter("info")
+                    .init();
+                capture
+            })
+            .clone()
+    }
+
+    /// A subscriber writing into this capture, filtered by `filter` (`"info"`, ...).
+    pub(crate) fn subscriber(
+        &self,
+        filter: &str,
+    ) -> impl tracing::Subscriber + Send + Sync + use<> {
+        tracing_subscriber::fmt()
+            .with_writer(self.clone())
+            .with_ansi(false)
+            .with_env_filter(filter)
+            .finish()
+    }
+
+    /// Every captured line.
+    pub(crate) fn lines(&self) -> Vec<String> {
+        String::from_utf8_lossy(&self.0.lock().unwrap())
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The captured lines of the consumer of `topic`.
+    pub(crate) fn lines_of(&self, topic: &str) -> Vec<String> {
+        let needle = format!("topic={topic} ");
+        self.lines()
+            .into_iter()
+            .filter(|l| l.contains(&needle))
+            .collect()
+    }
+
+    /// Waits (bounded, about 10 s) until a line of the consumer of `topic` satisfies `pred`;
+    /// returns it.
+    pub(crate) fn wait_for(&self, topic: &str, what: &str, pred: impl Fn(&str) -> bool) -> String {
+        for _ in 0..1000 {
+            if let Some(l) = self.lines_of(topic).into_iter().find(|l| pred(l)) {
+                return l;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!(
+            "no log line {what}; got:\n{}",
+            self.lines_of(topic).join("\n")
+        );
+    }
+
+    /// Everything captured, as text.
+    pub(crate) fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> MakeWriter<'a> for Capture {
+    type Writer = Capture;
+    fn make_writer(&'a self) -> Capture {
+        self.clone()
+    }
+}
+
+/// The value of field `name` in a formatted line (`name=value`, up to a space or `}`).
+pub(crate) fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    let start = line.find(&format!("{name}="))? + name.len() + 1;
+    let rest = &line[start..];
+    let end = rest.find([' ', '}']).unwrap_or(rest.len());
+    Some(&rest[..end])
+}
