@@ -13,8 +13,7 @@
 use bytes::{Buf, Bytes, BytesMut};
 use futures_lite::{AsyncRead, AsyncWrite};
 use nsq_proto::adapter::{Links, Transport};
-use nsq_proto::consumer::LookupdRequestId;
-use nsq_proto::driver::{Action, ConnId, Driven};
+use nsq_proto::driver::{Action, ConnId, Driven, LookupdRequestId};
 use std::collections::VecDeque;
 use std::future::Future;
 use std::io;

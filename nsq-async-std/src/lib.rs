@@ -188,8 +188,9 @@ pub use nsq_proto::adapter::{
 };
 pub use nsq_proto::config::OptionError;
 pub use nsq_proto::consumer::{
-    BackoffStrategy, ConnId, ConsumerConfig, ConsumerError, ConsumerStats, LookupdAddressError,
+    BackoffStrategy, ConsumerConfig, ConsumerError, ConsumerStats, LookupdAddressError,
 };
+pub use nsq_proto::driver::ConnId;
 pub use nsq_proto::producer::{ProducerConfig, ProducerStats, Routing};
 pub use nsq_proto::{
     Channel, CloseReason, CommandError, Compression, Config, ConfigError, ConnectionConfig,

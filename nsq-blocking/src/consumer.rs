@@ -9,7 +9,8 @@ use nsq_proto::adapter::{
     self, Answer, AnswerKind, AnswerSink, ConsumerSetup, Delivery, Error, GiveUpHook, HandlerError,
     IntoChannel, IntoTopic, Origin, StopReport,
 };
-use nsq_proto::consumer::{Action, ConnId, ConsumerError, ConsumerEvent, ConsumerStats};
+use nsq_proto::consumer::{ConsumerError, ConsumerEvent, ConsumerStats};
+use nsq_proto::driver::{Action, ConnId};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};

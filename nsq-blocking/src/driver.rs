@@ -5,8 +5,7 @@
 use crate::net::{self, Link, LookupEvent, LookupLink, NetEvent, Threads};
 use bytes::Bytes;
 use nsq_proto::adapter::{Links, Transport};
-use nsq_proto::consumer::LookupdRequestId;
-use nsq_proto::driver::{Action, ConnId, Driven};
+use nsq_proto::driver::{Action, ConnId, Driven, LookupdRequestId};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::time::{Duration, Instant};
 

@@ -8,7 +8,8 @@
 
 use bytes::BytesMut;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use nsq_proto::producer::{Action, ConnId, Producer, ProducerConfig, ProducerEvent, Routing};
+use nsq_proto::driver::{Action, ConnId};
+use nsq_proto::producer::{Producer, ProducerConfig, ProducerEvent, Routing};
 use nsq_proto::{FRAME_TYPE_RESPONSE, Topic, encode_frame};
 use std::hint::black_box;
 use std::time::Instant;

@@ -1,22 +1,38 @@
-//! The driver contract shared by [`Consumer`] and [`Producer`], so an adapter writes ONE
-//! driver loop (per runtime) for both.
+//! The driver contract and its vocabulary, stated once for the whole crate.
 //!
-//! Both state machines take the same inputs (socket connected / failed / bytes / EOF, timer
-//! fired) and produce the same [`Action`]s tagged with a [`ConnId`]; only their events
-//! differ ([`Driven::Event`]). A driver:
+//! Every state machine of this crate ([`Connection`], [`Consumer`], [`Producer`]) is sans-IO:
+//! it never touches a socket, a clock or a thread. A *driver* (an adapter such as `nsq-tokio`,
+//! or your own for another runtime) moves bytes and time between the sockets and the machine,
+//! always in the same way:
 //!
-//! 1. performs every [`Driven::poll_action`] in order (`Connect`: open a TCP stream, then
-//!    report [`Driven::handle_connected`] or [`Driven::handle_connect_failed`]; `Transmit`:
-//!    write the bytes; `Disconnect`: close the socket after the earlier writes;
-//!    `LookupdRequest` / `LookupdClose`: the consumer's HTTP exchanges with nsqlookupd);
-//! 2. hands every [`Driven::poll_event`] to the application;
-//! 3. re-arms its one timer at [`Driven::poll_timeout`] and calls [`Driven::handle_timeout`]
-//!    when it fires;
+//! * **Inputs** (`handle_*`): what the world did. Socket connected or failed to connect, bytes
+//!   read, EOF or a read error, the timer fired; each takes `now`. Time never moves backwards
+//!   inside a machine (an earlier `now` counts as the latest one seen).
+//! * **Commands**: what the application wants (publish, finish, requeue, touch, set RDY or
+//!   max in flight, close, ...). They only queue work; nothing is written until drained.
+//! * **Outputs** (`poll_*`), drained after **every** input and every command (or once after a
+//!   batch of them handled together: outputs queue up, and the answers of one wake-up then
+//!   leave as one write per connection):
+//!   1. the actions, in order: [`Action`]s from [`Consumer`] and [`Producer`]
+//!      ([`Driven::poll_action`]), the bytes to write from a lone [`Connection`]
+//!      ([`Connection::poll_transmit`]);
+//!   2. the events, handed to the application ([`Driven::poll_event`],
+//!      [`Connection::poll_event`]);
+//!   3. the one timer, re-armed at `poll_timeout`; when it fires, call `handle_timeout`.
 //!
-//! after every input and every command (or once after a batch of them handled together: the
-//! state machines queue their outputs, and the answers of one wake-up then leave as one
-//! `Transmit` per connection), and feeds socket reads to [`Driven::handle_input`] and EOF /
-//! read errors to [`Driven::handle_eof`].
+//! | [`Action`] | the driver |
+//! |---|---|
+//! | `Connect { conn, addr }` | opens TCP to `addr`; then `handle_connected(conn)` or `handle_connect_failed(conn, why)` |
+//! | `Transmit { conn, data }` | writes `data` to `conn`'s socket (already encrypted / compressed as negotiated) |
+//! | `Disconnect { conn }` | closes `conn`'s socket after the earlier writes |
+//! | `LookupdRequest { request, addr, data }` | consumer only: opens TCP to `addr`, writes `data`, feeds reads to `handle_lookupd_input` and EOF to `handle_lookupd_eof` (or reports `handle_lookupd_failed`) |
+//! | `LookupdClose { request }` | closes that lookupd socket |
+//!
+//! Bytes read from an nsqd socket go to `handle_input` (all of them are consumed), EOF or a
+//! read error to `handle_eof`. A [`ConnId`] names one nsqd connection of a consumer or a
+//! producer and a [`LookupdRequestId`] one lookupd exchange of a consumer; neither is reused.
+//! [`Consumer`] and [`Producer`] share this vocabulary and the [`Driven`] trait, so one driver
+//! loop (per runtime) serves both.
 //!
 //! Two runnable drivers over plain blocking `std::net` sockets, a few dozen lines each plus a
 //! shared [driver loop](https://github.com/nsq-rs/nsq-rs/blob/main/nsq-proto/examples/std_driver/mod.rs),
@@ -26,7 +42,8 @@
 //! [`std_consumer`](https://github.com/nsq-rs/nsq-rs/blob/main/nsq-proto/examples/std_consumer.rs)
 //! subscribes, receives, finishes and closes cleanly. `cargo run -p nsq-proto --example
 //! std_consumer` runs one against an in-process test broker; add
-//! `-- --nsqd-tcp-address=127.0.0.1:4150` for a real nsqd.
+//! `-- --nsqd-tcp-address=127.0.0.1:4150` for a real nsqd. They are what to read first when
+//! writing an adapter for another runtime.
 //!
 //! ```
 //! use nsq_proto::driver::{Action, Driven};
@@ -56,12 +73,103 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use crate::consumer::{Consumer, ConsumerEvent, LookupdRequestId};
+#[cfg(doc)]
+use crate::Connection;
+use crate::consumer::{Consumer, ConsumerEvent};
 use crate::producer::{Producer, ProducerEvent};
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
+use std::fmt;
 use std::time::Instant;
 
-pub use crate::consumer::{Action, ConnId};
+/// Identifies one nsqd connection of a [`Consumer`] or [`Producer`]. Never reused within one
+/// state machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnId(u64);
+
+impl ConnId {
+    /// The raw number, for logs.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+
+    /// A handle with the raw number `raw` (the state machines number their connections).
+    pub(crate) const fn from_raw(raw: u64) -> ConnId {
+        ConnId(raw)
+    }
+}
+
+impl fmt::Display for ConnId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "conn#{}", self.0)
+    }
+}
+
+/// Identifies one HTTP exchange of a [`Consumer`] with an nsqlookupd. Never reused within a
+/// consumer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LookupdRequestId(u64);
+
+impl LookupdRequestId {
+    /// The raw number, for logs.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+
+    /// A handle with the raw number `raw` (the consumer numbers its exchanges).
+    pub(crate) const fn from_raw(raw: u64) -> LookupdRequestId {
+        LookupdRequestId(raw)
+    }
+}
+
+impl fmt::Display for LookupdRequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "lookup#{}", self.0)
+    }
+}
+
+/// Something the driver must do on a state machine's behalf, in the order given (see the
+/// [module docs](self) for the whole contract).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Action {
+    /// Open a TCP connection to `addr` (`host:port`), then report
+    /// [`Driven::handle_connected`] or [`Driven::handle_connect_failed`].
+    Connect {
+        /// The handle of the new connection.
+        conn: ConnId,
+        /// The nsqd TCP address.
+        addr: String,
+    },
+    /// Write `data` to the connection.
+    Transmit {
+        /// The connection.
+        conn: ConnId,
+        /// The bytes, already encrypted/compressed as negotiated.
+        data: Bytes,
+    },
+    /// Close the connection's socket (after writing any earlier `Transmit`); the state
+    /// machine has forgotten it.
+    Disconnect {
+        /// The connection.
+        conn: ConnId,
+    },
+    /// Open a TCP connection to the lookupd `addr` (`host:port`), write `data`, and feed what is
+    /// read to [`Driven::handle_lookupd_input`] / [`Driven::handle_lookupd_eof`]
+    /// (or report [`Driven::handle_lookupd_failed`]). Consumer only.
+    LookupdRequest {
+        /// The exchange's handle.
+        request: LookupdRequestId,
+        /// The lookupd address to connect to.
+        addr: String,
+        /// The complete HTTP request.
+        data: Bytes,
+    },
+    /// The exchange is over (answered, failed or timed out): close its socket.
+    LookupdClose {
+        /// The exchange's handle.
+        request: LookupdRequestId,
+    },
+}
 
 /// A sans-IO state machine an adapter drives: [`Consumer`] or [`Producer`].
 ///

@@ -50,6 +50,19 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! ## The state machines
+//!
+//! * [`Connection`]: one nsqd connection (handshake, upgrades, AUTH, heartbeats, in-flight
+//!   messages, pipelined publishes).
+//! * [`Consumer`]: many connections for one topic/channel (RDY distribution, backoff,
+//!   attempts, lookupd discovery, reconnection, graceful stop).
+//! * [`Producer`]: publishing over one connection per nsqd (routing, reconnection, batching).
+//!
+//! All three follow one rule, stated in [`driver`]: inputs and commands in, then drain every
+//! output (actions or bytes to write, events, the one timer). That module also holds the
+//! shared vocabulary ([`driver::Action`], [`driver::ConnId`], [`driver::LookupdRequestId`]),
+//! the [`driver::Driven`] trait, and links to two runnable `std::net` drivers.
+//!
 //! ## Cargo features
 //!
 //! On by default (the adapters forward them under the same names):

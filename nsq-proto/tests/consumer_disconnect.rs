@@ -6,9 +6,9 @@ mod consumer_common;
 
 use consumer_common::{Cmd, Handler, LookupdMode, World, addr, config};
 use nsq_proto::consumer::{
-    Action, Consumer, ConsumerConfig, ConsumerError, ConsumerEvent, ConsumerStats, NsqdState,
-    NsqdStats,
+    Consumer, ConsumerConfig, ConsumerError, ConsumerEvent, ConsumerStats, NsqdState, NsqdStats,
 };
+use nsq_proto::driver::Action;
 use nsq_proto::{Channel, Topic};
 use std::time::{Duration, Instant};
 

@@ -4,7 +4,8 @@
 mod consumer_common;
 
 use consumer_common::{Cmd, Handler, LookupdMode, World, addr, config};
-use nsq_proto::consumer::{Action, ConsumerConfig, ConsumerEvent};
+use nsq_proto::consumer::{ConsumerConfig, ConsumerEvent};
+use nsq_proto::driver::Action;
 use std::time::Duration;
 
 const SEC: Duration = Duration::from_secs(1);

@@ -7,7 +7,7 @@
 )]
 
 use bytes::BytesMut;
-use nsq_proto::consumer::{Action, ConnId};
+use nsq_proto::driver::{Action, ConnId};
 use nsq_proto::{
     Channel, Consumer, ConsumerConfig, ConsumerEvent, Message, MessageId, Topic, encode_frame,
     encode_message_frame,

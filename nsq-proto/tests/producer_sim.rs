@@ -2,8 +2,9 @@
 
 mod producer_common;
 
+use nsq_proto::driver::Action;
 use nsq_proto::producer::{
-    Action, ProducerConfig, ProducerError, ProducerEvent, PublishFailure, PublishId, Routing,
+    ProducerConfig, ProducerError, ProducerEvent, PublishFailure, PublishId, Routing,
 };
 use nsq_proto::{CloseReason, CommandError, ErrorCode};
 use producer_common::{World, addr, topic};

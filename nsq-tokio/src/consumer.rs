@@ -9,9 +9,8 @@ use nsq_proto::adapter::{
     Answer, AnswerKind, AnswerSink, ConsumerSetup, Delivery, Error, GiveUpHook, HandlerError,
     IntoChannel, IntoTopic, Origin, StopReport, log_consumer_event, log_max_in_flight,
 };
-use nsq_proto::consumer::{
-    Action, ConnId, ConsumerError, ConsumerEvent, ConsumerStats, LookupdRequestId,
-};
+use nsq_proto::consumer::{ConsumerError, ConsumerEvent, ConsumerStats};
+use nsq_proto::driver::{Action, ConnId, LookupdRequestId};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;

@@ -7,8 +7,7 @@
 
 use bytes::{Bytes, BytesMut};
 use nsq_proto::adapter::{Links, Transport};
-use nsq_proto::consumer::LookupdRequestId;
-use nsq_proto::driver::{Action, ConnId, Driven};
+use nsq_proto::driver::{Action, ConnId, Driven, LookupdRequestId};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;

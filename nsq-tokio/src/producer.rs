@@ -7,8 +7,8 @@ use nsq_proto::Config;
 use nsq_proto::adapter::{
     Error, IntoTopic, ProducerSetup, PublishRequest, Replies, log_producer_event,
 };
-use nsq_proto::consumer::LookupdRequestId;
-use nsq_proto::producer::{ConnId, ProducerEvent, ProducerStats};
+use nsq_proto::driver::{ConnId, LookupdRequestId};
+use nsq_proto::producer::{ProducerEvent, ProducerStats};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

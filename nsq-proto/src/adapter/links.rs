@@ -3,8 +3,7 @@
 //! The runtime half (opening sockets, spawning tasks or threads) is a [`Transport`].
 
 use super::Outbox;
-use crate::consumer::LookupdRequestId;
-use crate::driver::{Action, ConnId};
+use crate::driver::{Action, ConnId, LookupdRequestId};
 use bytes::Bytes;
 use std::collections::BTreeMap;
 

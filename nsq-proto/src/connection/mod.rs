@@ -7,11 +7,9 @@
 //!
 //! # Driving a connection
 //!
-//! After creating a connection and after **every** input or command, drain all three outputs:
-//! [`Connection::poll_transmit`] (bytes to write, already compressed and encrypted, in one
-//! buffer), [`Connection::poll_event`] (what happened) and [`Connection::poll_timeout`] (when
-//! to call [`Connection::handle_timeout`] next). Time is always an argument (`now`); it never
-//! moves backwards inside a connection (an earlier `now` is treated as the latest one seen).
+//! A connection follows the crate's [driver contract](crate::driver): after creating it and
+//! after **every** input or command, drain [`Connection::poll_transmit`] (bytes to write, in
+//! one buffer), [`Connection::poll_event`] and [`Connection::poll_timeout`].
 //!
 //! ```
 //! use std::time::Instant;

@@ -1,6 +1,7 @@
 //! The `consumer_ops` fuzz entry point, re-exported from [`crate::fuzzing`]. Not a stable API.
 
-use crate::consumer::{Action, ConnId, Consumer, ConsumerConfig, ConsumerEvent, LookupdRequestId};
+use crate::consumer::{Consumer, ConsumerConfig, ConsumerEvent};
+use crate::driver::{Action, ConnId, LookupdRequestId};
 use crate::frame::{
     FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, Message, MessageId, encode_message_frame,
 };

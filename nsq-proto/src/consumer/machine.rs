@@ -8,6 +8,7 @@ use super::stats::{Counts, NsqdState, NsqdStats};
 use crate::connection::{
     CloseReason, Connection, ConnectionError, ConnectionEvent, ConnectionState, Role,
 };
+use crate::driver::{Action, ConnId, LookupdRequestId};
 use crate::error_code::{ErrorCode, ServerError};
 use crate::frame::{Message, MessageId};
 use crate::names::{Channel, Topic};
@@ -17,89 +18,6 @@ use bytes::{Bytes, BytesMut};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 use std::time::{Duration, Instant};
-
-/// Identifies one nsqd connection of a consumer. Never reused within a consumer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ConnId(u64);
-
-impl ConnId {
-    /// The raw number, for logs.
-    pub const fn get(self) -> u64 {
-        self.0
-    }
-
-    /// A handle with the raw number `raw`, for the other state machines of this crate that
-    /// share the driver vocabulary (the producer).
-    pub(crate) const fn from_raw(raw: u64) -> ConnId {
-        ConnId(raw)
-    }
-}
-
-impl fmt::Display for ConnId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "conn#{}", self.0)
-    }
-}
-
-/// Identifies one HTTP exchange with an nsqlookupd. Never reused within a consumer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct LookupdRequestId(u64);
-
-impl LookupdRequestId {
-    /// The raw number, for logs.
-    pub const fn get(self) -> u64 {
-        self.0
-    }
-}
-
-impl fmt::Display for LookupdRequestId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "lookup#{}", self.0)
-    }
-}
-
-/// Something the driver must do on the consumer's behalf, in the order given.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Action {
-    /// Open a TCP connection to `addr` (`host:port`), then report
-    /// [`Consumer::handle_connected`] or [`Consumer::handle_connect_failed`].
-    Connect {
-        /// The handle of the new connection.
-        conn: ConnId,
-        /// The nsqd TCP address.
-        addr: String,
-    },
-    /// Write `data` to the connection.
-    Transmit {
-        /// The connection.
-        conn: ConnId,
-        /// The bytes, already encrypted/compressed as negotiated.
-        data: Bytes,
-    },
-    /// Close the connection's socket (after writing any earlier `Transmit`); the consumer has
-    /// forgotten it.
-    Disconnect {
-        /// The connection.
-        conn: ConnId,
-    },
-    /// Open a TCP connection to the lookupd `addr` (`host:port`), write `data`, and feed what is
-    /// read to [`Consumer::handle_lookupd_input`] / [`Consumer::handle_lookupd_eof`]
-    /// (or report [`Consumer::handle_lookupd_failed`]).
-    LookupdRequest {
-        /// The exchange's handle.
-        request: LookupdRequestId,
-        /// The lookupd address to connect to.
-        addr: String,
-        /// The complete HTTP request.
-        data: Bytes,
-    },
-    /// The exchange is over (answered, failed or timed out): close its socket.
-    LookupdClose {
-        /// The exchange's handle.
-        request: LookupdRequestId,
-    },
-}
 
 /// An action waiting in the output queue.
 #[derive(Debug)]
@@ -1317,7 +1235,7 @@ impl Consumer {
         if p.conn.is_some() {
             return;
         }
-        let id = ConnId(self.next_conn);
+        let id = ConnId::from_raw(self.next_conn);
         self.next_conn += 1;
         p.conn = Some(id);
         p.next_attempt = None;
@@ -2039,7 +1957,7 @@ impl Consumer {
             if self.lookupds[i].pending.is_some() {
                 continue; // still waiting for the previous round's answer
             }
-            let id = LookupdRequestId(self.next_request);
+            let id = LookupdRequestId::from_raw(self.next_request);
             self.next_request += 1;
             self.seq += 1;
             let l = &mut self.lookupds[i];
@@ -2260,13 +2178,13 @@ mod tests {
         ));
         assert_eq!(c.poll_action(), None);
         assert_eq!(c.poll_timeout(), None);
-        let ghost = ConnId(99);
+        let ghost = ConnId::from_raw(99);
         assert_eq!(
             c.finish(now, ghost, &MessageId::new(*b"0123456789abcdef")),
             Err(ConsumerError::UnknownConnection(ghost))
         );
         assert_eq!(ghost.to_string(), "conn#99");
-        assert_eq!(LookupdRequestId(3).to_string(), "lookup#3");
+        assert_eq!(LookupdRequestId::from_raw(3).to_string(), "lookup#3");
         // Adding the same nsqd twice connects once; a connecting socket is not ready.
         c.add_nsqd(now, "h:4150").unwrap();
         c.add_nsqd(now, " h:4150 ").unwrap();

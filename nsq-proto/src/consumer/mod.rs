@@ -9,26 +9,16 @@
 //!
 //! # Driving a consumer
 //!
-//! One task owns the [`Consumer`]. After every input or command it drains
-//! [`Consumer::poll_action`] (in order), [`Consumer::poll_event`], and re-arms one timer at
-//! [`Consumer::poll_timeout`]:
-//!
-//! | action | the driver |
-//! |---|---|
-//! | `Connect { conn, addr }` | opens TCP to `addr`; then `handle_connected(conn)` or `handle_connect_failed(conn, why)` |
-//! | `Transmit { conn, data }` | writes `data` to `conn`'s socket |
-//! | `Disconnect { conn }` | closes `conn`'s socket (after earlier writes) |
-//! | `LookupdRequest { request, addr, data }` | opens TCP to `addr`, writes `data`, feeds reads to `handle_lookupd_input` and EOF to `handle_lookupd_eof` (or `handle_lookupd_failed`) |
-//! | `LookupdClose { request }` | closes that lookupd socket |
-//!
-//! Bytes read from an nsqd socket go to [`Consumer::handle_input`], EOF or a read error to
-//! [`Consumer::handle_eof`]. The application answers [`ConsumerEvent::Message`]s with
+//! One task owns the [`Consumer`] and drives it by the [driver contract](crate::driver): the
+//! [`Action`](crate::driver::Action)s it asks for, its events and its one timer, drained after
+//! every input and command. The application answers [`ConsumerEvent::Message`]s with
 //! [`Consumer::finish`], [`Consumer::requeue`] or [`Consumer::touch`], naming the connection the
 //! message came from.
 //!
 //! ```
 //! use bytes::BytesMut;
-//! use nsq_proto::consumer::{Action, Consumer, ConsumerConfig};
+//! use nsq_proto::consumer::{Consumer, ConsumerConfig};
+//! use nsq_proto::driver::Action;
 //! use nsq_proto::{Channel, Topic};
 //! use std::time::Instant;
 //!
@@ -68,8 +58,8 @@ mod stats;
 pub use config::ConsumerConfig;
 pub use lookupd::{LookupdAddress, LookupdAddressError, LookupdError, LookupdResponseParser};
 pub use machine::{
-    ANSWER_FAILURE_BURST, ANSWER_FAILURE_WINDOW, Action, ConnId, Consumer, ConsumerError,
-    ConsumerEvent, ConsumerStats, LookupdRequestId,
+    ANSWER_FAILURE_BURST, ANSWER_FAILURE_WINDOW, Consumer, ConsumerError, ConsumerEvent,
+    ConsumerStats,
 };
 pub use policy::{BackoffStrategy, ReconnectSchedule};
 pub use stats::{NsqdState, NsqdStats};

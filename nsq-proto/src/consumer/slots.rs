@@ -4,7 +4,7 @@
 //! order is id order, as with a `BTreeMap`; a look-up (several per message on the hot path)
 //! is a binary search over a few contiguous entries instead of a walk down tree nodes.
 
-use super::machine::ConnId;
+use crate::driver::ConnId;
 use std::ops::Index;
 
 #[derive(Debug)]

@@ -1,6 +1,6 @@
 //! The per-nsqd part of a consumer's stats snapshot.
 
-use super::machine::ConnId;
+use crate::driver::ConnId;
 use std::time::Instant;
 
 /// Where one nsqd of a consumer stands, in [`NsqdStats`].

@@ -34,7 +34,7 @@ pub struct ProducerConfig {
     /// How publishes are spread over ready connections. Default [`Routing::Failover`].
     pub routing: Routing,
     /// The longest a TCP connect may take before the attempt counts as failed (the
-    /// [`Action::Disconnect`](crate::consumer::Action::Disconnect) that follows tells the
+    /// [`Action::Disconnect`](crate::driver::Action::Disconnect) that follows tells the
     /// driver to abandon it). go-nsq `dial_timeout`, default 1 s.
     pub connect_timeout: Duration,
     /// The longest a publish waits for a ready connection while one is being established;

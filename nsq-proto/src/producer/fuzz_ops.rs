@@ -1,6 +1,6 @@
 //! The `producer_ops` fuzz entry point, re-exported from [`crate::fuzzing`]. Not a stable API.
 
-use crate::consumer::{Action, ConnId};
+use crate::driver::{Action, ConnId};
 use crate::frame::{FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, Message, MessageId};
 use crate::fuzzing::{Input, frame, identify_reply_with};
 use crate::names::Topic;

@@ -7,7 +7,7 @@ use crate::connection::{
     PublishError, PublishToken, Role,
 };
 use crate::consumer::policy::ReconnectSchedule;
-use crate::consumer::{Action, ConnId};
+use crate::driver::{Action, ConnId};
 use crate::error_code::{ErrorCode, ServerError};
 use crate::names::Topic;
 use crate::rng::Rng;

@@ -4,14 +4,16 @@
 //!   wait for a connection, fast failure when every nsqd is down, graceful close.
 //! * [`ProducerConfig`]: its knobs.
 //!
-//! It speaks the consumer's driver vocabulary ([`Action`], [`ConnId`]), so one driver loop
-//! serves both.
+//! It is driven by the [driver contract](crate::driver) and speaks the consumer's driver
+//! vocabulary ([`Action`](crate::driver::Action), [`ConnId`](crate::driver::ConnId)), so one
+//! driver loop serves both.
 //!
 //! # Driving a producer
 //!
 //! ```
 //! use bytes::BytesMut;
-//! use nsq_proto::producer::{Action, Producer, ProducerConfig, ProducerEvent};
+//! use nsq_proto::driver::Action;
+//! use nsq_proto::producer::{Producer, ProducerConfig, ProducerEvent};
 //! use nsq_proto::Topic;
 //! use std::time::Instant;
 //!
@@ -44,7 +46,6 @@ mod config;
 pub(crate) mod fuzz_ops;
 mod machine;
 
-pub use crate::consumer::{Action, ConnId};
 pub use config::{ProducerConfig, Routing};
 pub use machine::{
     PingId, Producer, ProducerError, ProducerEvent, ProducerStats, PublishFailure, PublishId,

@@ -9,9 +9,8 @@
 
 use bytes::{Bytes, BytesMut};
 use nsq_proto::connection::test_support::{FakeNsqd, FakeNsqdConfig};
-use nsq_proto::consumer::{
-    Action, ConnId, Consumer, ConsumerConfig, ConsumerEvent, LookupdRequestId,
-};
+use nsq_proto::consumer::{Consumer, ConsumerConfig, ConsumerEvent};
+use nsq_proto::driver::{Action, ConnId, LookupdRequestId};
 use nsq_proto::{Channel, Message, MessageId, Topic};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};

@@ -9,8 +9,9 @@
 
 use bytes::BytesMut;
 use nsq_proto::connection::test_support::{ClientCommand, FakeNsqd, FakeNsqdConfig};
+use nsq_proto::driver::{Action, ConnId};
 use nsq_proto::producer::{
-    Action, ConnId, PingId, Producer, ProducerConfig, ProducerEvent, PublishFailure, PublishId,
+    PingId, Producer, ProducerConfig, ProducerEvent, PublishFailure, PublishId,
 };
 use nsq_proto::{ErrorCode, Topic};
 use std::collections::BTreeMap;
