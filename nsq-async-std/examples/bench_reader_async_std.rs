@@ -1,0 +1,151 @@
+//! nsq-async-std's counterpart of nsq's `bench/bench_reader` (and of nsq-tokio's
+//! `bench_reader`): same flags, same final line.
+//!
+//! One consumer (one nsqd connection, max_in_flight = `--rdy`) per CPU, like the Go tool's one
+//! connection per GOMAXPROCS; every message is finished. Timing starts when every consumer is
+//! subscribed and RDY is raised, and ends after `--runfor`.
+//!
+//! Extra flag (not in the Go tool): `--runtime=async-std|smol` picks the executor (default
+//! async-std; smol's tasks run on `SMOL_THREADS` threads, default 1).
+//!
+//! ```text
+//! cargo run --release -p nsq-async-std --example bench_reader_async_std -- \
+//!     --nsqd-tcp-address=127.0.0.1:4150 --topic=sub_bench --channel=ch --rdy=2500 --runfor=10s
+//! ```
+
+#[path = "../../nsq-tokio/examples/support/cli.rs"]
+mod support;
+
+use futures_lite::future;
+use nsq_async_std::{Config, Consumer};
+use std::time::{Duration, Instant};
+use support::{Flags, Usage, bench_line, cpus, fatal, init_logging, log, value};
+
+const PREFIX: &str = "bench_reader";
+
+const USAGE: Usage = Usage {
+    name: "bench_reader_async_std",
+    about: "Consumes with one consumer per CPU for a while, finishing every message; prints the rate.",
+    flags: &[
+        value(
+            "nsqd-tcp-address",
+            "ADDR",
+            "nsqd TCP address (default: 127.0.0.1:4150)",
+        ),
+        value("topic", "TOPIC", "topic to consume (default: sub_bench)"),
+        value("channel", "CHANNEL", "channel to consume (default: ch)"),
+        value(
+            "size",
+            "BYTES",
+            "size of each message, for the rate (default: 200)",
+        ),
+        value("rdy", "N", "RDY count of each consumer (default: 2500)"),
+        value("runfor", "DURATION", "duration of the run (default: 10s)"),
+        value(
+            "runtime",
+            "async-std|smol",
+            "the executor, not a Go flag (default: async-std)",
+        ),
+    ],
+};
+
+/// One consuming task (spawned on the runtime, awaited for its count and its consumer).
+type Task = std::pin::Pin<Box<dyn Future<Output = (u64, Consumer)> + Send>>;
+
+struct Load {
+    addr: String,
+    topic: String,
+    channel: String,
+    rdy: u32,
+    runfor: Duration,
+}
+
+async fn bench(load: Load, spawn: fn(Task) -> Task) -> Result<(Duration, u64), String> {
+    let workers = cpus();
+    let mut consumers = Vec::with_capacity(workers);
+    for _ in 0..workers {
+        let consumer = Consumer::builder(load.topic.as_str(), load.channel.as_str())
+            .config(&Config {
+                max_in_flight: 0,
+                ..Config::default()
+            })
+            .nsqd(load.addr.as_str())
+            .build()
+            .map_err(|e| e.to_string())?;
+        consumers.push(consumer);
+    }
+    // Wait until every consumer is connected and subscribed (the Go tool's rdyChan).
+    let ready_by = Instant::now() + Duration::from_secs(5);
+    while consumers.iter().any(|c| c.stats().connections == 0) {
+        if Instant::now() > ready_by {
+            return Err(format!("could not subscribe on {}", load.addr));
+        }
+        async_io::Timer::after(Duration::from_millis(5)).await;
+    }
+    let start = Instant::now();
+    let end = start + load.runfor;
+    let tasks: Vec<Task> = consumers
+        .into_iter()
+        .map(|mut consumer| {
+            consumer.set_max_in_flight(load.rdy);
+            spawn(Box::pin(async move {
+                let mut count = 0u64;
+                let mut deadline = async_io::Timer::at(end);
+                loop {
+                    let next = future::or(async { consumer.recv().await.map(Some) }, async {
+                        (&mut deadline).await;
+                        Some(None)
+                    });
+                    match next.await {
+                        Some(Some(m)) => {
+                            m.finish();
+                            count += 1;
+                        }
+                        Some(None) | None => break,
+                    }
+                }
+                (count, consumer)
+            }))
+        })
+        .collect();
+    let mut total = 0;
+    let mut consumers = Vec::with_capacity(workers);
+    for t in tasks {
+        let (count, consumer) = t.await;
+        total += count;
+        consumers.push(consumer);
+    }
+    let duration = start.elapsed();
+    for c in &mut consumers {
+        c.stop().await;
+    }
+    Ok((duration, total))
+}
+
+fn run() -> Result<(), String> {
+    let flags = Flags::parse(&USAGE);
+    init_logging();
+    let size: usize = flags.number("size", 200)?;
+    let load = Load {
+        addr: flags.string("nsqd-tcp-address", "127.0.0.1:4150"),
+        topic: flags.string("topic", "sub_bench"),
+        channel: flags.string("channel", "ch"),
+        rdy: flags.number("rdy", 2500)?,
+        runfor: flags.duration("runfor", Duration::from_secs(10))?,
+    };
+    let (duration, total) = match flags.string("runtime", "async-std").as_str() {
+        "async-std" => {
+            async_std::task::block_on(bench(load, |f| Box::pin(async_std::task::spawn(f))))
+        }
+        "smol" => smol::block_on(bench(load, |f| Box::pin(smol::spawn(f)))),
+        other => return Err(format!("-runtime must be async-std or smol, not {other:?}")),
+    }?;
+    log(PREFIX, &bench_line(duration, total, size));
+    Ok(())
+}
+
+fn main() {
+    if let Err(e) = run() {
+        fatal(PREFIX, &e);
+    }
+}

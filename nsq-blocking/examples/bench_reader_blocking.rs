@@ -1,0 +1,119 @@
+//! nsq-blocking's counterpart of nsq's `bench/bench_reader` (and of nsq-tokio's
+//! `bench_reader`): same flags, same final line.
+//!
+//! One consumer (one nsqd connection, max_in_flight = `--rdy`) per CPU, each read by its own
+//! thread, like the Go tool's one connection per GOMAXPROCS; every message is finished.
+//! Timing starts when every consumer is subscribed and RDY is raised, and ends after
+//! `--runfor`.
+//!
+//! ```text
+//! cargo run --release -p nsq-blocking --example bench_reader_blocking -- \
+//!     --nsqd-tcp-address=127.0.0.1:4150 --topic=sub_bench --channel=ch --rdy=2500 --runfor=10s
+//! ```
+
+#[path = "../../nsq-tokio/examples/support/cli.rs"]
+mod support;
+
+use nsq_blocking::{Config, Consumer, RecvTimeoutError};
+use std::time::{Duration, Instant};
+use support::{Flags, Usage, bench_line, cpus, fatal, init_logging, log, value};
+
+const PREFIX: &str = "bench_reader";
+
+const USAGE: Usage = Usage {
+    name: "bench_reader_blocking",
+    about: "Consumes with one consumer per CPU for a while, finishing every message; prints the rate.",
+    flags: &[
+        value(
+            "nsqd-tcp-address",
+            "ADDR",
+            "nsqd TCP address (default: 127.0.0.1:4150)",
+        ),
+        value("topic", "TOPIC", "topic to consume (default: sub_bench)"),
+        value("channel", "CHANNEL", "channel to consume (default: ch)"),
+        value(
+            "size",
+            "BYTES",
+            "size of each message, for the rate (default: 200)",
+        ),
+        value("rdy", "N", "RDY count of each consumer (default: 2500)"),
+        value("runfor", "DURATION", "duration of the run (default: 10s)"),
+    ],
+};
+
+fn run() -> Result<(), String> {
+    let flags = Flags::parse(&USAGE);
+    init_logging();
+    let runfor = flags.duration("runfor", Duration::from_secs(10))?;
+    let addr = flags.string("nsqd-tcp-address", "127.0.0.1:4150");
+    let size: usize = flags.number("size", 200)?;
+    let topic = flags.string("topic", "sub_bench");
+    let channel = flags.string("channel", "ch");
+    let rdy: u32 = flags.number("rdy", 2500)?;
+    let workers = cpus();
+    let mut consumers = Vec::with_capacity(workers);
+    for _ in 0..workers {
+        let consumer = Consumer::builder(topic.as_str(), channel.as_str())
+            .config(&Config {
+                max_in_flight: 0,
+                ..Config::default()
+            })
+            .nsqd(addr.as_str())
+            .build()
+            .map_err(|e| e.to_string())?;
+        consumers.push(consumer);
+    }
+    // Wait until every consumer is connected and subscribed (the Go tool's rdyChan).
+    let ready_by = Instant::now() + Duration::from_secs(5);
+    while consumers.iter().any(|c| c.stats().connections == 0) {
+        if Instant::now() > ready_by {
+            return Err(format!("could not subscribe on {addr}"));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let start = Instant::now();
+    let end = start + runfor;
+    let threads: Vec<_> = consumers
+        .into_iter()
+        .map(|mut consumer| {
+            consumer.set_max_in_flight(rdy);
+            std::thread::spawn(move || {
+                let mut count = 0u64;
+                loop {
+                    let left = end.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
+                    match consumer.recv_timeout(left) {
+                        Ok(m) => {
+                            m.finish();
+                            count += 1;
+                        }
+                        Err(RecvTimeoutError::Timeout) => {}
+                        Err(RecvTimeoutError::Disconnected) => break,
+                    }
+                }
+                (count, consumer)
+            })
+        })
+        .collect();
+    let mut total = 0;
+    let mut consumers = Vec::with_capacity(workers);
+    for t in threads {
+        let (count, consumer) = t.join().map_err(|_| "a consuming thread panicked")?;
+        total += count;
+        consumers.push(consumer);
+    }
+    let duration = start.elapsed();
+    for c in &mut consumers {
+        c.stop();
+    }
+    log(PREFIX, &bench_line(duration, total, size));
+    Ok(())
+}
+
+fn main() {
+    if let Err(e) = run() {
+        fatal(PREFIX, &e);
+    }
+}

@@ -1,0 +1,86 @@
+//! nsq-blocking's counterpart of nsq's `bench/bench_writer` (and of nsq-tokio's
+//! `bench_writer`): same flags, same final line.
+//!
+//! One thread per CPU (the Go tool's GOMAXPROCS workers), each with its own producer (one
+//! nsqd connection), publishing MPUB batches of `--batch-size` messages of `--size` bytes and
+//! waiting for each reply before the next, until `--runfor` has passed.
+//!
+//! ```text
+//! cargo run --release -p nsq-blocking --example bench_writer_blocking -- \
+//!     --nsqd-tcp-address=127.0.0.1:4150 --topic=sub_bench --size=200 --batch-size=200 --runfor=10s
+//! ```
+
+#[path = "../../nsq-tokio/examples/support/cli.rs"]
+mod support;
+
+use bytes::Bytes;
+use nsq_blocking::{Config, Producer, Topic};
+use std::time::{Duration, Instant};
+use support::{Flags, Usage, bench_line, cpus, fatal, init_logging, log, value};
+
+const PREFIX: &str = "bench_writer";
+
+const USAGE: Usage = Usage {
+    name: "bench_writer_blocking",
+    about: "Publishes MPUB batches from one producer per CPU for a while; prints the rate.",
+    flags: &[
+        value(
+            "nsqd-tcp-address",
+            "ADDR",
+            "nsqd TCP address (default: 127.0.0.1:4150)",
+        ),
+        value("topic", "TOPIC", "topic to publish to (default: sub_bench)"),
+        value("size", "BYTES", "size of each message (default: 200)"),
+        value("batch-size", "N", "messages per MPUB batch (default: 200)"),
+        value("runfor", "DURATION", "duration of the run (default: 10s)"),
+    ],
+};
+
+fn run() -> Result<(), String> {
+    let flags = Flags::parse(&USAGE);
+    init_logging();
+    let runfor = flags.duration("runfor", Duration::from_secs(10))?;
+    let addr = flags.string("nsqd-tcp-address", "127.0.0.1:4150");
+    let topic = Topic::new(flags.string("topic", "sub_bench")).map_err(|e| e.to_string())?;
+    let size: usize = flags.number("size", 200)?;
+    let batch_size: usize = flags.number("batch-size", 200)?;
+    let batch: Vec<Bytes> = vec![Bytes::from(vec![0u8; size]); batch_size];
+    let workers = cpus();
+    let mut producers = Vec::with_capacity(workers);
+    for _ in 0..workers {
+        producers.push(Producer::connect(&addr, &Config::default()).map_err(|e| e.to_string())?);
+    }
+    let start = Instant::now();
+    let end = start + runfor;
+    let threads: Vec<_> = producers
+        .into_iter()
+        .map(|p| {
+            let (batch, topic) = (batch.clone(), topic.clone());
+            std::thread::spawn(move || {
+                let mut count = 0u64;
+                loop {
+                    p.multi_publish(&topic, batch.iter().cloned())
+                        .map_err(|e| e.to_string())?;
+                    count += batch.len() as u64;
+                    if Instant::now() > end {
+                        break;
+                    }
+                }
+                p.close();
+                Ok::<u64, String>(count)
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for t in threads {
+        total += t.join().map_err(|_| "a publishing thread panicked")??;
+    }
+    log(PREFIX, &bench_line(start.elapsed(), total, size));
+    Ok(())
+}
+
+fn main() {
+    if let Err(e) = run() {
+        fatal(PREFIX, &e);
+    }
+}
