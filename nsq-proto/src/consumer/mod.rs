@@ -5,7 +5,7 @@
 //!   discovery, reconnection and graceful shutdown, as one state machine.
 //! * [`ConsumerConfig`]: its knobs, with go-nsq's defaults.
 //! * [`lookupd`]: the sans-IO HTTP exchange with nsqlookupd.
-//! * [`policy`]: the pure policies (backoff, reconnect schedule, requeue delay, RDY planning).
+//! * [`policy`]: the pure policies (backoff, reconnect schedule, requeue delay).
 //!
 //! # Driving a consumer
 //!
