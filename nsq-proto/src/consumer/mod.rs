@@ -5,7 +5,7 @@
 //!   discovery, reconnection and graceful shutdown, as one state machine.
 //! * [`ConsumerConfig`]: its knobs, with go-nsq's defaults.
 //! * [`lookupd`]: the sans-IO HTTP exchange with nsqlookupd.
-//! * [`policy`]: the pure policies (backoff, reconnect schedule, requeue delay, RDY planning).
+//! * [`policy`]: the pure policies (backoff, reconnect schedule, requeue delay).
 //!
 //! # Driving a consumer
 //!
@@ -46,20 +46,35 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+// Inside: `consumer.rs` is the coordinator (the public API, dispatching each input to the
+// connection it names and to the parts below); `flow.rs` owns RDY distribution and backoff
+// (`FlowControl`), `discovery.rs` the nsqd and lookupd sets and reconnects (`Discovery`),
+// `shared.rs` what they share (`Shared`: configuration, rng, connections, timers, output
+// queues), `slots.rs` the connections (`Slots`, `Slot`), `timers.rs` the consumer-wide timer
+// table, `events.rs` and `stats.rs` the types the application sees. No part imports the
+// coordinator.
 mod config;
+#[expect(
+    clippy::module_inception,
+    reason = "the coordinator lives in a file named for it, beside the parts it drives"
+)]
+mod consumer;
+mod discovery;
+mod events;
+mod flow;
 #[cfg(feature = "fuzzing")]
 pub(crate) mod fuzz_ops;
 pub mod lookupd;
-mod machine;
 pub mod policy;
+mod shared;
 mod slots;
 mod stats;
+mod timers;
 
 pub use config::ConsumerConfig;
+pub use consumer::Consumer;
+pub use events::{ConsumerError, ConsumerEvent};
+pub use flow::{ANSWER_FAILURE_BURST, ANSWER_FAILURE_WINDOW};
 pub use lookupd::{LookupdAddress, LookupdAddressError, LookupdError, LookupdResponseParser};
-pub use machine::{
-    ANSWER_FAILURE_BURST, ANSWER_FAILURE_WINDOW, Consumer, ConsumerError, ConsumerEvent,
-    ConsumerStats,
-};
 pub use policy::{BackoffStrategy, ReconnectSchedule};
-pub use stats::{NsqdState, NsqdStats};
+pub use stats::{ConsumerStats, NsqdState, NsqdStats};

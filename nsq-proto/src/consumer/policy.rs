@@ -1,5 +1,6 @@
 //! Pure consumer policies: backoff durations, the reconnect schedule, requeue delays and the
-//! RDY planner. No state machine here, only arithmetic, so each piece is tested on its own.
+//! RDY planner (crate-private: the consumer's flow control is its only user). No state machine
+//! here, only arithmetic, so each piece is tested on its own.
 
 use crate::rng::Rng;
 use std::time::Duration;
@@ -103,9 +104,9 @@ impl ReconnectSchedule {
 
 /// One connection as the RDY planner sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RdySlot {
+pub(crate) struct RdySlot {
     /// The server's max_rdy_count for this connection.
-    pub max_rdy: u32,
+    pub(crate) max_rdy: u32,
 }
 
 /// Splits `max_in_flight` over connections: each gets `max_in_flight / n` (at least one when
@@ -118,7 +119,7 @@ pub struct RdySlot {
 /// still bounded by `max_in_flight`.
 ///
 /// Invariants: `sum(result) <= max_in_flight`, `result[i] <= slots[i].max_rdy`.
-pub fn plan_rdy(max_in_flight: u32, slots: &[RdySlot], offset: usize) -> Vec<u32> {
+pub(crate) fn plan_rdy(max_in_flight: u32, slots: &[RdySlot], offset: usize) -> Vec<u32> {
     let n = slots.len();
     let mut out = vec![0u32; n];
     if n == 0 || max_in_flight == 0 {
@@ -152,7 +153,7 @@ pub fn plan_rdy(max_in_flight: u32, slots: &[RdySlot], offset: usize) -> Vec<u32
             break;
         }
         if left >= n_u32 {
-            // Large leftovers only happen when some slots are capped: hand the rest out in
+            // A large remainder only happens when some slots are capped: hand the rest out in
             // bulk to the open slots, evenly, to keep this linear.
             let open: Vec<usize> = (0..n).filter(|&i| out[i] < slots[i].max_rdy).collect();
             if open.is_empty() {

@@ -1,11 +1,16 @@
-//! The consumer's connections by id: a vector sorted by [`ConnId`].
+//! The consumer's connections by id ([`Slots`], a vector sorted by [`ConnId`]) and what it
+//! keeps per connection ([`Slot`]).
 //!
 //! Ids are handed out in increasing order, so a new connection is appended and iteration
 //! order is id order, as with a `BTreeMap`; a look-up (several per message on the hot path)
 //! is a binary search over a few contiguous entries instead of a walk down tree nodes.
 
+use super::stats::Counts;
+use crate::connection::{Connection, ConnectionState};
 use crate::driver::ConnId;
+use crate::schedule::later;
 use std::ops::Index;
+use std::time::{Duration, Instant};
 
 #[derive(Debug)]
 pub(crate) struct Slots<T> {
@@ -92,6 +97,135 @@ impl<T> Index<&ConnId> for Slots<T> {
         match self.get(*id) {
             Some(v) => v,
             None => panic!("no connection {id}"),
+        }
+    }
+}
+
+/// One connection of the consumer: its nsqd address, its [`Connection`] once the socket is
+/// connected, the flow-control state kept per connection, and its message counters.
+#[derive(Debug)]
+pub(super) struct Slot {
+    pub(super) addr: String,
+    pub(super) conn: Option<Connection>,
+    pub(super) ready_at: Option<Instant>,
+    /// Just became ready: bootstrapped with RDY 1 until its first message or this instant.
+    pub(super) fresh_until: Option<Instant>,
+    /// When it last went from RDY 0 to RDY > 0.
+    pub(super) granted_at: Option<Instant>,
+    /// When it last went from RDY > 0 to RDY 0 (the low-RDY rotation serves the connection
+    /// that has waited longest first).
+    pub(super) released_at: Option<Instant>,
+    /// When the application last answered a message on it (for the idle rule).
+    pub(super) answered_at: Option<Instant>,
+    /// How many turns it had (RDY from 0 to more, or a turn renewed): the rotation serves
+    /// fewer turns first, then the longest waiting. A new connection starts at the fewest
+    /// turns of the others, so it neither waits for nor overtakes a whole round.
+    pub(super) turns: u64,
+    /// Its low-RDY turn is over but it had just answered: it gives RDY up at its next
+    /// message.
+    pub(super) yield_pending: bool,
+    /// When the driver connected its socket (the handshake's length estimates round trips).
+    pub(super) connected_at: Option<Instant>,
+    /// How long after a lower RDY nsqd may still deliver what it sent before reading it:
+    /// the negotiated output_buffer_timeout plus the handshake's duration (two round trips
+    /// or more).
+    pub(super) settle: Duration,
+    /// Messages nsqd may have sent before it read a lower RDY and that have not arrived:
+    /// they count against max_in_flight until they arrive or `settle` has passed.
+    pub(super) transit: u64,
+    pub(super) transit_until: Option<Instant>,
+    /// Messages received since the last RDY was sent (for the refill rule).
+    pub(super) received_since_rdy: u32,
+    /// Message counters of this connection.
+    pub(super) counts: Counts,
+}
+
+impl Slot {
+    /// A connection to `addr` whose socket the driver is opening.
+    pub(super) fn new(addr: &str) -> Slot {
+        Slot {
+            addr: addr.to_string(),
+            conn: None,
+            ready_at: None,
+            fresh_until: None,
+            granted_at: None,
+            released_at: None,
+            answered_at: None,
+            turns: 0,
+            yield_pending: false,
+            connected_at: None,
+            settle: Duration::ZERO,
+            transit: 0,
+            transit_until: None,
+            received_since_rdy: 0,
+            counts: Counts::default(),
+        }
+    }
+
+    /// The earliest of its deadlines: the connection's own timers, the end of its bootstrap
+    /// and of its settle time.
+    pub(super) fn next_timeout(&self) -> Option<Instant> {
+        let conn = self.conn.as_ref().and_then(Connection::poll_timeout);
+        conn.into_iter()
+            .chain(self.fresh_until)
+            .chain(self.transit_until)
+            .min()
+    }
+
+    pub(super) fn is_ready(&self) -> bool {
+        self.ready_at.is_some()
+            && self
+                .conn
+                .as_ref()
+                .is_some_and(|c| c.state() == ConnectionState::Ready)
+    }
+
+    pub(super) fn rdy(&self) -> u32 {
+        if self.is_ready() {
+            self.conn.as_ref().map_or(0, Connection::rdy)
+        } else {
+            0
+        }
+    }
+
+    /// Messages delivered on it and not yet answered (nor expired).
+    pub(super) fn unanswered(&self) -> u64 {
+        self.conn
+            .as_ref()
+            .map_or(0, |c| u64::try_from(c.in_flight()).unwrap_or(u64::MAX))
+    }
+
+    /// The messages it holds whatever its RDY: unanswered ones, and ones nsqd may still be
+    /// sending after a lower RDY (see `transit`). Its share of `max_in_flight` (its
+    /// reservation) is `max(RDY, committed)`: a connection whose RDY was lowered keeps the
+    /// share of its unanswered messages until they are answered, expire or the connection
+    /// ends, and of the messages that may be on the wire until they arrive or `settle` passes.
+    pub(super) fn committed(&self) -> u64 {
+        self.unanswered().saturating_add(self.transit)
+    }
+
+    /// Sends a lower RDY, and keeps what nsqd may still send under the old one committed.
+    pub(super) fn lower_rdy(&mut self, now: Instant, id: ConnId, target: u32) {
+        let current = self.rdy();
+        let committed = self.committed();
+        let f = self.unanswered();
+        let Some(c) = self.conn.as_mut() else {
+            return;
+        };
+        match c.set_rdy(now, target) {
+            Ok(()) => {
+                self.received_since_rdy = 0;
+                let possible = committed.max(u64::from(current));
+                self.transit = possible - f;
+                if self.transit > 0 {
+                    self.transit_until = Some(later(now, self.settle));
+                }
+                if target == 0 {
+                    self.released_at = Some(now);
+                    self.yield_pending = false;
+                }
+            }
+            Err(e) => tracing::debug!(%id, error = %e, "RDY not sent"),
         }
     }
 }

@@ -1,7 +1,40 @@
-//! The per-nsqd part of a consumer's stats snapshot.
+//! A consumer's stats snapshot ([`ConsumerStats`]), its per-nsqd part ([`NsqdStats`]), and the
+//! message counters behind them.
 
 use crate::driver::ConnId;
 use std::time::Instant;
+
+/// A snapshot of a consumer's counters, in total and per nsqd.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct ConsumerStats {
+    /// Messages delivered by nsqd (including ones given up on).
+    pub received: u64,
+    /// Messages finished by the application.
+    pub finished: u64,
+    /// Messages requeued by the application.
+    pub requeued: u64,
+    /// Messages finished automatically because they exceeded `max_attempts`.
+    pub gave_up: u64,
+    /// Connections that are ready (handshake and SUB done).
+    pub connections: usize,
+    /// The current backoff level (0 = full speed).
+    pub backoff_level: u32,
+    /// Sum of the RDY counts last sent on ready connections.
+    pub total_rdy: u64,
+    /// nsqd addresses the consumer keeps track of, connected or not: every directly added
+    /// address, and each lookupd-discovered address while it is connected (or connecting) or
+    /// still listed by some lookupd's latest successful answer. Discovered addresses that are
+    /// neither are forgotten, so this stays bounded however many nsqd come and go.
+    pub known_nsqd: usize,
+    /// Messages delivered and not answered yet, over every connection (closing ones
+    /// included).
+    pub in_flight: usize,
+    /// Connection attempts to an nsqd after its first one, over every nsqd ever known.
+    pub reconnects: u64,
+    /// Every nsqd the consumer keeps track of (the `known_nsqd` of them), by address.
+    pub nsqd: Vec<NsqdStats>,
+}
 
 /// Where one nsqd of a consumer stands, in [`NsqdStats`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,7 +54,7 @@ pub enum NsqdState {
     Disconnected,
 }
 
-/// One nsqd address of a consumer, in [`ConsumerStats::nsqd`](super::ConsumerStats::nsqd):
+/// One nsqd address of a consumer, in [`ConsumerStats::nsqd`]:
 /// its connection's state and flow control, and counters over every connection the consumer
 /// made to it while it kept track of the address.
 #[derive(Debug, Clone, PartialEq, Eq)]

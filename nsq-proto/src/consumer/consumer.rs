@@ -1,0 +1,883 @@
+//! The coordinator: [`Consumer`], its public API, and the dispatch of every input to the
+//! connection it names and to the parts that act on it ([`FlowControl`] for RDY and backoff,
+//! [`Discovery`] for the nsqd and lookupd sets), which share the state in [`Shared`].
+
+use super::config::ConsumerConfig;
+use super::discovery::Discovery;
+use super::events::{ConsumerError, ConsumerEvent};
+use super::flow::FlowControl;
+use super::lookupd::LookupdAddress;
+use super::policy;
+use super::shared::Shared;
+use super::slots::Slot;
+use super::stats::{ConsumerStats, Counts};
+use super::timers::Timer;
+#[cfg(doc)]
+use super::{ANSWER_FAILURE_BURST, ANSWER_FAILURE_WINDOW};
+use crate::connection::{CloseReason, Connection, ConnectionEvent, Role};
+use crate::driver::{Action, ConnId, LookupdRequestId};
+use crate::frame::{Message, MessageId};
+use crate::names::{Channel, Topic};
+use crate::schedule::{later, valid_host_port};
+use bytes::BytesMut;
+use std::time::{Duration, Instant};
+
+/// The consumer-level state machine: many nsqd connections for one topic/channel.
+///
+/// It owns a [`Connection`] per nsqd, distributes RDY over them, applies backoff, the attempts
+/// policy and requeue delays, discovers nsqd through nsqlookupd (the HTTP exchange is sans-IO as
+/// well), reconnects, and shuts down gracefully. It does no IO: the driver opens and closes
+/// sockets as [`Action`]s say, feeds bytes and timeouts in, and drains the outputs after every
+/// call.
+///
+/// Methods, in the house order: **queries** ([`stats`](Self::stats),
+/// [`is_starved`](Self::is_starved), [`connection`](Self::connection), ...), **inputs**
+/// ([`handle_connected`](Self::handle_connected), [`handle_input`](Self::handle_input),
+/// [`handle_eof`](Self::handle_eof), [`handle_lookupd_input`](Self::handle_lookupd_input),
+/// [`handle_timeout`](Self::handle_timeout), ...), **commands** ([`finish`](Self::finish),
+/// [`requeue`](Self::requeue), [`touch`](Self::touch),
+/// [`set_max_in_flight`](Self::set_max_in_flight), [`add_nsqd`](Self::add_nsqd),
+/// [`add_lookupd`](Self::add_lookupd), [`disconnect_from_nsqd`](Self::disconnect_from_nsqd),
+/// [`disconnect_from_lookupd`](Self::disconnect_from_lookupd), [`close`](Self::close)),
+/// **outputs** ([`poll_action`](Self::poll_action), [`poll_event`](Self::poll_event),
+/// [`poll_timeout`](Self::poll_timeout)).
+///
+/// # RDY
+/// With `max_in_flight >= connections`, every ready connection gets `max_in_flight / n`
+/// (capped at its max_rdy_count) and the remainder is handed out round-robin, so the total
+/// reaches `max_in_flight`. A new connection starts at RDY 1 (other connections are lowered
+/// first to make room for its share) and gets its share after its first message or after
+/// `rdy_redistribute_interval`, whichever comes first: connections discovered together all get
+/// a chance before one of them takes everything. A connection's RDY is re-sent when its
+/// remaining count drops to <= 1 or under 25% of the last value.
+///
+/// # max_in_flight bounds messages in flight, not only RDY
+/// Each connection holds a share of `max_in_flight`: `max(RDY, messages delivered on it and
+/// not yet answered)`. The sum of the shares never exceeds `max_in_flight`, through joins,
+/// leaves, rotation, backoff, [`set_max_in_flight`](Self::set_max_in_flight) and reconnects:
+/// lowerings go out before raises, and RDY is raised only out of budget no connection holds,
+/// so RDY taken from a connection whose message is still in its handler passes on when that
+/// message is answered (expires, or its connection ends), not before. When more messages are
+/// unanswered than `max_in_flight` allows (after lowering it), no RDY opens room for a
+/// delivery: an answer on such a connection is preceded by a lower RDY. go-nsq bounds only
+/// the sum of RDY, so with RDY rotating it lets more messages into handlers than
+/// `max_in_flight` (measured on nsqd v1.3.0: 3 in flight with `max_in_flight` 2).
+/// Messages nsqd wrote before it read a lower RDY may still be on the wire (or in nsqd's
+/// output buffer): after lowering RDY on a connection with fewer messages in flight than its
+/// RDY, the difference stays committed until those messages arrive or a settle time passes
+/// (the negotiated output_buffer_timeout plus the handshake's duration, at least two round
+/// trips). The rotation below mostly avoids the case: it takes RDY from a busy holder (its
+/// message in the handler, so nsqd sends nothing more) or from one idle for
+/// `low_rdy_idle_timeout`, never right after an answer. What no client controls: a FIN and
+/// a RDY sent to two different nsqd may be read in either order, for microseconds. Messages
+/// of a connection that was lost are not counted: nsqd has requeued them.
+///
+/// # Fewer max_in_flight than connections: a rotation in seconds
+/// Connections hold RDY 1 in turns. A turn lasts `low_rdy_timeout` (default **2 s**), or ends
+/// earlier when the holder had nothing in flight and no message or answer for
+/// `low_rdy_idle_timeout` (default **1 s**); a holder whose turn ends just after an answer
+/// (its next message may be on the wire) passes RDY on at its next message. The freed turn
+/// goes to the connection that has had the fewest turns (a new one counts as having had as
+/// few as the others), then the one that has waited longest, random among equals, so the
+/// rotation is round-robin: with `w` connections waiting and
+/// `m = max_in_flight` turns running, a connection with messages waits at most about
+/// `ceil(w / m)` turns. Turns end one at a time, at least `low_rdy_timeout / m` apart, so
+/// they stay staggered and every connection holds RDY about as long as the others (turns
+/// that ended together let one connection in and the other straight back). Turn ends are
+/// exact timers, not a periodic tick.
+///
+/// go-nsq's defaults (30 s and 10 s, checked every 5 s) let the third of 3 nsqd wait 30 s
+/// with `max_in_flight` 2 (measured on nsqd v1.3.0: 30.0 s, every run). The option names are
+/// go-nsq's, the defaults are not: with 3 nsqd and `max_in_flight` 2 every nsqd now gets its
+/// first message within 2.0 s to 2.1 s on a real nsqd v1.3.0 (a 300 ms handler), and a busy
+/// handler (10 ms per message) keeps 0.97x of the old throughput while all three nsqd are
+/// served instead of two (BENCHMARKS.md, "Consumer flow control on real nsqd"). A turn change
+/// costs about one round trip of idle budget: the busy holder keeps working on its last
+/// message while its successor's RDY waits for that answer.
+///
+/// # Backoff
+/// A requeue with backoff raises the level and queues RDY 0 on every connection before the
+/// REQ; after `multiplier x 2^level` (capped; optionally fully jittered) one random
+/// connection gets RDY 1. The next result decides: a success lowers the level (a new window
+/// if still above 0, full RDY at 0), a failure raises it. Results inside a window are ignored.
+/// A message given up on (attempts above `max_attempts`, finished automatically) counts as a
+/// success, as in go-nsq. A burst of answers nsqd rejects because the messages had already
+/// timed out (`E_FIN_FAILED`, `E_REQ_FAILED`, `E_TOUCH_FAILED`: [`ANSWER_FAILURE_BURST`]
+/// within [`ANSWER_FAILURE_WINDOW`]) counts as one failure, logged once with the count: a
+/// consumer whose handler is slower than msg_timeout slows its intake instead of pulling more
+/// messages it would also lose.
+///
+/// # Discovery
+/// Every lookupd is polled each round; the producers they list are unioned and new ones are
+/// connected. Directly added nsqd are reconnected on an exponential schedule; a discovered
+/// nsqd is reconnected only when an answer to a request sent after its connection ended still
+/// lists it. A discovered nsqd is forgotten once it has no connection and no lookupd's latest
+/// *successful* answer lists it: a connected one is kept until its connection ends, and a
+/// lookupd that fails to answer keeps what it last listed, so a lookupd being down never makes
+/// the consumer forget an nsqd. Directly added nsqd are never forgotten.
+/// [`ConsumerStats::known_nsqd`] counts what is kept.
+#[derive(Debug)]
+pub struct Consumer {
+    topic: Topic,
+    channel: Channel,
+    /// Configuration, randomness, connections, timers, closing flag and output queues.
+    shared: Shared,
+    /// RDY distribution and backoff.
+    flow: FlowControl,
+    /// The nsqd and lookupd sets, reconnects.
+    discovery: Discovery,
+    closed_emitted: bool,
+    /// Messages still unanswered when their connection closed while closing (reported in
+    /// [`ConsumerEvent::Closed`]).
+    leftovers: usize,
+    // stats
+    received: u64,
+    finished: u64,
+    requeued: u64,
+    gave_up: u64,
+}
+
+impl Consumer {
+    /// A consumer of `topic`/`channel`, with randomness (jitter, random connection choice)
+    /// drawn from a generator seeded with `seed`. It does nothing until nsqd or lookupd
+    /// addresses are added.
+    pub fn new(config: ConsumerConfig, topic: Topic, channel: Channel, seed: u64) -> Consumer {
+        Consumer {
+            flow: FlowControl::new(config.max_in_flight),
+            topic,
+            channel,
+            shared: Shared::new(config, seed),
+            discovery: Discovery::new(),
+            closed_emitted: false,
+            leftovers: 0,
+            received: 0,
+            finished: 0,
+            requeued: 0,
+            gave_up: 0,
+        }
+    }
+
+    // ---------------------------------------------------------------- queries
+
+    /// The configuration.
+    pub fn config(&self) -> &ConsumerConfig {
+        &self.shared.config
+    }
+
+    /// The current `max_in_flight` (changed by [`set_max_in_flight`](Self::set_max_in_flight)).
+    pub fn max_in_flight(&self) -> u32 {
+        self.flow.max_in_flight()
+    }
+
+    /// Counters and the current flow-control state, in total and per nsqd.
+    pub fn stats(&self) -> ConsumerStats {
+        let mut stats = ConsumerStats::default();
+        self.stats_into(&mut stats);
+        stats
+    }
+
+    /// [`stats`](Self::stats) written over `out`, reusing its allocations (a driver that
+    /// publishes the snapshot after every wake-up allocates nothing once it has room).
+    pub fn stats_into(&self, out: &mut ConsumerStats) {
+        let slots = &self.shared.slots;
+        out.received = self.received;
+        out.finished = self.finished;
+        out.requeued = self.requeued;
+        out.gave_up = self.gave_up;
+        out.connections = slots.values().filter(|s| s.is_ready()).count();
+        out.backoff_level = self.flow.backoff_level();
+        out.total_rdy = slots.values().map(|s| u64::from(s.rdy())).sum();
+        out.known_nsqd = self.discovery.known();
+        out.in_flight = slots
+            .values()
+            .filter_map(|s| s.conn.as_ref())
+            .map(Connection::in_flight)
+            .sum();
+        out.reconnects = self.discovery.reconnects();
+        self.discovery.nsqd_stats_into(slots, &mut out.nsqd);
+    }
+
+    /// True when any ready connection has messages in flight amounting to at least 85% of its
+    /// last RDY: a batching handler should flush now rather than wait for more.
+    pub fn is_starved(&self) -> bool {
+        self.shared.slots.values().any(|s| {
+            s.is_ready()
+                && s.conn
+                    .as_ref()
+                    .is_some_and(|c| policy::is_starved(c.in_flight(), c.rdy()))
+        })
+    }
+
+    /// The current backoff level (0 = full speed).
+    pub fn backoff_level(&self) -> u32 {
+        self.flow.backoff_level()
+    }
+
+    /// True while a backoff window is running (all RDY 0).
+    pub fn in_backoff_window(&self) -> bool {
+        self.shared.timers.is_set(Timer::Backoff)
+    }
+
+    /// True once [`close`](Self::close) was called.
+    pub fn is_closing(&self) -> bool {
+        self.shared.closing
+    }
+
+    /// True once the [`ConsumerEvent::Closed`] event was emitted.
+    pub fn is_closed(&self) -> bool {
+        self.closed_emitted
+    }
+
+    /// The connections the consumer currently knows (connecting, handshaking, ready or
+    /// draining), with their nsqd address.
+    pub fn connections(&self) -> impl Iterator<Item = (ConnId, &str)> + '_ {
+        self.shared
+            .slots
+            .iter()
+            .map(|(id, s)| (*id, s.addr.as_str()))
+    }
+
+    /// The connection state machine behind `conn`, once the socket is connected.
+    pub fn connection(&self, conn: ConnId) -> Option<&Connection> {
+        self.shared.slots.get(conn).and_then(|s| s.conn.as_ref())
+    }
+
+    /// The RDY count last sent on `conn` (0 while it is not ready).
+    pub fn rdy(&self, conn: ConnId) -> u32 {
+        self.shared.slots.get(conn).map_or(0, Slot::rdy)
+    }
+
+    // ---------------------------------------------------------------- inputs
+
+    /// The driver connected the socket of `conn`: the handshake starts (magic and IDENTIFY are
+    /// queued).
+    pub fn handle_connected(&mut self, now: Instant, conn: ConnId) {
+        let role = Role::Consumer {
+            topic: self.topic.clone(),
+            channel: self.channel.clone(),
+        };
+        let Some(slot) = self.shared.slots.get_mut(conn) else {
+            return;
+        };
+        if slot.conn.is_some() {
+            return;
+        }
+        match Connection::new(self.shared.config.connection.clone(), role, &slot.addr, now) {
+            Ok(c) => {
+                slot.conn = Some(c);
+                slot.connected_at = Some(now);
+                self.pump(now, conn);
+            }
+            Err(e) => {
+                let reason = format!("configuration error: {e}");
+                self.drop_slot(now, conn, &reason, 0);
+            }
+        }
+    }
+
+    /// The driver could not connect `conn`.
+    pub fn handle_connect_failed(&mut self, now: Instant, conn: ConnId, reason: &str) {
+        if self.shared.slots.contains_key(conn) {
+            self.drop_slot(now, conn, reason, 0);
+        }
+    }
+
+    /// Bytes read from `conn`'s socket. All of `data` is consumed.
+    pub fn handle_input(&mut self, now: Instant, conn: ConnId, data: &mut BytesMut) {
+        let Some(c) = self
+            .shared
+            .slots
+            .get_mut(conn)
+            .and_then(|s| s.conn.as_mut())
+        else {
+            data.clear();
+            return;
+        };
+        c.handle_input(now, data);
+        self.pump(now, conn);
+    }
+
+    /// `conn`'s socket reached EOF or failed: the connection is gone.
+    pub fn handle_eof(&mut self, now: Instant, conn: ConnId) {
+        let Some(slot) = self.shared.slots.get_mut(conn) else {
+            return;
+        };
+        match slot.conn.as_mut() {
+            Some(c) => {
+                c.handle_eof(now);
+                self.pump(now, conn);
+                if self.shared.slots.contains_key(conn) {
+                    let leftovers = self.in_flight(conn);
+                    self.drop_slot(now, conn, "connection lost", leftovers);
+                }
+            }
+            None => self.drop_slot(now, conn, "connection lost while connecting", 0),
+        }
+    }
+
+    /// Bytes of a lookupd response.
+    pub fn handle_lookupd_input(&mut self, now: Instant, request: LookupdRequestId, data: &[u8]) {
+        self.discovery
+            .handle_lookupd_input(now, request, data, &mut self.shared);
+    }
+
+    /// The lookupd closed the response stream.
+    pub fn handle_lookupd_eof(&mut self, now: Instant, request: LookupdRequestId) {
+        self.discovery
+            .handle_lookupd_eof(now, request, &mut self.shared);
+    }
+
+    /// The driver could not complete the lookupd exchange (connect refused, IO error).
+    pub fn handle_lookupd_failed(&mut self, now: Instant, request: LookupdRequestId, reason: &str) {
+        self.discovery
+            .handle_lookupd_failed(now, request, reason, &mut self.shared);
+    }
+
+    /// Time has reached (or passed) [`poll_timeout`](Self::poll_timeout).
+    pub fn handle_timeout(&mut self, now: Instant) {
+        // Connections' own timers (heartbeat liveness, message expiry, drain deadline).
+        let due: Vec<ConnId> = self
+            .shared
+            .slots
+            .iter()
+            .filter(|(_, s)| {
+                s.conn
+                    .as_ref()
+                    .and_then(Connection::poll_timeout)
+                    .is_some_and(|t| t <= now)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in due {
+            if let Some(c) = self.shared.slots.get_mut(id).and_then(|s| s.conn.as_mut()) {
+                c.handle_timeout(now);
+                self.pump(now, id);
+            }
+        }
+        if self.shared.timers.is_expired(Timer::Close, now) {
+            self.force_close(now);
+        }
+        self.flow.handle_timeout(now, &mut self.shared);
+        self.discovery
+            .handle_timeout(now, &self.topic, &mut self.shared);
+    }
+
+    // ---------------------------------------------------------------- commands
+
+    /// Finishes a message delivered on `conn` (FIN). Counts as a success for backoff.
+    pub fn finish(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        id: &MessageId,
+    ) -> Result<(), ConsumerError> {
+        self.flow.before_answer(now, conn, id, &mut self.shared);
+        self.connection_mut(conn)?.finish(now, id)?;
+        self.finished += 1;
+        self.count(conn, |c| c.finished += 1);
+        // Backoff first: leaving backoff re-plans RDY, which makes a refill unnecessary.
+        self.flow.on_success(now, &mut self.shared);
+        self.after_answer(now, conn);
+        Ok(())
+    }
+
+    /// Requeues a message delivered on `conn` (REQ).
+    ///
+    /// `delay: None` uses `attempts x default_requeue_delay`, capped at `max_requeue_delay`;
+    /// any delay is clamped to the connection's `max_req_timeout`. With `backoff` (and backoff
+    /// enabled), this counts as a failure: RDY 0 goes to every connection before the REQ.
+    pub fn requeue(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        message: &Message,
+        delay: Option<Duration>,
+        backoff: bool,
+    ) -> Result<(), ConsumerError> {
+        self.requeue_id(now, conn, &message.id, message.attempts, delay, backoff)
+    }
+
+    /// [`requeue`](Self::requeue) for an adapter that kept only the message's id and attempt
+    /// count (`attempts` computes the default delay when `delay` is `None`).
+    pub fn requeue_id(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        id: &MessageId,
+        attempts: u16,
+        delay: Option<Duration>,
+        backoff: bool,
+    ) -> Result<(), ConsumerError> {
+        let config = &self.shared.config;
+        let delay = delay
+            .unwrap_or_else(|| {
+                policy::requeue_delay(
+                    attempts,
+                    config.default_requeue_delay,
+                    config.max_requeue_delay,
+                )
+            })
+            .min(config.connection.limits.max_req_timeout);
+        let c = self.connection_mut(conn)?;
+        if !c.is_in_flight(id) {
+            // Let the connection produce its own misuse error (nothing is sent). Should it
+            // accept the REQ after all, it counts as a requeue without backoff.
+            c.requeue(now, id, delay)?;
+            self.requeued += 1;
+            self.count(conn, |c| c.requeued += 1);
+            self.after_answer(now, conn);
+            return Ok(());
+        }
+        if backoff {
+            // RDY 0 everywhere is queued before the REQ that caused it.
+            self.flow.on_failure(now, &mut self.shared);
+        }
+        self.flow.before_answer(now, conn, id, &mut self.shared);
+        self.connection_mut(conn)?.requeue(now, id, delay)?;
+        self.requeued += 1;
+        self.count(conn, |c| c.requeued += 1);
+        self.after_answer(now, conn);
+        Ok(())
+    }
+
+    /// Asks for more time for a message delivered on `conn` (TOUCH).
+    pub fn touch(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        id: &MessageId,
+    ) -> Result<(), ConsumerError> {
+        self.connection_mut(conn)?.touch(now, id)?;
+        self.pump(now, conn);
+        Ok(())
+    }
+
+    /// Changes `max_in_flight` at runtime; 0 pauses the consumer (RDY 0 everywhere).
+    pub fn set_max_in_flight(&mut self, now: Instant, max_in_flight: u32) {
+        self.flow
+            .set_max_in_flight(now, max_in_flight, &mut self.shared);
+    }
+
+    /// Adds an nsqd TCP address (`host:port`) to connect to directly; it is reconnected with
+    /// exponential backoff after failures. Adding a known address does nothing.
+    pub fn add_nsqd(&mut self, now: Instant, addr: &str) -> Result<(), ConsumerError> {
+        let _ = now;
+        if self.shared.closing {
+            return Err(ConsumerError::Closing);
+        }
+        let addr = addr.trim();
+        if !valid_host_port(addr) {
+            return Err(ConsumerError::InvalidAddress(addr.to_string()));
+        }
+        self.discovery.add_nsqd(addr, &mut self.shared);
+        Ok(())
+    }
+
+    /// Adds an nsqlookupd (`host:port` or `http://host:port[/path]`) to poll; the next poll
+    /// happens at once.
+    pub fn add_lookupd(&mut self, now: Instant, addr: &str) -> Result<(), ConsumerError> {
+        if self.shared.closing {
+            return Err(ConsumerError::Closing);
+        }
+        let addr = LookupdAddress::parse(addr).map_err(ConsumerError::InvalidLookupd)?;
+        self.discovery.add_lookupd(now, addr, &mut self.shared);
+        Ok(())
+    }
+
+    /// Stops consuming from an nsqd added with [`add_nsqd`](Self::add_nsqd) (go-nsq's
+    /// `DisconnectFromNSQD`): its connection closes gracefully (CLS; messages in flight on it
+    /// can still be answered, and it closes once they are, or after the connection's
+    /// `drain_timeout`), its RDY goes to the other connections at once, and it is not
+    /// reconnected. A connection attempt in progress is abandoned; a pending reconnect is
+    /// cancelled. [`add_nsqd`](Self::add_nsqd) can add it again.
+    ///
+    /// Should a lookupd list the address too, it counts as discovered from then on: a lookupd
+    /// answer asked for after its connection ended connects it again, as for any discovered
+    /// nsqd. Otherwise the consumer forgets it once its connection has ended.
+    ///
+    /// Refused, with nothing changed: an address that is not `host:port`
+    /// ([`ConsumerError::InvalidAddress`]), one never added or already disconnected from
+    /// ([`ConsumerError::NsqdNotConfigured`]), one known only through nsqlookupd
+    /// ([`ConsumerError::NsqdDiscovered`]: the lookupd would list it again; go-nsq refuses
+    /// it too), and any while closing ([`ConsumerError::Closing`]).
+    pub fn disconnect_from_nsqd(&mut self, now: Instant, addr: &str) -> Result<(), ConsumerError> {
+        if self.shared.closing {
+            return Err(ConsumerError::Closing);
+        }
+        let addr = addr.trim();
+        if !valid_host_port(addr) {
+            return Err(ConsumerError::InvalidAddress(addr.to_string()));
+        }
+        if let Some(id) = self.discovery.disconnect_from_nsqd(addr, &self.shared)? {
+            self.close_connection(now, id);
+        }
+        Ok(())
+    }
+
+    /// Stops polling an nsqlookupd added with [`add_lookupd`](Self::add_lookupd) (go-nsq's
+    /// `DisconnectFromNSQLookupd`); `addr` is matched as `add_lookupd` parses it. Its query in
+    /// progress, if any, is abandoned. The nsqd that only it listed are not reconnected:
+    /// connected ones are kept until their connection ends, then forgotten; the others are
+    /// forgotten at once.
+    ///
+    /// Refused, with nothing changed: an address that does not parse
+    /// ([`ConsumerError::InvalidLookupd`]), one not configured
+    /// ([`ConsumerError::LookupdNotConfigured`]), the only lookupd configured
+    /// ([`ConsumerError::LastLookupd`], as go-nsq: discovery would stop; add its replacement
+    /// first), and any while closing ([`ConsumerError::Closing`]).
+    pub fn disconnect_from_lookupd(
+        &mut self,
+        now: Instant,
+        addr: &str,
+    ) -> Result<(), ConsumerError> {
+        let _ = now;
+        if self.shared.closing {
+            return Err(ConsumerError::Closing);
+        }
+        let input = addr.trim();
+        let addr = LookupdAddress::parse(input).map_err(ConsumerError::InvalidLookupd)?;
+        self.discovery
+            .disconnect_from_lookupd(input, &addr, &mut self.shared)
+    }
+
+    /// Closes one connection gracefully (CLS and drain, or at once if not subscribed yet) and
+    /// hands its RDY to the others.
+    fn close_connection(&mut self, now: Instant, id: ConnId) {
+        match self.shared.slots.get_mut(id).map(|s| s.conn.as_mut()) {
+            None => {}
+            Some(None) => self.drop_slot(now, id, "disconnected while connecting", 0),
+            Some(Some(c)) => {
+                c.close(now);
+                self.pump(now, id);
+                self.flow.forget(id);
+                self.flow.rebalance(now, false, &mut self.shared);
+            }
+        }
+    }
+
+    /// Starts a graceful shutdown: CLS on every connection, in-flight messages can still be
+    /// answered; connections close when drained or after `close_timeout`. No new connections
+    /// or lookupd queries. One [`ConsumerEvent::Closed`] follows.
+    pub fn close(&mut self, now: Instant) {
+        if self.shared.closing {
+            return;
+        }
+        self.shared.closing = true;
+        let deadline = later(now, self.shared.config.close_timeout);
+        self.shared.timers.set(Timer::Close, deadline);
+        self.shared.timers.stop(Timer::Redistribute);
+        self.shared.timers.stop(Timer::Backoff);
+        self.discovery.close(&mut self.shared);
+        let ids: Vec<ConnId> = self.shared.slots.keys().copied().collect();
+        for id in ids {
+            let has_conn = self.shared.slots.get(id).is_some_and(|s| s.conn.is_some());
+            if has_conn {
+                if let Some(c) = self.shared.slots.get_mut(id).and_then(|s| s.conn.as_mut()) {
+                    c.close(now);
+                }
+                self.pump(now, id);
+            } else {
+                self.drop_slot(now, id, "consumer closing", 0);
+            }
+        }
+        self.maybe_emit_closed();
+    }
+
+    // ---------------------------------------------------------------- outputs
+
+    /// The next thing the driver must do, in order.
+    #[must_use]
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.shared.poll_action()
+    }
+
+    /// The next event for the application.
+    #[must_use]
+    pub fn poll_event(&mut self) -> Option<ConsumerEvent> {
+        self.shared.events.pop_front()
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) must be called next: the earliest entry
+    /// of the timer table, of a connection's deadlines and of discovery's.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let slots = self.shared.slots.values().filter_map(Slot::next_timeout);
+        slots
+            .chain(self.discovery.next_timeout())
+            .chain(self.shared.timers.next_timeout())
+            .min()
+    }
+
+    // ---------------------------------------------------------------- internals
+
+    fn connection_mut(&mut self, conn: ConnId) -> Result<&mut Connection, ConsumerError> {
+        self.shared
+            .slots
+            .get_mut(conn)
+            .ok_or_else(|| ConsumerError::UnknownConnection(conn))?
+            .conn
+            .as_mut()
+            .ok_or_else(|| ConsumerError::NotReady(conn))
+    }
+
+    /// Counts a message event on `conn`'s own counters.
+    fn count(&mut self, conn: ConnId, f: impl FnOnce(&mut Counts)) {
+        if let Some(slot) = self.shared.slots.get_mut(conn) {
+            f(&mut slot.counts);
+        }
+    }
+
+    fn in_flight(&self, conn: ConnId) -> usize {
+        self.shared
+            .slots
+            .get(conn)
+            .and_then(|s| s.conn.as_ref())
+            .map_or(0, Connection::in_flight)
+    }
+
+    /// Drains a connection's events (turning them into consumer actions) and its bytes.
+    fn pump(&mut self, now: Instant, id: ConnId) {
+        loop {
+            let Some(c) = self.shared.slots.get_mut(id).and_then(|s| s.conn.as_mut()) else {
+                return;
+            };
+            let Some(event) = c.poll_event() else {
+                break;
+            };
+            match event {
+                ConnectionEvent::Ready(negotiated) => {
+                    let output_buffer_timeout = negotiated.identify.output_buffer_timeout;
+                    FlowControl::connection_ready(now, id, output_buffer_timeout, &mut self.shared);
+                    let Some(slot) = self.shared.slots.get(id) else {
+                        return;
+                    };
+                    let addr = slot.addr.clone();
+                    self.shared
+                        .events
+                        .push_back(ConsumerEvent::ConnectionReady { conn: id, addr });
+                    self.shared.flush(id);
+                    self.flow.rebalance(now, false, &mut self.shared);
+                }
+                ConnectionEvent::Message(message) => self.on_message(now, id, message),
+                ConnectionEvent::MessageExpired(mid) => {
+                    self.shared
+                        .events
+                        .push_back(ConsumerEvent::MessageExpired { conn: id, id: mid });
+                    // Its share of max_in_flight is free again.
+                    self.flow.replan_if_owed(now, &mut self.shared);
+                }
+                ConnectionEvent::ServerError(error) => {
+                    self.flow
+                        .on_answer_failed(now, id, &error, &mut self.shared);
+                    self.shared
+                        .events
+                        .push_back(ConsumerEvent::ServerError { conn: id, error });
+                }
+                ConnectionEvent::Closed(reason) => {
+                    let leftovers = match &reason {
+                        CloseReason::Graceful { unanswered } => *unanswered,
+                        _ => c.in_flight(),
+                    };
+                    self.shared.flush(id);
+                    self.drop_slot(now, id, &reason.to_string(), leftovers);
+                    return;
+                }
+                _ => {}
+            }
+        }
+        self.shared.flush(id);
+    }
+
+    fn on_message(&mut self, now: Instant, id: ConnId, message: Message) {
+        self.received += 1;
+        self.count(id, |c| c.received += 1);
+        let max_attempts = self.shared.config.max_attempts;
+        let Some((was_fresh, turn_over)) = FlowControl::on_message(id, &mut self.shared) else {
+            return;
+        };
+        if max_attempts > 0 && message.attempts > max_attempts {
+            if let Some(c) = self.shared.slots.get_mut(id).and_then(|s| s.conn.as_mut()) {
+                if let Err(e) = c.finish(now, &message.id) {
+                    tracing::debug!(conn = %id, error = %e, "could not finish a message given up on");
+                }
+            }
+            self.count(id, |c| c.gave_up += 1);
+            self.gave_up += 1;
+            self.shared
+                .events
+                .push_back(ConsumerEvent::GaveUp { conn: id, message });
+            // Like go-nsq: the FIN of a message given up on is a success for backoff.
+            self.flow.on_success(now, &mut self.shared);
+            self.after_answer(now, id);
+        } else {
+            self.shared
+                .events
+                .push_back(ConsumerEvent::Message { conn: id, message });
+        }
+        if was_fresh || turn_over {
+            self.flow.rebalance(now, turn_over, &mut self.shared);
+        }
+    }
+
+    /// After a FIN/REQ on `id`: flow control refills its RDY or re-plans, then it is drained.
+    fn after_answer(&mut self, now: Instant, id: ConnId) {
+        self.flow.after_answer(now, id, &mut self.shared);
+        self.pump(now, id);
+    }
+
+    /// Forgets a connection: Disconnect action, event, reconnect bookkeeping, RDY rebalance.
+    /// `leftovers`: its messages still unanswered (nsqd redelivers them).
+    fn drop_slot(&mut self, now: Instant, id: ConnId, reason: &str, leftovers: usize) {
+        // Its last bytes are taken now, while the connection is still here.
+        self.shared.flush(id);
+        self.shared.freeze_back();
+        let Some(slot) = self.shared.slots.remove(id) else {
+            return;
+        };
+        self.discovery.add_counts(&slot.addr, &slot.counts);
+        self.shared.push_action(Action::Disconnect { conn: id });
+        let mut closed = ConsumerEvent::ConnectionClosed {
+            conn: id,
+            addr: slot.addr.clone(),
+            reason: reason.to_string(),
+            retry_in: None,
+        };
+        self.flow.forget(id);
+        if self.shared.closing {
+            self.shared.events.push_back(closed);
+            self.leftovers += leftovers;
+            self.maybe_emit_closed();
+            return;
+        }
+        let healthy = slot.ready_at.is_some_and(|t| {
+            now.saturating_duration_since(t) >= self.shared.config.reconnect_reset_after
+        });
+        let retry = self
+            .discovery
+            .connection_ended(now, &slot.addr, id, healthy, &mut self.shared);
+        if let ConsumerEvent::ConnectionClosed { retry_in, .. } = &mut closed {
+            *retry_in = retry;
+        }
+        self.shared.events.push_back(closed);
+        self.discovery.prune(Some(&slot.addr), &self.shared);
+        self.flow.rebalance(now, false, &mut self.shared);
+    }
+
+    fn maybe_emit_closed(&mut self) {
+        if self.shared.closing && !self.closed_emitted && self.shared.slots.is_empty() {
+            self.closed_emitted = true;
+            self.shared.timers.stop(Timer::Close);
+            self.shared.events.push_back(ConsumerEvent::Closed {
+                leftovers: self.leftovers,
+            });
+        }
+    }
+
+    fn force_close(&mut self, now: Instant) {
+        self.shared.timers.stop(Timer::Close);
+        let ids: Vec<ConnId> = self.shared.slots.keys().copied().collect();
+        for id in ids {
+            let leftovers = self.in_flight(id);
+            self.drop_slot(now, id, "close timeout", leftovers);
+        }
+        self.maybe_emit_closed();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::consumer::LookupdAddressError;
+
+    #[test]
+    fn extreme_configured_durations_do_not_overflow() {
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "origin of virtual time in a test"
+        )]
+        let now = Instant::now();
+        let config = ConsumerConfig {
+            lookupd_poll_interval: Duration::MAX,
+            lookupd_poll_jitter: f64::NAN,
+            lookupd_timeout: Duration::MAX,
+            close_timeout: Duration::MAX,
+            rdy_redistribute_interval: Duration::MAX,
+            ..ConsumerConfig::default()
+        };
+        let mut c = Consumer::new(
+            config,
+            Topic::new("t").unwrap(),
+            Channel::new("c").unwrap(),
+            1,
+        );
+        c.add_lookupd(now, "h:4161").unwrap();
+        c.handle_timeout(now);
+        assert!(matches!(
+            c.poll_action(),
+            Some(Action::LookupdRequest { .. })
+        ));
+        assert!(c.poll_timeout().is_some_and(|t| t > now));
+        c.close(now);
+    }
+
+    fn consumer() -> Consumer {
+        Consumer::new(
+            ConsumerConfig::default(),
+            Topic::new("t").unwrap(),
+            Channel::new("c").unwrap(),
+            1,
+        )
+    }
+
+    #[test]
+    fn commands_validate_and_nothing_happens_on_error() {
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "origin of virtual time in a test"
+        )]
+        let now = Instant::now();
+        let mut c = consumer();
+        assert_eq!(
+            c.add_nsqd(now, "nope"),
+            Err(ConsumerError::InvalidAddress("nope".into()))
+        );
+        assert!(matches!(
+            c.add_lookupd(now, "https://h:4161"),
+            Err(ConsumerError::InvalidLookupd(
+                LookupdAddressError::UnsupportedScheme(_)
+            ))
+        ));
+        assert_eq!(c.poll_action(), None);
+        assert_eq!(c.poll_timeout(), None);
+        let ghost = ConnId::from_raw(99);
+        assert_eq!(
+            c.finish(now, ghost, &MessageId::new(*b"0123456789abcdef")),
+            Err(ConsumerError::UnknownConnection(ghost))
+        );
+        assert_eq!(ghost.to_string(), "conn#99");
+        assert_eq!(LookupdRequestId::from_raw(3).to_string(), "lookup#3");
+        // Adding the same nsqd twice connects once; a connecting socket is not ready.
+        c.add_nsqd(now, "h:4150").unwrap();
+        c.add_nsqd(now, " h:4150 ").unwrap();
+        let Some(Action::Connect { conn, addr }) = c.poll_action() else {
+            panic!("expected Connect");
+        };
+        assert_eq!(addr, "h:4150");
+        assert_eq!(c.poll_action(), None);
+        assert_eq!(
+            c.touch(now, conn, &MessageId::new(*b"0123456789abcdef")),
+            Err(ConsumerError::NotReady(conn))
+        );
+        // Close with nothing connected yet: the pending connect is dropped, Closed at once.
+        c.close(now);
+        assert_eq!(c.poll_action(), Some(Action::Disconnect { conn }));
+        let events: Vec<ConsumerEvent> = std::iter::from_fn(|| c.poll_event()).collect();
+        assert!(matches!(
+            events.last(),
+            Some(ConsumerEvent::Closed { leftovers: 0 })
+        ));
+        assert!(c.is_closed());
+        assert_eq!(c.add_nsqd(now, "h:4151"), Err(ConsumerError::Closing));
+        assert_eq!(c.poll_timeout(), None);
+    }
+}

@@ -1,0 +1,606 @@
+//! Discovery ([`Discovery`]): which nsqd the consumer connects to. The nsqd set (each a
+//! [`Node`]: added directly or listed by a lookupd, its reconnect schedule and counters), the
+//! nsqlookupd set and its polling, and the connection and request ids.
+
+use super::config::ConsumerConfig;
+use super::events::{ConsumerError, ConsumerEvent};
+use super::lookupd::{LookupdAddress, LookupdError, LookupdResponseParser};
+use super::policy::ReconnectSchedule;
+use super::shared::Shared;
+use super::slots::{Slot, Slots};
+use super::stats::{Counts, NsqdState, NsqdStats};
+use super::timers::Timer;
+use crate::connection::{Connection, ConnectionState};
+use crate::driver::{Action, ConnId, LookupdRequestId};
+use crate::names::Topic;
+use crate::schedule::{MAX_DELAY, later, valid_host_port};
+use bytes::Bytes;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+/// How the consumer came to know an nsqd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// Added with `add_nsqd`: reconnected on a schedule, never forgotten.
+    Direct,
+    /// Listed by a lookupd (or disconnected from): connected while a lookupd lists it.
+    Lookupd,
+}
+
+/// One nsqd address the consumer keeps track of.
+#[derive(Debug)]
+struct Node {
+    source: Source,
+    conn: Option<ConnId>,
+    schedule: ReconnectSchedule,
+    next_attempt: Option<Instant>,
+    /// Sequence number of the last disconnect: only a lookupd answer to a request sent after
+    /// it may bring a discovered nsqd back.
+    disconnected_seq: u64,
+    /// Indexes (into `Discovery::lookupds`) of the lookupds whose latest successful answer
+    /// listed this address. A failed query leaves its lookupd's entries as they were, so a
+    /// lookupd being down never makes the consumer forget what it listed.
+    listed_by: BTreeSet<usize>,
+    /// Counters of its connections that have ended.
+    counts: Counts,
+    /// Connection attempts made.
+    attempts: u64,
+}
+
+impl Node {
+    fn new(source: Source, config: &ConsumerConfig) -> Node {
+        Node {
+            source,
+            conn: None,
+            schedule: ReconnectSchedule::new(
+                config.reconnect_initial_delay,
+                config.reconnect_max_delay,
+            ),
+            next_attempt: None,
+            disconnected_seq: 0,
+            listed_by: BTreeSet::new(),
+            counts: Counts::default(),
+            attempts: 0,
+        }
+    }
+}
+
+/// A lookupd query in progress.
+#[derive(Debug)]
+struct Pending {
+    id: LookupdRequestId,
+    parser: LookupdResponseParser,
+    deadline: Instant,
+    seq: u64,
+}
+
+#[derive(Debug)]
+struct Lookupd {
+    addr: LookupdAddress,
+    pending: Option<Pending>,
+}
+
+/// The nsqd and lookupd sets. Its consumer-wide deadline is the [`Timer::LookupdPoll`] entry
+/// of the timer table; each lookupd query's timeout and each nsqd's reconnect stay with them
+/// ([`next_timeout`](Self::next_timeout)).
+#[derive(Debug)]
+pub(super) struct Discovery {
+    next_conn: u64,
+    next_request: u64,
+    /// Orders lookupd requests and disconnects (see `Node::disconnected_seq`).
+    seq: u64,
+    nodes: BTreeMap<String, Node>,
+    /// Recently forgotten discovered addresses and the sequence number of their last
+    /// disconnect, kept only while a lookupd request sent before that disconnect is pending:
+    /// such a stale answer must not bring the address back (see `Node::disconnected_seq`).
+    forgotten: BTreeMap<String, u64>,
+    lookupds: Vec<Lookupd>,
+    /// Connection attempts to an nsqd after its first one, over every nsqd ever known.
+    reconnects: u64,
+}
+
+impl Discovery {
+    pub(super) fn new() -> Discovery {
+        Discovery {
+            next_conn: 1,
+            next_request: 1,
+            seq: 0,
+            nodes: BTreeMap::new(),
+            forgotten: BTreeMap::new(),
+            lookupds: Vec::new(),
+            reconnects: 0,
+        }
+    }
+
+    /// How many nsqd addresses are kept track of.
+    pub(super) fn known(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub(super) fn reconnects(&self) -> u64 {
+        self.reconnects
+    }
+
+    /// The per-nsqd part of the stats, written over `out` (reusing its allocations).
+    pub(super) fn nsqd_stats_into(&self, slots: &Slots<Slot>, out: &mut Vec<NsqdStats>) {
+        out.truncate(self.nodes.len());
+        for (i, (addr, p)) in self.nodes.iter().enumerate() {
+            let slot = p.conn.and_then(|id| slots.get(id));
+            let mut counts = p.counts;
+            if let Some(s) = slot {
+                counts.add(&s.counts);
+            }
+            let c = slot.and_then(|s| s.conn.as_ref());
+            let state = match (slot, c.map(Connection::state)) {
+                (None, _) => NsqdState::Disconnected,
+                (Some(_), None) => NsqdState::Connecting,
+                (Some(s), Some(ConnectionState::Ready)) if s.is_ready() => NsqdState::Ready,
+                (Some(_), Some(ConnectionState::Ready | ConnectionState::Handshaking)) => {
+                    NsqdState::Handshaking
+                }
+                (Some(_), Some(_)) => NsqdState::Closing,
+            };
+            let entry = NsqdStats {
+                address: String::new(),
+                configured: p.source == Source::Direct,
+                state,
+                connection: p.conn,
+                rdy: slot.map_or(0, Slot::rdy),
+                in_flight: c.map_or(0, Connection::in_flight),
+                received: counts.received,
+                finished: counts.finished,
+                requeued: counts.requeued,
+                gave_up: counts.gave_up,
+                reconnects: p.attempts.saturating_sub(1),
+                reconnect_at: p.next_attempt.filter(|_| p.conn.is_none()),
+            };
+            match out.get_mut(i) {
+                Some(old) => {
+                    let mut address = std::mem::take(&mut old.address);
+                    address.clone_from(addr);
+                    *old = NsqdStats { address, ..entry };
+                }
+                None => out.push(NsqdStats {
+                    address: addr.clone(),
+                    ..entry
+                }),
+            }
+        }
+    }
+
+    /// The earliest of the lookupd queries' timeouts and the reconnects due.
+    pub(super) fn next_timeout(&self) -> Option<Instant> {
+        let lookups = self
+            .lookupds
+            .iter()
+            .filter_map(|l| l.pending.as_ref().map(|p| p.deadline));
+        let reconnects = self
+            .nodes
+            .values()
+            .filter(|p| p.conn.is_none())
+            .filter_map(|p| p.next_attempt);
+        lookups.chain(reconnects).min()
+    }
+
+    /// Adds a directly configured nsqd (already validated) and connects it, unless it is
+    /// connected or a reconnect is due.
+    pub(super) fn add_nsqd(&mut self, addr: &str, sh: &mut Shared) {
+        if let Some(p) = self.nodes.get_mut(addr) {
+            p.source = Source::Direct;
+            if p.conn.is_none() && p.next_attempt.is_none() {
+                self.connect(addr, sh);
+            }
+        } else {
+            self.nodes
+                .insert(addr.to_string(), Node::new(Source::Direct, &sh.config));
+            self.connect(addr, sh);
+        }
+    }
+
+    /// Adds a lookupd to poll (nothing if known); the next poll happens at once.
+    pub(super) fn add_lookupd(&mut self, now: Instant, addr: LookupdAddress, sh: &mut Shared) {
+        if self.lookupds.iter().any(|l| l.addr == addr) {
+            return;
+        }
+        self.lookupds.push(Lookupd {
+            addr,
+            pending: None,
+        });
+        sh.timers.set(Timer::LookupdPoll, now);
+    }
+
+    /// Stops reconnecting the directly added nsqd `addr` (already validated): it counts as
+    /// discovered from now on. Returns its connection, for the caller to close; without one
+    /// it may be forgotten at once.
+    pub(super) fn disconnect_from_nsqd(
+        &mut self,
+        addr: &str,
+        sh: &Shared,
+    ) -> Result<Option<ConnId>, ConsumerError> {
+        let Some(p) = self.nodes.get_mut(addr) else {
+            return Err(ConsumerError::NsqdNotConfigured(addr.to_string()));
+        };
+        if p.source != Source::Direct {
+            // Listed by a lookupd: discovered. Otherwise already disconnected from (and
+            // draining), or a discovered nsqd no lookupd lists any more: not configured.
+            return Err(if p.listed_by.is_empty() {
+                ConsumerError::NsqdNotConfigured(addr.to_string())
+            } else {
+                ConsumerError::NsqdDiscovered(addr.to_string())
+            });
+        }
+        // From now on it is handled like a discovered nsqd: no reconnect schedule, and
+        // forgotten once no connection and no lookupd holds on to it.
+        p.source = Source::Lookupd;
+        p.next_attempt = None;
+        let conn = p.conn;
+        tracing::debug!(addr, "disconnecting from nsqd");
+        if conn.is_none() {
+            self.prune(Some(addr), sh);
+        }
+        Ok(conn)
+    }
+
+    /// Stops polling the lookupd `addr` (`input` as the application gave it, for errors).
+    pub(super) fn disconnect_from_lookupd(
+        &mut self,
+        input: &str,
+        addr: &LookupdAddress,
+        sh: &mut Shared,
+    ) -> Result<(), ConsumerError> {
+        let Some(i) = self.lookupds.iter().position(|l| l.addr == *addr) else {
+            return Err(ConsumerError::LookupdNotConfigured(input.to_string()));
+        };
+        if self.lookupds.len() == 1 {
+            return Err(ConsumerError::LastLookupd(input.to_string()));
+        }
+        tracing::debug!(addr = %addr, "disconnecting from nsqlookupd");
+        if let Some(pending) = self.lookupds.remove(i).pending {
+            sh.push_action(Action::LookupdClose {
+                request: pending.id,
+            });
+        }
+        // `listed_by` holds indexes into `lookupds`: drop `i`, shift the ones after it.
+        for p in self.nodes.values_mut() {
+            p.listed_by = p
+                .listed_by
+                .iter()
+                .filter(|&&j| j != i)
+                .map(|&j| if j > i { j - 1 } else { j })
+                .collect();
+        }
+        self.prune(None, sh);
+        Ok(())
+    }
+
+    /// The consumer is closing: no more polls or reconnects; queries in progress are
+    /// abandoned.
+    pub(super) fn close(&mut self, sh: &mut Shared) {
+        sh.timers.stop(Timer::LookupdPoll);
+        let pending: Vec<LookupdRequestId> = self
+            .lookupds
+            .iter_mut()
+            .filter_map(|l| l.pending.take().map(|p| p.id))
+            .collect();
+        for request in pending {
+            sh.push_action(Action::LookupdClose { request });
+        }
+        for p in self.nodes.values_mut() {
+            p.next_attempt = None;
+        }
+    }
+
+    /// Bytes of a lookupd response.
+    pub(super) fn handle_lookupd_input(
+        &mut self,
+        now: Instant,
+        request: LookupdRequestId,
+        data: &[u8],
+        sh: &mut Shared,
+    ) {
+        let Some(i) = self.lookupd_index(request) else {
+            return;
+        };
+        let Some(p) = self.lookupds[i].pending.as_mut() else {
+            return;
+        };
+        match p.parser.feed(data) {
+            Ok(None) => {}
+            Ok(Some(reply)) => self.lookupd_done(now, i, Ok(reply), sh),
+            Err(e) => self.lookupd_done(now, i, Err(e), sh),
+        }
+    }
+
+    /// The lookupd closed the response stream.
+    pub(super) fn handle_lookupd_eof(
+        &mut self,
+        now: Instant,
+        request: LookupdRequestId,
+        sh: &mut Shared,
+    ) {
+        let Some(i) = self.lookupd_index(request) else {
+            return;
+        };
+        let Some(p) = self.lookupds[i].pending.as_mut() else {
+            return;
+        };
+        let result = p.parser.eof();
+        self.lookupd_done(now, i, result, sh);
+    }
+
+    /// The driver could not complete the lookupd exchange.
+    pub(super) fn handle_lookupd_failed(
+        &mut self,
+        now: Instant,
+        request: LookupdRequestId,
+        reason: &str,
+        sh: &mut Shared,
+    ) {
+        if let Some(i) = self.lookupd_index(request) {
+            let error = LookupdError::Transport(reason.to_string());
+            self.lookupd_done(now, i, Err(error), sh);
+        }
+    }
+
+    /// The discovery deadlines due at `now`: lookupd queries that took too long, the next
+    /// poll, reconnects.
+    pub(super) fn handle_timeout(&mut self, now: Instant, topic: &Topic, sh: &mut Shared) {
+        for i in 0..self.lookupds.len() {
+            if self.lookupds[i]
+                .pending
+                .as_ref()
+                .is_some_and(|p| p.deadline <= now)
+            {
+                self.lookupd_done(now, i, Err(LookupdError::Timeout), sh);
+            }
+        }
+        if sh.timers.is_expired(Timer::LookupdPoll, now) {
+            self.poll_lookupds(now, topic, sh);
+        }
+        let reconnect: Vec<String> = self
+            .nodes
+            .iter()
+            .filter(|(_, p)| p.conn.is_none() && p.next_attempt.is_some_and(|t| t <= now))
+            .map(|(a, _)| a.clone())
+            .collect();
+        for addr in reconnect {
+            self.connect(&addr, sh);
+        }
+    }
+
+    /// Adds the counters of an ended connection to its nsqd's.
+    pub(super) fn add_counts(&mut self, addr: &str, counts: &Counts) {
+        if let Some(p) = self.nodes.get_mut(addr) {
+            p.counts.add(counts);
+        }
+    }
+
+    /// Connection `id` to `addr` ended (not while closing): a directly added nsqd gets its
+    /// reconnect scheduled (the schedule starts over after a `healthy` connection), whose
+    /// delay is returned; a discovered one waits for a lookupd to list it again.
+    pub(super) fn connection_ended(
+        &mut self,
+        now: Instant,
+        addr: &str,
+        id: ConnId,
+        healthy: bool,
+        sh: &mut Shared,
+    ) -> Option<Duration> {
+        self.seq += 1;
+        let seq = self.seq;
+        let p = self.nodes.get_mut(addr)?;
+        if p.conn != Some(id) {
+            return None;
+        }
+        p.conn = None;
+        p.disconnected_seq = seq;
+        if p.source != Source::Direct {
+            return None;
+        }
+        if healthy {
+            p.schedule.reset();
+        }
+        let delay = p.schedule.next_delay(&mut sh.rng);
+        p.next_attempt = Some(later(now, delay));
+        Some(delay)
+    }
+
+    /// Opens a connection to the known nsqd `addr`, unless closing or it has one.
+    fn connect(&mut self, addr: &str, sh: &mut Shared) {
+        if sh.closing {
+            return;
+        }
+        let Some(p) = self.nodes.get_mut(addr) else {
+            return;
+        };
+        if p.conn.is_some() {
+            return;
+        }
+        let id = ConnId::from_raw(self.next_conn);
+        self.next_conn += 1;
+        p.conn = Some(id);
+        p.next_attempt = None;
+        p.attempts += 1;
+        if p.attempts > 1 {
+            self.reconnects += 1;
+        }
+        sh.slots.insert(id, Slot::new(addr));
+        sh.push_action(Action::Connect {
+            conn: id,
+            addr: addr.to_string(),
+        });
+    }
+
+    fn lookupd_index(&self, request: LookupdRequestId) -> Option<usize> {
+        self.lookupds
+            .iter()
+            .position(|l| l.pending.as_ref().is_some_and(|p| p.id == request))
+    }
+
+    fn poll_lookupds(&mut self, now: Instant, topic: &Topic, sh: &mut Shared) {
+        if sh.closing {
+            sh.timers.stop(Timer::LookupdPoll);
+            return;
+        }
+        for i in 0..self.lookupds.len() {
+            if self.lookupds[i].pending.is_some() {
+                continue; // still waiting for the previous round's answer
+            }
+            let id = LookupdRequestId::from_raw(self.next_request);
+            self.next_request += 1;
+            self.seq += 1;
+            let l = &mut self.lookupds[i];
+            let data = Bytes::from(l.addr.request(topic));
+            l.pending = Some(Pending {
+                id,
+                parser: LookupdResponseParser::new(sh.config.max_lookupd_response_size),
+                deadline: later(now, sh.config.lookupd_timeout),
+                seq: self.seq,
+            });
+            let addr = l.addr.authority().to_string();
+            sh.push_action(Action::LookupdRequest {
+                request: id,
+                addr,
+                data,
+            });
+        }
+        let interval = sh.config.lookupd_poll_interval;
+        let fraction = sh.config.lookupd_poll_jitter;
+        let fraction = if fraction.is_finite() {
+            fraction.clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
+        let interval = interval.min(MAX_DELAY);
+        let jitter = interval.mul_f64(fraction * sh.rng.unit_f64());
+        sh.timers
+            .set(Timer::LookupdPoll, later(now, interval + jitter));
+    }
+
+    fn lookupd_done(
+        &mut self,
+        _now: Instant,
+        i: usize,
+        result: Result<crate::lookup::LookupResponse, LookupdError>,
+        sh: &mut Shared,
+    ) {
+        let Some(p) = self.lookupds[i].pending.take() else {
+            return;
+        };
+        sh.push_action(Action::LookupdClose { request: p.id });
+        match result {
+            Ok(reply) => {
+                let mut listed = BTreeSet::new();
+                for producer in &reply.producers {
+                    let addr = producer.tcp_address();
+                    if producer.tcp_port == 0 || !valid_host_port(&addr) {
+                        tracing::debug!(
+                            nsqd = addr,
+                            "ignoring a lookupd producer with a bad address"
+                        );
+                        continue;
+                    }
+                    self.discovered(&addr, p.seq, sh);
+                    listed.insert(addr);
+                }
+                // This answer replaces what this lookupd listed before.
+                for (addr, node) in &mut self.nodes {
+                    if listed.contains(addr) {
+                        node.listed_by.insert(i);
+                    } else {
+                        node.listed_by.remove(&i);
+                    }
+                }
+                self.prune(None, sh);
+            }
+            Err(error) => {
+                let addr = self.lookupds[i].addr.to_string();
+                sh.events
+                    .push_back(ConsumerEvent::LookupdFailed { addr, error });
+            }
+        }
+        // This request is answered: forgotten addresses it predated may be let go.
+        self.expire_forgotten();
+    }
+
+    /// Forgets lookupd-discovered addresses that nothing holds on to any more: no connection
+    /// (live or being set up), no reconnect due, and no lookupd whose latest successful answer
+    /// lists them. Directly added addresses are never forgotten. `only` limits the check to
+    /// one address. Nothing is forgotten while closing (everything goes away then anyway).
+    pub(super) fn prune(&mut self, only: Option<&str>, sh: &Shared) {
+        if sh.closing {
+            return;
+        }
+        let unheld = |p: &Node| {
+            p.source == Source::Lookupd
+                && p.conn.is_none()
+                && p.next_attempt.is_none()
+                && p.listed_by.is_empty()
+        };
+        let forgotten = &mut self.forgotten;
+        let mut forget = |addr: &str, p: &Node| {
+            tracing::debug!(nsqd = addr, "forgetting an nsqd no lookupd lists any more");
+            forgotten.insert(addr.to_string(), p.disconnected_seq);
+        };
+        match only {
+            Some(addr) => {
+                if let Some(p) = self.nodes.get(addr).filter(|p| unheld(p)) {
+                    forget(addr, p);
+                    self.nodes.remove(addr);
+                }
+            }
+            None => self.nodes.retain(|addr, p| {
+                if unheld(p) {
+                    forget(addr, p);
+                    false
+                } else {
+                    true
+                }
+            }),
+        }
+        self.expire_forgotten();
+    }
+
+    /// Drops the `forgotten` entries no pending lookupd request predates.
+    fn expire_forgotten(&mut self) {
+        if self.forgotten.is_empty() {
+            return;
+        }
+        let oldest = self
+            .lookupds
+            .iter()
+            .filter_map(|l| l.pending.as_ref().map(|p| p.seq))
+            .min();
+        self.forgotten
+            .retain(|_, disconnected| oldest.is_some_and(|o| o < *disconnected));
+    }
+
+    fn discovered(&mut self, addr: &str, request_seq: u64, sh: &mut Shared) {
+        if sh.closing {
+            return;
+        }
+        match self.nodes.get(addr) {
+            None => {
+                if self
+                    .forgotten
+                    .get(addr)
+                    .is_some_and(|&disconnected| request_seq < disconnected)
+                {
+                    return; // a stale answer about an nsqd that went away since
+                }
+                self.forgotten.remove(addr);
+                let p = Node::new(Source::Lookupd, &sh.config);
+                self.nodes.insert(addr.to_string(), p);
+                self.connect(addr, sh);
+            }
+            Some(p) => {
+                if p.source == Source::Lookupd
+                    && p.conn.is_none()
+                    && request_seq > p.disconnected_seq
+                {
+                    self.connect(addr, sh);
+                }
+            }
+        }
+    }
+}

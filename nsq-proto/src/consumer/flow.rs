@@ -1,0 +1,649 @@
+//! Flow control ([`FlowControl`]): how much each connection may receive. RDY distribution
+//! (a share per connection, or the low-RDY rotation when `max_in_flight` is below the number
+//! of connections), the `max_in_flight` budget held by unanswered messages, and backoff (its
+//! level, its window and the probe connection). The formulas are in [`super::policy`].
+
+use super::policy::{self, RdySlot};
+use super::shared::Shared;
+use super::slots::Slot;
+use super::timers::Timer;
+use crate::connection::Connection;
+use crate::driver::ConnId;
+use crate::error_code::{ErrorCode, ServerError};
+use crate::frame::MessageId;
+use crate::schedule::later;
+use std::time::{Duration, Instant};
+
+/// The longest a lowered RDY's possible deliveries are waited for (see `Slot::transit`).
+const MAX_SETTLE: Duration = Duration::from_secs(5);
+
+/// How many E_FIN_FAILED / E_REQ_FAILED / E_TOUCH_FAILED within [`ANSWER_FAILURE_WINDOW`]
+/// count as one handler failure for backoff.
+pub const ANSWER_FAILURE_BURST: u32 = 3;
+
+/// The window in which [`ANSWER_FAILURE_BURST`] rejected answers make a burst, counted from
+/// the first of them.
+pub const ANSWER_FAILURE_WINDOW: Duration = Duration::from_secs(1);
+
+/// What the low-RDY rotation does with a holder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Turn {
+    Keep,
+    GiveUp,
+    AtNextMessage,
+}
+
+/// The consumer's flow-control state: the RDY plan's memory between calls and the backoff
+/// state. Its deadlines are the [`Timer::Backoff`] and [`Timer::Redistribute`] entries of the
+/// timer table; the per-connection state it works on is in each [`Slot`].
+#[derive(Debug)]
+pub(super) struct FlowControl {
+    max_in_flight: u32,
+    /// Where the round-robin remainder of the RDY plan starts (moves at each redistribution).
+    rr_offset: usize,
+    /// A planned RDY raise was cut short because the budget was held by unanswered
+    /// messages: the next answer re-plans.
+    owed: bool,
+    /// When a low-RDY turn last ended for its length (not idleness): turns end one at a
+    /// time, `low_rdy_timeout / max_in_flight` apart, so they stay staggered.
+    last_turn_end: Option<Instant>,
+    /// More messages are unanswered than max_in_flight (after it was lowered): answers lower
+    /// RDY before they go out (see `before_answer`).
+    over_budget: bool,
+    /// E_FIN_FAILED / E_REQ_FAILED / E_TOUCH_FAILED burst: (start of the window, count).
+    answer_failures: Option<(Instant, u32)>,
+    /// The backoff level (0 = full speed).
+    backoff_level: u32,
+    /// The connection holding RDY 1 while backing off, between windows.
+    probe: Option<ConnId>,
+}
+
+impl FlowControl {
+    pub(super) fn new(max_in_flight: u32) -> FlowControl {
+        FlowControl {
+            max_in_flight,
+            rr_offset: 0,
+            owed: false,
+            last_turn_end: None,
+            over_budget: false,
+            answer_failures: None,
+            backoff_level: 0,
+            probe: None,
+        }
+    }
+
+    pub(super) fn max_in_flight(&self) -> u32 {
+        self.max_in_flight
+    }
+
+    pub(super) fn backoff_level(&self) -> u32 {
+        self.backoff_level
+    }
+
+    /// Changes `max_in_flight` and re-plans.
+    pub(super) fn set_max_in_flight(&mut self, now: Instant, max_in_flight: u32, sh: &mut Shared) {
+        self.max_in_flight = max_in_flight;
+        self.rebalance(now, false, sh);
+    }
+
+    /// `id` is closing or gone: it is no longer the backoff probe.
+    pub(super) fn forget(&mut self, id: ConnId) {
+        if self.probe == Some(id) {
+            self.probe = None;
+        }
+    }
+
+    /// Connection `id` finished its handshake: it is bootstrapped with RDY 1 (until its first
+    /// message or `rdy_redistribute_interval`) and joins the rotation with as few turns as
+    /// the fewest of the others. The caller re-plans.
+    pub(super) fn connection_ready(
+        now: Instant,
+        id: ConnId,
+        output_buffer_timeout: i64,
+        sh: &mut Shared,
+    ) {
+        let Some(slot) = sh.slots.get_mut(id) else {
+            return;
+        };
+        let buffered =
+            u64::try_from(output_buffer_timeout).map_or(Duration::ZERO, Duration::from_millis);
+        let handshake = now.saturating_duration_since(slot.connected_at.unwrap_or(now));
+        slot.settle = buffered.saturating_add(handshake).min(MAX_SETTLE);
+        slot.ready_at = Some(now);
+        let fewest = sh
+            .slots
+            .iter()
+            .filter(|(other, s)| **other != id && s.ready_at.is_some())
+            .map(|(_, s)| s.turns)
+            .min()
+            .unwrap_or(0);
+        let Some(slot) = sh.slots.get_mut(id) else {
+            return;
+        };
+        slot.turns = fewest;
+        slot.fresh_until = Some(later(now, sh.config.rdy_redistribute_interval));
+    }
+
+    /// A message arrived on `id`: its RDY count and transit are updated. Returns whether it
+    /// was the first since the connection became ready (its bootstrap is over) and whether
+    /// its low-RDY turn was over (it gives RDY up now): either means a re-plan. `None` if
+    /// there is no such connection.
+    pub(super) fn on_message(id: ConnId, sh: &mut Shared) -> Option<(bool, bool)> {
+        let slot = sh.slots.get_mut(id)?;
+        slot.received_since_rdy = slot.received_since_rdy.saturating_add(1);
+        // One of the messages that may have been on the wire arrived.
+        slot.transit = slot.transit.saturating_sub(1);
+        let was_fresh = slot.fresh_until.take().is_some();
+        Some((was_fresh, slot.yield_pending))
+    }
+
+    /// After a FIN/REQ on `id`: refill its RDY if the remaining count ran low, hand out the
+    /// share the answer freed if a raise is owed. The caller drains the connection.
+    pub(super) fn after_answer(&mut self, now: Instant, id: ConnId, sh: &mut Shared) {
+        if let Some(slot) = sh.slots.get_mut(id) {
+            slot.answered_at = Some(now);
+            if slot.is_ready() && !sh.closing {
+                let rdy = slot.rdy();
+                if policy::needs_refill(rdy, slot.received_since_rdy) {
+                    if let Some(c) = slot.conn.as_mut() {
+                        if c.set_rdy(now, rdy).is_ok() {
+                            slot.received_since_rdy = 0;
+                        }
+                    }
+                }
+            }
+        }
+        if self.owed {
+            // This connection's bytes (a lowered RDY, the answer) go out before any raise
+            // the re-plan queues elsewhere.
+            sh.flush(id);
+            self.replan_if_owed(now, sh);
+        }
+    }
+
+    /// A share of max_in_flight was freed (an answer, an expiry): if a raise is waiting for
+    /// budget, plan again.
+    pub(super) fn replan_if_owed(&mut self, now: Instant, sh: &mut Shared) {
+        if self.owed && !sh.closing {
+            self.rebalance(now, false, sh);
+        }
+    }
+
+    /// The flow-control deadlines due at `now`: the end of a backoff window, bootstraps and
+    /// settle times of connections, and the next redistribution.
+    pub(super) fn handle_timeout(&mut self, now: Instant, sh: &mut Shared) {
+        if sh.timers.is_expired(Timer::Backoff, now) {
+            sh.timers.stop(Timer::Backoff);
+            self.probe = None;
+            self.rebalance(now, false, sh);
+        }
+        let mut bootstrapped = false;
+        let mut settled = false;
+        for slot in sh.slots.values_mut() {
+            if slot.fresh_until.is_some_and(|t| t <= now) {
+                slot.fresh_until = None;
+                bootstrapped = true;
+            }
+            if slot.transit_until.is_some_and(|t| t <= now) {
+                slot.transit_until = None;
+                slot.transit = 0;
+                settled = true;
+            }
+        }
+        if settled && !bootstrapped {
+            self.replan_if_owed(now, sh);
+        }
+        if sh.timers.is_expired(Timer::Redistribute, now) {
+            sh.timers.stop(Timer::Redistribute);
+            self.rebalance(now, true, sh);
+        } else if bootstrapped {
+            self.rebalance(now, false, sh);
+        }
+    }
+
+    /// E_FIN_FAILED, E_REQ_FAILED and E_TOUCH_FAILED mean answers arrived after nsqd had
+    /// already timed the messages out: the handler is slower than msg_timeout. A burst of
+    /// [`ANSWER_FAILURE_BURST`] of them within [`ANSWER_FAILURE_WINDOW`] counts as one
+    /// handler failure for backoff, so a consumer that cannot keep up slows its intake.
+    pub(super) fn on_answer_failed(
+        &mut self,
+        now: Instant,
+        id: ConnId,
+        error: &ServerError,
+        sh: &mut Shared,
+    ) {
+        if !matches!(
+            error.code(),
+            ErrorCode::FinFailed | ErrorCode::ReqFailed | ErrorCode::TouchFailed
+        ) {
+            return;
+        }
+        let (start, count) = match self.answer_failures {
+            Some((start, count))
+                if now.saturating_duration_since(start) < ANSWER_FAILURE_WINDOW =>
+            {
+                (start, count.saturating_add(1))
+            }
+            _ => (now, 1),
+        };
+        self.answer_failures = Some((start, count));
+        if count == ANSWER_FAILURE_BURST {
+            tracing::warn!(
+                %id,
+                count,
+                window = ?ANSWER_FAILURE_WINDOW,
+                "answers rejected by nsqd (messages already timed out): the handler is slower \
+                 than msg_timeout; backing off"
+            );
+            self.on_failure(now, sh);
+        }
+    }
+
+    fn backoff_max_level(sh: &Shared) -> u32 {
+        policy::max_backoff_level(sh.config.backoff_multiplier, sh.config.max_backoff_duration)
+            .max(1)
+    }
+
+    pub(super) fn on_success(&mut self, now: Instant, sh: &mut Shared) {
+        if !sh.config.backoff_enabled || sh.timers.is_set(Timer::Backoff) || self.backoff_level == 0
+        {
+            return;
+        }
+        self.backoff_level -= 1;
+        if self.backoff_level == 0 {
+            self.probe = None;
+            tracing::debug!("backoff over: full RDY restored");
+            self.rebalance(now, false, sh);
+        } else {
+            self.start_window(now, sh);
+        }
+    }
+
+    pub(super) fn on_failure(&mut self, now: Instant, sh: &mut Shared) {
+        if !sh.config.backoff_enabled || sh.timers.is_set(Timer::Backoff) || sh.closing {
+            return;
+        }
+        self.backoff_level = (self.backoff_level + 1).min(Self::backoff_max_level(sh));
+        self.start_window(now, sh);
+    }
+
+    fn start_window(&mut self, now: Instant, sh: &mut Shared) {
+        let d = policy::backoff_duration(
+            sh.config.backoff_strategy,
+            sh.config.backoff_multiplier,
+            self.backoff_level,
+            sh.config.max_backoff_duration,
+            &mut sh.rng,
+        );
+        tracing::debug!(level = self.backoff_level, window = ?d, "backing off");
+        sh.timers.set(Timer::Backoff, later(now, d));
+        self.probe = None;
+        self.rebalance(now, false, sh);
+    }
+
+    /// Recomputes every ready connection's RDY and applies it, lowering before raising.
+    pub(super) fn rebalance(&mut self, now: Instant, redistribute: bool, sh: &mut Shared) {
+        let ready: Vec<ConnId> = sh
+            .slots
+            .iter()
+            .filter(|(_, s)| s.is_ready())
+            .map(|(id, _)| *id)
+            .collect();
+        let n = ready.len();
+        let m = self.max_in_flight;
+        let mut targets = vec![0u32; n];
+        let mut low_mode = false;
+        if sh.closing || m == 0 || n == 0 || sh.timers.is_set(Timer::Backoff) {
+            // all zero
+        } else if self.backoff_level > 0 {
+            let keep = self.probe.and_then(|p| ready.iter().position(|&r| r == p));
+            let idx = match keep {
+                Some(i) if redistribute && Self::is_idle(now, ready[i], sh) && n > 1 => {
+                    // Move the probe away from an idle connection.
+                    let mut j = sh.rng.index(n - 1);
+                    if j >= i {
+                        j += 1;
+                    }
+                    j
+                }
+                Some(i) => i,
+                None => sh.rng.index(n),
+            };
+            self.probe = Some(ready[idx]);
+            targets[idx] = 1;
+        } else if n as u64 <= u64::from(m) {
+            if redistribute {
+                self.rr_offset = self.rr_offset.wrapping_add(1);
+            }
+            let caps: Vec<RdySlot> = ready
+                .iter()
+                .map(|id| RdySlot {
+                    max_rdy: sh.slots[id].conn.as_ref().map_or(0, Connection::max_rdy),
+                })
+                .collect();
+            targets = policy::plan_rdy(m, &caps, self.rr_offset % n);
+            for (t, id) in targets.iter_mut().zip(&ready) {
+                if sh.slots[id].fresh_until.is_some() {
+                    *t = (*t).min(1);
+                }
+            }
+        } else {
+            low_mode = true;
+            self.plan_low(now, &ready, &mut targets, redistribute, sh);
+        }
+        self.apply(now, &ready, &targets, sh);
+        let probe_tick = self.backoff_level > 0 && !sh.timers.is_set(Timer::Backoff) && n > 1;
+        if sh.closing {
+            sh.timers.stop(Timer::Redistribute);
+        } else if low_mode && m > 0 {
+            sh.timers
+                .set(Timer::Redistribute, self.next_rotation(now, &ready, sh));
+        } else if probe_tick {
+            if !sh.timers.is_set(Timer::Redistribute) {
+                sh.timers.set(
+                    Timer::Redistribute,
+                    later(now, sh.config.rdy_redistribute_interval),
+                );
+            }
+        } else {
+            sh.timers.stop(Timer::Redistribute);
+        }
+    }
+
+    fn is_idle(now: Instant, id: ConnId, sh: &Shared) -> bool {
+        let Some(slot) = sh.slots.get(id) else {
+            return true;
+        };
+        let last_msg = slot.conn.as_ref().and_then(Connection::last_message_at);
+        let since = match (last_msg, slot.granted_at) {
+            (Some(a), Some(b)) => a.max(b),
+            (a, b) => a.or(b).unwrap_or(now),
+        };
+        now.saturating_duration_since(since) > sh.config.low_rdy_idle_timeout
+    }
+
+    /// When a RDY holder with nothing in flight counts as idle: `low_rdy_idle_timeout` after
+    /// its last message, its last answer or its grant, whichever is latest. `None` while it
+    /// has messages in flight (busy, not idle).
+    fn idle_deadline(id: ConnId, sh: &Shared) -> Option<Instant> {
+        let slot = sh.slots.get(id)?;
+        let c = slot.conn.as_ref()?;
+        if c.in_flight() > 0 {
+            return None;
+        }
+        let since = [c.last_message_at(), slot.granted_at, slot.answered_at]
+            .into_iter()
+            .flatten()
+            .max()?;
+        Some(later(since, sh.config.low_rdy_idle_timeout))
+    }
+
+    /// What the low-RDY rotation does with a holder of RDY at `now`.
+    fn turn_verdict(&self, now: Instant, id: ConnId, sh: &Shared) -> Turn {
+        let Some(slot) = sh.slots.get(id) else {
+            return Turn::Keep;
+        };
+        if Self::idle_deadline(id, sh).is_some_and(|t| t <= now) {
+            return Turn::GiveUp;
+        }
+        let over = slot.granted_at.is_some_and(|g| self.turn_end(g, sh) <= now);
+        if !over {
+            return Turn::Keep;
+        }
+        let in_flight = slot.conn.as_ref().map_or(0, Connection::in_flight);
+        if in_flight >= slot.rdy() as usize {
+            // Busy: its RDY 0 goes out before the answer, so nsqd sends it nothing more and
+            // the share passes on when the answer frees it.
+            Turn::GiveUp
+        } else {
+            // It answered and its next message may be on the wire: taking RDY now could let
+            // that message and the next holder's overlap. It gives up at its next message
+            // (or when idle).
+            Turn::AtNextMessage
+        }
+    }
+
+    /// When a turn granted at `granted` ends: after `low_rdy_timeout`, and not sooner than
+    /// `low_rdy_timeout / max_in_flight` after the previous turn ended.
+    fn turn_end(&self, granted: Instant, sh: &Shared) -> Instant {
+        let end = later(granted, sh.config.low_rdy_timeout);
+        let spacing = sh.config.low_rdy_timeout / self.max_in_flight.max(1);
+        self.last_turn_end
+            .map_or(end, |last| end.max(later(last, spacing)))
+    }
+
+    /// The next instant the low-RDY rotation must look again: the earliest end of a turn or
+    /// idle deadline among the holders.
+    fn next_rotation(&self, now: Instant, ready: &[ConnId], sh: &Shared) -> Instant {
+        let mut next: Option<Instant> = None;
+        for id in ready {
+            let slot = &sh.slots[id];
+            if slot.rdy() == 0 {
+                continue;
+            }
+            let turn_end = slot
+                .granted_at
+                .filter(|_| !slot.yield_pending)
+                .map(|g| self.turn_end(g, sh));
+            for t in turn_end.into_iter().chain(Self::idle_deadline(*id, sh)) {
+                next = Some(next.map_or(t, |n| n.min(t)));
+            }
+        }
+        // No holder (the budget is held by unanswered messages; their answers re-plan): look
+        // again after a redistribution interval anyway.
+        next.unwrap_or_else(|| later(now, sh.config.rdy_redistribute_interval))
+            .max(now)
+    }
+
+    /// max_in_flight < connections: RDY 1 held in turns of `low_rdy_timeout` (shorter when
+    /// idle for `low_rdy_idle_timeout`); a freed turn goes to the connection that has waited
+    /// longest (never served first, ties broken at random), so the rotation is round-robin.
+    fn plan_low(
+        &mut self,
+        now: Instant,
+        ready: &[ConnId],
+        targets: &mut [u32],
+        redistribute: bool,
+        sh: &mut Shared,
+    ) {
+        let m = self.max_in_flight as usize;
+        let mut taken = vec![false; ready.len()];
+        // Turns end one at a time: only the longest-held of the holders whose turn is over
+        // (idle holders give up regardless).
+        let mut ending: Option<(Instant, usize, Turn)> = None;
+        for (i, id) in ready.iter().enumerate() {
+            if sh.slots[id].rdy() == 0 {
+                continue;
+            }
+            targets[i] = 1;
+            if !redistribute {
+                continue;
+            }
+            let slot = &sh.slots[id];
+            if slot.yield_pending && slot.unanswered() >= u64::from(slot.rdy()) {
+                // Its turn ended just after an answer; now its next message is here.
+                targets[i] = 0;
+                taken[i] = true;
+                continue;
+            }
+            let verdict = self.turn_verdict(now, *id, sh);
+            if verdict == Turn::Keep {
+                continue;
+            }
+            if Self::idle_deadline(*id, sh).is_some_and(|t| t <= now) {
+                targets[i] = 0;
+                taken[i] = true;
+                continue;
+            }
+            let granted = sh.slots[id].granted_at.unwrap_or(now);
+            if ending.is_none_or(|(g, _, _)| granted < g) {
+                ending = Some((granted, i, verdict));
+            }
+        }
+        if let Some((_, i, verdict)) = ending {
+            self.last_turn_end = Some(now);
+            if verdict == Turn::GiveUp {
+                targets[i] = 0;
+                taken[i] = true;
+            } else if let Some(slot) = sh.slots.get_mut(ready[i]) {
+                slot.yield_pending = true;
+            }
+        }
+        // Too many holders (max_in_flight was lowered): drop the longest-held.
+        let mut holders: Vec<usize> = (0..ready.len()).filter(|&i| targets[i] > 0).collect();
+        if holders.len() > m {
+            holders.sort_by_key(|&i| sh.slots[&ready[i]].granted_at);
+            for &i in &holders[..holders.len() - m] {
+                targets[i] = 0;
+            }
+        }
+        let mut free = m.saturating_sub(targets.iter().filter(|&&t| t > 0).count());
+        if free == 0 {
+            return;
+        }
+        // Waited longest first (never served counts as longest), random among equals.
+        let mut candidates: Vec<usize> = (0..ready.len())
+            .filter(|&i| targets[i] == 0 && !taken[i])
+            .collect();
+        for k in (1..candidates.len()).rev() {
+            let j = sh.rng.index(k + 1);
+            candidates.swap(k, j);
+        }
+        candidates.sort_by_key(|&i| {
+            let s = &sh.slots[&ready[i]];
+            (s.turns, s.released_at)
+        });
+        // Holders whose turn ended at this same instant: the one with fewer turns goes on.
+        let mut again: Vec<usize> = (0..ready.len()).filter(|&i| taken[i]).collect();
+        for k in (1..again.len()).rev() {
+            let j = sh.rng.index(k + 1);
+            again.swap(k, j);
+        }
+        again.sort_by_key(|&i| sh.slots[&ready[i]].turns);
+        for i in candidates.into_iter().chain(again) {
+            if free == 0 {
+                break;
+            }
+            targets[i] = 1;
+            free -= 1;
+            if taken[i] {
+                // Nobody else wants the turn: a new one starts for the same holder.
+                if let Some(slot) = sh.slots.get_mut(ready[i]) {
+                    slot.granted_at = Some(now);
+                    slot.turns += 1;
+                    slot.yield_pending = false;
+                }
+            }
+        }
+    }
+
+    /// Sends the planned RDY values, each cut to the budget: a connection's reservation is
+    /// `max(RDY, unanswered messages)` (see [`Slot::unanswered`]) and the unanswered
+    /// messages cannot be taken back, so RDY above a connection's unanswered messages is
+    /// granted only out of `max_in_flight` minus every connection's unanswered messages and
+    /// the RDY granted before it (holders first, then raises). Every lowering goes out before
+    /// any raise. A target cut short is owed: the answer that frees budget plans again.
+    fn apply(&mut self, now: Instant, ready: &[ConnId], targets: &[u32], sh: &mut Shared) {
+        let m = u64::from(self.max_in_flight);
+        // A lowered RDY frees nothing yet: what nsqd may have sent under it stays committed
+        // (`Slot::transit`), so the budget counts every connection's current RDY.
+        let committed: u64 = sh.slots.values().map(Slot::committed).sum();
+        let reserved: u64 = sh
+            .slots
+            .values()
+            .map(|s| s.committed().max(u64::from(s.rdy())))
+            .sum();
+        let mut free = m.saturating_sub(reserved);
+        // At or over the limit with what is committed alone, no RDY may leave room for one
+        // more delivery anywhere.
+        let full = committed >= m;
+        let mut owed = false;
+        let grants: Vec<u32> = ready
+            .iter()
+            .zip(targets)
+            .map(|(id, &target)| {
+                let slot = &sh.slots[id];
+                let current = slot.rdy();
+                let held = slot.committed();
+                let mut grant = target;
+                if target > current {
+                    let base = held.max(u64::from(current));
+                    let given = u64::from(target).saturating_sub(base).min(free);
+                    free -= given;
+                    grant = u32::try_from(base + given).map_or(target, |g| g.min(target));
+                }
+                if full {
+                    grant = grant.min(u32::try_from(held).unwrap_or(u32::MAX));
+                }
+                owed |= grant < target;
+                grant
+            })
+            .collect();
+        self.over_budget = committed > m;
+        self.owed = owed || self.over_budget;
+        for pass in [true, false] {
+            for (id, &grant) in ready.iter().zip(&grants) {
+                let Some(slot) = sh.slots.get_mut(*id) else {
+                    continue;
+                };
+                let current = slot.rdy();
+                if grant == current || (grant < current) != pass {
+                    continue;
+                }
+                if grant < current {
+                    slot.lower_rdy(now, *id, grant);
+                    sh.flush(*id);
+                    continue;
+                }
+                let Some(c) = slot.conn.as_mut() else {
+                    continue;
+                };
+                match c.set_rdy(now, grant) {
+                    Ok(()) => {
+                        slot.received_since_rdy = 0;
+                        if current == 0 {
+                            slot.granted_at = Some(now);
+                            slot.turns += 1;
+                            slot.yield_pending = false;
+                        }
+                    }
+                    Err(e) => tracing::debug!(conn = %id, error = %e, "RDY not sent"),
+                }
+                sh.flush(*id);
+            }
+        }
+    }
+
+    /// Before an answer to message `id` on `conn` goes out: while more messages are
+    /// unanswered than `max_in_flight` allows (it was lowered, or RDY moved), an answer must
+    /// not open room for a delivery, so RDY on `conn` is lowered first, on the wire ahead of
+    /// the FIN/REQ.
+    pub(super) fn before_answer(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        id: &MessageId,
+        sh: &mut Shared,
+    ) {
+        if !self.over_budget {
+            return;
+        }
+        let committed: u64 = sh.slots.values().map(Slot::committed).sum();
+        if committed <= u64::from(self.max_in_flight) {
+            return;
+        }
+        let Some(slot) = sh.slots.get_mut(conn) else {
+            return;
+        };
+        let rdy = slot.rdy();
+        let Some(c) = slot.conn.as_ref() else {
+            return;
+        };
+        let f = c.in_flight();
+        if !c.is_in_flight(id) || rdy == 0 || (rdy as usize) < f {
+            return;
+        }
+        let lower = u32::try_from(f - 1).unwrap_or(0).min(rdy);
+        slot.lower_rdy(now, conn, lower);
+    }
+}
