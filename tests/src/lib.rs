@@ -1,5 +1,21 @@
-//! A strict in-process stand-in for nsqd v1.3.0 and nsqlookupd, and the cross-adapter
-//! conformance suite.
+//! `nsq-test-broker`: a strict in-process stand-in for nsqd v1.3.0 and nsqlookupd, and the
+//! cross-adapter conformance suite and scenarios.
+//!
+//! This is a library crate (it lives in the repository's `tests/` folder, but it is not a
+//! folder of test files): the adapters' test suites depend on it, and so can yours, to test
+//! an NSQ client or a message handler without a server.
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | `nsqd` ([`Nsqd`], [`NsqdBuilder`]) | the nsqd stand-in: TCP protocol V2, queues and timers, IDENTIFY and upgrades, the HTTP API, stats, fault injection |
+//! | `lookupd` ([`Lookupd`]) | the nsqlookupd stand-in: its HTTP API and producer registrations |
+//! | `options` ([`Options`], [`AuthTable`]) | nsqd's flags and the AUTH table |
+//! | [`raw`] | a hand-written raw client and HTTP helpers for byte-level tests |
+//! | [`conformance`] | the conformance harness, runnable against a real nsqd too |
+//! | [`scenarios`] | the adapter scenarios, written once and run by every adapter |
+//! | `tls` ([`TestPki`]) | a throwaway certificate authority and server identities |
+//! | `transport` ([`Throttle`]) | the socket layer: TLS, snappy and deflate streams, read throttling |
+//! | `http`, `util` | a minimal HTTP/1.1 server side; name checks and [`wait_until`] |
 //!
 //! The broker is the *other side* of the protocol: it parses client commands itself (it does
 //! not use `nsq-proto`, so the two can disagree and the tests catch it), enforces nsqd's
