@@ -125,4 +125,3 @@ pub use identify::{AuthResponse, DEFAULT_MAX_RDY_COUNT, Identify, IdentifyRespon
 pub use lookup::{LookupProducer, LookupResponse, join_host_port};
 pub use names::{Channel, EPHEMERAL_SUFFIX, MAX_NAME_LEN, NameError, Topic, validate_name};
 pub use producer::{Producer, ProducerConfig, ProducerEvent};
-pub use rng::Rng;

@@ -368,6 +368,13 @@ impl Codec {
         }
     }
 
+    #[cfg_attr(
+        not(any(feature = "fuzzing", feature = "test-support")),
+        expect(
+            dead_code,
+            reason = "read only by Connection::buffered_input, a fuzzing and test aid"
+        )
+    )]
     fn buffered(&self) -> usize {
         match self {
             Codec::Snappy(d, _) => d.buffered(),
@@ -1441,7 +1448,10 @@ impl Connection {
             .push_back(ConnectionEvent::Ready(Box::new(negotiated)));
     }
 
-    /// Bytes buffered inside the layers, for tests and stats.
+    /// Bytes buffered inside the layers: the fuzzers and tests check that a small input never
+    /// makes them grow without bound. Not part of the API (only built with the `fuzzing` or
+    /// `test-support` feature).
+    #[cfg(any(feature = "fuzzing", feature = "test-support"))]
     #[doc(hidden)]
     #[must_use]
     pub fn buffered_input(&self) -> usize {

@@ -89,7 +89,7 @@ impl ReconnectSchedule {
     }
 
     /// The delay before the next attempt; counts one more failure.
-    pub fn next_delay(&mut self, rng: &mut Rng) -> Duration {
+    pub(crate) fn next_delay(&mut self, rng: &mut Rng) -> Duration {
         let d = exponential_backoff(self.initial, self.failures, self.max.max(self.initial));
         self.failures = self.failures.saturating_add(1);
         let half = d / 2;
