@@ -8,7 +8,7 @@
 
 use bytes::BytesMut;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use nsq_proto::connection::test_support::{FakeNsqd, FakeNsqdConfig, exchange};
+use nsq_proto::test_support::{FakeNsqd, FakeNsqdConfig, exchange};
 use nsq_proto::{
     Channel, Compression, Connection, ConnectionConfig, ConnectionEvent, Message, MessageId, Role,
     Topic, encode_message_frame,

@@ -17,8 +17,8 @@
 )]
 
 use bytes::BytesMut;
-use nsq_proto::connection::test_support::{FakeNsqd, FakeNsqdConfig, exchange};
 use nsq_proto::driver::{Action, ConnId};
+use nsq_proto::test_support::{FakeNsqd, FakeNsqdConfig, exchange};
 use nsq_proto::{
     Channel, Connection, ConnectionConfig, ConnectionEvent, Consumer, ConsumerConfig,
     ConsumerEvent, Message, MessageId, Role, Topic, encode_frame, encode_message_frame,

@@ -86,7 +86,7 @@
 //!
 //! * `fuzzing`: the hidden `nsq_proto::fuzzing` module, the entry points of the cargo-fuzz
 //!   targets in `fuzz/` and of the corpus-replay tests.
-//! * `test-support`: the hidden `nsq_proto::connection::test_support` module, a scripted fake
+//! * `test-support`: the hidden `nsq_proto::test_support` module, a scripted fake
 //!   nsqd (the server side of one connection) for tests and benches.
 
 pub mod adapter;
@@ -106,6 +106,9 @@ mod names;
 pub mod producer;
 mod rng;
 mod schedule;
+#[cfg(feature = "test-support")]
+#[doc(hidden)]
+pub mod test_support;
 
 pub use command::{CommandError, Limits, MAGIC_V2};
 pub use config::Config;

@@ -7,9 +7,9 @@
 )]
 
 use nsq_proto::config::{OptionError, parse_go_duration};
-use nsq_proto::connection::test_support::{FakeNsqd, FakeNsqdConfig, exchange};
 use nsq_proto::consumer::{BackoffStrategy, ConsumerConfig};
 use nsq_proto::producer::{ProducerConfig, Routing};
+use nsq_proto::test_support::{FakeNsqd, FakeNsqdConfig, exchange};
 use nsq_proto::{Compression, Config, Connection, ConnectionEvent, Role};
 use std::collections::HashMap;
 use std::path::PathBuf;

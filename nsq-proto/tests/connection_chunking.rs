@@ -6,7 +6,7 @@ mod common;
 
 use bytes::BytesMut;
 use common::{TestPki, consumer, pki, t0, topic};
-use nsq_proto::connection::test_support::{FakeNsqd, FakeNsqdConfig};
+use nsq_proto::test_support::{FakeNsqd, FakeNsqdConfig};
 use nsq_proto::{
     Compression, Connection, ConnectionConfig, ConnectionEvent, ErrorCode, Role, TlsConfig,
 };

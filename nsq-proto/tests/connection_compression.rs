@@ -5,8 +5,8 @@
 mod common;
 
 use common::{connect, consumer, events, fake, feed, t0, topic};
-use nsq_proto::connection::test_support::{ClientCommand, FakeNsqdConfig, exchange};
 use nsq_proto::connection::{DeflateError, SnappyError};
+use nsq_proto::test_support::{ClientCommand, FakeNsqdConfig, exchange};
 use nsq_proto::{
     CloseReason, Compression, Connection, ConnectionConfig, ConnectionEvent, NegotiatedCompression,
     Role, encode_frame,

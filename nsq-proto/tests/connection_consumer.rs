@@ -4,7 +4,7 @@ mod common;
 
 use bytes::BytesMut;
 use common::{connect, consumer, events, fake};
-use nsq_proto::connection::test_support::{ClientCommand, FakeNsqd, FakeNsqdConfig, exchange};
+use nsq_proto::test_support::{ClientCommand, FakeNsqd, FakeNsqdConfig, exchange};
 use nsq_proto::{
     CloseReason, Connection, ConnectionConfig, ConnectionError, ConnectionEvent, ConnectionState,
     ErrorCode, Message, MessageId, encode_message_frame,

@@ -8,7 +8,7 @@
 mod common;
 
 use common::{connect, consumer, events, fake, feed};
-use nsq_proto::connection::test_support::{ClientCommand, FakeNsqdConfig, exchange};
+use nsq_proto::test_support::{ClientCommand, FakeNsqdConfig, exchange};
 use nsq_proto::{
     CloseReason, Compression, ConnectionConfig, ConnectionError, ConnectionEvent, ConnectionState,
     DecodeError, ErrorCode, NegotiatedCompression, Role, Secret, encode_frame,

@@ -5,7 +5,7 @@
 mod common;
 
 use common::{connect, consumer, events, fake, t0};
-use nsq_proto::connection::test_support::{FakeNsqdConfig, exchange};
+use nsq_proto::test_support::{FakeNsqdConfig, exchange};
 use nsq_proto::{ConnectionConfig, ConnectionError, ConnectionEvent, MessageId};
 use proptest::prelude::*;
 use std::collections::BTreeMap;

@@ -3,7 +3,7 @@
 mod common;
 
 use common::{connect, events, fake, topic};
-use nsq_proto::connection::test_support::{ClientCommand, FakeNsqd, FakeNsqdConfig, exchange};
+use nsq_proto::test_support::{ClientCommand, FakeNsqd, FakeNsqdConfig, exchange};
 use nsq_proto::{
     CloseReason, Connection, ConnectionConfig, ConnectionError, ConnectionEvent, ConnectionState,
     ErrorCode, PublishError, PublishToken, Role,

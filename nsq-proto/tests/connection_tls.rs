@@ -5,7 +5,7 @@ mod common;
 
 use common::{consumer, events, fake, pki, t0, topic};
 use nsq_proto::connection::TlsError;
-use nsq_proto::connection::test_support::{ClientCommand, FakeNsqd, FakeNsqdConfig, exchange};
+use nsq_proto::test_support::{ClientCommand, FakeNsqd, FakeNsqdConfig, exchange};
 use nsq_proto::{
     CloseReason, Compression, Connection, ConnectionConfig, ConnectionEvent, Negotiated,
     NegotiatedCompression, Role, Secret, TlsConfig,

@@ -2,10 +2,10 @@
 //! consumer against fake nsqd peers.
 
 use bytes::BytesMut;
-use nsq_proto::connection::test_support::{FakeNsqd, FakeNsqdConfig};
 use nsq_proto::consumer::{ConsumerConfig, ConsumerEvent};
 use nsq_proto::driver::{Action, ConnId, Driven};
 use nsq_proto::producer::{ProducerConfig, ProducerEvent};
+use nsq_proto::test_support::{FakeNsqd, FakeNsqdConfig};
 use nsq_proto::{Channel, Consumer, Producer, Topic};
 use std::collections::BTreeMap;
 use std::time::Instant;

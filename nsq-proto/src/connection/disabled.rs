@@ -92,13 +92,6 @@ pub(crate) mod tls {
             match *self {}
         }
 
-        #[cfg_attr(
-            not(any(feature = "fuzzing", feature = "test-support")),
-            expect(
-                dead_code,
-                reason = "read only by Connection::buffered_input, a fuzzing and test aid"
-            )
-        )]
         pub(crate) fn buffered(&self) -> usize {
             match *self {}
         }

@@ -41,11 +41,11 @@
 mod config;
 pub(crate) mod deflate;
 mod disabled;
+mod events;
+mod handshake;
 mod inflight;
+mod layers;
 pub(crate) mod snappy;
-#[cfg(feature = "test-support")]
-#[doc(hidden)]
-pub mod test_support;
 #[cfg(feature = "tls")]
 mod tls;
 #[cfg(not(feature = "tls"))]
@@ -53,15 +53,21 @@ use disabled::tls;
 
 pub use config::{Compression, ConfigError, ConnectionConfig, DEFAULT_USER_AGENT, Role, Secret};
 pub use deflate::DeflateError;
+pub use events::{
+    CloseReason, ConnectionError, ConnectionEvent, ConnectionState, Negotiated,
+    NegotiatedCompression, PublishError, PublishToken,
+};
+use handshake::Phase;
+use layers::{Fill, Layers};
 pub use snappy::SnappyError;
 #[cfg(feature = "tls")]
 pub use tls::{ClientCert, TlsSetupError, webpki_root_store};
 pub use tls::{TlsConfig, TlsError};
 
 use crate::command::{self, CommandError};
-use crate::error_code::{ErrorCode, ServerError};
-use crate::frame::{DecodeError, Frame, FrameDecoder, Message, MessageId, Response};
-use crate::identify::{AuthResponse, IdentifyResponse, ReplyError};
+use crate::error_code::ErrorCode;
+use crate::frame::{Frame, FrameDecoder, Message, MessageId, Response};
+use crate::identify::{AuthResponse, IdentifyResponse};
 use crate::names::Topic;
 use bytes::{Bytes, BytesMut};
 #[cfg(feature = "tls")]
@@ -71,324 +77,6 @@ use std::fmt;
 use std::time::{Duration, Instant};
 #[cfg(not(feature = "tls"))]
 use tls::ServerName;
-
-/// Largest amount of plaintext produced by the TLS / decompression layers in one step, so a
-/// small compressed input can never expand into an unbounded buffer.
-const PULL_CHUNK: usize = 64 * 1024;
-
-/// Identifies one publish; resolved by exactly one [`ConnectionEvent::Published`] or
-/// [`ConnectionEvent::PublishFailed`]. Tokens increase by one per publish on a connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PublishToken(u64);
-
-impl PublishToken {
-    /// The sequence number of the publish on its connection (0 for the first).
-    pub fn sequence(self) -> u64 {
-        self.0
-    }
-}
-
-/// Coarse state of a connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ConnectionState {
-    /// Start-up in progress (IDENTIFY, upgrades, AUTH, SUB).
-    Handshaking,
-    /// Usable.
-    Ready,
-    /// [`Connection::close`] was called; draining in-flight messages or outstanding publishes.
-    Closing,
-    /// Finished; [`ConnectionEvent::Closed`] has been emitted.
-    Closed,
-}
-
-/// Compression in force on a connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum NegotiatedCompression {
-    /// None.
-    None,
-    /// Snappy framing format.
-    Snappy,
-    /// Raw DEFLATE; `level` is what this client compresses with.
-    Deflate {
-        /// The level in use (the configured level capped by the server's maximum).
-        level: u32,
-    },
-}
-
-/// Settings the server agreed to, reported with [`ConnectionEvent::Ready`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Negotiated {
-    /// Largest RDY count the server accepts.
-    pub max_rdy_count: u32,
-    /// The message timeout in force (messages not answered in time are requeued).
-    pub msg_timeout: Duration,
-    /// The largest msg_timeout the server allows (also the longest TOUCH extension).
-    pub max_msg_timeout: Duration,
-    /// The server's version string (empty for old servers without feature negotiation).
-    pub version: String,
-    /// Whether the connection runs over TLS.
-    pub tls: bool,
-    /// Compression in force.
-    pub compression: NegotiatedCompression,
-    /// The AUTH reply, when the server required authentication.
-    pub auth: Option<AuthResponse>,
-    /// The whole IDENTIFY reply.
-    pub identify: IdentifyResponse,
-}
-
-/// Why a connection ended. Reported once with [`ConnectionEvent::Closed`], then returned by
-/// every command as [`ConnectionError::Closed`].
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub enum CloseReason {
-    /// [`Connection::close`] finished. `unanswered` counts in-flight messages left
-    /// unanswered (consumer; the server redelivers them) or publishes left without a reply
-    /// (producer; they were failed) when the drain deadline passed or the peer hung up.
-    Graceful {
-        /// Messages or publishes left unanswered.
-        unanswered: usize,
-    },
-    /// The server sent a fatal error (it closes the connection after it).
-    Server(ServerError),
-    /// The server's byte stream is not valid NSQ framing.
-    Decode(DecodeError),
-    /// The server broke the protocol (the text says how).
-    Protocol(String),
-    /// Nothing was received for the read timeout (dead or half-open connection).
-    Timeout {
-        /// How long the connection had been silent.
-        idle: Duration,
-    },
-    /// The peer closed the connection.
-    Eof,
-    /// TLS failed (certificate rejected, handshake failure, bad record...).
-    Tls(TlsError),
-    /// TLS was configured but the server did not grant it; the client refuses to continue in
-    /// plain text.
-    TlsNotGranted,
-    /// The server requires TLS (`nsqd --tls-required`) and the configuration has none: it
-    /// refused the connection's first command with this error.
-    TlsRequired(ServerError),
-    /// The snappy stream from the server is invalid.
-    Snappy(SnappyError),
-    /// The DEFLATE stream from the server is invalid.
-    Deflate(DeflateError),
-    /// The reply to IDENTIFY could not be parsed.
-    IdentifyReply(ReplyError),
-    /// The reply to AUTH could not be parsed.
-    AuthReply(ReplyError),
-    /// The server requires AUTH but no `auth_secret` is configured.
-    AuthSecretMissing,
-}
-
-impl fmt::Display for CloseReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CloseReason::Graceful { unanswered: 0 } => f.write_str("graceful close"),
-            CloseReason::Graceful { unanswered } => {
-                write!(f, "graceful close with {unanswered} left unanswered")
-            }
-            CloseReason::Server(e) => write!(f, "{e}"),
-            CloseReason::Decode(e) => write!(f, "protocol error: {e}"),
-            CloseReason::Protocol(e) => write!(f, "protocol violation by the server: {e}"),
-            CloseReason::Timeout { idle } => {
-                write!(
-                    f,
-                    "no data from the server for {idle:?}: connection presumed dead"
-                )
-            }
-            CloseReason::Eof => f.write_str("the server closed the connection"),
-            CloseReason::Tls(e) => write!(f, "{e}"),
-            CloseReason::TlsNotGranted => {
-                f.write_str("TLS is configured but the server did not grant it")
-            }
-            CloseReason::TlsRequired(e) => write!(
-                f,
-                "the server requires TLS and none is configured (enable tls_v1): {e}"
-            ),
-            CloseReason::Snappy(e) => write!(f, "{e}"),
-            CloseReason::Deflate(e) => write!(f, "{e}"),
-            CloseReason::IdentifyReply(e) | CloseReason::AuthReply(e) => write!(f, "{e}"),
-            CloseReason::AuthSecretMissing => {
-                f.write_str("the server requires authentication but no auth_secret is configured")
-            }
-        }
-    }
-}
-
-impl std::error::Error for CloseReason {}
-
-/// Why a publish failed.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub enum PublishError {
-    /// The server rejected this publish (then closed the connection).
-    Server(ServerError),
-    /// The connection ended before the reply arrived; the message may or may not have been
-    /// published.
-    Closed(CloseReason),
-}
-
-impl fmt::Display for PublishError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            PublishError::Server(e) => write!(f, "publish rejected: {e}"),
-            PublishError::Closed(r) => write!(f, "publish not confirmed: {r}"),
-        }
-    }
-}
-
-impl std::error::Error for PublishError {}
-
-/// A command was refused locally; nothing was sent.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub enum ConnectionError {
-    /// The connection is closed (sticky).
-    Closed(CloseReason),
-    /// [`Connection::close`] was called: no new publishes or RDY.
-    Closing,
-    /// The start-up has not finished (RDY needs a subscribed connection).
-    NotReady,
-    /// Publishing on a consumer connection, or RDY on a producer connection.
-    WrongRole,
-    /// `max_outstanding_publishes` publishes are awaiting replies: retry after some resolve.
-    TooManyOutstanding {
-        /// The configured bound.
-        limit: usize,
-    },
-    /// The message is not in flight on this connection (already answered, expired, or
-    /// delivered elsewhere).
-    NotInFlight(MessageId),
-    /// RDY above the server's max_rdy_count (nsqd would close the connection).
-    RdyTooHigh {
-        /// The requested count.
-        requested: u32,
-        /// The negotiated maximum.
-        max: u32,
-    },
-    /// The command is invalid (empty body, too large, delay too long...).
-    Command(CommandError),
-}
-
-impl fmt::Display for ConnectionError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ConnectionError::Closed(r) => write!(f, "connection closed: {r}"),
-            ConnectionError::Closing => f.write_str("connection is closing"),
-            ConnectionError::NotReady => f.write_str("connection start-up has not finished"),
-            ConnectionError::WrongRole => {
-                f.write_str("command not valid for this connection's role")
-            }
-            ConnectionError::TooManyOutstanding { limit } => {
-                write!(f, "{limit} publishes already await a reply")
-            }
-            ConnectionError::NotInFlight(id) => write!(f, "message {id} is not in flight"),
-            ConnectionError::RdyTooHigh { requested, max } => {
-                write!(
-                    f,
-                    "RDY {requested} exceeds the server's max_rdy_count {max}"
-                )
-            }
-            ConnectionError::Command(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-impl std::error::Error for ConnectionError {}
-
-/// What happened on a connection; drained with [`Connection::poll_event`].
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub enum ConnectionEvent {
-    /// Start-up finished; commands go out from now on. (Boxed: it happens once per
-    /// connection, and keeps every event small enough to move cheaply per message.)
-    Ready(Box<Negotiated>),
-    /// A message was delivered (consumer). It is in flight until finished, requeued or
-    /// expired.
-    Message(Message),
-    /// The server acknowledged a publish.
-    Published(PublishToken),
-    /// A publish failed.
-    PublishFailed(PublishToken, PublishError),
-    /// The message's msg_timeout passed without an answer: the server has requeued it and a
-    /// later answer is refused locally.
-    MessageExpired(MessageId),
-    /// A non-fatal server error (`E_FIN_FAILED`, `E_REQ_FAILED`, `E_TOUCH_FAILED`); the
-    /// connection stays up.
-    ServerError(ServerError),
-    /// The connection ended (exactly once). Write out the last [`Connection::poll_transmit`]
-    /// bytes, then close the socket.
-    Closed(CloseReason),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    Identify,
-    TlsOk,
-    CompressionOk,
-    Auth,
-    Sub,
-    Ready,
-    Closing,
-    Closed,
-}
-
-#[derive(Debug)]
-// Without the `snappy` / `deflate` feature a variant holds an uninhabited stand-in and is
-// never built.
-#[cfg_attr(not(all(feature = "snappy", feature = "deflate")), allow(dead_code))]
-enum Codec {
-    Snappy(snappy::SnappyDecoder, Box<snappy::SnappyEncoder>),
-    Deflate(deflate::DeflateDecoder, deflate::DeflateEncoder),
-}
-
-impl Codec {
-    fn push(&mut self, data: &[u8]) {
-        match self {
-            Codec::Snappy(d, _) => d.push(data),
-            Codec::Deflate(d, _) => d.push(data),
-        }
-    }
-
-    fn pull(&mut self, out: &mut BytesMut) -> Result<usize, CloseReason> {
-        match self {
-            Codec::Snappy(d, _) => d.pull(out).map_err(CloseReason::Snappy),
-            Codec::Deflate(d, _) => d.pull(out, PULL_CHUNK).map_err(CloseReason::Deflate),
-        }
-    }
-
-    fn encode(&mut self, data: &[u8], out: &mut BytesMut) {
-        match self {
-            Codec::Snappy(_, e) => e.encode(data, out),
-            Codec::Deflate(_, e) => e.encode(data, out),
-        }
-    }
-
-    #[cfg_attr(
-        not(any(feature = "fuzzing", feature = "test-support")),
-        expect(
-            dead_code,
-            reason = "read only by Connection::buffered_input, a fuzzing and test aid"
-        )
-    )]
-    fn buffered(&self) -> usize {
-        match self {
-            Codec::Snappy(d, _) => d.buffered(),
-            Codec::Deflate(d, _) => d.buffered(),
-        }
-    }
-}
-
-/// Outcome of asking the layers for more plaintext.
-enum Fill {
-    More,
-    Idle,
-    Eof,
-}
 
 /// One nsqd connection. See the [module documentation](self) for how to drive it.
 ///
@@ -408,11 +96,8 @@ pub struct Connection {
     pre_ready: BytesMut,
     /// Wire bytes ready for the socket.
     out: BytesMut,
-    /// Scratch buffers for layer stacking.
-    stage: BytesMut,
-    tls_plain: BytesMut,
-    tls: Option<tls::TlsLayer>,
-    codec: Option<Codec>,
+    /// The TLS and compression layers between `out`/`rbuf` and the socket.
+    layers: Layers,
     pending_tls: bool,
     pending_codec: NegotiatedCompression,
     auth_done: bool,
@@ -439,8 +124,8 @@ impl fmt::Debug for Connection {
         f.debug_struct("Connection")
             .field("role", &self.role)
             .field("state", &self.state())
-            .field("tls", &self.tls.is_some())
-            .field("codec", &self.codec)
+            .field("tls", &self.layers.has_tls())
+            .field("codec", &self.layers.codec())
             .field("rdy", &self.rdy)
             .field("in_flight", &self.inflight.len())
             .field("outstanding_publishes", &self.outstanding_publishes())
@@ -503,10 +188,7 @@ impl Connection {
             wbuf,
             pre_ready: BytesMut::new(),
             out: BytesMut::new(),
-            stage: BytesMut::new(),
-            tls_plain: BytesMut::new(),
-            tls: None,
-            codec: None,
+            layers: Layers::default(),
             pending_tls: false,
             pending_codec: NegotiatedCompression::None,
             auth_done: false,
@@ -617,16 +299,12 @@ impl Connection {
             return;
         }
         self.last_rx = now;
-        if let Some(tls) = &mut self.tls {
-            tls.push(data);
-            data.clear();
-        } else if let Some(codec) = &mut self.codec {
-            codec.push(data);
-            data.clear();
-        } else {
+        if self.layers.is_plain() {
             self.plain_input(now, data);
             return;
         }
+        self.layers.push(data);
+        data.clear();
         self.process(now);
     }
 
@@ -647,7 +325,7 @@ impl Connection {
                 data.clear();
                 return;
             }
-            if self.tls.is_some() || self.codec.is_some() {
+            if !self.layers.is_plain() {
                 // An upgrade happened: the rest belongs to the new layer.
                 self.handle_input(now, data);
                 return;
@@ -1054,10 +732,8 @@ impl Connection {
             tracing::debug!(%reason, "nsqd connection closed");
             // The last commands, then TLS close_notify, go out with the last poll_transmit.
             let flushed = self.flush_wbuf();
-            if let (Ok(()), Some(tls)) = (flushed, &mut self.tls) {
-                if let Err(e) = tls.close_notify(&mut self.out) {
-                    tracing::debug!(error = %e, "could not queue TLS close_notify");
-                }
+            if let (Ok(()), Err(e)) = (flushed, self.layers.close_notify(&mut self.out)) {
+                tracing::debug!(error = %e, "could not queue TLS close_notify");
             }
         } else {
             tracing::debug!(%reason, "nsqd connection failed");
@@ -1097,7 +773,7 @@ impl Connection {
                     }
                 }
             }
-            match self.fill() {
+            match self.layers.fill(&mut self.rbuf, &mut self.out) {
                 Ok(Fill::More) => {}
                 Ok(Fill::Idle) => return,
                 Ok(Fill::Eof) => {
@@ -1112,42 +788,6 @@ impl Connection {
         }
     }
 
-    /// Moves up to one chunk of plaintext from the layers into `rbuf`.
-    fn fill(&mut self) -> Result<Fill, CloseReason> {
-        match (&mut self.tls, &mut self.codec) {
-            (None, None) => Ok(Fill::Idle),
-            (Some(tls), None) => {
-                match tls
-                    .pull(&mut self.rbuf, PULL_CHUNK, &mut self.out)
-                    .map_err(CloseReason::Tls)?
-                {
-                    tls::TlsPull::Data => Ok(Fill::More),
-                    tls::TlsPull::NeedInput => Ok(Fill::Idle),
-                    tls::TlsPull::Closed => Ok(Fill::Eof),
-                }
-            }
-            (None, Some(codec)) => Ok(if codec.pull(&mut self.rbuf)? > 0 {
-                Fill::More
-            } else {
-                Fill::Idle
-            }),
-            (Some(tls), Some(codec)) => loop {
-                if codec.pull(&mut self.rbuf)? > 0 {
-                    return Ok(Fill::More);
-                }
-                self.tls_plain.clear();
-                match tls
-                    .pull(&mut self.tls_plain, PULL_CHUNK, &mut self.out)
-                    .map_err(CloseReason::Tls)?
-                {
-                    tls::TlsPull::Data => codec.push(&self.tls_plain),
-                    tls::TlsPull::NeedInput => return Ok(Fill::Idle),
-                    tls::TlsPull::Closed => return Ok(Fill::Eof),
-                }
-            },
-        }
-    }
-
     /// Passes queued plaintext through compression and TLS into `out`.
     fn flush_wbuf(&mut self) -> Result<(), TlsError> {
         if self.wbuf.is_empty() {
@@ -1158,31 +798,7 @@ impl Connection {
             self.wbuf.clear();
             return Ok(());
         }
-        match (&mut self.tls, &mut self.codec) {
-            (None, None) => {
-                if self.out.is_empty() {
-                    std::mem::swap(&mut self.out, &mut self.wbuf);
-                } else {
-                    self.out.extend_from_slice(&self.wbuf);
-                    self.wbuf.clear();
-                }
-            }
-            (None, Some(codec)) => {
-                codec.encode(&self.wbuf, &mut self.out);
-                self.wbuf.clear();
-            }
-            (Some(tls), None) => {
-                tls.write(&self.wbuf, &mut self.out)?;
-                self.wbuf.clear();
-            }
-            (Some(tls), Some(codec)) => {
-                self.stage.clear();
-                codec.encode(&self.wbuf, &mut self.stage);
-                tls.write(&self.stage, &mut self.out)?;
-                self.wbuf.clear();
-            }
-        }
-        Ok(())
+        self.layers.write(&mut self.wbuf, &mut self.out)
     }
 
     fn handle_frame(&mut self, now: Instant, frame: Frame) {
@@ -1296,158 +912,6 @@ impl Connection {
         }
     }
 
-    fn on_identify(&mut self, reply: IdentifyResponse) {
-        if reply.snappy && reply.deflate {
-            return self.violation("server granted both snappy and deflate");
-        }
-        if reply.tls_v1 && self.config.tls.is_none() {
-            return self.violation("server started TLS that was not requested");
-        }
-        if self.config.tls.is_some() && !reply.tls_v1 {
-            return self.fail(CloseReason::TlsNotGranted);
-        }
-        let compression = match self.config.compression {
-            Compression::Snappy if reply.snappy => NegotiatedCompression::Snappy,
-            Compression::Deflate { level } if reply.deflate => {
-                let cap = reply.max_deflate_level.clamp(1, 9) as u32;
-                NegotiatedCompression::Deflate {
-                    level: level.min(cap),
-                }
-            }
-            _ if reply.snappy || reply.deflate => {
-                return self.violation("server enabled compression that was not requested");
-            }
-            _ => NegotiatedCompression::None,
-        };
-        if self.config.compression != Compression::None
-            && compression == NegotiatedCompression::None
-        {
-            tracing::info!("server declined compression; continuing uncompressed");
-        }
-        if !reply.auth_required && self.config.auth_secret.is_some() {
-            tracing::debug!("server does not require AUTH; the configured secret is not sent");
-        }
-        self.msg_timeout = if reply.msg_timeout > 0 {
-            reply.msg_timeout()
-        } else {
-            Duration::from_secs(60)
-        };
-        self.pending_tls = reply.tls_v1;
-        self.pending_codec = compression;
-        self.negotiated = Some(Negotiated {
-            max_rdy_count: reply.max_rdy(),
-            msg_timeout: self.msg_timeout,
-            max_msg_timeout: reply.max_msg_timeout(),
-            version: reply.version.clone(),
-            tls: reply.tls_v1,
-            compression,
-            auth: None,
-            identify: reply,
-        });
-        self.advance_handshake();
-    }
-
-    /// Takes the next start-up step.
-    fn advance_handshake(&mut self) {
-        if self.pending_tls {
-            self.pending_tls = false;
-            if let Err(e) = self.flush_wbuf() {
-                return self.fail(CloseReason::Tls(e));
-            }
-            let (Some(tls), Some(name)) = (&self.config.tls, &self.server_name) else {
-                return self.fail(CloseReason::TlsNotGranted);
-            };
-            match tls::TlsLayer::start(tls.client_config().clone(), name.clone(), &mut self.out) {
-                Ok(mut layer) => {
-                    // Everything after the IDENTIFY reply is TLS records.
-                    layer.push(&self.rbuf);
-                    self.rbuf.clear();
-                    self.tls = Some(layer);
-                    self.phase = Phase::TlsOk;
-                }
-                Err(e) => self.fail(CloseReason::Tls(e)),
-            }
-            return;
-        }
-        if self.pending_codec != NegotiatedCompression::None {
-            if let Err(e) = self.flush_wbuf() {
-                return self.fail(CloseReason::Tls(e));
-            }
-            let codec: Option<Codec> = match self.pending_codec {
-                #[cfg(feature = "deflate")]
-                NegotiatedCompression::Deflate { level } => Some(Codec::Deflate(
-                    deflate::DeflateDecoder::default(),
-                    deflate::DeflateEncoder::new(level),
-                )),
-                #[cfg(feature = "snappy")]
-                NegotiatedCompression::Snappy => Some(Codec::Snappy(
-                    snappy::SnappyDecoder::default(),
-                    Box::default(),
-                )),
-                // Only a compression this build can speak is ever asked for, hence granted.
-                _ => None,
-            };
-            let Some(mut codec) = codec else {
-                return self.fail(CloseReason::Protocol(format!(
-                    "compression {:?} enabled without being asked for",
-                    self.pending_codec
-                )));
-            };
-            tracing::debug!(compression = ?self.pending_codec, "compression enabled");
-            self.pending_codec = NegotiatedCompression::None;
-            // Everything after the previous reply belongs to the compressed stream.
-            codec.push(&self.rbuf);
-            self.rbuf.clear();
-            self.codec = Some(codec);
-            self.phase = Phase::CompressionOk;
-            return;
-        }
-        let auth_required = self
-            .negotiated
-            .as_ref()
-            .is_some_and(|n| n.identify.auth_required);
-        if auth_required && !self.auth_done {
-            self.auth_done = true;
-            let Some(secret) = &self.config.auth_secret else {
-                return self.fail(CloseReason::AuthSecretMissing);
-            };
-            if command::auth(&mut self.wbuf, secret.expose()).is_err() {
-                return self.fail(CloseReason::AuthSecretMissing);
-            }
-            self.phase = Phase::Auth;
-            return;
-        }
-        if let Role::Consumer { topic, channel } = &self.role {
-            if self.phase != Phase::Sub {
-                command::sub(&mut self.wbuf, topic, channel);
-                self.phase = Phase::Sub;
-                return;
-            }
-        }
-        self.ready();
-    }
-
-    fn ready(&mut self) {
-        self.phase = Phase::Ready;
-        if !self.pre_ready.is_empty() {
-            self.wbuf.extend_from_slice(&self.pre_ready);
-            self.pre_ready.clear();
-        }
-        let negotiated = self.negotiated.clone().unwrap_or_else(|| Negotiated {
-            max_rdy_count: crate::identify::DEFAULT_MAX_RDY_COUNT as u32,
-            msg_timeout: self.msg_timeout,
-            max_msg_timeout: Duration::from_secs(15 * 60),
-            version: String::new(),
-            tls: false,
-            compression: NegotiatedCompression::None,
-            auth: None,
-            identify: IdentifyResponse::default(),
-        });
-        tracing::debug!(?negotiated.version, "nsqd connection ready");
-        self.events
-            .push_back(ConnectionEvent::Ready(Box::new(negotiated)));
-    }
-
     /// Bytes buffered inside the layers: the fuzzers and tests check that a small input never
     /// makes them grow without bound. Not part of the API (only built with the `fuzzing` or
     /// `test-support` feature).
@@ -1455,8 +919,6 @@ impl Connection {
     #[doc(hidden)]
     #[must_use]
     pub fn buffered_input(&self) -> usize {
-        self.rbuf.len()
-            + self.tls.as_ref().map_or(0, tls::TlsLayer::buffered)
-            + self.codec.as_ref().map_or(0, Codec::buffered)
+        self.rbuf.len() + self.layers.buffered()
     }
 }

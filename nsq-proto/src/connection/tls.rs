@@ -267,13 +267,6 @@ impl TlsLayer {
     }
 
     /// Ciphertext buffered but not processed.
-    #[cfg_attr(
-        not(any(feature = "fuzzing", feature = "test-support")),
-        expect(
-            dead_code,
-            reason = "read only by Connection::buffered_input, a fuzzing and test aid"
-        )
-    )]
     pub(crate) fn buffered(&self) -> usize {
         self.input.len()
     }

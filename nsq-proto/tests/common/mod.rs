@@ -1,5 +1,5 @@
 //! Shared helpers for the connection tests: configs, a driver loop around the fake nsqd
-//! (`nsq_proto::connection::test_support`), and rcgen-made TLS certificates.
+//! (`nsq_proto::test_support`), and rcgen-made TLS certificates.
 #![allow(
     dead_code,
     unreachable_pub,
@@ -7,7 +7,7 @@
 )]
 
 use bytes::BytesMut;
-use nsq_proto::connection::test_support::{FakeNsqd, FakeNsqdConfig, exchange};
+use nsq_proto::test_support::{FakeNsqd, FakeNsqdConfig, exchange};
 use nsq_proto::{Channel, Connection, ConnectionConfig, ConnectionEvent, Negotiated, Role, Topic};
 use rustls::RootCertStore;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};

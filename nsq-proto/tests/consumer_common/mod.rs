@@ -8,14 +8,14 @@
 )]
 
 use bytes::{Bytes, BytesMut};
-use nsq_proto::connection::test_support::{FakeNsqd, FakeNsqdConfig};
 use nsq_proto::consumer::{Consumer, ConsumerConfig, ConsumerEvent};
 use nsq_proto::driver::{Action, ConnId, LookupdRequestId};
+use nsq_proto::test_support::{FakeNsqd, FakeNsqdConfig};
 use nsq_proto::{Channel, Message, MessageId, Topic};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
-pub use nsq_proto::connection::test_support::ClientCommand as Cmd;
+pub use nsq_proto::test_support::ClientCommand as Cmd;
 
 /// The server side of one TCP connection: the Connection helper's scripted [`FakeNsqd`]
 /// (which parses commands and enforces nsqd's rules) plus the message bookkeeping of a topic

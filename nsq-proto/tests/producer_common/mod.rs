@@ -8,11 +8,11 @@
 )]
 
 use bytes::BytesMut;
-use nsq_proto::connection::test_support::{ClientCommand, FakeNsqd, FakeNsqdConfig};
 use nsq_proto::driver::{Action, ConnId};
 use nsq_proto::producer::{
     PingId, Producer, ProducerConfig, ProducerEvent, PublishFailure, PublishId,
 };
+use nsq_proto::test_support::{ClientCommand, FakeNsqd, FakeNsqdConfig};
 use nsq_proto::{ErrorCode, Topic};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
