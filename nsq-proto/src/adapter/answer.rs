@@ -1,0 +1,106 @@
+//! How a message is answered: [`AnswerKind`] and the `Copy` [`Answer`] a message sends to its
+//! driver, applied to the core [`Consumer`](crate::Consumer).
+
+#[cfg(doc)]
+use super::delivery::PendingAnswer;
+use super::handler::HandlerError;
+use crate::consumer::{Consumer, ConsumerError};
+use crate::driver::ConnId;
+use crate::frame::{Message, MessageId};
+use std::time::{Duration, Instant};
+
+/// How a message is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AnswerKind {
+    /// FIN: done.
+    Finish,
+    /// REQ: redeliver after `delay` (`None`: the configured default for the attempt count);
+    /// with `backoff` the consumer slows down (a failure of the system, not of the message).
+    Requeue {
+        /// Explicit delay, or the default.
+        delay: Option<Duration>,
+        /// Count as a failure for backoff.
+        backoff: bool,
+    },
+    /// TOUCH: more time (the message stays unanswered).
+    Touch,
+}
+
+impl AnswerKind {
+    /// The answer for a message dropped without one: requeue with the default delay, without
+    /// backoff (the message is never lost silently; adapters log a warning).
+    pub const DROPPED: AnswerKind = AnswerKind::Requeue {
+        delay: None,
+        backoff: false,
+    };
+
+    /// The answer for a message handed out after the consumer started stopping (or never
+    /// taken by the application): requeue at once, without backoff.
+    pub const UNTAKEN: AnswerKind = AnswerKind::Requeue {
+        delay: Some(Duration::ZERO),
+        backoff: false,
+    };
+
+    /// The answer for a handler's outcome: `Some(Ok)` finishes, `Some(Err(e))` requeues as
+    /// `e` says, `None` (the handler panicked) requeues with backoff.
+    /// ([`PendingAnswer::answer`] also logs the failures.)
+    pub fn from_handler(outcome: Option<Result<(), HandlerError>>) -> AnswerKind {
+        match outcome {
+            Some(Ok(())) => AnswerKind::Finish,
+            Some(Err(e)) => e.answer_kind(),
+            None => AnswerKind::Requeue {
+                delay: None,
+                backoff: true,
+            },
+        }
+    }
+}
+
+/// A small `Copy` command answering one message, sent by a `Message` to the driver that owns
+/// the core: no allocation and no lock per answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Answer {
+    /// The connection the message came from.
+    pub conn: ConnId,
+    /// The message id.
+    pub id: MessageId,
+    /// Its attempt count (the default requeue delay grows with it).
+    pub attempts: u16,
+    /// The answer.
+    pub kind: AnswerKind,
+}
+
+impl Answer {
+    /// The answer `kind` for `message`, delivered on `conn`.
+    pub fn new(conn: ConnId, message: &Message, kind: AnswerKind) -> Answer {
+        Answer {
+            conn,
+            id: message.id,
+            attempts: message.attempts,
+            kind,
+        }
+    }
+
+    /// The same message, another answer.
+    pub fn with_kind(self, kind: AnswerKind) -> Answer {
+        Answer { kind, ..self }
+    }
+
+    /// Hands the answer to the consumer. A refusal (typically: the connection closed, so nsqd
+    /// redelivers the message, or the message timed out) is logged at debug level and
+    /// returned.
+    pub fn apply(&self, consumer: &mut Consumer, now: Instant) -> Result<(), ConsumerError> {
+        let result = match self.kind {
+            AnswerKind::Finish => consumer.finish(now, self.conn, &self.id),
+            AnswerKind::Touch => consumer.touch(now, self.conn, &self.id),
+            AnswerKind::Requeue { delay, backoff } => {
+                consumer.requeue_id(now, self.conn, &self.id, self.attempts, delay, backoff)
+            }
+        };
+        if let Err(e) = &result {
+            tracing::debug!(conn = %self.conn, msg_id = %self.id, error = %e, "answer not sent");
+        }
+        result
+    }
+}

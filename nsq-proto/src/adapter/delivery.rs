@@ -1,0 +1,255 @@
+//! The message type of every adapter: [`Delivery`], generic over the adapter's [`AnswerSink`],
+//! answering itself and requeued when dropped unanswered; [`PendingAnswer`] for handlers.
+
+use super::answer::{Answer, AnswerKind};
+use super::handler::HandlerError;
+use crate::driver::ConnId;
+use crate::frame::{Message, MessageId};
+use bytes::Bytes;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Where the answers of an adapter's messages go: its channel to the driver that owns the
+/// core. Sending must not block and must not fail loudly: if the driver is gone, every
+/// connection is closed and nsqd redelivers the message anyway.
+pub trait AnswerSink: Send + Sync + 'static {
+    /// Hands `answer` to the driver, with the `body` of the message when this is its last
+    /// answer (empty otherwise). The driver drops the body: the read buffer the body is a
+    /// slice of is then released on the thread that split it, so the buffer's reference count
+    /// is not bounced between cores once per message.
+    fn send_answer(&self, answer: Answer, body: Bytes);
+}
+
+/// What every message of one connection shares (one reference count per message): the nsqd
+/// address, the sink for answers, and the consumer's span, so what a message logs on the
+/// application's tasks names its consumer like the driver's own lines.
+#[derive(Debug)]
+pub struct Origin<S> {
+    addr: String,
+    sink: S,
+    span: tracing::Span,
+}
+
+impl<S: AnswerSink> Origin<S> {
+    /// The origin of the messages of the connection to `addr`, in the current span (the
+    /// driver calls it inside its consumer's span).
+    pub fn new(addr: impl Into<String>, sink: S) -> Arc<Origin<S>> {
+        Arc::new(Origin {
+            addr: addr.into(),
+            sink,
+            span: tracing::Span::current(),
+        })
+    }
+
+    /// The nsqd address.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// The sink.
+    pub fn sink(&self) -> &S {
+        &self.sink
+    }
+}
+
+/// A message delivered to a consumer; every adapter's `Message` is this type with its own
+/// [`AnswerSink`]. It answers itself: [`finish`](Self::finish), [`requeue`](Self::requeue),
+/// [`requeue_without_backoff`](Self::requeue_without_backoff), [`touch`](Self::touch).
+///
+/// A message dropped without an answer is requeued (without backoff, with the default delay
+/// for its attempt count) and a warning is logged: it is never lost silently.
+pub struct Delivery<S: AnswerSink> {
+    inner: Message,
+    conn: ConnId,
+    origin: Arc<Origin<S>>,
+    /// Answered, or taken over by a handler runner.
+    done: bool,
+}
+
+impl<S: AnswerSink> fmt::Debug for Delivery<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Message")
+            .field("id", &self.inner.id)
+            .field("attempts", &self.inner.attempts)
+            .field("timestamp", &self.inner.timestamp)
+            .field("body_len", &self.inner.body.len())
+            .field("nsqd", &self.origin.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: AnswerSink> Delivery<S> {
+    /// A message the core delivered on `conn` (for adapters).
+    pub fn new(conn: ConnId, message: Message, origin: Arc<Origin<S>>) -> Delivery<S> {
+        Delivery {
+            inner: message,
+            conn,
+            origin,
+            done: false,
+        }
+    }
+
+    /// A message the core gave up on (`ConsumerEvent::GaveUp`), for the give-up hook: the
+    /// core already finished it, so dropping it sends nothing.
+    pub fn given_up(conn: ConnId, message: Message, origin: Arc<Origin<S>>) -> Delivery<S> {
+        Delivery {
+            inner: message,
+            conn,
+            origin,
+            done: true,
+        }
+    }
+
+    /// The message id.
+    pub fn id(&self) -> MessageId {
+        self.inner.id
+    }
+
+    /// The payload (a slice of the read buffer: no copy was made).
+    pub fn body(&self) -> &Bytes {
+        &self.inner.body
+    }
+
+    /// How many times nsqd delivered it, this delivery included.
+    pub fn attempts(&self) -> u16 {
+        self.inner.attempts
+    }
+
+    /// When it was published, in nanoseconds since the Unix epoch (nsqd's clock).
+    pub fn timestamp(&self) -> i64 {
+        self.inner.timestamp
+    }
+
+    /// The nsqd TCP address it came from.
+    pub fn nsqd_address(&self) -> &str {
+        &self.origin.addr
+    }
+
+    /// The core's message (id, attempts, timestamp, body).
+    pub fn as_proto(&self) -> &Message {
+        &self.inner
+    }
+
+    fn answer_for(&self, kind: AnswerKind) -> Answer {
+        Answer::new(self.conn, &self.inner, kind)
+    }
+
+    /// Sends the last answer; the body goes back to the driver with it.
+    fn send(&mut self, kind: AnswerKind) {
+        self.done = true;
+        let body = std::mem::take(&mut self.inner.body);
+        self.origin.sink.send_answer(self.answer_for(kind), body);
+    }
+
+    /// FIN: the message is done.
+    pub fn finish(mut self) {
+        self.send(AnswerKind::Finish);
+    }
+
+    /// REQ with backoff: the message failed; nsqd redelivers it after `delay` (`None`: the
+    /// configured default delay times the attempt count) and the consumer backs off.
+    pub fn requeue(mut self, delay: Option<Duration>) {
+        self.send(AnswerKind::Requeue {
+            delay,
+            backoff: true,
+        });
+    }
+
+    /// REQ without backoff: redeliver after `delay` (`None`: the default), without slowing the
+    /// consumer down.
+    pub fn requeue_without_backoff(mut self, delay: Option<Duration>) {
+        self.send(AnswerKind::Requeue {
+            delay,
+            backoff: false,
+        });
+    }
+
+    /// TOUCH: asks nsqd for more time (another msg_timeout).
+    pub fn touch(&self) {
+        self.origin
+            .sink
+            .send_answer(self.answer_for(AnswerKind::Touch), Bytes::new());
+    }
+
+    /// For a handler runner: the message no longer answers itself when dropped; the returned
+    /// [`PendingAnswer`] answers it once the handler is done (an answer the handler gave
+    /// itself comes first; the later one is then refused by the core and ignored).
+    pub fn take_over(&mut self) -> PendingAnswer<S> {
+        self.done = true;
+        PendingAnswer {
+            answer: self.answer_for(AnswerKind::Finish),
+            origin: self.origin.clone(),
+        }
+    }
+
+    /// For adapters: the application never saw this message (received but not taken when
+    /// the consumer stopped or its receiver was dropped): requeue it at once, without
+    /// backoff and without the warning of an unanswered drop.
+    pub fn release(mut self) {
+        self.send(AnswerKind::UNTAKEN);
+    }
+
+    /// For a driver that answers a message it never handed out: the answer to apply to the
+    /// core directly (nothing goes through the sink).
+    pub fn into_answer(mut self, kind: AnswerKind) -> Answer {
+        self.done = true;
+        self.answer_for(kind)
+    }
+}
+
+impl<S: AnswerSink> Drop for Delivery<S> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.origin.span.in_scope(|| {
+                tracing::warn!(
+                    msg_id = %self.inner.id,
+                    attempts = self.inner.attempts,
+                    nsqd = %self.origin.addr,
+                    "message dropped without an answer: requeueing it"
+                );
+            });
+            self.send(AnswerKind::DROPPED);
+        }
+    }
+}
+
+/// The answer a handler runner owes for a message it took over ([`Delivery::take_over`]).
+#[derive(Debug)]
+pub struct PendingAnswer<S> {
+    answer: Answer,
+    origin: Arc<Origin<S>>,
+}
+
+impl<S: AnswerSink> PendingAnswer<S> {
+    /// Answers with the handler's outcome (see [`AnswerKind::from_handler`]). A failure is
+    /// logged in the consumer's span: an error at WARN with its whole chain, a panic (`None`)
+    /// at ERROR, both with the message id, attempts and nsqd address.
+    pub fn answer(self, outcome: Option<Result<(), HandlerError>>) {
+        let (id, attempts, nsqd) = (self.answer.id, self.answer.attempts, &self.origin.addr);
+        match &outcome {
+            Some(Ok(())) => {}
+            Some(Err(e)) => self.origin.span.in_scope(|| {
+                tracing::warn!(
+                    msg_id = %id,
+                    attempts,
+                    nsqd = %nsqd,
+                    error = format_args!("{e:#}"),
+                    "handler failed: requeueing the message"
+                );
+            }),
+            None => self.origin.span.in_scope(|| {
+                tracing::error!(
+                    msg_id = %id,
+                    attempts,
+                    nsqd = %nsqd,
+                    "handler panicked: requeueing the message"
+                );
+            }),
+        }
+        let kind = AnswerKind::from_handler(outcome);
+        self.origin
+            .sink
+            .send_answer(self.answer.with_kind(kind), Bytes::new());
+    }
+}

@@ -1,0 +1,352 @@
+//! The adapters' error type [`Error`] (with [`InputError`], [`Backpressure`]), the conversions
+//! from the core's errors, and [`IntoTopic`] / [`IntoChannel`] for name arguments.
+
+use crate::command::CommandError;
+use crate::config::OptionError;
+use crate::connection::{CloseReason, ConfigError, ConnectionError};
+use crate::consumer::ConsumerError;
+use crate::consumer::LookupdAddressError;
+use crate::error_code::{ErrorCode, ServerError};
+use crate::names::{Channel, NameError, Topic};
+use crate::producer::{ProducerError, PublishFailure};
+use std::fmt;
+
+/// Why an operation of an adapter failed.
+///
+/// `Display` says everything once, on one line; no variant also returns the text it shows from
+/// [`source`](std::error::Error::source), so `{:#}` (anyhow/eyre) and error reporters print
+/// each cause once.
+///
+/// ```
+/// use nsq_proto::adapter::{Error, InputError, IntoTopic};
+/// use nsq_proto::{ErrorCode, NameError};
+///
+/// let err = "bad topic!".into_topic().unwrap_err();
+/// match &err {
+///     Error::InvalidTopic { name, reason: NameError::InvalidChar { ch, .. } } => {
+///         assert_eq!(name, "bad topic!");
+///         assert_eq!(*ch, ' ');
+///     }
+///     other => panic!("{other}"),
+/// }
+/// assert_eq!(
+///     err.to_string(),
+///     "invalid topic name \"bad topic!\": invalid character ' ' at byte 3: \
+///      names use only [.a-zA-Z0-9_-] with an optional #ephemeral suffix"
+/// );
+///
+/// // nsqd's refusals carry their code.
+/// # let err = Error::Server(nsq_proto::ServerError::new(ErrorCode::BadMessage, "PUB invalid message body size 0"));
+/// if err.server_code() == Some(ErrorCode::BadMessage) {
+///     // a bad message is not worth retrying
+/// }
+/// assert_eq!(err.to_string(), "nsqd error E_BAD_MESSAGE: PUB invalid message body size 0");
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Error {
+    /// A topic name that nsqd would refuse.
+    InvalidTopic {
+        /// The name as given.
+        name: String,
+        /// What is wrong with it.
+        reason: NameError,
+    },
+    /// A channel name that nsqd would refuse.
+    InvalidChannel {
+        /// The name as given.
+        name: String,
+        /// What is wrong with it.
+        reason: NameError,
+    },
+    /// Other input that was refused before anything was sent (address, empty batch, body too
+    /// large, ...).
+    InvalidInput(InputError),
+    /// nsqd answered with an error; [`ServerError::code`] (or [`Error::server_code`]) says
+    /// which (`E_BAD_MESSAGE`, `E_PUB_FAILED`, ...).
+    Server(ServerError),
+    /// The connection carrying the request was lost before the answer arrived (the message
+    /// may or may not have been published).
+    ConnectionLost(CloseReason),
+    /// No answer within the configured timeout (may or may not have been published).
+    Timeout,
+    /// No nsqd connection is up (every configured nsqd is down, or none became ready within
+    /// `publish_timeout`); the message was not sent. Carries the last connection error.
+    NoServerAvailable(Option<String>),
+    /// The nsqd at this address requires TLS (`--tls-required`) and the configuration has
+    /// none (enable `tls_v1`); nothing was sent.
+    TlsRequired(String),
+    /// Too many publishes are outstanding (`max_outstanding_publishes` /
+    /// `max_pending_publishes`); retry later.
+    Backpressure(Backpressure),
+    /// The consumer refused the command.
+    Consumer(ConsumerError),
+    /// The producer or consumer has been closed.
+    Closed,
+    /// Not called from within the runtime the adapter needs.
+    NoRuntime,
+    /// The driver (thread or task) could not be started.
+    Spawn(String),
+    /// A configuration option is unknown, malformed or out of range.
+    Config(OptionError),
+}
+
+impl Error {
+    /// nsqd's error code, for [`Error::Server`].
+    pub fn server_code(&self) -> Option<ErrorCode> {
+        match self {
+            Error::Server(e) => Some(e.code()),
+            _ => None,
+        }
+    }
+
+    /// Whether the request may have reached nsqd although it failed (a connection lost or a
+    /// timeout while waiting for the reply): retrying may publish a message twice.
+    pub fn maybe_published(&self) -> bool {
+        matches!(self, Error::ConnectionLost(_) | Error::Timeout)
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::InvalidTopic { name, reason } => {
+                write!(f, "invalid topic name {name:?}: {reason}")
+            }
+            Error::InvalidChannel { name, reason } => {
+                write!(f, "invalid channel name {name:?}: {reason}")
+            }
+            Error::InvalidInput(e) => fmt::Display::fmt(e, f),
+            Error::Server(e) => fmt::Display::fmt(e, f),
+            Error::ConnectionLost(r) => {
+                write!(f, "connection lost before nsqd answered: {r}")
+            }
+            Error::Timeout => f.write_str("no answer from nsqd in time"),
+            Error::NoServerAvailable(None) => f.write_str("no nsqd available"),
+            Error::NoServerAvailable(Some(e)) => {
+                write!(f, "no nsqd available (last error: {e})")
+            }
+            Error::TlsRequired(addr) => write!(
+                f,
+                "nsqd {addr} requires TLS and the configuration has none (enable tls_v1)"
+            ),
+            Error::Backpressure(e) => fmt::Display::fmt(e, f),
+            Error::Consumer(e) => fmt::Display::fmt(e, f),
+            Error::Closed => f.write_str("closed"),
+            Error::NoRuntime => f.write_str("must be called from within the adapter's runtime"),
+            Error::Spawn(e) => write!(f, "could not start the driver: {e}"),
+            Error::Config(e) => fmt::Display::fmt(e, f),
+        }
+    }
+}
+
+/// Every cause is in the `Display` text, so there is no separate source.
+impl std::error::Error for Error {}
+
+/// Input refused before anything was sent ([`Error::InvalidInput`]).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum InputError {
+    /// An nsqd address that is not `host:port`.
+    NsqdAddress(String),
+    /// An nsqlookupd address that cannot be used.
+    LookupdAddress(LookupdAddressError),
+    /// A publish nsqd would refuse (empty body or batch, too large, delay too long, ...).
+    Publish(CommandError),
+    /// A connection setting nsqd would refuse, or a TLS server name that is not valid.
+    Connection(ConfigError),
+    /// The connection refused the command (its negotiated limits differ from the check made
+    /// when the publish was accepted).
+    Refused(ConnectionError),
+}
+
+impl fmt::Display for InputError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InputError::NsqdAddress(a) => {
+                write!(f, "invalid nsqd address {a:?}: expected host:port")
+            }
+            InputError::LookupdAddress(e) => fmt::Display::fmt(e, f),
+            InputError::Publish(e) => write!(f, "invalid publish: {e}"),
+            InputError::Connection(e) => fmt::Display::fmt(e, f),
+            InputError::Refused(e) => write!(f, "publish refused: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for InputError {}
+
+/// Which bound of the producer was reached ([`Error::Backpressure`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Backpressure {
+    /// `max_outstanding_publishes` publishes are unresolved.
+    TooManyOutstanding {
+        /// The configured bound.
+        limit: usize,
+    },
+    /// `max_pending_publishes` publishes already wait for a connection.
+    PendingQueueFull {
+        /// The configured bound.
+        limit: usize,
+    },
+}
+
+impl fmt::Display for Backpressure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Backpressure::TooManyOutstanding { limit } => {
+                write!(f, "{limit} publishes are already outstanding")
+            }
+            Backpressure::PendingQueueFull { limit } => {
+                write!(f, "{limit} publishes already wait for a connection")
+            }
+        }
+    }
+}
+
+impl std::error::Error for Backpressure {}
+
+impl From<OptionError> for Error {
+    fn from(e: OptionError) -> Self {
+        Error::Config(e)
+    }
+}
+
+impl From<InputError> for Error {
+    fn from(e: InputError) -> Self {
+        Error::InvalidInput(e)
+    }
+}
+
+impl From<ConsumerError> for Error {
+    fn from(e: ConsumerError) -> Self {
+        match e {
+            ConsumerError::InvalidAddress(a) => InputError::NsqdAddress(a).into(),
+            ConsumerError::InvalidLookupd(e) => InputError::LookupdAddress(e).into(),
+            ConsumerError::Closing => Error::Closed,
+            e => Error::Consumer(e),
+        }
+    }
+}
+
+impl From<ProducerError> for Error {
+    fn from(e: ProducerError) -> Self {
+        match e {
+            ProducerError::Closed => Error::Closed,
+            ProducerError::TooManyOutstanding { limit } => {
+                Error::Backpressure(Backpressure::TooManyOutstanding { limit })
+            }
+            ProducerError::PendingQueueFull { limit } => {
+                Error::Backpressure(Backpressure::PendingQueueFull { limit })
+            }
+            ProducerError::Invalid(e) => InputError::Publish(e).into(),
+            ProducerError::InvalidAddress(a) => InputError::NsqdAddress(a).into(),
+            ProducerError::Config(e) => InputError::Connection(e).into(),
+        }
+    }
+}
+
+impl From<PublishFailure> for Error {
+    fn from(f: PublishFailure) -> Self {
+        match f {
+            PublishFailure::Server(e) => Error::Server(e),
+            PublishFailure::ConnectionLost(r) => Error::ConnectionLost(r),
+            PublishFailure::TimedOut { .. } => Error::Timeout,
+            PublishFailure::NoServerAvailable { last_error } => {
+                Error::NoServerAvailable(last_error)
+            }
+            PublishFailure::Refused(e) => InputError::Refused(e).into(),
+            PublishFailure::TlsRequired { addr } => Error::TlsRequired(addr),
+        }
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for &str {}
+    impl Sealed for String {}
+    impl Sealed for &String {}
+    impl Sealed for crate::Topic {}
+    impl Sealed for &crate::Topic {}
+    impl Sealed for crate::Channel {}
+    impl Sealed for &crate::Channel {}
+}
+
+/// A topic argument: a validated [`Topic`] or a string, validated on use.
+pub trait IntoTopic: sealed::Sealed {
+    /// The validated topic ([`Error::InvalidTopic`] names the rejected name).
+    fn into_topic(self) -> Result<Topic, Error>;
+}
+
+pub(super) fn topic(name: &str) -> Result<Topic, Error> {
+    Topic::new(name).map_err(|reason| Error::InvalidTopic {
+        name: name.to_owned(),
+        reason,
+    })
+}
+
+pub(super) fn channel(name: &str) -> Result<Channel, Error> {
+    Channel::new(name).map_err(|reason| Error::InvalidChannel {
+        name: name.to_owned(),
+        reason,
+    })
+}
+
+impl IntoTopic for &str {
+    fn into_topic(self) -> Result<Topic, Error> {
+        topic(self)
+    }
+}
+impl IntoTopic for String {
+    fn into_topic(self) -> Result<Topic, Error> {
+        topic(&self)
+    }
+}
+impl IntoTopic for &String {
+    fn into_topic(self) -> Result<Topic, Error> {
+        topic(self)
+    }
+}
+impl IntoTopic for Topic {
+    fn into_topic(self) -> Result<Topic, Error> {
+        Ok(self)
+    }
+}
+impl IntoTopic for &Topic {
+    fn into_topic(self) -> Result<Topic, Error> {
+        Ok(self.clone())
+    }
+}
+
+/// A channel argument: a validated [`Channel`] or a string, validated on use.
+pub trait IntoChannel: sealed::Sealed {
+    /// The validated channel ([`Error::InvalidChannel`] names the rejected name).
+    fn into_channel(self) -> Result<Channel, Error>;
+}
+
+impl IntoChannel for &str {
+    fn into_channel(self) -> Result<Channel, Error> {
+        channel(self)
+    }
+}
+impl IntoChannel for String {
+    fn into_channel(self) -> Result<Channel, Error> {
+        channel(&self)
+    }
+}
+impl IntoChannel for &String {
+    fn into_channel(self) -> Result<Channel, Error> {
+        channel(self)
+    }
+}
+impl IntoChannel for Channel {
+    fn into_channel(self) -> Result<Channel, Error> {
+        Ok(self)
+    }
+}
+impl IntoChannel for &Channel {
+    fn into_channel(self) -> Result<Channel, Error> {
+        Ok(self.clone())
+    }
+}

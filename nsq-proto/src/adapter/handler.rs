@@ -1,0 +1,154 @@
+//! What a message handler returns ([`HandlerError`]) and what a consumer reports when it stops
+//! ([`StopReport`], [`GiveUpHook`]).
+
+use super::answer::AnswerKind;
+#[cfg(doc)]
+use super::delivery::Delivery;
+#[cfg(doc)]
+use crate::consumer::ConsumerEvent;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The error a message handler returns: the message is requeued, by default with backoff and
+/// the configured delay.
+///
+/// Whatever converts into a `Box<dyn Error + Send + Sync>` converts into it, so `?` works in
+/// a handler on any error: an `std::error::Error + Send + Sync + 'static`, a boxed
+/// `Box<dyn Error + Send + Sync>`, an `anyhow::Error` or `eyre::Report`, even a `String`.
+/// The error is kept as it is, with its chain of sources ([`chain`](Self::chain)).
+///
+/// Like `anyhow::Error`, it does not implement `std::error::Error` itself (that is what
+/// makes the blanket conversion possible). `{}` shows the error, `{:#}` the whole chain
+/// (`outer: cause: root cause`), which is what the consumer logs when a handler fails.
+///
+/// ```
+/// use nsq_proto::adapter::HandlerError;
+///
+/// fn parse(body: &[u8]) -> Result<u64, HandlerError> {
+///     let text = std::str::from_utf8(body)?; // Utf8Error
+///     Ok(text.trim().parse::<u64>()?) // ParseIntError
+/// }
+/// assert_eq!(parse(b"42").unwrap(), 42);
+/// let e = parse(b"forty-two").unwrap_err();
+/// assert_eq!(e.to_string(), "invalid digit found in string");
+/// ```
+pub struct HandlerError {
+    source: Box<dyn std::error::Error + Send + Sync>,
+    delay: Option<Duration>,
+    backoff: bool,
+}
+
+impl HandlerError {
+    /// A failure with a message.
+    pub fn msg(message: impl fmt::Display) -> HandlerError {
+        HandlerError {
+            source: message.to_string().into(),
+            delay: None,
+            backoff: true,
+        }
+    }
+
+    /// Requeue after exactly `delay` instead of the configured default.
+    pub fn with_delay(mut self, delay: Duration) -> HandlerError {
+        self.delay = Some(delay);
+        self
+    }
+
+    /// Requeue without backing off (a failure of this message, not of the system).
+    pub fn without_backoff(mut self) -> HandlerError {
+        self.backoff = false;
+        self
+    }
+
+    /// The underlying error.
+    pub fn source(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.source
+    }
+
+    /// The underlying error, then its sources, outermost first.
+    pub fn chain(&self) -> impl Iterator<Item = &(dyn std::error::Error + 'static)> {
+        let first: &(dyn std::error::Error + 'static) = &*self.source;
+        std::iter::successors(Some(first), |e| e.source())
+    }
+
+    /// The underlying error, to downcast or return.
+    pub fn into_inner(self) -> Box<dyn std::error::Error + Send + Sync> {
+        self.source
+    }
+
+    /// The explicit requeue delay, if any.
+    pub fn delay(&self) -> Option<Duration> {
+        self.delay
+    }
+
+    /// Whether the requeue counts as a failure for backoff.
+    pub fn backoff(&self) -> bool {
+        self.backoff
+    }
+
+    /// The REQ this error asks for.
+    pub fn answer_kind(&self) -> AnswerKind {
+        AnswerKind::Requeue {
+            delay: self.delay,
+            backoff: self.backoff,
+        }
+    }
+}
+
+impl<E: Into<Box<dyn std::error::Error + Send + Sync>>> From<E> for HandlerError {
+    fn from(e: E) -> Self {
+        HandlerError {
+            source: e.into(),
+            delay: None,
+            backoff: true,
+        }
+    }
+}
+
+impl fmt::Debug for HandlerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HandlerError")
+            .field("source", &self.source)
+            .field("delay", &self.delay)
+            .field("backoff", &self.backoff)
+            .finish()
+    }
+}
+
+/// `{}`: the error; `{:#}`: the error and its sources, joined by `": "`.
+impl fmt::Display for HandlerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !f.alternate() {
+            return fmt::Display::fmt(&self.source, f);
+        }
+        for (i, e) in self.chain().enumerate() {
+            if i > 0 {
+                f.write_str(": ")?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+/// What a consumer's `stop` reports once every connection is closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct StopReport {
+    /// Messages still unanswered when their connection closed (nsqd redelivers them).
+    pub unanswered: usize,
+}
+
+impl StopReport {
+    /// A report of `unanswered` leftovers (the core's [`ConsumerEvent::Closed`]).
+    pub fn new(unanswered: usize) -> StopReport {
+        StopReport { unanswered }
+    }
+}
+
+/// Called (on the driver, so keep it short) for every message delivered more than
+/// `max_attempts` times; the message has already been finished. `M` is the adapter's
+/// `Message` (a [`Delivery`]), the type its handlers and streams hand out, so one function
+/// can inspect messages in both places; each adapter names it `GiveUpHook`.
+pub type GiveUpHook<M> = Arc<dyn Fn(&M) + Send + Sync>;

@@ -1,0 +1,153 @@
+//! The `tracing` spans every driver enters and the log lines for the core's events, so every
+//! adapter logs the same things at the same levels with the same fields.
+
+use crate::consumer::ConsumerEvent;
+use crate::driver::ConnId;
+use crate::names::{Channel, Topic};
+use crate::producer::ProducerEvent;
+use std::fmt;
+use std::time::Duration;
+//
+// One spelling of each field in every adapter: `nsqd` (an nsqd TCP address), `conn` (the
+// connection within its client), `lookupd` (an nsqlookupd address), `msg_id`, `attempts`,
+// `error`, `reason`, `retry_in`. Every line of a client is inside its span (`consumer{id=..
+// topic=.. channel=..}` or `producer{id=..}`, [`consumer_span`] / [`producer_span`]); the
+// lines of one connection's socket are inside `connection{conn=.. nsqd=..}` below it
+// ([`connection_span`]).
+
+static NEXT_CLIENT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+fn next_client_id() -> u64 {
+    NEXT_CLIENT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The span of a consumer: `consumer{id=3 topic=events channel=archive}`, with an id unique in
+/// the process (shared with producers), so two clients' lines are never confused. Its driver
+/// enters it for everything it does; messages log in it on the application's tasks too.
+pub fn consumer_span(topic: &Topic, channel: &Channel) -> tracing::Span {
+    tracing::info_span!(
+        "consumer",
+        id = next_client_id(),
+        topic = %topic,
+        channel = %channel
+    )
+}
+
+/// The span of a producer: `producer{id=4}` (see [`consumer_span`]).
+pub fn producer_span() -> tracing::Span {
+    tracing::info_span!("producer", id = next_client_id())
+}
+
+/// The span of one nsqd connection's socket, `connection{conn=conn#1 nsqd=host:4150}`, made
+/// inside the client's span (the driver's current span) so it nests below it.
+pub fn connection_span(conn: impl fmt::Display, nsqd: &str) -> tracing::Span {
+    tracing::info_span!("connection", %conn, nsqd = %nsqd)
+}
+
+/// The span of one HTTP exchange with an nsqlookupd (see [`connection_span`]).
+pub fn lookupd_span(request: impl fmt::Display, lookupd: &str) -> tracing::Span {
+    tracing::debug_span!("lookupd_request", %request, lookupd = %lookupd)
+}
+
+fn log_connection_closed(conn: ConnId, addr: &str, reason: &str, retry_in: Option<Duration>) {
+    if let Some(retry_in) = retry_in {
+        tracing::warn!(
+            %conn,
+            nsqd = %addr,
+            %reason,
+            retry_in = format_args!("{retry_in:.1?}"),
+            "nsqd connection failed; retrying in {retry_in:.1?}"
+        );
+    } else {
+        tracing::info!(%conn, nsqd = %addr, %reason, "nsqd connection closed");
+    }
+}
+
+/// Logs a consumer event with `tracing`, the same way in every adapter, in the consumer's
+/// span. Call it for every event; the ones an adapter acts on (`Message`, `Closed`) are not
+/// logged here. `nsqd` gives the address of a connection (for the events that only name
+/// their connection).
+pub fn log_consumer_event<'a>(event: &ConsumerEvent, nsqd: impl FnOnce(ConnId) -> Option<&'a str>) {
+    match event {
+        ConsumerEvent::Message { .. } | ConsumerEvent::Closed { .. } => {}
+        ConsumerEvent::GaveUp { conn, message } => {
+            tracing::warn!(
+                %conn,
+                nsqd = %nsqd(*conn).unwrap_or_default(),
+                msg_id = %message.id,
+                attempts = message.attempts,
+                "giving up on a message delivered more than max_attempts times: finished it"
+            );
+        }
+        ConsumerEvent::MessageExpired { conn, id } => {
+            tracing::warn!(
+                %conn,
+                nsqd = %nsqd(*conn).unwrap_or_default(),
+                msg_id = %id,
+                "message timed out before it was answered: nsqd redelivers it"
+            );
+        }
+        ConsumerEvent::ConnectionReady { conn, addr } => {
+            tracing::info!(%conn, nsqd = %addr, "connected to nsqd");
+        }
+        ConsumerEvent::ConnectionClosed {
+            conn,
+            addr,
+            reason,
+            retry_in,
+        } => log_connection_closed(*conn, addr, reason, *retry_in),
+        ConsumerEvent::ServerError { conn, error } => {
+            tracing::warn!(
+                %conn,
+                nsqd = %nsqd(*conn).unwrap_or_default(),
+                %error,
+                "nsqd refused a command"
+            );
+        }
+        ConsumerEvent::LookupdFailed { addr, error } => {
+            tracing::warn!(lookupd = %addr, %error, "nsqlookupd query failed");
+        }
+        #[allow(unreachable_patterns, reason = "ConsumerEvent is non_exhaustive")]
+        other => tracing::debug!(?other, "consumer event"),
+    }
+}
+
+/// Logs a new `max_in_flight` of a consumer (the drivers call it for `set_max_in_flight`):
+/// 0 pauses the consumer, which is said at INFO so a consumer that receives nothing explains
+/// itself.
+pub fn log_max_in_flight(max_in_flight: u32) {
+    if max_in_flight == 0 {
+        tracing::info!(
+            max_in_flight,
+            "max_in_flight is 0: the consumer is paused (RDY 0) until it is raised"
+        );
+    } else {
+        tracing::info!(max_in_flight, "max_in_flight changed");
+    }
+}
+
+/// Logs a producer event with `tracing`, the same way in every adapter, in the producer's
+/// span. Call it for every event; successes and `Closed` are not logged (a failed publish is
+/// the caller's error; it is logged at DEBUG only).
+pub fn log_producer_event(event: &ProducerEvent) {
+    match event {
+        ProducerEvent::Published(_) | ProducerEvent::PingOk(_) | ProducerEvent::Closed => {}
+        ProducerEvent::PublishFailed(id, failure) => {
+            tracing::debug!(publish = %id, error = %failure, "publish failed");
+        }
+        ProducerEvent::PingFailed(id, failure) => {
+            tracing::debug!(ping = %id, error = %failure, "ping failed");
+        }
+        ProducerEvent::ConnectionReady { conn, addr } => {
+            tracing::info!(%conn, nsqd = %addr, "connected to nsqd");
+        }
+        ProducerEvent::ConnectionClosed {
+            conn,
+            addr,
+            reason,
+            retry_in,
+        } => log_connection_closed(*conn, addr, reason, *retry_in),
+        #[allow(unreachable_patterns, reason = "ProducerEvent is non_exhaustive")]
+        other => tracing::debug!(?other, "producer event"),
+    }
+}

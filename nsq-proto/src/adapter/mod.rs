@@ -1,0 +1,410 @@
+//! Support for runtime adapters: the runtime-independent pieces that every adapter
+//! (`nsq-tokio`, `nsq-async-std`, `nsq-blocking`) needs, written once.
+//!
+//! Like the rest of the crate this module is sans-IO: no sockets, clocks, threads, file
+//! system or async. Adapters keep only what truly depends on their runtime (sockets, tasks,
+//! channels, timers, reading TLS files and the OS hostname).
+//!
+//! * [`Answer`] / [`AnswerKind`]: the small `Copy` command a message sends to its driver to
+//!   answer itself (no allocation per answer), and [`Answer::apply`], which hands it to the
+//!   core [`Consumer`] (the core computes the default requeue delay from the attempt count).
+//! * [`Delivery`]: the message type of every adapter (`Message` there), generic over the
+//!   adapter's [`AnswerSink`]; it answers itself and requeues itself when dropped unanswered.
+//! * [`HandlerError`]: what a message handler returns to requeue (with backoff by default,
+//!   [`with_delay`](HandlerError::with_delay), [`without_backoff`](HandlerError::without_backoff)),
+//!   and [`AnswerKind::from_handler`], the answer for a handler's outcome (a panic included).
+//! * [`StopReport`], [`GiveUpHook`]: the user-facing results of a consumer.
+//! * [`Error`] ([`InputError`], [`Backpressure`]): the adapters' error type, with the
+//!   conversions from the core's errors, and [`IntoTopic`] / [`IntoChannel`] for name
+//!   arguments.
+//! * [`log_consumer_event`] / [`log_producer_event`] / [`log_max_in_flight`]: the `tracing`
+//!   output for the events an adapter does not act on itself, so every adapter logs the same
+//!   things at the same levels with the same fields; [`consumer_span`] / [`producer_span`] /
+//!   [`connection_span`] / [`lookupd_span`]: the spans every driver enters.
+//! * [`Links`] / [`Transport`]: performing the core's actions (which connection has which
+//!   runtime handle), and [`hostname_from_os`] / [`seed_or_fallback`]: the hostname and the RNG
+//!   seed from what the adapter reads from the OS.
+//! * [`Outbox`]: gathers the bytes for one connection during one wake-up into one write.
+//! * [`AdapterConfig`], [`consumer_config`], [`producer_config`]: a [`Config`] turned into the
+//!   core's configuration plus the socket-level settings, with the OS hostname (read by the
+//!   adapter) filled in when the configuration names none.
+//! * [`ConsumerSetup`] / [`ProducerSetup`]: what the builders collect, validated and turned
+//!   into a core by `start`; [`ConsumerBuilder`] / [`ProducerBuilder`]: every adapter's
+//!   builders, generic over the adapter's [`Runtime`] (its OS reads and how it starts a
+//!   driver).
+//! * [`PublishRequest`] / [`Replies`]: a user's publish handed to the core [`Producer`], and
+//!   which reply waits for which publish or ping.
+//!
+//! ```
+//! use nsq_proto::adapter::{Answer, AnswerKind, HandlerError};
+//! use std::time::Duration;
+//!
+//! let failed: Result<(), HandlerError> =
+//!     Err(HandlerError::msg("database down").with_delay(Duration::from_secs(5)));
+//! let kind = AnswerKind::from_handler(Some(failed));
+//! assert_eq!(
+//!     kind,
+//!     AnswerKind::Requeue { delay: Some(Duration::from_secs(5)), backoff: true }
+//! );
+//! ```
+
+#[cfg(doc)]
+use crate::{Config, Consumer, Producer};
+mod answer;
+mod builder;
+mod delivery;
+mod error;
+mod handler;
+mod hostname;
+mod links;
+mod logging;
+mod outbox;
+mod publish;
+mod seed;
+mod setup;
+pub use builder::{ConsumerBuilder, ProducerBuilder, Runtime};
+pub use hostname::hostname_from_os;
+pub use links::{Links, Transport};
+pub use seed::{seed_from_entropy, seed_or_fallback};
+
+pub use answer::{Answer, AnswerKind};
+pub use delivery::{AnswerSink, Delivery, Origin, PendingAnswer};
+pub use error::{Backpressure, Error, InputError, IntoChannel, IntoTopic};
+pub use handler::{GiveUpHook, HandlerError, StopReport};
+pub use logging::{
+    connection_span, consumer_span, log_consumer_event, log_max_in_flight, log_producer_event,
+    lookupd_span, producer_span,
+};
+pub use outbox::Outbox;
+pub use publish::{PublishRequest, Replies};
+pub use setup::{
+    AdapterConfig, ConsumerSetup, ConsumerStart, ProducerSetup, ProducerStart, consumer_config,
+    producer_config,
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::CommandError;
+    use crate::config::Config;
+
+    use crate::consumer::{Consumer, ConsumerConfig, ConsumerError, ConsumerEvent};
+
+    use crate::frame::{Message, MessageId};
+    use crate::names::{Channel, NameError, Topic};
+    use crate::producer::{ProducerError, ProducerEvent, PublishFailure};
+    use bytes::Bytes;
+
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn outbox_gathers_one_write() {
+        let mut o = Outbox::default();
+        assert_eq!(o.take(), None);
+        o.push(Bytes::from_static(b"ab"));
+        o.push(Bytes::new());
+        assert_eq!(o.take().as_deref(), Some(&b"ab"[..]));
+        o.push(Bytes::from_static(b"ab"));
+        o.push(Bytes::from_static(b"cd"));
+        o.push(Bytes::from_static(b"e"));
+        assert_eq!(o.take().as_deref(), Some(&b"abcde"[..]));
+        assert_eq!(o.take(), None);
+    }
+
+    #[test]
+    fn handler_outcomes() {
+        assert_eq!(AnswerKind::from_handler(Some(Ok(()))), AnswerKind::Finish);
+        let e = HandlerError::msg("x").without_backoff();
+        assert_eq!(e.to_string(), "x");
+        assert_eq!(
+            AnswerKind::from_handler(Some(Err(e))),
+            AnswerKind::Requeue {
+                delay: None,
+                backoff: false
+            }
+        );
+        let io: HandlerError = std::io::Error::other("disk").into();
+        assert!(io.backoff());
+        assert_eq!(io.delay(), None);
+        assert_eq!(
+            AnswerKind::from_handler(None),
+            AnswerKind::Requeue {
+                delay: None,
+                backoff: true
+            }
+        );
+    }
+
+    #[test]
+    fn hostname_is_filled_only_when_unset() {
+        let c = consumer_config(&Config::default(), Some("box.example.com\n".into()), |_| {
+            Err(std::io::Error::other("no files"))
+        })
+        .unwrap();
+        assert_eq!(
+            c.core.connection.hostname.as_deref(),
+            Some("box.example.com")
+        );
+        let named = Config {
+            hostname: Some("mine".into()),
+            ..Config::default()
+        };
+        let p = producer_config(&named, Some("os".into()), |_| {
+            Err(std::io::Error::other("no files"))
+        })
+        .unwrap();
+        assert_eq!(p.core.connection.hostname.as_deref(), Some("mine"));
+        assert_eq!(p.dial_timeout, Config::default().dial_timeout);
+        let none = consumer_config(&Config::default(), None, |_| {
+            Err(std::io::Error::other("no files"))
+        })
+        .unwrap();
+        assert_eq!(none.core.connection.hostname, None);
+    }
+
+    #[test]
+    fn replies_follow_the_core() {
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "origin of virtual time in a test"
+        )]
+        let now = Instant::now();
+        let mut setup = ProducerSetup::default();
+        setup.nsqd.push("127.0.0.1:4150".into());
+        setup.seed = Some(7);
+        let mut core = setup.start(now, || unreachable!("seeded")).unwrap().core;
+        let mut replies = Replies::default();
+        let topic = Topic::new("t").unwrap();
+        let publish = PublishRequest::Publish {
+            topic: topic.clone(),
+            body: Bytes::from_static(b"x"),
+        };
+        replies.submit(&mut core, now, &publish, 1).unwrap();
+        replies
+            .submit(&mut core, now, &PublishRequest::Ping, 2)
+            .unwrap();
+        let empty = PublishRequest::MultiPublish {
+            topic,
+            bodies: Vec::new(),
+        };
+        let (r, e) = replies.submit(&mut core, now, &empty, 3).unwrap_err();
+        assert_eq!(r, 3);
+        assert!(
+            matches!(
+                e,
+                Error::InvalidInput(InputError::Publish(CommandError::EmptyBatch))
+            ),
+            "{e}"
+        );
+        assert_eq!(replies.len(), 2);
+        // The only nsqd cannot be reached: both fail fast.
+        let conn = loop {
+            match core.poll_action() {
+                Some(crate::driver::Action::Connect { conn, .. }) => break conn,
+                Some(_) => {}
+                None => panic!("no connect"),
+            }
+        };
+        core.handle_connect_failed(now, conn, "refused");
+        let mut resolved = Vec::new();
+        while let Some(ev) = core.poll_event() {
+            replies.resolve(&ev);
+        }
+        for (r, result) in replies.take_resolved() {
+            assert!(matches!(result, Err(Error::NoServerAvailable(_))));
+            resolved.push(r);
+        }
+        resolved.sort_unstable();
+        assert_eq!(resolved, [1, 2]);
+        assert!(replies.is_empty());
+        assert_eq!(replies.take_all().count(), 0);
+    }
+
+    #[test]
+    fn consumer_setup_validates() {
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "origin of virtual time in a test"
+        )]
+        let now = Instant::now();
+        let bad = ConsumerSetup::<()>::new("bad topic!", "ch");
+        assert!(matches!(
+            bad.start(now, || 1),
+            Err(Error::InvalidTopic { name, reason: NameError::InvalidChar { index: 3, ch: ' ' } })
+                if name == "bad topic!"
+        ));
+        let bad = ConsumerSetup::<()>::new("t", "");
+        assert!(matches!(
+            bad.start(now, || 1),
+            Err(Error::InvalidChannel { name, reason: NameError::Empty }) if name.is_empty()
+        ));
+        let mut setup = ConsumerSetup::<()>::new("t", "ch");
+        setup.nsqd.push("nope".into());
+        assert!(matches!(
+            setup.start(now, || 1),
+            Err(Error::InvalidInput(InputError::NsqdAddress(a))) if a == "nope"
+        ));
+        let mut setup = ConsumerSetup::<()>::new("t", "ch");
+        setup.max_in_flight = Some(9);
+        setup.nsqd.push("127.0.0.1:4150".into());
+        let started = setup.start(now, || 1).unwrap();
+        assert_eq!(started.core.max_in_flight(), 9);
+    }
+
+    #[derive(Default)]
+    struct Collect(std::sync::Mutex<Vec<(Answer, Bytes)>>);
+
+    impl AnswerSink for Arc<Collect> {
+        fn send_answer(&self, answer: Answer, body: Bytes) {
+            self.0.lock().unwrap().push((answer, body));
+        }
+    }
+
+    #[test]
+    fn deliveries_answer_themselves_once() {
+        let sink = Arc::new(Collect::default());
+        let origin = Origin::new("127.0.0.1:4150", sink.clone());
+        let conn = {
+            #[allow(
+                clippy::disallowed_methods,
+                reason = "origin of virtual time in a test"
+            )]
+            let now = Instant::now();
+            let mut c = Consumer::new(
+                ConsumerConfig::default(),
+                Topic::new("t").unwrap(),
+                Channel::new("c").unwrap(),
+                1,
+            );
+            c.add_nsqd(now, "127.0.0.1:4150").unwrap();
+            match c.poll_action() {
+                Some(crate::driver::Action::Connect { conn, .. }) => conn,
+                other => panic!("{other:?}"),
+            }
+        };
+        let message = |attempts| Message {
+            timestamp: 1,
+            attempts,
+            id: MessageId::from(*b"0123456789abcdef"),
+            body: Bytes::from_static(b"body"),
+        };
+        let kinds =
+            || -> Vec<AnswerKind> { sink.0.lock().unwrap().iter().map(|a| a.0.kind).collect() };
+        // The body travels back to the driver with a message's last answer only.
+        let bodies =
+            || -> Vec<Bytes> { sink.0.lock().unwrap().iter().map(|a| a.1.clone()).collect() };
+
+        let d = Delivery::new(conn, message(1), origin.clone());
+        assert_eq!(d.nsqd_address(), "127.0.0.1:4150");
+        assert_eq!(&d.body()[..], b"body");
+        d.touch();
+        d.finish();
+        assert_eq!(kinds(), [AnswerKind::Touch, AnswerKind::Finish]);
+        assert_eq!(bodies(), [Bytes::new(), Bytes::from_static(b"body")]);
+
+        drop(Delivery::new(conn, message(2), origin.clone()));
+        assert_eq!(kinds()[2], AnswerKind::DROPPED);
+        assert_eq!(sink.0.lock().unwrap()[2].0.attempts, 2);
+        assert_eq!(bodies()[2], Bytes::from_static(b"body"));
+
+        let mut d = Delivery::new(conn, message(3), origin.clone());
+        let pending = d.take_over();
+        drop(d);
+        assert_eq!(kinds().len(), 3, "taken over: no answer on drop");
+        pending.answer(Some(
+            Err(HandlerError::msg("no").with_delay(Duration::ZERO)),
+        ));
+        assert_eq!(
+            kinds()[3],
+            AnswerKind::Requeue {
+                delay: Some(Duration::ZERO),
+                backoff: true
+            }
+        );
+
+        let d = Delivery::new(conn, message(4), origin.clone());
+        let a = d.into_answer(AnswerKind::UNTAKEN);
+        assert_eq!(a.attempts, 4);
+        assert_eq!(kinds().len(), 4, "into_answer sends nothing");
+
+        Delivery::new(conn, message(5), origin).release();
+        assert_eq!(kinds()[4], AnswerKind::UNTAKEN);
+        assert_eq!(bodies()[4], Bytes::from_static(b"body"));
+    }
+
+    /// A failed connect says when it is retried (the log line needs it); while closing, none.
+    #[test]
+    fn connection_closed_says_when_it_retries() {
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "origin of virtual time in a test"
+        )]
+        let now = Instant::now();
+        let closed_retry = |core: &mut Consumer| {
+            let mut retry = None;
+            while let Some(ev) = core.poll_event() {
+                if let ConsumerEvent::ConnectionClosed { retry_in, .. } = ev {
+                    retry = Some(retry_in);
+                }
+            }
+            retry.expect("no ConnectionClosed")
+        };
+        let connect = |core: &mut Consumer| loop {
+            match core.poll_action() {
+                Some(crate::driver::Action::Connect { conn, .. }) => break conn,
+                Some(_) => {}
+                None => panic!("no connect"),
+            }
+        };
+        let mut setup = ConsumerSetup::<()>::new("t", "c");
+        setup.nsqd.push("127.0.0.1:4150".into());
+        let mut core = setup.start(now, || 3).unwrap().core;
+        let conn = connect(&mut core);
+        core.handle_connect_failed(now, conn, "refused");
+        let retry = closed_retry(&mut core).expect("a direct nsqd is retried");
+        assert!(retry > Duration::ZERO);
+
+        let later = now + retry;
+        core.handle_timeout(later);
+        let conn = connect(&mut core);
+        core.close(later);
+        core.handle_connect_failed(later, conn, "refused");
+        assert_eq!(closed_retry(&mut core), None, "closing: no retry");
+
+        let mut setup = ProducerSetup::default();
+        setup.nsqd.push("127.0.0.1:4150".into());
+        setup.seed = Some(3);
+        let mut producer = setup.start(now, || unreachable!("seeded")).unwrap().core;
+        let conn = loop {
+            match producer.poll_action() {
+                Some(crate::driver::Action::Connect { conn, .. }) => break conn,
+                Some(_) => {}
+                None => panic!("no connect"),
+            }
+        };
+        producer.handle_connect_failed(now, conn, "refused");
+        let mut retries = Vec::new();
+        while let Some(ev) = producer.poll_event() {
+            if let ProducerEvent::ConnectionClosed { retry_in, .. } = ev {
+                retries.push(retry_in);
+            }
+        }
+        assert!(
+            matches!(retries[..], [Some(d)] if d > Duration::ZERO),
+            "{retries:?}"
+        );
+    }
+
+    #[test]
+    fn errors_map() {
+        assert!(matches!(Error::from(ProducerError::Closed), Error::Closed));
+        assert!(matches!(
+            Error::from(PublishFailure::NoServerAvailable { last_error: None }),
+            Error::NoServerAvailable(None)
+        ));
+        assert!(matches!(Error::from(ConsumerError::Closing), Error::Closed));
+        assert!("bad topic!".into_topic().is_err());
+        assert!("ok".into_channel().is_ok());
+    }
+}

@@ -1,0 +1,183 @@
+//! A user's publish handed to the core [`Producer`](crate::Producer) ([`PublishRequest`]) and
+//! which reply waits for which publish or ping ([`Replies`]).
+
+use super::error::{Error, IntoTopic};
+use crate::names::Topic;
+use crate::producer::{PingId, Producer, ProducerEvent, PublishId};
+use bytes::Bytes;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// A publish (or ping) a user asked for, on its way to the core [`Producer`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum PublishRequest {
+    /// PUB.
+    Publish {
+        /// The topic.
+        topic: Topic,
+        /// The body.
+        body: Bytes,
+    },
+    /// MPUB.
+    MultiPublish {
+        /// The topic.
+        topic: Topic,
+        /// The bodies.
+        bodies: Vec<Bytes>,
+    },
+    /// DPUB.
+    DeferredPublish {
+        /// The topic.
+        topic: Topic,
+        /// The delay.
+        delay: Duration,
+        /// The body.
+        body: Bytes,
+    },
+    /// Resolves once a connection is ready.
+    Ping,
+}
+
+impl PublishRequest {
+    /// PUB of `body` to `topic` (the name validated here).
+    pub fn publish(topic: impl IntoTopic, body: impl Into<Bytes>) -> Result<Self, Error> {
+        Ok(PublishRequest::Publish {
+            topic: topic.into_topic()?,
+            body: body.into(),
+        })
+    }
+
+    /// MPUB of `bodies` to `topic`.
+    pub fn multi_publish<I, B>(topic: impl IntoTopic, bodies: I) -> Result<Self, Error>
+    where
+        I: IntoIterator<Item = B>,
+        B: Into<Bytes>,
+    {
+        Ok(PublishRequest::MultiPublish {
+            topic: topic.into_topic()?,
+            bodies: bodies.into_iter().map(Into::into).collect(),
+        })
+    }
+
+    /// DPUB of `body` to `topic`, delivered after `delay`.
+    pub fn deferred_publish(
+        topic: impl IntoTopic,
+        delay: Duration,
+        body: impl Into<Bytes>,
+    ) -> Result<Self, Error> {
+        Ok(PublishRequest::DeferredPublish {
+            topic: topic.into_topic()?,
+            delay,
+            body: body.into(),
+        })
+    }
+}
+
+/// Which reply (`R`: a one-shot sender of the adapter) waits for which publish or ping of a
+/// core [`Producer`].
+///
+/// Resolved replies are held back until the driver takes them with
+/// [`take_resolved`](Self::take_resolved), after it has published the producer's stats for
+/// the wake-up: a caller whose publish resolved then sees it counted.
+#[derive(Debug)]
+pub struct Replies<R> {
+    publishes: BTreeMap<PublishId, R>,
+    pings: BTreeMap<PingId, R>,
+    resolved: Vec<(R, Result<(), Error>)>,
+}
+
+impl<R> Default for Replies<R> {
+    fn default() -> Self {
+        Replies {
+            publishes: BTreeMap::new(),
+            pings: BTreeMap::new(),
+            resolved: Vec::new(),
+        }
+    }
+}
+
+impl<R> Replies<R> {
+    /// Hands `request` to the core; `reply` waits for its result. When the core refuses it
+    /// (nothing was queued), the reply comes back with the error.
+    pub fn submit(
+        &mut self,
+        core: &mut Producer,
+        now: Instant,
+        request: &PublishRequest,
+        reply: R,
+    ) -> Result<(), (R, Error)> {
+        let result = match request {
+            PublishRequest::Publish { topic, body } => core.publish(now, topic, body),
+            PublishRequest::MultiPublish { topic, bodies } => {
+                core.multi_publish(now, topic, bodies)
+            }
+            PublishRequest::DeferredPublish { topic, delay, body } => {
+                core.deferred_publish(now, topic, *delay, body)
+            }
+            PublishRequest::Ping => {
+                return match core.ping(now) {
+                    Ok(id) => {
+                        self.pings.insert(id, reply);
+                        Ok(())
+                    }
+                    Err(e) => Err((reply, e.into())),
+                };
+            }
+        };
+        match result {
+            Ok(id) => {
+                self.publishes.insert(id, reply);
+                Ok(())
+            }
+            Err(e) => Err((reply, e.into())),
+        }
+    }
+
+    /// Records the result of the reply `event` resolves, for
+    /// [`take_resolved`](Self::take_resolved); `false` for events that resolve no reply.
+    pub fn resolve(&mut self, event: &ProducerEvent) -> bool {
+        let resolved = self.resolution(event);
+        let found = resolved.is_some();
+        self.resolved.extend(resolved);
+        found
+    }
+
+    /// The replies resolved since the last call, with their results, in resolution order.
+    pub fn take_resolved(&mut self) -> std::vec::Drain<'_, (R, Result<(), Error>)> {
+        self.resolved.drain(..)
+    }
+
+    fn resolution(&mut self, event: &ProducerEvent) -> Option<(R, Result<(), Error>)> {
+        match event {
+            ProducerEvent::Published(id) => self.publishes.remove(id).map(|r| (r, Ok(()))),
+            ProducerEvent::PublishFailed(id, failure) => self
+                .publishes
+                .remove(id)
+                .map(|r| (r, Err(failure.clone().into()))),
+            ProducerEvent::PingOk(id) => self.pings.remove(id).map(|r| (r, Ok(()))),
+            ProducerEvent::PingFailed(id, failure) => self
+                .pings
+                .remove(id)
+                .map(|r| (r, Err(failure.clone().into()))),
+            _ => None,
+        }
+    }
+
+    /// How many replies wait.
+    pub fn len(&self) -> usize {
+        self.publishes.len() + self.pings.len()
+    }
+
+    /// Nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every waiting reply (when the driver stops; answer them with [`Error::Closed`]).
+    pub fn take_all(&mut self) -> impl Iterator<Item = R> + use<R> {
+        let publishes = std::mem::take(&mut self.publishes);
+        let pings = std::mem::take(&mut self.pings);
+        publishes.into_values().chain(pings.into_values())
+    }
+}

@@ -1,0 +1,285 @@
+//! Configuration and start-up: a [`Config`] turned into the core's configuration plus socket
+//! settings ([`AdapterConfig`]), and what the builders collect ([`ConsumerSetup`],
+//! [`ProducerSetup`]) turned into a started core.
+
+#[cfg(doc)]
+use super::builder::ConsumerBuilder;
+use super::error::{Error, IntoChannel, IntoTopic};
+use super::handler::GiveUpHook;
+use super::logging::{consumer_span, log_max_in_flight, producer_span};
+use crate::config::{Config, OptionError};
+use crate::consumer::{Consumer, ConsumerConfig};
+use crate::names::{Channel, Topic};
+use crate::producer::{Producer, ProducerConfig};
+use std::fmt;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// A core configuration plus the socket-level settings an adapter applies itself.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct AdapterConfig<C> {
+    /// The core's configuration ([`ConsumerConfig`] or [`ProducerConfig`]).
+    pub core: C,
+    /// How long a TCP connect may take (go-nsq `dial_timeout`).
+    pub dial_timeout: Duration,
+    /// How long one socket write may take before the connection is dropped (go-nsq
+    /// `write_timeout`).
+    pub write_timeout: Duration,
+}
+
+impl<C: Default> Default for AdapterConfig<C> {
+    fn default() -> Self {
+        let defaults = Config::default();
+        AdapterConfig {
+            core: C::default(),
+            dial_timeout: defaults.dial_timeout,
+            write_timeout: defaults.write_timeout,
+        }
+    }
+}
+
+fn with_hostname(config: &Config, os_hostname: Option<String>) -> Option<Config> {
+    match (&config.hostname, os_hostname) {
+        (None, Some(h)) if !h.trim().is_empty() => Some(Config {
+            hostname: Some(h.trim().to_owned()),
+            ..config.clone()
+        }),
+        _ => None,
+    }
+}
+
+/// The consumer's configuration from `config`. `os_hostname` (read by the adapter) fills
+/// `hostname` when `config` names none; TLS files are read with `read_file` (`std::fs::read`).
+pub fn consumer_config(
+    config: &Config,
+    os_hostname: Option<String>,
+    read_file: impl FnMut(PathBuf) -> std::io::Result<Vec<u8>>,
+) -> Result<AdapterConfig<ConsumerConfig>, OptionError> {
+    let filled = with_hostname(config, os_hostname);
+    let config = filled.as_ref().unwrap_or(config);
+    Ok(AdapterConfig {
+        core: config.consumer_config(read_file)?,
+        dial_timeout: config.dial_timeout,
+        write_timeout: config.write_timeout,
+    })
+}
+
+/// The producer's configuration from `config` (see [`consumer_config`]). The core also
+/// applies `dial_timeout` as its connect timeout.
+pub fn producer_config(
+    config: &Config,
+    os_hostname: Option<String>,
+    read_file: impl FnMut(PathBuf) -> std::io::Result<Vec<u8>>,
+) -> Result<AdapterConfig<ProducerConfig>, OptionError> {
+    let filled = with_hostname(config, os_hostname);
+    let config = filled.as_ref().unwrap_or(config);
+    Ok(AdapterConfig {
+        core: config.producer_config(read_file)?,
+        dial_timeout: config.dial_timeout,
+        write_timeout: config.write_timeout,
+    })
+}
+
+/// What a consumer builder collects before it starts: [`ConsumerBuilder`] stores one and
+/// fills its public fields; [`start`](Self::start) does the
+/// validation and creates the core. Errors of the name and configuration arguments are kept
+/// until then, so the builder methods stay infallible.
+#[non_exhaustive]
+pub struct ConsumerSetup<M> {
+    /// The topic (validated by [`new`](Self::new)).
+    pub topic: Result<Topic, Error>,
+    /// The channel.
+    pub channel: Result<Channel, Error>,
+    /// The core's configuration.
+    pub config: Result<ConsumerConfig, Error>,
+    /// Overrides `config.max_in_flight`.
+    pub max_in_flight: Option<u32>,
+    /// Called for messages given up on.
+    pub give_up: Option<GiveUpHook<M>>,
+    /// nsqd TCP addresses to connect to directly.
+    pub nsqd: Vec<String>,
+    /// nsqlookupd HTTP addresses.
+    pub lookupd: Vec<String>,
+    /// Seed of the core's RNG (random when `None`).
+    pub seed: Option<u64>,
+    /// TCP connect timeout.
+    pub dial_timeout: Duration,
+    /// Socket write timeout.
+    pub write_timeout: Duration,
+}
+
+impl<M> fmt::Debug for ConsumerSetup<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConsumerSetup")
+            .field("topic", &self.topic)
+            .field("channel", &self.channel)
+            .field("config", &self.config)
+            .field("max_in_flight", &self.max_in_flight)
+            .field("give_up", &self.give_up.is_some())
+            .field("nsqd", &self.nsqd)
+            .field("lookupd", &self.lookupd)
+            .field("dial_timeout", &self.dial_timeout)
+            .field("write_timeout", &self.write_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A core consumer ready to be driven, with what its driver needs.
+#[non_exhaustive]
+pub struct ConsumerStart<M> {
+    /// The core, with its nsqd and lookupd addresses added.
+    pub core: Consumer,
+    /// The give-up hook.
+    pub give_up: Option<GiveUpHook<M>>,
+    /// TCP connect timeout.
+    pub dial_timeout: Duration,
+    /// Socket write timeout.
+    pub write_timeout: Duration,
+    /// The consumer's span ([`consumer_span`]): its driver enters it for everything it does.
+    pub span: tracing::Span,
+}
+
+impl<M> ConsumerSetup<M> {
+    /// A setup for `topic`/`channel` with the default configuration.
+    pub fn new(topic: impl IntoTopic, channel: impl IntoChannel) -> ConsumerSetup<M> {
+        let defaults = AdapterConfig::<ConsumerConfig>::default();
+        ConsumerSetup {
+            topic: topic.into_topic(),
+            channel: channel.into_channel(),
+            config: Ok(defaults.core),
+            max_in_flight: None,
+            give_up: None,
+            nsqd: Vec::new(),
+            lookupd: Vec::new(),
+            seed: None,
+            dial_timeout: defaults.dial_timeout,
+            write_timeout: defaults.write_timeout,
+        }
+    }
+
+    /// Takes `config` (see [`consumer_config`]).
+    pub fn config(
+        &mut self,
+        config: &Config,
+        os_hostname: Option<String>,
+        read_file: impl FnMut(PathBuf) -> std::io::Result<Vec<u8>>,
+    ) {
+        match consumer_config(config, os_hostname, read_file) {
+            Ok(c) => {
+                self.config = Ok(c.core);
+                self.dial_timeout = c.dial_timeout;
+                self.write_timeout = c.write_timeout;
+            }
+            Err(e) => self.config = Err(e.into()),
+        }
+    }
+
+    /// Validates everything and creates the core (`seed` is called when no seed was set).
+    pub fn start(
+        self,
+        now: Instant,
+        seed: impl FnOnce() -> u64,
+    ) -> Result<ConsumerStart<M>, Error> {
+        let topic = self.topic?;
+        let channel = self.channel?;
+        let mut config = self.config?;
+        if let Some(n) = self.max_in_flight {
+            config.max_in_flight = n;
+        }
+        let span = consumer_span(&topic, &channel);
+        if config.max_in_flight == 0 {
+            span.in_scope(|| log_max_in_flight(0));
+        }
+        let mut core = Consumer::new(config, topic, channel, self.seed.unwrap_or_else(seed));
+        for a in &self.nsqd {
+            core.add_nsqd(now, a)?;
+        }
+        for a in &self.lookupd {
+            core.add_lookupd(now, a)?;
+        }
+        Ok(ConsumerStart {
+            core,
+            give_up: self.give_up,
+            dial_timeout: self.dial_timeout,
+            write_timeout: self.write_timeout,
+            span,
+        })
+    }
+}
+
+/// What a producer builder collects before it starts (see [`ConsumerSetup`]).
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct ProducerSetup {
+    /// The core's configuration.
+    pub config: Result<ProducerConfig, Error>,
+    /// nsqd TCP addresses, in failover order.
+    pub nsqd: Vec<String>,
+    /// Seed of the core's RNG (random when `None`).
+    pub seed: Option<u64>,
+    /// Socket write timeout.
+    pub write_timeout: Duration,
+}
+
+impl Default for ProducerSetup {
+    fn default() -> Self {
+        let defaults = AdapterConfig::<ProducerConfig>::default();
+        ProducerSetup {
+            config: Ok(defaults.core),
+            nsqd: Vec::new(),
+            seed: None,
+            write_timeout: defaults.write_timeout,
+        }
+    }
+}
+
+/// A core producer ready to be driven, with what its driver needs.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct ProducerStart {
+    /// The core, with its nsqd addresses added (connecting).
+    pub core: Producer,
+    /// TCP connect timeout for the sockets: the core's own connect timeout plus a second
+    /// (the core abandons a slow attempt itself; this only bounds the socket's).
+    pub dial_timeout: Duration,
+    /// Socket write timeout.
+    pub write_timeout: Duration,
+    /// The producer's span ([`producer_span`]): its driver enters it for everything it does.
+    pub span: tracing::Span,
+}
+
+impl ProducerSetup {
+    /// Takes `config` (see [`producer_config`]).
+    pub fn config(
+        &mut self,
+        config: &Config,
+        os_hostname: Option<String>,
+        read_file: impl FnMut(PathBuf) -> std::io::Result<Vec<u8>>,
+    ) {
+        match producer_config(config, os_hostname, read_file) {
+            Ok(c) => {
+                self.config = Ok(c.core);
+                self.write_timeout = c.write_timeout;
+            }
+            Err(e) => self.config = Err(e.into()),
+        }
+    }
+
+    /// Validates everything and creates the core (`seed` is called when no seed was set).
+    pub fn start(self, now: Instant, seed: impl FnOnce() -> u64) -> Result<ProducerStart, Error> {
+        let config = self.config?;
+        let span = producer_span();
+        let dial_timeout = config.connect_timeout + Duration::from_secs(1);
+        let mut core = Producer::new(config, self.seed.unwrap_or_else(seed))?;
+        for a in &self.nsqd {
+            core.add_nsqd(now, a)?;
+        }
+        Ok(ProducerStart {
+            core,
+            dial_timeout,
+            write_timeout: self.write_timeout,
+            span,
+        })
+    }
+}
