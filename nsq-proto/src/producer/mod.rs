@@ -42,11 +42,19 @@
 //! ```
 
 mod config;
+mod events;
 #[cfg(feature = "fuzzing")]
 pub(crate) mod fuzz_ops;
-mod machine;
+mod lifecycle;
+mod node;
+#[expect(
+    clippy::module_inception,
+    reason = "the file of the Producer coordinator, named for it"
+)]
+mod producer;
+mod publish;
+mod work;
 
 pub use config::{ProducerConfig, Routing};
-pub use machine::{
-    PingId, Producer, ProducerError, ProducerEvent, ProducerStats, PublishFailure, PublishId,
-};
+pub use events::{PingId, ProducerError, ProducerEvent, ProducerStats, PublishFailure, PublishId};
+pub use producer::Producer;

@@ -1,0 +1,201 @@
+//! The life of a [`Producer`]'s connections: opening one to an nsqd, writing what it has
+//! gathered, feeding its events back, and dropping it (with what becomes of its publishes).
+
+use super::events::{ProducerEvent, PublishFailure};
+use super::node::Session;
+use super::producer::{Producer, Queued};
+use super::work::Fate;
+use crate::connection::{CloseReason, Connection, ConnectionEvent, PublishError};
+use crate::driver::{Action, ConnId};
+use crate::schedule::later;
+use bytes::BytesMut;
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+impl Producer {
+    pub(super) fn connect(&mut self, now: Instant, i: usize) {
+        if self.closing {
+            return;
+        }
+        let node = &mut self.nodes[i];
+        if node.link.is_some() {
+            return;
+        }
+        let id = ConnId::from_raw(self.next_conn);
+        self.next_conn += 1;
+        node.next_attempt = None;
+        node.link = Some(Session {
+            id,
+            started: now,
+            conn: None,
+            ready_at: None,
+            open: Vec::new(),
+            sent: VecDeque::new(),
+            refused: false,
+            dirty: false,
+        });
+        self.actions.push_back(Queued::Action(Action::Connect {
+            conn: id,
+            addr: node.addr.clone(),
+        }));
+    }
+
+    /// Moves node `i`'s queued bytes to the action queue, gathering them with a `Transmit`
+    /// for the same connection at the tail.
+    pub(super) fn flush(&mut self, i: usize) {
+        self.emit(i, false);
+        let Some(link) = self.nodes[i].link.as_mut() else {
+            return;
+        };
+        link.dirty = false;
+        let id = link.id;
+        let Some(c) = link.conn.as_mut() else {
+            return;
+        };
+        while let Some(data) = c.poll_transmit() {
+            if data.is_empty() {
+                continue;
+            }
+            if let Some(Queued::Transmit { conn, first, more }) = self.actions.back_mut() {
+                if *conn == id {
+                    let buf = more.get_or_insert_with(|| {
+                        let mut b = BytesMut::with_capacity(2 * (first.len() + data.len()));
+                        b.extend_from_slice(first);
+                        b
+                    });
+                    buf.extend_from_slice(&data);
+                    continue;
+                }
+            }
+            self.actions.push_back(Queued::Transmit {
+                conn: id,
+                first: data,
+                more: None,
+            });
+        }
+    }
+
+    /// Drains node `i`'s connection events into producer events.
+    pub(super) fn pump(&mut self, now: Instant, i: usize) {
+        loop {
+            let Some(link) = self.nodes[i].link.as_mut() else {
+                return;
+            };
+            let Some(c) = link.conn.as_mut() else {
+                return;
+            };
+            let Some(event) = c.poll_event() else {
+                return;
+            };
+            match event {
+                ConnectionEvent::Ready(_) => {
+                    link.ready_at = Some(now);
+                    self.tls_required = None;
+                    link.dirty = true;
+                    self.any_dirty = true;
+                    let (conn, addr) = (link.id, self.nodes[i].addr.clone());
+                    self.events
+                        .push_back(ProducerEvent::ConnectionReady { conn, addr });
+                    self.drain_pending(now);
+                }
+                ConnectionEvent::Published(token) => {
+                    if let Some(work) = self.take_sent(i, token) {
+                        for id in work.ids.as_slice() {
+                            self.resolve(*id, Ok(()));
+                        }
+                    }
+                }
+                ConnectionEvent::PublishFailed(token, error) => {
+                    if matches!(error, PublishError::Server(_)) {
+                        link.refused = true;
+                    }
+                    if let Some(work) = self.take_sent(i, token) {
+                        self.publish_failed(now, i, work, error);
+                    }
+                }
+                ConnectionEvent::Closed(reason) => {
+                    self.drop_link(now, i, &reason.to_string(), Fate::Lost);
+                    return;
+                }
+                ConnectionEvent::ServerError(error) => {
+                    tracing::debug!(%error, "non-fatal nsqd error on a producer connection");
+                }
+                other => {
+                    tracing::debug!(?other, "unexpected event on a producer connection");
+                }
+            }
+        }
+    }
+
+    /// Forgets node `i`'s connection: flushes its last bytes, `Disconnect`, event, fails what
+    /// it still holds as `fate` says (publishes gathered but never written wait for a
+    /// connection again), and reconnects: at once when nsqd closed it after refusing a
+    /// command (a rejection is not a server failure), else on the backoff schedule.
+    pub(super) fn drop_link(&mut self, now: Instant, i: usize, reason: &str, fate: Fate) {
+        let open = self.nodes[i]
+            .link
+            .as_mut()
+            .map(|l| std::mem::take(&mut l.open))
+            .unwrap_or_default();
+        self.flush(i);
+        let Some(mut link) = self.nodes[i].link.take() else {
+            return;
+        };
+        let addr = self.nodes[i].addr.clone();
+        self.actions
+            .push_back(Queued::Action(Action::Disconnect { conn: link.id }));
+        let close_reason = link.conn.as_ref().and_then(Connection::close_reason);
+        let graceful = matches!(close_reason, Some(CloseReason::Graceful { .. }));
+        // nsqd answered a publish with an error and closed: a refusal, not a failure. (A
+        // server that errs on its own, with nothing to refuse, backs off like any failure.)
+        let rejected = link.ready_at.is_some()
+            && link.refused
+            && matches!(close_reason, Some(CloseReason::Server(_)));
+        if !graceful && !rejected {
+            self.last_error = Some(format!("{addr}: {reason}"));
+            self.tls_required =
+                matches!(close_reason, Some(CloseReason::TlsRequired(_))).then(|| addr.clone());
+        }
+        let lost = close_reason.cloned().unwrap_or(CloseReason::Eof);
+        for s in std::mem::take(&mut link.sent) {
+            let failure = if fate == Fate::TimedOut {
+                PublishFailure::TimedOut {
+                    waited: now.saturating_duration_since(s.at),
+                }
+            } else {
+                PublishFailure::ConnectionLost(lost.clone())
+            };
+            for id in s.work.ids.as_slice() {
+                self.resolve(*id, Err(failure.clone()));
+            }
+        }
+        for work in open {
+            self.retry(now, work.freeze(), false);
+        }
+        // A refusal reconnects at once (`Some(ZERO)`), without touching the backoff schedule.
+        let retry_in = (!self.closing).then(|| {
+            if rejected {
+                return Duration::ZERO;
+            }
+            let node = &mut self.nodes[i];
+            let healthy = link.ready_at.is_some_and(|t| {
+                now.saturating_duration_since(t) >= self.config.reconnect_reset_after
+            });
+            if healthy {
+                node.schedule.reset();
+            }
+            let delay = node.schedule.next_delay(&mut self.rng);
+            node.next_attempt = Some(later(now, delay));
+            delay
+        });
+        self.events.push_back(ProducerEvent::ConnectionClosed {
+            conn: link.id,
+            addr,
+            reason: reason.to_string(),
+            retry_in,
+        });
+        if rejected && !self.closing {
+            self.connect(now, i);
+        }
+    }
+}

@@ -1,0 +1,58 @@
+//! One nsqd of a producer ([`Node`]) and its current socket ([`Session`]): the connection
+//! attempt, the `Connection`, and the publishes gathered or sent on it.
+
+use crate::connection::{Connection, ConnectionState};
+use crate::consumer::policy::ReconnectSchedule;
+use crate::driver::ConnId;
+use bytes::{Bytes, BytesMut};
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use super::work::Work;
+/// A command written to a connection, awaiting its reply.
+#[derive(Debug)]
+pub(super) struct Sent {
+    pub(super) token: u64,
+    pub(super) at: Instant,
+    pub(super) work: Work<Bytes>,
+}
+
+/// One socket to an nsqd: connecting (`conn: None`), handshaking, ready or closing.
+#[derive(Debug)]
+pub(super) struct Session {
+    pub(super) id: ConnId,
+    /// When the connection attempt started.
+    pub(super) started: Instant,
+    pub(super) conn: Option<Connection>,
+    pub(super) ready_at: Option<Instant>,
+    /// Publishes gathered since the last write, in order; written by `emit`.
+    pub(super) open: Vec<Work<BytesMut>>,
+    pub(super) sent: VecDeque<Sent>,
+    /// nsqd refused one of its commands (its error answered a publish).
+    pub(super) refused: bool,
+    /// The connection may have bytes to transmit.
+    pub(super) dirty: bool,
+}
+
+impl Session {
+    pub(super) fn is_ready(&self) -> bool {
+        self.ready_at.is_some()
+            && self
+                .conn
+                .as_ref()
+                .is_some_and(|c| c.state() == ConnectionState::Ready)
+    }
+}
+
+#[derive(Debug)]
+pub(super) struct Node {
+    pub(super) addr: String,
+    pub(super) link: Option<Session>,
+    pub(super) schedule: ReconnectSchedule,
+    pub(super) next_attempt: Option<Instant>,
+    /// The largest message this nsqd takes, as configured or as learned from its refusals
+    /// (`E_BAD_MESSAGE ... too big N > MAX`); larger ones are not put in batches.
+    pub(super) max_msg: u32,
+    /// The largest MPUB body, likewise (`E_BAD_BODY ... too big N > MAX`).
+    pub(super) max_body: u32,
+}
