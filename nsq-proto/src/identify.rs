@@ -1,6 +1,6 @@
 //! IDENTIFY and AUTH bodies and replies.
 
-use crate::command::CommandError;
+use crate::limits::CommandError;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;

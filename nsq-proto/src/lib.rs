@@ -90,10 +90,12 @@
 //!   nsqd (the server side of one connection) for tests and benches.
 
 pub mod adapter;
+mod addr;
 pub mod command;
 pub mod config;
 pub mod connection;
 pub mod consumer;
+mod deadline;
 pub mod driver;
 mod error_code;
 mod frame;
@@ -101,15 +103,16 @@ mod frame;
 #[doc(hidden)]
 pub mod fuzzing;
 mod identify;
+mod limits;
 mod lookup;
 mod names;
 pub mod producer;
 mod rng;
-mod schedule;
 #[cfg(feature = "test-support")]
 #[doc(hidden)]
 pub mod test_support;
 
+pub use addr::join_host_port;
 pub use command::{CommandError, Limits, MAGIC_V2};
 pub use config::Config;
 pub use connection::{
@@ -125,6 +128,6 @@ pub use frame::{
     MessageId, Response, encode_frame, encode_message_frame,
 };
 pub use identify::{AuthResponse, DEFAULT_MAX_RDY_COUNT, Identify, IdentifyResponse, ReplyError};
-pub use lookup::{LookupProducer, LookupResponse, join_host_port};
+pub use lookup::{LookupProducer, LookupResponse};
 pub use names::{Channel, EPHEMERAL_SUFFIX, MAX_NAME_LEN, NameError, Topic, validate_name};
 pub use producer::{Producer, ProducerConfig, ProducerEvent};

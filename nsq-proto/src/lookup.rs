@@ -1,8 +1,8 @@
 //! nsqlookupd `/lookup` replies.
 
+use crate::addr::join_host_port;
 use crate::identify::{ReplyError, expect_json_object};
 use serde::{Deserialize, Serialize};
-use std::fmt::Write as _;
 
 /// One nsqd that nsqlookupd knows to carry a topic.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -29,20 +29,6 @@ impl LookupProducer {
     pub fn tcp_address(&self) -> String {
         join_host_port(&self.broadcast_address, self.tcp_port)
     }
-}
-
-/// Joins a host and port, bracketing IPv6 literals (`::1` -> `[::1]:4150`).
-pub fn join_host_port(host: &str, port: u16) -> String {
-    let mut out = String::with_capacity(host.len() + 8);
-    if host.contains(':') && !host.starts_with('[') {
-        out.push('[');
-        out.push_str(host);
-        out.push(']');
-    } else {
-        out.push_str(host);
-    }
-    let _ = write!(out, ":{port}");
-    out
 }
 
 /// A parsed `/lookup` reply.

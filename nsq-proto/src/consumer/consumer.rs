@@ -14,11 +14,12 @@ use super::stats::{ConsumerStats, Counts};
 use super::timers::Timer;
 #[cfg(doc)]
 use super::{ANSWER_FAILURE_BURST, ANSWER_FAILURE_WINDOW};
+use crate::addr::valid_host_port;
 use crate::connection::{CloseReason, Connection, ConnectionEvent, Role};
+use crate::deadline::later;
 use crate::driver::{Action, ConnId, LookupdRequestId};
 use crate::frame::{Message, MessageId};
 use crate::names::{Channel, Topic};
-use crate::schedule::{later, valid_host_port};
 use bytes::BytesMut;
 use std::time::{Duration, Instant};
 

@@ -8,10 +8,10 @@ use super::shared::Shared;
 use super::slots::Slot;
 use super::timers::Timer;
 use crate::connection::Connection;
+use crate::deadline::later;
 use crate::driver::ConnId;
 use crate::error_code::{ErrorCode, ServerError};
 use crate::frame::MessageId;
-use crate::schedule::later;
 use std::time::{Duration, Instant};
 
 /// The longest a lowered RDY's possible deliveries are waited for (see `Slot::transit`).

@@ -121,7 +121,7 @@ impl LookupdAddress {
             None => return Err(LookupdAddressError::InvalidPort(authority.to_string())),
         };
         Ok(LookupdAddress {
-            authority: crate::lookup::join_host_port(host, port),
+            authority: crate::addr::join_host_port(host, port),
             path,
         })
     }

@@ -7,8 +7,8 @@
 
 use super::stats::Counts;
 use crate::connection::{Connection, ConnectionState};
+use crate::deadline::later;
 use crate::driver::ConnId;
-use crate::schedule::later;
 use std::ops::Index;
 use std::time::{Duration, Instant};
 

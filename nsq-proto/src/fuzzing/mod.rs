@@ -5,12 +5,13 @@
 //! properties that must hold for every input (a failed assertion is a bug the fuzzer found).
 //! Not part of the public API.
 
+use crate::addr::join_host_port;
 use crate::frame::{
     DecodeError, FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, Frame, FrameDecoder, encode_frame,
     encode_message_frame,
 };
 use crate::identify::{AuthResponse, IdentifyResponse};
-use crate::lookup::{LookupResponse, join_host_port};
+use crate::lookup::LookupResponse;
 use bytes::BytesMut;
 
 /// Reads fuzz input as a stream of small numbers; zeros once exhausted. Shared by the

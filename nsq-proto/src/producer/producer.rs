@@ -1,15 +1,16 @@
 //! The [`Producer`] state machine.
 
 use super::config::{ProducerConfig, Routing};
+use crate::addr::valid_host_port;
 use crate::command::{self};
 use crate::connection::{
     CloseReason, Connection, ConnectionError, ConnectionState, PublishToken, Role,
 };
 use crate::consumer::policy::ReconnectSchedule;
+use crate::deadline::later;
 use crate::driver::{Action, ConnId};
 use crate::names::Topic;
 use crate::rng::Rng;
-use crate::schedule::{later, valid_host_port};
 use bytes::{Bytes, BytesMut};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};

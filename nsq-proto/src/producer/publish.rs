@@ -3,9 +3,9 @@
 
 use crate::command::{self};
 use crate::connection::{CloseReason, ConnectionState, PublishError};
+use crate::deadline::later;
 use crate::error_code::{ErrorCode, ServerError};
 use crate::names::Topic;
-use crate::schedule::later;
 use bytes::{Bytes, BytesMut};
 use std::time::Instant;
 

@@ -1,17 +1,7 @@
-//! Small helpers shared by the consumer and producer state machines: deadlines that cannot
-//! overflow, and nsqd address validation.
+//! nsqd addresses: checking a `host:port` before connecting to it, and joining one from a
+//! lookupd reply's host and port.
 
-use std::time::{Duration, Instant};
-
-/// Longest delay a state machine schedules; longer configured durations are treated as this.
-pub(crate) const MAX_DELAY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-
-/// `now + d` that cannot overflow, whatever the configuration says.
-pub(crate) fn later(now: Instant, d: Duration) -> Instant {
-    now.checked_add(d.min(MAX_DELAY))
-        .or_else(|| now.checked_add(Duration::from_secs(365 * 24 * 3600)))
-        .unwrap_or(now)
-}
+use std::fmt::Write as _;
 
 /// Whether `addr` is an nsqd TCP address: `host:port` or `[ipv6]:port`, port 1..=65535, no
 /// scheme, user or path.
@@ -36,21 +26,23 @@ pub(crate) fn valid_host_port(addr: &str) -> bool {
         && port.parse::<u16>().is_ok_and(|p| p != 0)
 }
 
+/// Joins a host and port, bracketing IPv6 literals (`::1` -> `[::1]:4150`).
+pub fn join_host_port(host: &str, port: u16) -> String {
+    let mut out = String::with_capacity(host.len() + 8);
+    if host.contains(':') && !host.starts_with('[') {
+        out.push('[');
+        out.push_str(host);
+        out.push(']');
+    } else {
+        out.push_str(host);
+    }
+    let _ = write!(out, ":{port}");
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn extreme_durations_do_not_overflow() {
-        #[allow(
-            clippy::disallowed_methods,
-            reason = "origin of virtual time in a test"
-        )]
-        let now = Instant::now();
-        assert!(later(now, Duration::MAX) > now);
-        assert_eq!(later(now, Duration::ZERO), now);
-        assert_eq!(later(now, MAX_DELAY), later(now, Duration::MAX));
-    }
 
     #[test]
     fn nsqd_addresses() {
