@@ -1,0 +1,190 @@
+//! Introspection: what [`Nsqd::stats`](super::Nsqd::stats) and the command log report.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::Inner;
+
+/// Identifies a client connection of a test nsqd (1, 2, 3 ... in connection order).
+pub type ClientId = u64;
+
+/// A client's protocol state, as nsqd tracks it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientState {
+    /// Connected, not subscribed (publishers stay here).
+    Init,
+    /// After SUB.
+    Subscribed,
+    /// After CLS: RDY forced to 0, FIN/REQ/TOUCH still accepted.
+    Closing,
+}
+
+/// Counters of a channel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChannelStats {
+    /// Topic name.
+    pub topic: String,
+    /// Channel name.
+    pub name: String,
+    /// Messages that entered the channel (from the topic).
+    pub message_count: u64,
+    /// Messages waiting to be sent.
+    pub depth: usize,
+    /// Messages deferred (DPUB or REQ with delay).
+    pub deferred: usize,
+    /// Messages in flight.
+    pub in_flight: usize,
+    /// Messages finished (FIN).
+    pub finished: u64,
+    /// Messages requeued (REQ).
+    pub requeued: u64,
+    /// Messages that timed out in flight.
+    pub timed_out: u64,
+    /// Subscribed clients.
+    pub clients: Vec<ClientId>,
+}
+
+/// Counters of a topic.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicStats {
+    /// Topic name.
+    pub name: String,
+    /// Messages published to it.
+    pub message_count: u64,
+    /// Messages held by the topic because it has no channel yet.
+    pub depth: usize,
+    /// Its channels.
+    pub channels: Vec<ChannelStats>,
+}
+
+/// A client connection's state.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClientStats {
+    /// Its id.
+    pub id: ClientId,
+    /// The client's address.
+    pub remote_address: SocketAddr,
+    /// Protocol state.
+    pub state: ClientState,
+    /// Current RDY.
+    pub rdy: i64,
+    /// Messages in flight to it.
+    pub in_flight: i64,
+    /// `(topic, channel)` after SUB.
+    pub subscription: Option<(String, String)>,
+    /// Negotiated message timeout.
+    pub msg_timeout: Duration,
+    /// Negotiated heartbeat interval (`None` = disabled).
+    pub heartbeat_interval: Option<Duration>,
+    /// TLS is on.
+    pub tls: bool,
+    /// Snappy is on.
+    pub snappy: bool,
+    /// Deflate is on (with this level).
+    pub deflate: Option<u32>,
+    /// AUTH identity.
+    pub identity: Option<String>,
+    /// The IDENTIFY body, as JSON.
+    pub identify: Option<Value>,
+    /// Messages sent to it.
+    pub delivered: u64,
+    /// FIN received.
+    pub finished: u64,
+    /// REQ received.
+    pub requeued: u64,
+    /// Its messages that timed out.
+    pub timed_out: u64,
+}
+
+/// A snapshot of the whole broker.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stats {
+    /// Topics, by name.
+    pub topics: Vec<TopicStats>,
+    /// Connected clients, by id.
+    pub clients: Vec<ClientStats>,
+}
+
+/// One command received, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommandRecord {
+    /// Global sequence number (0, 1, 2 ...).
+    pub seq: u64,
+    /// Which client sent it.
+    pub client: ClientId,
+    /// When it was handled.
+    pub at: Instant,
+    /// The command line without its newline (lossy UTF-8).
+    pub line: String,
+    /// The body, when the command had one and it was read (at most
+    /// [`Options::command_log_body_limit`](crate::Options::command_log_body_limit) bytes of it).
+    pub body: Option<Vec<u8>>,
+    /// The body's full length.
+    pub body_len: usize,
+    /// The error sent back, if any (`E_CODE description`).
+    pub error: Option<String>,
+}
+
+impl CommandRecord {
+    /// The command name (`PUB`, `RDY` ...).
+    pub fn name(&self) -> &str {
+        self.line.split(' ').next().unwrap_or("")
+    }
+}
+
+impl Inner {
+    pub(super) fn stats(&self) -> Stats {
+        let st = self.lock();
+        let topics = st
+            .topics
+            .iter()
+            .map(|(name, t)| TopicStats {
+                name: name.clone(),
+                message_count: t.message_count,
+                depth: t.backlog.len(),
+                channels: t
+                    .channels
+                    .iter()
+                    .map(|(cname, ch)| ChannelStats {
+                        topic: name.clone(),
+                        name: cname.clone(),
+                        message_count: ch.message_count,
+                        depth: ch.queue.len(),
+                        deferred: ch.deferred.len(),
+                        in_flight: ch.in_flight.len(),
+                        finished: ch.finished,
+                        requeued: ch.requeued,
+                        timed_out: ch.timed_out,
+                        clients: ch.clients.clone(),
+                    })
+                    .collect(),
+            })
+            .collect();
+        let clients = st
+            .clients
+            .iter()
+            .map(|(&id, c)| ClientStats {
+                id,
+                remote_address: c.remote,
+                state: c.state,
+                rdy: c.rdy,
+                in_flight: c.in_flight,
+                subscription: c.sub.clone(),
+                msg_timeout: c.msg_timeout,
+                heartbeat_interval: c.heartbeat,
+                tls: c.tls,
+                snappy: c.snappy,
+                deflate: c.deflate,
+                identity: c.auth.as_ref().map(|a| a.identity.clone()),
+                identify: c.identify.clone(),
+                delivered: c.delivered,
+                finished: c.finished,
+                requeued: c.requeued,
+                timed_out: c.timed_out,
+            })
+            .collect();
+        Stats { topics, clients }
+    }
+}
