@@ -12,7 +12,7 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 use futures_lite::{AsyncRead, AsyncWrite};
-use nsq_proto::adapter::{Links, Transport};
+use nsq_proto::adapter::{SocketTable, Transport};
 use nsq_proto::driver::{Action, ConnId, Driven, LookupdRequestId};
 use std::collections::VecDeque;
 use std::future::Future;
@@ -72,7 +72,7 @@ enum State {
 }
 
 /// One socket: an nsqd connection or a lookupd exchange.
-struct Link {
+struct Socket {
     state: State,
     span: tracing::Span,
     /// When the dial is abandoned.
@@ -89,10 +89,10 @@ struct Link {
     write_blocked_since: Option<Instant>,
 }
 
-impl Link {
-    fn new(addr: String, dial_deadline: Option<Instant>, span: tracing::Span) -> Link {
+impl Socket {
+    fn new(addr: String, dial_deadline: Option<Instant>, span: tracing::Span) -> Socket {
         let fut: Connecting = Box::pin(async_net::TcpStream::connect(addr));
-        Link {
+        Socket {
             state: State::Connecting(fut),
             span,
             dial_deadline,
@@ -115,7 +115,7 @@ impl Link {
 }
 
 /// What happened on a link during one poll.
-enum Io {
+enum SocketEvent {
     Connected,
     ConnectFailed(String),
     Data(BytesMut),
@@ -126,11 +126,11 @@ enum Io {
 /// Polls one link: connect, writes, reads. Reports through `report`; returns whether
 /// anything happened and whether the link is finished (to be dropped).
 fn poll_link(
-    link: &mut Link,
+    link: &mut Socket,
     cx: &mut Context<'_>,
     now: Instant,
     write_timeout: Duration,
-    report: &mut dyn FnMut(Io),
+    report: &mut dyn FnMut(SocketEvent),
 ) -> (bool, bool) {
     let span = std::mem::replace(&mut link.span, tracing::Span::none());
     let result = span.in_scope(|| poll_link_in_span(link, cx, now, write_timeout, report));
@@ -139,11 +139,11 @@ fn poll_link(
 }
 
 fn poll_link_in_span(
-    link: &mut Link,
+    link: &mut Socket,
     cx: &mut Context<'_>,
     now: Instant,
     write_timeout: Duration,
-    report: &mut dyn FnMut(Io),
+    report: &mut dyn FnMut(SocketEvent),
 ) -> (bool, bool) {
     let mut progress = false;
     if let State::Connecting(fut) = &mut link.state {
@@ -151,14 +151,14 @@ fn poll_link_in_span(
             Poll::Pending => {
                 if link.dial_deadline.is_some_and(|d| d <= now) {
                     tracing::debug!("connect timed out");
-                    report(Io::ConnectFailed("connect timed out".to_owned()));
+                    report(SocketEvent::ConnectFailed("connect timed out".to_owned()));
                     return (true, true);
                 }
                 return (false, false);
             }
             Poll::Ready(Err(e)) => {
                 tracing::debug!(error = %e, "connect failed");
-                report(Io::ConnectFailed(e.to_string()));
+                report(SocketEvent::ConnectFailed(e.to_string()));
                 return (true, true);
             }
             Poll::Ready(Ok(stream)) => {
@@ -168,7 +168,7 @@ fn poll_link_in_span(
                 tracing::debug!("connected");
                 link.state = State::Open(stream);
                 progress = true;
-                report(Io::Connected);
+                report(SocketEvent::Connected);
             }
         }
     }
@@ -231,12 +231,12 @@ fn poll_link_in_span(
                 progress = true;
                 if !link.failed {
                     link.failed = true;
-                    report(Io::Eof);
+                    report(SocketEvent::Eof);
                 }
             }
             Poll::Ready(Ok(n)) => {
                 progress = true;
-                report(Io::Data(link.read_buf.split_to(n)));
+                report(SocketEvent::Data(link.read_buf.split_to(n)));
             }
             Poll::Ready(Err(e)) => {
                 tracing::warn!(error = %e, "read failed");
@@ -244,7 +244,7 @@ fn poll_link_in_span(
                 progress = true;
                 if !link.failed {
                     link.failed = true;
-                    report(Io::Failed(e.to_string()));
+                    report(SocketEvent::Failed(e.to_string()));
                 }
             }
         }
@@ -252,25 +252,25 @@ fn poll_link_in_span(
     (progress, false)
 }
 
-fn fail(link: &mut Link, report: &mut dyn FnMut(Io), reason: &str) -> (bool, bool) {
+fn fail(link: &mut Socket, report: &mut dyn FnMut(SocketEvent), reason: &str) -> (bool, bool) {
     tracing::warn!(%reason, "write failed");
     link.read_done = true;
     link.queue.clear();
     link.write_blocked_since = None;
     if !link.failed && !link.closing {
         link.failed = true;
-        report(Io::Failed(reason.to_owned()));
+        report(SocketEvent::Failed(reason.to_owned()));
     }
     // A closing link is done; an active one waits for the core's Disconnect.
     (true, link.closing)
 }
 
-/// The socket half of performing the core's actions (the shared [`Links`] does the rest): the
+/// The socket half of performing the core's actions (the shared [`SocketTable`] does the rest): the
 /// links are polled by the driver's future, so "sending" queues bytes on a link and "closing"
 /// moves it to the links still writing their last bytes.
 struct Sockets {
     /// Disconnected links still writing their last bytes.
-    closing: Vec<Link>,
+    closing: Vec<Socket>,
     /// The time of the current round (dial deadlines are counted from it).
     now: Instant,
     /// Bytes were handed to a link since the last [`Net::flush`].
@@ -280,22 +280,22 @@ struct Sockets {
 }
 
 impl Transport for Sockets {
-    type Link = Link;
-    type Lookup = Link;
+    type Socket = Socket;
+    type Lookup = Socket;
 
-    fn connect(&mut self, conn: ConnId, addr: &str) -> Link {
+    fn connect(&mut self, conn: ConnId, addr: &str) -> Socket {
         let span = nsq_proto::adapter::connection_span(conn, addr);
-        Link::new(addr.to_owned(), Some(self.now + self.dial_timeout), span)
+        Socket::new(addr.to_owned(), Some(self.now + self.dial_timeout), span)
     }
 
-    fn send(&mut self, link: &mut Link, data: Bytes) {
+    fn send(&mut self, link: &mut Socket, data: Bytes) {
         if !link.failed && !matches!(link.state, State::Done) {
             link.queue.push_back(data);
             self.sent = true;
         }
     }
 
-    fn close(&mut self, mut link: Link) {
+    fn close(&mut self, mut link: Socket) {
         if matches!(link.state, State::Open(_)) && !link.failed {
             link.closing = true;
             link.read_done = true;
@@ -304,15 +304,15 @@ impl Transport for Sockets {
         }
     }
 
-    fn lookup(&mut self, request: LookupdRequestId, addr: &str, data: Bytes) -> Link {
+    fn lookup(&mut self, request: LookupdRequestId, addr: &str, data: Bytes) -> Socket {
         let span = nsq_proto::adapter::lookupd_span(request, addr);
-        let mut link = Link::new(addr.to_owned(), None, span);
+        let mut link = Socket::new(addr.to_owned(), None, span);
         link.queue.push_back(data);
         link.read_buf = BytesMut::zeroed(16 * 1024);
         link
     }
 
-    fn close_lookup(&mut self, lookup: Link) {
+    fn close_lookup(&mut self, lookup: Socket) {
         drop(lookup);
     }
 }
@@ -320,7 +320,7 @@ impl Transport for Sockets {
 /// Every socket of one driver.
 pub(crate) struct Net {
     sockets: Sockets,
-    links: Links<Sockets>,
+    links: SocketTable<Sockets>,
 }
 
 impl Net {
@@ -333,7 +333,7 @@ impl Net {
                 dial_timeout,
                 write_timeout,
             },
-            links: Links::default(),
+            links: SocketTable::default(),
         }
     }
 
@@ -346,11 +346,11 @@ impl Net {
                 continue;
             }
             let (p, finished) = poll_link(link, cx, now, write_timeout, &mut |io| match io {
-                Io::Connected => m.handle_connected(now, conn),
-                Io::ConnectFailed(reason) => m.handle_connect_failed(now, conn, &reason),
-                Io::Data(mut data) => m.handle_input(now, conn, &mut data),
-                Io::Eof => m.handle_eof(now, conn),
-                Io::Failed(reason) => {
+                SocketEvent::Connected => m.handle_connected(now, conn),
+                SocketEvent::ConnectFailed(reason) => m.handle_connect_failed(now, conn, &reason),
+                SocketEvent::Data(mut data) => m.handle_input(now, conn, &mut data),
+                SocketEvent::Eof => m.handle_eof(now, conn),
+                SocketEvent::Failed(reason) => {
                     tracing::debug!(%conn, %reason, "socket closed");
                     m.handle_eof(now, conn);
                 }
@@ -366,14 +366,14 @@ impl Net {
             }
             let mut over = false;
             let (p, finished) = poll_link(link, cx, now, write_timeout, &mut |io| match io {
-                Io::Connected => {}
-                Io::ConnectFailed(reason) | Io::Failed(reason) => {
+                SocketEvent::Connected => {}
+                SocketEvent::ConnectFailed(reason) | SocketEvent::Failed(reason) => {
                     tracing::debug!(%reason, "lookupd request failed");
                     m.handle_lookupd_failed(now, request, &reason);
                     over = true;
                 }
-                Io::Data(data) => m.handle_lookupd_input(now, request, &data),
-                Io::Eof => {
+                SocketEvent::Data(data) => m.handle_lookupd_input(now, request, &data),
+                SocketEvent::Eof => {
                     m.handle_lookupd_eof(now, request);
                     over = true;
                 }

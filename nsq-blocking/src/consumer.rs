@@ -1,7 +1,7 @@
 //! The blocking [`Consumer`]: a driver thread around [`nsq_proto::Consumer`].
 
 use crate::Blocking;
-use crate::driver::{BATCH, Input, Io};
+use crate::driver::{BATCH, Input, Net};
 use crate::net;
 use bytes::Bytes;
 use nsq_proto::Config;
@@ -170,7 +170,7 @@ pub(crate) fn start(setup: ConsumerSetup<Message>) -> Result<Consumer, Error> {
     });
     let driver = Driver {
         core,
-        io: Io::new(tx, start.dial_timeout, start.write_timeout, lookupd_timeout),
+        io: Net::new(tx, start.dial_timeout, start.write_timeout, lookupd_timeout),
         shared: shared.clone(),
         msg_tx: Some(msg_tx),
         origins: BTreeMap::new(),
@@ -631,7 +631,7 @@ impl IntoIterator for Consumer {
 
 struct Driver {
     core: nsq_proto::Consumer,
-    io: Io<Cmd>,
+    io: Net<Cmd>,
     shared: Arc<Shared>,
     msg_tx: Option<Sender<Message>>,
     origins: BTreeMap<ConnId, Arc<Origin<AnswerChannel>>>,
@@ -645,7 +645,7 @@ impl Driver {
         self.drain(Instant::now());
         self.io.flush();
         while self.report.is_none() {
-            if !Io::wait(rx, self.core.poll_timeout(), &mut batch) {
+            if !Net::wait(rx, self.core.poll_timeout(), &mut batch) {
                 break;
             }
             let now = Instant::now();

@@ -2,9 +2,9 @@
 //! threads and feeds the core ([`Driven`]) what they report, and performs the core's
 //! [`Action`]s.
 
-use crate::net::{self, Link, LookupEvent, LookupLink, NetEvent, Threads};
+use crate::net::{self, ConnThreads, LookupEvent, LookupThread, NetEvent, Threads};
 use bytes::Bytes;
-use nsq_proto::adapter::{Links, Transport};
+use nsq_proto::adapter::{SocketTable, Transport};
 use nsq_proto::driver::{Action, ConnId, Driven, LookupdRequestId};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::time::{Duration, Instant};
@@ -22,7 +22,7 @@ pub(crate) enum Input<C> {
     Cmd(C),
 }
 
-/// The thread half of performing the core's actions (the shared [`Links`] does the rest):
+/// The thread half of performing the core's actions (the shared [`SocketTable`] does the rest):
 /// reader, writer and lookupd threads reporting on the driver's channel.
 pub(crate) struct Sockets<C> {
     tx: Sender<Input<C>>,
@@ -33,10 +33,10 @@ pub(crate) struct Sockets<C> {
 }
 
 impl<C: Send + 'static> Transport for Sockets<C> {
-    type Link = Link;
-    type Lookup = LookupLink;
+    type Socket = ConnThreads;
+    type Lookup = LookupThread;
 
-    fn connect(&mut self, conn: ConnId, addr: &str) -> Link {
+    fn connect(&mut self, conn: ConnId, addr: &str) -> ConnThreads {
         net::connect(
             conn,
             addr,
@@ -47,15 +47,15 @@ impl<C: Send + 'static> Transport for Sockets<C> {
         )
     }
 
-    fn send(&mut self, link: &mut Link, data: Bytes) {
+    fn send(&mut self, link: &mut ConnThreads, data: Bytes) {
         link.send(data);
     }
 
-    fn close(&mut self, link: Link) {
+    fn close(&mut self, link: ConnThreads) {
         link.close();
     }
 
-    fn lookup(&mut self, request: LookupdRequestId, addr: &str, data: Bytes) -> LookupLink {
+    fn lookup(&mut self, request: LookupdRequestId, addr: &str, data: Bytes) -> LookupThread {
         net::lookup(
             request,
             addr,
@@ -67,25 +67,25 @@ impl<C: Send + 'static> Transport for Sockets<C> {
         )
     }
 
-    fn close_lookup(&mut self, lookup: LookupLink) {
+    fn close_lookup(&mut self, lookup: LookupThread) {
         lookup.close();
     }
 }
 
 /// The sockets of one driver.
-pub(crate) struct Io<C: Send + 'static> {
+pub(crate) struct Net<C: Send + 'static> {
     net: Sockets<C>,
-    links: Links<Sockets<C>>,
+    links: SocketTable<Sockets<C>>,
 }
 
-impl<C: Send + 'static> Io<C> {
+impl<C: Send + 'static> Net<C> {
     pub(crate) fn new(
         tx: Sender<Input<C>>,
         dial_timeout: Duration,
         write_timeout: Duration,
         lookupd_timeout: Duration,
     ) -> Self {
-        Io {
+        Net {
             net: Sockets {
                 tx,
                 threads: Threads::default(),
@@ -93,7 +93,7 @@ impl<C: Send + 'static> Io<C> {
                 write_timeout,
                 lookupd_timeout,
             },
-            links: Links::default(),
+            links: SocketTable::default(),
         }
     }
 
@@ -215,7 +215,7 @@ impl<C: Send + 'static> Io<C> {
     }
 }
 
-impl<C: Send + 'static> Drop for Io<C> {
+impl<C: Send + 'static> Drop for Net<C> {
     fn drop(&mut self) {
         // A driver that panicked still closes its sockets, so its threads end.
         let (links, lookups) = self.links.take_all();

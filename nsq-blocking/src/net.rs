@@ -126,13 +126,13 @@ fn dial(addr: &str, timeout: Duration) -> io::Result<TcpStream> {
 
 /// The driver's handle on one nsqd connection's threads.
 #[derive(Debug)]
-pub(crate) struct Link {
+pub(crate) struct ConnThreads {
     cancel: Arc<Cancel>,
     writer: Option<Sender<Bytes>>,
     span: tracing::Span,
 }
 
-impl Link {
+impl ConnThreads {
     /// Queues bytes for the writer thread (dropped if the socket is not connected yet, which
     /// the core never asks for).
     pub(crate) fn send(&self, data: Bytes) {
@@ -199,7 +199,7 @@ pub(crate) fn connect<K, T>(
     threads: &mut Threads,
     tx: Sender<T>,
     wrap: fn(NetEvent<K>) -> T,
-) -> Link
+) -> ConnThreads
 where
     K: Copy + Send + std::fmt::Display + 'static,
     T: Send + 'static,
@@ -213,7 +213,7 @@ where
         let _enter = span.enter();
         read_loop(key, &addr, dial_timeout, &c, &tx, wrap);
     });
-    Link {
+    ConnThreads {
         cancel,
         writer: None,
         span: link_span,
@@ -372,11 +372,11 @@ fn write_loop<K, T>(
 
 /// The driver's handle on one lookupd exchange.
 #[derive(Debug)]
-pub(crate) struct LookupLink {
+pub(crate) struct LookupThread {
     cancel: Arc<Cancel>,
 }
 
-impl LookupLink {
+impl LookupThread {
     /// Ends the exchange (shuts its socket down).
     pub(crate) fn close(self) {
         self.cancel.cancel();
@@ -395,7 +395,7 @@ pub(crate) fn lookup<K, T>(
     threads: &mut Threads,
     tx: Sender<T>,
     wrap: fn(LookupEvent<K>) -> T,
-) -> LookupLink
+) -> LookupThread
 where
     K: Copy + Send + std::fmt::Display + 'static,
     T: Send + 'static,
@@ -443,7 +443,7 @@ where
             }
         }
     });
-    LookupLink { cancel }
+    LookupThread { cancel }
 }
 
 /// A random seed for a state machine's RNG (jitter, random connection choice), from the OS.

@@ -1,7 +1,7 @@
 //! The blocking [`Producer`]: a driver thread around [`nsq_proto::Producer`].
 
 use crate::Blocking;
-use crate::driver::{BATCH, Input, Io};
+use crate::driver::{BATCH, Input, Net};
 use crate::net;
 use bytes::Bytes;
 use nsq_proto::Config;
@@ -132,7 +132,7 @@ pub(crate) fn start(setup: ProducerSetup) -> Result<Producer, Error> {
     let stats = Arc::new(Mutex::new(core.stats()));
     // The core enforces its own connect timeout; `start.dial_timeout` only bounds the
     // socket's. A producer never queries lookupd.
-    let io = Io::new(
+    let io = Net::new(
         tx.clone(),
         start.dial_timeout,
         start.write_timeout,
@@ -257,7 +257,7 @@ impl Producer {
 
 struct Driver {
     core: nsq_proto::Producer,
-    io: Io<Cmd>,
+    io: Net<Cmd>,
     replies: Replies<Reply>,
     stats: Arc<Mutex<ProducerStats>>,
     closed: bool,
@@ -269,7 +269,7 @@ impl Driver {
         self.drain();
         self.io.flush();
         while !self.closed {
-            if !Io::wait(rx, self.core.poll_timeout(), &mut batch) {
+            if !Net::wait(rx, self.core.poll_timeout(), &mut batch) {
                 break;
             }
             let now = Instant::now();

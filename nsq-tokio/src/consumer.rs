@@ -1,7 +1,7 @@
 //! The tokio [`Consumer`]: a driver task around [`nsq_proto::Consumer`].
 
 use crate::Tokio;
-use crate::net::{self, Io, LookupEvent, NetEvent, Timer};
+use crate::net::{self, LookupEvent, Net, NetEvent, Timer};
 use bytes::Bytes;
 use futures_core::Stream;
 use nsq_proto::Config;
@@ -124,7 +124,7 @@ pub(crate) fn start(setup: ConsumerSetup<Message>) -> Result<Consumer, Error> {
     let driver = Driver {
         core: start.core,
         rx,
-        io: Io::new(
+        io: Net::new(
             tx,
             wrap_net,
             wrap_lookup,
@@ -555,7 +555,7 @@ impl Consumer {
 struct Driver {
     core: nsq_proto::Consumer,
     rx: mpsc::UnboundedReceiver<Input>,
-    io: Io<Input>,
+    io: Net<Input>,
     shared: Arc<Shared>,
     msg_tx: Option<mpsc::UnboundedSender<Vec<Message>>>,
     /// Messages of this wake-up, sent as one batch by `deliver`.

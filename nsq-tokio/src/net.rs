@@ -6,7 +6,7 @@
 //! reading (no write/write deadlock).
 
 use bytes::{Bytes, BytesMut};
-use nsq_proto::adapter::{Links, Transport};
+use nsq_proto::adapter::{SocketTable, Transport};
 use nsq_proto::driver::{Action, ConnId, Driven, LookupdRequestId};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -37,7 +37,7 @@ pub(crate) enum NetEvent<K> {
 
 /// The driver's handle on one connection's tasks.
 #[derive(Debug)]
-pub(crate) struct Link {
+pub(crate) struct ConnTasks {
     reader: AbortHandle,
     writer: Option<mpsc::UnboundedSender<Bytes>>,
     /// The connection's span: the core's events about it (upgrades, heartbeats, errors) are
@@ -45,7 +45,7 @@ pub(crate) struct Link {
     span: tracing::Span,
 }
 
-impl Link {
+impl ConnTasks {
     /// Queues bytes for the writer task (dropped if the socket is not connected yet, which the
     /// core never asks for).
     pub(crate) fn send(&self, data: Bytes) {
@@ -75,7 +75,7 @@ pub(crate) fn connect<K, T>(
     write_timeout: Duration,
     tx: mpsc::UnboundedSender<T>,
     wrap: fn(NetEvent<K>) -> T,
-) -> Link
+) -> ConnTasks
 where
     K: Copy + Send + std::fmt::Display + 'static,
     T: Send + 'static,
@@ -157,7 +157,7 @@ where
         }
         .instrument(span),
     );
-    Link {
+    ConnTasks {
         reader: task.abort_handle(),
         writer: None,
         span: link_span,
@@ -282,10 +282,10 @@ pub(crate) struct Sockets<I> {
 }
 
 impl<I: Send + 'static> Transport for Sockets<I> {
-    type Link = Link;
+    type Socket = ConnTasks;
     type Lookup = AbortHandle;
 
-    fn connect(&mut self, conn: ConnId, addr: &str) -> Link {
+    fn connect(&mut self, conn: ConnId, addr: &str) -> ConnTasks {
         connect(
             conn,
             addr,
@@ -296,11 +296,11 @@ impl<I: Send + 'static> Transport for Sockets<I> {
         )
     }
 
-    fn send(&mut self, link: &mut Link, data: Bytes) {
+    fn send(&mut self, link: &mut ConnTasks, data: Bytes) {
         link.send(data);
     }
 
-    fn close(&mut self, link: Link) {
+    fn close(&mut self, link: ConnTasks) {
         link.close();
     }
 
@@ -314,14 +314,14 @@ impl<I: Send + 'static> Transport for Sockets<I> {
 }
 
 /// The socket side of a driver, shared by the consumer and producer drivers: it performs the
-/// core's [`Action`]s (through the shared [`Links`]) and feeds socket events back through the
+/// core's [`Action`]s (through the shared [`SocketTable`]) and feeds socket events back through the
 /// [`Driven`] contract.
-pub(crate) struct Io<I: Send + 'static> {
+pub(crate) struct Net<I: Send + 'static> {
     net: Sockets<I>,
-    links: Links<Sockets<I>>,
+    links: SocketTable<Sockets<I>>,
 }
 
-impl<I: Send + 'static> Io<I> {
+impl<I: Send + 'static> Net<I> {
     pub(crate) fn new(
         tx: mpsc::UnboundedSender<I>,
         wrap_net: fn(NetEvent<ConnId>) -> I,
@@ -329,7 +329,7 @@ impl<I: Send + 'static> Io<I> {
         dial_timeout: Duration,
         write_timeout: Duration,
     ) -> Self {
-        Io {
+        Net {
             net: Sockets {
                 tx,
                 wrap_net,
@@ -337,7 +337,7 @@ impl<I: Send + 'static> Io<I> {
                 dial_timeout,
                 write_timeout,
             },
-            links: Links::default(),
+            links: SocketTable::default(),
         }
     }
 

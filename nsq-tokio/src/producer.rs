@@ -1,7 +1,7 @@
 //! The tokio [`Producer`]: a driver task around [`nsq_proto::Producer`].
 
 use crate::Tokio;
-use crate::net::{self, Io, LookupEvent, NetEvent, Timer};
+use crate::net::{self, LookupEvent, Net, NetEvent, Timer};
 use bytes::Bytes;
 use nsq_proto::Config;
 use nsq_proto::adapter::{
@@ -86,7 +86,7 @@ pub(crate) fn start(setup: ProducerSetup) -> Result<Producer, Error> {
     let driver = Driver {
         core: start.core,
         rx,
-        io: Io::new(
+        io: Net::new(
             tx.clone(),
             wrap_net,
             wrap_lookup,
@@ -200,7 +200,7 @@ impl Producer {
 struct Driver {
     core: nsq_proto::Producer,
     rx: mpsc::UnboundedReceiver<Input>,
-    io: Io<Input>,
+    io: Net<Input>,
     replies: Replies<Reply>,
     close_waiters: Vec<oneshot::Sender<()>>,
     stats: Arc<Mutex<ProducerStats>>,

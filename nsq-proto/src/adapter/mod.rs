@@ -21,7 +21,7 @@
 //!   output for the events an adapter does not act on itself, so every adapter logs the same
 //!   things at the same levels with the same fields; [`consumer_span`] / [`producer_span`] /
 //!   [`connection_span`] / [`lookupd_span`]: the spans every driver enters.
-//! * [`Links`] / [`Transport`]: performing the core's actions (which connection has which
+//! * [`SocketTable`] / [`Transport`]: performing the core's actions (which connection has which
 //!   runtime handle), and [`hostname_from_os`] / [`seed_or_fallback`]: the hostname and the RNG
 //!   seed from what the adapter reads from the OS.
 //! * [`Outbox`]: gathers the bytes for one connection during one wake-up into one write.
@@ -56,16 +56,16 @@ mod delivery;
 mod error;
 mod handler;
 mod hostname;
-mod links;
 mod logging;
 mod outbox;
 mod publish;
 mod seed;
 mod setup;
+mod socket_table;
 pub use builder::{ConsumerBuilder, ProducerBuilder, Runtime};
 pub use hostname::hostname_from_os;
-pub use links::{Links, Transport};
 pub use seed::{seed_from_entropy, seed_or_fallback};
+pub use socket_table::{SocketTable, Transport};
 
 pub use answer::{Answer, AnswerKind};
 pub use delivery::{AnswerSink, Delivery, Origin, PendingAnswer};

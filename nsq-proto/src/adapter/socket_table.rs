@@ -10,17 +10,17 @@ use std::collections::BTreeMap;
 /// What an adapter does with sockets: the runtime-specific half of performing [`Action`]s.
 pub trait Transport {
     /// The handle on one nsqd connection (its tasks or threads).
-    type Link;
+    type Socket;
     /// The handle on one nsqlookupd HTTP exchange.
     type Lookup;
 
     /// Starts connecting `conn` to the nsqd at `addr`; the result is reported to the core
     /// later (`handle_connected` / `handle_connect_failed`).
-    fn connect(&mut self, conn: ConnId, addr: &str) -> Self::Link;
+    fn connect(&mut self, conn: ConnId, addr: &str) -> Self::Socket;
     /// Hands the bytes of one wake-up to the connection's writer.
-    fn send(&mut self, link: &mut Self::Link, data: Bytes);
+    fn send(&mut self, link: &mut Self::Socket, data: Bytes);
     /// Closes the connection after the bytes already handed to it.
-    fn close(&mut self, link: Self::Link);
+    fn close(&mut self, link: Self::Socket);
     /// Starts the HTTP exchange `request` (the complete request `data`) with the lookupd at
     /// `addr`.
     fn lookup(&mut self, request: LookupdRequestId, addr: &str, data: Bytes) -> Self::Lookup;
@@ -31,30 +31,30 @@ pub trait Transport {
 /// The connections and lookupd exchanges a driver has open, performing the core's actions
 /// through a [`Transport`]: bytes are gathered until [`flush`](Self::flush) (one write per
 /// connection per wake-up), a `Disconnect` writes what was gathered before closing.
-pub struct Links<T: Transport> {
-    links: BTreeMap<ConnId, (T::Link, Outbox)>,
+pub struct SocketTable<T: Transport> {
+    links: BTreeMap<ConnId, (T::Socket, Outbox)>,
     lookups: BTreeMap<LookupdRequestId, T::Lookup>,
 }
 
-impl<T: Transport> Default for Links<T> {
+impl<T: Transport> Default for SocketTable<T> {
     fn default() -> Self {
-        Links {
+        SocketTable {
             links: BTreeMap::new(),
             lookups: BTreeMap::new(),
         }
     }
 }
 
-impl<T: Transport> std::fmt::Debug for Links<T> {
+impl<T: Transport> std::fmt::Debug for SocketTable<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Links")
+        f.debug_struct("SocketTable")
             .field("links", &self.links.keys().collect::<Vec<_>>())
             .field("lookups", &self.lookups.keys().collect::<Vec<_>>())
             .finish()
     }
 }
 
-impl<T: Transport> Links<T> {
+impl<T: Transport> SocketTable<T> {
     /// Performs one action of the core.
     pub fn act(&mut self, transport: &mut T, action: Action) {
         match action {
@@ -116,12 +116,12 @@ impl<T: Transport> Links<T> {
     }
 
     /// The open connection `conn` (events of a connection the core has closed are stale).
-    pub fn link(&self, conn: ConnId) -> Option<&T::Link> {
+    pub fn link(&self, conn: ConnId) -> Option<&T::Socket> {
         self.links.get(&conn).map(|(link, _)| link)
     }
 
     /// The open connection `conn`, mutably.
-    pub fn link_mut(&mut self, conn: ConnId) -> Option<&mut T::Link> {
+    pub fn link_mut(&mut self, conn: ConnId) -> Option<&mut T::Socket> {
         self.links.get_mut(&conn).map(|(link, _)| link)
     }
 
@@ -131,7 +131,7 @@ impl<T: Transport> Links<T> {
     }
 
     /// Every open connection, mutably (for adapters that poll their sockets themselves).
-    pub fn links_mut(&mut self) -> impl Iterator<Item = (ConnId, &mut T::Link)> {
+    pub fn links_mut(&mut self) -> impl Iterator<Item = (ConnId, &mut T::Socket)> {
         self.links.iter_mut().map(|(&conn, (link, _))| (conn, link))
     }
 
@@ -145,7 +145,7 @@ impl<T: Transport> Links<T> {
     /// Forgets every connection (with its unflushed bytes) and lookupd exchange without
     /// asking the transport anything, handing them to the caller (e.g. to abort them at once
     /// when a driver is torn down).
-    pub fn take_all(&mut self) -> (Vec<T::Link>, Vec<T::Lookup>) {
+    pub fn take_all(&mut self) -> (Vec<T::Socket>, Vec<T::Lookup>) {
         let links = std::mem::take(&mut self.links)
             .into_values()
             .map(|(link, _)| link)
@@ -164,7 +164,7 @@ mod tests {
     struct Log(Vec<String>);
 
     impl Transport for Log {
-        type Link = ConnId;
+        type Socket = ConnId;
         type Lookup = LookupdRequestId;
         fn connect(&mut self, conn: ConnId, addr: &str) -> ConnId {
             self.0.push(format!("connect {conn} {addr}"));
@@ -186,8 +186,8 @@ mod tests {
         }
     }
 
-    /// Links with one connection, opened as a core asks for it.
-    fn connected() -> (Log, Links<Log>, ConnId) {
+    /// SocketTable with one connection, opened as a core asks for it.
+    fn connected() -> (Log, SocketTable<Log>, ConnId) {
         let mut core = crate::Producer::new(crate::producer::ProducerConfig::default(), 1)
             .expect("default config");
         #[allow(
@@ -200,7 +200,7 @@ mod tests {
             panic!("the producer connects first");
         };
         let mut t = Log::default();
-        let mut links = Links::<Log>::default();
+        let mut links = SocketTable::<Log>::default();
         links.act(&mut t, Action::Connect { conn, addr });
         (t, links, conn)
     }
