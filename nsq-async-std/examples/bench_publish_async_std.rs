@@ -17,23 +17,15 @@ mod support;
 use bytes::Bytes;
 use nsq_async_std::{Config, Producer, Topic};
 use std::time::{Duration, Instant};
-use support::{Flags, Usage, bench_line, fatal, init_logging, log, value};
+use support::{BenchArgs, Flags, Usage, bench_flags, bench_line, fatal, init_logging, log, value};
 
 const PREFIX: &str = "bench_publish";
 
 const USAGE: Usage = Usage {
     name: "bench_publish_async_std",
     about: "Publishes single messages from many tasks sharing one producer; prints the rate.",
-    flags: &[
-        value(
-            "nsqd-tcp-address",
-            "ADDR",
-            "nsqd TCP address (default: 127.0.0.1:4150)",
-        ),
-        value("topic", "TOPIC", "topic to publish to (default: sub_bench)"),
-        value("size", "BYTES", "size of each message (default: 200)"),
-        value("runfor", "DURATION", "duration of the run (default: 3s)"),
-        value("concurrency", "N", "concurrent publishers (default: 100)"),
+    flags: bench_flags!(
+        publish,
         value(
             "runtime",
             "async-std|smol",
@@ -43,8 +35,8 @@ const USAGE: Usage = Usage {
             "batching",
             "true|false",
             "natural batching of concurrent publishes, not a Go flag (default: true)",
-        ),
-    ],
+        )
+    ),
 };
 
 /// One publishing task (spawned on the runtime, awaited for its count).
@@ -96,17 +88,18 @@ async fn bench(
 fn run() -> Result<(), String> {
     let flags = Flags::parse(&USAGE);
     init_logging();
+    let args = BenchArgs::parse(&flags, Duration::from_secs(3))?;
     let mut config = Config::default();
     config
         .set_str("producer_batching", &flags.string("batching", "true"))
         .map_err(|e| e.to_string())?;
-    let size: usize = flags.number("size", 200)?;
+    let size: usize = args.size;
     let load = Load {
-        addr: flags.string("nsqd-tcp-address", "127.0.0.1:4150"),
-        topic: Topic::new(flags.string("topic", "sub_bench")).map_err(|e| e.to_string())?,
+        addr: args.addr.clone(),
+        topic: Topic::new(args.topic.clone()).map_err(|e| e.to_string())?,
         body: Bytes::from(vec![0u8; size]),
-        concurrency: flags.number("concurrency", 100)?,
-        runfor: flags.duration("runfor", Duration::from_secs(3))?,
+        concurrency: args.concurrency,
+        runfor: args.runfor,
         config,
     };
     let (duration, total, stats) = match flags.string("runtime", "async-std").as_str() {

@@ -19,34 +19,23 @@ mod support;
 use futures_lite::future;
 use nsq_async_std::{Config, Consumer};
 use std::time::{Duration, Instant};
-use support::{Flags, Usage, bench_line, cpus, fatal, init_logging, log, value};
+use support::{
+    BenchArgs, Flags, Usage, bench_flags, bench_line, cpus, fatal, init_logging, log, value,
+};
 
 const PREFIX: &str = "bench_reader";
 
 const USAGE: Usage = Usage {
     name: "bench_reader_async_std",
     about: "Consumes with one consumer per CPU for a while, finishing every message; prints the rate.",
-    flags: &[
-        value(
-            "nsqd-tcp-address",
-            "ADDR",
-            "nsqd TCP address (default: 127.0.0.1:4150)",
-        ),
-        value("topic", "TOPIC", "topic to consume (default: sub_bench)"),
-        value("channel", "CHANNEL", "channel to consume (default: ch)"),
-        value(
-            "size",
-            "BYTES",
-            "size of each message, for the rate (default: 200)",
-        ),
-        value("rdy", "N", "RDY count of each consumer (default: 2500)"),
-        value("runfor", "DURATION", "duration of the run (default: 10s)"),
+    flags: bench_flags!(
+        reader,
         value(
             "runtime",
             "async-std|smol",
             "the executor, not a Go flag (default: async-std)",
-        ),
-    ],
+        )
+    ),
 };
 
 /// One consuming task (spawned on the runtime, awaited for its count and its consumer).
@@ -125,13 +114,14 @@ async fn bench(load: Load, spawn: fn(Task) -> Task) -> Result<(Duration, u64), S
 fn run() -> Result<(), String> {
     let flags = Flags::parse(&USAGE);
     init_logging();
-    let size: usize = flags.number("size", 200)?;
+    let args = BenchArgs::parse(&flags, Duration::from_secs(10))?;
+    let size: usize = args.size;
     let load = Load {
-        addr: flags.string("nsqd-tcp-address", "127.0.0.1:4150"),
-        topic: flags.string("topic", "sub_bench"),
-        channel: flags.string("channel", "ch"),
-        rdy: flags.number("rdy", 2500)?,
-        runfor: flags.duration("runfor", Duration::from_secs(10))?,
+        addr: args.addr.clone(),
+        topic: args.topic.clone(),
+        channel: args.channel.clone(),
+        rdy: args.rdy,
+        runfor: args.runfor,
     };
     let (duration, total) = match flags.string("runtime", "async-std").as_str() {
         "async-std" => {

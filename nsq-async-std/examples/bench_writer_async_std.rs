@@ -19,29 +19,23 @@ mod support;
 use bytes::Bytes;
 use nsq_async_std::{Config, Producer, Topic};
 use std::time::{Duration, Instant};
-use support::{Flags, Usage, bench_line, cpus, fatal, init_logging, log, value};
+use support::{
+    BenchArgs, Flags, Usage, bench_flags, bench_line, cpus, fatal, init_logging, log, value,
+};
 
 const PREFIX: &str = "bench_writer";
 
 const USAGE: Usage = Usage {
     name: "bench_writer_async_std",
     about: "Publishes MPUB batches from one producer per CPU for a while; prints the rate.",
-    flags: &[
-        value(
-            "nsqd-tcp-address",
-            "ADDR",
-            "nsqd TCP address (default: 127.0.0.1:4150)",
-        ),
-        value("topic", "TOPIC", "topic to publish to (default: sub_bench)"),
-        value("size", "BYTES", "size of each message (default: 200)"),
-        value("batch-size", "N", "messages per MPUB batch (default: 200)"),
-        value("runfor", "DURATION", "duration of the run (default: 10s)"),
+    flags: bench_flags!(
+        writer,
         value(
             "runtime",
             "async-std|smol",
             "the executor, not a Go flag (default: async-std)",
-        ),
-    ],
+        )
+    ),
 };
 
 /// One publishing task (spawned on the runtime, awaited for its count).
@@ -95,13 +89,14 @@ async fn bench(load: Load, spawn: fn(Task) -> Task) -> Result<(Duration, u64), S
 fn run() -> Result<(), String> {
     let flags = Flags::parse(&USAGE);
     init_logging();
-    let size: usize = flags.number("size", 200)?;
-    let batch_size: usize = flags.number("batch-size", 200)?;
+    let args = BenchArgs::parse(&flags, Duration::from_secs(10))?;
+    let size: usize = args.size;
+    let batch_size: usize = args.batch_size;
     let load = Load {
-        addr: flags.string("nsqd-tcp-address", "127.0.0.1:4150"),
-        topic: Topic::new(flags.string("topic", "sub_bench")).map_err(|e| e.to_string())?,
+        addr: args.addr.clone(),
+        topic: Topic::new(args.topic.clone()).map_err(|e| e.to_string())?,
         batch: vec![Bytes::from(vec![0u8; size]); batch_size],
-        runfor: flags.duration("runfor", Duration::from_secs(10))?,
+        runfor: args.runfor,
     };
     let (duration, total) = match flags.string("runtime", "async-std").as_str() {
         "async-std" => {

@@ -14,44 +14,36 @@ mod support;
 
 use nsq_blocking::{Config, Producer, Topic};
 use std::time::{Duration, Instant};
-use support::{Flags, Usage, bench_line, fatal, init_logging, log, value};
+use support::{BenchArgs, Flags, Usage, bench_flags, bench_line, fatal, init_logging, log, value};
 
 const PREFIX: &str = "bench_publish";
 
 const USAGE: Usage = Usage {
     name: "bench_publish_blocking",
     about: "Publishes single messages from many threads sharing one producer; prints the rate.",
-    flags: &[
-        value(
-            "nsqd-tcp-address",
-            "ADDR",
-            "nsqd TCP address (default: 127.0.0.1:4150)",
-        ),
-        value("topic", "TOPIC", "topic to publish to (default: sub_bench)"),
-        value("size", "BYTES", "size of each message (default: 200)"),
-        value("runfor", "DURATION", "duration of the run (default: 3s)"),
-        value("concurrency", "N", "concurrent publishers (default: 100)"),
+    flags: bench_flags!(
+        publish,
         value(
             "batching",
             "true|false",
             "natural batching of concurrent publishes, not a Go flag (default: true)",
-        ),
-    ],
+        )
+    ),
 };
 
 fn run() -> Result<(), String> {
     let flags = Flags::parse(&USAGE);
     init_logging();
-    let runfor = flags.duration("runfor", Duration::from_secs(3))?;
-    let topic = Topic::new(flags.string("topic", "sub_bench")).map_err(|e| e.to_string())?;
-    let size: usize = flags.number("size", 200)?;
-    let concurrency: usize = flags.number("concurrency", 100)?;
+    let args = BenchArgs::parse(&flags, Duration::from_secs(3))?;
+    let runfor = args.runfor;
+    let topic = Topic::new(args.topic.clone()).map_err(|e| e.to_string())?;
+    let size: usize = args.size;
+    let concurrency: usize = args.concurrency;
     let mut config = Config::default();
     config
         .set_str("producer_batching", &flags.string("batching", "true"))
         .map_err(|e| e.to_string())?;
-    let producer = Producer::connect(&flags.string("nsqd-tcp-address", "127.0.0.1:4150"), &config)
-        .map_err(|e| e.to_string())?;
+    let producer = Producer::connect(&args.addr.clone(), &config).map_err(|e| e.to_string())?;
     let body = bytes::Bytes::from(vec![0u8; size]);
     let start = Instant::now();
     let end = start + runfor;

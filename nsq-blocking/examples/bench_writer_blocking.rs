@@ -16,34 +16,25 @@ mod support;
 use bytes::Bytes;
 use nsq_blocking::{Config, Producer, Topic};
 use std::time::{Duration, Instant};
-use support::{Flags, Usage, bench_line, cpus, fatal, init_logging, log, value};
+use support::{BenchArgs, Flags, Usage, bench_flags, bench_line, cpus, fatal, init_logging, log};
 
 const PREFIX: &str = "bench_writer";
 
 const USAGE: Usage = Usage {
     name: "bench_writer_blocking",
     about: "Publishes MPUB batches from one producer per CPU for a while; prints the rate.",
-    flags: &[
-        value(
-            "nsqd-tcp-address",
-            "ADDR",
-            "nsqd TCP address (default: 127.0.0.1:4150)",
-        ),
-        value("topic", "TOPIC", "topic to publish to (default: sub_bench)"),
-        value("size", "BYTES", "size of each message (default: 200)"),
-        value("batch-size", "N", "messages per MPUB batch (default: 200)"),
-        value("runfor", "DURATION", "duration of the run (default: 10s)"),
-    ],
+    flags: bench_flags!(writer),
 };
 
 fn run() -> Result<(), String> {
     let flags = Flags::parse(&USAGE);
     init_logging();
-    let runfor = flags.duration("runfor", Duration::from_secs(10))?;
-    let addr = flags.string("nsqd-tcp-address", "127.0.0.1:4150");
-    let topic = Topic::new(flags.string("topic", "sub_bench")).map_err(|e| e.to_string())?;
-    let size: usize = flags.number("size", 200)?;
-    let batch_size: usize = flags.number("batch-size", 200)?;
+    let args = BenchArgs::parse(&flags, Duration::from_secs(10))?;
+    let runfor = args.runfor;
+    let addr = args.addr.clone();
+    let topic = Topic::new(args.topic.clone()).map_err(|e| e.to_string())?;
+    let size: usize = args.size;
+    let batch_size: usize = args.batch_size;
     let batch: Vec<Bytes> = vec![Bytes::from(vec![0u8; size]); batch_size];
     let workers = cpus();
     let mut producers = Vec::with_capacity(workers);

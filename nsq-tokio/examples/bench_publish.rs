@@ -19,27 +19,17 @@ mod support;
 use bytes::Bytes;
 use nsq_tokio::{Config, Producer, Topic};
 use std::time::{Duration, Instant};
-use support::{Flags, Usage, bench_line, cpus, fatal, init_logging, log, value};
+use support::{
+    BenchArgs, Flags, Usage, bench_flags, bench_line, cpus, fatal, init_logging, log, value,
+};
 
 const PREFIX: &str = "bench_publish";
 
 const USAGE: Usage = Usage {
     name: "bench_publish",
     about: "Publishes single messages from many concurrent tasks sharing one producer; prints the rate.",
-    flags: &[
-        value(
-            "nsqd-tcp-address",
-            "ADDR",
-            "nsqd TCP address (default: 127.0.0.1:4150)",
-        ),
-        value("topic", "TOPIC", "topic to publish to (default: sub_bench)"),
-        value("size", "BYTES", "size of each message (default: 200)"),
-        value("runfor", "DURATION", "duration of the run (default: 3s)"),
-        value(
-            "concurrency",
-            "N",
-            "concurrent publishing tasks (default: 100)",
-        ),
+    flags: bench_flags!(
+        publish,
         value(
             "runtime",
             "current|multi",
@@ -49,19 +39,20 @@ const USAGE: Usage = Usage {
             "batching",
             "true|false",
             "natural batching of concurrent publishes, not a Go flag (default: true)",
-        ),
-    ],
+        )
+    ),
 };
 
 fn main() {
     let flags = Flags::parse(&USAGE);
     init_logging();
     let run = || -> Result<(), String> {
-        let runfor = flags.duration("runfor", Duration::from_secs(3))?;
-        let addr = flags.string("nsqd-tcp-address", "127.0.0.1:4150");
-        let topic = Topic::new(flags.string("topic", "sub_bench")).map_err(|e| e.to_string())?;
-        let size: usize = flags.number("size", 200)?;
-        let concurrency: usize = flags.number("concurrency", 100)?;
+        let args = BenchArgs::parse(&flags, Duration::from_secs(3))?;
+        let runfor = args.runfor;
+        let addr = args.addr.clone();
+        let topic = Topic::new(args.topic.clone()).map_err(|e| e.to_string())?;
+        let size: usize = args.size;
+        let concurrency: usize = args.concurrency;
         let runtime = flags.string("runtime", "multi");
         let mut config = Config::default();
         config

@@ -17,46 +17,36 @@ mod support;
 
 use nsq_tokio::{Config, Consumer};
 use std::time::{Duration, Instant};
-use support::{Flags, Usage, bench_line, cpus, fatal, init_logging, log, value};
+use support::{
+    BenchArgs, Flags, Usage, bench_flags, bench_line, cpus, fatal, init_logging, log, value,
+};
 
 const PREFIX: &str = "bench_reader";
 
 const USAGE: Usage = Usage {
     name: "bench_reader",
     about: "Consumes with one consumer per CPU for a while, finishing every message; prints the rate.",
-    flags: &[
-        value(
-            "nsqd-tcp-address",
-            "ADDR",
-            "nsqd TCP address (default: 127.0.0.1:4150)",
-        ),
-        value("topic", "TOPIC", "topic to consume (default: sub_bench)"),
-        value("channel", "CHANNEL", "channel to consume (default: ch)"),
-        value(
-            "size",
-            "BYTES",
-            "size of each message, for the rate (default: 200)",
-        ),
-        value("rdy", "N", "RDY count of each consumer (default: 2500)"),
-        value("runfor", "DURATION", "duration of the run (default: 10s)"),
+    flags: bench_flags!(
+        reader,
         value(
             "runtime",
             "current|multi",
             "tokio scheduler, not a Go flag (default: current)",
-        ),
-    ],
+        )
+    ),
 };
 
 fn main() {
     let flags = Flags::parse(&USAGE);
     init_logging();
     let run = || -> Result<(), String> {
-        let runfor = flags.duration("runfor", Duration::from_secs(10))?;
-        let addr = flags.string("nsqd-tcp-address", "127.0.0.1:4150");
-        let size: usize = flags.number("size", 200)?;
-        let topic = flags.string("topic", "sub_bench");
-        let channel = flags.string("channel", "ch");
-        let rdy: u32 = flags.number("rdy", 2500)?;
+        let args = BenchArgs::parse(&flags, Duration::from_secs(10))?;
+        let runfor = args.runfor;
+        let addr = args.addr.clone();
+        let size: usize = args.size;
+        let topic = args.topic.clone();
+        let channel = args.channel.clone();
+        let rdy: u32 = args.rdy;
         let workers = cpus();
         // Not a Go flag: tokio's scheduler. `current` runs every task on one thread.
         let runtime = flags.string("runtime", "current");

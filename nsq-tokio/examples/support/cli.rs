@@ -5,6 +5,7 @@
 //! tools behave like the official ones.
 #![allow(
     dead_code,
+    unused_macros,
     unreachable_pub,
     reason = "each example uses a different subset of these helpers"
 )]
@@ -406,4 +407,88 @@ pub fn fatal(prefix: &str, message: &str) -> ! {
 /// How many worker tasks the Go tools would use (GOMAXPROCS = number of CPUs).
 pub fn cpus() -> usize {
     std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
+}
+
+/// The flags of the Go bench tools, shared by every adapter's bench tools: `bench_flags!(reader)`,
+/// `bench_flags!(writer)` or `bench_flags!(publish)`, then the tool's own extra flags (its
+/// runtime choice, ...), as a `&'static [Flag]` for [`Usage::flags`].
+macro_rules! bench_flags {
+    (@common $what:literal, $runfor:literal, [$($middle:expr),*], [$($extra:expr),*]) => {
+        &[
+            $crate::support::value(
+                "nsqd-tcp-address",
+                "ADDR",
+                "nsqd TCP address (default: 127.0.0.1:4150)",
+            ),
+            $crate::support::value("topic", "TOPIC", $what),
+            $($middle,)*
+            $crate::support::value("runfor", "DURATION", $runfor),
+            $($extra),*
+        ]
+    };
+    (reader $(, $extra:expr)* $(,)?) => {
+        bench_flags!(@common "topic to consume (default: sub_bench)",
+            "duration of the run (default: 10s)", [
+            $crate::support::value("channel", "CHANNEL", "channel to consume (default: ch)"),
+            $crate::support::value("size", "BYTES", "size of each message, for the rate (default: 200)"),
+            $crate::support::value("rdy", "N", "RDY count of each consumer (default: 2500)")
+        ], [$($extra),*])
+    };
+    (writer $(, $extra:expr)* $(,)?) => {
+        bench_flags!(@common "topic to publish to (default: sub_bench)",
+            "duration of the run (default: 10s)", [
+            $crate::support::value("size", "BYTES", "size of each message (default: 200)"),
+            $crate::support::value("batch-size", "N", "messages per MPUB batch (default: 200)")
+        ], [$($extra),*])
+    };
+    (publish $(, $extra:expr)* $(,)?) => {
+        bench_flags!(@common "topic to publish to (default: sub_bench)",
+            "duration of the run (default: 3s)", [
+            $crate::support::value("size", "BYTES", "size of each message (default: 200)"),
+            $crate::support::value("concurrency", "N", "concurrent publishers (default: 100)")
+        ], [$($extra),*])
+    };
+}
+#[allow(
+    unused_imports,
+    reason = "each example includes this file; only the bench tools use the macro"
+)]
+pub(crate) use bench_flags;
+
+/// The values of the Go bench tools' flags (those a tool does not define keep their defaults).
+#[derive(Debug, Clone)]
+pub struct BenchArgs {
+    /// `--nsqd-tcp-address`.
+    pub addr: String,
+    /// `--topic`.
+    pub topic: String,
+    /// `--channel` (readers).
+    pub channel: String,
+    /// `--size`: bytes per message.
+    pub size: usize,
+    /// `--rdy`: each consumer's max in flight (readers).
+    pub rdy: u32,
+    /// `--batch-size`: messages per MPUB (writers).
+    pub batch_size: usize,
+    /// `--concurrency`: concurrent publishers (bench_publish).
+    pub concurrency: usize,
+    /// `--runfor`.
+    pub runfor: Duration,
+}
+
+impl BenchArgs {
+    /// Reads the bench flags, with the Go tools' defaults (`runfor` defaults to
+    /// `default_runfor`).
+    pub fn parse(flags: &Flags, default_runfor: Duration) -> Result<BenchArgs, String> {
+        Ok(BenchArgs {
+            addr: flags.string("nsqd-tcp-address", "127.0.0.1:4150"),
+            topic: flags.string("topic", "sub_bench"),
+            channel: flags.string("channel", "ch"),
+            size: flags.number("size", 200)?,
+            rdy: flags.number("rdy", 2500)?,
+            batch_size: flags.number("batch-size", 200)?,
+            concurrency: flags.number("concurrency", 100)?,
+            runfor: flags.duration("runfor", default_runfor)?,
+        })
+    }
 }
