@@ -68,7 +68,7 @@
 //! | module | what it holds |
 //! |---|---|
 //! | [`driver`] | the driver contract, stated once, and its vocabulary ([`driver::Action`], [`driver::ConnId`], [`driver::LookupdRequestId`], [`driver::Driven`]) |
-//! | [`connection`] | one nsqd connection: [`Connection`] (`mod.rs`), its events and errors (`events.rs`), the handshake (`handshake.rs`), the TLS / compression layer stack (`layers.rs`, `tls.rs`, `snappy.rs`, `deflate.rs`), in-flight messages (`inflight.rs`), its configuration (`config.rs`) |
+//! | [`connection`] | one nsqd connection: [`Connection`] (`mod.rs`), its events and errors (`events.rs`), publishing (`publish.rs`), the handshake (`handshake.rs`), the TLS / compression layer stack (`layers.rs`, `tls.rs`, `snappy.rs`, `deflate.rs`), in-flight messages (`inflight.rs`), its configuration (`config.rs`) |
 //! | [`consumer`] | the [`Consumer`] coordinator (`consumer.rs`) and the parts it owns: flow control (`flow.rs`), discovery and reconnection (`discovery.rs`, `lookupd.rs`), the timer table (`timers.rs`), per-connection slots (`slots.rs`), events, stats, policies |
 //! | [`producer`] | the [`Producer`] coordinator (`producer.rs`), each nsqd and its socket session (`node.rs`), the publish path and natural batching (`publish.rs`, `work.rs`), connection lifecycle (`lifecycle.rs`), events |
 //! | [`command`] | encoders for every client command; [`Limits`] and [`CommandError`] live in `limits.rs` |

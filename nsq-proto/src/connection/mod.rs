@@ -45,6 +45,7 @@ mod events;
 mod handshake;
 mod inflight;
 mod layers;
+mod publish;
 pub(crate) mod snappy;
 #[cfg(feature = "tls")]
 mod tls;
@@ -64,11 +65,10 @@ pub use snappy::SnappyError;
 pub use tls::{ClientCert, TlsSetupError, webpki_root_store};
 pub use tls::{TlsConfig, TlsError};
 
-use crate::command::{self, CommandError};
+use crate::command::{self};
 use crate::error_code::ErrorCode;
 use crate::frame::{Frame, FrameDecoder, Message, MessageId, Response};
 use crate::identify::{AuthResponse, IdentifyResponse};
-use crate::names::Topic;
 use bytes::{Bytes, BytesMut};
 #[cfg(feature = "tls")]
 use rustls::pki_types::ServerName;
@@ -375,43 +375,6 @@ impl Connection {
 
     // ----- commands -----
 
-    /// Publishes one message. Before `Ready` it is queued and sent when the start-up ends.
-    pub fn publish(
-        &mut self,
-        now: Instant,
-        topic: &Topic,
-        body: &[u8],
-    ) -> Result<PublishToken, ConnectionError> {
-        let _ = self.clock(now);
-        let limits = self.config.limits;
-        self.publish_with(|buf| command::publish(buf, topic, body, &limits))
-    }
-
-    /// Publishes several messages atomically with MPUB (one reply for the batch).
-    pub fn multi_publish<B: AsRef<[u8]>>(
-        &mut self,
-        now: Instant,
-        topic: &Topic,
-        bodies: &[B],
-    ) -> Result<PublishToken, ConnectionError> {
-        let _ = self.clock(now);
-        let limits = self.config.limits;
-        self.publish_with(|buf| command::multi_publish(buf, topic, bodies, &limits))
-    }
-
-    /// Publishes one message delivered after `delay` (DPUB).
-    pub fn deferred_publish(
-        &mut self,
-        now: Instant,
-        topic: &Topic,
-        delay: Duration,
-        body: &[u8],
-    ) -> Result<PublishToken, ConnectionError> {
-        let _ = self.clock(now);
-        let limits = self.config.limits;
-        self.publish_with(|buf| command::deferred_publish(buf, topic, delay, body, &limits))
-    }
-
     /// Sends `RDY count` (consumer, after `Ready`). `count` must not exceed
     /// [`Connection::max_rdy`].
     pub fn set_rdy(&mut self, now: Instant, count: u32) -> Result<(), ConnectionError> {
@@ -637,44 +600,6 @@ impl Connection {
             Some(reason) => Err(ConnectionError::Closed(reason.clone())),
             None => Ok(()),
         }
-    }
-
-    fn publish_with(
-        &mut self,
-        encode: impl FnOnce(&mut BytesMut) -> Result<(), CommandError>,
-    ) -> Result<PublishToken, ConnectionError> {
-        self.check_open()?;
-        if self.role.is_consumer() {
-            return Err(ConnectionError::WrongRole);
-        }
-        if self.phase == Phase::Closing {
-            return Err(ConnectionError::Closing);
-        }
-        if let Some(limit) = self.config.max_outstanding_publishes {
-            if self.outstanding_publishes() >= limit {
-                return Err(ConnectionError::TooManyOutstanding { limit });
-            }
-        }
-        let buf = if self.phase == Phase::Ready {
-            &mut self.wbuf
-        } else {
-            &mut self.pre_ready
-        };
-        encode(buf).map_err(ConnectionError::Command)?;
-        let token = PublishToken(self.next_token);
-        self.next_token += 1;
-        Ok(token)
-    }
-
-    /// Queues a publish written by `encode` (a producer's prepared command; on error it
-    /// must write nothing).
-    pub(crate) fn publish_prepared(
-        &mut self,
-        now: Instant,
-        encode: impl FnOnce(&mut BytesMut) -> Result<(), CommandError>,
-    ) -> Result<PublishToken, ConnectionError> {
-        let _ = self.clock(now);
-        self.publish_with(encode)
     }
 
     fn unanswered(&self) -> usize {
