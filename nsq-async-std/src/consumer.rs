@@ -5,7 +5,7 @@ use crate::driver::{self, Logic, Net};
 use bytes::Bytes;
 use futures_lite::Stream;
 use nsq_proto::Config;
-use nsq_proto::adapter::{
+use nsq_proto::client::{
     Answer, AnswerKind, AnswerSink, ConsumerSetup, Delivery, Error, GiveUpHook, HandlerError,
     IntoChannel, IntoTopic, Origin, StopReport, log_consumer_event, log_max_in_flight,
 };
@@ -96,7 +96,7 @@ pub type Message = Delivery<AnswerChannel>;
 /// Builds a [`Consumer`]: topic, channel, configuration, addresses (made by
 /// [`Consumer::builder`]). `build` starts the driver thread; it works from any thread,
 /// inside or outside an async runtime.
-pub type ConsumerBuilder = nsq_proto::adapter::ConsumerBuilder<AsyncStd>;
+pub type ConsumerBuilder = nsq_proto::client::ConsumerBuilder<AsyncStd>;
 
 /// Validates `setup` and starts the driver thread ([`ConsumerBuilder::build`]).
 pub(crate) fn start(setup: ConsumerSetup<Message>) -> Result<Consumer, Error> {

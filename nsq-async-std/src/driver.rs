@@ -12,7 +12,7 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 use futures_lite::{AsyncRead, AsyncWrite};
-use nsq_proto::adapter::{SocketTable, Transport};
+use nsq_proto::client::{SocketTable, Transport};
 use nsq_proto::driver::{Action, ConnId, Driven, LookupdRequestId};
 use std::collections::VecDeque;
 use std::future::Future;
@@ -284,7 +284,7 @@ impl Transport for Sockets {
     type Lookup = Socket;
 
     fn connect(&mut self, conn: ConnId, addr: &str) -> Socket {
-        let span = nsq_proto::adapter::connection_span(conn, addr);
+        let span = nsq_proto::client::connection_span(conn, addr);
         Socket::new(addr.to_owned(), Some(self.now + self.dial_timeout), span)
     }
 
@@ -305,7 +305,7 @@ impl Transport for Sockets {
     }
 
     fn lookup(&mut self, request: LookupdRequestId, addr: &str, data: Bytes) -> Socket {
-        let span = nsq_proto::adapter::lookupd_span(request, addr);
+        let span = nsq_proto::client::lookupd_span(request, addr);
         let mut link = Socket::new(addr.to_owned(), None, span);
         link.queue.push_back(data);
         link.read_buf = BytesMut::zeroed(16 * 1024);
@@ -632,7 +632,7 @@ impl<T> OneshotRx<T> {
 
 /// A random seed for a state machine's RNG (jitter, random connection choice), from the OS.
 pub(crate) fn random_seed() -> u64 {
-    nsq_proto::adapter::seed_or_fallback(
+    nsq_proto::client::seed_or_fallback(
         getrandom::u64(),
         &std::collections::hash_map::RandomState::new(),
         u64::from(std::process::id()),
@@ -642,7 +642,7 @@ pub(crate) fn random_seed() -> u64 {
 /// The OS hostname, sent in IDENTIFY when the configuration names none (go-nsq sends
 /// `os.Hostname()`).
 pub(crate) fn os_hostname() -> Option<String> {
-    nsq_proto::adapter::hostname_from_os(&gethostname::gethostname())
+    nsq_proto::client::hostname_from_os(&gethostname::gethostname())
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@
 //!   thread, inside or outside a runtime.
 //! * Commands reach the driver through a lock-free queue (one push, at most one wake-up of
 //!   the driver): a message answers itself with a small `Copy` command
-//!   ([`nsq_proto::adapter::Answer`]), so answering allocates nothing and takes no lock.
+//!   ([`nsq_proto::client::Answer`]), so answering allocates nothing and takes no lock.
 //!   Messages reach the application through an async-channel (MPMC, so [`Consumer::run`]'s
 //!   workers share it). Each publish waits on its own one-shot reply (one allocation, no
 //!   lock).
@@ -182,7 +182,7 @@ pub use bytes::Bytes;
 pub use consumer::AnswerChannel;
 pub use consumer::{Consumer, ConsumerBuilder, ConsumerHandle, Message};
 pub use nsq_proto as proto;
-pub use nsq_proto::adapter::{
+pub use nsq_proto::client::{
     AnswerKind, Backpressure, Delivery, Error, HandlerError, InputError, IntoChannel, IntoTopic,
     StopReport,
 };
@@ -199,21 +199,21 @@ pub use nsq_proto::{
 
 /// Called for each message given up on (delivered more than `max_attempts` times), with the
 /// same [`Message`] type the consumer hands out everywhere else; see
-/// [`ConsumerBuilder::on_give_up`](nsq_proto::adapter::ConsumerBuilder::on_give_up).
-pub type GiveUpHook = nsq_proto::adapter::GiveUpHook<Message>;
+/// [`ConsumerBuilder::on_give_up`](nsq_proto::client::ConsumerBuilder::on_give_up).
+pub type GiveUpHook = nsq_proto::client::GiveUpHook<Message>;
 pub use producer::{Producer, ProducerBuilder};
 
 // The per-nsqd part of `ConsumerStats`.
 pub use nsq_proto::consumer::{NsqdState, NsqdStats};
 
 /// The async-std adapter's marker for the builders shared by every adapter
-/// ([`ConsumerBuilder`] and [`ProducerBuilder`] are [`nsq_proto::adapter::ConsumerBuilder`] /
-/// [`nsq_proto::adapter::ProducerBuilder`] of `AsyncStd`): reads TLS files and the OS hostname
+/// ([`ConsumerBuilder`] and [`ProducerBuilder`] are [`nsq_proto::client::ConsumerBuilder`] /
+/// [`nsq_proto::client::ProducerBuilder`] of `AsyncStd`): reads TLS files and the OS hostname
 /// with `std`, and starts each driver on its own thread (this adapter's runtime).
 #[derive(Debug)]
 pub enum AsyncStd {}
 
-impl nsq_proto::adapter::Runtime for AsyncStd {
+impl nsq_proto::client::Runtime for AsyncStd {
     type Consumer = Consumer;
     type Producer = Producer;
     type Message = Message;
@@ -227,12 +227,12 @@ impl nsq_proto::adapter::Runtime for AsyncStd {
     }
 
     fn start_consumer(
-        setup: nsq_proto::adapter::ConsumerSetup<Message>,
+        setup: nsq_proto::client::ConsumerSetup<Message>,
     ) -> Result<Consumer, Error> {
         consumer::start(setup)
     }
 
-    fn start_producer(setup: nsq_proto::adapter::ProducerSetup) -> Result<Producer, Error> {
+    fn start_producer(setup: nsq_proto::client::ProducerSetup) -> Result<Producer, Error> {
         producer::start(setup)
     }
 }

@@ -4,7 +4,7 @@ use crate::AsyncStd;
 use crate::driver::{self, Logic, Net};
 use bytes::Bytes;
 use nsq_proto::Config;
-use nsq_proto::adapter::{
+use nsq_proto::client::{
     Error, IntoTopic, ProducerSetup, PublishRequest, Replies, log_producer_event,
 };
 use nsq_proto::producer::{ProducerEvent, ProducerStats};
@@ -61,7 +61,7 @@ impl fmt::Debug for Producer {
 /// Builds a [`Producer`] with several nsqd addresses (made by [`Producer::builder`]).
 /// `build` starts the driver thread; it works from any thread, inside or outside an async
 /// runtime.
-pub type ProducerBuilder = nsq_proto::adapter::ProducerBuilder<AsyncStd>;
+pub type ProducerBuilder = nsq_proto::client::ProducerBuilder<AsyncStd>;
 
 /// Validates `setup` and starts the driver thread (connecting in the background;
 /// [`ProducerBuilder::build`]).

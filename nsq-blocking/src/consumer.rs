@@ -5,7 +5,7 @@ use crate::driver::{BATCH, Input, Net};
 use crate::net;
 use bytes::Bytes;
 use nsq_proto::Config;
-use nsq_proto::adapter::{
+use nsq_proto::client::{
     self, Answer, AnswerKind, AnswerSink, ConsumerSetup, Delivery, Error, GiveUpHook, HandlerError,
     IntoChannel, IntoTopic, Origin, StopReport,
 };
@@ -149,7 +149,7 @@ pub type Message = Delivery<AnswerChannel>;
 
 /// Builds a [`Consumer`]: topic, channel, configuration, addresses (made by
 /// [`Consumer::builder`]). `build` starts the driver thread.
-pub type ConsumerBuilder = nsq_proto::adapter::ConsumerBuilder<Blocking>;
+pub type ConsumerBuilder = nsq_proto::client::ConsumerBuilder<Blocking>;
 
 /// Validates `setup` and starts the driver thread ([`ConsumerBuilder::build`]).
 pub(crate) fn start(setup: ConsumerSetup<Message>) -> Result<Consumer, Error> {
@@ -695,7 +695,7 @@ impl Driver {
                     let _ = reply.send(self.core.add_lookupd(now, &a));
                 }
                 Control::SetMaxInFlight(n) => {
-                    adapter::log_max_in_flight(n);
+                    client::log_max_in_flight(n);
                     self.core.set_max_in_flight(now, n);
                 }
                 Control::Stop | Control::Dropped => self.begin_stop(now),
@@ -745,7 +745,7 @@ impl Driver {
     }
 
     fn event(&mut self, now: Instant, event: ConsumerEvent) {
-        adapter::log_consumer_event(&event, |c| self.origins.get(&c).map(|o| o.addr()));
+        client::log_consumer_event(&event, |c| self.origins.get(&c).map(|o| o.addr()));
         match event {
             ConsumerEvent::Message { conn, message } => {
                 let origin = match self.origins.get(&conn) {

@@ -4,7 +4,7 @@
 
 use crate::net::{self, ConnThreads, LookupEvent, LookupThread, NetEvent, Threads};
 use bytes::Bytes;
-use nsq_proto::adapter::{SocketTable, Transport};
+use nsq_proto::client::{SocketTable, Transport};
 use nsq_proto::driver::{Action, ConnId, Driven, LookupdRequestId};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::time::{Duration, Instant};

@@ -20,7 +20,7 @@
 //! * nsqlookupd queries run on short-lived threads (`nsqb-lookup-N`) with connect/read/write
 //!   timeouts; the HTTP request and response parsing are the core's.
 //! * Messages are answered through small `Copy` commands sent to the driver
-//!   ([`nsq_proto::adapter::Answer`]): no lock and no allocation per answer.
+//!   ([`nsq_proto::client::Answer`]): no lock and no allocation per answer.
 //! * Every thread is named and joined by [`ConsumerHandle::stop`] / [`Consumer::stop`] /
 //!   [`Producer::close`] and on drop; nothing blocks without a bound.
 //! * Everything is logged with `tracing`, nothing is printed (see [Logging](#logging)).
@@ -180,7 +180,7 @@ pub use consumer::{
     AnswerChannel, Consumer, ConsumerBuilder, ConsumerHandle, IntoIter, Iter, Message,
 };
 pub use nsq_proto as proto;
-pub use nsq_proto::adapter::{
+pub use nsq_proto::client::{
     AnswerKind, Backpressure, Delivery, Error, HandlerError, InputError, IntoChannel, IntoTopic,
     StopReport,
 };
@@ -197,21 +197,21 @@ pub use nsq_proto::{
 
 /// Called for each message given up on (delivered more than `max_attempts` times), with the
 /// same [`Message`] type the consumer hands out everywhere else; see
-/// [`ConsumerBuilder::on_give_up`](nsq_proto::adapter::ConsumerBuilder::on_give_up).
-pub type GiveUpHook = nsq_proto::adapter::GiveUpHook<Message>;
+/// [`ConsumerBuilder::on_give_up`](nsq_proto::client::ConsumerBuilder::on_give_up).
+pub type GiveUpHook = nsq_proto::client::GiveUpHook<Message>;
 pub use producer::{Producer, ProducerBuilder};
 
 // The per-nsqd part of `ConsumerStats`.
 pub use nsq_proto::consumer::{NsqdState, NsqdStats};
 
 /// The blocking adapter's marker for the builders shared by every adapter
-/// ([`ConsumerBuilder`] and [`ProducerBuilder`] are [`nsq_proto::adapter::ConsumerBuilder`] /
-/// [`nsq_proto::adapter::ProducerBuilder`] of `Blocking`): reads TLS files and the OS hostname
+/// ([`ConsumerBuilder`] and [`ProducerBuilder`] are [`nsq_proto::client::ConsumerBuilder`] /
+/// [`nsq_proto::client::ProducerBuilder`] of `Blocking`): reads TLS files and the OS hostname
 /// with `std`, and starts each driver on its own thread.
 #[derive(Debug)]
 pub enum Blocking {}
 
-impl nsq_proto::adapter::Runtime for Blocking {
+impl nsq_proto::client::Runtime for Blocking {
     type Consumer = Consumer;
     type Producer = Producer;
     type Message = Message;
@@ -225,12 +225,12 @@ impl nsq_proto::adapter::Runtime for Blocking {
     }
 
     fn start_consumer(
-        setup: nsq_proto::adapter::ConsumerSetup<Message>,
+        setup: nsq_proto::client::ConsumerSetup<Message>,
     ) -> Result<Consumer, Error> {
         consumer::start(setup)
     }
 
-    fn start_producer(setup: nsq_proto::adapter::ProducerSetup) -> Result<Producer, Error> {
+    fn start_producer(setup: nsq_proto::client::ProducerSetup) -> Result<Producer, Error> {
         producer::start(setup)
     }
 }

@@ -206,7 +206,7 @@ where
 {
     let cancel = Arc::new(Cancel::default());
     let c = cancel.clone();
-    let span = nsq_proto::adapter::connection_span(key, addr);
+    let span = nsq_proto::client::connection_span(key, addr);
     let link_span = span.clone();
     let addr = addr.to_owned();
     threads.spawn(&format!("nsqb-rd-{key}"), move || {
@@ -402,7 +402,7 @@ where
 {
     let cancel = Arc::new(Cancel::default());
     let c = cancel.clone();
-    let span = nsq_proto::adapter::lookupd_span(key, addr);
+    let span = nsq_proto::client::lookupd_span(key, addr);
     let addr = addr.to_owned();
     let timeout = timeout.max(Duration::from_millis(1));
     threads.spawn(&format!("nsqb-lookup-{key}"), move || {
@@ -448,7 +448,7 @@ where
 
 /// A random seed for a state machine's RNG (jitter, random connection choice), from the OS.
 pub(crate) fn random_seed() -> u64 {
-    nsq_proto::adapter::seed_or_fallback(
+    nsq_proto::client::seed_or_fallback(
         getrandom::u64(),
         &std::collections::hash_map::RandomState::new(),
         u64::from(std::process::id()),
@@ -458,7 +458,7 @@ pub(crate) fn random_seed() -> u64 {
 /// The OS hostname, sent in IDENTIFY when the configuration names none (go-nsq sends
 /// `os.Hostname()`).
 pub(crate) fn os_hostname() -> Option<String> {
-    nsq_proto::adapter::hostname_from_os(&gethostname::gethostname())
+    nsq_proto::client::hostname_from_os(&gethostname::gethostname())
 }
 
 #[cfg(test)]

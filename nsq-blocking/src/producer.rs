@@ -5,7 +5,7 @@ use crate::driver::{BATCH, Input, Net};
 use crate::net;
 use bytes::Bytes;
 use nsq_proto::Config;
-use nsq_proto::adapter::{
+use nsq_proto::client::{
     Error, IntoTopic, ProducerSetup, PublishRequest, Replies, log_producer_event,
 };
 use nsq_proto::producer::{ProducerEvent, ProducerStats};
@@ -121,7 +121,7 @@ impl fmt::Debug for Producer {
 
 /// Builds a [`Producer`] with several nsqd addresses (made by [`Producer::builder`]).
 /// `build` starts the driver thread.
-pub type ProducerBuilder = nsq_proto::adapter::ProducerBuilder<Blocking>;
+pub type ProducerBuilder = nsq_proto::client::ProducerBuilder<Blocking>;
 
 /// Validates `setup` and starts the driver thread (connecting in the background;
 /// [`ProducerBuilder::build`]).

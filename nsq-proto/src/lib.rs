@@ -73,7 +73,7 @@
 //! | [`producer`] | the [`Producer`] coordinator (`producer.rs`), each nsqd and its socket session (`node.rs`), the publish path and natural batching (`publish.rs`, `work.rs`), connection lifecycle (`lifecycle.rs`), events |
 //! | [`command`] | encoders for every client command; [`Limits`] and [`CommandError`] live in `limits.rs` |
 //! | [`config`] | [`Config`], the one user-facing configuration, with go-nsq's option names (`parse.rs`, `error.rs`, `convert.rs`) |
-//! | [`adapter`] | the runtime-independent glue the adapter crates share (deliveries, answers, errors, builders, logging, the socket table) |
+//! | `client` | (feature `client`, off by default) the client layer the adapter crates share |
 //! | crate root | the codec ([`FrameDecoder`], [`Frame`], [`Message`]), names ([`Topic`], [`Channel`]), the JSON bodies, [`ErrorCode`] and [`join_host_port`] |
 //!
 //! ## Cargo features
@@ -102,7 +102,9 @@
 //! * `test-support`: the hidden `nsq_proto::test_support` module, a scripted fake
 //!   nsqd (the server side of one connection) for tests and benches.
 
-pub mod adapter;
+#[cfg(feature = "client")]
+#[cfg_attr(docsrs, doc(cfg(feature = "client")))]
+pub mod client;
 mod addr;
 pub mod command;
 pub mod config;

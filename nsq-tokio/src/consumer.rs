@@ -5,7 +5,7 @@ use crate::net::{self, LookupEvent, Net, NetEvent, Timer};
 use bytes::Bytes;
 use futures_core::Stream;
 use nsq_proto::Config;
-use nsq_proto::adapter::{
+use nsq_proto::client::{
     Answer, AnswerKind, AnswerSink, ConsumerSetup, Delivery, Error, GiveUpHook, HandlerError,
     IntoChannel, IntoTopic, Origin, StopReport, log_consumer_event, log_max_in_flight,
 };
@@ -106,7 +106,7 @@ pub type Message = Delivery<AnswerChannel>;
 /// Builds a [`Consumer`]: topic, channel, configuration, addresses (made by
 /// [`Consumer::builder`]). `build` starts the driver task: it must be called within a tokio
 /// runtime.
-pub type ConsumerBuilder = nsq_proto::adapter::ConsumerBuilder<Tokio>;
+pub type ConsumerBuilder = nsq_proto::client::ConsumerBuilder<Tokio>;
 
 /// Validates `setup` and starts the driver task on the current tokio runtime
 /// ([`ConsumerBuilder::build`]).

@@ -206,7 +206,7 @@ pub use bytes::Bytes;
 pub use consumer::AnswerChannel;
 pub use consumer::{Consumer, ConsumerBuilder, ConsumerHandle, Message};
 pub use nsq_proto as proto;
-pub use nsq_proto::adapter::{
+pub use nsq_proto::client::{
     AnswerKind, Backpressure, Delivery, Error, HandlerError, InputError, IntoChannel, IntoTopic,
     StopReport,
 };
@@ -223,21 +223,21 @@ pub use nsq_proto::{
 
 /// Called for each message given up on (delivered more than `max_attempts` times), with the
 /// same [`Message`] type the consumer hands out everywhere else; see
-/// [`ConsumerBuilder::on_give_up`](nsq_proto::adapter::ConsumerBuilder::on_give_up).
-pub type GiveUpHook = nsq_proto::adapter::GiveUpHook<Message>;
+/// [`ConsumerBuilder::on_give_up`](nsq_proto::client::ConsumerBuilder::on_give_up).
+pub type GiveUpHook = nsq_proto::client::GiveUpHook<Message>;
 pub use producer::{Producer, ProducerBuilder};
 
 // The per-nsqd part of `ConsumerStats`.
 pub use nsq_proto::consumer::{NsqdState, NsqdStats};
 
 /// The tokio adapter's marker for the builders shared by every adapter
-/// ([`ConsumerBuilder`] and [`ProducerBuilder`] are [`nsq_proto::adapter::ConsumerBuilder`] /
-/// [`nsq_proto::adapter::ProducerBuilder`] of `Tokio`): reads TLS files and the OS hostname
+/// ([`ConsumerBuilder`] and [`ProducerBuilder`] are [`nsq_proto::client::ConsumerBuilder`] /
+/// [`nsq_proto::client::ProducerBuilder`] of `Tokio`): reads TLS files and the OS hostname
 /// with `std`, and starts drivers as tasks on the current tokio runtime.
 #[derive(Debug)]
 pub enum Tokio {}
 
-impl nsq_proto::adapter::Runtime for Tokio {
+impl nsq_proto::client::Runtime for Tokio {
     type Consumer = Consumer;
     type Producer = Producer;
     type Message = Message;
@@ -251,12 +251,12 @@ impl nsq_proto::adapter::Runtime for Tokio {
     }
 
     fn start_consumer(
-        setup: nsq_proto::adapter::ConsumerSetup<Message>,
+        setup: nsq_proto::client::ConsumerSetup<Message>,
     ) -> Result<Consumer, Error> {
         consumer::start(setup)
     }
 
-    fn start_producer(setup: nsq_proto::adapter::ProducerSetup) -> Result<Producer, Error> {
+    fn start_producer(setup: nsq_proto::client::ProducerSetup) -> Result<Producer, Error> {
         producer::start(setup)
     }
 }

@@ -6,7 +6,7 @@
 //! reading (no write/write deadlock).
 
 use bytes::{Bytes, BytesMut};
-use nsq_proto::adapter::{SocketTable, Transport};
+use nsq_proto::client::{SocketTable, Transport};
 use nsq_proto::driver::{Action, ConnId, Driven, LookupdRequestId};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -80,7 +80,7 @@ where
     K: Copy + Send + std::fmt::Display + 'static,
     T: Send + 'static,
 {
-    let span = nsq_proto::adapter::connection_span(key, addr);
+    let span = nsq_proto::client::connection_span(key, addr);
     let link_span = span.clone();
     let addr = addr.to_owned();
     let task = tokio::spawn(
@@ -212,7 +212,7 @@ where
     K: Copy + Send + std::fmt::Display + 'static,
     T: Send + 'static,
 {
-    let span = nsq_proto::adapter::lookupd_span(key, addr);
+    let span = nsq_proto::client::lookupd_span(key, addr);
     let addr = addr.to_owned();
     tokio::spawn(
         async move {
@@ -259,7 +259,7 @@ where
 
 /// A random seed for a state machine's RNG (jitter, random connection choice), from the OS.
 pub(crate) fn random_seed() -> u64 {
-    nsq_proto::adapter::seed_or_fallback(
+    nsq_proto::client::seed_or_fallback(
         getrandom::u64(),
         &std::collections::hash_map::RandomState::new(),
         u64::from(std::process::id()),
@@ -269,7 +269,7 @@ pub(crate) fn random_seed() -> u64 {
 /// The OS hostname, sent in IDENTIFY when the configuration names none (go-nsq sends
 /// `os.Hostname()`).
 pub(crate) fn os_hostname() -> Option<String> {
-    nsq_proto::adapter::hostname_from_os(&gethostname::gethostname())
+    nsq_proto::client::hostname_from_os(&gethostname::gethostname())
 }
 
 /// The tokio half of performing the core's actions: connection and lookupd tasks.

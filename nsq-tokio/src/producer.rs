@@ -4,7 +4,7 @@ use crate::Tokio;
 use crate::net::{self, LookupEvent, Net, NetEvent, Timer};
 use bytes::Bytes;
 use nsq_proto::Config;
-use nsq_proto::adapter::{
+use nsq_proto::client::{
     Error, IntoTopic, ProducerSetup, PublishRequest, Replies, log_producer_event,
 };
 use nsq_proto::driver::{ConnId, LookupdRequestId};
@@ -74,7 +74,7 @@ impl fmt::Debug for Producer {
 
 /// Builds a [`Producer`] with several nsqd addresses (made by [`Producer::builder`]).
 /// `build` starts the driver task: it must be called within a tokio runtime.
-pub type ProducerBuilder = nsq_proto::adapter::ProducerBuilder<Tokio>;
+pub type ProducerBuilder = nsq_proto::client::ProducerBuilder<Tokio>;
 
 /// Validates `setup` and starts the driver task on the current tokio runtime (connecting in
 /// the background; [`ProducerBuilder::build`]).

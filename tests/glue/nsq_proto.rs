@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use nsq_proto::adapter::{AnswerSink, Delivery, Error, HandlerError, StopReport};
+use nsq_proto::client::{AnswerSink, Delivery, Error, HandlerError, StopReport};
 use nsq_proto::consumer::{ConsumerConfig, ConsumerStats, NsqdState};
 use nsq_proto::producer::{ProducerConfig, ProducerStats};
 use nsq_proto::{Compression, Config, ConnectionConfig, TlsConfig};

@@ -36,7 +36,7 @@
 //!   which reply waits for which publish or ping.
 //!
 //! ```
-//! use nsq_proto::adapter::{Answer, AnswerKind, HandlerError};
+//! use nsq_proto::client::{Answer, AnswerKind, HandlerError};
 //! use std::time::Duration;
 //!
 //! let failed: Result<(), HandlerError> =

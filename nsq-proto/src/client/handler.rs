@@ -23,7 +23,7 @@ use std::time::Duration;
 /// (`outer: cause: root cause`), which is what the consumer logs when a handler fails.
 ///
 /// ```
-/// use nsq_proto::adapter::HandlerError;
+/// use nsq_proto::client::HandlerError;
 ///
 /// fn parse(body: &[u8]) -> Result<u64, HandlerError> {
 ///     let text = std::str::from_utf8(body)?; // Utf8Error

@@ -11,13 +11,13 @@ use std::hash::{BuildHasher, Hasher};
 /// warning. The seed is not secret: it only spreads reconnects and lookups.
 ///
 /// ```
-/// use nsq_proto::adapter::seed_or_fallback;
+/// use nsq_proto::client::seed_or_fallback;
 /// use std::hash::{BuildHasherDefault, DefaultHasher};
 ///
 /// let fixed = BuildHasherDefault::<DefaultHasher>::default();
 /// assert_eq!(seed_or_fallback(Ok::<u64, &str>(42), &fixed, 7), 42);
 /// let fallback = seed_or_fallback(Err("no entropy"), &fixed, 7);
-/// assert_eq!(fallback, nsq_proto::adapter::seed_from_entropy(&fixed, 7));
+/// assert_eq!(fallback, nsq_proto::client::seed_from_entropy(&fixed, 7));
 /// ```
 pub fn seed_or_fallback<E: Display>(
     os: Result<u64, E>,
@@ -37,7 +37,7 @@ pub fn seed_or_fallback<E: Display>(
 /// Pure: the same hasher keys and salt give the same seed.
 ///
 /// ```
-/// use nsq_proto::adapter::seed_from_entropy;
+/// use nsq_proto::client::seed_from_entropy;
 /// use std::hash::{BuildHasherDefault, DefaultHasher, RandomState};
 ///
 /// let fixed = BuildHasherDefault::<DefaultHasher>::default();

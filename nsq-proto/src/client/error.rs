@@ -18,7 +18,7 @@ use std::fmt;
 /// each cause once.
 ///
 /// ```
-/// use nsq_proto::adapter::{Error, InputError, IntoTopic};
+/// use nsq_proto::client::{Error, InputError, IntoTopic};
 /// use nsq_proto::{ErrorCode, NameError};
 ///
 /// let err = "bad topic!".into_topic().unwrap_err();

@@ -18,7 +18,7 @@ use std::time::Duration;
 /// builders are generic over it ([`ConsumerBuilder<R>`], [`ProducerBuilder<R>`]).
 ///
 /// ```
-/// use nsq_proto::adapter::{ConsumerBuilder, ConsumerSetup, Error, ProducerSetup, Runtime};
+/// use nsq_proto::client::{ConsumerBuilder, ConsumerSetup, Error, ProducerSetup, Runtime};
 /// use std::path::PathBuf;
 ///
 /// /// A "runtime" that starts nothing: it returns what the builder collected.

@@ -10,7 +10,7 @@ use std::ffi::OsStr;
 /// and a mangled name would be wrong in nsqd's stats; it then shows no hostname).
 ///
 /// ```
-/// use nsq_proto::adapter::hostname_from_os;
+/// use nsq_proto::client::hostname_from_os;
 /// use std::ffi::OsStr;
 ///
 /// assert_eq!(hostname_from_os(OsStr::new("box.example\n")).as_deref(), Some("box.example"));
