@@ -6,26 +6,25 @@
 //!
 //! # Model
 //!
-//! * It depends only on the smol family's building blocks (async-io, async-net, futures-lite,
-//!   async-channel, concurrent-queue, atomic-waker), not on async-std or smol themselves, so
-//!   it behaves identically under both (and under any other executor, or
-//!   `futures_lite::future::block_on`).
+//! The client itself (the driver, the handles, the builders, the errors) is written once in
+//! [`nsq_proto::client`]; this crate is its runtime shim: [`AsyncStd`] implements
+//! [`Runtime`](nsq_proto::client::Runtime) with async-io's sockets and timer, and the types
+//! below are the client's types on it.
+//!
+//! * It depends only on the smol family's building blocks (async-io, async-net,
+//!   futures-lite), not on async-std or smol themselves, so it behaves identically under both
+//!   (and under any other executor, or `futures_lite::future::block_on`).
 //! * A runtime-agnostic library cannot spawn tasks on the caller's executor, so each
 //!   [`Consumer`] and each [`Producer`] (shared by its clones) has one driver thread running
-//!   `async_io::block_on` over a single future that owns the core state machine and every
+//!   `async_io::block_on` over the one future that owns the core state machine and every
 //!   socket. Readiness and timers come from async-io's reactor (the same one async-std and
 //!   smol use). Per wake-up the driver takes every queued command, reads each socket until it
-//!   would block (every read is a `BytesMut` chunk handed to the core, so message bodies are
-//!   slices of the read buffer: zero-copy), fires its one timer (re-armed from the core's
-//!   `poll_timeout`), drains the core's output, and gives each connection at most one
-//!   non-blocking write; a blocked write never stops reading. `build()` works from any
-//!   thread, inside or outside a runtime.
-//! * Commands reach the driver through a lock-free queue (one push, at most one wake-up of
-//!   the driver): a message answers itself with a small `Copy` command
-//!   ([`nsq_proto::client::Answer`]), so answering allocates nothing and takes no lock.
-//!   Messages reach the application through an async-channel (MPMC, so [`Consumer::run`]'s
-//!   workers share it). Each publish waits on its own one-shot reply (one allocation, no
-//!   lock).
+//!   would block (message bodies are slices of the read buffer: zero-copy), fires its one
+//!   timer, drains the core's output, hands the wake-up's messages to the application at
+//!   once, and gives each connection at most one non-blocking write; a blocked write never
+//!   stops reading. `build()` works from any thread, inside or outside a runtime.
+//! * A message answers itself with a small `Copy` command on a lock-free queue: answering
+//!   allocates nothing and takes no lock. Each publish waits on its own one-shot reply.
 //! * [`Consumer::run`] runs the handlers concurrently inside the future it returns: poll it
 //!   on the executor of your choice.
 //! * Everything is logged with `tracing`, nothing is printed (see [Logging](#logging)).
@@ -173,66 +172,26 @@
 //! Runnable program: `cargo run -p nsq-async-std --example quickstart_async_std` (starts an
 //! in-process test broker when no `--nsqd-tcp-address` is given).
 
-mod consumer;
-mod driver;
-mod producer;
+mod runtime;
 
-pub use bytes::Bytes;
-#[doc(hidden)]
-pub use consumer::AnswerChannel;
-pub use consumer::{Consumer, ConsumerBuilder, ConsumerHandle, Message};
 pub use nsq_proto as proto;
-pub use nsq_proto::client::{
-    AnswerKind, Backpressure, Delivery, Error, HandlerError, InputError, IntoChannel, IntoTopic,
-    StopReport,
-};
-pub use nsq_proto::config::OptionError;
-pub use nsq_proto::consumer::{
-    BackoffStrategy, ConsumerConfig, ConsumerError, ConsumerStats, LookupdAddressError,
-};
-pub use nsq_proto::driver::ConnId;
-pub use nsq_proto::producer::{ProducerConfig, ProducerStats, Routing};
-pub use nsq_proto::{
-    Channel, CloseReason, CommandError, Compression, Config, ConfigError, ConnectionConfig,
-    ConnectionError, ErrorCode, MessageId, NameError, Secret, ServerError, TlsConfig, Topic,
-};
+pub use nsq_proto::client::prelude::*;
+pub use runtime::AsyncStd;
 
-/// Called for each message given up on (delivered more than `max_attempts` times), with the
-/// same [`Message`] type the consumer hands out everywhere else; see
-/// [`ConsumerBuilder::on_give_up`](nsq_proto::client::ConsumerBuilder::on_give_up).
-pub type GiveUpHook = nsq_proto::client::GiveUpHook<Message>;
-pub use producer::{Producer, ProducerBuilder};
+/// A consumer of one topic/channel ([`nsq_proto::client::Consumer`] on [`AsyncStd`]).
+/// [`Consumer::builder`] makes one; `build` starts its driver thread, from any thread, inside
+/// or outside an async runtime.
+pub type Consumer = nsq_proto::client::Consumer<AsyncStd>;
 
-// The per-nsqd part of `ConsumerStats`.
-pub use nsq_proto::consumer::{NsqdState, NsqdStats};
+/// A cloneable control handle of a [`Consumer`] ([`nsq_proto::client::ConsumerHandle`]).
+pub type ConsumerHandle = nsq_proto::client::ConsumerHandle<AsyncStd>;
 
-/// The async-std adapter's marker for the builders shared by every adapter
-/// ([`ConsumerBuilder`] and [`ProducerBuilder`] are [`nsq_proto::client::ConsumerBuilder`] /
-/// [`nsq_proto::client::ProducerBuilder`] of `AsyncStd`): reads TLS files and the OS hostname
-/// with `std`, and starts each driver on its own thread (this adapter's runtime).
-#[derive(Debug)]
-pub enum AsyncStd {}
+/// Publishes to one or more nsqd ([`nsq_proto::client::Producer`] on [`AsyncStd`]); `build`
+/// and `connect` start its driver thread, from any thread.
+pub type Producer = nsq_proto::client::Producer<AsyncStd>;
 
-impl nsq_proto::client::Runtime for AsyncStd {
-    type Consumer = Consumer;
-    type Producer = Producer;
-    type Message = Message;
+/// Builds a [`Consumer`] (made by [`Consumer::builder`]).
+pub type ConsumerBuilder = nsq_proto::client::ConsumerBuilder<AsyncStd>;
 
-    fn os_hostname() -> Option<String> {
-        driver::os_hostname()
-    }
-
-    fn read_file(path: std::path::PathBuf) -> std::io::Result<Vec<u8>> {
-        std::fs::read(path)
-    }
-
-    fn start_consumer(
-        setup: nsq_proto::client::ConsumerSetup<Message>,
-    ) -> Result<Consumer, Error> {
-        consumer::start(setup)
-    }
-
-    fn start_producer(setup: nsq_proto::client::ProducerSetup) -> Result<Producer, Error> {
-        producer::start(setup)
-    }
-}
+/// Builds a [`Producer`] with several nsqd addresses (made by [`Producer::builder`]).
+pub type ProducerBuilder = nsq_proto::client::ProducerBuilder<AsyncStd>;

@@ -8,19 +8,23 @@
 //!
 //! # Model
 //!
-//! * One driver thread per [`Consumer`] / [`Producer`] (`nsqb-consumer`, `nsqb-producer`) owns
-//!   the core state machine. It waits on ONE `std::sync::mpsc` channel carrying socket data,
-//!   message answers and commands, with `recv_timeout` computed from the core's
-//!   `poll_timeout`; after every wake-up it drains every output of the core.
+//! The client itself (the driver, the handles, the builders, the errors) is written once in
+//! [`nsq_proto::client`]; this crate is its runtime shim for plain threads: [`Blocking`]
+//! implements [`Runtime`](nsq_proto::client::Runtime), and [`Consumer`], [`ConsumerHandle`]
+//! and [`Producer`] run the client layer's calls to completion on the calling thread.
+//!
+//! * One driver thread per [`Consumer`] / [`Producer`] (`nsqb-consumer`, `nsqb-producer`)
+//!   runs the client layer's one driver (the same code as on tokio and async-io, batching
+//!   included) under a small executor that parks the thread until a socket, a command or the
+//!   driver's timer wakes it.
 //! * Every nsqd connection has a reader thread (`nsqb-rd-N`: connects with the dial timeout,
 //!   sets `TCP_NODELAY`, then hands each read to the driver as a `BytesMut` chunk, so message
-//!   bodies are slices of the read buffer: zero-copy) and a writer thread (`nsqb-wr-N`: writes
-//!   what the core emits, with the write timeout; a blocked write never stops reading). The
-//!   bytes the core emits during one wake-up leave in one write per connection.
-//! * nsqlookupd queries run on short-lived threads (`nsqb-lookup-N`) with connect/read/write
-//!   timeouts; the HTTP request and response parsing are the core's.
-//! * Messages are answered through small `Copy` commands sent to the driver
-//!   ([`nsq_proto::client::Answer`]): no lock and no allocation per answer.
+//!   bodies are slices of the read buffer: zero-copy) and a writer thread (`nsqb-wr-N`:
+//!   writes what the driver emits, with the write timeout; a blocked write never stops
+//!   reading). The bytes the core emits during one wake-up leave in one write per
+//!   connection. nsqlookupd queries use the same sockets.
+//! * Messages are answered through small `Copy` commands on a lock-free queue: no lock and no
+//!   allocation per answer.
 //! * Every thread is named and joined by [`ConsumerHandle::stop`] / [`Consumer::stop`] /
 //!   [`Producer::close`] and on drop; nothing blocks without a bound.
 //! * Everything is logged with `tracing`, nothing is printed (see [Logging](#logging)).
@@ -170,68 +174,30 @@
 //! Runnable program: `cargo run -p nsq-blocking --example quickstart_blocking` (starts the
 //! in-process test broker when no `--nsqd-tcp-address` is given).
 
-mod consumer;
-mod driver;
-mod net;
-mod producer;
+mod runtime;
 
-pub use bytes::Bytes;
-pub use consumer::{
-    AnswerChannel, Consumer, ConsumerBuilder, ConsumerHandle, IntoIter, Iter, Message,
-};
+/// A consumer of one topic/channel ([`nsq_proto::client::blocking::Consumer`] on
+/// [`Blocking`]); [`Consumer::builder`] makes one, and `build` starts its driver thread.
+pub type Consumer = nsq_proto::client::blocking::Consumer<Blocking>;
+
+/// A cloneable control handle of a [`Consumer`].
+pub type ConsumerHandle = nsq_proto::client::blocking::ConsumerHandle<Blocking>;
+
+/// Publishes to one or more nsqd ([`nsq_proto::client::blocking::Producer`] on [`Blocking`]).
+pub type Producer = nsq_proto::client::blocking::Producer<Blocking>;
+
+/// Builds a [`Consumer`] (made by [`Consumer::builder`]).
+pub type ConsumerBuilder = nsq_proto::client::ConsumerBuilder<Blocking>;
+
+/// Builds a [`Producer`] with several nsqd addresses (made by [`Producer::builder`]).
+pub type ProducerBuilder = nsq_proto::client::ProducerBuilder<Blocking>;
+
+/// The iterator of [`Consumer::iter`].
+pub type Iter<'a> = nsq_proto::client::blocking::Iter<'a, Blocking>;
+
+/// The owning iterator of a [`Consumer`] (`for msg in consumer`).
+pub type IntoIter = nsq_proto::client::blocking::IntoIter<Blocking>;
 pub use nsq_proto as proto;
-pub use nsq_proto::client::{
-    AnswerKind, Backpressure, Delivery, Error, HandlerError, InputError, IntoChannel, IntoTopic,
-    StopReport,
-};
-pub use nsq_proto::config::OptionError;
-pub use nsq_proto::consumer::{
-    BackoffStrategy, ConsumerConfig, ConsumerError, ConsumerStats, LookupdAddressError,
-};
-pub use nsq_proto::driver::ConnId;
-pub use nsq_proto::producer::{ProducerConfig, ProducerStats, Routing};
-pub use nsq_proto::{
-    Channel, CloseReason, CommandError, Compression, Config, ConfigError, ConnectionConfig,
-    ConnectionError, ErrorCode, MessageId, NameError, Secret, ServerError, TlsConfig, Topic,
-};
-
-/// Called for each message given up on (delivered more than `max_attempts` times), with the
-/// same [`Message`] type the consumer hands out everywhere else; see
-/// [`ConsumerBuilder::on_give_up`](nsq_proto::client::ConsumerBuilder::on_give_up).
-pub type GiveUpHook = nsq_proto::client::GiveUpHook<Message>;
-pub use producer::{Producer, ProducerBuilder};
-
-// The per-nsqd part of `ConsumerStats`.
-pub use nsq_proto::consumer::{NsqdState, NsqdStats};
-
-/// The blocking adapter's marker for the builders shared by every adapter
-/// ([`ConsumerBuilder`] and [`ProducerBuilder`] are [`nsq_proto::client::ConsumerBuilder`] /
-/// [`nsq_proto::client::ProducerBuilder`] of `Blocking`): reads TLS files and the OS hostname
-/// with `std`, and starts each driver on its own thread.
-#[derive(Debug)]
-pub enum Blocking {}
-
-impl nsq_proto::client::Runtime for Blocking {
-    type Consumer = Consumer;
-    type Producer = Producer;
-    type Message = Message;
-
-    fn os_hostname() -> Option<String> {
-        net::os_hostname()
-    }
-
-    fn read_file(path: std::path::PathBuf) -> std::io::Result<Vec<u8>> {
-        std::fs::read(path)
-    }
-
-    fn start_consumer(
-        setup: nsq_proto::client::ConsumerSetup<Message>,
-    ) -> Result<Consumer, Error> {
-        consumer::start(setup)
-    }
-
-    fn start_producer(setup: nsq_proto::client::ProducerSetup) -> Result<Producer, Error> {
-        producer::start(setup)
-    }
-}
+pub use nsq_proto::client::prelude::*;
+pub use runtime::Blocking;
 pub use std::sync::mpsc::RecvTimeoutError;

@@ -102,10 +102,10 @@
 //! * `test-support`: the hidden `nsq_proto::test_support` module, a scripted fake
 //!   nsqd (the server side of one connection) for tests and benches.
 
+mod addr;
 #[cfg(feature = "client")]
 #[cfg_attr(docsrs, doc(cfg(feature = "client")))]
 pub mod client;
-mod addr;
 pub mod command;
 pub mod config;
 pub mod connection;

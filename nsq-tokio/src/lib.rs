@@ -5,18 +5,25 @@
 //!
 //! # Model
 //!
-//! * One driver task per [`Consumer`] owns the core state machine. Every nsqd connection has a
-//!   reader task (forwarding each read as a `BytesMut` chunk, so message bodies are slices of
-//!   the read buffer: zero-copy) and a writer task (writing what the core emits; a blocked write
-//!   never stops reading). After every input the driver drains every output of the core; bytes
-//!   are written once per wake-up per connection; one timer follows the core's `poll_timeout`.
-//! * Messages are answered through small `Copy` commands sent to the driver: no lock and no
-//!   allocation per message on a connection's hot path.
-//! * Everything is logged with `tracing`, nothing is printed (see [Logging](#logging)).
+//! The client itself (the driver, the handles, the builders, the errors) is written once in
+//! [`nsq_proto::client`]; this crate is its runtime shim: [`Tokio`] implements
+//! [`Runtime`](nsq_proto::client::Runtime) with tokio's sockets, timer and tasks, and the
+//! types below are the client's types on it.
 //!
-//! * One driver task per [`Producer`] (shared by its clones) owns the sans-IO
-//!   [`nsq_proto::Producer`]: every request queued since the last wake-up is handed to the core
-//!   before its output is polled, so concurrent publishes leave in one write.
+//! * One driver task per [`Consumer`] and per [`Producer`] (shared by its clones) owns the
+//!   core state machine and reads and writes every socket of its client itself: bytes read
+//!   from a socket are decoded, delivered and answered without a hop between tasks other
+//!   than the hand-off to the application (no reader or writer task per connection). Per
+//!   wake-up the driver takes every queued command (concurrent publishes leave in one
+//!   write), reads each socket until it would block (message bodies are slices of the read
+//!   buffer: zero-copy), drains the core, hands the wake-up's messages to the application at
+//!   once, and gives each connection at most one write; a blocked write never stops
+//!   reading; one timer follows the core's `poll_timeout`.
+//! * Messages are answered through small `Copy` commands on a lock-free queue: no lock and no
+//!   allocation per answer.
+//! * `build()` (and `Producer::connect`) must be called within a tokio runtime with its time
+//!   driver enabled (`#[tokio::main]` has it); otherwise it fails with [`Error::NoRuntime`].
+//! * Everything is logged with `tracing`, nothing is printed (see [Logging](#logging)).
 //!
 //! # Configuration
 //!
@@ -143,7 +150,7 @@
 //!
 //! A message dropped without an answer is requeued (and a warning logged).
 //!
-//! The consumer is also a [`Stream`](futures_core::Stream) of messages, for the combinators
+//! The consumer is also a `Stream` (`futures_core::Stream`) of messages, for the combinators
 //! of `futures`/`futures-lite`/`tokio-stream`:
 //!
 //! ```no_run
@@ -198,65 +205,26 @@
 //! no `--nsqd-tcp-address` is given: `cargo run -p nsq-tokio --example quickstart`),
 //! `nsq_tail`, `to_nsq`, `bench_writer`, `bench_reader`.
 
-mod consumer;
-mod net;
-mod producer;
+mod runtime;
 
-pub use bytes::Bytes;
-pub use consumer::AnswerChannel;
-pub use consumer::{Consumer, ConsumerBuilder, ConsumerHandle, Message};
 pub use nsq_proto as proto;
-pub use nsq_proto::client::{
-    AnswerKind, Backpressure, Delivery, Error, HandlerError, InputError, IntoChannel, IntoTopic,
-    StopReport,
-};
-pub use nsq_proto::config::OptionError;
-pub use nsq_proto::consumer::{
-    BackoffStrategy, ConsumerConfig, ConsumerError, ConsumerStats, LookupdAddressError,
-};
-pub use nsq_proto::driver::ConnId;
-pub use nsq_proto::producer::{ProducerConfig, ProducerStats, Routing};
-pub use nsq_proto::{
-    Channel, CloseReason, CommandError, Compression, Config, ConfigError, ConnectionConfig,
-    ConnectionError, ErrorCode, MessageId, NameError, Secret, ServerError, TlsConfig, Topic,
-};
+pub use nsq_proto::client::prelude::*;
+pub use runtime::Tokio;
 
-/// Called for each message given up on (delivered more than `max_attempts` times), with the
-/// same [`Message`] type the consumer hands out everywhere else; see
-/// [`ConsumerBuilder::on_give_up`](nsq_proto::client::ConsumerBuilder::on_give_up).
-pub type GiveUpHook = nsq_proto::client::GiveUpHook<Message>;
-pub use producer::{Producer, ProducerBuilder};
+/// A consumer of one topic/channel ([`nsq_proto::client::Consumer`] on [`Tokio`]).
+/// [`Consumer::builder`] makes one; `build` starts its driver task on the current tokio
+/// runtime (else [`Error::NoRuntime`]).
+pub type Consumer = nsq_proto::client::Consumer<Tokio>;
 
-// The per-nsqd part of `ConsumerStats`.
-pub use nsq_proto::consumer::{NsqdState, NsqdStats};
+/// A cloneable control handle of a [`Consumer`] ([`nsq_proto::client::ConsumerHandle`]).
+pub type ConsumerHandle = nsq_proto::client::ConsumerHandle<Tokio>;
 
-/// The tokio adapter's marker for the builders shared by every adapter
-/// ([`ConsumerBuilder`] and [`ProducerBuilder`] are [`nsq_proto::client::ConsumerBuilder`] /
-/// [`nsq_proto::client::ProducerBuilder`] of `Tokio`): reads TLS files and the OS hostname
-/// with `std`, and starts drivers as tasks on the current tokio runtime.
-#[derive(Debug)]
-pub enum Tokio {}
+/// Publishes to one or more nsqd ([`nsq_proto::client::Producer`] on [`Tokio`]); `build` and
+/// `connect` start its driver task on the current tokio runtime (else [`Error::NoRuntime`]).
+pub type Producer = nsq_proto::client::Producer<Tokio>;
 
-impl nsq_proto::client::Runtime for Tokio {
-    type Consumer = Consumer;
-    type Producer = Producer;
-    type Message = Message;
+/// Builds a [`Consumer`] (made by [`Consumer::builder`]).
+pub type ConsumerBuilder = nsq_proto::client::ConsumerBuilder<Tokio>;
 
-    fn os_hostname() -> Option<String> {
-        net::os_hostname()
-    }
-
-    fn read_file(path: std::path::PathBuf) -> std::io::Result<Vec<u8>> {
-        std::fs::read(path)
-    }
-
-    fn start_consumer(
-        setup: nsq_proto::client::ConsumerSetup<Message>,
-    ) -> Result<Consumer, Error> {
-        consumer::start(setup)
-    }
-
-    fn start_producer(setup: nsq_proto::client::ProducerSetup) -> Result<Producer, Error> {
-        producer::start(setup)
-    }
-}
+/// Builds a [`Producer`] with several nsqd addresses (made by [`Producer::builder`]).
+pub type ProducerBuilder = nsq_proto::client::ProducerBuilder<Tokio>;

@@ -1,9 +1,12 @@
 //! The builders of every adapter, written once: [`ConsumerBuilder`] and [`ProducerBuilder`]
-//! collect a [`ConsumerSetup`] / [`ProducerSetup`]; `build` hands it to the adapter's
-//! [`Runtime`], which starts the driver. The builders only hold configuration (sans-IO): the
-//! reads `config` needs (TLS files, the OS hostname) are the runtime's functions.
+//! collect a [`ConsumerSetup`] / [`ProducerSetup`]; `build` validates it and starts the
+//! driver on the [`Runtime`] `R`. `config` reads the TLS files it names and the OS hostname.
 
-use super::{ConsumerSetup, Error, GiveUpHook, IntoChannel, IntoTopic, ProducerSetup};
+use super::runtime::Runtime;
+use super::{
+    ConsumerSetup, Error, GiveUpHook, IntoChannel, IntoTopic, Message, ProducerSetup, consumer,
+    producer,
+};
 use crate::config::Config;
 use crate::consumer::ConsumerConfig;
 use crate::producer::ProducerConfig;
@@ -13,66 +16,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// What an adapter supplies to the shared builders: its OS reads and how it starts a driver.
-/// Implemented by a zero-sized marker type of each adapter (`nsq_tokio::Tokio`, ...); the
-/// builders are generic over it ([`ConsumerBuilder<R>`], [`ProducerBuilder<R>`]).
-///
-/// ```
-/// use nsq_proto::client::{ConsumerBuilder, ConsumerSetup, Error, ProducerSetup, Runtime};
-/// use std::path::PathBuf;
-///
-/// /// A "runtime" that starts nothing: it returns what the builder collected.
-/// enum DryRun {}
-///
-/// impl Runtime for DryRun {
-///     type Consumer = ConsumerSetup<Self::Message>;
-///     type Producer = ProducerSetup;
-///     type Message = nsq_proto::Message;
-///     fn os_hostname() -> Option<String> {
-///         Some("box".into())
-///     }
-///     fn read_file(path: PathBuf) -> std::io::Result<Vec<u8>> {
-///         Err(std::io::Error::new(std::io::ErrorKind::NotFound, path.display().to_string()))
-///     }
-///     fn start_consumer(setup: ConsumerSetup<Self::Message>) -> Result<Self::Consumer, Error> {
-///         Ok(setup)
-///     }
-///     fn start_producer(setup: ProducerSetup) -> Result<ProducerSetup, Error> {
-///         Ok(setup)
-///     }
-/// }
-///
-/// let setup = ConsumerBuilder::<DryRun>::new("events", "archive")
-///     .nsqd("127.0.0.1:4150")
-///     .max_in_flight(10)
-///     .build()?;
-/// assert_eq!(setup.nsqd, ["127.0.0.1:4150"]);
-/// assert_eq!(setup.max_in_flight, Some(10));
-/// # Ok::<(), Error>(())
-/// ```
-pub trait Runtime {
-    /// The adapter's consumer, which [`ConsumerBuilder::build`] returns.
-    type Consumer;
-    /// The adapter's producer, which [`ProducerBuilder::build`] returns.
-    type Producer;
-    /// The adapter's message type (a [`Delivery`](super::Delivery)), which the give-up hook
-    /// receives ([`ConsumerBuilder::on_give_up`]).
-    type Message;
-
-    /// The OS hostname, sent in IDENTIFY when the configuration names none (the adapter reads
-    /// it, typically `gethostname::gethostname()` through [`hostname_from_os`](super::hostname_from_os)).
-    fn os_hostname() -> Option<String>;
-
-    /// Reads a file the configuration names (TLS certificates and keys): `std::fs::read`.
-    fn read_file(path: PathBuf) -> std::io::Result<Vec<u8>>;
-
-    /// Validates `setup` ([`ConsumerSetup::start`]) and starts the consumer's driver.
-    fn start_consumer(setup: ConsumerSetup<Self::Message>) -> Result<Self::Consumer, Error>;
-
-    /// Validates `setup` ([`ProducerSetup::start`]) and starts the producer's driver.
-    fn start_producer(setup: ProducerSetup) -> Result<Self::Producer, Error>;
-}
-
 // ----------------------------------------------------------------------------------- consumer
 
 /// Builds a consumer: topic, channel, configuration, addresses. Every setter is infallible;
@@ -81,13 +24,13 @@ pub trait Runtime {
 /// Each adapter names it `ConsumerBuilder` (this type with its runtime marker) and makes one
 /// with its `Consumer::builder(topic, channel)`, whose documentation says what `build`
 /// requires in that runtime.
-pub struct ConsumerBuilder<R: Runtime> {
-    setup: ConsumerSetup<R::Message>,
+pub struct ConsumerBuilder<R> {
+    setup: ConsumerSetup,
     // `fn() -> R`: the builder is Send + Sync whatever the marker.
     runtime: PhantomData<fn() -> R>,
 }
 
-impl<R: Runtime> fmt::Debug for ConsumerBuilder<R> {
+impl<R> fmt::Debug for ConsumerBuilder<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ConsumerBuilder")
             .field("setup", &self.setup)
@@ -95,7 +38,7 @@ impl<R: Runtime> fmt::Debug for ConsumerBuilder<R> {
     }
 }
 
-impl<R: Runtime> ConsumerBuilder<R> {
+impl<R> ConsumerBuilder<R> {
     /// A builder for a consumer of `topic`/`channel` (names validated by
     /// [`build`](Self::build)) with the default configuration (and the OS hostname, as
     /// [`config`](Self::config) fills it).
@@ -110,8 +53,18 @@ impl<R: Runtime> ConsumerBuilder<R> {
     /// The configuration, with go-nsq's option names and defaults ([`Config`]). TLS files it
     /// names are read here (and the OS hostname fills `hostname` when unset, to be sent in
     /// IDENTIFY); errors are reported by [`build`](Self::build).
-    pub fn config(mut self, config: &Config) -> Self {
-        self.setup.config(config, R::os_hostname(), R::read_file);
+    pub fn config(self, config: &Config) -> Self {
+        self.config_with(config, super::os_hostname(), std::fs::read)
+    }
+
+    /// [`config`](Self::config) with the OS reads given.
+    pub(crate) fn config_with(
+        mut self,
+        config: &Config,
+        os_hostname: Option<String>,
+        read_file: impl FnMut(PathBuf) -> std::io::Result<Vec<u8>>,
+    ) -> Self {
+        self.setup.config(config, os_hostname, read_file);
         self
     }
 
@@ -132,8 +85,8 @@ impl<R: Runtime> ConsumerBuilder<R> {
     /// already been finished. It runs on the driver (its task or thread), so keep it short.
     /// It receives the adapter's `Message`, the type the consumer hands out everywhere else
     /// (answering it does nothing: it is already finished).
-    pub fn on_give_up(mut self, hook: impl Fn(&R::Message) + Send + Sync + 'static) -> Self {
-        let hook: GiveUpHook<R::Message> = Arc::new(hook);
+    pub fn on_give_up(mut self, hook: impl Fn(&Message) + Send + Sync + 'static) -> Self {
+        let hook: GiveUpHook = Arc::new(hook);
         self.setup.give_up = Some(hook);
         self
     }
@@ -189,11 +142,18 @@ impl<R: Runtime> ConsumerBuilder<R> {
         self
     }
 
-    /// Validates everything and starts the consumer's driver
-    /// ([`Runtime::start_consumer`]; the adapter's `Consumer::builder` says what this
-    /// requires, e.g. being within a tokio runtime).
+    /// What was collected.
+    #[cfg(test)]
+    pub(crate) fn into_setup(self) -> ConsumerSetup {
+        self.setup
+    }
+}
+
+impl<R: Runtime> ConsumerBuilder<R> {
+    /// Validates everything and starts the consumer's driver on the runtime (the adapter's
+    /// `Consumer::builder` says what this requires, e.g. being within a tokio runtime).
     pub fn build(self) -> Result<R::Consumer, Error> {
-        R::start_consumer(self.setup)
+        consumer::start::<R>(self.setup).map(R::Consumer::from)
     }
 }
 
@@ -218,7 +178,7 @@ impl<R> fmt::Debug for ProducerBuilder<R> {
     }
 }
 
-impl<R: Runtime> Default for ProducerBuilder<R> {
+impl<R> Default for ProducerBuilder<R> {
     fn default() -> Self {
         ProducerBuilder {
             setup: ProducerSetup::default(),
@@ -228,7 +188,7 @@ impl<R: Runtime> Default for ProducerBuilder<R> {
     }
 }
 
-impl<R: Runtime> ProducerBuilder<R> {
+impl<R> ProducerBuilder<R> {
     /// A builder with the default configuration (and the OS hostname, as
     /// [`config`](Self::config) fills it) and no nsqd address yet.
     pub fn new() -> Self {
@@ -238,8 +198,18 @@ impl<R: Runtime> ProducerBuilder<R> {
     /// The configuration, with go-nsq's option names and defaults ([`Config`]). TLS files it
     /// names are read here (and the OS hostname fills `hostname` when unset, to be sent in
     /// IDENTIFY); errors are reported by [`build`](Self::build).
-    pub fn config(mut self, config: &Config) -> Self {
-        self.setup.config(config, R::os_hostname(), R::read_file);
+    pub fn config(self, config: &Config) -> Self {
+        self.config_with(config, super::os_hostname(), std::fs::read)
+    }
+
+    /// [`config`](Self::config) with the OS reads given.
+    pub(crate) fn config_with(
+        mut self,
+        config: &Config,
+        os_hostname: Option<String>,
+        read_file: impl FnMut(PathBuf) -> std::io::Result<Vec<u8>>,
+    ) -> Self {
+        self.setup.config(config, os_hostname, read_file);
         self
     }
 
@@ -279,11 +249,18 @@ impl<R: Runtime> ProducerBuilder<R> {
         self
     }
 
-    /// Validates the configuration and addresses and starts the producer's driver
-    /// ([`Runtime::start_producer`]; it connects in the background; the adapter's
-    /// `Producer::builder` says what this requires, e.g. being within a tokio runtime).
+    /// What was collected.
+    pub(crate) fn into_setup(self) -> ProducerSetup {
+        self.setup
+    }
+}
+
+impl<R: Runtime> ProducerBuilder<R> {
+    /// Validates the configuration and addresses and starts the producer's driver on the
+    /// runtime; it connects in the background (the adapter's `Producer::builder` says what
+    /// this requires, e.g. being within a tokio runtime).
     pub fn build(self) -> Result<R::Producer, Error> {
-        R::start_producer(self.setup)
+        producer::start::<R>(self.setup).map(R::Producer::from)
     }
 }
 
@@ -292,36 +269,39 @@ mod tests {
     use super::*;
     use crate::consumer::ConsumerConfig;
 
-    /// Records what `build` received; reads no file.
+    /// No runtime: the tests look at what the builders collect.
     enum Dry {}
 
-    impl Runtime for Dry {
-        type Consumer = ConsumerSetup<Self::Message>;
-        type Producer = ProducerSetup;
-        type Message = crate::Message;
-        fn os_hostname() -> Option<String> {
-            Some(" box \n".into())
-        }
-        fn read_file(path: PathBuf) -> std::io::Result<Vec<u8>> {
+    /// The OS reads of a dry run: a hostname, and no file.
+    fn dry_config<B>(
+        config: &Config,
+        with: impl FnOnce(&Config, Option<String>, fn(PathBuf) -> std::io::Result<Vec<u8>>) -> B,
+    ) -> B {
+        with(config, Some(" box \n".into()), |path| {
             Err(std::io::Error::new(
                 std::io::ErrorKind::NotFound,
                 path.display().to_string(),
             ))
-        }
-        fn start_consumer(setup: ConsumerSetup<crate::Message>) -> Result<Self::Consumer, Error> {
-            Ok(setup)
-        }
-        fn start_producer(setup: ProducerSetup) -> Result<ProducerSetup, Error> {
-            Ok(setup)
-        }
+        })
+    }
+
+    fn consumer(config: &Config) -> ConsumerBuilder<Dry> {
+        dry_config(config, |c, h, r| {
+            ConsumerBuilder::<Dry>::new("t", "c").config_with(c, h, r)
+        })
+    }
+
+    fn producer(config: &Config) -> ProducerBuilder<Dry> {
+        dry_config(config, |c, h, r| {
+            ProducerBuilder::<Dry>::new().config_with(c, h, r)
+        })
     }
 
     #[test]
     fn consumer_setters_fill_the_setup() {
-        let setup = ConsumerBuilder::<Dry>::new("t", "c")
-            .config(&Config::default())
+        let setup = consumer(&Config::default())
             .max_in_flight(7)
-            .on_give_up(|m: &crate::Message| assert_eq!(m.attempts, 9))
+            .on_give_up(|m: &Message| assert_eq!(m.attempts(), 9))
             .nsqd("a:1")
             .nsqds(["b:2", "c:3"])
             .lookupd("l:1")
@@ -329,8 +309,7 @@ mod tests {
             .seed(42)
             .dial_timeout(Duration::from_millis(300))
             .write_timeout(Duration::from_millis(400))
-            .build()
-            .unwrap();
+            .into_setup();
         assert_eq!(setup.topic.unwrap().as_str(), "t");
         assert_eq!(setup.channel.unwrap().as_str(), "c");
         assert_eq!(setup.max_in_flight, Some(7));
@@ -347,15 +326,15 @@ mod tests {
 
     #[test]
     fn builders_send_the_os_hostname_without_a_config() {
+        let os = crate::client::os_hostname();
         let consumer = ConsumerBuilder::<Dry>::new("t", "c")
             .nsqd("a:1")
-            .build()
-            .unwrap();
+            .into_setup();
         let config = consumer.config.unwrap();
-        assert_eq!(config.connection.hostname.as_deref(), Some("box"));
-        let producer = ProducerBuilder::<Dry>::new().nsqd("a:1").build().unwrap();
+        assert_eq!(config.connection.hostname, os);
+        let producer = ProducerBuilder::<Dry>::new().nsqd("a:1").into_setup();
         let config = producer.config.unwrap();
-        assert_eq!(config.connection.hostname.as_deref(), Some("box"));
+        assert_eq!(config.connection.hostname, os);
     }
 
     #[test]
@@ -366,9 +345,9 @@ mod tests {
             tls_root_ca_file: Some("/nowhere/ca.pem".into()),
             ..Config::default()
         };
-        let built = ConsumerBuilder::<Dry>::new("t", "c").config(&bad).build();
+        let built = consumer(&bad).into_setup();
         // The setup keeps the error; `start` reports it.
-        let err = built.unwrap().config.unwrap_err().to_string();
+        let err = built.config.unwrap_err().to_string();
         // Without the `tls` feature, asking for TLS at all is the error.
         let expected = if cfg!(feature = "tls") {
             "/nowhere/ca.pem"
@@ -376,24 +355,20 @@ mod tests {
             "tls_v1 needs tls"
         };
         assert!(err.contains(expected), "{err}");
-        let fixed = ConsumerBuilder::<Dry>::new("t", "c")
-            .config(&bad)
+        let fixed = consumer(&bad)
             .core_config(ConsumerConfig::default())
-            .build()
-            .unwrap();
+            .into_setup();
         assert!(fixed.config.is_ok());
     }
 
     #[test]
     fn producer_setters_fill_the_setup() {
-        let setup = ProducerBuilder::<Dry>::new()
-            .config(&Config::default())
+        let setup = producer(&Config::default())
             .nsqd("a:1")
             .nsqds(["b:2"])
             .seed(9)
             .write_timeout(Duration::from_millis(250))
-            .build()
-            .unwrap();
+            .into_setup();
         assert_eq!(setup.nsqd, ["a:1", "b:2"]);
         assert_eq!(setup.seed, Some(9));
         assert_eq!(setup.write_timeout, Duration::from_millis(250));

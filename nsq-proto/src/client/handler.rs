@@ -1,9 +1,8 @@
 //! What a message handler returns ([`HandlerError`]) and what a consumer reports when it stops
 //! ([`StopReport`], [`GiveUpHook`]).
 
+use super::Message;
 use super::answer::AnswerKind;
-#[cfg(doc)]
-use super::delivery::Delivery;
 #[cfg(doc)]
 use crate::consumer::ConsumerEvent;
 use std::fmt;
@@ -148,7 +147,7 @@ impl StopReport {
 }
 
 /// Called (on the driver, so keep it short) for every message delivered more than
-/// `max_attempts` times; the message has already been finished. `M` is the adapter's
-/// `Message` (a [`Delivery`]), the type its handlers and streams hand out, so one function
-/// can inspect messages in both places; each adapter names it `GiveUpHook`.
-pub type GiveUpHook<M> = Arc<dyn Fn(&M) + Send + Sync>;
+/// `max_attempts` times; the message has already been finished. It receives the same
+/// [`Message`] type the consumer hands out everywhere else, so one function can inspect
+/// messages in both places.
+pub type GiveUpHook = Arc<dyn Fn(&Message) + Send + Sync>;

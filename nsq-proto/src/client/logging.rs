@@ -24,7 +24,7 @@ fn next_client_id() -> u64 {
 /// The span of a consumer: `consumer{id=3 topic=events channel=archive}`, with an id unique in
 /// the process (shared with producers), so two clients' lines are never confused. Its driver
 /// enters it for everything it does; messages log in it on the application's tasks too.
-pub fn consumer_span(topic: &Topic, channel: &Channel) -> tracing::Span {
+pub(crate) fn consumer_span(topic: &Topic, channel: &Channel) -> tracing::Span {
     tracing::info_span!(
         "consumer",
         id = next_client_id(),
@@ -34,18 +34,18 @@ pub fn consumer_span(topic: &Topic, channel: &Channel) -> tracing::Span {
 }
 
 /// The span of a producer: `producer{id=4}` (see [`consumer_span`]).
-pub fn producer_span() -> tracing::Span {
+pub(crate) fn producer_span() -> tracing::Span {
     tracing::info_span!("producer", id = next_client_id())
 }
 
 /// The span of one nsqd connection's socket, `connection{conn=conn#1 nsqd=host:4150}`, made
 /// inside the client's span (the driver's current span) so it nests below it.
-pub fn connection_span(conn: impl fmt::Display, nsqd: &str) -> tracing::Span {
+pub(crate) fn connection_span(conn: impl fmt::Display, nsqd: &str) -> tracing::Span {
     tracing::info_span!("connection", %conn, nsqd = %nsqd)
 }
 
 /// The span of one HTTP exchange with an nsqlookupd (see [`connection_span`]).
-pub fn lookupd_span(request: impl fmt::Display, lookupd: &str) -> tracing::Span {
+pub(crate) fn lookupd_span(request: impl fmt::Display, lookupd: &str) -> tracing::Span {
     tracing::debug_span!("lookupd_request", %request, lookupd = %lookupd)
 }
 
@@ -67,7 +67,10 @@ fn log_connection_closed(conn: ConnId, addr: &str, reason: &str, retry_in: Optio
 /// span. Call it for every event; the ones an adapter acts on (`Message`, `Closed`) are not
 /// logged here. `nsqd` gives the address of a connection (for the events that only name
 /// their connection).
-pub fn log_consumer_event<'a>(event: &ConsumerEvent, nsqd: impl FnOnce(ConnId) -> Option<&'a str>) {
+pub(crate) fn log_consumer_event<'a>(
+    event: &ConsumerEvent,
+    nsqd: impl FnOnce(ConnId) -> Option<&'a str>,
+) {
     match event {
         ConsumerEvent::Message { .. } | ConsumerEvent::Closed { .. } => {}
         ConsumerEvent::GaveUp { conn, message } => {
@@ -115,7 +118,7 @@ pub fn log_consumer_event<'a>(event: &ConsumerEvent, nsqd: impl FnOnce(ConnId) -
 /// Logs a new `max_in_flight` of a consumer (the drivers call it for `set_max_in_flight`):
 /// 0 pauses the consumer, which is said at INFO so a consumer that receives nothing explains
 /// itself.
-pub fn log_max_in_flight(max_in_flight: u32) {
+pub(crate) fn log_max_in_flight(max_in_flight: u32) {
     if max_in_flight == 0 {
         tracing::info!(
             max_in_flight,
@@ -129,7 +132,7 @@ pub fn log_max_in_flight(max_in_flight: u32) {
 /// Logs a producer event with `tracing`, the same way in every adapter, in the producer's
 /// span. Call it for every event; successes and `Closed` are not logged (a failed publish is
 /// the caller's error; it is logged at DEBUG only).
-pub fn log_producer_event(event: &ProducerEvent) {
+pub(crate) fn log_producer_event(event: &ProducerEvent) {
     match event {
         ProducerEvent::Published(_) | ProducerEvent::PingOk(_) | ProducerEvent::Closed => {}
         ProducerEvent::PublishFailed(id, failure) => {

@@ -1,42 +1,30 @@
-//! Support for runtime adapters: the runtime-independent pieces that every adapter
-//! (`nsq-tokio`, `nsq-async-std`, `nsq-blocking`) needs, written once.
+//! The client layer: everything between the protocol and a runtime, written once for
+//! every adapter (`nsq-tokio`, `nsq-async-std`, `nsq-blocking`). Built with the `client`
+//! feature (off by default), which the adapters enable.
 //!
-//! Like the rest of the crate this module is sans-IO: no sockets, clocks, threads, file
-//! system or async. Adapters keep only what truly depends on their runtime (sockets, tasks,
-//! channels, timers, reading TLS files and the OS hostname).
+//! Three layers make a client:
 //!
-//! * [`Answer`] / [`AnswerKind`]: the small `Copy` command a message sends to its driver to
-//!   answer itself (no allocation per answer), and [`Answer::apply`], which hands it to the
-//!   core [`Consumer`] (the core computes the default requeue delay from the attempt count).
-//! * [`Delivery`]: the message type of every adapter (`Message` there), generic over the
-//!   adapter's [`AnswerSink`]; it answers itself and requeues itself when dropped unanswered.
-//! * [`HandlerError`]: what a message handler returns to requeue (with backoff by default,
-//!   [`with_delay`](HandlerError::with_delay), [`without_backoff`](HandlerError::without_backoff)),
-//!   and [`AnswerKind::from_handler`], the answer for a handler's outcome (a panic included).
-//! * [`StopReport`], [`GiveUpHook`]: the user-facing results of a consumer.
-//! * [`Error`] ([`InputError`], [`Backpressure`]): the adapters' error type, with the
-//!   conversions from the core's errors, and [`IntoTopic`] / [`IntoChannel`] for name
-//!   arguments.
-//! * [`log_consumer_event`] / [`log_producer_event`] / [`log_max_in_flight`]: the `tracing`
-//!   output for the events an adapter does not act on itself, so every adapter logs the same
-//!   things at the same levels with the same fields; [`consumer_span`] / [`producer_span`] /
-//!   [`connection_span`] / [`lookupd_span`]: the spans every driver enters.
-//! * [`SocketTable`] / [`Transport`]: performing the core's actions (which connection has which
-//!   runtime handle), and [`hostname_from_os`] / [`seed_or_fallback`]: the hostname and the RNG
-//!   seed from what the adapter reads from the OS.
-//! * [`Outbox`]: gathers the bytes for one connection during one wake-up into one write.
-//! * [`AdapterConfig`], [`consumer_config`], [`producer_config`]: a [`Config`] turned into the
-//!   core's configuration plus the socket-level settings, with the OS hostname (read by the
-//!   adapter) filled in when the configuration names none.
-//! * [`ConsumerSetup`] / [`ProducerSetup`]: what the builders collect, validated and turned
-//!   into a core by `start`; [`ConsumerBuilder`] / [`ProducerBuilder`]: every adapter's
-//!   builders, generic over the adapter's [`Runtime`] (its OS reads and how it starts a
-//!   driver).
-//! * [`PublishRequest`] / [`Replies`]: a user's publish handed to the core [`Producer`], and
-//!   which reply waits for which publish or ping.
+//! 1. the protocol: the sans-IO [`Consumer`](crate::Consumer) and
+//!    [`Producer`](crate::Producer) state machines (this crate's default build);
+//! 2. this layer: one driver, generic over a small [`Runtime`] trait (clock, connect, read,
+//!    write, one timer, spawn), that owns a client's core and the reading and writing of all
+//!    its sockets in one task, plus the user-facing API on top of it ([`Consumer`],
+//!    [`ConsumerHandle`], [`Producer`], the builders, [`Message`], [`Error`],
+//!    [`HandlerError`], [`StopReport`]) and the `tracing` output;
+//! 3. the runtime shims: each adapter implements [`Runtime`] (a socket type, a timer, how
+//!    the driver task is started) and names the types here for its users
+//!    (`nsq_tokio::Consumer` is [`Consumer<Tokio>`](Consumer), ...). The blocking adapter
+//!    runs the same driver on a thread of its own and wraps the async API in blocking calls.
+//!
+//! The driver's rules: per wake-up it takes every queued command, reads every socket until
+//! it would block (message bodies are slices of the read buffer: zero-copy), fires its one
+//! timer, drains the core, hands the wake-up's messages to the application at once, and
+//! gives each connection at most one write (a blocked write never stops reading). Messages
+//! answer themselves with a small `Copy` [`Answer`] pushed on a lock-free queue: no
+//! allocation and no lock per answer.
 //!
 //! ```
-//! use nsq_proto::client::{Answer, AnswerKind, HandlerError};
+//! use nsq_proto::client::{AnswerKind, HandlerError};
 //! use std::time::Duration;
 //!
 //! let failed: Result<(), HandlerError> =
@@ -48,39 +36,52 @@
 //! );
 //! ```
 
-#[cfg(doc)]
-use crate::{Config, Consumer, Producer};
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "the client layer is above the sans-IO core: it reads TLS files, the OS \
+              hostname and the OS random source (the clock and the sockets come from the \
+              Runtime)"
+)]
+
 mod answer;
+pub mod blocking;
 mod builder;
+mod consumer;
 mod delivery;
+mod driver;
 mod error;
 mod handler;
-mod hostname;
 mod logging;
+mod os;
 mod outbox;
+pub mod prelude;
+mod producer;
 mod publish;
-mod seed;
+mod runtime;
 mod setup;
 mod socket_table;
-pub use builder::{ConsumerBuilder, ProducerBuilder, Runtime};
-pub use hostname::hostname_from_os;
-pub use seed::{seed_from_entropy, seed_or_fallback};
-pub use socket_table::{SocketTable, Transport};
+mod sync;
 
 pub use answer::{Answer, AnswerKind};
+pub use builder::{ConsumerBuilder, ProducerBuilder};
+pub use consumer::{AnswerChannel, Consumer, ConsumerHandle, Message};
 pub use delivery::{AnswerSink, Delivery, Origin, PendingAnswer};
 pub use error::{Backpressure, Error, InputError, IntoChannel, IntoTopic};
 pub use handler::{GiveUpHook, HandlerError, StopReport};
-pub use logging::{
-    connection_span, consumer_span, log_consumer_event, log_max_in_flight, log_producer_event,
-    lookupd_span, producer_span,
+pub use producer::Producer;
+pub use runtime::{BoxFuture, DriverTask, Runtime, Socket, Timeouts, Timer};
+
+pub(crate) use logging::{
+    connection_span, log_consumer_event, log_max_in_flight, log_producer_event, lookupd_span,
 };
-pub use outbox::Outbox;
-pub use publish::{PublishRequest, Replies};
-pub use setup::{
-    AdapterConfig, ConsumerSetup, ConsumerStart, ProducerSetup, ProducerStart, consumer_config,
-    producer_config,
-};
+pub(crate) use outbox::Outbox;
+pub(crate) use publish::{PublishRequest, Replies};
+pub(crate) use setup::{ConsumerSetup, ProducerSetup};
+#[cfg(test)]
+use setup::{consumer_config, producer_config};
+
+pub(crate) use os::{os_hostname, random_seed};
 
 #[cfg(test)]
 mod tests {
@@ -228,24 +229,24 @@ mod tests {
             reason = "origin of virtual time in a test"
         )]
         let now = Instant::now();
-        let bad = ConsumerSetup::<()>::new("bad topic!", "ch");
+        let bad = ConsumerSetup::new("bad topic!", "ch");
         assert!(matches!(
             bad.start(now, || 1),
             Err(Error::InvalidTopic { name, reason: NameError::InvalidChar { index: 3, ch: ' ' } })
                 if name == "bad topic!"
         ));
-        let bad = ConsumerSetup::<()>::new("t", "");
+        let bad = ConsumerSetup::new("t", "");
         assert!(matches!(
             bad.start(now, || 1),
             Err(Error::InvalidChannel { name, reason: NameError::Empty }) if name.is_empty()
         ));
-        let mut setup = ConsumerSetup::<()>::new("t", "ch");
+        let mut setup = ConsumerSetup::new("t", "ch");
         setup.nsqd.push("nope".into());
         assert!(matches!(
             setup.start(now, || 1),
             Err(Error::InvalidInput(InputError::NsqdAddress(a))) if a == "nope"
         ));
-        let mut setup = ConsumerSetup::<()>::new("t", "ch");
+        let mut setup = ConsumerSetup::new("t", "ch");
         setup.max_in_flight = Some(9);
         setup.nsqd.push("127.0.0.1:4150".into());
         let started = setup.start(now, || 1).unwrap();
@@ -357,7 +358,7 @@ mod tests {
                 None => panic!("no connect"),
             }
         };
-        let mut setup = ConsumerSetup::<()>::new("t", "c");
+        let mut setup = ConsumerSetup::new("t", "c");
         setup.nsqd.push("127.0.0.1:4150".into());
         let mut core = setup.start(now, || 3).unwrap().core;
         let conn = connect(&mut core);

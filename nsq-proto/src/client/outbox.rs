@@ -5,14 +5,14 @@ use bytes::{Bytes, BytesMut};
 /// Gathers the bytes the core emits for one connection during one wake-up, so each
 /// connection gets at most one write per wake-up.
 #[derive(Debug, Default)]
-pub struct Outbox {
+pub(crate) struct Outbox {
     first: Option<Bytes>,
     more: BytesMut,
 }
 
 impl Outbox {
     /// Adds bytes (no copy for the first chunk of a wake-up).
-    pub fn push(&mut self, data: Bytes) {
+    pub(crate) fn push(&mut self, data: Bytes) {
         if data.is_empty() {
             return;
         }
@@ -28,7 +28,7 @@ impl Outbox {
     }
 
     /// Takes everything gathered, if anything.
-    pub fn take(&mut self) -> Option<Bytes> {
+    pub(crate) fn take(&mut self) -> Option<Bytes> {
         if let Some(first) = self.first.take() {
             return Some(first);
         }

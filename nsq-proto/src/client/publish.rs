@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 /// A publish (or ping) a user asked for, on its way to the core [`Producer`].
 #[derive(Debug, Clone)]
 #[non_exhaustive]
-pub enum PublishRequest {
+pub(crate) enum PublishRequest {
     /// PUB.
     Publish {
         /// The topic.
@@ -41,7 +41,7 @@ pub enum PublishRequest {
 
 impl PublishRequest {
     /// PUB of `body` to `topic` (the name validated here).
-    pub fn publish(topic: impl IntoTopic, body: impl Into<Bytes>) -> Result<Self, Error> {
+    pub(crate) fn publish(topic: impl IntoTopic, body: impl Into<Bytes>) -> Result<Self, Error> {
         Ok(PublishRequest::Publish {
             topic: topic.into_topic()?,
             body: body.into(),
@@ -49,7 +49,7 @@ impl PublishRequest {
     }
 
     /// MPUB of `bodies` to `topic`.
-    pub fn multi_publish<I, B>(topic: impl IntoTopic, bodies: I) -> Result<Self, Error>
+    pub(crate) fn multi_publish<I, B>(topic: impl IntoTopic, bodies: I) -> Result<Self, Error>
     where
         I: IntoIterator<Item = B>,
         B: Into<Bytes>,
@@ -61,7 +61,7 @@ impl PublishRequest {
     }
 
     /// DPUB of `body` to `topic`, delivered after `delay`.
-    pub fn deferred_publish(
+    pub(crate) fn deferred_publish(
         topic: impl IntoTopic,
         delay: Duration,
         body: impl Into<Bytes>,
@@ -81,7 +81,7 @@ impl PublishRequest {
 /// [`take_resolved`](Self::take_resolved), after it has published the producer's stats for
 /// the wake-up: a caller whose publish resolved then sees it counted.
 #[derive(Debug)]
-pub struct Replies<R> {
+pub(crate) struct Replies<R> {
     publishes: BTreeMap<PublishId, R>,
     pings: BTreeMap<PingId, R>,
     resolved: Vec<(R, Result<(), Error>)>,
@@ -100,7 +100,7 @@ impl<R> Default for Replies<R> {
 impl<R> Replies<R> {
     /// Hands `request` to the core; `reply` waits for its result. When the core refuses it
     /// (nothing was queued), the reply comes back with the error.
-    pub fn submit(
+    pub(crate) fn submit(
         &mut self,
         core: &mut Producer,
         now: Instant,
@@ -136,7 +136,7 @@ impl<R> Replies<R> {
 
     /// Records the result of the reply `event` resolves, for
     /// [`take_resolved`](Self::take_resolved); `false` for events that resolve no reply.
-    pub fn resolve(&mut self, event: &ProducerEvent) -> bool {
+    pub(crate) fn resolve(&mut self, event: &ProducerEvent) -> bool {
         let resolved = self.resolution(event);
         let found = resolved.is_some();
         self.resolved.extend(resolved);
@@ -144,7 +144,7 @@ impl<R> Replies<R> {
     }
 
     /// The replies resolved since the last call, with their results, in resolution order.
-    pub fn take_resolved(&mut self) -> std::vec::Drain<'_, (R, Result<(), Error>)> {
+    pub(crate) fn take_resolved(&mut self) -> std::vec::Drain<'_, (R, Result<(), Error>)> {
         self.resolved.drain(..)
     }
 
@@ -165,17 +165,19 @@ impl<R> Replies<R> {
     }
 
     /// How many replies wait.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.publishes.len() + self.pings.len()
     }
 
     /// Nothing waits.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// Every waiting reply (when the driver stops; answer them with [`Error::Closed`]).
-    pub fn take_all(&mut self) -> impl Iterator<Item = R> + use<R> {
+    pub(crate) fn take_all(&mut self) -> impl Iterator<Item = R> + use<R> {
         let publishes = std::mem::take(&mut self.publishes);
         let pings = std::mem::take(&mut self.pings);
         publishes.into_values().chain(pings.into_values())

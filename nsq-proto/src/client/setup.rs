@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 /// A core configuration plus the socket-level settings an adapter applies itself.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
-pub struct AdapterConfig<C> {
+pub(crate) struct AdapterConfig<C> {
     /// The core's configuration ([`ConsumerConfig`] or [`ProducerConfig`]).
     pub core: C,
     /// How long a TCP connect may take (go-nsq `dial_timeout`).
@@ -51,7 +51,7 @@ fn with_hostname(config: &Config, os_hostname: Option<String>) -> Option<Config>
 
 /// The consumer's configuration from `config`. `os_hostname` (read by the adapter) fills
 /// `hostname` when `config` names none; TLS files are read with `read_file` (`std::fs::read`).
-pub fn consumer_config(
+pub(crate) fn consumer_config(
     config: &Config,
     os_hostname: Option<String>,
     read_file: impl FnMut(PathBuf) -> std::io::Result<Vec<u8>>,
@@ -67,7 +67,7 @@ pub fn consumer_config(
 
 /// The producer's configuration from `config` (see [`consumer_config`]). The core also
 /// applies `dial_timeout` as its connect timeout.
-pub fn producer_config(
+pub(crate) fn producer_config(
     config: &Config,
     os_hostname: Option<String>,
     read_file: impl FnMut(PathBuf) -> std::io::Result<Vec<u8>>,
@@ -86,7 +86,7 @@ pub fn producer_config(
 /// validation and creates the core. Errors of the name and configuration arguments are kept
 /// until then, so the builder methods stay infallible.
 #[non_exhaustive]
-pub struct ConsumerSetup<M> {
+pub(crate) struct ConsumerSetup {
     /// The topic (validated by [`new`](Self::new)).
     pub topic: Result<Topic, Error>,
     /// The channel.
@@ -96,7 +96,7 @@ pub struct ConsumerSetup<M> {
     /// Overrides `config.max_in_flight`.
     pub max_in_flight: Option<u32>,
     /// Called for messages given up on.
-    pub give_up: Option<GiveUpHook<M>>,
+    pub give_up: Option<GiveUpHook>,
     /// nsqd TCP addresses to connect to directly.
     pub nsqd: Vec<String>,
     /// nsqlookupd HTTP addresses.
@@ -109,7 +109,7 @@ pub struct ConsumerSetup<M> {
     pub write_timeout: Duration,
 }
 
-impl<M> fmt::Debug for ConsumerSetup<M> {
+impl fmt::Debug for ConsumerSetup {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ConsumerSetup")
             .field("topic", &self.topic)
@@ -127,11 +127,11 @@ impl<M> fmt::Debug for ConsumerSetup<M> {
 
 /// A core consumer ready to be driven, with what its driver needs.
 #[non_exhaustive]
-pub struct ConsumerStart<M> {
+pub(crate) struct ConsumerStart {
     /// The core, with its nsqd and lookupd addresses added.
     pub core: Consumer,
     /// The give-up hook.
-    pub give_up: Option<GiveUpHook<M>>,
+    pub give_up: Option<GiveUpHook>,
     /// TCP connect timeout.
     pub dial_timeout: Duration,
     /// Socket write timeout.
@@ -140,9 +140,9 @@ pub struct ConsumerStart<M> {
     pub span: tracing::Span,
 }
 
-impl<M> ConsumerSetup<M> {
+impl ConsumerSetup {
     /// A setup for `topic`/`channel` with the default configuration.
-    pub fn new(topic: impl IntoTopic, channel: impl IntoChannel) -> ConsumerSetup<M> {
+    pub(crate) fn new(topic: impl IntoTopic, channel: impl IntoChannel) -> ConsumerSetup {
         let defaults = AdapterConfig::<ConsumerConfig>::default();
         ConsumerSetup {
             topic: topic.into_topic(),
@@ -159,7 +159,7 @@ impl<M> ConsumerSetup<M> {
     }
 
     /// Takes `config` (see [`consumer_config`]).
-    pub fn config(
+    pub(crate) fn config(
         &mut self,
         config: &Config,
         os_hostname: Option<String>,
@@ -176,11 +176,11 @@ impl<M> ConsumerSetup<M> {
     }
 
     /// Validates everything and creates the core (`seed` is called when no seed was set).
-    pub fn start(
+    pub(crate) fn start(
         self,
         now: Instant,
         seed: impl FnOnce() -> u64,
-    ) -> Result<ConsumerStart<M>, Error> {
+    ) -> Result<ConsumerStart, Error> {
         let topic = self.topic?;
         let channel = self.channel?;
         let mut config = self.config?;
@@ -211,7 +211,7 @@ impl<M> ConsumerSetup<M> {
 /// What a producer builder collects before it starts (see [`ConsumerSetup`]).
 #[derive(Debug)]
 #[non_exhaustive]
-pub struct ProducerSetup {
+pub(crate) struct ProducerSetup {
     /// The core's configuration.
     pub config: Result<ProducerConfig, Error>,
     /// nsqd TCP addresses, in failover order.
@@ -237,7 +237,7 @@ impl Default for ProducerSetup {
 /// A core producer ready to be driven, with what its driver needs.
 #[derive(Debug)]
 #[non_exhaustive]
-pub struct ProducerStart {
+pub(crate) struct ProducerStart {
     /// The core, with its nsqd addresses added (connecting).
     pub core: Producer,
     /// TCP connect timeout for the sockets: the core's own connect timeout plus a second
@@ -251,7 +251,7 @@ pub struct ProducerStart {
 
 impl ProducerSetup {
     /// Takes `config` (see [`producer_config`]).
-    pub fn config(
+    pub(crate) fn config(
         &mut self,
         config: &Config,
         os_hostname: Option<String>,
@@ -267,7 +267,11 @@ impl ProducerSetup {
     }
 
     /// Validates everything and creates the core (`seed` is called when no seed was set).
-    pub fn start(self, now: Instant, seed: impl FnOnce() -> u64) -> Result<ProducerStart, Error> {
+    pub(crate) fn start(
+        self,
+        now: Instant,
+        seed: impl FnOnce() -> u64,
+    ) -> Result<ProducerStart, Error> {
         let config = self.config?;
         let span = producer_span();
         let dial_timeout = config.connect_timeout + Duration::from_secs(1);

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use std::collections::BTreeMap;
 
 /// What an adapter does with sockets: the runtime-specific half of performing [`Action`]s.
-pub trait Transport {
+pub(crate) trait Transport {
     /// The handle on one nsqd connection (its tasks or threads).
     type Socket;
     /// The handle on one nsqlookupd HTTP exchange.
@@ -31,7 +31,7 @@ pub trait Transport {
 /// The connections and lookupd exchanges a driver has open, performing the core's actions
 /// through a [`Transport`]: bytes are gathered until [`flush`](Self::flush) (one write per
 /// connection per wake-up), a `Disconnect` writes what was gathered before closing.
-pub struct SocketTable<T: Transport> {
+pub(crate) struct SocketTable<T: Transport> {
     links: BTreeMap<ConnId, (T::Socket, Outbox)>,
     lookups: BTreeMap<LookupdRequestId, T::Lookup>,
 }
@@ -56,7 +56,7 @@ impl<T: Transport> std::fmt::Debug for SocketTable<T> {
 
 impl<T: Transport> SocketTable<T> {
     /// Performs one action of the core.
-    pub fn act(&mut self, transport: &mut T, action: Action) {
+    pub(crate) fn act(&mut self, transport: &mut T, action: Action) {
         match action {
             Action::Transmit { conn, data } => {
                 if let Some((_, outbox)) = self.links.get_mut(&conn) {
@@ -96,7 +96,7 @@ impl<T: Transport> SocketTable<T> {
     }
 
     /// Hands every connection the bytes gathered since the last flush, in one piece.
-    pub fn flush(&mut self, transport: &mut T) {
+    pub(crate) fn flush(&mut self, transport: &mut T) {
         for (link, outbox) in self.links.values_mut() {
             if let Some(data) = outbox.take() {
                 transport.send(link, data);
@@ -104,54 +104,24 @@ impl<T: Transport> SocketTable<T> {
         }
     }
 
-    /// Flushes, then closes every connection and abandons every lookupd exchange.
-    pub fn close_all(&mut self, transport: &mut T) {
-        self.flush(transport);
-        for (_, (link, _)) in std::mem::take(&mut self.links) {
-            transport.close(link);
-        }
-        for (_, lookup) in std::mem::take(&mut self.lookups) {
-            transport.close_lookup(lookup);
-        }
-    }
-
-    /// The open connection `conn` (events of a connection the core has closed are stale).
-    pub fn link(&self, conn: ConnId) -> Option<&T::Socket> {
+    /// The open connection `conn`.
+    #[cfg(test)]
+    fn link(&self, conn: ConnId) -> Option<&T::Socket> {
         self.links.get(&conn).map(|(link, _)| link)
     }
 
-    /// The open connection `conn`, mutably.
-    pub fn link_mut(&mut self, conn: ConnId) -> Option<&mut T::Socket> {
-        self.links.get_mut(&conn).map(|(link, _)| link)
-    }
-
-    /// Whether the lookupd exchange `request` is still open.
-    pub fn has_lookup(&self, request: LookupdRequestId) -> bool {
-        self.lookups.contains_key(&request)
-    }
-
-    /// Every open connection, mutably (for adapters that poll their sockets themselves).
-    pub fn links_mut(&mut self) -> impl Iterator<Item = (ConnId, &mut T::Socket)> {
+    /// Every open connection, mutably (the driver polls its sockets itself).
+    pub(crate) fn links_mut(&mut self) -> impl Iterator<Item = (ConnId, &mut T::Socket)> {
         self.links.iter_mut().map(|(&conn, (link, _))| (conn, link))
     }
 
     /// Every open lookupd exchange, mutably.
-    pub fn lookups_mut(&mut self) -> impl Iterator<Item = (LookupdRequestId, &mut T::Lookup)> {
+    pub(crate) fn lookups_mut(
+        &mut self,
+    ) -> impl Iterator<Item = (LookupdRequestId, &mut T::Lookup)> {
         self.lookups
             .iter_mut()
             .map(|(&request, lookup)| (request, lookup))
-    }
-
-    /// Forgets every connection (with its unflushed bytes) and lookupd exchange without
-    /// asking the transport anything, handing them to the caller (e.g. to abort them at once
-    /// when a driver is torn down).
-    pub fn take_all(&mut self) -> (Vec<T::Socket>, Vec<T::Lookup>) {
-        let links = std::mem::take(&mut self.links)
-            .into_values()
-            .map(|(link, _)| link)
-            .collect();
-        let lookups = std::mem::take(&mut self.lookups).into_values().collect();
-        (links, lookups)
     }
 }
 
@@ -237,7 +207,7 @@ mod tests {
                 data: Bytes::from_static(b"late"),
             },
         );
-        links.close_all(&mut t);
+        links.flush(&mut t);
         assert_eq!(
             t.0,
             [
@@ -247,20 +217,5 @@ mod tests {
                 format!("close {conn}"),
             ]
         );
-    }
-
-    #[test]
-    fn take_all_hands_over_without_asking_the_transport() {
-        let (mut t, mut links, conn) = connected();
-        assert_eq!(
-            links.links_mut().map(|(c, _)| c).collect::<Vec<_>>(),
-            [conn]
-        );
-        assert_eq!(links.lookups_mut().count(), 0);
-        let (gone, lookups) = links.take_all();
-        assert_eq!((gone, lookups.len()), (vec![conn], 0));
-        assert!(links.link(conn).is_none());
-        links.close_all(&mut t);
-        assert_eq!(t.0, [format!("connect {conn} 127.0.0.1:4150")]);
     }
 }

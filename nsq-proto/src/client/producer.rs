@@ -1,39 +1,40 @@
-//! The [`Producer`]: a driver thread around [`nsq_proto::Producer`].
+//! The [`Producer`] of every runtime and the logic of its driver around the core
+//! [`Producer`](crate::Producer).
 
-use crate::AsyncStd;
-use crate::driver::{self, Logic, Net};
+use super::driver::{self, Logic, Net};
+use super::runtime::Runtime;
+use super::sync::{Inbox, ReplyTx, oneshot};
+use super::{Error, IntoTopic, ProducerSetup, PublishRequest, Replies, log_producer_event};
+use crate::Config;
+use crate::producer::{ProducerEvent, ProducerStats};
 use bytes::Bytes;
-use nsq_proto::Config;
-use nsq_proto::client::{
-    Error, IntoTopic, ProducerSetup, PublishRequest, Replies, log_producer_event,
-};
-use nsq_proto::producer::{ProducerEvent, ProducerStats};
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-type Reply = driver::OneshotTx<Result<(), Error>>;
+type Reply = ReplyTx<Result<(), Error>>;
 
 enum Input {
     Request(PublishRequest, Reply),
     AddNsqd(String, Reply),
-    Close(driver::OneshotTx<()>),
+    Close(Option<ReplyTx<()>>),
     /// Every handle is gone: close gracefully.
     Dropped,
 }
 
-struct Inner {
-    inbox: Arc<driver::Inbox<Input>>,
+struct Inner<R: Runtime> {
+    inbox: Arc<Inbox<Input>>,
     stats: Arc<Mutex<ProducerStats>>,
+    task: R::Task,
 }
 
-impl Drop for Inner {
+impl<R: Runtime> Drop for Inner<R> {
     fn drop(&mut self) {
         let _ = self.inbox.send(Input::Dropped);
     }
 }
 
-/// Publishes to one or more nsqd.
+/// Publishes to one or more nsqd, on runtime `R` (each adapter names it `Producer`).
 ///
 /// Cheap to clone (`Send + Sync`): clones share one driver and its connections. Each call
 /// resolves with its own result; publishes issued concurrently from many tasks are pipelined
@@ -43,14 +44,21 @@ impl Drop for Inner {
 /// publish nsqd refuses (too big, say) fails alone: the connection nsqd then closes is replaced
 /// at once, and publishes made meanwhile wait for it (at most `publish_timeout`). With several
 /// nsqd addresses, publishes go to a healthy one (failover by default, round-robin with
-/// [`Routing::RoundRobin`](nsq_proto::producer::Routing)); while no nsqd is reachable they fail
+/// [`Routing::RoundRobin`](crate::producer::Routing)); while no nsqd is reachable they fail
 /// fast with [`Error::NoServerAvailable`].
-#[derive(Clone)]
-pub struct Producer {
-    inner: Arc<Inner>,
+pub struct Producer<R: Runtime> {
+    inner: Arc<Inner<R>>,
 }
 
-impl fmt::Debug for Producer {
+impl<R: Runtime> Clone for Producer<R> {
+    fn clone(&self) -> Self {
+        Producer {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<R: Runtime> fmt::Debug for Producer<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Producer")
             .field("stats", &self.stats())
@@ -58,16 +66,12 @@ impl fmt::Debug for Producer {
     }
 }
 
-/// Builds a [`Producer`] with several nsqd addresses (made by [`Producer::builder`]).
-/// `build` starts the driver thread; it works from any thread, inside or outside an async
-/// runtime.
-pub type ProducerBuilder = nsq_proto::client::ProducerBuilder<AsyncStd>;
-
-/// Validates `setup` and starts the driver thread (connecting in the background;
-/// [`ProducerBuilder::build`]).
-pub(crate) fn start(setup: ProducerSetup) -> Result<Producer, Error> {
-    let start = setup.start(Instant::now(), driver::random_seed)?;
-    let inbox = driver::Inbox::new();
+/// Validates `setup` and starts the driver on `R` (connecting in the background;
+/// [`ProducerBuilder::build`](super::ProducerBuilder::build)).
+pub(crate) fn start<R: Runtime>(setup: ProducerSetup) -> Result<Producer<R>, Error> {
+    let runtime = R::current()?;
+    let start = setup.start(runtime.now(), super::random_seed)?;
+    let inbox = Inbox::new();
     let stats = Arc::new(Mutex::new(start.core.stats()));
     let logic = ProducerLogic {
         core: start.core,
@@ -76,34 +80,38 @@ pub(crate) fn start(setup: ProducerSetup) -> Result<Producer, Error> {
         stats: stats.clone(),
         closed: false,
     };
-    let net = Net::new(start.dial_timeout, start.write_timeout);
-    // The driver thread is this adapter's runtime.
-    driver::spawn("nsq-producer", logic, inbox.clone(), net, start.span)
+    let net = Net::new(runtime, start.dial_timeout, start.write_timeout);
+    let task = driver::spawn("nsq-producer", logic, inbox.clone(), net, start.span)
         .map_err(|e| Error::Spawn(e.to_string()))?;
     Ok(Producer {
-        inner: Arc::new(Inner { inbox, stats }),
+        inner: Arc::new(Inner { inbox, stats, task }),
     })
 }
 
-impl Producer {
+impl<R: Runtime> Producer<R> {
     /// A builder (several nsqd addresses, configuration). Its
-    /// [`build`](ProducerBuilder::build) starts the driver thread (this adapter's runtime);
-    /// it works from any thread, inside or outside an async runtime.
-    pub fn builder() -> ProducerBuilder {
-        ProducerBuilder::new()
+    /// [`build`](super::ProducerBuilder::build) starts the driver on the runtime (the
+    /// adapter's `Producer::builder` says what that requires).
+    pub fn builder() -> super::ProducerBuilder<R> {
+        super::ProducerBuilder::new()
     }
 
     /// Connects to one nsqd and waits until the connection is ready (or fails like a publish
     /// would: [`Error::NoServerAvailable`], or [`Error::TlsRequired`] when nsqd requires TLS
     /// and `config` has none).
-    pub async fn connect(addr: &str, config: &Config) -> Result<Producer, Error> {
-        let producer = Producer::builder().config(config).nsqd(addr).build()?;
+    pub async fn connect(addr: &str, config: &Config) -> Result<Producer<R>, Error> {
+        let producer = super::producer::start(
+            super::ProducerBuilder::<R>::new()
+                .config(config)
+                .nsqd(addr)
+                .into_setup(),
+        )?;
         producer.ping().await?;
         Ok(producer)
     }
 
     async fn send(&self, input: impl FnOnce(Reply) -> Input) -> Result<(), Error> {
-        let (tx, rx) = driver::oneshot();
+        let (tx, rx) = oneshot();
         self.inner
             .inbox
             .send(input(tx))
@@ -163,34 +171,46 @@ impl Producer {
             .inner
             .stats
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Graceful close for every clone: no new publishes; outstanding ones are sent and
     /// answered (bounded by `drain_timeout`); then every connection is closed.
     pub async fn close(&self) {
-        let (tx, rx) = driver::oneshot();
-        if self.inner.inbox.send(Input::Close(tx)).is_ok() {
+        let (tx, rx) = oneshot();
+        if self.inner.inbox.send(Input::Close(Some(tx))).is_ok() {
             let _ = rx.recv().await;
         }
+    }
+
+    /// For runtime shims: starts a graceful close without waiting for it.
+    #[doc(hidden)]
+    pub fn request_close(&self) {
+        let _ = self.inner.inbox.send(Input::Close(None));
+    }
+
+    /// For runtime shims: the driver's task, as [`Runtime::spawn`] returned it.
+    #[doc(hidden)]
+    pub fn driver_task(&self) -> &R::Task {
+        &self.inner.task
     }
 }
 
 // ----------------------------------------------------------------------------------- driver
 
 struct ProducerLogic {
-    core: nsq_proto::Producer,
+    core: crate::Producer,
     replies: Replies<Reply>,
-    close_waiters: Vec<driver::OneshotTx<()>>,
+    close_waiters: Vec<ReplyTx<()>>,
     stats: Arc<Mutex<ProducerStats>>,
     closed: bool,
 }
 
 impl Logic for ProducerLogic {
-    type Machine = nsq_proto::Producer;
+    type Machine = crate::Producer;
     type Input = Input;
 
-    fn machine(&mut self) -> &mut nsq_proto::Producer {
+    fn machine(&mut self) -> &mut crate::Producer {
         &mut self.core
     }
 
@@ -198,14 +218,14 @@ impl Logic for ProducerLogic {
         match input {
             Input::Request(request, reply) => {
                 if let Err((reply, e)) = self.replies.submit(&mut self.core, now, &request, reply) {
-                    let _ = reply.try_send(Err(e));
+                    reply.send(Err(e));
                 }
             }
             Input::AddNsqd(addr, reply) => {
-                let _ = reply.try_send(self.core.add_nsqd(now, &addr).map_err(Error::from));
+                reply.send(self.core.add_nsqd(now, &addr).map_err(Error::from));
             }
             Input::Close(waiter) => {
-                self.close_waiters.push(waiter);
+                self.close_waiters.extend(waiter);
                 self.core.close(now);
             }
             Input::Dropped => self.core.close(now),
@@ -219,13 +239,10 @@ impl Logic for ProducerLogic {
         }
     }
 
-    fn after_wake(&mut self) {
-        *self
-            .stats
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = self.core.stats();
+    fn after_round(&mut self) {
+        *self.stats.lock().unwrap_or_else(PoisonError::into_inner) = self.core.stats();
         for (reply, result) in self.replies.take_resolved() {
-            let _ = reply.try_send(result);
+            reply.send(result);
         }
     }
 
@@ -235,13 +252,13 @@ impl Logic for ProducerLogic {
 
     fn finish(mut self) {
         for (reply, result) in self.replies.take_resolved() {
-            let _ = reply.try_send(result);
+            reply.send(result);
         }
         for reply in self.replies.take_all() {
-            let _ = reply.try_send(Err(Error::Closed));
+            reply.send(Err(Error::Closed));
         }
         for w in self.close_waiters.drain(..) {
-            let _ = w.try_send(());
+            w.send(());
         }
         tracing::debug!("producer closed");
     }

@@ -1,28 +1,29 @@
-//! The [`Consumer`]: a driver thread around [`nsq_proto::Consumer`].
+//! The [`Consumer`] of every runtime: its handles, its message hand-off and the logic of its
+//! driver around the core [`Consumer`](crate::Consumer).
 
-use crate::AsyncStd;
-use crate::driver::{self, Logic, Net};
-use bytes::Bytes;
-use futures_lite::Stream;
-use nsq_proto::Config;
-use nsq_proto::client::{
+use super::driver::{self, Logic, Net};
+use super::runtime::{BoxFuture, Runtime};
+use super::sync::{Inbox, Mailbox, ReplyTx, oneshot};
+use super::{
     Answer, AnswerKind, AnswerSink, ConsumerSetup, Delivery, Error, GiveUpHook, HandlerError,
     IntoChannel, IntoTopic, Origin, StopReport, log_consumer_event, log_max_in_flight,
 };
-use nsq_proto::consumer::{ConsumerError, ConsumerEvent, ConsumerStats};
-use nsq_proto::driver::ConnId;
-use std::collections::BTreeMap;
+use crate::Config;
+use crate::consumer::{ConsumerError, ConsumerEvent, ConsumerStats};
+use crate::driver::ConnId;
+use bytes::Bytes;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
 // ------------------------------------------------------------------------------------ inputs
 
-type Reply<T> = driver::OneshotTx<T>;
+type Reply<T> = ReplyTx<T>;
 
 enum Control {
     AddNsqd(String, Reply<Result<(), ConsumerError>>),
@@ -30,7 +31,7 @@ enum Control {
     DisconnectNsqd(String, Reply<Result<(), ConsumerError>>),
     DisconnectLookupd(String, Reply<Result<(), ConsumerError>>),
     SetMaxInFlight(u32),
-    Stop(Reply<StopReport>),
+    Stop(Option<Reply<StopReport>>),
     /// Every handle is gone: shut down gracefully.
     Dropped,
 }
@@ -41,34 +42,32 @@ enum Input {
     Control(Control),
 }
 
-/// State shared by the driver and the handles.
+/// State shared by the driver, the handles and the messages.
 struct Shared {
-    inbox: Arc<driver::Inbox<Input>>,
+    inbox: Arc<Inbox<Input>>,
     stopping: AtomicBool,
     starved: AtomicBool,
     stats: Mutex<ConsumerStats>,
+    /// The driver's report, once it has stopped.
+    report: Mutex<Option<StopReport>>,
 }
 
-impl Shared {
-    fn answer(&self, a: Answer, body: Bytes) {
-        // If the driver is gone every connection is closed: nsqd redelivers the message.
-        let _ = self.inbox.send(Input::Answer(a, body));
-    }
+/// Sends `Dropped` to the driver when the last user handle goes; holds the driver's task.
+struct HandleGuard<R: Runtime> {
+    shared: Arc<Shared>,
+    runtime: R,
+    task: R::Task,
 }
 
-/// Sends `Dropped` to the driver when the last user handle goes.
-struct HandleGuard(Arc<Shared>);
-
-impl Drop for HandleGuard {
+impl<R: Runtime> Drop for HandleGuard<R> {
     fn drop(&mut self) {
-        let _ = self.0.inbox.send(Input::Control(Control::Dropped));
+        let _ = self.shared.inbox.send(Input::Control(Control::Dropped));
     }
 }
 
 // ----------------------------------------------------------------------------------- message
 
-/// Carries a message's answers to the driver thread (a lock-free channel send).
-#[doc(hidden)]
+/// Carries a message's answers to its consumer's driver (a lock-free queue push).
 pub struct AnswerChannel(Arc<Shared>);
 
 impl fmt::Debug for AnswerChannel {
@@ -79,57 +78,58 @@ impl fmt::Debug for AnswerChannel {
 
 impl AnswerSink for AnswerChannel {
     fn send_answer(&self, answer: Answer, body: Bytes) {
-        self.0.answer(answer, body);
+        // If the driver is gone every connection is closed: nsqd redelivers the message.
+        let _ = self.0.inbox.send(Input::Answer(answer, body));
     }
 }
 
-/// A message delivered to this consumer. It answers itself: `finish()`, `requeue(delay)`,
-/// `requeue_without_backoff(delay)`, `touch()`; read it with `body()`, `attempts()`,
-/// `timestamp()`, `id()`, `nsqd_address()` (see [`Delivery`]).
+/// A message delivered to a consumer. It answers itself: `finish()`, `requeue(delay)`,
+/// `requeue_without_backoff(delay)`, `touch()`; read it with `body()` (a slice of the read
+/// buffer: zero-copy), `attempts()`, `timestamp()`, `id()`, `nsqd_address()` (see
+/// [`Delivery`]).
 ///
 /// A message dropped without an answer is requeued (without backoff, with the default delay
 /// for its attempt count) and a warning is logged: it is never lost silently.
 pub type Message = Delivery<AnswerChannel>;
 
-// ---------------------------------------------------------------------------------- builder
+// ----------------------------------------------------------------------------------- start
 
-/// Builds a [`Consumer`]: topic, channel, configuration, addresses (made by
-/// [`Consumer::builder`]). `build` starts the driver thread; it works from any thread,
-/// inside or outside an async runtime.
-pub type ConsumerBuilder = nsq_proto::client::ConsumerBuilder<AsyncStd>;
-
-/// Validates `setup` and starts the driver thread ([`ConsumerBuilder::build`]).
-pub(crate) fn start(setup: ConsumerSetup<Message>) -> Result<Consumer, Error> {
-    let start = setup.start(Instant::now(), driver::random_seed)?;
-    let inbox = driver::Inbox::new();
-    let (msg_tx, msg_rx) = async_channel::unbounded();
+/// Validates `setup` and starts the driver on `R` ([`ConsumerBuilder::build`](super::ConsumerBuilder::build)).
+pub(crate) fn start<R: Runtime>(setup: ConsumerSetup) -> Result<Consumer<R>, Error> {
+    let runtime = R::current()?;
+    let start = setup.start(runtime.now(), super::random_seed)?;
+    let inbox = Inbox::new();
+    let mailbox = Mailbox::new();
     let shared = Arc::new(Shared {
         inbox: inbox.clone(),
         stopping: AtomicBool::new(false),
         starved: AtomicBool::new(false),
         stats: Mutex::new(ConsumerStats::default()),
+        report: Mutex::new(None),
     });
     let logic = ConsumerLogic {
         core: start.core,
         shared: shared.clone(),
-        msg_tx: Some(msg_tx),
+        mailbox: mailbox.clone(),
+        handing_out: true,
+        outgoing: Vec::new(),
         origins: BTreeMap::new(),
         stop_waiters: Vec::new(),
         give_up: start.give_up,
         report: None,
     };
-    let net = Net::new(start.dial_timeout, start.write_timeout);
-    // The driver thread is this adapter's runtime.
-    driver::spawn("nsq-consumer", logic, inbox, net, start.span)
+    let net = Net::new(runtime.clone(), start.dial_timeout, start.write_timeout);
+    let task = driver::spawn("nsq-consumer", logic, inbox, net, start.span)
         .map_err(|e| Error::Spawn(e.to_string()))?;
     let handle = ConsumerHandle {
-        guard: Arc::new(HandleGuard(shared.clone())),
+        guard: Arc::new(HandleGuard {
+            shared: shared.clone(),
+            runtime,
+            task,
+        }),
     };
     Ok(Consumer {
-        receiver: MessageReceiver {
-            rx: Box::pin(msg_rx),
-            shared,
-        },
+        receiver: MessageReceiver::new(mailbox, shared, true),
         handle,
     })
 }
@@ -137,14 +137,20 @@ pub(crate) fn start(setup: ConsumerSetup<Message>) -> Result<Consumer, Error> {
 // ---------------------------------------------------------------------------------- handles
 
 /// A cloneable control handle of a [`Consumer`] (stop it, change max_in_flight, add or remove
-/// servers)
-/// usable while another task reads the messages.
-#[derive(Clone)]
-pub struct ConsumerHandle {
-    guard: Arc<HandleGuard>,
+/// servers), usable while another task reads the messages.
+pub struct ConsumerHandle<R: Runtime> {
+    guard: Arc<HandleGuard<R>>,
 }
 
-impl fmt::Debug for ConsumerHandle {
+impl<R: Runtime> Clone for ConsumerHandle<R> {
+    fn clone(&self) -> Self {
+        ConsumerHandle {
+            guard: self.guard.clone(),
+        }
+    }
+}
+
+impl<R: Runtime> fmt::Debug for ConsumerHandle<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ConsumerHandle")
             .field("stats", &self.stats())
@@ -152,9 +158,9 @@ impl fmt::Debug for ConsumerHandle {
     }
 }
 
-impl ConsumerHandle {
+impl<R: Runtime> ConsumerHandle<R> {
     fn shared(&self) -> &Shared {
-        &self.guard.0
+        &self.guard.shared
     }
 
     fn control(&self, c: Control) -> Result<(), Error> {
@@ -164,14 +170,21 @@ impl ConsumerHandle {
             .map_err(|_| Error::Closed)
     }
 
-    /// Adds an nsqd TCP address (`host:port`) to consume from directly.
-    pub async fn connect_to_nsqd(&self, addr: &str) -> Result<(), Error> {
-        let (tx, rx) = driver::oneshot();
-        self.control(Control::AddNsqd(addr.to_owned(), tx))?;
+    async fn ask(
+        &self,
+        make: impl FnOnce(Reply<Result<(), ConsumerError>>) -> Control,
+    ) -> Result<(), Error> {
+        let (tx, rx) = oneshot();
+        self.control(make(tx))?;
         rx.recv()
             .await
             .map_err(|_| Error::Closed)?
             .map_err(Error::from)
+    }
+
+    /// Adds an nsqd TCP address (`host:port`) to consume from directly.
+    pub async fn connect_to_nsqd(&self, addr: &str) -> Result<(), Error> {
+        self.ask(|tx| Control::AddNsqd(addr.to_owned(), tx)).await
     }
 
     /// Adds several nsqd TCP addresses.
@@ -189,12 +202,8 @@ impl ConsumerHandle {
     /// Adds an nsqlookupd HTTP address to discover nsqd with (polled at once, then every
     /// `lookupd_poll_interval`).
     pub async fn connect_to_lookupd(&self, addr: &str) -> Result<(), Error> {
-        let (tx, rx) = driver::oneshot();
-        self.control(Control::AddLookupd(addr.to_owned(), tx))?;
-        rx.recv()
+        self.ask(|tx| Control::AddLookupd(addr.to_owned(), tx))
             .await
-            .map_err(|_| Error::Closed)?
-            .map_err(Error::from)
     }
 
     /// Adds several nsqlookupd HTTP addresses.
@@ -213,24 +222,19 @@ impl ConsumerHandle {
     /// the builder's `nsqd` (go-nsq's `DisconnectFromNSQD`): CLS is sent, the messages in
     /// flight on it can still be answered and it closes once they are (or after the
     /// connection's `drain_timeout`; nsqd then redelivers what is left), its RDY goes to the
-    /// other connections at once, and it is not reconnected. Resolves once the command is applied, not when the
-    /// connection has drained:
-    /// [`stats`](Self::stats) shows it as [`NsqdState::Closing`](crate::NsqdState::Closing)
-    /// until it has drained.
+    /// other connections at once, and it is not reconnected. Resolves once the command is
+    /// applied, not when the connection has drained: [`stats`](Self::stats) shows it as
+    /// [`NsqdState::Closing`](crate::consumer::NsqdState::Closing) until it has drained.
     ///
     /// Errors: [`Error::Consumer`] with
-    /// [`NsqdNotConfigured`](nsq_proto::consumer::ConsumerError::NsqdNotConfigured) for an
+    /// [`NsqdNotConfigured`](crate::consumer::ConsumerError::NsqdNotConfigured) for an
     /// address not configured (or already disconnected from), or
-    /// [`NsqdDiscovered`](nsq_proto::consumer::ConsumerError::NsqdDiscovered) for one known only
+    /// [`NsqdDiscovered`](crate::consumer::ConsumerError::NsqdDiscovered) for one known only
     /// through nsqlookupd (disconnect from the lookupd instead); [`Error::InvalidInput`] for an
     /// address that is not `host:port`; [`Error::Closed`] once the consumer is stopping.
     pub async fn disconnect_from_nsqd(&self, addr: &str) -> Result<(), Error> {
-        let (tx, rx) = driver::oneshot();
-        self.control(Control::DisconnectNsqd(addr.to_owned(), tx))?;
-        rx.recv()
+        self.ask(|tx| Control::DisconnectNsqd(addr.to_owned(), tx))
             .await
-            .map_err(|_| Error::Closed)?
-            .map_err(Error::from)
     }
 
     /// Stops polling an nsqlookupd added with [`connect_to_lookupd`](Self::connect_to_lookupd)
@@ -239,19 +243,15 @@ impl ConsumerHandle {
     /// connection ends, and are not reconnected.
     ///
     /// Errors: [`Error::Consumer`] with
-    /// [`LookupdNotConfigured`](nsq_proto::consumer::ConsumerError::LookupdNotConfigured) for
+    /// [`LookupdNotConfigured`](crate::consumer::ConsumerError::LookupdNotConfigured) for
     /// a lookupd not configured, or
-    /// [`LastLookupd`](nsq_proto::consumer::ConsumerError::LastLookupd) for the only one
+    /// [`LastLookupd`](crate::consumer::ConsumerError::LastLookupd) for the only one
     /// configured (as go-nsq: discovery would stop; connect its replacement first);
     /// [`Error::InvalidInput`] for an address that does not parse; [`Error::Closed`] once the
     /// consumer is stopping.
     pub async fn disconnect_from_lookupd(&self, addr: &str) -> Result<(), Error> {
-        let (tx, rx) = driver::oneshot();
-        self.control(Control::DisconnectLookupd(addr.to_owned(), tx))?;
-        rx.recv()
+        self.ask(|tx| Control::DisconnectLookupd(addr.to_owned(), tx))
             .await
-            .map_err(|_| Error::Closed)?
-            .map_err(Error::from)
     }
 
     /// Changes max_in_flight at runtime (0 pauses the consumer).
@@ -265,13 +265,19 @@ impl ConsumerHandle {
         self.shared().starved.load(Ordering::Relaxed)
     }
 
+    /// Whether the consumer is stopping or stopped ([`stop`](Self::stop) was called, every
+    /// handle was dropped, or nobody can receive its messages any more).
+    pub fn is_stopping(&self) -> bool {
+        self.shared().stopping.load(Ordering::Acquire)
+    }
+
     /// A snapshot of the counters, in total and per nsqd (updated after every wake-up of the
     /// driver).
     pub fn stats(&self) -> ConsumerStats {
         self.shared()
             .stats
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .unwrap_or_else(PoisonError::into_inner)
             .clone()
     }
 
@@ -282,48 +288,94 @@ impl ConsumerHandle {
     /// once every connection has drained or the consumer's `drain_timeout` passed, with the
     /// number of messages left unanswered (nsqd redelivers them).
     pub async fn stop(&self) -> StopReport {
-        let (tx, rx) = driver::oneshot();
-        if self.control(Control::Stop(tx)).is_err() {
-            return StopReport::default();
+        let (tx, rx) = oneshot();
+        if self.control(Control::Stop(Some(tx))).is_ok() {
+            if let Ok(report) = rx.recv().await {
+                return report;
+            }
         }
-        rx.recv().await.unwrap_or_default()
+        self.final_report()
+    }
+
+    /// The report of a driver that has stopped.
+    fn final_report(&self) -> StopReport {
+        self.shared()
+            .report
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .unwrap_or_default()
+    }
+
+    /// For runtime shims: starts a graceful stop without waiting for it (a thread runtime
+    /// cannot wait on the driver's own thread).
+    #[doc(hidden)]
+    pub fn request_stop(&self) {
+        let _ = self.control(Control::Stop(None));
+    }
+
+    /// For runtime shims: the driver's task, as [`Runtime::spawn`] returned it.
+    #[doc(hidden)]
+    pub fn driver_task(&self) -> &R::Task {
+        &self.guard.task
     }
 }
 
-/// The receiving side of a consumer's messages (one per `run` worker: the channel is MPMC).
+// -------------------------------------------------------------------------------- receiving
+
+/// The receiving side of a consumer's messages (one per `run` worker).
 struct MessageReceiver {
-    rx: Pin<Box<async_channel::Receiver<Message>>>,
+    mailbox: Arc<Mailbox<Message>>,
     shared: Arc<Shared>,
-}
-
-impl Drop for MessageReceiver {
-    fn drop(&mut self) {
-        if self.rx.receiver_count() == 1 {
-            // The last receiver: nobody will take what is queued. Close first, so the driver
-            // cannot queue another message between the drain and the drop (it would then be
-            // dropped unanswered and requeued once more); what is queued is still drained.
-            self.rx.close();
-            self.discard();
-        }
-    }
+    /// Messages taken from the mailbox at once, not yet handed out.
+    local: VecDeque<Message>,
+    /// Take every queued message at once (the consumer's own receiver), or one at a time
+    /// (workers sharing the mailbox).
+    batch: bool,
 }
 
 impl MessageReceiver {
+    fn new(mailbox: Arc<Mailbox<Message>>, shared: Arc<Shared>, batch: bool) -> Self {
+        MessageReceiver {
+            mailbox,
+            shared,
+            local: VecDeque::new(),
+            batch,
+        }
+    }
+
+    /// Another receiver of the same mailbox, taking one message at a time.
+    fn worker(&self) -> Self {
+        self.mailbox.add_receiver();
+        MessageReceiver::new(self.mailbox.clone(), self.shared.clone(), false)
+    }
+
     fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Message>> {
         if self.shared.stopping.load(Ordering::Acquire) {
             // Messages not taken yet are requeued at once so the drain is quick.
             self.discard();
             return Poll::Ready(None);
         }
-        self.rx.as_mut().poll_next(cx)
+        if let Some(m) = self.local.pop_front() {
+            return Poll::Ready(Some(m));
+        }
+        if !self.batch {
+            return self.mailbox.poll_recv(cx);
+        }
+        match self.mailbox.poll_take_all(cx, &mut self.local) {
+            Poll::Ready(true) => Poll::Ready(self.local.pop_front()),
+            Poll::Ready(false) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
     }
 
     /// Requeues at once (no delay, no backoff) every message received but not taken: the
     /// application never saw them.
     fn discard(&mut self) {
-        while let Ok(m) = self.rx.try_recv() {
-            m.release();
-        }
+        self.local.drain(..).for_each(Message::release);
+        self.mailbox
+            .take_all()
+            .into_iter()
+            .for_each(Message::release);
     }
 
     async fn recv(&mut self) -> Option<Message> {
@@ -331,11 +383,25 @@ impl MessageReceiver {
     }
 }
 
-/// A consumer of one topic/channel over any number of nsqd connections.
+impl Drop for MessageReceiver {
+    fn drop(&mut self) {
+        self.local.drain(..).for_each(Message::release);
+        if self.mailbox.remove_receiver() {
+            // The last receiver: nobody will take what is queued (the driver pushes nothing
+            // more, and stops when it next has a message to hand out).
+            self.discard();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------- consumer
+
+/// A consumer of one topic/channel over any number of nsqd connections, on runtime `R`
+/// (each adapter names it `Consumer`).
 ///
-/// Read messages with [`recv`](Self::recv) or as a [`Stream`], or hand them to a handler with
-/// [`run`](Self::run). Control it from other tasks through a [`ConsumerHandle`]
-/// ([`handle`](Self::handle)).
+/// Read messages with [`recv`](Self::recv) or as a [`Stream`](futures_core::Stream), or hand
+/// them to a handler with [`run`](Self::run). Control it from other tasks through a
+/// [`ConsumerHandle`] ([`handle`](Self::handle)).
 ///
 /// As with go-nsq, servers can be added and removed while it runs:
 /// [`connect_to_nsqd`](Self::connect_to_nsqd) / [`connect_to_lookupd`](Self::connect_to_lookupd),
@@ -345,26 +411,18 @@ impl MessageReceiver {
 /// only that lookupd listed are dropped once their connection ends; the last lookupd cannot
 /// be removed). [`stats`](Self::stats) is a [`ConsumerStats`] snapshot: totals (received,
 /// finished, requeued, in flight, reconnects, RDY, backoff level) and one
-/// [`NsqdStats`](crate::NsqdStats) per nsqd (state, RDY, in flight, its own counters).
+/// [`NsqdStats`](crate::consumer::NsqdStats) per nsqd (state, RDY, in flight, its own
+/// counters).
 ///
-/// ```no_run
-/// # async fn example(consumer: &nsq_async_std::Consumer) -> Result<(), nsq_async_std::Error> {
-/// consumer.disconnect_from_nsqd("10.0.0.7:4150").await?; // being decommissioned
-/// for nsqd in &consumer.stats().nsqd {
-///     println!(
-///         "{} {:?} rdy={} in_flight={} received={} reconnects={}",
-///         nsqd.address, nsqd.state, nsqd.rdy, nsqd.in_flight, nsqd.received, nsqd.reconnects
-///     );
-/// }
-/// # Ok(())
-/// # }
-/// ```
-pub struct Consumer {
+/// One driver task owns the core and every socket of the consumer: bytes read from a socket
+/// are decoded, delivered and answered without a hop between tasks other than the hand-off
+/// to the application, which takes every message of a wake-up of the driver at once.
+pub struct Consumer<R: Runtime> {
     receiver: MessageReceiver,
-    handle: ConsumerHandle,
+    handle: ConsumerHandle<R>,
 }
 
-impl fmt::Debug for Consumer {
+impl<R: Runtime> fmt::Debug for Consumer<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Consumer")
             .field("handle", &self.handle)
@@ -372,7 +430,7 @@ impl fmt::Debug for Consumer {
     }
 }
 
-impl Stream for Consumer {
+impl<R: Runtime> futures_core::Stream for Consumer<R> {
     type Item = Message;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Message>> {
@@ -380,26 +438,30 @@ impl Stream for Consumer {
     }
 }
 
-impl Consumer {
+impl<R: Runtime> Consumer<R> {
     /// A builder for a consumer of `topic`/`channel` (names validated at `build`). Its
-    /// [`build`](ConsumerBuilder::build) starts the driver thread (this adapter's runtime);
-    /// it works from any thread, inside or outside an async runtime.
-    pub fn builder(topic: impl IntoTopic, channel: impl IntoChannel) -> ConsumerBuilder {
-        ConsumerBuilder::new(topic, channel)
+    /// [`build`](super::ConsumerBuilder::build) starts the driver on the runtime (the
+    /// adapter's `Consumer::builder` says what that requires).
+    pub fn builder(topic: impl IntoTopic, channel: impl IntoChannel) -> super::ConsumerBuilder<R> {
+        super::ConsumerBuilder::new(topic, channel)
     }
 
     /// A consumer with `config`, not yet connected anywhere: add servers with
     /// [`connect_to_nsqd`](Self::connect_to_nsqd) / [`connect_to_lookupd`](Self::connect_to_lookupd).
+    #[allow(
+        clippy::new_ret_no_self,
+        reason = "what the runtime's builders return: this type, or the blocking adapter's"
+    )]
     pub fn new(
         topic: impl IntoTopic,
         channel: impl IntoChannel,
         config: &Config,
-    ) -> Result<Consumer, Error> {
-        Consumer::builder(topic, channel).config(config).build()
+    ) -> Result<R::Consumer, Error> {
+        Self::builder(topic, channel).config(config).build()
     }
 
     /// A cloneable control handle.
-    pub fn handle(&self) -> ConsumerHandle {
+    pub fn handle(&self) -> ConsumerHandle<R> {
         self.handle.clone()
     }
 
@@ -469,24 +531,38 @@ impl Consumer {
     /// See [`ConsumerHandle::stop`]. Messages received but not yet taken with
     /// [`recv`](Self::recv) are requeued at once, so the drain does not wait for them.
     pub async fn stop(&mut self) -> StopReport {
-        let (tx, rx) = driver::oneshot();
-        if self.handle.control(Control::Stop(tx)).is_err() {
-            return StopReport::default();
+        let (tx, rx) = oneshot();
+        if self.handle.control(Control::Stop(Some(tx))).is_err() {
+            self.receiver.discard();
+            return self.handle.final_report();
         }
-        // The driver closes the message channel when it starts stopping; every message still
-        // queued is requeued at once.
-        while let Ok(m) = self.receiver.rx.recv().await {
-            m.release();
+        // The driver closes the mailbox when it starts stopping; every message still queued
+        // is requeued at once.
+        let receiver = &mut self.receiver;
+        receiver.local.drain(..).for_each(Message::release);
+        std::future::poll_fn(|cx| {
+            loop {
+                match receiver.mailbox.poll_take_all(cx, &mut receiver.local) {
+                    Poll::Ready(true) => receiver.local.drain(..).for_each(Message::release),
+                    Poll::Ready(false) => return Poll::Ready(()),
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
+        })
+        .await;
+        match rx.recv().await {
+            Ok(report) => report,
+            Err(_) => self.handle.final_report(),
         }
-        rx.recv().await.unwrap_or_default()
     }
 
     /// Runs `handler` on every message, `concurrency` at a time, until the consumer is
     /// stopped (through a [`ConsumerHandle`]); returns once every handler has returned.
     ///
-    /// The handlers run concurrently inside the future this returns (poll it on any
-    /// executor: async-std, smol, ...); spawn CPU-heavy work onto your runtime's thread pool
-    /// yourself.
+    /// On tokio each of the `concurrency` workers is a task of its own, so handlers run in
+    /// parallel on a multi-threaded runtime; elsewhere they run concurrently inside the future
+    /// this returns (poll it on the executor of your choice; spawn CPU-heavy work onto a
+    /// thread pool yourself).
     ///
     /// `Ok(())` finishes the message; an `Err` requeues it (with backoff unless
     /// [`HandlerError::without_backoff`], after [`HandlerError::with_delay`] or the default
@@ -499,26 +575,30 @@ impl Consumer {
     {
         let Consumer { receiver, handle } = self;
         let handler = Arc::new(handler);
-        let mut workers: Vec<Pin<Box<dyn Future<Output = ()> + Send>>> =
-            Vec::with_capacity(concurrency.max(1));
-        let mut receivers: Vec<MessageReceiver> = (1..concurrency.max(1))
-            .map(|_| MessageReceiver {
-                rx: Box::pin((*receiver.rx).clone()),
-                shared: receiver.shared.clone(),
+        let mut receivers: Vec<MessageReceiver> =
+            (1..concurrency.max(1)).map(|_| receiver.worker()).collect();
+        receivers.push(receiver_into_worker(receiver));
+        let workers: Vec<BoxFuture<()>> = receivers
+            .into_iter()
+            .map(|mut receiver| {
+                let handler = handler.clone();
+                Box::pin(async move {
+                    while let Some(msg) = receiver.recv().await {
+                        handle_one(&*handler, msg).await;
+                    }
+                }) as BoxFuture<()>
             })
             .collect();
-        receivers.push(receiver);
-        for mut receiver in receivers {
-            let handler = handler.clone();
-            workers.push(Box::pin(async move {
-                while let Some(msg) = receiver.recv().await {
-                    handle_one(&*handler, msg).await;
-                }
-            }));
-        }
-        join_all(workers).await;
+        handle.guard.runtime.run_workers(workers).await;
         drop(handle);
     }
+}
+
+/// The consumer's own receiver, turned into a worker: what it took at once goes back to the
+/// mailbox's other takers by being handed out first.
+fn receiver_into_worker(mut receiver: MessageReceiver) -> MessageReceiver {
+    receiver.batch = false;
+    receiver
 }
 
 /// Runs the handler on one message and answers it.
@@ -539,28 +619,19 @@ where
     pending.answer(outcome);
 }
 
-/// Polls every worker until all are done.
-async fn join_all(mut workers: Vec<Pin<Box<dyn Future<Output = ()> + Send>>>) {
-    std::future::poll_fn(|cx| {
-        workers.retain_mut(|w| w.as_mut().poll(cx).is_pending());
-        if workers.is_empty() {
-            Poll::Ready(())
-        } else {
-            Poll::Pending
-        }
-    })
-    .await;
-}
-
 // ----------------------------------------------------------------------------------- driver
 
 struct ConsumerLogic {
-    core: nsq_proto::Consumer,
+    core: crate::Consumer,
     shared: Arc<Shared>,
-    msg_tx: Option<async_channel::Sender<Message>>,
+    mailbox: Arc<Mailbox<Message>>,
+    /// Messages are handed out (false once stopping).
+    handing_out: bool,
+    /// Messages of this round, handed out at once by `deliver`.
+    outgoing: Vec<Message>,
     origins: BTreeMap<ConnId, Arc<Origin<AnswerChannel>>>,
     stop_waiters: Vec<Reply<StopReport>>,
-    give_up: Option<GiveUpHook<Message>>,
+    give_up: Option<GiveUpHook>,
     report: Option<StopReport>,
 }
 
@@ -571,46 +642,62 @@ impl ConsumerLogic {
         }
         tracing::info!("stopping consumer");
         self.shared.stopping.store(true, Ordering::Release);
-        // Closing the channel wakes a reader blocked in recv(); it then sees `stopping`.
-        if let Some(tx) = self.msg_tx.take() {
-            tx.close();
-        }
+        self.handing_out = false;
+        // Closing the mailbox wakes a reader waiting in recv(); it then sees `stopping`.
+        self.mailbox.close();
+        // CLS first, then the REQs of what was never handed out: nsqd then does not hand the
+        // freed slots to more messages.
         self.core.close(now);
+        for m in std::mem::take(&mut self.outgoing) {
+            self.requeue_now(now, m);
+        }
+    }
+
+    /// Requeues a message the application never received: at once, without backoff.
+    fn requeue_now(&mut self, now: Instant, m: Message) {
+        let _ = m
+            .into_answer(AnswerKind::UNTAKEN)
+            .apply(&mut self.core, now);
+    }
+
+    fn origin(&self, conn: ConnId) -> Arc<Origin<AnswerChannel>> {
+        match self.origins.get(&conn) {
+            Some(o) => o.clone(),
+            None => Origin::new("", AnswerChannel(self.shared.clone())),
+        }
     }
 }
 
 impl Logic for ConsumerLogic {
-    type Machine = nsq_proto::Consumer;
+    type Machine = crate::Consumer;
     type Input = Input;
 
-    fn machine(&mut self) -> &mut nsq_proto::Consumer {
+    fn machine(&mut self) -> &mut crate::Consumer {
         &mut self.core
     }
 
     fn input(&mut self, now: Instant, input: Input) {
         match input {
+            // A refusal (typically: the connection closed, so nsqd redelivers) is logged by
+            // `apply`.
             Input::Answer(a, _body) => {
                 let _ = a.apply(&mut self.core, now);
             }
             Input::Control(c) => match c {
-                Control::AddNsqd(a, reply) => {
-                    let _ = reply.try_send(self.core.add_nsqd(now, &a));
-                }
+                Control::AddNsqd(a, reply) => reply.send(self.core.add_nsqd(now, &a)),
                 Control::DisconnectNsqd(a, reply) => {
-                    let _ = reply.try_send(self.core.disconnect_from_nsqd(now, &a));
+                    reply.send(self.core.disconnect_from_nsqd(now, &a));
                 }
                 Control::DisconnectLookupd(a, reply) => {
-                    let _ = reply.try_send(self.core.disconnect_from_lookupd(now, &a));
+                    reply.send(self.core.disconnect_from_lookupd(now, &a));
                 }
-                Control::AddLookupd(a, reply) => {
-                    let _ = reply.try_send(self.core.add_lookupd(now, &a));
-                }
+                Control::AddLookupd(a, reply) => reply.send(self.core.add_lookupd(now, &a)),
                 Control::SetMaxInFlight(n) => {
                     log_max_in_flight(n);
                     self.core.set_max_in_flight(now, n);
                 }
                 Control::Stop(reply) => {
-                    self.stop_waiters.push(reply);
+                    self.stop_waiters.extend(reply);
                     self.begin_stop(now);
                 }
                 // The guard is shared by every handle: this is the last one.
@@ -632,39 +719,17 @@ impl Logic for ConsumerLogic {
         log_consumer_event(&event, |c| self.origins.get(&c).map(|o| o.addr()));
         match event {
             ConsumerEvent::Message { conn, message } => {
-                let origin = match self.origins.get(&conn) {
-                    Some(o) => o.clone(),
-                    None => Origin::new("", AnswerChannel(self.shared.clone())),
-                };
-                let msg = Delivery::new(conn, message, origin);
-                // While stopping (no sender) no new messages are handed out: requeue at once.
-                let unsent = match &self.msg_tx {
-                    Some(tx) => tx
-                        .try_send(msg)
-                        .err()
-                        .map(async_channel::TrySendError::into_inner),
-                    None => Some(msg),
-                };
-                if let Some(m) = unsent {
-                    if self.msg_tx.is_some() {
-                        // Nobody can receive messages any more: stop rather than loop
-                        // redeliveries. CLS goes out before the REQ, so nsqd does not hand
-                        // the freed slot to yet another message.
-                        tracing::info!("the consumer's message receiver was dropped");
-                        self.begin_stop(now);
-                    }
-                    let _ = m
-                        .into_answer(AnswerKind::UNTAKEN)
-                        .apply(&mut self.core, now);
+                let msg = Delivery::new(conn, message, self.origin(conn));
+                if self.handing_out {
+                    self.outgoing.push(msg);
+                } else {
+                    // Stopping: no new messages are handed out; requeue at once.
+                    self.requeue_now(now, msg);
                 }
             }
             ConsumerEvent::GaveUp { conn, message } => {
                 if let Some(hook) = &self.give_up {
-                    let origin = match self.origins.get(&conn) {
-                        Some(o) => o.clone(),
-                        None => Origin::new("", AnswerChannel(self.shared.clone())),
-                    };
-                    hook(&Delivery::given_up(conn, message, origin));
+                    hook(&Delivery::given_up(conn, message, self.origin(conn)));
                 }
             }
             ConsumerEvent::Closed { leftovers } => {
@@ -674,7 +739,26 @@ impl Logic for ConsumerLogic {
         }
     }
 
-    fn after_wake(&mut self) {
+    fn deliver(&mut self, now: Instant) -> bool {
+        if self.outgoing.is_empty() {
+            return false;
+        }
+        if self.mailbox.push_all(&mut self.outgoing).is_ok() {
+            return false;
+        }
+        // Nobody can receive messages any more: stop rather than loop redeliveries. CLS goes
+        // out before the REQs, so nsqd does not hand the freed slots to more messages.
+        if self.handing_out {
+            tracing::info!("the consumer's message receiver was dropped");
+        }
+        self.begin_stop(now);
+        for m in std::mem::take(&mut self.outgoing) {
+            self.requeue_now(now, m);
+        }
+        true
+    }
+
+    fn after_round(&mut self) {
         self.shared
             .starved
             .store(self.core.is_starved(), Ordering::Relaxed);
@@ -684,7 +768,7 @@ impl Logic for ConsumerLogic {
                 .shared
                 .stats
                 .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
+                .unwrap_or_else(PoisonError::into_inner),
         );
     }
 
@@ -693,9 +777,16 @@ impl Logic for ConsumerLogic {
     }
 
     fn finish(mut self) {
+        self.shared.stopping.store(true, Ordering::Release);
+        self.mailbox.close();
         let report = self.report.unwrap_or_default();
+        *self
+            .shared
+            .report
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(report);
         for w in self.stop_waiters.drain(..) {
-            let _ = w.try_send(report);
+            w.send(report);
         }
         tracing::debug!(unanswered = report.unanswered, "consumer stopped");
     }

@@ -1,0 +1,486 @@
+//! [`Blocking`]: the client layer's [`Runtime`] on plain threads and `std::net`.
+//!
+//! The one driver of the client layer runs on a thread of its own (`nsqb-consumer`,
+//! `nsqb-producer`) under [`block_on`], a small executor that parks the thread until a waker
+//! or the driver's timer calls. A socket is a blocking `TcpStream` with a reader thread
+//! (`nsqb-rd-N`: dials, then hands each read to the driver as a chunk, so message bodies are
+//! slices of the read buffer) and a writer thread (`nsqb-wr-N`: writes what the driver hands
+//! it, each write bounded by the write timeout); a blocked write never stops reading. Every
+//! thread is named and joined before the driver's thread ends.
+
+use bytes::{Bytes, BytesMut};
+use nsq_proto::client::blocking::{block_on, wake_at};
+use nsq_proto::client::{self, BoxFuture, DriverTask, Error, Runtime, Timeouts};
+use std::collections::VecDeque;
+use std::future::Future;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
+use std::thread::{JoinHandle, ThreadId};
+use std::time::Instant;
+
+/// Bytes zeroed per read buffer (std's `Read` wants initialised memory); a read never offers
+/// less than [`MIN_READ`] bytes.
+const READ_CHUNK: usize = 64 * 1024;
+const MIN_READ: usize = 8 * 1024;
+/// At most this many queued chunks are gathered into one write by a writer thread.
+const MAX_GATHER: usize = 64;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+// -------------------------------------------------------------------------------- the timer
+
+/// The driver's timer: [`block_on`] parks the driver's thread no longer than its deadline.
+#[derive(Debug, Default)]
+pub struct Timer {
+    at: Option<Instant>,
+}
+
+impl client::Timer for Timer {
+    fn reset(&mut self, at: Instant) {
+        self.at = Some(at);
+    }
+
+    fn poll_expired(&mut self, _cx: &mut Context<'_>) -> Poll<()> {
+        match self.at {
+            Some(at) if at <= Instant::now() => Poll::Ready(()),
+            Some(at) => {
+                wake_at(at);
+                Poll::Pending
+            }
+            None => Poll::Pending,
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------------- threads
+
+/// Every thread one client started, joined by its driver thread before it ends.
+#[derive(Debug, Default)]
+struct Threads {
+    handles: Mutex<Vec<JoinHandle<()>>>,
+    next: AtomicU64,
+}
+
+impl Threads {
+    /// Starts a thread named `nsqb-<what>-N`.
+    fn spawn(&self, what: &str, f: impl FnOnce() + Send + 'static) -> io::Result<()> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed) + 1;
+        let handle = std::thread::Builder::new()
+            .name(format!("nsqb-{what}-{n}"))
+            .spawn(f)?;
+        let mut handles = lock(&self.handles);
+        // Forget threads that are done so a long-lived client does not accumulate handles.
+        handles.retain(|h| !h.is_finished());
+        handles.push(handle);
+        Ok(())
+    }
+
+    /// Joins every thread (each ends once its socket is shut down).
+    fn join_all(&self) {
+        loop {
+            let handles = std::mem::take(&mut *lock(&self.handles));
+            if handles.is_empty() {
+                return;
+            }
+            for h in handles {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+/// A client's driver thread: joined by `stop`, `close` and drops.
+#[derive(Debug)]
+pub struct DriverThread {
+    handle: Mutex<Option<JoinHandle<()>>>,
+    id: ThreadId,
+    done: Arc<Done>,
+}
+
+/// Set when a driver thread has finished (every socket closed, every thread joined), even if
+/// it panicked, so every caller waits for the same moment.
+#[derive(Debug, Default)]
+struct Done {
+    done: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Drop for DoneGuard {
+    fn drop(&mut self) {
+        *lock(&self.0.done) = true;
+        self.0.cv.notify_all();
+    }
+}
+
+struct DoneGuard(Arc<Done>);
+
+impl DriverTask for DriverThread {
+    /// Whether this is the driver's own thread (a give-up hook runs there: it cannot wait).
+    fn is_current(&self) -> bool {
+        self.id == std::thread::current().id()
+    }
+
+    /// Waits until the driver thread has finished, and joins it (not from itself).
+    fn join(&self) {
+        if self.is_current() {
+            return;
+        }
+        let mut done = lock(&self.done.done);
+        while !*done {
+            done = self
+                .done
+                .cv
+                .wait(done)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        drop(done);
+        if let Some(h) = lock(&self.handle).take() {
+            let _ = h.join();
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------------- runtime
+
+/// Plain threads as the client layer's runtime: one value per client, holding the registry
+/// of the threads its sockets use.
+#[derive(Debug, Clone, Default)]
+pub struct Blocking {
+    threads: Arc<Threads>,
+}
+
+impl Runtime for Blocking {
+    type Socket = Socket;
+    type Timer = Timer;
+    type Task = DriverThread;
+    type Consumer = crate::Consumer;
+    type Producer = crate::Producer;
+
+    fn current() -> Result<Self, Error> {
+        Ok(Blocking::default())
+    }
+
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+
+    fn connect(&self, addr: &str, timeouts: Timeouts) -> BoxFuture<io::Result<Socket>> {
+        let slot = Arc::new(Connecting::default());
+        let theirs = slot.clone();
+        let addr = addr.to_owned();
+        let threads = self.threads.clone();
+        let started = self.threads.spawn("rd", move || {
+            read_loop(&addr, timeouts, &theirs, &threads);
+        });
+        match started {
+            Ok(()) => Box::pin(Connect(slot)),
+            Err(e) => Box::pin(std::future::ready(Err(e))),
+        }
+    }
+
+    fn timer(&self) -> Timer {
+        Timer::default()
+    }
+
+    fn spawn(&self, name: &str, driver: BoxFuture<()>) -> io::Result<DriverThread> {
+        let done = Arc::new(Done::default());
+        let guard = DoneGuard(done.clone());
+        let threads = self.threads.clone();
+        let name = name.replacen("nsq-", "nsqb-", 1);
+        let handle = std::thread::Builder::new().name(name).spawn(move || {
+            let _done = guard;
+            block_on(driver);
+            threads.join_all();
+        })?;
+        Ok(DriverThread {
+            id: handle.thread().id(),
+            handle: Mutex::new(Some(handle)),
+            done,
+        })
+    }
+}
+
+// ------------------------------------------------------------------------------------ socket
+
+/// A connection being opened on its reader thread.
+#[derive(Default)]
+struct Connecting {
+    state: Mutex<ConnectingState>,
+}
+
+#[derive(Default)]
+struct ConnectingState {
+    result: Option<io::Result<Socket>>,
+    waker: Option<Waker>,
+    /// The driver dropped the connect (timed out, or the connection is no longer wanted).
+    abandoned: bool,
+}
+
+impl Connecting {
+    /// Hands the reader thread's result to the driver; false (and the socket is dropped,
+    /// which shuts it down) if the driver abandoned the connect.
+    fn finish(&self, result: io::Result<Socket>) -> bool {
+        let waker = {
+            let mut state = lock(&self.state);
+            if state.abandoned {
+                return false;
+            }
+            state.result = Some(result);
+            state.waker.take()
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+        true
+    }
+}
+
+/// The driver's side of a connect.
+struct Connect(Arc<Connecting>);
+
+impl Future for Connect {
+    type Output = io::Result<Socket>;
+
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut state = lock(&self.0.state);
+        if let Some(r) = state.result.take() {
+            return Poll::Ready(r);
+        }
+        state.waker = Some(cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+impl Drop for Connect {
+    fn drop(&mut self) {
+        let mut state = lock(&self.0.state);
+        state.abandoned = true;
+        // A socket connected but never taken is shut down here.
+        state.result = None;
+    }
+}
+
+/// What a socket's threads tell the driver.
+#[derive(Default)]
+struct Shared {
+    state: Mutex<SharedState>,
+}
+
+#[derive(Default)]
+struct SharedState {
+    /// Chunks read (an empty one at EOF), or the read error.
+    reads: VecDeque<io::Result<BytesMut>>,
+    /// The writer failed.
+    write_error: Option<io::Error>,
+    /// The writer has written everything and shut the socket down.
+    writer_done: bool,
+    /// The driver's waker.
+    waker: Option<Waker>,
+}
+
+impl Shared {
+    /// Updates the state and wakes the driver.
+    fn tell(&self, f: impl FnOnce(&mut SharedState)) {
+        let waker = {
+            let mut state = lock(&self.state);
+            f(&mut state);
+            state.waker.take()
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+}
+
+/// A blocking `TcpStream` read and written by threads of its own.
+#[derive(Debug)]
+pub struct Socket {
+    shared: Arc<Shared>,
+    /// Bytes for the writer thread; dropped to end it after its last write.
+    writer: Option<mpsc::Sender<Bytes>>,
+    /// To shut the socket down when the driver drops it.
+    stream: TcpStream,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Shared")
+    }
+}
+
+impl client::Socket for Socket {
+    fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<BytesMut>> {
+        let mut state = lock(&self.shared.state);
+        if let Some(e) = state.write_error.take() {
+            return Poll::Ready(Err(e));
+        }
+        if let Some(r) = state.reads.pop_front() {
+            return Poll::Ready(r);
+        }
+        state.waker = Some(cx.waker().clone());
+        Poll::Pending
+    }
+
+    fn poll_write(&mut self, _cx: &mut Context<'_>, data: &Bytes) -> Poll<io::Result<usize>> {
+        if let Some(e) = lock(&self.shared.state).write_error.take() {
+            return Poll::Ready(Err(e));
+        }
+        match &self.writer {
+            Some(w) if w.send(data.clone()).is_ok() => Poll::Ready(Ok(data.len())),
+            _ => Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
+        }
+    }
+
+    fn poll_close(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // The writer writes what it was given, then shuts the socket down.
+        self.writer = None;
+        let mut state = lock(&self.shared.state);
+        if state.writer_done {
+            Poll::Ready(Ok(()))
+        } else {
+            state.waker = Some(cx.waker().clone());
+            Poll::Pending
+        }
+    }
+}
+
+impl Drop for Socket {
+    fn drop(&mut self) {
+        // Ends both threads: the reader's read and a blocked write return at once.
+        let _ = self.stream.shutdown(Shutdown::Both);
+    }
+}
+
+/// Resolves `addr` and connects to the first address that answers within `timeout` each.
+fn dial(addr: &str, timeout: std::time::Duration) -> io::Result<TcpStream> {
+    let addrs: Vec<SocketAddr> = addr.to_socket_addrs()?.collect();
+    let mut last = io::Error::new(io::ErrorKind::NotFound, "address resolved to nothing");
+    for a in addrs {
+        match TcpStream::connect_timeout(&a, timeout.max(std::time::Duration::from_millis(1))) {
+            Ok(s) => return Ok(s),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// Opens the socket, hands it to the driver, starts its writer, then reads until the end.
+fn read_loop(addr: &str, timeouts: Timeouts, slot: &Connecting, threads: &Arc<Threads>) {
+    let opened = dial(addr, timeouts.dial).and_then(|stream| {
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(error = %e, "could not set TCP_NODELAY");
+        }
+        stream.set_write_timeout(Some(
+            timeouts.write.max(std::time::Duration::from_millis(1)),
+        ))?;
+        Ok((stream.try_clone()?, stream.try_clone()?, stream))
+    });
+    let (mut reader, writer_stream, stream) = match opened {
+        Ok(s) => s,
+        Err(e) => {
+            let e = if e.kind() == io::ErrorKind::TimedOut {
+                io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("connect timed out after {:?}", timeouts.dial),
+                )
+            } else {
+                e
+            };
+            slot.finish(Err(e));
+            return;
+        }
+    };
+    let shared = Arc::new(Shared::default());
+    let (tx, rx) = mpsc::channel();
+    let writer_shared = shared.clone();
+    let started = threads.spawn("wr", move || {
+        write_loop(writer_stream, &rx, timeouts, &writer_shared);
+    });
+    if let Err(e) = started {
+        let _ = stream.shutdown(Shutdown::Both);
+        slot.finish(Err(e));
+        return;
+    }
+    let socket = Socket {
+        shared: shared.clone(),
+        writer: Some(tx),
+        stream,
+    };
+    if !slot.finish(Ok(socket)) {
+        return;
+    }
+    // std's Read wants initialised memory: `buf` is zeroed scratch space, read into at its
+    // front; the bytes read are split off and the rest stays initialised, so each byte of a
+    // chunk is zeroed once, not once per read.
+    let mut buf = BytesMut::new();
+    loop {
+        if buf.len() < MIN_READ {
+            buf = BytesMut::zeroed(READ_CHUNK);
+        }
+        let read = match reader.read(&mut buf[..]) {
+            Ok(0) => Ok(BytesMut::new()),
+            Ok(n) => Ok(buf.split_to(n)),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => Err(e),
+        };
+        let end = !matches!(&read, Ok(chunk) if !chunk.is_empty());
+        shared.tell(|s| s.reads.push_back(read));
+        if end {
+            return;
+        }
+    }
+}
+
+/// Writes what the driver hands over until it drops its sender, then shuts the socket down.
+fn write_loop(
+    mut stream: TcpStream,
+    rx: &mpsc::Receiver<Bytes>,
+    timeouts: Timeouts,
+    shared: &Shared,
+) {
+    let mut gather = BytesMut::new();
+    while let Ok(first) = rx.recv() {
+        // Usually one chunk per wake-up of the driver; if this thread fell behind, gather what
+        // queued up meanwhile into one write.
+        let mut data = first;
+        for _ in 0..MAX_GATHER {
+            let Ok(next) = rx.try_recv() else { break };
+            if gather.is_empty() {
+                gather.extend_from_slice(&data);
+            }
+            gather.extend_from_slice(&next);
+        }
+        if !gather.is_empty() {
+            data = gather.split().freeze();
+        }
+        if let Err(e) = stream.write_all(&data) {
+            let e = if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) {
+                io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("write timed out after {:?}", timeouts.write),
+                )
+            } else {
+                e
+            };
+            // Told before the shutdown, so the driver learns this reason before the EOF.
+            shared.tell(|s| {
+                s.write_error = Some(e);
+                s.writer_done = true;
+            });
+            let _ = stream.shutdown(Shutdown::Both);
+            return;
+        }
+    }
+    let _ = stream.flush();
+    let _ = stream.shutdown(Shutdown::Both);
+    shared.tell(|s| s.writer_done = true);
+}

@@ -1,0 +1,507 @@
+//! The blocking API, for runtimes whose driver runs on a thread of its own (`nsq-blocking`):
+//! [`Consumer`], [`ConsumerHandle`] and [`Producer`] run the client layer's async calls to
+//! completion on the calling thread with [`block_on`], a small executor that parks the
+//! thread until it is woken. The documentation of each method is on the async type
+//! ([`Consumer`](super::Consumer), ...); only what blocking changes is said here.
+
+use super::runtime::{DriverTask, Runtime};
+use super::{Error, HandlerError, IntoChannel, IntoTopic, Message, StopReport};
+use crate::Config;
+use crate::consumer::ConsumerStats;
+use crate::producer::ProducerStats;
+use bytes::Bytes;
+use std::cell::Cell;
+use std::fmt;
+use std::future::Future;
+use std::sync::mpsc::RecvTimeoutError;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread::Thread;
+use std::time::{Duration, Instant};
+
+// ---------------------------------------------------------------------------------- executor
+
+/// Wakes a parked thread.
+struct Unpark(Thread);
+
+impl Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+thread_local! {
+    /// The earliest deadline given to [`wake_at`] during the current poll of [`block_on`].
+    static NEXT_TIMER: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// Runs `future` on this thread to completion.
+pub fn block_on<F: Future>(future: F) -> F::Output {
+    match block_on_until(future, None) {
+        Some(v) => v,
+        None => unreachable!("no deadline"),
+    }
+}
+
+/// Runs `future` on this thread until it completes (`Some`) or `deadline` passes (`None`).
+/// The thread parks between polls, until a waker calls or a deadline given to [`wake_at`]
+/// during the last poll passes.
+pub fn block_on_until<F: Future>(future: F, deadline: Option<Instant>) -> Option<F::Output> {
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        NEXT_TIMER.with(|t| t.set(None));
+        if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
+            return Some(v);
+        }
+        let timer = NEXT_TIMER.with(Cell::get);
+        let wake_at = match (deadline, timer) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let now = Instant::now();
+        match wake_at {
+            None => std::thread::park(),
+            Some(_) if deadline.is_some_and(|d| d <= now) => return None,
+            Some(t) if t > now => std::thread::park_timeout(t - now),
+            Some(_) => {}
+        }
+    }
+}
+
+/// For a timer polled under [`block_on`]: the thread is to wake at `at` at the latest (the
+/// earliest of the calls made during one poll counts).
+pub fn wake_at(at: Instant) {
+    NEXT_TIMER.with(|t| t.set(Some(t.get().map_or(at, |e| e.min(at)))));
+}
+
+// ---------------------------------------------------------------------------------- handle
+
+/// A cloneable control handle of a [`Consumer`], usable from other threads while one thread
+/// (or [`Consumer::run`]'s pool) reads messages. See the async [`ConsumerHandle`](super::ConsumerHandle).
+#[derive(Debug)]
+pub struct ConsumerHandle<R: Runtime>(super::ConsumerHandle<R>);
+
+impl<R: Runtime> Clone for ConsumerHandle<R> {
+    fn clone(&self) -> Self {
+        ConsumerHandle(self.0.clone())
+    }
+}
+
+impl<R: Runtime> ConsumerHandle<R> {
+    /// See the async [`ConsumerHandle::connect_to_nsqd`](super::ConsumerHandle::connect_to_nsqd).
+    pub fn connect_to_nsqd(&self, addr: &str) -> Result<(), Error> {
+        block_on(self.0.connect_to_nsqd(addr))
+    }
+
+    /// See the async [`ConsumerHandle::connect_to_nsqds`](super::ConsumerHandle::connect_to_nsqds).
+    pub fn connect_to_nsqds<I: IntoIterator<Item = S>, S: AsRef<str>>(
+        &self,
+        addrs: I,
+    ) -> Result<(), Error> {
+        block_on(self.0.connect_to_nsqds(addrs))
+    }
+
+    /// See the async [`ConsumerHandle::connect_to_lookupd`](super::ConsumerHandle::connect_to_lookupd).
+    pub fn connect_to_lookupd(&self, addr: &str) -> Result<(), Error> {
+        block_on(self.0.connect_to_lookupd(addr))
+    }
+
+    /// See the async [`ConsumerHandle::connect_to_lookupds`](super::ConsumerHandle::connect_to_lookupds).
+    pub fn connect_to_lookupds<I: IntoIterator<Item = S>, S: AsRef<str>>(
+        &self,
+        addrs: I,
+    ) -> Result<(), Error> {
+        block_on(self.0.connect_to_lookupds(addrs))
+    }
+
+    /// See the async [`ConsumerHandle::disconnect_from_nsqd`](super::ConsumerHandle::disconnect_from_nsqd).
+    pub fn disconnect_from_nsqd(&self, addr: &str) -> Result<(), Error> {
+        block_on(self.0.disconnect_from_nsqd(addr))
+    }
+
+    /// See the async [`ConsumerHandle::disconnect_from_lookupd`](super::ConsumerHandle::disconnect_from_lookupd).
+    pub fn disconnect_from_lookupd(&self, addr: &str) -> Result<(), Error> {
+        block_on(self.0.disconnect_from_lookupd(addr))
+    }
+
+    /// See the async [`ConsumerHandle::set_max_in_flight`](super::ConsumerHandle::set_max_in_flight).
+    pub fn set_max_in_flight(&self, n: u32) {
+        self.0.set_max_in_flight(n);
+    }
+
+    /// See the async [`ConsumerHandle::is_starved`](super::ConsumerHandle::is_starved).
+    pub fn is_starved(&self) -> bool {
+        self.0.is_starved()
+    }
+
+    /// See the async [`ConsumerHandle::stats`](super::ConsumerHandle::stats).
+    pub fn stats(&self) -> ConsumerStats {
+        self.0.stats()
+    }
+
+    /// See the async [`ConsumerHandle::is_stopping`](super::ConsumerHandle::is_stopping).
+    pub fn is_stopping(&self) -> bool {
+        self.0.is_stopping()
+    }
+
+    /// Graceful shutdown (see the async [`ConsumerHandle::stop`](super::ConsumerHandle::stop)); returns once every
+    /// connection has drained or `drain_timeout` passed and every thread is joined.
+    ///
+    /// Called from inside a [`Consumer::run`] handler it also waits for that handler's own
+    /// message (until `drain_timeout`): answer the message first, or stop from another thread.
+    /// Called from a give-up hook (which runs on the driver's thread) it starts the stop and
+    /// returns at once, with an empty report.
+    pub fn stop(&self) -> StopReport {
+        let task = self.0.driver_task();
+        if task.is_current() {
+            self.0.request_stop();
+            return StopReport::default();
+        }
+        let report = block_on(self.0.stop());
+        task.join();
+        report
+    }
+}
+
+// -------------------------------------------------------------------------------- consumer
+
+/// A consumer of one topic/channel over any number of nsqd connections (see
+/// the async [`Consumer`](super::Consumer)).
+///
+/// Read messages with [`recv`](Self::recv), [`recv_timeout`](Self::recv_timeout) or
+/// [`iter`](Self::iter) (or `for msg in consumer`), or hand them to a handler on a pool of
+/// threads with [`run`](Self::run). Control it from other threads through a
+/// [`ConsumerHandle`] ([`handle`](Self::handle)).
+///
+/// Dropping it stops it like [`stop`](Self::stop) and waits for that (messages still held by
+/// the application are waited for, up to `drain_timeout`).
+pub struct Consumer<R: Runtime> {
+    inner: super::Consumer<R>,
+    stopped: bool,
+}
+
+impl<R: Runtime> From<super::Consumer<R>> for Consumer<R> {
+    fn from(inner: super::Consumer<R>) -> Self {
+        Consumer {
+            inner,
+            stopped: false,
+        }
+    }
+}
+
+impl<R: Runtime> fmt::Debug for Consumer<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+impl<R: Runtime> Consumer<R> {
+    /// A builder for a consumer of `topic`/`channel` (names validated at `build`). Its
+    /// [`build`](super::ConsumerBuilder::build) starts the driver thread; it works from any
+    /// thread.
+    pub fn builder(topic: impl IntoTopic, channel: impl IntoChannel) -> super::ConsumerBuilder<R> {
+        super::ConsumerBuilder::new(topic, channel)
+    }
+
+    /// A consumer with `config`, not yet connected anywhere: add servers with
+    /// [`connect_to_nsqd`](Self::connect_to_nsqd) / [`connect_to_lookupd`](Self::connect_to_lookupd).
+    #[allow(
+        clippy::new_ret_no_self,
+        reason = "what the runtime's builders return (this type)"
+    )]
+    pub fn new(
+        topic: impl IntoTopic,
+        channel: impl IntoChannel,
+        config: &Config,
+    ) -> Result<R::Consumer, Error> {
+        Self::builder(topic, channel).config(config).build()
+    }
+
+    /// A cloneable control handle.
+    pub fn handle(&self) -> ConsumerHandle<R> {
+        ConsumerHandle(self.inner.handle())
+    }
+
+    /// The next message, waiting as long as it takes; `None` once the consumer is stopped.
+    pub fn recv(&mut self) -> Option<Message> {
+        block_on(self.inner.recv())
+    }
+
+    /// The next message, waiting at most `timeout`: `Err(Timeout)` if none came,
+    /// `Err(Disconnected)` once the consumer is stopped.
+    pub fn recv_timeout(&mut self, timeout: Duration) -> Result<Message, RecvTimeoutError> {
+        match block_on_until(self.inner.recv(), Some(Instant::now() + timeout)) {
+            Some(Some(m)) => Ok(m),
+            Some(None) => Err(RecvTimeoutError::Disconnected),
+            None => Err(RecvTimeoutError::Timeout),
+        }
+    }
+
+    /// An iterator over the messages (blocking in `next`), ending once the consumer is
+    /// stopped.
+    pub fn iter(&mut self) -> Iter<'_, R> {
+        Iter { consumer: self }
+    }
+
+    /// See [`ConsumerHandle::connect_to_nsqd`].
+    pub fn connect_to_nsqd(&self, addr: &str) -> Result<(), Error> {
+        block_on(self.inner.connect_to_nsqd(addr))
+    }
+
+    /// See [`ConsumerHandle::connect_to_nsqds`].
+    pub fn connect_to_nsqds<I: IntoIterator<Item = S>, S: AsRef<str>>(
+        &self,
+        addrs: I,
+    ) -> Result<(), Error> {
+        block_on(self.inner.connect_to_nsqds(addrs))
+    }
+
+    /// See [`ConsumerHandle::connect_to_lookupd`].
+    pub fn connect_to_lookupd(&self, addr: &str) -> Result<(), Error> {
+        block_on(self.inner.connect_to_lookupd(addr))
+    }
+
+    /// See [`ConsumerHandle::connect_to_lookupds`].
+    pub fn connect_to_lookupds<I: IntoIterator<Item = S>, S: AsRef<str>>(
+        &self,
+        addrs: I,
+    ) -> Result<(), Error> {
+        block_on(self.inner.connect_to_lookupds(addrs))
+    }
+
+    /// See [`ConsumerHandle::disconnect_from_nsqd`].
+    pub fn disconnect_from_nsqd(&self, addr: &str) -> Result<(), Error> {
+        block_on(self.inner.disconnect_from_nsqd(addr))
+    }
+
+    /// See [`ConsumerHandle::disconnect_from_lookupd`].
+    pub fn disconnect_from_lookupd(&self, addr: &str) -> Result<(), Error> {
+        block_on(self.inner.disconnect_from_lookupd(addr))
+    }
+
+    /// See [`ConsumerHandle::set_max_in_flight`].
+    pub fn set_max_in_flight(&self, n: u32) {
+        self.inner.set_max_in_flight(n);
+    }
+
+    /// See [`ConsumerHandle::is_starved`].
+    pub fn is_starved(&self) -> bool {
+        self.inner.is_starved()
+    }
+
+    /// See [`ConsumerHandle::stats`].
+    pub fn stats(&self) -> ConsumerStats {
+        self.inner.stats()
+    }
+
+    /// See [`ConsumerHandle::stop`]. Messages received but not yet taken with
+    /// [`recv`](Self::recv) are requeued at once, so the drain does not wait for them.
+    pub fn stop(&mut self) -> StopReport {
+        self.stopped = true;
+        let report = block_on(self.inner.stop());
+        self.inner.handle().driver_task().join();
+        report
+    }
+
+    /// Runs `handler` on every message, on a pool of `concurrency` threads, until the consumer
+    /// is stopped (through a [`ConsumerHandle`]); returns once every handler has returned and
+    /// the consumer has stopped.
+    ///
+    /// `Ok(())` finishes the message; an `Err` requeues it (with backoff unless
+    /// [`HandlerError::without_backoff`], after [`HandlerError::with_delay`] or the default
+    /// delay); a panic requeues it with backoff. The handler may also answer or `touch` the
+    /// message itself (a later answer of the same message is ignored). The handler need not
+    /// be `'static`: the pool is scoped to this call.
+    pub fn run<H>(mut self, concurrency: usize, handler: H) -> StopReport
+    where
+        H: Fn(Message) -> Result<(), HandlerError> + Sync,
+    {
+        let shared = Mutex::new(&mut self);
+        std::thread::scope(|scope| {
+            for i in 0..concurrency.max(1) {
+                let (shared, handler) = (&shared, &handler);
+                let spawned = std::thread::Builder::new()
+                    .name(format!("nsqb-handler-{i}"))
+                    .spawn_scoped(scope, move || {
+                        // One worker at a time waits for the next message.
+                        let next = || shared.lock().unwrap_or_else(PoisonError::into_inner).recv();
+                        while let Some(mut msg) = next() {
+                            let pending = msg.take_over();
+                            let outcome =
+                                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                    handler(msg)
+                                }));
+                            pending.answer(outcome.ok());
+                        }
+                    });
+                if let Err(e) = spawned {
+                    tracing::error!(error = %e, "could not start a handler thread");
+                }
+            }
+        });
+        // Every worker saw the stop; messages still queued are requeued at once.
+        self.stop()
+    }
+}
+
+impl<R: Runtime> Drop for Consumer<R> {
+    fn drop(&mut self) {
+        if !self.stopped {
+            self.stop();
+        }
+    }
+}
+
+/// The iterator of [`Consumer::iter`]: blocks in `next` until a message arrives; ends once the
+/// consumer is stopped.
+#[derive(Debug)]
+pub struct Iter<'a, R: Runtime> {
+    consumer: &'a mut Consumer<R>,
+}
+
+impl<R: Runtime> Iterator for Iter<'_, R> {
+    type Item = Message;
+
+    fn next(&mut self) -> Option<Message> {
+        self.consumer.recv()
+    }
+}
+
+/// The owning iterator of a [`Consumer`] (`for msg in consumer`); dropping it stops the
+/// consumer.
+#[derive(Debug)]
+pub struct IntoIter<R: Runtime> {
+    consumer: Consumer<R>,
+}
+
+impl<R: Runtime> Iterator for IntoIter<R> {
+    type Item = Message;
+
+    fn next(&mut self) -> Option<Message> {
+        self.consumer.recv()
+    }
+}
+
+impl<R: Runtime> IntoIterator for Consumer<R> {
+    type Item = Message;
+    type IntoIter = IntoIter<R>;
+
+    fn into_iter(self) -> IntoIter<R> {
+        IntoIter { consumer: self }
+    }
+}
+
+// -------------------------------------------------------------------------------- producer
+
+/// Publishes to one or more nsqd (see the async [`Producer`](super::Producer)): each call blocks until its own
+/// result is known.
+///
+/// Cheap to clone (`Send + Sync`): clones share one driver thread and its connections.
+/// Dropping the last clone closes the producer like [`close`](Self::close) (flushing what is
+/// outstanding) and waits for its threads.
+#[derive(Debug)]
+pub struct Producer<R: Runtime> {
+    inner: Arc<LastClone<R>>,
+}
+
+impl<R: Runtime> Clone for Producer<R> {
+    fn clone(&self) -> Self {
+        Producer {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+/// Closes the producer when the last clone goes.
+#[derive(Debug)]
+struct LastClone<R: Runtime>(super::Producer<R>);
+
+impl<R: Runtime> Drop for LastClone<R> {
+    fn drop(&mut self) {
+        self.0.request_close();
+        self.0.driver_task().join();
+    }
+}
+
+impl<R: Runtime> From<super::Producer<R>> for Producer<R> {
+    fn from(inner: super::Producer<R>) -> Self {
+        Producer {
+            inner: Arc::new(LastClone(inner)),
+        }
+    }
+}
+
+impl<R: Runtime> Producer<R> {
+    fn p(&self) -> &super::Producer<R> {
+        &self.inner.0
+    }
+
+    /// A builder (several nsqd addresses, configuration); `build` starts the driver thread.
+    pub fn builder() -> super::ProducerBuilder<R> {
+        super::ProducerBuilder::new()
+    }
+
+    /// See the async [`Producer::connect`](super::Producer::connect).
+    pub fn connect(addr: &str, config: &Config) -> Result<Producer<R>, Error> {
+        let producer = Producer::from(super::producer::start::<R>(
+            super::ProducerBuilder::<R>::new()
+                .config(config)
+                .nsqd(addr)
+                .into_setup(),
+        )?);
+        producer.ping()?;
+        Ok(producer)
+    }
+
+    /// See the async [`Producer::publish`](super::Producer::publish).
+    pub fn publish(&self, topic: impl IntoTopic, body: impl Into<Bytes>) -> Result<(), Error> {
+        block_on(self.p().publish(topic, body))
+    }
+
+    /// See the async [`Producer::multi_publish`](super::Producer::multi_publish).
+    pub fn multi_publish<I, B>(&self, topic: impl IntoTopic, bodies: I) -> Result<(), Error>
+    where
+        I: IntoIterator<Item = B>,
+        B: Into<Bytes>,
+    {
+        block_on(self.p().multi_publish(topic, bodies))
+    }
+
+    /// See the async [`Producer::deferred_publish`](super::Producer::deferred_publish).
+    pub fn deferred_publish(
+        &self,
+        topic: impl IntoTopic,
+        delay: Duration,
+        body: impl Into<Bytes>,
+    ) -> Result<(), Error> {
+        block_on(self.p().deferred_publish(topic, delay, body))
+    }
+
+    /// See the async [`Producer::ping`](super::Producer::ping).
+    pub fn ping(&self) -> Result<(), Error> {
+        block_on(self.p().ping())
+    }
+
+    /// See the async [`Producer::connect_to_nsqd`](super::Producer::connect_to_nsqd).
+    pub fn connect_to_nsqd(&self, addr: &str) -> Result<(), Error> {
+        block_on(self.p().connect_to_nsqd(addr))
+    }
+
+    /// See the async [`Producer::stats`](super::Producer::stats).
+    pub fn stats(&self) -> ProducerStats {
+        self.p().stats()
+    }
+
+    /// Graceful close for every clone (see the async [`Producer::close`](super::Producer::close)); returns once every
+    /// connection is closed and every thread joined.
+    pub fn close(&self) {
+        block_on(self.p().close());
+        self.p().driver_task().join();
+    }
+}

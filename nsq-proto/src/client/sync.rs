@@ -1,0 +1,329 @@
+//! The three hand-offs between a client's handles and its driver, each usable from async
+//! code and, through any `block_on`, from plain threads:
+//!
+//! * [`Inbox`]: commands and answers to the driver (a lock-free queue and the driver's
+//!   waker: one push and at most one wake-up per command);
+//! * [`oneshot`]: one reply back (one allocation, no lock);
+//! * [`Mailbox`]: messages to the application, pushed once per wake-up of the driver and
+//!   taken one at a time or all at once.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Waker};
+
+/// Commands from the handles to the driver.
+pub(crate) struct Inbox<T> {
+    queue: concurrent_queue::ConcurrentQueue<T>,
+    waker: atomic_waker::AtomicWaker,
+}
+
+impl<T> Inbox<T> {
+    pub(crate) fn new() -> Arc<Inbox<T>> {
+        Arc::new(Inbox {
+            queue: concurrent_queue::ConcurrentQueue::unbounded(),
+            waker: atomic_waker::AtomicWaker::new(),
+        })
+    }
+
+    /// Queues `item` for the driver; gives it back once the driver has stopped.
+    pub(crate) fn send(&self, item: T) -> Result<(), T> {
+        match self.queue.push(item) {
+            Ok(()) => {
+                self.waker.wake();
+                Ok(())
+            }
+            Err(e) => Err(e.into_inner()),
+        }
+    }
+
+    /// For the driver: wake `waker` on the next [`send`](Self::send). Register before
+    /// emptying the queue, so nothing queued in between is missed.
+    pub(crate) fn register(&self, waker: &Waker) {
+        self.waker.register(waker);
+    }
+
+    /// For the driver: the next command.
+    pub(crate) fn pop(&self) -> Option<T> {
+        self.queue.pop().ok()
+    }
+
+    /// For the driver, when it stops: refuse further commands.
+    pub(crate) fn close(&self) {
+        self.queue.close();
+    }
+}
+
+/// A one-shot reply: one value slot (lock-free) and the waiting task's waker.
+struct Slot<T> {
+    value: concurrent_queue::ConcurrentQueue<T>,
+    waker: atomic_waker::AtomicWaker,
+}
+
+/// The sending side of a one-shot reply; dropping it unsent makes the receiver see `Err`.
+pub(crate) struct ReplyTx<T>(Arc<Slot<T>>);
+
+/// The receiving side of a one-shot reply.
+pub(crate) struct ReplyRx<T>(Arc<Slot<T>>);
+
+/// The sender is gone without a value (the driver stopped).
+#[derive(Debug)]
+pub(crate) struct Canceled;
+
+/// A one-shot reply channel.
+pub(crate) fn oneshot<T>() -> (ReplyTx<T>, ReplyRx<T>) {
+    let slot = Arc::new(Slot {
+        value: concurrent_queue::ConcurrentQueue::bounded(1),
+        waker: atomic_waker::AtomicWaker::new(),
+    });
+    (ReplyTx(slot.clone()), ReplyRx(slot))
+}
+
+impl<T> ReplyTx<T> {
+    /// Sends the value (the first one wins; the receiver may be gone).
+    pub(crate) fn send(&self, value: T) {
+        let _ = self.0.value.push(value);
+        self.0.waker.wake();
+    }
+}
+
+impl<T> Drop for ReplyTx<T> {
+    fn drop(&mut self) {
+        self.0.value.close();
+        self.0.waker.wake();
+    }
+}
+
+impl<T> ReplyRx<T> {
+    /// The value, or `Err` if the sender was dropped without sending.
+    pub(crate) async fn recv(self) -> Result<T, Canceled> {
+        std::future::poll_fn(|cx| {
+            if let Ok(v) = self.0.value.pop() {
+                return Poll::Ready(Ok(v));
+            }
+            self.0.waker.register(cx.waker());
+            if let Ok(v) = self.0.value.pop() {
+                return Poll::Ready(Ok(v));
+            }
+            if self.0.value.is_closed() {
+                // Closed after a push: the value is still there.
+                return Poll::Ready(self.0.value.pop().map_err(|_| Canceled));
+            }
+            Poll::Pending
+        })
+        .await
+    }
+}
+
+/// Messages from the driver to the application's receivers.
+///
+/// The driver pushes what one wake-up produced under one lock and wakes the waiting
+/// receivers; a receiver takes one item, or swaps the whole queue for its empty one (one
+/// lock per batch). Once the last receiver is gone, pushes are refused, so the driver
+/// knows nobody will take what it hands out.
+pub(crate) struct Mailbox<T> {
+    state: Mutex<MailState<T>>,
+    /// Receivers alive.
+    receivers: AtomicUsize,
+}
+
+struct MailState<T> {
+    items: VecDeque<T>,
+    /// The driver hands out nothing more.
+    closed: bool,
+    /// Wakers of the receivers waiting for an item.
+    waiters: Vec<Waker>,
+}
+
+impl<T> Mailbox<T> {
+    /// A mailbox with one receiver (count it up with [`add_receiver`](Self::add_receiver)).
+    pub(crate) fn new() -> Arc<Mailbox<T>> {
+        Arc::new(Mailbox {
+            state: Mutex::new(MailState {
+                items: VecDeque::new(),
+                closed: false,
+                waiters: Vec::new(),
+            }),
+            receivers: AtomicUsize::new(1),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, MailState<T>> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// For the driver: hands out `items` (emptying it). Refused (the items stay) when the
+    /// mailbox is closed or no receiver is left.
+    pub(crate) fn push_all(&self, items: &mut Vec<T>) -> Result<(), ()> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        let waiters = {
+            let mut state = self.lock();
+            if state.closed || self.receivers.load(Ordering::Acquire) == 0 {
+                return Err(());
+            }
+            state.items.extend(items.drain(..));
+            std::mem::take(&mut state.waiters)
+        };
+        waiters.into_iter().for_each(Waker::wake);
+        Ok(())
+    }
+
+    /// For the driver: nothing more is handed out; waiting receivers see the end.
+    pub(crate) fn close(&self) {
+        let waiters = {
+            let mut state = self.lock();
+            state.closed = true;
+            std::mem::take(&mut state.waiters)
+        };
+        waiters.into_iter().for_each(Waker::wake);
+    }
+
+    /// The next item; `Ready(None)` once closed and empty.
+    pub(crate) fn poll_recv(&self, cx: &mut Context<'_>) -> Poll<Option<T>> {
+        let mut state = self.lock();
+        if let Some(item) = state.items.pop_front() {
+            return Poll::Ready(Some(item));
+        }
+        if state.closed {
+            return Poll::Ready(None);
+        }
+        register(&mut state.waiters, cx.waker());
+        Poll::Pending
+    }
+
+    /// Moves every queued item into `into` (which must be empty: the queues are swapped).
+    /// `Ready(false)` once closed and empty.
+    pub(crate) fn poll_take_all(&self, cx: &mut Context<'_>, into: &mut VecDeque<T>) -> Poll<bool> {
+        let mut state = self.lock();
+        if !state.items.is_empty() {
+            std::mem::swap(&mut state.items, into);
+            return Poll::Ready(true);
+        }
+        if state.closed {
+            return Poll::Ready(false);
+        }
+        register(&mut state.waiters, cx.waker());
+        Poll::Pending
+    }
+
+    /// Takes every queued item at once.
+    pub(crate) fn take_all(&self) -> VecDeque<T> {
+        std::mem::take(&mut self.lock().items)
+    }
+
+    /// Whether the driver closed it.
+    #[cfg(test)]
+    pub(crate) fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+
+    /// One more receiver (a clone for a worker).
+    pub(crate) fn add_receiver(&self) {
+        self.receivers.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A receiver is gone; returns whether it was the last one. The caller then empties
+    /// the mailbox: the driver pushes nothing more once the count is zero.
+    pub(crate) fn remove_receiver(&self) -> bool {
+        // Under the lock, so no push slips in between the count and the caller's drain.
+        let _state = self.lock();
+        self.receivers.fetch_sub(1, Ordering::AcqRel) == 1
+    }
+}
+
+/// Adds `waker` to `waiters` unless it is there already.
+fn register(waiters: &mut Vec<Waker>, waker: &Waker) {
+    if !waiters.iter().any(|w| w.will_wake(waker)) {
+        waiters.push(waker.clone());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::task::Wake;
+
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn waker() -> (Arc<Count>, Waker) {
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        (count.clone(), Waker::from(count))
+    }
+
+    fn poll_once<F: std::future::Future>(f: F) -> Poll<F::Output> {
+        let (_, w) = waker();
+        let mut f = std::pin::pin!(f);
+        f.as_mut().poll(&mut Context::from_waker(&w))
+    }
+
+    #[test]
+    fn oneshot_delivers_once_or_reports_cancel() {
+        let (tx, rx) = oneshot();
+        tx.send(1);
+        tx.send(2);
+        drop(tx);
+        assert!(matches!(poll_once(rx.recv()), Poll::Ready(Ok(1))));
+        let (tx, rx) = oneshot::<u8>();
+        drop(tx);
+        assert!(matches!(poll_once(rx.recv()), Poll::Ready(Err(Canceled))));
+        let (tx, rx) = oneshot::<u8>();
+        let mut fut = Box::pin(rx.recv());
+        let (count, w) = waker();
+        assert!(fut.as_mut().poll(&mut Context::from_waker(&w)).is_pending());
+        tx.send(5);
+        assert_eq!(count.0.load(Ordering::SeqCst), 1, "the receiver is woken");
+        assert!(matches!(
+            fut.as_mut().poll(&mut Context::from_waker(&w)),
+            Poll::Ready(Ok(5))
+        ));
+    }
+
+    #[test]
+    fn inbox_refuses_after_close() {
+        let inbox = Inbox::new();
+        let (count, w) = waker();
+        inbox.register(&w);
+        inbox.send(1).unwrap();
+        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        inbox.close();
+        assert_eq!(inbox.send(2), Err(2));
+        assert_eq!(inbox.pop(), Some(1));
+        assert_eq!(inbox.pop(), None);
+    }
+
+    #[test]
+    fn mailbox_hands_out_batches_and_refuses_without_receivers() {
+        let mailbox = Mailbox::new();
+        let (count, w) = waker();
+        let mut cx = Context::from_waker(&w);
+        assert!(mailbox.poll_recv(&mut cx).is_pending());
+        assert!(mailbox.poll_recv(&mut cx).is_pending(), "registered once");
+        mailbox.push_all(&mut vec![1, 2, 3]).unwrap();
+        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        assert_eq!(mailbox.poll_recv(&mut cx), Poll::Ready(Some(1)));
+        let mut local = VecDeque::new();
+        assert_eq!(
+            mailbox.poll_take_all(&mut cx, &mut local),
+            Poll::Ready(true)
+        );
+        assert_eq!(local, [2, 3]);
+        mailbox.add_receiver();
+        assert!(!mailbox.remove_receiver());
+        assert!(mailbox.remove_receiver(), "the last receiver");
+        let mut refused = vec![4];
+        assert!(mailbox.push_all(&mut refused).is_err());
+        assert_eq!(refused, [4], "a refused push keeps its items");
+        mailbox.close();
+        assert!(mailbox.is_closed());
+        assert_eq!(mailbox.poll_recv(&mut cx), Poll::Ready(None));
+        assert!(mailbox.take_all().is_empty());
+    }
+}

@@ -1,0 +1,119 @@
+//! [`Tokio`]: the client layer's [`Runtime`] on tokio: tokio sockets, a tokio timer, and the
+//! driver (and `Consumer::run`'s workers) as tasks of the runtime `build` was called in.
+
+use bytes::{Bytes, BytesMut};
+use nsq_proto::client::{self, BoxFuture, Error, Runtime, Timeouts};
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+use std::time::{Duration, Instant};
+use tokio::io::AsyncWrite;
+use tokio::net::TcpStream;
+use tokio::runtime::Handle;
+
+/// Bytes reserved per read buffer; a read never offers less than [`MIN_READ`] bytes.
+const READ_CHUNK: usize = 64 * 1024;
+const MIN_READ: usize = 8 * 1024;
+
+/// tokio as the client layer's runtime: the handle of the runtime the client was built in.
+#[derive(Debug, Clone)]
+pub struct Tokio(Handle);
+
+/// A tokio TCP stream and the buffer it reads into.
+#[derive(Debug)]
+pub struct Socket {
+    stream: TcpStream,
+    buf: BytesMut,
+}
+
+impl client::Socket for Socket {
+    fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<BytesMut>> {
+        loop {
+            if self.buf.capacity() - self.buf.len() < MIN_READ {
+                self.buf.reserve(READ_CHUNK);
+            }
+            ready!(self.stream.poll_read_ready(cx))?;
+            // Reads into the spare capacity: nothing is zeroed first.
+            match self.stream.try_read_buf(&mut self.buf) {
+                Ok(_) => return Poll::Ready(Ok(self.buf.split())),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+
+    fn poll_write(&mut self, cx: &mut Context<'_>, data: &Bytes) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, data)
+    }
+
+    fn poll_close(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+/// tokio's timer.
+#[derive(Debug)]
+pub struct Timer(Pin<Box<tokio::time::Sleep>>);
+
+impl client::Timer for Timer {
+    fn reset(&mut self, at: Instant) {
+        self.0.as_mut().reset(tokio::time::Instant::from_std(at));
+    }
+
+    fn poll_expired(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.0.as_mut().poll(cx)
+    }
+}
+
+impl Runtime for Tokio {
+    type Socket = Socket;
+    type Timer = Timer;
+    type Task = ();
+    type Consumer = crate::Consumer;
+    type Producer = crate::Producer;
+
+    fn current() -> Result<Self, Error> {
+        Handle::try_current()
+            .map(Tokio)
+            .map_err(|_| Error::NoRuntime)
+    }
+
+    fn now(&self) -> Instant {
+        tokio::time::Instant::now().into_std()
+    }
+
+    fn connect(&self, addr: &str, _timeouts: Timeouts) -> BoxFuture<io::Result<Socket>> {
+        let addr = addr.to_owned();
+        Box::pin(async move {
+            let stream = TcpStream::connect(addr).await?;
+            if let Err(e) = stream.set_nodelay(true) {
+                tracing::debug!(error = %e, "could not set TCP_NODELAY");
+            }
+            Ok(Socket {
+                stream,
+                buf: BytesMut::new(),
+            })
+        })
+    }
+
+    fn timer(&self) -> Timer {
+        let _in_runtime = self.0.enter();
+        Timer(Box::pin(tokio::time::sleep(Duration::from_secs(3600))))
+    }
+
+    fn spawn(&self, _name: &str, driver: BoxFuture<()>) -> io::Result<()> {
+        drop(self.0.spawn(driver));
+        Ok(())
+    }
+
+    /// Each worker is a task, so handlers run in parallel on a multi-threaded runtime.
+    fn run_workers(&self, workers: Vec<BoxFuture<()>>) -> BoxFuture<()> {
+        let tasks: Vec<_> = workers.into_iter().map(|w| self.0.spawn(w)).collect();
+        Box::pin(async move {
+            for t in tasks {
+                let _ = t.await;
+            }
+        })
+    }
+}
