@@ -17,7 +17,7 @@ use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::thread::{JoinHandle, ThreadId};
 use std::time::Instant;
@@ -98,27 +98,11 @@ impl Threads {
 /// A client's driver thread: joined by `stop`, `close` and drops.
 #[derive(Debug)]
 pub struct DriverThread {
+    /// Taken by the first joiner, who holds the lock while joining: every caller returns
+    /// once the thread has finished (every socket closed, every thread joined).
     handle: Mutex<Option<JoinHandle<()>>>,
     id: ThreadId,
-    done: Arc<Done>,
 }
-
-/// Set when a driver thread has finished (every socket closed, every thread joined), even if
-/// it panicked, so every caller waits for the same moment.
-#[derive(Debug, Default)]
-struct Done {
-    done: Mutex<bool>,
-    cv: Condvar,
-}
-
-impl Drop for DoneGuard {
-    fn drop(&mut self) {
-        *lock(&self.0.done) = true;
-        self.0.cv.notify_all();
-    }
-}
-
-struct DoneGuard(Arc<Done>);
 
 impl DriverTask for DriverThread {
     /// Whether this is the driver's own thread (a give-up hook runs there: it cannot wait).
@@ -131,16 +115,8 @@ impl DriverTask for DriverThread {
         if self.is_current() {
             return;
         }
-        let mut done = lock(&self.done.done);
-        while !*done {
-            done = self
-                .done
-                .cv
-                .wait(done)
-                .unwrap_or_else(PoisonError::into_inner);
-        }
-        drop(done);
-        if let Some(h) = lock(&self.handle).take() {
+        let mut handle = lock(&self.handle);
+        if let Some(h) = handle.take() {
             let _ = h.join();
         }
     }
@@ -189,19 +165,15 @@ impl Runtime for Blocking {
     }
 
     fn spawn(&self, name: &str, driver: BoxFuture<()>) -> io::Result<DriverThread> {
-        let done = Arc::new(Done::default());
-        let guard = DoneGuard(done.clone());
         let threads = self.threads.clone();
         let name = name.replacen("nsq-", "nsqb-", 1);
         let handle = std::thread::Builder::new().name(name).spawn(move || {
-            let _done = guard;
             block_on(driver);
             threads.join_all();
         })?;
         Ok(DriverThread {
             id: handle.thread().id(),
             handle: Mutex::new(Some(handle)),
-            done,
         })
     }
 }
@@ -267,12 +239,12 @@ impl Drop for Connect {
 }
 
 /// What a socket's threads tell the driver.
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct Shared {
     state: Mutex<SharedState>,
 }
 
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct SharedState {
     /// Chunks read (an empty one at EOF), or the read error.
     reads: VecDeque<io::Result<BytesMut>>,
@@ -306,12 +278,6 @@ pub struct Socket {
     writer: Option<mpsc::Sender<Bytes>>,
     /// To shut the socket down when the driver drops it.
     stream: TcpStream,
-}
-
-impl std::fmt::Debug for Shared {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Shared")
-    }
 }
 
 impl client::Socket for Socket {
@@ -483,4 +449,104 @@ fn write_loop(
     let _ = stream.flush();
     let _ = stream.shutdown(Shutdown::Both);
     shared.tell(|s| s.writer_done = true);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use client::Socket as _;
+    use std::net::TcpListener;
+    use std::time::Duration;
+
+    const WAIT: Duration = Duration::from_secs(5);
+
+    fn timeouts(write: Duration) -> Timeouts {
+        Timeouts::new(WAIT, write)
+    }
+
+    fn read(socket: &mut Socket) -> io::Result<BytesMut> {
+        nsq_proto::client::blocking::block_on_until(
+            std::future::poll_fn(|cx| socket.poll_read(cx)),
+            Some(Instant::now() + WAIT),
+        )
+        .expect("a read within WAIT")
+    }
+
+    fn write(socket: &mut Socket, data: &Bytes) {
+        let n = block_on(std::future::poll_fn(|cx| socket.poll_write(cx, data))).unwrap();
+        assert_eq!(n, data.len(), "handed to the writer thread whole");
+    }
+
+    #[test]
+    fn reads_arrive_as_chunks_then_eof() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let rt = Blocking::default();
+        let mut socket = block_on(rt.connect(&addr, timeouts(WAIT))).unwrap();
+        let (mut peer, _) = listener.accept().unwrap();
+        assert!(socket.stream.nodelay().unwrap());
+        write(&mut socket, &Bytes::from_static(b"ping"));
+        let mut got = [0u8; 4];
+        peer.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"ping");
+        peer.write_all(b"hello").unwrap();
+        let mut data = Vec::new();
+        while data.len() < 5 {
+            data.extend_from_slice(&read(&mut socket).unwrap());
+        }
+        assert_eq!(data, b"hello");
+        drop(peer);
+        assert!(read(&mut socket).unwrap().is_empty(), "EOF");
+        // A graceful close ends the writer; dropping the socket ends the reader.
+        block_on(std::future::poll_fn(|cx| socket.poll_close(cx))).unwrap();
+        drop(socket);
+        rt.threads.join_all();
+    }
+
+    #[test]
+    fn a_stuck_write_times_out_and_reading_goes_on_meanwhile() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let rt = Blocking::default();
+        let write_timeout = Duration::from_millis(300);
+        let mut socket = block_on(rt.connect(&addr, timeouts(write_timeout))).unwrap();
+        let (mut peer, _) = listener.accept().unwrap();
+        // The peer never reads: 64 MiB cannot fit in the socket buffers.
+        write(&mut socket, &Bytes::from(vec![0u8; 64 << 20]));
+        std::thread::sleep(Duration::from_millis(100));
+        peer.write_all(b"still reading").unwrap();
+        let started = Instant::now();
+        let mut saw_data = false;
+        let reason = loop {
+            match read(&mut socket) {
+                Ok(chunk) if !chunk.is_empty() => saw_data = true,
+                Ok(_) => panic!("EOF before the write error"),
+                Err(e) => break e.to_string(),
+            }
+        };
+        assert!(reason.contains("timed out"), "{reason}");
+        assert!(saw_data, "reads continue while a write is blocked");
+        assert!(started.elapsed() < WAIT);
+        drop(socket);
+        drop(peer);
+        rt.threads.join_all();
+    }
+
+    #[test]
+    fn connect_failures_are_reported_and_an_abandoned_connect_ends_its_thread() {
+        let closed = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .to_string();
+        let rt = Blocking::default();
+        assert!(block_on(rt.connect(&closed, timeouts(WAIT))).is_err());
+        assert!(block_on(rt.connect("not an address", timeouts(WAIT))).is_err());
+        // Abandoned before the connection completes: the reader shuts it down and ends.
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        drop(rt.connect(&addr, timeouts(WAIT)));
+        rt.threads.join_all();
+        assert!(lock(&rt.threads.handles).is_empty());
+    }
 }

@@ -23,17 +23,14 @@
 //!   allocation per answer.
 //! * `build()` (and `Producer::connect`) must be called within a tokio runtime with its time
 //!   driver enabled (`#[tokio::main]` has it); otherwise it fails with [`Error::NoRuntime`].
-//! * Everything is logged with `tracing`, nothing is printed (see [Logging](#logging)).
+//! * Everything is logged with `tracing`, nothing is printed.
 //!
-//! # Configuration
+//! # Configuration, errors, logging
 //!
-//! Both take a [`Config`]: one struct with go-nsq's option names and defaults, buildable in
-//! code, option by option (`config.set_str("max_in_flight", "100")`, like go-nsq's
-//! `Config.Set`), or deserialised from JSON/TOML/... so existing go-nsq configurations port.
-//! [`Config`] is the one configuration type a program needs. [`ConsumerConfig`],
-//! [`ProducerConfig`] and [`ConnectionConfig`] are the core's own structs, taken by the
-//! builders' `core_config` for settings `Config` does not expose; most programs never name
-//! them.
+//! The same in every adapter, and documented once with the client layer:
+//! [configuration](nsq_proto::client#configuration) ([`Config`], go-nsq's option names),
+//! [errors](nsq_proto::client#errors) ([`Error`], one line each, variants to match on) and
+//! [logging](nsq_proto::client#logging) (`tracing` spans per client and connection).
 //!
 //! # Publishing
 //!
@@ -59,72 +56,6 @@
 //! # Ok(())
 //! # }
 //! ```
-//!
-//! # Errors
-//!
-//! Every fallible call returns [`Error`], whose variants a program can match on: which name
-//! was invalid and its value (`InvalidTopic`/`InvalidChannel`), nsqd's refusal with its
-//! [`ErrorCode`] (`Server`), input refused before sending ([`InputError`]), `ConnectionLost`
-//! and `Timeout` (the message may have been published: [`Error::maybe_published`]),
-//! `NoServerAvailable`, [`Backpressure`], `Closed`, `Config`. Its `Display` says everything
-//! once, on one line, and no error also returns from `source()` a cause it already shows, so
-//! `{}` and anyhow's or eyre's `{:#}` print each cause once.
-//!
-//! ```
-//! use nsq_tokio::{Error, ErrorCode, InputError, IntoTopic, NameError};
-//!
-//! /// Whether a failed publish is worth retrying later.
-//! fn retry_later(e: &Error) -> bool {
-//!     match e {
-//!         // nsqd refused the message itself: retrying cannot help.
-//!         Error::Server(s) if s.code() == ErrorCode::BadMessage => false,
-//!         Error::InvalidTopic { .. } | Error::InvalidInput(InputError::Publish(_)) => false,
-//!         // Perhaps published already: a retry may deliver it twice (NSQ is at-least-once).
-//!         e if e.maybe_published() => true,
-//!         Error::NoServerAvailable(_) | Error::Backpressure(_) => true,
-//!         _ => false,
-//!     }
-//! }
-//!
-//! let e = "bad topic!".into_topic().unwrap_err();
-//! assert!(matches!(
-//!     &e,
-//!     Error::InvalidTopic { name, reason: NameError::InvalidChar { ch: ' ', .. } } if name == "bad topic!"
-//! ));
-//! assert_eq!(
-//!     e.to_string(),
-//!     "invalid topic name \"bad topic!\": invalid character ' ' at byte 3: \
-//!      names use only [.a-zA-Z0-9_-] with an optional #ephemeral suffix"
-//! );
-//! assert!(!retry_later(&e));
-//! ```
-//!
-//! A message handler returns `Result<(), HandlerError>`, and `?` works on any error (a
-//! `std::error::Error`, a `Box<dyn Error + Send + Sync>`, an `anyhow::Error`): the error and
-//! its chain are kept and logged (see below).
-//!
-//! # Logging
-//!
-//! Everything goes through `tracing`; install any subscriber (`tracing_subscriber::fmt()` with
-//! `RUST_LOG`, as the examples do). Every line of a consumer is inside its span
-//! `consumer{id=.. topic=.. channel=..}`, every line of a producer inside `producer{id=..}`
-//! (ids unique in the process), and lines about a connection carry `conn` and `nsqd` (its
-//! address). Each event is logged once. At INFO a consumer's session reads (targets omitted):
-//!
-//! ```text
-//! INFO consumer{id=2 topic=orders channel=billing}: connecting to nsqd conn=conn#1 nsqd=127.0.0.1:4150
-//! INFO consumer{id=2 topic=orders channel=billing}: connected to nsqd conn=conn#1 nsqd=127.0.0.1:4150
-//! WARN consumer{id=2 topic=orders channel=billing}: nsqd connection failed; retrying in 508.7ms conn=conn#2 nsqd=127.0.0.1:4151 reason=Connection refused (os error 111) retry_in=508.7ms
-//! WARN consumer{id=2 topic=orders channel=billing}: handler failed: requeueing the message msg_id=0eac97ff46d5a930 attempts=1 nsqd=127.0.0.1:4150 error=No such file or directory (os error 2)
-//! INFO consumer{id=2 topic=orders channel=billing}: max_in_flight is 0: the consumer is paused (RDY 0) until it is raised max_in_flight=0
-//! INFO consumer{id=2 topic=orders channel=billing}: nsqd connection closed conn=conn#1 nsqd=127.0.0.1:4150 reason=connection closed
-//! ```
-//!
-//! A handler error is logged at WARN with the message id, attempts and the error's whole
-//! chain; a panicking handler at ERROR; a message dropped unanswered, a message given up on
-//! (`max_attempts`) and an nsqlookupd that does not answer (or answers with something other
-//! than HTTP: the wrong port) at WARN. DEBUG adds the protocol's details (upgrades, RDY,
-//! backoff, each lookupd query) inside `connection{conn=.. nsqd=..}` spans.
 //!
 //! # Consuming
 //!

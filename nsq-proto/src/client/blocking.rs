@@ -505,3 +505,40 @@ impl<R: Runtime> Producer<R> {
         self.p().driver_task().join();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_on_runs_to_completion_or_to_the_deadline() {
+        assert_eq!(block_on(async { 7 }), 7);
+        let start = Instant::now();
+        let never = std::future::pending::<()>();
+        assert_eq!(
+            block_on_until(never, Some(start + Duration::from_millis(20))),
+            None
+        );
+        assert!(start.elapsed() >= Duration::from_millis(20));
+        // A timer polled under block_on wakes the thread at its deadline.
+        let at = Instant::now() + Duration::from_millis(20);
+        let timer = std::future::poll_fn(|_| {
+            if Instant::now() >= at {
+                Poll::Ready(())
+            } else {
+                wake_at(at);
+                Poll::Pending
+            }
+        });
+        block_on(timer);
+        assert!(Instant::now() >= at);
+        // A waker from another thread unparks it.
+        let (tx, rx) = super::super::sync::oneshot();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            tx.send(5);
+        });
+        assert!(matches!(block_on(rx.recv()), Ok(5)));
+        t.join().unwrap();
+    }
+}

@@ -268,11 +268,9 @@ struct Sockets<R: Runtime> {
 
 impl<R: Runtime> Sockets<R> {
     fn link(&self, addr: &str, span: tracing::Span) -> Link<R::Socket> {
-        let timeouts = Timeouts {
-            dial: self.dial_timeout,
-            write: self.write_timeout,
-        };
-        let connect = self.runtime.connect(addr, timeouts);
+        let connect = self
+            .runtime
+            .connect(addr, Timeouts::new(self.dial_timeout, self.write_timeout));
         Link::new(connect, self.now + self.dial_timeout, span)
     }
 }

@@ -95,6 +95,13 @@ pub struct Timeouts {
     pub write: Duration,
 }
 
+impl Timeouts {
+    /// The settings `dial` and `write`.
+    pub fn new(dial: Duration, write: Duration) -> Timeouts {
+        Timeouts { dial, write }
+    }
+}
+
 /// One TCP connection, read and written by the driver only. Every method is non-blocking: it
 /// returns `Pending` after arranging for `cx`'s waker to be woken when it can go on.
 pub trait Socket: Send + 'static {

@@ -2,7 +2,7 @@
 //! runtime an adapter supports) through the object-safe, blocking traits below.
 //!
 //! An adapter's `tests/scenarios.rs` implements [`Factory`] (async adapters block on their
-//! runtime inside) and expands [`adapter_scenario_tests!`](crate::client_scenario_tests),
+//! runtime inside) and expands [`adapter_scenario_tests!`](crate::adapter_scenario_tests),
 //! which generates one `#[test]` per scenario, each under its own time limit. The traits are
 //! the seam: this crate knows nothing of nsq-proto or the adapters. The mapping of the
 //! harness's settings, errors and messages onto nsq-proto's types is shared by the adapters'
