@@ -112,7 +112,7 @@ pub(crate) fn start<R: Runtime>(setup: ConsumerSetup) -> Result<Consumer<R>, Err
         shared: shared.clone(),
         mailbox: mailbox.clone(),
         handing_out: true,
-        outgoing: Vec::new(),
+        outgoing: VecDeque::new(),
         origins: BTreeMap::new(),
         stop_waiters: Vec::new(),
         give_up: start.give_up,
@@ -628,7 +628,7 @@ struct ConsumerLogic {
     /// Messages are handed out (false once stopping).
     handing_out: bool,
     /// Messages of this round, handed out at once by `deliver`.
-    outgoing: Vec<Message>,
+    outgoing: VecDeque<Message>,
     origins: BTreeMap<ConnId, Arc<Origin<AnswerChannel>>>,
     stop_waiters: Vec<Reply<StopReport>>,
     give_up: Option<GiveUpHook>,
@@ -721,7 +721,7 @@ impl Logic for ConsumerLogic {
             ConsumerEvent::Message { conn, message } => {
                 let msg = Delivery::new(conn, message, self.origin(conn));
                 if self.handing_out {
-                    self.outgoing.push(msg);
+                    self.outgoing.push_back(msg);
                 } else {
                     // Stopping: no new messages are handed out; requeue at once.
                     self.requeue_now(now, msg);

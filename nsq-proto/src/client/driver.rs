@@ -23,8 +23,6 @@ use std::time::{Duration, Instant};
 
 /// Reads per socket per round (fairness between sockets and commands).
 const READS_PER_ROUND: usize = 4;
-/// Commands taken per round.
-const BATCH: usize = 1024;
 /// Rounds per poll before yielding to the executor.
 const ROUNDS_PER_POLL: usize = 16;
 
@@ -434,6 +432,7 @@ pub(crate) async fn run<L: Logic, R: Runtime>(
     let runtime = net.sockets.runtime.clone();
     let mut timer = runtime.timer();
     let mut armed: Option<Instant> = None;
+    let mut commands = Vec::new();
     let now = runtime.now();
     drain(&mut logic, &mut net, now);
     let _ = net.flush();
@@ -443,9 +442,9 @@ pub(crate) async fn run<L: Logic, R: Runtime>(
             let now = runtime.now();
             let mut progress = false;
             // Commands first, so concurrent publishes leave in one write.
-            for _ in 0..BATCH {
-                let Some(input) = inbox.pop() else { break };
-                progress = true;
+            inbox.take_all(&mut commands);
+            progress |= !commands.is_empty();
+            for input in commands.drain(..) {
                 logic.input(now, input);
             }
             progress |= net.poll(cx, now, logic.machine());
@@ -489,9 +488,8 @@ pub(crate) async fn run<L: Logic, R: Runtime>(
     })
     .await;
     // Refuse further commands, and answer the ones already queued (their callers wait).
-    inbox.close();
     let now = runtime.now();
-    while let Some(input) = inbox.pop() {
+    for input in inbox.close() {
         logic.input(now, input);
     }
     logic.finish();

@@ -1,8 +1,8 @@
 //! The three hand-offs between a client's handles and its driver, each usable from async
 //! code and, through any `block_on`, from plain threads:
 //!
-//! * [`Inbox`]: commands and answers to the driver (a lock-free queue and the driver's
-//!   waker: one push and at most one wake-up per command);
+//! * [`Inbox`]: commands and answers to the driver (a short lock and a push per command, a
+//!   wake-up per batch; the driver takes the batch at once);
 //! * [`oneshot`]: one reply back (one allocation, no lock);
 //! * [`Mailbox`]: messages to the application, pushed once per wake-up of the driver and
 //!   taken one at a time or all at once.
@@ -12,45 +12,67 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
 
-/// Commands from the handles to the driver.
+/// Commands from the handles to the driver: a vector under a lock, taken by the driver all at
+/// once (swapped for its empty one), and the driver's waker, woken by the command that finds
+/// the vector empty (the later ones of a batch need no wake-up: one is under way).
 pub(crate) struct Inbox<T> {
-    queue: concurrent_queue::ConcurrentQueue<T>,
+    state: Mutex<InboxState<T>>,
     waker: atomic_waker::AtomicWaker,
+}
+
+struct InboxState<T> {
+    items: Vec<T>,
+    closed: bool,
 }
 
 impl<T> Inbox<T> {
     pub(crate) fn new() -> Arc<Inbox<T>> {
         Arc::new(Inbox {
-            queue: concurrent_queue::ConcurrentQueue::unbounded(),
+            state: Mutex::new(InboxState {
+                items: Vec::new(),
+                closed: false,
+            }),
             waker: atomic_waker::AtomicWaker::new(),
         })
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, InboxState<T>> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Queues `item` for the driver; gives it back once the driver has stopped.
     pub(crate) fn send(&self, item: T) -> Result<(), T> {
-        match self.queue.push(item) {
-            Ok(()) => {
-                self.waker.wake();
-                Ok(())
+        let first = {
+            let mut state = self.lock();
+            if state.closed {
+                return Err(item);
             }
-            Err(e) => Err(e.into_inner()),
+            state.items.push(item);
+            state.items.len() == 1
+        };
+        if first {
+            self.waker.wake();
         }
+        Ok(())
     }
 
     /// For the driver: wake `waker` on the next [`send`](Self::send). Register before
-    /// emptying the queue, so nothing queued in between is missed.
+    /// taking the commands, so nothing queued in between is missed.
     pub(crate) fn register(&self, waker: &Waker) {
         self.waker.register(waker);
     }
 
-    /// For the driver: the next command.
-    pub(crate) fn pop(&self) -> Option<T> {
-        self.queue.pop().ok()
+    /// For the driver: every queued command, swapped into `into` (which must be empty, and
+    /// keeps its capacity for the next batch).
+    pub(crate) fn take_all(&self, into: &mut Vec<T>) {
+        std::mem::swap(&mut self.lock().items, into);
     }
 
-    /// For the driver, when it stops: refuse further commands.
-    pub(crate) fn close(&self) {
-        self.queue.close();
+    /// For the driver, when it stops: refuse further commands; returns the ones queued.
+    pub(crate) fn close(&self) -> Vec<T> {
+        let mut state = self.lock();
+        state.closed = true;
+        std::mem::take(&mut state.items)
     }
 }
 
@@ -152,9 +174,10 @@ impl<T> Mailbox<T> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// For the driver: hands out `items` (emptying it). Refused (the items stay) when the
-    /// mailbox is closed or no receiver is left.
-    pub(crate) fn push_all(&self, items: &mut Vec<T>) -> Result<(), ()> {
+    /// For the driver: hands out `items` (emptying it: swapped with the mailbox's empty queue
+    /// when the receivers have taken everything, as they usually have, else appended).
+    /// Refused (the items stay) when the mailbox is closed or no receiver is left.
+    pub(crate) fn push_all(&self, items: &mut VecDeque<T>) -> Result<(), ()> {
         if items.is_empty() {
             return Ok(());
         }
@@ -163,7 +186,11 @@ impl<T> Mailbox<T> {
             if state.closed || self.receivers.load(Ordering::Acquire) == 0 {
                 return Err(());
             }
-            state.items.extend(items.drain(..));
+            if state.items.is_empty() {
+                std::mem::swap(&mut state.items, items);
+            } else {
+                state.items.append(items);
+            }
             std::mem::take(&mut state.waiters)
         };
         waiters.into_iter().for_each(Waker::wake);
@@ -287,16 +314,32 @@ mod tests {
     }
 
     #[test]
-    fn inbox_refuses_after_close() {
+    fn inbox_wakes_once_per_batch_and_refuses_after_close() {
         let inbox = Inbox::new();
         let (count, w) = waker();
         inbox.register(&w);
         inbox.send(1).unwrap();
-        assert_eq!(count.0.load(Ordering::SeqCst), 1);
-        inbox.close();
-        assert_eq!(inbox.send(2), Err(2));
-        assert_eq!(inbox.pop(), Some(1));
-        assert_eq!(inbox.pop(), None);
+        inbox.register(&w);
+        inbox.send(2).unwrap();
+        assert_eq!(
+            count.0.load(Ordering::SeqCst),
+            1,
+            "one wake-up for the batch"
+        );
+        let mut batch = Vec::new();
+        inbox.take_all(&mut batch);
+        assert_eq!(batch, [1, 2]);
+        batch.clear();
+        inbox.send(3).unwrap();
+        assert_eq!(
+            count.0.load(Ordering::SeqCst),
+            2,
+            "the next batch wakes again"
+        );
+        assert_eq!(inbox.close(), [3]);
+        assert_eq!(inbox.send(4), Err(4));
+        inbox.take_all(&mut batch);
+        assert!(batch.is_empty());
     }
 
     #[test]
@@ -306,7 +349,8 @@ mod tests {
         let mut cx = Context::from_waker(&w);
         assert!(mailbox.poll_recv(&mut cx).is_pending());
         assert!(mailbox.poll_recv(&mut cx).is_pending(), "registered once");
-        mailbox.push_all(&mut vec![1, 2, 3]).unwrap();
+        mailbox.push_all(&mut VecDeque::from([1, 2])).unwrap();
+        mailbox.push_all(&mut VecDeque::from([3])).unwrap();
         assert_eq!(count.0.load(Ordering::SeqCst), 1);
         assert_eq!(mailbox.poll_recv(&mut cx), Poll::Ready(Some(1)));
         let mut local = VecDeque::new();
@@ -318,7 +362,7 @@ mod tests {
         mailbox.add_receiver();
         assert!(!mailbox.remove_receiver());
         assert!(mailbox.remove_receiver(), "the last receiver");
-        let mut refused = vec![4];
+        let mut refused = VecDeque::from([4]);
         assert!(mailbox.push_all(&mut refused).is_err());
         assert_eq!(refused, [4], "a refused push keeps its items");
         mailbox.close();
