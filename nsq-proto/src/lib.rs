@@ -135,6 +135,7 @@ mod limits;
 mod lookup;
 mod names;
 pub mod producer;
+mod queue;
 mod rng;
 #[cfg(feature = "test-support")]
 #[doc(hidden)]

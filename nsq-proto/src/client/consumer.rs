@@ -355,14 +355,14 @@ impl MessageReceiver {
             self.discard();
             return Poll::Ready(None);
         }
-        if let Some(m) = self.local.pop_front() {
+        if let Some(m) = crate::queue::pop_front(&mut self.local) {
             return Poll::Ready(Some(m));
         }
         if !self.batch {
             return self.mailbox.poll_recv(cx);
         }
         match self.mailbox.poll_take_all(cx, &mut self.local) {
-            Poll::Ready(true) => Poll::Ready(self.local.pop_front()),
+            Poll::Ready(true) => Poll::Ready(crate::queue::pop_front(&mut self.local)),
             Poll::Ready(false) => Poll::Ready(None),
             Poll::Pending => Poll::Pending,
         }

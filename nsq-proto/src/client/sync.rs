@@ -210,7 +210,7 @@ impl<T> Mailbox<T> {
     /// The next item; `Ready(None)` once closed and empty.
     pub(crate) fn poll_recv(&self, cx: &mut Context<'_>) -> Poll<Option<T>> {
         let mut state = self.lock();
-        if let Some(item) = state.items.pop_front() {
+        if let Some(item) = crate::queue::pop_front(&mut state.items) {
             return Poll::Ready(Some(item));
         }
         if state.closed {

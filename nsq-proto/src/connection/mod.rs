@@ -583,7 +583,7 @@ impl Connection {
     /// The next event.
     #[must_use]
     pub fn poll_event(&mut self) -> Option<ConnectionEvent> {
-        self.events.pop_front()
+        crate::queue::pop_front(&mut self.events)
     }
 
     // ----- internals -----

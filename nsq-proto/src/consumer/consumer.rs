@@ -595,7 +595,7 @@ impl Consumer {
     /// The next event for the application.
     #[must_use]
     pub fn poll_event(&mut self) -> Option<ConsumerEvent> {
-        self.shared.events.pop_front()
+        crate::queue::pop_front(&mut self.shared.events)
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) must be called next: the earliest entry

@@ -527,7 +527,7 @@ impl Producer {
     /// The next event for the application.
     #[must_use]
     pub fn poll_event(&mut self) -> Option<ProducerEvent> {
-        self.events.pop_front()
+        crate::queue::pop_front(&mut self.events)
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) must be called next.
