@@ -80,10 +80,9 @@ impl Runtime for AsyncStd {
     fn connect(&self, addr: &str, _timeouts: Timeouts) -> BoxFuture<io::Result<Socket>> {
         let addr = addr.to_owned();
         Box::pin(async move {
+            // Nagle off: the driver writes once per wake-up, and waits for nothing more.
             let stream = async_net::TcpStream::connect(addr).await?;
-            if let Err(e) = stream.set_nodelay(true) {
-                tracing::debug!(error = %e, "could not set TCP_NODELAY");
-            }
+            stream.set_nodelay(true)?;
             Ok(Socket {
                 stream,
                 buf: BytesMut::new(),
