@@ -83,7 +83,10 @@
 //! `RUST_LOG`, as the examples do). Every line of a consumer is inside its span
 //! `consumer{id=.. topic=.. channel=..}`, every line of a producer inside `producer{id=..}`
 //! (ids unique in the process), and lines about a connection carry `conn` and `nsqd` (its
-//! address). Each event is logged once. At INFO a consumer's session reads (targets omitted):
+//! address). Every line's target is under `nsq_proto`, whichever adapter runs it (the client
+//! layer's under `nsq_proto::client`, the protocol's under `nsq_proto::connection`, ...), so
+//! `RUST_LOG=nsq_proto=debug` selects them all. Each event is logged once. At INFO a
+//! consumer's session reads (targets omitted):
 //!
 //! ```text
 //! INFO consumer{id=2 topic=orders channel=billing}: connecting to nsqd conn=conn#1 nsqd=127.0.0.1:4150
