@@ -449,12 +449,8 @@ impl<R: Runtime> Producer<R> {
 
     /// See the async [`Producer::connect`](super::Producer::connect).
     pub fn connect(addr: &str, config: &Config) -> Result<Producer<R>, Error> {
-        let producer = Producer::from(super::producer::start::<R>(
-            super::ProducerBuilder::<R>::new()
-                .config(config)
-                .nsqd(addr)
-                .into_setup(),
-        )?);
+        // Wrapped before the ping: a producer that fails it is closed and joined on drop.
+        let producer = Producer::from(super::Producer::<R>::start_one(addr, config)?);
         producer.ping()?;
         Ok(producer)
     }

@@ -83,7 +83,7 @@ impl<R> ConsumerBuilder<R> {
 
     /// Called for each message delivered more than `max_attempts` times; the message has
     /// already been finished. It runs on the driver (its task or thread), so keep it short.
-    /// It receives the adapter's `Message`, the type the consumer hands out everywhere else
+    /// It receives the same [`Message`] type the consumer hands out everywhere else
     /// (answering it does nothing: it is already finished).
     pub fn on_give_up(mut self, hook: impl Fn(&Message) + Send + Sync + 'static) -> Self {
         let hook: GiveUpHook = Arc::new(hook);

@@ -577,7 +577,11 @@ impl<R: Runtime> Consumer<R> {
         let handler = Arc::new(handler);
         let mut receivers: Vec<MessageReceiver> =
             (1..concurrency.max(1)).map(|_| receiver.worker()).collect();
-        receivers.push(receiver_into_worker(receiver));
+        // The consumer's own receiver becomes a worker too; what it took at once is handed
+        // out first.
+        let mut receiver = receiver;
+        receiver.batch = false;
+        receivers.push(receiver);
         let workers: Vec<BoxFuture<()>> = receivers
             .into_iter()
             .map(|mut receiver| {
@@ -592,13 +596,6 @@ impl<R: Runtime> Consumer<R> {
         handle.guard.runtime.run_workers(workers).await;
         drop(handle);
     }
-}
-
-/// The consumer's own receiver, turned into a worker: what it took at once goes back to the
-/// mailbox's other takers by being handed out first.
-fn receiver_into_worker(mut receiver: MessageReceiver) -> MessageReceiver {
-    receiver.batch = false;
-    receiver
 }
 
 /// Runs the handler on one message and answers it.

@@ -1,5 +1,6 @@
-//! The message type of every adapter: [`Delivery`], generic over the adapter's [`AnswerSink`],
-//! answering itself and requeued when dropped unanswered; [`PendingAnswer`] for handlers.
+//! The message type: [`Delivery`], generic over where its answers go ([`AnswerSink`]; every
+//! consumer's is its driver's [`AnswerChannel`](super::AnswerChannel)), answering itself and
+//! requeued when dropped unanswered; [`PendingAnswer`] for handlers.
 
 use super::answer::{Answer, AnswerKind};
 use super::handler::HandlerError;
@@ -10,8 +11,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Where the answers of an adapter's messages go: its channel to the driver that owns the
-/// core. Sending must not block and must not fail loudly: if the driver is gone, every
+/// Where the answers of a consumer's messages go: its channel to the driver that owns the
+/// core ([`AnswerChannel`](super::AnswerChannel)). Sending must not block and must not fail loudly: if the driver is gone, every
 /// connection is closed and nsqd redelivers the message anyway.
 pub trait AnswerSink: Send + Sync + 'static {
     /// Hands `answer` to the driver, with the `body` of the message when this is its last
@@ -53,8 +54,8 @@ impl<S: AnswerSink> Origin<S> {
     }
 }
 
-/// A message delivered to a consumer; every adapter's `Message` is this type with its own
-/// [`AnswerSink`]. It answers itself: [`finish`](Self::finish), [`requeue`](Self::requeue),
+/// A message delivered to a consumer; [`Message`](super::Message) is this type with the
+/// driver's [`AnswerChannel`](super::AnswerChannel). It answers itself: [`finish`](Self::finish), [`requeue`](Self::requeue),
 /// [`requeue_without_backoff`](Self::requeue_without_backoff), [`touch`](Self::touch).
 ///
 /// A message dropped without an answer is requeued (without backoff, with the default delay
@@ -80,7 +81,7 @@ impl<S: AnswerSink> fmt::Debug for Delivery<S> {
 }
 
 impl<S: AnswerSink> Delivery<S> {
-    /// A message the core delivered on `conn` (for adapters).
+    /// A message the core delivered on `conn` (for the driver).
     pub fn new(conn: ConnId, message: Message, origin: Arc<Origin<S>>) -> Delivery<S> {
         Delivery {
             inner: message,
@@ -183,7 +184,7 @@ impl<S: AnswerSink> Delivery<S> {
         }
     }
 
-    /// For adapters: the application never saw this message (received but not taken when
+    /// For the driver: the application never saw this message (received but not taken when
     /// the consumer stopped or its receiver was dropped): requeue it at once, without
     /// backoff and without the warning of an unanswered drop.
     pub fn release(mut self) {

@@ -100,14 +100,19 @@ impl<R: Runtime> Producer<R> {
     /// would: [`Error::NoServerAvailable`], or [`Error::TlsRequired`] when nsqd requires TLS
     /// and `config` has none).
     pub async fn connect(addr: &str, config: &Config) -> Result<Producer<R>, Error> {
-        let producer = super::producer::start(
+        let producer = Self::start_one(addr, config)?;
+        producer.ping().await?;
+        Ok(producer)
+    }
+
+    /// The producer of [`connect`](Self::connect) (and the blocking one), not yet pinged.
+    pub(crate) fn start_one(addr: &str, config: &Config) -> Result<Producer<R>, Error> {
+        start(
             super::ProducerBuilder::<R>::new()
                 .config(config)
                 .nsqd(addr)
                 .into_setup(),
-        )?;
-        producer.ping().await?;
-        Ok(producer)
+        )
     }
 
     async fn send(&self, input: impl FnOnce(Reply) -> Input) -> Result<(), Error> {
