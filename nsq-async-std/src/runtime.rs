@@ -73,10 +73,6 @@ impl Runtime for AsyncStd {
         Ok(AsyncStd)
     }
 
-    fn now(&self) -> Instant {
-        Instant::now()
-    }
-
     fn connect(&self, addr: &str, _timeouts: Timeouts) -> BoxFuture<io::Result<Socket>> {
         let addr = addr.to_owned();
         Box::pin(async move {

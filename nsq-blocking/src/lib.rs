@@ -18,16 +18,13 @@
 //!   included) under a small executor that parks the thread until a socket, a command or the
 //!   driver's timer wakes it.
 //! * Every nsqd connection has a reader thread (`nsqb-rd-N`: connects with the dial timeout,
-//!   sets `TCP_NODELAY`, then hands each read to the driver as a `BytesMut` chunk, so message
-//!   bodies are slices of the read buffer: zero-copy) and a writer thread (`nsqb-wr-N`:
-//!   writes what the driver emits, with the write timeout; a blocked write never stops
-//!   reading). The bytes the core emits during one wake-up leave in one write per
-//!   connection. nsqlookupd queries use the same sockets.
-//! * Messages are answered through small `Copy` commands on a lock-free queue: no lock and no
-//!   allocation per answer.
+//!   sets `TCP_NODELAY`, then hands each read to the driver as a chunk, so message bodies
+//!   are slices of the read buffer) and a writer thread (`nsqb-wr-N`: writes what the driver
+//!   emits, with the write timeout; a blocked write never stops reading). What the core emits
+//!   during one wake-up leaves in one write per connection; lookupd queries use these sockets.
+//! * Answers reach the driver as small commands, many per lock and per wake-up.
 //! * Every thread is named and joined by [`ConsumerHandle::stop`] / [`Consumer::stop`] /
-//!   [`Producer::close`] and on drop; nothing blocks without a bound.
-//! * Everything is logged with `tracing`, nothing is printed.
+//!   [`Producer::close`] and on drop; nothing blocks without a bound. Logs go to `tracing`.
 //!
 //! # Configuration, errors, logging
 //!

@@ -1,26 +1,19 @@
-//! [`Blocking`]: the client layer's [`Runtime`] on plain threads and `std::net`.
-//!
-//! The one driver of the client layer runs on a thread of its own (`nsqb-consumer`,
-//! `nsqb-producer`) under [`block_on`], a small executor that parks the thread until a waker
-//! or the driver's timer calls. A socket is a blocking `TcpStream` with a reader thread
-//! (`nsqb-rd-N`: dials, then hands each read to the driver as a chunk, so message bodies are
-//! slices of the read buffer) and a writer thread (`nsqb-wr-N`: writes what the driver hands
-//! it, each write bounded by the write timeout); a blocked write never stops reading. Every
-//! thread is named and joined before the driver's thread ends.
+//! [`Blocking`]: the client layer's [`Runtime`] on plain threads and `std::net` (the model is
+//! in the crate docs). Every thread is named and joined before the driver's thread ends.
 
 use bytes::{Bytes, BytesMut};
-use nsq_proto::client::blocking::{block_on, wake_at};
+use nsq_proto::client::blocking::{Timer, block_on};
 use nsq_proto::client::{self, BoxFuture, DriverTask, Error, Runtime, Timeouts};
 use std::collections::VecDeque;
 use std::future::Future;
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::thread::{JoinHandle, ThreadId};
-use std::time::Instant;
+use std::time::Duration;
 
 /// Bytes zeroed per read buffer (std's `Read` wants initialised memory); a read never offers
 /// less than [`MIN_READ`] bytes.
@@ -31,31 +24,6 @@ const MAX_GATHER: usize = 64;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-// -------------------------------------------------------------------------------- the timer
-
-/// The driver's timer: [`block_on`] parks the driver's thread no longer than its deadline.
-#[derive(Debug, Default)]
-pub struct Timer {
-    at: Option<Instant>,
-}
-
-impl client::Timer for Timer {
-    fn reset(&mut self, at: Instant) {
-        self.at = Some(at);
-    }
-
-    fn poll_expired(&mut self, _cx: &mut Context<'_>) -> Poll<()> {
-        match self.at {
-            Some(at) if at <= Instant::now() => Poll::Ready(()),
-            Some(at) => {
-                wake_at(at);
-                Poll::Pending
-            }
-            None => Poll::Pending,
-        }
-    }
 }
 
 // ----------------------------------------------------------------------------------- threads
@@ -83,6 +51,7 @@ impl Threads {
 
     /// Joins every thread (each ends once its socket is shut down).
     fn join_all(&self) {
+        // A joined thread may have started another (a reader its writer): until none is left.
         loop {
             let handles = std::mem::take(&mut *lock(&self.handles));
             if handles.is_empty() {
@@ -142,20 +111,16 @@ impl Runtime for Blocking {
         Ok(Blocking::default())
     }
 
-    fn now(&self) -> Instant {
-        Instant::now()
-    }
-
     fn connect(&self, addr: &str, timeouts: Timeouts) -> BoxFuture<io::Result<Socket>> {
-        let slot = Arc::new(Connecting::default());
-        let theirs = slot.clone();
+        let shared = Arc::new(Shared::default());
+        let theirs = shared.clone();
         let addr = addr.to_owned();
         let threads = self.threads.clone();
         let started = self.threads.spawn("rd", move || {
             read_loop(&addr, timeouts, &theirs, &threads);
         });
         match started {
-            Ok(()) => Box::pin(Connect(slot)),
+            Ok(()) => Box::pin(Connect(shared)),
             Err(e) => Box::pin(std::future::ready(Err(e))),
         }
     }
@@ -180,72 +145,16 @@ impl Runtime for Blocking {
 
 // ------------------------------------------------------------------------------------ socket
 
-/// A connection being opened on its reader thread.
-#[derive(Default)]
-struct Connecting {
-    state: Mutex<ConnectingState>,
-}
-
-#[derive(Default)]
-struct ConnectingState {
-    result: Option<io::Result<Socket>>,
-    waker: Option<Waker>,
-    /// The driver dropped the connect (timed out, or the connection is no longer wanted).
-    abandoned: bool,
-}
-
-impl Connecting {
-    /// Hands the reader thread's result to the driver; false (and the socket is dropped,
-    /// which shuts it down) if the driver abandoned the connect.
-    fn finish(&self, result: io::Result<Socket>) -> bool {
-        let waker = {
-            let mut state = lock(&self.state);
-            if state.abandoned {
-                return false;
-            }
-            state.result = Some(result);
-            state.waker.take()
-        };
-        if let Some(w) = waker {
-            w.wake();
-        }
-        true
-    }
-}
-
-/// The driver's side of a connect.
-struct Connect(Arc<Connecting>);
-
-impl Future for Connect {
-    type Output = io::Result<Socket>;
-
-    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut state = lock(&self.0.state);
-        if let Some(r) = state.result.take() {
-            return Poll::Ready(r);
-        }
-        state.waker = Some(cx.waker().clone());
-        Poll::Pending
-    }
-}
-
-impl Drop for Connect {
-    fn drop(&mut self) {
-        let mut state = lock(&self.0.state);
-        state.abandoned = true;
-        // A socket connected but never taken is shut down here.
-        state.result = None;
-    }
-}
-
 /// What a socket's threads tell the driver.
 #[derive(Debug, Default)]
-struct Shared {
-    state: Mutex<SharedState>,
-}
+struct Shared(Mutex<SharedState>);
 
 #[derive(Debug, Default)]
 struct SharedState {
+    /// The connect's outcome: the stream (to shut it down) and the writer thread's sender.
+    opened: Option<io::Result<(TcpStream, mpsc::Sender<Bytes>)>>,
+    /// The driver dropped its [`Connect`] (taken, timed out, or no longer wanted).
+    connect_dropped: bool,
     /// Chunks read (an empty one at EOF), or the read error.
     reads: VecDeque<io::Result<BytesMut>>,
     /// The writer failed.
@@ -258,15 +167,44 @@ struct SharedState {
 
 impl Shared {
     /// Updates the state and wakes the driver.
-    fn tell(&self, f: impl FnOnce(&mut SharedState)) {
-        let waker = {
-            let mut state = lock(&self.state);
-            f(&mut state);
-            state.waker.take()
+    fn tell<T>(&self, f: impl FnOnce(&mut SharedState) -> T) -> T {
+        let (out, waker) = {
+            let mut state = lock(&self.0);
+            (f(&mut state), state.waker.take())
         };
         if let Some(w) = waker {
             w.wake();
         }
+        out
+    }
+}
+
+/// The driver's side of a connect.
+struct Connect(Arc<Shared>);
+
+impl Future for Connect {
+    type Output = io::Result<Socket>;
+
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut state = lock(&self.0.0);
+        let Some(opened) = state.opened.take() else {
+            state.waker = Some(cx.waker().clone());
+            return Poll::Pending;
+        };
+        Poll::Ready(opened.map(|(stream, writer)| Socket {
+            shared: self.0.clone(),
+            writer: Some(writer),
+            stream,
+        }))
+    }
+}
+
+impl Drop for Connect {
+    fn drop(&mut self) {
+        let mut state = lock(&self.0.0);
+        state.connect_dropped = true;
+        // A connection opened but never taken: its writer ends and shuts it down.
+        state.opened = None;
     }
 }
 
@@ -282,7 +220,7 @@ pub struct Socket {
 
 impl client::Socket for Socket {
     fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<BytesMut>> {
-        let mut state = lock(&self.shared.state);
+        let mut state = lock(&self.shared.0);
         if let Some(e) = state.write_error.take() {
             return Poll::Ready(Err(e));
         }
@@ -294,7 +232,7 @@ impl client::Socket for Socket {
     }
 
     fn poll_write(&mut self, _cx: &mut Context<'_>, data: &Bytes) -> Poll<io::Result<usize>> {
-        if let Some(e) = lock(&self.shared.state).write_error.take() {
+        if let Some(e) = lock(&self.shared.0).write_error.take() {
             return Poll::Ready(Err(e));
         }
         match &self.writer {
@@ -306,7 +244,7 @@ impl client::Socket for Socket {
     fn poll_close(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         // The writer writes what it was given, then shuts the socket down.
         self.writer = None;
-        let mut state = lock(&self.shared.state);
+        let mut state = lock(&self.shared.0);
         if state.writer_done {
             Poll::Ready(Ok(()))
         } else {
@@ -324,11 +262,10 @@ impl Drop for Socket {
 }
 
 /// Resolves `addr` and connects to the first address that answers within `timeout` each.
-fn dial(addr: &str, timeout: std::time::Duration) -> io::Result<TcpStream> {
-    let addrs: Vec<SocketAddr> = addr.to_socket_addrs()?.collect();
+fn dial(addr: &str, timeout: Duration) -> io::Result<TcpStream> {
     let mut last = io::Error::new(io::ErrorKind::NotFound, "address resolved to nothing");
-    for a in addrs {
-        match TcpStream::connect_timeout(&a, timeout.max(std::time::Duration::from_millis(1))) {
+    for a in addr.to_socket_addrs()? {
+        match TcpStream::connect_timeout(&a, timeout.max(Duration::from_millis(1))) {
             Ok(s) => return Ok(s),
             Err(e) => last = e,
         }
@@ -336,51 +273,46 @@ fn dial(addr: &str, timeout: std::time::Duration) -> io::Result<TcpStream> {
     Err(last)
 }
 
-/// Opens the socket, hands it to the driver, starts its writer, then reads until the end.
-fn read_loop(addr: &str, timeouts: Timeouts, slot: &Connecting, threads: &Arc<Threads>) {
+/// `e`, or if it is a timeout, one that says what timed out and after how long.
+fn timed_out(e: io::Error, what: &str, after: Duration) -> io::Error {
+    match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("{what} timed out after {after:?}"),
+        ),
+        _ => e,
+    }
+}
+
+/// Opens the socket, starts its writer, hands it to the driver, then reads until the end.
+fn read_loop(addr: &str, timeouts: Timeouts, shared: &Arc<Shared>, threads: &Threads) {
     let opened = dial(addr, timeouts.dial).and_then(|stream| {
-        if let Err(e) = stream.set_nodelay(true) {
-            tracing::debug!(error = %e, "could not set TCP_NODELAY");
-        }
-        stream.set_write_timeout(Some(
-            timeouts.write.max(std::time::Duration::from_millis(1)),
-        ))?;
-        Ok((stream.try_clone()?, stream.try_clone()?, stream))
+        stream.set_nodelay(true)?;
+        stream.set_write_timeout(Some(timeouts.write.max(Duration::from_millis(1))))?;
+        let (reader, writer, theirs) = (stream.try_clone()?, stream.try_clone()?, shared.clone());
+        let (tx, rx) = mpsc::channel();
+        threads.spawn("wr", move || write_loop(writer, &rx, timeouts, &theirs))?;
+        Ok((reader, (stream, tx)))
     });
-    let (mut reader, writer_stream, stream) = match opened {
-        Ok(s) => s,
+    let mut reader = match opened {
+        Ok((reader, socket)) => {
+            // If the driver dropped the connect, the writer ends and shuts the socket down.
+            let dropped = shared.tell(|s| {
+                if !s.connect_dropped {
+                    s.opened = Some(Ok(socket));
+                }
+                s.connect_dropped
+            });
+            if dropped {
+                return;
+            }
+            reader
+        }
         Err(e) => {
-            let e = if e.kind() == io::ErrorKind::TimedOut {
-                io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("connect timed out after {:?}", timeouts.dial),
-                )
-            } else {
-                e
-            };
-            slot.finish(Err(e));
-            return;
+            let e = timed_out(e, "connect", timeouts.dial);
+            return shared.tell(|s| s.opened = Some(Err(e)));
         }
     };
-    let shared = Arc::new(Shared::default());
-    let (tx, rx) = mpsc::channel();
-    let writer_shared = shared.clone();
-    let started = threads.spawn("wr", move || {
-        write_loop(writer_stream, &rx, timeouts, &writer_shared);
-    });
-    if let Err(e) = started {
-        let _ = stream.shutdown(Shutdown::Both);
-        slot.finish(Err(e));
-        return;
-    }
-    let socket = Socket {
-        shared: shared.clone(),
-        writer: Some(tx),
-        stream,
-    };
-    if !slot.finish(Ok(socket)) {
-        return;
-    }
     // std's Read wants initialised memory: `buf` is zeroed scratch space, read into at its
     // front; the bytes read are split off and the rest stays initialised, so each byte of a
     // chunk is zeroed once, not once per read.
@@ -426,17 +358,7 @@ fn write_loop(
             data = gather.split().freeze();
         }
         if let Err(e) = stream.write_all(&data) {
-            let e = if matches!(
-                e.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-            ) {
-                io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("write timed out after {:?}", timeouts.write),
-                )
-            } else {
-                e
-            };
+            let e = timed_out(e, "write", timeouts.write);
             // Told before the shutdown, so the driver learns this reason before the EOF.
             shared.tell(|s| {
                 s.write_error = Some(e);
@@ -456,12 +378,18 @@ mod tests {
     use super::*;
     use client::Socket as _;
     use std::net::TcpListener;
-    use std::time::Duration;
+    use std::time::Instant;
 
     const WAIT: Duration = Duration::from_secs(5);
 
     fn timeouts(write: Duration) -> Timeouts {
         Timeouts::new(WAIT, write)
+    }
+
+    fn listen() -> (TcpListener, String) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        (listener, addr)
     }
 
     fn read(socket: &mut Socket) -> io::Result<BytesMut> {
@@ -479,9 +407,7 @@ mod tests {
 
     #[test]
     fn reads_arrive_as_chunks_then_eof() {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        let rt = Blocking::default();
+        let ((listener, addr), rt) = (listen(), Blocking::default());
         let mut socket = block_on(rt.connect(&addr, timeouts(WAIT))).unwrap();
         let (mut peer, _) = listener.accept().unwrap();
         assert!(socket.stream.nodelay().unwrap());
@@ -505,9 +431,7 @@ mod tests {
 
     #[test]
     fn a_stuck_write_times_out_and_reading_goes_on_meanwhile() {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        let rt = Blocking::default();
+        let ((listener, addr), rt) = (listen(), Blocking::default());
         let write_timeout = Duration::from_millis(300);
         let mut socket = block_on(rt.connect(&addr, timeouts(write_timeout))).unwrap();
         let (mut peer, _) = listener.accept().unwrap();
@@ -527,24 +451,17 @@ mod tests {
         assert!(reason.contains("timed out"), "{reason}");
         assert!(saw_data, "reads continue while a write is blocked");
         assert!(started.elapsed() < WAIT);
-        drop(socket);
-        drop(peer);
+        drop((socket, peer));
         rt.threads.join_all();
     }
 
     #[test]
     fn connect_failures_are_reported_and_an_abandoned_connect_ends_its_thread() {
-        let closed = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .to_string();
-        let rt = Blocking::default();
+        let (closed, rt) = (listen().1, Blocking::default());
         assert!(block_on(rt.connect(&closed, timeouts(WAIT))).is_err());
         assert!(block_on(rt.connect("not an address", timeouts(WAIT))).is_err());
         // Abandoned before the connection completes: the reader shuts it down and ends.
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
+        let (_listener, addr) = listen();
         drop(rt.connect(&addr, timeouts(WAIT)));
         rt.threads.join_all();
         assert!(lock(&rt.threads.handles).is_empty());

@@ -35,7 +35,7 @@ impl Wake for Unpark {
 }
 
 thread_local! {
-    /// The earliest deadline given to [`wake_at`] during the current poll of [`block_on`].
+    /// The earliest deadline of a pending [`Timer`] polled during the current poll of [`block_on`].
     static NEXT_TIMER: Cell<Option<Instant>> = const { Cell::new(None) };
 }
 
@@ -48,8 +48,8 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
 }
 
 /// Runs `future` on this thread until it completes (`Some`) or `deadline` passes (`None`).
-/// The thread parks between polls, until a waker calls or a deadline given to [`wake_at`]
-/// during the last poll passes.
+/// The thread parks between polls, until a waker calls or the deadline of a [`Timer`] that
+/// was pending in the last poll passes.
 pub fn block_on_until<F: Future>(future: F, deadline: Option<Instant>) -> Option<F::Output> {
     let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
     let mut cx = Context::from_waker(&waker);
@@ -74,10 +74,29 @@ pub fn block_on_until<F: Future>(future: F, deadline: Option<Instant>) -> Option
     }
 }
 
-/// For a timer polled under [`block_on`]: the thread is to wake at `at` at the latest (the
-/// earliest of the calls made during one poll counts).
-pub fn wake_at(at: Instant) {
-    NEXT_TIMER.with(|t| t.set(Some(t.get().map_or(at, |e| e.min(at)))));
+/// The driver's [`Timer`](super::Timer) for a runtime whose driver runs under [`block_on`]:
+/// while it is armed and pending, [`block_on`] parks the thread no longer than its deadline.
+#[derive(Debug, Default)]
+pub struct Timer {
+    at: Option<Instant>,
+}
+
+impl super::Timer for Timer {
+    fn reset(&mut self, at: Instant) {
+        self.at = Some(at);
+    }
+
+    fn poll_expired(&mut self, _cx: &mut Context<'_>) -> Poll<()> {
+        match self.at {
+            Some(at) if at <= Instant::now() => Poll::Ready(()),
+            Some(at) => {
+                // The earliest deadline polled during one poll of `block_on` counts.
+                NEXT_TIMER.with(|t| t.set(Some(t.get().map_or(at, |e| e.min(at)))));
+                Poll::Pending
+            }
+            None => Poll::Pending,
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------- handle
@@ -518,15 +537,11 @@ mod tests {
         assert!(start.elapsed() >= Duration::from_millis(20));
         // A timer polled under block_on wakes the thread at its deadline.
         let at = Instant::now() + Duration::from_millis(20);
-        let timer = std::future::poll_fn(|_| {
-            if Instant::now() >= at {
-                Poll::Ready(())
-            } else {
-                wake_at(at);
-                Poll::Pending
-            }
-        });
-        block_on(timer);
+        let mut timer = Timer::default();
+        super::super::Timer::reset(&mut timer, at);
+        block_on(std::future::poll_fn(|cx| {
+            super::super::Timer::poll_expired(&mut timer, cx)
+        }));
         assert!(Instant::now() >= at);
         // A waker from another thread unparks it.
         let (tx, rx) = super::super::sync::oneshot();

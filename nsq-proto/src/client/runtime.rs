@@ -44,8 +44,11 @@ pub trait Runtime: Clone + Send + Sync + Sized + 'static {
     /// when there is none (tokio outside a runtime).
     fn current() -> Result<Self, Error>;
 
-    /// The current time.
-    fn now(&self) -> Instant;
+    /// The current time: the system's monotonic clock unless the runtime has its own (tokio's
+    /// can be paused in tests).
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
 
     /// Opens a TCP connection to `addr` (`host:port`, resolved by the runtime) with
     /// `TCP_NODELAY` on. The driver abandons it (drops the future) after
