@@ -586,6 +586,18 @@ impl Connection {
         crate::queue::pop_front(&mut self.events)
     }
 
+    /// The next event if it is a delivery that `accept`s (the consumer's path for a run of
+    /// messages, which needs no `match` on every other kind of event).
+    pub(crate) fn poll_message(&mut self, accept: impl Fn(&Message) -> bool) -> Option<Message> {
+        if !matches!(self.events.front(), Some(ConnectionEvent::Message(m)) if accept(m)) {
+            return None;
+        }
+        match crate::queue::pop_front(&mut self.events) {
+            Some(ConnectionEvent::Message(m)) => Some(m),
+            _ => None,
+        }
+    }
+
     // ----- internals -----
 
     fn clock(&mut self, now: Instant) -> Instant {

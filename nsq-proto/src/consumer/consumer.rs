@@ -639,6 +639,7 @@ impl Consumer {
     /// Drains a connection's events (turning them into consumer actions) and its bytes.
     fn pump(&mut self, now: Instant, id: ConnId) {
         loop {
+            self.pump_deliveries(id);
             let Some(c) = self.shared.slots.get_mut(id).and_then(|s| s.conn.as_mut()) else {
                 return;
             };
@@ -689,13 +690,40 @@ impl Consumer {
         self.shared.flush(id);
     }
 
+    /// The common case of [`Consumer::pump`] with one look-up for a whole run of messages, not
+    /// several per message: moves the deliveries at the front of `id`'s events to the
+    /// consumer's events while none of them needs more (a re-plan because the connection's
+    /// bootstrap or low-RDY turn ends, or a give-up); `pump` takes the rest one at a time.
+    fn pump_deliveries(&mut self, id: ConnId) {
+        let max_attempts = self.shared.config.max_attempts;
+        let plain = |m: &Message| max_attempts == 0 || m.attempts <= max_attempts;
+        let Some(slot) = self.shared.slots.get_mut(id) else {
+            return;
+        };
+        let mut received = 0;
+        while slot.fresh_until.is_none() && !slot.yield_pending {
+            let Some(message) = slot.conn.as_mut().and_then(|c| c.poll_message(plain)) else {
+                break;
+            };
+            // (false, false) under this loop's condition: nothing to re-plan.
+            let _ = FlowControl::on_message(slot);
+            slot.counts.received += 1;
+            received += 1;
+            self.shared
+                .events
+                .push_back(ConsumerEvent::Message { conn: id, message });
+        }
+        self.received += received;
+    }
+
     fn on_message(&mut self, now: Instant, id: ConnId, message: Message) {
         self.received += 1;
         self.count(id, |c| c.received += 1);
         let max_attempts = self.shared.config.max_attempts;
-        let Some((was_fresh, turn_over)) = FlowControl::on_message(id, &mut self.shared) else {
+        let Some(slot) = self.shared.slots.get_mut(id) else {
             return;
         };
+        let (was_fresh, turn_over) = FlowControl::on_message(slot);
         if max_attempts > 0 && message.attempts > max_attempts {
             if let Some(c) = self.shared.slots.get_mut(id).and_then(|s| s.conn.as_mut()) {
                 if let Err(e) = c.finish(now, &message.id) {

@@ -124,17 +124,16 @@ impl FlowControl {
         slot.fresh_until = Some(later(now, sh.config.rdy_redistribute_interval));
     }
 
-    /// A message arrived on `id`: its RDY count and transit are updated. Returns whether it
-    /// was the first since the connection became ready (its bootstrap is over) and whether
-    /// its low-RDY turn was over (it gives RDY up now): either means a re-plan. `None` if
-    /// there is no such connection.
-    pub(super) fn on_message(id: ConnId, sh: &mut Shared) -> Option<(bool, bool)> {
-        let slot = sh.slots.get_mut(id)?;
+    /// A message arrived on `slot`'s connection: its RDY count and transit are updated.
+    /// Returns whether it was the first since the connection became ready (its bootstrap is
+    /// over) and whether its low-RDY turn was over (it gives RDY up now): either means a
+    /// re-plan.
+    pub(super) fn on_message(slot: &mut Slot) -> (bool, bool) {
         slot.received_since_rdy = slot.received_since_rdy.saturating_add(1);
         // One of the messages that may have been on the wire arrived.
         slot.transit = slot.transit.saturating_sub(1);
         let was_fresh = slot.fresh_until.take().is_some();
-        Some((was_fresh, slot.yield_pending))
+        (was_fresh, slot.yield_pending)
     }
 
     /// After a FIN/REQ on `id`: refill its RDY if the remaining count ran low, hand out the
