@@ -104,8 +104,8 @@
 //!
 //! * `client`: the client layer, `nsq_proto::client` (the one driver over a `Runtime` trait,
 //!   the async and blocking `Consumer`/`Producer` API, builders, errors, logging), which the
-//!   adapter crates enable and re-export; it adds concurrent-queue, atomic-waker,
-//!   futures-core, gethostname and getrandom to the build.
+//!   adapter crates enable and re-export; it adds atomic-waker, futures-core,
+//!   gethostname and getrandom to the build.
 //!
 //! Off by default, and not part of the stable API: what they expose may change or disappear in
 //! any release. They exist for this repository's own tests, benches and fuzzers.

@@ -3,7 +3,7 @@
 //!
 //! * [`Inbox`]: commands and answers to the driver (a short lock and a push per command, a
 //!   wake-up per batch; the driver takes the batch at once);
-//! * [`oneshot`]: one reply back (one allocation, no lock);
+//! * [`oneshot`]: one reply back (one small allocation, one short lock per side);
 //! * [`Mailbox`]: messages to the application, pushed once per wake-up of the driver and
 //!   taken one at a time or all at once.
 
@@ -76,10 +76,37 @@ impl<T> Inbox<T> {
     }
 }
 
-/// A one-shot reply: one value slot (lock-free) and the waiting task's waker.
+/// A one-shot reply: the value (or that the sender is gone) and the waiting task's waker,
+/// under one short lock. Not a lock-free queue: those are cache-padded (128-byte aligned), so
+/// every reply cost an over-aligned allocation, which measured as the costliest `malloc`
+/// path of a publisher.
 struct Slot<T> {
-    value: concurrent_queue::ConcurrentQueue<T>,
-    waker: atomic_waker::AtomicWaker,
+    state: Mutex<SlotState<T>>,
+}
+
+struct SlotState<T> {
+    value: Option<T>,
+    /// The sender is gone (sent or dropped).
+    closed: bool,
+    waker: Option<Waker>,
+}
+
+impl<T> Slot<T> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SlotState<T>> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Updates the state and wakes the receiver.
+    fn tell(&self, f: impl FnOnce(&mut SlotState<T>)) {
+        let waker = {
+            let mut state = self.lock();
+            f(&mut state);
+            state.waker.take()
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
 }
 
 /// The sending side of a one-shot reply; dropping it unsent makes the receiver see `Err`.
@@ -95,8 +122,11 @@ pub(crate) struct Canceled;
 /// A one-shot reply channel.
 pub(crate) fn oneshot<T>() -> (ReplyTx<T>, ReplyRx<T>) {
     let slot = Arc::new(Slot {
-        value: concurrent_queue::ConcurrentQueue::bounded(1),
-        waker: atomic_waker::AtomicWaker::new(),
+        state: Mutex::new(SlotState {
+            value: None,
+            closed: false,
+            waker: None,
+        }),
     });
     (ReplyTx(slot.clone()), ReplyRx(slot))
 }
@@ -104,15 +134,18 @@ pub(crate) fn oneshot<T>() -> (ReplyTx<T>, ReplyRx<T>) {
 impl<T> ReplyTx<T> {
     /// Sends the value (the first one wins; the receiver may be gone).
     pub(crate) fn send(&self, value: T) {
-        let _ = self.0.value.push(value);
-        self.0.waker.wake();
+        self.0.tell(|s| {
+            if !s.closed {
+                s.value = Some(value);
+                s.closed = true;
+            }
+        });
     }
 }
 
 impl<T> Drop for ReplyTx<T> {
     fn drop(&mut self) {
-        self.0.value.close();
-        self.0.waker.wake();
+        self.0.tell(|s| s.closed = true);
     }
 }
 
@@ -120,17 +153,14 @@ impl<T> ReplyRx<T> {
     /// The value, or `Err` if the sender was dropped without sending.
     pub(crate) async fn recv(self) -> Result<T, Canceled> {
         std::future::poll_fn(|cx| {
-            if let Ok(v) = self.0.value.pop() {
+            let mut state = self.0.lock();
+            if let Some(v) = state.value.take() {
                 return Poll::Ready(Ok(v));
             }
-            self.0.waker.register(cx.waker());
-            if let Ok(v) = self.0.value.pop() {
-                return Poll::Ready(Ok(v));
+            if state.closed {
+                return Poll::Ready(Err(Canceled));
             }
-            if self.0.value.is_closed() {
-                // Closed after a push: the value is still there.
-                return Poll::Ready(self.0.value.pop().map_err(|_| Canceled));
-            }
+            state.waker = Some(cx.waker().clone());
             Poll::Pending
         })
         .await
