@@ -4,8 +4,8 @@
 //! This is on the per-message path (one insert per delivery, one remove per answer), so it
 //! avoids SipHash and hash look-ups for bookkeeping:
 //!
-//! * ids are hashed with [`IdHasher`], a fixed folded multiply of the id's two 8-byte halves
-//!   (nsqd ids are 16 ASCII hex digits);
+//! * ids are hashed with [`hash_id`], a fixed folded multiply of the id's two 8-byte halves
+//!   (nsqd ids are 16 ASCII hex digits), into a table of 4-byte indices of entry slots;
 //! * deliveries get deadlines `now + msg_timeout` with a fixed `msg_timeout` and a monotone
 //!   `now`, so their timers are appended to a FIFO in deadline order; an answered message only
 //!   clears a flag in its slot (found by index, no hashing) and dead slots are dropped from the
@@ -215,14 +215,18 @@ impl InFlight {
     }
 
     fn entry_mut(&mut self, id: &MessageId) -> Option<&mut Entry> {
-        let entries = &self.entries;
-        let i = *self.map.find(hash_id(id), |&i| is(entries, i, id))?;
-        self.entries.get_mut(i as usize)
+        let i = Self::slot_of(&self.map, &self.entries, id)?;
+        self.entries.get_mut(i)
     }
 
     fn find<'a>(map: &HashTable<u32>, entries: &'a [Entry], id: &MessageId) -> Option<&'a Entry> {
-        let i = *map.find(hash_id(id), |&i| is(entries, i, id))?;
-        entries.get(i as usize)
+        entries.get(Self::slot_of(map, entries, id)?)
+    }
+
+    /// The slot of `entries` holding `id`.
+    fn slot_of(map: &HashTable<u32>, entries: &[Entry], id: &MessageId) -> Option<usize> {
+        map.find(hash_id(id), |&i| is(entries, i, id))
+            .map(|&i| i as usize)
     }
 
     /// `(deadline, delivered at)` of an in-flight message.

@@ -718,11 +718,11 @@ impl Consumer {
 
     fn on_message(&mut self, now: Instant, id: ConnId, message: Message) {
         self.received += 1;
-        self.count(id, |c| c.received += 1);
         let max_attempts = self.shared.config.max_attempts;
         let Some(slot) = self.shared.slots.get_mut(id) else {
             return;
         };
+        slot.counts.received += 1;
         let (was_fresh, turn_over) = FlowControl::on_message(slot);
         if max_attempts > 0 && message.attempts > max_attempts {
             if let Some(c) = self.shared.slots.get_mut(id).and_then(|s| s.conn.as_mut()) {
