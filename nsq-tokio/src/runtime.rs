@@ -8,7 +8,7 @@ use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
-use tokio::io::AsyncWrite;
+use tokio::io::{AsyncReadExt, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::runtime::Handle;
 
@@ -29,18 +29,16 @@ pub struct Socket {
 
 impl client::Socket for Socket {
     fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<BytesMut>> {
-        loop {
-            if self.buf.capacity() - self.buf.len() < MIN_READ {
-                self.buf.reserve(READ_CHUNK);
-            }
-            ready!(self.stream.poll_read_ready(cx))?;
-            // Reads into the spare capacity: nothing is zeroed first.
-            match self.stream.try_read_buf(&mut self.buf) {
-                Ok(_) => return Poll::Ready(Ok(self.buf.split())),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Poll::Ready(Err(e)),
-            }
+        if self.buf.capacity() - self.buf.len() < MIN_READ {
+            self.buf.reserve(READ_CHUNK);
         }
+        // Reads into the spare capacity (nothing is zeroed first) through `AsyncRead`, whose
+        // read that fills less than it was offered marks the socket drained: the driver's next
+        // poll waits for readiness instead of calling recv for a WouldBlock. (`try_read_buf`
+        // keeps the readiness until a WouldBlock: one more syscall per wake-up.)
+        let read = self.stream.read_buf(&mut self.buf);
+        ready!(std::pin::pin!(read).poll(cx))?;
+        Poll::Ready(Ok(self.buf.split()))
     }
 
     fn poll_write(&mut self, cx: &mut Context<'_>, data: &Bytes) -> Poll<io::Result<usize>> {
