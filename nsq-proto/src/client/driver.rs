@@ -33,6 +33,13 @@ pub(crate) trait Logic: Send + 'static {
     /// Commands from the user-facing handles.
     type Input: Send + 'static;
 
+    /// After a poll that did work, look once more before parking: the tasks that work woke
+    /// run first if they share the driver's thread, and what they send at once (a
+    /// producer's callers publish again as soon as their replies arrive) is taken without
+    /// waking the driver from another thread. Not for a consumer, whose handlers' answers
+    /// are better taken in larger batches.
+    const LOOK_AGAIN_AFTER_WORK: bool = false;
+
     /// The core.
     fn machine(&mut self) -> &mut Self::Machine;
     /// One command from a handle.
@@ -438,7 +445,7 @@ pub(crate) async fn run<L: Logic, R: Runtime>(
     let _ = net.flush();
     std::future::poll_fn(|cx| {
         inbox.register(cx.waker());
-        for _ in 0..ROUNDS_PER_POLL {
+        for round in 0..ROUNDS_PER_POLL {
             let now = runtime.now();
             let mut progress = false;
             // Commands first, so concurrent publishes leave in one write.
@@ -478,6 +485,11 @@ pub(crate) async fn run<L: Logic, R: Runtime>(
                 }
             }
             if !progress {
+                if L::LOOK_AGAIN_AFTER_WORK && round > 0 {
+                    // Work was done this poll: queued behind the tasks it woke, look once
+                    // more. A poll that finds nothing parks.
+                    cx.waker().wake_by_ref();
+                }
                 // The waker was registered before the queue was emptied: a command queued
                 // since then wakes us.
                 return Poll::Pending;

@@ -214,6 +214,7 @@ struct ProducerLogic {
 impl Logic for ProducerLogic {
     type Machine = crate::Producer;
     type Input = Input;
+    const LOOK_AGAIN_AFTER_WORK: bool = true;
 
     fn machine(&mut self) -> &mut crate::Producer {
         &mut self.core
