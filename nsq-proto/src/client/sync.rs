@@ -110,7 +110,8 @@ impl<T> Slot<T> {
 }
 
 /// The sending side of a one-shot reply; dropping it unsent makes the receiver see `Err`.
-pub(crate) struct ReplyTx<T>(Arc<Slot<T>>);
+/// (`None` once sent: its drop then has nothing left to tell.)
+pub(crate) struct ReplyTx<T>(Option<Arc<Slot<T>>>);
 
 /// The receiving side of a one-shot reply.
 pub(crate) struct ReplyRx<T>(Arc<Slot<T>>);
@@ -128,24 +129,27 @@ pub(crate) fn oneshot<T>() -> (ReplyTx<T>, ReplyRx<T>) {
             waker: None,
         }),
     });
-    (ReplyTx(slot.clone()), ReplyRx(slot))
+    (ReplyTx(Some(slot.clone())), ReplyRx(slot))
 }
 
 impl<T> ReplyTx<T> {
-    /// Sends the value (the first one wins; the receiver may be gone).
-    pub(crate) fn send(&self, value: T) {
-        self.0.tell(|s| {
-            if !s.closed {
+    /// Sends the value (once: it takes the sender; the receiver may be gone). One lock: the
+    /// sender's drop that follows has nothing left to do.
+    pub(crate) fn send(mut self, value: T) {
+        if let Some(slot) = self.0.take() {
+            slot.tell(|s| {
                 s.value = Some(value);
                 s.closed = true;
-            }
-        });
+            });
+        }
     }
 }
 
 impl<T> Drop for ReplyTx<T> {
     fn drop(&mut self) {
-        self.0.tell(|s| s.closed = true);
+        if let Some(slot) = &self.0 {
+            slot.tell(|s| s.closed = true);
+        }
     }
 }
 
@@ -325,8 +329,6 @@ mod tests {
     fn oneshot_delivers_once_or_reports_cancel() {
         let (tx, rx) = oneshot();
         tx.send(1);
-        tx.send(2);
-        drop(tx);
         assert!(matches!(poll_once(rx.recv()), Poll::Ready(Ok(1))));
         let (tx, rx) = oneshot::<u8>();
         drop(tx);
