@@ -696,7 +696,7 @@ impl Consumer {
     /// bootstrap or low-RDY turn ends, or a give-up); `pump` takes the rest one at a time.
     fn pump_deliveries(&mut self, id: ConnId) {
         let max_attempts = self.shared.config.max_attempts;
-        let plain = |m: &Message| max_attempts == 0 || m.attempts <= max_attempts;
+        let plain = |m: &Message| !gives_up(max_attempts, m);
         let Some(slot) = self.shared.slots.get_mut(id) else {
             return;
         };
@@ -724,7 +724,7 @@ impl Consumer {
         };
         slot.counts.received += 1;
         let (was_fresh, turn_over) = FlowControl::on_message(slot);
-        if max_attempts > 0 && message.attempts > max_attempts {
+        if gives_up(max_attempts, &message) {
             if let Some(c) = self.shared.slots.get_mut(id).and_then(|s| s.conn.as_mut()) {
                 if let Err(e) = c.finish(now, &message.id) {
                     tracing::debug!(conn = %id, error = %e, "could not finish a message given up on");
@@ -811,6 +811,11 @@ impl Consumer {
         }
         self.maybe_emit_closed();
     }
+}
+
+/// Whether a delivery is given up on: attempts above `max_attempts` (0: never).
+fn gives_up(max_attempts: u16, message: &Message) -> bool {
+    max_attempts > 0 && message.attempts > max_attempts
 }
 
 #[cfg(test)]
