@@ -1,5 +1,5 @@
 //! Subscribes, receives, finishes and closes cleanly by driving nsq-proto's `Consumer` over a
-//! plain `std::net::TcpStream`: the whole client is the loop in `run` plus the driver in
+//! plain `std::net::TcpStream`: the whole client is the loop in `demo` plus the driver in
 //! `std_driver/mod.rs`.
 //!
 //! ```text
@@ -8,6 +8,15 @@
 //! ```
 //!
 //! Against a real nsqd, run `std_producer` first: it publishes to the same default topic.
+//!
+//! With `--runfor` it is the floor of the reader benchmark: go-nsq's `bench_reader` flags and
+//! final line, one connection with RDY `--rdy`, every message finished as it arrives, from one
+//! thread with nothing but this core and `std::net` in the way.
+//!
+//! ```text
+//! cargo run --release -p nsq-proto --example std_consumer -- \
+//!     --nsqd-tcp-address=127.0.0.1:4150 --topic=sub_bench --channel=ch --rdy=2500 --runfor=2s
+//! ```
 #![allow(
     clippy::print_stdout,
     clippy::disallowed_methods,
@@ -17,22 +26,86 @@
 
 #[path = "std_driver/mod.rs"]
 mod std_driver;
+#[path = "../../nsq-tokio/examples/support/cli.rs"]
+mod support;
 
 use nsq_proto::consumer::{Consumer, ConsumerConfig, ConsumerEvent};
 use nsq_proto::{Channel, Topic};
 use std::time::{Duration, Instant};
+use support::{BenchArgs, Flags, Usage, bench_line, fatal, log, value};
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    run(&std::env::args().skip(1).collect::<Vec<_>>())
+const USAGE: Usage = Usage {
+    name: "std_consumer",
+    about: "Consumes messages with nsq-proto's Consumer over std::net, in one thread; \
+            with --runfor, benchmarks reading like go-nsq's bench_reader.",
+    flags: &[
+        value(
+            "nsqd-tcp-address",
+            "ADDR",
+            "nsqd TCP address (default: an in-process test broker)",
+        ),
+        value(
+            "topic",
+            "TOPIC",
+            "topic to consume (default: std_example; sub_bench with --runfor)",
+        ),
+        value(
+            "channel",
+            "CHANNEL",
+            "channel to consume (default: std_example; ch with --runfor)",
+        ),
+        value(
+            "count",
+            "N",
+            "messages to finish without --runfor (default: 3)",
+        ),
+        value(
+            "runfor",
+            "DURATION",
+            "benchmark reading for this long, like bench_reader",
+        ),
+        value("rdy", "N", "with --runfor: max in flight (default: 2500)"),
+        value(
+            "size",
+            "BYTES",
+            "with --runfor: size of each message, for the rate (default: 200)",
+        ),
+    ],
+};
+
+fn main() {
+    if let Err(e) = dispatch(&Flags::parse(&USAGE)) {
+        fatal("std_consumer", &e.to_string());
+    }
+}
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+/// Runs the example with `args` (the command line without the program's name).
+#[allow(
+    dead_code,
+    reason = "tests/std_examples.rs runs the example through it"
+)]
+pub(crate) fn run(args: &[String]) -> Result<()> {
+    let flags = Flags::parse_from(args.iter().cloned(), &USAGE).map_err(|e| format!("{e:?}"))?;
+    dispatch(&flags)
+}
+
+fn dispatch(flags: &Flags) -> Result<()> {
+    if flags.has("runfor") {
+        bench(flags)
+    } else {
+        demo(flags)
+    }
 }
 
 /// Subscribes to `--topic` (default `std_example`) on channel `--channel` (default
 /// `std_example`), finishes `--count` messages (default 3), then closes gracefully.
-pub(crate) fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
-    let (addr, broker) = std_driver::nsqd_address(args)?;
-    let topic = Topic::new(std_driver::flag(args, "topic").unwrap_or("std_example"))?;
-    let channel = Channel::new(std_driver::flag(args, "channel").unwrap_or("std_example"))?;
-    let count: usize = std_driver::flag(args, "count").unwrap_or("3").parse()?;
+fn demo(flags: &Flags) -> Result<()> {
+    let (addr, broker) = std_driver::nsqd_address(flags)?;
+    let topic = Topic::new(flags.string("topic", "std_example"))?;
+    let channel = Channel::new(flags.string("channel", "std_example"))?;
+    let count: usize = flags.number("count", 3)?;
     if let Some(broker) = &broker {
         for i in 0..count {
             broker.publish(topic.as_str(), format!("message {i}").as_bytes());
@@ -47,12 +120,13 @@ pub(crate) fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     consumer.add_nsqd(Instant::now(), &addr)?;
     let mut driver = std_driver::StdDriver::new(Duration::from_secs(10));
     let mut finished = 0;
+    let mut events = Vec::new();
     loop {
-        let events = driver.drain(&mut consumer);
+        driver.drain(&mut consumer, &mut events);
         if events.is_empty() {
             driver.wait(&mut consumer)?;
         }
-        for event in events {
+        for event in events.drain(..) {
             match event {
                 ConsumerEvent::ConnectionReady { addr, .. } => println!("subscribed on {addr}"),
                 ConsumerEvent::Message { conn, message } => {
@@ -70,6 +144,58 @@ pub(crate) fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
                     } else {
                         Err(format!("{leftovers} messages left unanswered").into())
                     };
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// The reader benchmark: finish every message as it arrives until `--runfor` has passed.
+fn bench(flags: &Flags) -> Result<()> {
+    let args = BenchArgs::parse(flags, Duration::from_secs(10))?;
+    let (addr, _broker) = std_driver::nsqd_address(flags)?;
+    let config = ConsumerConfig {
+        max_in_flight: args.rdy,
+        ..ConsumerConfig::default()
+    };
+    let topic = Topic::new(args.topic.clone())?;
+    let channel = Channel::new(args.channel.clone())?;
+    let mut consumer = Consumer::new(config, topic, channel, std::process::id().into());
+    consumer.add_nsqd(Instant::now(), &addr)?;
+    let mut driver = std_driver::StdDriver::new(args.runfor + Duration::from_secs(30));
+    let mut events = Vec::new();
+    // Started once subscribed (as go-nsq's tool starts its clock before connecting, a
+    // subscription takes a millisecond).
+    let mut clock: Option<(Instant, Instant)> = None;
+    let mut received = 0u64;
+    let mut elapsed = Duration::ZERO;
+    loop {
+        driver.drain(&mut consumer, &mut events);
+        if events.is_empty() {
+            driver.wait(&mut consumer)?;
+        }
+        let now = Instant::now();
+        if let Some((start, end)) = clock {
+            if now >= end && !consumer.is_closing() {
+                elapsed = now - start;
+                consumer.close(now);
+            }
+        }
+        for event in events.drain(..) {
+            match event {
+                ConsumerEvent::ConnectionReady { .. } => {
+                    clock = Some((now, now + args.runfor));
+                }
+                ConsumerEvent::Message { conn, message } => {
+                    consumer.finish(now, conn, &message.id)?;
+                    if !consumer.is_closing() {
+                        received += 1;
+                    }
+                }
+                ConsumerEvent::Closed { .. } => {
+                    log("bench_reader", &bench_line(elapsed, received, args.size));
+                    return Ok(());
                 }
                 _ => {}
             }
