@@ -15,15 +15,19 @@
 //!
 //! * One driver thread per [`Consumer`] / [`Producer`] (`nsqb-consumer`, `nsqb-producer`)
 //!   runs the client layer's one driver (the same code as on tokio and async-io, batching
-//!   included) under a small executor that parks the thread until a socket, a command or the
-//!   driver's timer wakes it.
-//! * Every nsqd connection has a reader thread (`nsqb-rd-N`: connects with the dial timeout,
-//!   sets `TCP_NODELAY`, then hands each read to the driver as a chunk, so message bodies
-//!   are slices of the read buffer) and a writer thread (`nsqb-wr-N`: writes what the driver
-//!   emits, with the write timeout; a blocked write never stops reading). What the core emits
-//!   during one wake-up leaves in one write per connection; lookupd queries use these sockets.
-//! * Answers reach the driver as small commands, many per lock and per wake-up.
-//! * Every thread is named and joined by [`ConsumerHandle::stop`] / [`Consumer::stop`] /
+//!   included) and owns every socket of its client: it waits on a readiness poller of its
+//!   own (epoll, kqueue or IOCP, through mio) over non-blocking sockets, with the driver's
+//!   timer as the wait's deadline. There is no thread per connection: a consumer of twelve
+//!   nsqd runs as many threads as a consumer of one.
+//! * Bytes read are decoded, delivered and answered on that thread; message bodies are slices
+//!   of the read buffer. What the core emits during one wake-up leaves in one write per
+//!   connection; a blocked write never stops reading. lookupd queries use the same poller.
+//! * Calls from other threads reach the driver as small commands, many per lock; the first
+//!   command of a batch wakes the driver through the poller (once, and only if it waits), and
+//!   a caller's thread is woken only when its own reply or message is ready.
+//! * A host name is resolved on a short-lived thread (the system resolver blocks); IP
+//!   addresses need none.
+//! * The driver thread is joined by [`ConsumerHandle::stop`] / [`Consumer::stop`] /
 //!   [`Producer::close`] and on drop; nothing blocks without a bound. Logs go to `tracing`.
 //!
 //! # Configuration, errors, logging
@@ -124,6 +128,7 @@ pub type Iter<'a> = nsq_proto::client::blocking::Iter<'a, Blocking>;
 /// The owning iterator of a [`Consumer`] (`for msg in consumer`).
 pub type IntoIter = nsq_proto::client::blocking::IntoIter<Blocking>;
 pub use nsq_proto as proto;
+pub use nsq_proto::client::blocking::PendingPublish;
 pub use nsq_proto::client::prelude::*;
 pub use runtime::Blocking;
 pub use std::sync::mpsc::RecvTimeoutError;

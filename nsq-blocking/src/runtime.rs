@@ -1,74 +1,222 @@
-//! [`Blocking`]: the client layer's [`Runtime`] on plain threads and `std::net` (the model is
-//! in the crate docs). Every thread is named and joined before the driver's thread ends.
+//! [`Blocking`]: the client layer's [`Runtime`] on one thread per client. The driver thread
+//! waits on a readiness poller (mio: epoll, kqueue or IOCP) over the client's non-blocking
+//! sockets, with the driver's timer as the wait's deadline; other threads wake it through
+//! the poller, once per batch of commands.
 
 use bytes::{Bytes, BytesMut};
-use nsq_proto::client::blocking::{Timer, block_on};
+use mio::net::TcpStream;
+use mio::{Events, Interest, Poll as Poller, Registry, Token};
 use nsq_proto::client::{self, BoxFuture, DriverTask, Error, Runtime, Timeouts};
-use std::collections::VecDeque;
+use std::cell::Cell;
+use std::collections::HashMap;
 use std::future::Future;
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc;
+use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll, Wake, Waker};
 use std::thread::{JoinHandle, ThreadId};
-use std::time::Duration;
+use std::time::Instant;
 
 /// Bytes zeroed per read buffer (std's `Read` wants initialised memory); a read never offers
 /// less than [`MIN_READ`] bytes.
 const READ_CHUNK: usize = 64 * 1024;
 const MIN_READ: usize = 8 * 1024;
-/// At most this many queued chunks are gathered into one write by a writer thread.
-const MAX_GATHER: usize = 64;
+/// The token of the poller's waker (sockets count up from 1).
+const WAKER: Token = Token(0);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-// ----------------------------------------------------------------------------------- threads
+// ----------------------------------------------------------------------------------- reactor
 
-/// Every thread one client started, joined by its driver thread before it ends.
+/// What a socket's readiness events said since its last read or write would have blocked.
 #[derive(Debug, Default)]
-struct Threads {
-    handles: Mutex<Vec<JoinHandle<()>>>,
-    next: AtomicU64,
-}
+struct Readiness(AtomicU8);
 
-impl Threads {
-    /// Starts a thread named `nsqb-<what>-N`.
-    fn spawn(&self, what: &str, f: impl FnOnce() + Send + 'static) -> io::Result<()> {
-        let n = self.next.fetch_add(1, Ordering::Relaxed) + 1;
-        let handle = std::thread::Builder::new()
-            .name(format!("nsqb-{what}-{n}"))
-            .spawn(f)?;
-        let mut handles = lock(&self.handles);
-        // Forget threads that are done so a long-lived client does not accumulate handles.
-        handles.retain(|h| !h.is_finished());
-        handles.push(handle);
-        Ok(())
+const READABLE: u8 = 1;
+const WRITABLE: u8 = 2;
+
+impl Readiness {
+    fn is(&self, bit: u8) -> bool {
+        self.0.load(Ordering::Relaxed) & bit != 0
     }
 
-    /// Joins every thread (each ends once its socket is shut down).
-    fn join_all(&self) {
-        // A joined thread may have started another (a reader its writer): until none is left.
-        loop {
-            let handles = std::mem::take(&mut *lock(&self.handles));
-            if handles.is_empty() {
-                return;
+    fn set(&self, bits: u8) {
+        self.0.fetch_or(bits, Ordering::Relaxed);
+    }
+
+    fn clear(&self, bit: u8) {
+        self.0.fetch_and(!bit, Ordering::Relaxed);
+    }
+}
+
+/// One client's poller, shared by its driver thread (which waits on it), its sockets (which
+/// register with it) and every waker of the driver (which interrupt the wait).
+#[derive(Debug)]
+struct Reactor {
+    /// The poller, until the driver thread (or a test's [`Blocking::block_on`]) takes it.
+    poller: Mutex<Option<Poller>>,
+    registry: Registry,
+    waker: mio::Waker,
+    /// The driver was woken since it last looked (set by wakers, cleared before a poll).
+    notified: AtomicBool,
+    /// The driver waits in the poller, or is about to: a waker must interrupt it.
+    sleeping: AtomicBool,
+    /// Each registered socket's readiness, by token.
+    sockets: Mutex<HashMap<Token, Arc<Readiness>>>,
+    next_token: AtomicUsize,
+}
+
+impl Reactor {
+    fn new() -> io::Result<Reactor> {
+        let poller = Poller::new()?;
+        let registry = poller.registry().try_clone()?;
+        let waker = mio::Waker::new(&registry, WAKER)?;
+        Ok(Reactor {
+            poller: Mutex::new(Some(poller)),
+            registry,
+            waker,
+            notified: AtomicBool::new(false),
+            sleeping: AtomicBool::new(false),
+            sockets: Mutex::new(HashMap::new()),
+            next_token: AtomicUsize::new(WAKER.0 + 1),
+        })
+    }
+
+    /// Runs `future` to completion on this thread: polls it, then waits for readiness, a
+    /// wake-up or the deadline of the [`Timer`] it polled last, and again.
+    fn block_on<F: Future>(self: &Arc<Self>, future: F) -> io::Result<F::Output> {
+        let mut poller = lock(&self.poller)
+            .take()
+            .ok_or_else(|| io::Error::other("the poller is already in use"))?;
+        let waker = Waker::from(self.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut future = std::pin::pin!(future);
+        let mut events = Events::with_capacity(256);
+        let output = loop {
+            self.notified.store(false, Ordering::SeqCst);
+            NEXT_TIMER.with(|t| t.set(None));
+            if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
+                break v;
             }
-            for h in handles {
-                let _ = h.join();
+            let timeout = NEXT_TIMER
+                .with(Cell::get)
+                .map(|t| t.saturating_duration_since(Instant::now()));
+            // Announce the wait, then look once more: a wake-up either sees `sleeping` and
+            // interrupts the wait, or was seen here (both are SeqCst).
+            self.sleeping.store(true, Ordering::SeqCst);
+            if self.notified.load(Ordering::SeqCst) {
+                self.sleeping.store(false, Ordering::SeqCst);
+                continue;
+            }
+            let waited = poller.poll(&mut events, timeout);
+            self.sleeping.store(false, Ordering::SeqCst);
+            match waited {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    *lock(&self.poller) = Some(poller);
+                    return Err(e);
+                }
+            }
+            let sockets = lock(&self.sockets);
+            for event in &events {
+                let Some(readiness) = sockets.get(&event.token()) else {
+                    continue; // the waker, or a socket already gone
+                };
+                let mut bits = 0;
+                if event.is_readable() || event.is_read_closed() || event.is_error() {
+                    bits |= READABLE;
+                }
+                if event.is_writable() || event.is_write_closed() || event.is_error() {
+                    bits |= WRITABLE;
+                }
+                readiness.set(bits);
+            }
+        };
+        *lock(&self.poller) = Some(poller);
+        Ok(output)
+    }
+
+    /// Registers `stream` for both directions (edge-triggered: one registration for its
+    /// life, no re-arming per wait).
+    fn register(self: &Arc<Self>, mut stream: TcpStream) -> io::Result<Registered> {
+        let token = Token(self.next_token.fetch_add(1, Ordering::Relaxed));
+        self.registry
+            .register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)?;
+        let readiness = Arc::new(Readiness::default());
+        lock(&self.sockets).insert(token, readiness.clone());
+        Ok(Registered {
+            stream,
+            token,
+            readiness,
+            reactor: self.clone(),
+        })
+    }
+}
+
+/// Wakes the driver: the first wake-up since it last looked interrupts its wait, if it
+/// waits; later ones (and any while it runs) cost an atomic operation.
+impl Wake for Reactor {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if !self.notified.swap(true, Ordering::SeqCst) && self.sleeping.load(Ordering::SeqCst) {
+            if let Err(e) = self.waker.wake() {
+                tracing::error!(error = %e, "could not wake the driver thread");
             }
         }
     }
+}
+
+thread_local! {
+    /// The deadline of the [`Timer`] polled pending during the current poll of
+    /// [`Reactor::block_on`].
+    static NEXT_TIMER: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// The driver's timer: while it is armed and pending, the driver thread waits no longer than
+/// its deadline.
+#[derive(Debug, Default)]
+pub struct Timer {
+    at: Option<Instant>,
+}
+
+impl client::Timer for Timer {
+    fn reset(&mut self, at: Instant) {
+        self.at = Some(at);
+    }
+
+    fn poll_expired(&mut self, _cx: &mut Context<'_>) -> Poll<()> {
+        match self.at {
+            Some(at) if at <= Instant::now() => Poll::Ready(()),
+            Some(at) => {
+                NEXT_TIMER.with(|t| t.set(Some(t.get().map_or(at, |e| e.min(at)))));
+                Poll::Pending
+            }
+            None => Poll::Pending,
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------------- runtime
+
+/// One thread per client as the client layer's runtime: each client gets its own poller,
+/// waited on by its driver thread.
+#[derive(Debug, Clone)]
+pub struct Blocking {
+    reactor: Arc<Reactor>,
 }
 
 /// A client's driver thread: joined by `stop`, `close` and drops.
 #[derive(Debug)]
 pub struct DriverThread {
     /// Taken by the first joiner, who holds the lock while joining: every caller returns
-    /// once the thread has finished (every socket closed, every thread joined).
+    /// once the thread has finished (every socket closed).
     handle: Mutex<Option<JoinHandle<()>>>,
     id: ThreadId,
 }
@@ -91,13 +239,19 @@ impl DriverTask for DriverThread {
     }
 }
 
-// ----------------------------------------------------------------------------------- runtime
+impl Blocking {
+    /// A runtime with a poller of its own.
+    fn new() -> io::Result<Blocking> {
+        Ok(Blocking {
+            reactor: Arc::new(Reactor::new()?),
+        })
+    }
 
-/// Plain threads as the client layer's runtime: one value per client, holding the registry
-/// of the threads its sockets use.
-#[derive(Debug, Clone, Default)]
-pub struct Blocking {
-    threads: Arc<Threads>,
+    /// Runs `future` on this thread over this runtime's poller (its sockets' tests).
+    #[cfg(test)]
+    fn block_on<F: Future>(&self, future: F) -> F::Output {
+        self.reactor.block_on(future).expect("the poller works")
+    }
 }
 
 impl Runtime for Blocking {
@@ -108,21 +262,22 @@ impl Runtime for Blocking {
     type Producer = crate::Producer;
 
     fn current() -> Result<Self, Error> {
-        Ok(Blocking::default())
+        Blocking::new().map_err(|e| Error::Spawn(format!("could not create a poller: {e}")))
     }
 
-    fn connect(&self, addr: &str, timeouts: Timeouts) -> BoxFuture<io::Result<Socket>> {
-        let shared = Arc::new(Shared::default());
-        let theirs = shared.clone();
-        let addr = addr.to_owned();
-        let threads = self.threads.clone();
-        let started = self.threads.spawn("rd", move || {
-            read_loop(&addr, timeouts, &theirs, &threads);
-        });
-        match started {
-            Ok(()) => Box::pin(Connect(shared)),
-            Err(e) => Box::pin(std::future::ready(Err(e))),
-        }
+    fn connect(&self, addr: &str, _timeouts: Timeouts) -> BoxFuture<io::Result<Socket>> {
+        let (reactor, addr) = (self.reactor.clone(), addr.to_owned());
+        Box::pin(async move {
+            let addrs = resolve(&reactor, addr).await?;
+            let mut last = io::Error::new(io::ErrorKind::NotFound, "address resolved to nothing");
+            for a in addrs {
+                match connect_to(&reactor, a).await {
+                    Ok(socket) => return Ok(socket),
+                    Err(e) => last = e,
+                }
+            }
+            Err(last)
+        })
     }
 
     fn timer(&self) -> Timer {
@@ -130,11 +285,12 @@ impl Runtime for Blocking {
     }
 
     fn spawn(&self, name: &str, driver: BoxFuture<()>) -> io::Result<DriverThread> {
-        let threads = self.threads.clone();
+        let reactor = self.reactor.clone();
         let name = name.replacen("nsq-", "nsqb-", 1);
         let handle = std::thread::Builder::new().name(name).spawn(move || {
-            block_on(driver);
-            threads.join_all();
+            if let Err(e) = reactor.block_on(driver) {
+                tracing::error!(error = %e, "the driver's poller failed");
+            }
         })?;
         Ok(DriverThread {
             id: handle.thread().id(),
@@ -143,234 +299,141 @@ impl Runtime for Blocking {
     }
 }
 
-// ------------------------------------------------------------------------------------ socket
-
-/// What a socket's threads tell the driver.
-#[derive(Debug, Default)]
-struct Shared(Mutex<SharedState>);
-
-#[derive(Debug, Default)]
-struct SharedState {
-    /// The connect's outcome: the stream (to shut it down) and the writer thread's sender.
-    opened: Option<io::Result<(TcpStream, mpsc::Sender<Bytes>)>>,
-    /// The driver dropped its [`Connect`] (taken, timed out, or no longer wanted).
-    connect_dropped: bool,
-    /// Chunks read (an empty one at EOF), or the read error.
-    reads: VecDeque<io::Result<BytesMut>>,
-    /// The writer failed.
-    write_error: Option<io::Error>,
-    /// The writer has written everything and shut the socket down.
-    writer_done: bool,
-    /// The driver's waker.
-    waker: Option<Waker>,
-}
-
-impl Shared {
-    /// Updates the state and wakes the driver.
-    fn tell<T>(&self, f: impl FnOnce(&mut SharedState) -> T) -> T {
-        let (out, waker) = {
-            let mut state = lock(&self.0);
-            (f(&mut state), state.waker.take())
-        };
-        if let Some(w) = waker {
-            w.wake();
-        }
-        out
+/// The addresses of `addr` (`host:port`): at once for an IP address, else resolved on a
+/// short-lived thread of its own (the system resolver blocks; the driver must not).
+async fn resolve(reactor: &Arc<Reactor>, addr: String) -> io::Result<Vec<SocketAddr>> {
+    if let Ok(a) = addr.parse::<SocketAddr>() {
+        return Ok(vec![a]);
     }
+    let slot: Arc<Mutex<Option<io::Result<Vec<SocketAddr>>>>> = Arc::default();
+    let (theirs, waker) = (slot.clone(), Waker::from(reactor.clone()));
+    std::thread::Builder::new()
+        .name("nsqb-resolve".to_owned())
+        .spawn(move || {
+            let resolved = addr.to_socket_addrs().map(Iterator::collect);
+            *lock(&theirs) = Some(resolved);
+            waker.wake();
+        })?;
+    std::future::poll_fn(|_| match lock(&slot).take() {
+        Some(resolved) => Poll::Ready(resolved),
+        None => Poll::Pending,
+    })
+    .await
 }
 
-/// The driver's side of a connect.
-struct Connect(Arc<Shared>);
-
-impl Future for Connect {
-    type Output = io::Result<Socket>;
-
-    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut state = lock(&self.0.0);
-        let Some(opened) = state.opened.take() else {
-            state.waker = Some(cx.waker().clone());
+/// Connects to `addr` without blocking: the socket is writable once the connection is made
+/// (or has failed).
+async fn connect_to(reactor: &Arc<Reactor>, addr: SocketAddr) -> io::Result<Socket> {
+    let socket = reactor.register(TcpStream::connect(addr)?)?;
+    std::future::poll_fn(|_| {
+        if !socket.readiness.is(WRITABLE) {
             return Poll::Pending;
-        };
-        Poll::Ready(opened.map(|(stream, writer)| Socket {
-            shared: self.0.clone(),
-            writer: Some(writer),
-            stream,
-        }))
-    }
-}
-
-impl Drop for Connect {
-    fn drop(&mut self) {
-        let mut state = lock(&self.0.0);
-        state.connect_dropped = true;
-        // A connection opened but never taken: its writer ends and shuts it down.
-        state.opened = None;
-    }
-}
-
-/// A blocking `TcpStream` read and written by threads of its own.
-#[derive(Debug)]
-pub struct Socket {
-    shared: Arc<Shared>,
-    /// Bytes for the writer thread; dropped to end it after its last write.
-    writer: Option<mpsc::Sender<Bytes>>,
-    /// To shut the socket down when the driver drops it.
-    stream: TcpStream,
-}
-
-impl client::Socket for Socket {
-    fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<BytesMut>> {
-        let mut state = lock(&self.shared.0);
-        if let Some(e) = state.write_error.take() {
+        }
+        if let Some(e) = socket.stream.take_error()? {
             return Poll::Ready(Err(e));
         }
-        if let Some(r) = state.reads.pop_front() {
-            return Poll::Ready(r);
+        match socket.stream.peer_addr() {
+            Ok(_) => Poll::Ready(Ok(())),
+            // Not connected yet (a spurious wake-up): wait for the next event.
+            Err(e) if e.kind() == io::ErrorKind::NotConnected => {
+                socket.readiness.clear(WRITABLE);
+                Poll::Pending
+            }
+            Err(e) => Poll::Ready(Err(e)),
         }
-        state.waker = Some(cx.waker().clone());
-        Poll::Pending
+    })
+    .await?;
+    // Nagle off: the driver writes once per wake-up, and waits for nothing more.
+    socket.stream.set_nodelay(true)?;
+    Ok(Socket {
+        socket,
+        buf: BytesMut::new(),
+    })
+}
+
+// ------------------------------------------------------------------------------------ socket
+
+/// A socket registered with a client's poller; deregistered when dropped.
+#[derive(Debug)]
+struct Registered {
+    stream: TcpStream,
+    token: Token,
+    readiness: Arc<Readiness>,
+    reactor: Arc<Reactor>,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        lock(&self.reactor.sockets).remove(&self.token);
+        let _ = self.reactor.registry.deregister(&mut self.stream);
+    }
+}
+
+/// A non-blocking TCP stream on its client's poller, and the buffer it reads into.
+#[derive(Debug)]
+pub struct Socket {
+    socket: Registered,
+    /// Zeroed space read into at its front; what is read is split off.
+    buf: BytesMut,
+}
+
+/// A read or write that took less than it was offered drained the socket (or filled its
+/// buffer): the next would block, and the poller reports the next change (tokio does the
+/// same). Not on Windows, whose poller is emulated and reports only what it was asked.
+const SHORT_MEANS_DRAINED: bool = cfg!(not(windows));
+
+impl client::Socket for Socket {
+    fn poll_read(&mut self, _cx: &mut Context<'_>) -> Poll<io::Result<BytesMut>> {
+        let s = &mut self.socket;
+        loop {
+            if !s.readiness.is(READABLE) {
+                return Poll::Pending;
+            }
+            if self.buf.len() < MIN_READ {
+                self.buf = BytesMut::zeroed(READ_CHUNK);
+            }
+            let offered = self.buf.len();
+            match s.stream.read(&mut self.buf[..]) {
+                Ok(n) => {
+                    if n > 0 && n < offered && SHORT_MEANS_DRAINED {
+                        s.readiness.clear(READABLE);
+                    }
+                    return Poll::Ready(Ok(self.buf.split_to(n)));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => s.readiness.clear(READABLE),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
     }
 
     fn poll_write(&mut self, _cx: &mut Context<'_>, data: &Bytes) -> Poll<io::Result<usize>> {
-        if let Some(e) = lock(&self.shared.0).write_error.take() {
-            return Poll::Ready(Err(e));
-        }
-        match &self.writer {
-            Some(w) if w.send(data.clone()).is_ok() => Poll::Ready(Ok(data.len())),
-            _ => Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
-        }
-    }
-
-    fn poll_close(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        // The writer writes what it was given, then shuts the socket down.
-        self.writer = None;
-        let mut state = lock(&self.shared.0);
-        if state.writer_done {
-            Poll::Ready(Ok(()))
-        } else {
-            state.waker = Some(cx.waker().clone());
-            Poll::Pending
-        }
-    }
-}
-
-impl Drop for Socket {
-    fn drop(&mut self) {
-        // Ends both threads: the reader's read and a blocked write return at once.
-        let _ = self.stream.shutdown(Shutdown::Both);
-    }
-}
-
-/// Resolves `addr` and connects to the first address that answers within `timeout` each.
-fn dial(addr: &str, timeout: Duration) -> io::Result<TcpStream> {
-    let mut last = io::Error::new(io::ErrorKind::NotFound, "address resolved to nothing");
-    for a in addr.to_socket_addrs()? {
-        match TcpStream::connect_timeout(&a, timeout.max(Duration::from_millis(1))) {
-            Ok(s) => return Ok(s),
-            Err(e) => last = e,
-        }
-    }
-    Err(last)
-}
-
-/// `e`, or if it is a timeout, one that says what timed out and after how long.
-fn timed_out(e: io::Error, what: &str, after: Duration) -> io::Error {
-    match e.kind() {
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => io::Error::new(
-            io::ErrorKind::TimedOut,
-            format!("{what} timed out after {after:?}"),
-        ),
-        _ => e,
-    }
-}
-
-/// Opens the socket, starts its writer, hands it to the driver, then reads until the end.
-fn read_loop(addr: &str, timeouts: Timeouts, shared: &Arc<Shared>, threads: &Threads) {
-    let opened = dial(addr, timeouts.dial).and_then(|stream| {
-        stream.set_nodelay(true)?;
-        stream.set_write_timeout(Some(timeouts.write.max(Duration::from_millis(1))))?;
-        let (reader, writer, theirs) = (stream.try_clone()?, stream.try_clone()?, shared.clone());
-        let (tx, rx) = mpsc::channel();
-        threads.spawn("wr", move || write_loop(writer, &rx, timeouts, &theirs))?;
-        Ok((reader, (stream, tx)))
-    });
-    let mut reader = match opened {
-        Ok((reader, socket)) => {
-            // If the driver dropped the connect, the writer ends and shuts the socket down.
-            let dropped = shared.tell(|s| {
-                if !s.connect_dropped {
-                    s.opened = Some(Ok(socket));
+        let s = &mut self.socket;
+        loop {
+            if !s.readiness.is(WRITABLE) {
+                return Poll::Pending;
+            }
+            match s.stream.write(data) {
+                Ok(n) => {
+                    if n < data.len() && SHORT_MEANS_DRAINED {
+                        s.readiness.clear(WRITABLE);
+                    }
+                    return Poll::Ready(Ok(n));
                 }
-                s.connect_dropped
-            });
-            if dropped {
-                return;
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => s.readiness.clear(WRITABLE),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Poll::Ready(Err(e)),
             }
-            reader
-        }
-        Err(e) => {
-            let e = timed_out(e, "connect", timeouts.dial);
-            return shared.tell(|s| s.opened = Some(Err(e)));
-        }
-    };
-    // std's Read wants initialised memory: `buf` is zeroed scratch space, read into at its
-    // front; the bytes read are split off and the rest stays initialised, so each byte of a
-    // chunk is zeroed once, not once per read.
-    let mut buf = BytesMut::new();
-    loop {
-        if buf.len() < MIN_READ {
-            buf = BytesMut::zeroed(READ_CHUNK);
-        }
-        let read = match reader.read(&mut buf[..]) {
-            Ok(0) => Ok(BytesMut::new()),
-            Ok(n) => Ok(buf.split_to(n)),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => Err(e),
-        };
-        let end = !matches!(&read, Ok(chunk) if !chunk.is_empty());
-        shared.tell(|s| s.reads.push_back(read));
-        if end {
-            return;
         }
     }
-}
 
-/// Writes what the driver hands over until it drops its sender, then shuts the socket down.
-fn write_loop(
-    mut stream: TcpStream,
-    rx: &mpsc::Receiver<Bytes>,
-    timeouts: Timeouts,
-    shared: &Shared,
-) {
-    let mut gather = BytesMut::new();
-    while let Ok(first) = rx.recv() {
-        // Usually one chunk per wake-up of the driver; if this thread fell behind, gather what
-        // queued up meanwhile into one write.
-        let mut data = first;
-        for _ in 0..MAX_GATHER {
-            let Ok(next) = rx.try_recv() else { break };
-            if gather.is_empty() {
-                gather.extend_from_slice(&data);
-            }
-            gather.extend_from_slice(&next);
-        }
-        if !gather.is_empty() {
-            data = gather.split().freeze();
-        }
-        if let Err(e) = stream.write_all(&data) {
-            let e = timed_out(e, "write", timeouts.write);
-            // Told before the shutdown, so the driver learns this reason before the EOF.
-            shared.tell(|s| {
-                s.write_error = Some(e);
-                s.writer_done = true;
-            });
-            let _ = stream.shutdown(Shutdown::Both);
-            return;
-        }
+    fn poll_close(&mut self, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // Everything was written (the driver closes once its queue is empty): send FIN.
+        Poll::Ready(match self.socket.stream.shutdown(Shutdown::Write) {
+            Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(()),
+            other => other,
+        })
     }
-    let _ = stream.flush();
-    let _ = stream.shutdown(Shutdown::Both);
-    shared.tell(|s| s.writer_done = true);
 }
 
 #[cfg(test)]
@@ -378,13 +441,7 @@ mod tests {
     use super::*;
     use client::Socket as _;
     use std::net::TcpListener;
-    use std::time::Instant;
-
-    const WAIT: Duration = Duration::from_secs(5);
-
-    fn timeouts(write: Duration) -> Timeouts {
-        Timeouts::new(WAIT, write)
-    }
+    use std::time::Duration;
 
     fn listen() -> (TcpListener, String) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -392,78 +449,111 @@ mod tests {
         (listener, addr)
     }
 
-    fn read(socket: &mut Socket) -> io::Result<BytesMut> {
-        nsq_proto::client::blocking::block_on_until(
-            std::future::poll_fn(|cx| socket.poll_read(cx)),
-            Some(Instant::now() + WAIT),
-        )
-        .expect("a read within WAIT")
+    fn timeouts() -> Timeouts {
+        Timeouts::new(Duration::from_secs(5), Duration::from_secs(5))
     }
 
-    fn write(socket: &mut Socket, data: &Bytes) {
-        let n = block_on(std::future::poll_fn(|cx| socket.poll_write(cx, data))).unwrap();
-        assert_eq!(n, data.len(), "handed to the writer thread whole");
+    /// Polls `f` on `rt` until it is ready or five seconds have passed.
+    fn within<T>(rt: &Blocking, mut f: impl FnMut(&mut Context<'_>) -> Poll<T>) -> T {
+        let mut timer = Timer::default();
+        client::Timer::reset(&mut timer, Instant::now() + Duration::from_secs(5));
+        rt.block_on(std::future::poll_fn(|cx| {
+            if let Poll::Ready(v) = f(cx) {
+                return Poll::Ready(v);
+            }
+            assert!(
+                client::Timer::poll_expired(&mut timer, cx).is_pending(),
+                "not ready within 5 s"
+            );
+            Poll::Pending
+        }))
+    }
+
+    fn write_all(rt: &Blocking, socket: &mut Socket, mut data: Bytes) {
+        while !data.is_empty() {
+            let n = within(rt, |cx| socket.poll_write(cx, &data)).unwrap();
+            bytes::Buf::advance(&mut data, n);
+        }
     }
 
     #[test]
     fn reads_arrive_as_chunks_then_eof() {
-        let ((listener, addr), rt) = (listen(), Blocking::default());
-        let mut socket = block_on(rt.connect(&addr, timeouts(WAIT))).unwrap();
+        let ((listener, addr), rt) = (listen(), Blocking::new().unwrap());
+        let mut socket = rt.block_on(rt.connect(&addr, timeouts())).unwrap();
         let (mut peer, _) = listener.accept().unwrap();
-        assert!(socket.stream.nodelay().unwrap());
-        write(&mut socket, &Bytes::from_static(b"ping"));
+        assert!(socket.socket.stream.nodelay().unwrap());
+        write_all(&rt, &mut socket, Bytes::from_static(b"ping"));
         let mut got = [0u8; 4];
         peer.read_exact(&mut got).unwrap();
         assert_eq!(&got, b"ping");
         peer.write_all(b"hello").unwrap();
         let mut data = Vec::new();
         while data.len() < 5 {
-            data.extend_from_slice(&read(&mut socket).unwrap());
+            data.extend_from_slice(&within(&rt, |cx| socket.poll_read(cx)).unwrap());
         }
         assert_eq!(data, b"hello");
         drop(peer);
-        assert!(read(&mut socket).unwrap().is_empty(), "EOF");
-        // A graceful close ends the writer; dropping the socket ends the reader.
-        block_on(std::future::poll_fn(|cx| socket.poll_close(cx))).unwrap();
+        assert!(
+            within(&rt, |cx| socket.poll_read(cx)).unwrap().is_empty(),
+            "EOF"
+        );
+        within(&rt, |cx| socket.poll_close(cx)).unwrap();
         drop(socket);
-        rt.threads.join_all();
+        assert!(lock(&rt.reactor.sockets).is_empty(), "deregistered");
     }
 
     #[test]
-    fn a_stuck_write_times_out_and_reading_goes_on_meanwhile() {
-        let ((listener, addr), rt) = (listen(), Blocking::default());
-        let write_timeout = Duration::from_millis(300);
-        let mut socket = block_on(rt.connect(&addr, timeouts(write_timeout))).unwrap();
+    fn a_blocked_write_waits_and_reading_goes_on_meanwhile() {
+        let ((listener, addr), rt) = (listen(), Blocking::new().unwrap());
+        let mut socket = rt.block_on(rt.connect(&addr, timeouts())).unwrap();
         let (mut peer, _) = listener.accept().unwrap();
-        // The peer never reads: 64 MiB cannot fit in the socket buffers.
-        write(&mut socket, &Bytes::from(vec![0u8; 64 << 20]));
-        std::thread::sleep(Duration::from_millis(100));
+        // The peer does not read: 64 MiB cannot fit in the socket buffers.
+        let big = Bytes::from(vec![0u8; 64 << 20]);
+        let taken = within(&rt, |cx| socket.poll_write(cx, &big)).unwrap();
+        assert!(taken < big.len());
+        let rest = big.slice(taken..);
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(socket.poll_write(&mut cx, &rest).is_pending(), "blocked");
         peer.write_all(b"still reading").unwrap();
-        let started = Instant::now();
-        let mut saw_data = false;
-        let reason = loop {
-            match read(&mut socket) {
-                Ok(chunk) if !chunk.is_empty() => saw_data = true,
-                Ok(_) => panic!("EOF before the write error"),
-                Err(e) => break e.to_string(),
+        let chunk = within(&rt, |cx| socket.poll_read(cx)).unwrap();
+        assert!(!chunk.is_empty(), "reads go on while a write is blocked");
+        // Once the peer reads, the write goes on.
+        let reader = std::thread::spawn(move || {
+            let mut sink = vec![0u8; 1 << 20];
+            let mut total = 0;
+            while total < 1 << 20 {
+                total += peer.read(&mut sink).unwrap();
             }
-        };
-        assert!(reason.contains("timed out"), "{reason}");
-        assert!(saw_data, "reads continue while a write is blocked");
-        assert!(started.elapsed() < WAIT);
-        drop((socket, peer));
-        rt.threads.join_all();
+            peer
+        });
+        assert!(within(&rt, |cx| socket.poll_write(cx, &rest)).unwrap() > 0);
+        drop(reader.join().unwrap());
     }
 
     #[test]
-    fn connect_failures_are_reported_and_an_abandoned_connect_ends_its_thread() {
-        let (closed, rt) = (listen().1, Blocking::default());
-        assert!(block_on(rt.connect(&closed, timeouts(WAIT))).is_err());
-        assert!(block_on(rt.connect("not an address", timeouts(WAIT))).is_err());
-        // Abandoned before the connection completes: the reader shuts it down and ends.
+    fn connect_failures_are_reported() {
+        let (closed, rt) = (listen().1, Blocking::new().unwrap());
+        // `closed`'s listener is gone: refused.
+        assert!(rt.block_on(rt.connect(&closed, timeouts())).is_err());
+        let e = rt
+            .block_on(rt.connect("not an address", timeouts()))
+            .unwrap_err();
+        assert!(!e.to_string().is_empty());
+        // A host name is resolved on a thread of its own.
+        let (listener, addr) = listen();
+        let port = addr.rsplit(':').next().unwrap();
+        let socket = rt
+            .block_on(rt.connect(&format!("localhost:{port}"), timeouts()))
+            .unwrap();
+        drop(listener.accept().unwrap());
+        drop(socket);
+        // An abandoned connect deregisters its socket.
         let (_listener, addr) = listen();
-        drop(rt.connect(&addr, timeouts(WAIT)));
-        rt.threads.join_all();
-        assert!(lock(&rt.threads.handles).is_empty());
+        drop(rt.connect(&addr, timeouts()));
+        let mut pending = rt.connect(&addr, timeouts());
+        let mut cx = Context::from_waker(Waker::noop());
+        let _ = pending.as_mut().poll(&mut cx);
+        drop(pending);
+        assert!(lock(&rt.reactor.sockets).is_empty(), "deregistered");
     }
 }

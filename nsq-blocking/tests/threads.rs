@@ -166,4 +166,25 @@ fn scenario() {
     }
     assert_no_threads();
     assert_eq!(nsqd.channel("threads", "ch").map(|c| c.in_flight), Some(0));
+
+    // A consumer of twelve nsqd runs as many threads as a consumer of one: its driver.
+    let brokers: Vec<Nsqd> = (0..12).map(|_| Nsqd::start().unwrap()).collect();
+    for b in &brokers {
+        b.publish("many", b"m");
+    }
+    let mut c = Consumer::builder("many", "ch")
+        .core_config(fast())
+        .nsqds(brokers.iter().map(|b| b.tcp_address().to_string()))
+        .build()
+        .unwrap();
+    for _ in 0..12 {
+        c.recv_timeout(WAIT).unwrap().finish();
+    }
+    let stats = c.stats();
+    assert_eq!(stats.connections, 12, "{stats:?}");
+    if cfg!(target_os = "linux") {
+        assert_eq!(our_threads(), ["nsqb-consumer"]);
+    }
+    c.stop();
+    assert_no_threads();
 }
