@@ -14,7 +14,7 @@
 #[path = "../../nsq-tokio/examples/support/cli.rs"]
 mod support;
 
-use nsq_blocking::{Config, Consumer, RecvTimeoutError};
+use nsq_blocking::{Config, Consumer};
 use std::time::{Duration, Instant};
 use support::{BenchArgs, Flags, Usage, bench_flags, bench_line, cpus, fatal, init_logging, log};
 
@@ -59,25 +59,26 @@ fn run() -> Result<(), String> {
     }
     let start = Instant::now();
     let end = start + runfor;
+    // At `end`, a timer thread stops every consumer: each reader's `recv` then ends, so the
+    // loop reads no clock per message.
+    let handles: Vec<_> = consumers.iter().map(Consumer::handle).collect();
+    let timer = std::thread::spawn(move || {
+        std::thread::sleep(end.saturating_duration_since(Instant::now()));
+        let duration = start.elapsed();
+        for h in &handles {
+            h.stop();
+        }
+        duration
+    });
     let threads: Vec<_> = consumers
         .into_iter()
         .map(|mut consumer| {
             consumer.set_max_in_flight(rdy);
             std::thread::spawn(move || {
                 let mut count = 0u64;
-                loop {
-                    let left = end.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        break;
-                    }
-                    match consumer.recv_timeout(left) {
-                        Ok(m) => {
-                            m.finish();
-                            count += 1;
-                        }
-                        Err(RecvTimeoutError::Timeout) => {}
-                        Err(RecvTimeoutError::Disconnected) => break,
-                    }
+                while let Some(m) = consumer.recv() {
+                    m.finish();
+                    count += 1;
                 }
                 (count, consumer)
             })
@@ -90,7 +91,7 @@ fn run() -> Result<(), String> {
         total += count;
         consumers.push(consumer);
     }
-    let duration = start.elapsed();
+    let duration = timer.join().map_err(|_| "the timer thread panicked")?;
     for c in &mut consumers {
         c.stop();
     }
