@@ -3,8 +3,10 @@
 //! at a time, awaiting its result before the next, until `--runfor` has passed. Publishes
 //! waiting at the same moment leave as one MPUB (natural batching), each with its own result.
 //! Prints the Go bench tools' final line. Extra flags: `--runtime=async-std|smol` (default
-//! async-std; smol's tasks run on `SMOL_THREADS` threads, default 1) and
-//! `--batching=true|false` (default true).
+//! async-std; smol's tasks run on `SMOL_THREADS` threads, default 1),
+//! `--batching=true|false` (default true), and `--async` with `--window=N`: one task
+//! publishes with `publish_async`, keeping `N` publishes under way (default 1000), like
+//! go-nsq's `PublishAsync` from one goroutine.
 //!
 //! ```text
 //! cargo run --release -p nsq-async-std --example bench_publish_async_std -- \
@@ -17,7 +19,10 @@ mod support;
 use bytes::Bytes;
 use nsq_async_std::{Config, Producer, Topic};
 use std::time::{Duration, Instant};
-use support::{BenchArgs, Flags, Usage, bench_flags, bench_line, fatal, init_logging, log, value};
+use support::{
+    BenchArgs, Flags, Usage, WINDOW_FLAG, async_publish_flags, bench_flags, bench_line, fatal,
+    init_logging, log, publish_window, value,
+};
 
 const PREFIX: &str = "bench_publish";
 
@@ -35,7 +40,9 @@ const USAGE: Usage = Usage {
             "batching",
             "true|false",
             "natural batching of concurrent publishes, not a Go flag (default: true)",
-        )
+        ),
+        async_publish_flags!(),
+        WINDOW_FLAG
     ),
 };
 
@@ -49,6 +56,8 @@ struct Load {
     concurrency: usize,
     runfor: Duration,
     config: Config,
+    /// `--async`: the window of one task's `publish_async`s.
+    window: Option<usize>,
 }
 
 async fn bench(
@@ -60,6 +69,15 @@ async fn bench(
         .map_err(|e| e.to_string())?;
     let start = Instant::now();
     let end = start + load.runfor;
+    if let Some(window) = load.window {
+        let (topic, body) = (&load.topic, &load.body);
+        let total =
+            publish_window(window, end, || producer.publish_async(topic, body.clone())).await?;
+        let duration = start.elapsed();
+        let stats = producer.stats();
+        producer.close().await;
+        return Ok((duration, total, stats));
+    }
     let tasks: Vec<_> = (0..load.concurrency)
         .map(|_| {
             let (p, topic, body) = (producer.clone(), load.topic.clone(), load.body.clone());
@@ -101,6 +119,11 @@ fn run() -> Result<(), String> {
         concurrency: args.concurrency,
         runfor: args.runfor,
         config,
+        window: if flags.boolean("async")? {
+            Some(flags.number("window", 1000)?)
+        } else {
+            None
+        },
     };
     let (duration, total, stats) = match flags.string("runtime", "async-std").as_str() {
         "async-std" => {

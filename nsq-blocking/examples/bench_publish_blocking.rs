@@ -2,7 +2,9 @@
 //! threads share one [`Producer`] and each publishes one `--size`-byte message at a time,
 //! waiting for its result before the next, until `--runfor` has passed. Publishes waiting at
 //! the same moment leave as one MPUB (natural batching), each with its own result. Prints the
-//! Go bench tools' final line. Extra flag: `--batching=true|false` (default true).
+//! Go bench tools' final line. Extra flags: `--batching=true|false` (default true), and
+//! `--async` with `--window=N`: one thread publishes with `publish_async`, keeping `N`
+//! publishes under way (default 1000), like go-nsq's `PublishAsync` from one goroutine.
 //!
 //! ```text
 //! cargo run --release -p nsq-blocking --example bench_publish_blocking -- \
@@ -14,7 +16,10 @@ mod support;
 
 use nsq_blocking::{Config, Producer, Topic};
 use std::time::{Duration, Instant};
-use support::{BenchArgs, Flags, Usage, bench_flags, bench_line, fatal, init_logging, log, value};
+use support::{
+    BenchArgs, Flags, Usage, WINDOW_FLAG, async_publish_flags, bench_flags, bench_line, fatal,
+    init_logging, log, value,
+};
 
 const PREFIX: &str = "bench_publish";
 
@@ -27,9 +32,43 @@ const USAGE: Usage = Usage {
             "batching",
             "true|false",
             "natural batching of concurrent publishes, not a Go flag (default: true)",
-        )
+        ),
+        async_publish_flags!(),
+        WINDOW_FLAG
     ),
 };
+
+/// `--async`: one thread keeps `window` publishes under way until `end`; returns how many
+/// succeeded.
+fn publish_window(
+    producer: &Producer,
+    topic: &Topic,
+    body: &bytes::Bytes,
+    window: usize,
+    end: Instant,
+) -> Result<u64, String> {
+    let mut under_way = std::collections::VecDeque::with_capacity(window);
+    let mut done = 0u64;
+    let publish_error = |e: nsq_blocking::Error| format!("publish error: {e}");
+    while Instant::now() < end {
+        if under_way.len() >= window.max(1) {
+            if let Some(p) = under_way.pop_front() {
+                nsq_blocking::PendingPublish::wait(p).map_err(publish_error)?;
+                done += 1;
+            }
+        }
+        under_way.push_back(
+            producer
+                .publish_async(topic, body.clone())
+                .map_err(publish_error)?,
+        );
+    }
+    for p in under_way {
+        p.wait().map_err(publish_error)?;
+        done += 1;
+    }
+    Ok(done)
+}
 
 fn run() -> Result<(), String> {
     let flags = Flags::parse(&USAGE);
@@ -47,6 +86,16 @@ fn run() -> Result<(), String> {
     let body = bytes::Bytes::from(vec![0u8; size]);
     let start = Instant::now();
     let end = start + runfor;
+    let mut total = 0;
+    if flags.boolean("async")? {
+        let window = flags.number("window", 1000)?;
+        total = publish_window(&producer, &topic, &body, window, end)?;
+    }
+    let concurrency = if flags.boolean("async")? {
+        0
+    } else {
+        concurrency
+    };
     let threads: Vec<_> = (0..concurrency)
         .map(|_| {
             let (p, topic, body) = (producer.clone(), topic.clone(), body.clone());
@@ -61,7 +110,6 @@ fn run() -> Result<(), String> {
             })
         })
         .collect();
-    let mut total = 0;
     for t in threads {
         total += t.join().map_err(|_| "a publishing thread panicked")??;
     }

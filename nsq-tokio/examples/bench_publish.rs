@@ -5,9 +5,11 @@
 //! publish: one message per request, from many tasks at once. Publishes waiting at the same
 //! moment leave as one MPUB (natural batching), each with its own result.
 //!
-//! Flags beyond the Go program's (`/work/interop/bench_publish`-style: `--nsqd-tcp-address`,
-//! `--topic`, `--size`, `--runfor`, `--concurrency`): `--runtime=multi|current` (tokio's
-//! scheduler, default `multi`, one worker per CPU) and `--batching=true|false` (default true).
+//! Flags beyond the Go program's (`--nsqd-tcp-address`, `--topic`, `--size`, `--runfor`,
+//! `--concurrency`): `--runtime=multi|current` (tokio's scheduler, default `multi`, one worker
+//! per CPU), `--batching=true|false` (default true), and `--async` with `--window=N`: one task
+//! publishes with `publish_async`, keeping `N` publishes under way (default 1000), like
+//! go-nsq's `PublishAsync` from one goroutine.
 //!
 //! ```text
 //! cargo run --release -p nsq-tokio --example bench_publish -- \
@@ -20,7 +22,8 @@ use bytes::Bytes;
 use nsq_tokio::{Config, Producer, Topic};
 use std::time::{Duration, Instant};
 use support::{
-    BenchArgs, Flags, Usage, bench_flags, bench_line, cpus, fatal, init_logging, log, value,
+    BenchArgs, Flags, Usage, WINDOW_FLAG, async_publish_flags, bench_flags, bench_line, cpus,
+    fatal, init_logging, log, publish_window, value,
 };
 
 const PREFIX: &str = "bench_publish";
@@ -39,7 +42,9 @@ const USAGE: Usage = Usage {
             "batching",
             "true|false",
             "natural batching of concurrent publishes, not a Go flag (default: true)",
-        )
+        ),
+        async_publish_flags!(),
+        WINDOW_FLAG
     ),
 };
 
@@ -70,12 +75,23 @@ fn main() {
         }
         .map_err(|e| e.to_string())?;
         let body = Bytes::from(vec![0u8; size]);
+        let one_task = flags.boolean("async")?;
+        let window: usize = flags.number("window", 1000)?;
         let (duration, total, stats) = rt.block_on(async {
             let producer = Producer::connect(&addr, &config)
                 .await
                 .map_err(|e| e.to_string())?;
             let start = Instant::now();
             let end = start + runfor;
+            if one_task {
+                let total =
+                    publish_window(window, end, || producer.publish_async(&topic, body.clone()))
+                        .await?;
+                let duration = start.elapsed();
+                let stats = producer.stats();
+                producer.close().await;
+                return Ok::<_, String>((duration, total, stats));
+            }
             let tasks: Vec<_> = (0..concurrency)
                 .map(|_| {
                     let (p, topic, body) = (producer.clone(), topic.clone(), body.clone());

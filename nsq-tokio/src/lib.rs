@@ -139,6 +139,7 @@
 mod runtime;
 
 pub use nsq_proto as proto;
+pub use nsq_proto::client::PendingPublish;
 pub use nsq_proto::client::prelude::*;
 pub use runtime::Tokio;
 

@@ -10,7 +10,6 @@ use crate::Config;
 use crate::consumer::ConsumerStats;
 use crate::producer::ProducerStats;
 use bytes::Bytes;
-use std::cell::Cell;
 use std::fmt;
 use std::future::Future;
 use std::sync::mpsc::RecvTimeoutError;
@@ -34,11 +33,6 @@ impl Wake for Unpark {
     }
 }
 
-thread_local! {
-    /// The earliest deadline of a pending [`Timer`] polled during the current poll of [`block_on`].
-    static NEXT_TIMER: Cell<Option<Instant>> = const { Cell::new(None) };
-}
-
 /// Runs `future` on this thread to completion.
 pub fn block_on<F: Future>(future: F) -> F::Output {
     match block_on_until(future, None) {
@@ -48,53 +42,44 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
 }
 
 /// Runs `future` on this thread until it completes (`Some`) or `deadline` passes (`None`).
-/// The thread parks between polls, until a waker calls or the deadline of a [`Timer`] that
-/// was pending in the last poll passes.
+/// The thread parks between polls, until a waker calls or the deadline passes.
 pub fn block_on_until<F: Future>(future: F, deadline: Option<Instant>) -> Option<F::Output> {
+    block_on_with(future, || deadline)
+}
+
+/// Runs `future` on this thread until it completes (`Some`) or `timeout` has passed since
+/// it first had to wait (`None`). A future that is ready at once costs no clock read.
+pub(crate) fn block_on_for<F: Future>(future: F, timeout: Duration) -> Option<F::Output> {
+    block_on_with(future, || Some(Instant::now() + timeout))
+}
+
+/// [`block_on_until`] with the deadline asked for when the future first has to wait.
+fn block_on_with<F: Future>(
+    future: F,
+    deadline: impl FnOnce() -> Option<Instant>,
+) -> Option<F::Output> {
+    let mut future = std::pin::pin!(future);
+    // The common case, a reply or message already there: no waker, no clock.
+    let mut cx = Context::from_waker(Waker::noop());
+    if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
+        return Some(v);
+    }
+    let deadline = deadline();
     let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
     let mut cx = Context::from_waker(&waker);
-    let mut future = std::pin::pin!(future);
     loop {
-        NEXT_TIMER.with(|t| t.set(None));
         if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
             return Some(v);
         }
-        let timer = NEXT_TIMER.with(Cell::get);
-        let wake_at = match (deadline, timer) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        let now = Instant::now();
-        match wake_at {
+        match deadline {
             None => std::thread::park(),
-            Some(_) if deadline.is_some_and(|d| d <= now) => return None,
-            Some(t) if t > now => std::thread::park_timeout(t - now),
-            Some(_) => {}
-        }
-    }
-}
-
-/// The driver's [`Timer`](super::Timer) for a runtime whose driver runs under [`block_on`]:
-/// while it is armed and pending, [`block_on`] parks the thread no longer than its deadline.
-#[derive(Debug, Default)]
-pub struct Timer {
-    at: Option<Instant>,
-}
-
-impl super::Timer for Timer {
-    fn reset(&mut self, at: Instant) {
-        self.at = Some(at);
-    }
-
-    fn poll_expired(&mut self, _cx: &mut Context<'_>) -> Poll<()> {
-        match self.at {
-            Some(at) if at <= Instant::now() => Poll::Ready(()),
-            Some(at) => {
-                // The earliest deadline polled during one poll of `block_on` counts.
-                NEXT_TIMER.with(|t| t.set(Some(t.get().map_or(at, |e| e.min(at)))));
-                Poll::Pending
+            Some(d) => {
+                let now = Instant::now();
+                if d <= now {
+                    return None;
+                }
+                std::thread::park_timeout(d - now);
             }
-            None => Poll::Pending,
         }
     }
 }
@@ -255,7 +240,7 @@ impl<R: Runtime> Consumer<R> {
     /// The next message, waiting at most `timeout`: `Err(Timeout)` if none came,
     /// `Err(Disconnected)` once the consumer is stopped.
     pub fn recv_timeout(&mut self, timeout: Duration) -> Result<Message, RecvTimeoutError> {
-        match block_on_until(self.inner.recv(), Some(Instant::now() + timeout)) {
+        match block_on_for(self.inner.recv(), timeout) {
             Some(Some(m)) => Ok(m),
             Some(None) => Err(RecvTimeoutError::Disconnected),
             None => Err(RecvTimeoutError::Timeout),
@@ -498,6 +483,46 @@ impl<R: Runtime> Producer<R> {
         block_on(self.p().deferred_publish(topic, delay, body))
     }
 
+    /// Publishes one message and returns at once with a [`PendingPublish`] of its result
+    /// (go-nsq's `PublishAsync`): one thread can keep thousands of publishes under way. See
+    /// the async [`Producer::publish_async`](super::Producer::publish_async).
+    pub fn publish_async(
+        &self,
+        topic: impl IntoTopic,
+        body: impl Into<Bytes>,
+    ) -> Result<PendingPublish, Error> {
+        self.p().publish_async(topic, body).map(PendingPublish)
+    }
+
+    /// Publishes several messages atomically and returns at once (go-nsq's
+    /// `MultiPublishAsync`; see [`publish_async`](Self::publish_async)).
+    pub fn multi_publish_async<I, B>(
+        &self,
+        topic: impl IntoTopic,
+        bodies: I,
+    ) -> Result<PendingPublish, Error>
+    where
+        I: IntoIterator<Item = B>,
+        B: Into<Bytes>,
+    {
+        self.p()
+            .multi_publish_async(topic, bodies)
+            .map(PendingPublish)
+    }
+
+    /// Publishes one message delivered after `delay` and returns at once (go-nsq's
+    /// `DeferredPublishAsync`; see [`publish_async`](Self::publish_async)).
+    pub fn deferred_publish_async(
+        &self,
+        topic: impl IntoTopic,
+        delay: Duration,
+        body: impl Into<Bytes>,
+    ) -> Result<PendingPublish, Error> {
+        self.p()
+            .deferred_publish_async(topic, delay, body)
+            .map(PendingPublish)
+    }
+
     /// See the async [`Producer::ping`](super::Producer::ping).
     pub fn ping(&self) -> Result<(), Error> {
         block_on(self.p().ping())
@@ -521,6 +546,30 @@ impl<R: Runtime> Producer<R> {
     }
 }
 
+/// A publish under way, made by [`Producer::publish_async`] (or its `multi_` and `deferred_`
+/// variants). Dropping it does not cancel the publish, whose result is then not known.
+#[derive(Debug)]
+#[must_use = "a publish's result is only known through its PendingPublish"]
+pub struct PendingPublish(super::PendingPublish);
+
+impl PendingPublish {
+    /// Waits for the publish's result.
+    pub fn wait(self) -> Result<(), Error> {
+        block_on(self.0)
+    }
+
+    /// Waits at most `timeout` for the publish's result: `None` if it is not known by then
+    /// (the publish goes on; wait again later).
+    pub fn wait_timeout(&mut self, timeout: Duration) -> Option<Result<(), Error>> {
+        block_on_for(&mut self.0, timeout)
+    }
+
+    /// The result if it is known, without waiting.
+    pub fn try_result(&mut self) -> Option<Result<(), Error>> {
+        self.0.try_result()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -535,14 +584,6 @@ mod tests {
             None
         );
         assert!(start.elapsed() >= Duration::from_millis(20));
-        // A timer polled under block_on wakes the thread at its deadline.
-        let at = Instant::now() + Duration::from_millis(20);
-        let mut timer = Timer::default();
-        super::super::Timer::reset(&mut timer, at);
-        block_on(std::future::poll_fn(|cx| {
-            super::super::Timer::poll_expired(&mut timer, cx)
-        }));
-        assert!(Instant::now() >= at);
         // A waker from another thread unparks it.
         let (tx, rx) = super::super::sync::oneshot();
         let t = std::thread::spawn(move || {

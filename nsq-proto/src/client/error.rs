@@ -190,6 +190,13 @@ pub enum Backpressure {
         /// The configured bound.
         limit: usize,
     },
+    /// `max_pending_publishes` publishes of this producer await their result (queued, waiting
+    /// for a connection or for nsqd's reply): a publish that returns at once
+    /// ([`Producer::publish_async`](super::Producer::publish_async)) is refused.
+    Unanswered {
+        /// The configured bound.
+        limit: usize,
+    },
 }
 
 impl fmt::Display for Backpressure {
@@ -200,6 +207,9 @@ impl fmt::Display for Backpressure {
             }
             Backpressure::PendingQueueFull { limit } => {
                 write!(f, "{limit} publishes already wait for a connection")
+            }
+            Backpressure::Unanswered { limit } => {
+                write!(f, "{limit} publishes already await their result")
             }
         }
     }

@@ -152,7 +152,7 @@ pub use consumer::{AnswerChannel, Consumer, ConsumerHandle, Message};
 pub use delivery::{AnswerSink, Delivery, Origin, PendingAnswer};
 pub use error::{Backpressure, Error, InputError, IntoChannel, IntoTopic};
 pub use handler::{GiveUpHook, HandlerError, StopReport};
-pub use producer::Producer;
+pub use producer::{PendingPublish, Producer};
 pub use runtime::{BoxFuture, DriverTask, Runtime, Socket, Timeouts, Timer};
 
 pub(crate) use logging::{

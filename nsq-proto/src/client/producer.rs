@@ -3,16 +3,42 @@
 
 use super::driver::{self, Logic, Net};
 use super::runtime::Runtime;
-use super::sync::{Inbox, ReplyTx, oneshot};
-use super::{Error, IntoTopic, ProducerSetup, PublishRequest, Replies, log_producer_event};
+use super::sync::{Inbox, ReplyRx, ReplyTx, oneshot};
+use super::{
+    Backpressure, Error, IntoTopic, ProducerSetup, PublishRequest, Replies, log_producer_event,
+};
 use crate::Config;
 use crate::producer::{ProducerEvent, ProducerStats};
 use bytes::Bytes;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-type Reply = ReplyTx<Result<(), Error>>;
+/// Where a publish's result goes. A publish's reply also holds its place in the count of
+/// unanswered publishes, given back when the reply is sent or dropped.
+struct Reply {
+    tx: ReplyTx<Result<(), Error>>,
+    _place: Option<Place>,
+}
+
+impl Reply {
+    fn send(self, result: Result<(), Error>) {
+        self.tx.send(result);
+    }
+}
+
+/// One publish counted in [`Inner::unanswered`] until it is dropped.
+struct Place(Arc<AtomicUsize>);
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 enum Input {
     Request(PublishRequest, Reply),
@@ -25,6 +51,10 @@ enum Input {
 struct Inner<R: Runtime> {
     inbox: Arc<Inbox<Input>>,
     stats: Arc<Mutex<ProducerStats>>,
+    /// Publishes sent to the driver whose result is not known yet.
+    unanswered: Arc<AtomicUsize>,
+    /// The bound on `unanswered` for publishes that return at once.
+    max_unanswered: usize,
     task: R::Task,
 }
 
@@ -84,8 +114,46 @@ pub(crate) fn start<R: Runtime>(setup: ProducerSetup) -> Result<Producer<R>, Err
     let task = driver::spawn("nsq-producer", logic, inbox.clone(), net, start.span)
         .map_err(|e| Error::Spawn(e.to_string()))?;
     Ok(Producer {
-        inner: Arc::new(Inner { inbox, stats, task }),
+        inner: Arc::new(Inner {
+            inbox,
+            stats,
+            unanswered: Arc::new(AtomicUsize::new(0)),
+            max_unanswered: start.max_unanswered,
+            task,
+        }),
     })
+}
+
+/// A publish under way, made by [`Producer::publish_async`] (or its `multi_` and
+/// `deferred_` variants): a future of the publish's result. Dropping it does not cancel the
+/// publish, whose result is then not known.
+#[must_use = "a publish's result is only known through its PendingPublish"]
+pub struct PendingPublish(ReplyRx<Result<(), Error>>);
+
+impl fmt::Debug for PendingPublish {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("PendingPublish")
+    }
+}
+
+impl PendingPublish {
+    /// The result if it is known, without waiting.
+    pub fn try_result(&mut self) -> Option<Result<(), Error>> {
+        self.0
+            .try_recv()
+            .map(|r| r.unwrap_or_else(|_| Err(Error::Closed)))
+    }
+}
+
+impl Future for PendingPublish {
+    type Output = Result<(), Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        self.get_mut()
+            .0
+            .poll_recv(cx)
+            .map(|r| r.unwrap_or_else(|_| Err(Error::Closed)))
+    }
 }
 
 impl<R: Runtime> Producer<R> {
@@ -115,17 +183,51 @@ impl<R: Runtime> Producer<R> {
         )
     }
 
-    async fn send(&self, input: impl FnOnce(Reply) -> Input) -> Result<(), Error> {
+    /// Hands `input` to the driver; its reply comes through the returned receiver.
+    fn start_input(
+        &self,
+        place: Option<Place>,
+        input: impl FnOnce(Reply) -> Input,
+    ) -> Result<PendingPublish, Error> {
         let (tx, rx) = oneshot();
+        let reply = Reply { tx, _place: place };
         self.inner
             .inbox
-            .send(input(tx))
+            .send(input(reply))
             .map_err(|_| Error::Closed)?;
-        rx.recv().await.map_err(|_| Error::Closed)?
+        Ok(PendingPublish(rx))
+    }
+
+    async fn send(&self, input: impl FnOnce(Reply) -> Input) -> Result<(), Error> {
+        self.start_input(None, input)?.await
+    }
+
+    /// Counts a publish as unanswered; `bounded`: refused when `max_pending_publishes`
+    /// already are.
+    fn place(&self, bounded: bool) -> Result<Place, Error> {
+        let count = &self.inner.unanswered;
+        let before = count.fetch_add(1, Ordering::AcqRel);
+        let place = Place(count.clone());
+        if bounded && before >= self.inner.max_unanswered {
+            return Err(Error::Backpressure(Backpressure::Unanswered {
+                limit: self.inner.max_unanswered,
+            }));
+        }
+        Ok(place)
+    }
+
+    /// Hands a publish to the driver; `bounded` as for [`place`](Self::place).
+    fn start_request(
+        &self,
+        request: PublishRequest,
+        bounded: bool,
+    ) -> Result<PendingPublish, Error> {
+        let place = self.place(bounded)?;
+        self.start_input(Some(place), |reply| Input::Request(request, reply))
     }
 
     async fn request(&self, request: PublishRequest) -> Result<(), Error> {
-        self.send(|reply| Input::Request(request, reply)).await
+        self.start_request(request, false)?.await
     }
 
     /// Publishes one message (PUB) and waits for nsqd's answer.
@@ -158,10 +260,53 @@ impl<R: Runtime> Producer<R> {
             .await
     }
 
+    /// Publishes one message (PUB) and returns at once, without waiting for nsqd's answer:
+    /// the returned [`PendingPublish`] resolves with it (go-nsq's `PublishAsync`). One task
+    /// can keep thousands of publishes under way this way, and concurrent ones leave
+    /// together, as with [`publish`](Self::publish). Results come in publish order per nsqd.
+    /// Dropping the handle does not cancel the publish.
+    ///
+    /// Refused at once with [`Backpressure::Unanswered`] while `max_pending_publishes`
+    /// publishes of this producer await their result (and with the errors of the name or
+    /// [`Error::Closed`]); every other error comes through the handle.
+    pub fn publish_async(
+        &self,
+        topic: impl IntoTopic,
+        body: impl Into<Bytes>,
+    ) -> Result<PendingPublish, Error> {
+        self.start_request(PublishRequest::publish(topic, body)?, true)
+    }
+
+    /// Publishes several messages atomically (MPUB) and returns at once (see
+    /// [`publish_async`](Self::publish_async); go-nsq's `MultiPublishAsync`).
+    pub fn multi_publish_async<I, B>(
+        &self,
+        topic: impl IntoTopic,
+        bodies: I,
+    ) -> Result<PendingPublish, Error>
+    where
+        I: IntoIterator<Item = B>,
+        B: Into<Bytes>,
+    {
+        self.start_request(PublishRequest::multi_publish(topic, bodies)?, true)
+    }
+
+    /// Publishes one message delivered after `delay` (DPUB) and returns at once (see
+    /// [`publish_async`](Self::publish_async); go-nsq's `DeferredPublishAsync`).
+    pub fn deferred_publish_async(
+        &self,
+        topic: impl IntoTopic,
+        delay: Duration,
+        body: impl Into<Bytes>,
+    ) -> Result<PendingPublish, Error> {
+        self.start_request(PublishRequest::deferred_publish(topic, delay, body)?, true)
+    }
+
     /// Resolves once a connection is ready (at once if one is); fails fast with
     /// [`Error::NoServerAvailable`] when every nsqd is down.
     pub async fn ping(&self) -> Result<(), Error> {
-        self.request(PublishRequest::Ping).await
+        self.send(|reply| Input::Request(PublishRequest::Ping, reply))
+            .await
     }
 
     /// Adds an nsqd TCP address at runtime (connected at once; last in failover order).

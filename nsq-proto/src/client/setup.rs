@@ -247,6 +247,9 @@ pub(crate) struct ProducerStart {
     pub write_timeout: Duration,
     /// The producer's span ([`producer_span`]): its driver enters it for everything it does.
     pub span: tracing::Span,
+    /// The most publishes awaiting their result before a publish that returns at once is
+    /// refused (the core's `max_pending`).
+    pub max_unanswered: usize,
 }
 
 impl ProducerSetup {
@@ -275,6 +278,7 @@ impl ProducerSetup {
         let config = self.config?;
         let span = producer_span();
         let dial_timeout = config.connect_timeout + Duration::from_secs(1);
+        let max_unanswered = config.max_pending;
         let mut core = Producer::new(config, self.seed.unwrap_or_else(seed))?;
         for a in &self.nsqd {
             core.add_nsqd(now, a)?;
@@ -284,6 +288,7 @@ impl ProducerSetup {
             dial_timeout,
             write_timeout: self.write_timeout,
             span,
+            max_unanswered,
         })
     }
 }

@@ -155,19 +155,38 @@ impl<T> Drop for ReplyTx<T> {
 
 impl<T> ReplyRx<T> {
     /// The value, or `Err` if the sender was dropped without sending.
-    pub(crate) async fn recv(self) -> Result<T, Canceled> {
-        std::future::poll_fn(|cx| {
-            let mut state = self.0.lock();
-            if let Some(v) = state.value.take() {
-                return Poll::Ready(Ok(v));
-            }
-            if state.closed {
-                return Poll::Ready(Err(Canceled));
-            }
+    pub(crate) async fn recv(mut self) -> Result<T, Canceled> {
+        std::future::poll_fn(|cx| self.poll_recv(cx)).await
+    }
+
+    /// The value once sent (`Err` if the sender was dropped without sending, or the value
+    /// was already taken); `Pending` until then, waking `cx` when it comes.
+    pub(crate) fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Result<T, Canceled>> {
+        let mut state = self.0.lock();
+        if let Some(v) = state.value.take() {
+            return Poll::Ready(Ok(v));
+        }
+        if state.closed {
+            return Poll::Ready(Err(Canceled));
+        }
+        if !state
+            .waker
+            .as_ref()
+            .is_some_and(|w| w.will_wake(cx.waker()))
+        {
             state.waker = Some(cx.waker().clone());
-            Poll::Pending
-        })
-        .await
+        }
+        Poll::Pending
+    }
+
+    /// The value if it was sent, without waiting.
+    pub(crate) fn try_recv(&mut self) -> Option<Result<T, Canceled>> {
+        let mut state = self.0.lock();
+        match state.value.take() {
+            Some(v) => Some(Ok(v)),
+            None if state.closed => Some(Err(Canceled)),
+            None => None,
+        }
     }
 }
 

@@ -492,3 +492,56 @@ impl BenchArgs {
         })
     }
 }
+
+/// The flags of the bench_publish tools' PublishAsync mode (after `bench_flags!(publish, ..)`).
+macro_rules! async_publish_flags {
+    () => {
+        $crate::support::switch(
+            "async",
+            "publish from one task with publish_async, --window under way (go-nsq's PublishAsync)",
+        )
+    };
+}
+#[allow(
+    unused_imports,
+    reason = "each example includes this file; only the bench_publish tools use the macro"
+)]
+pub(crate) use async_publish_flags;
+
+/// `--window`: publishes under way at once in the PublishAsync mode.
+pub const WINDOW_FLAG: Flag = value(
+    "window",
+    "N",
+    "publishes under way at once with --async, not a Go flag (default: 1000)",
+);
+
+/// The PublishAsync mode of the async bench_publish tools: `publish` starts one publish and
+/// returns its pending result; at most `window` are under way, the oldest awaited first,
+/// until `end`, then the rest. Returns how many succeeded (any failure ends the run).
+pub async fn publish_window<P, E>(
+    window: usize,
+    end: std::time::Instant,
+    mut publish: impl FnMut() -> Result<P, E>,
+) -> Result<u64, String>
+where
+    P: std::future::Future<Output = Result<(), E>>,
+    E: std::fmt::Display,
+{
+    let mut under_way: std::collections::VecDeque<P> =
+        std::collections::VecDeque::with_capacity(window);
+    let mut done = 0u64;
+    while std::time::Instant::now() < end {
+        if under_way.len() >= window.max(1) {
+            if let Some(p) = under_way.pop_front() {
+                p.await.map_err(|e| format!("publish error: {e}"))?;
+                done += 1;
+            }
+        }
+        under_way.push_back(publish().map_err(|e| format!("publish error: {e}"))?);
+    }
+    for p in under_way {
+        p.await.map_err(|e| format!("publish error: {e}"))?;
+        done += 1;
+    }
+    Ok(done)
+}
