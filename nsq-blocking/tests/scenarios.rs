@@ -111,6 +111,67 @@ impl s::Producer for BlockingProducer {
         }
         Ok(())
     }
+    fn publish_async_window(
+        &self,
+        topic: &str,
+        bodies: Vec<Vec<u8>>,
+        window: usize,
+        drop_every: usize,
+    ) -> s::ClientResult<()> {
+        let mut under_way = std::collections::VecDeque::new();
+        for (i, body) in bodies.into_iter().enumerate() {
+            if under_way.len() >= window {
+                if let Some(p) = under_way.pop_front() {
+                    map(nsq_blocking::PendingPublish::wait(p))?;
+                }
+            }
+            let pending = map(self.0.publish_async(topic, body))?;
+            if drop_every == 0 || (i + 1) % drop_every != 0 {
+                under_way.push_back(pending);
+            }
+        }
+        for p in under_way {
+            map(p.wait())?;
+        }
+        Ok(())
+    }
+    fn publish_async_burst(
+        &self,
+        topic: &str,
+        body: &[u8],
+        count: usize,
+        between: &dyn Fn(),
+    ) -> s::AsyncBurst {
+        let mut pending = Vec::new();
+        let mut refused = None;
+        for _ in 0..count {
+            match self.0.publish_async(topic, body.to_vec()) {
+                Ok(p) => pending.push(p),
+                Err(e) => {
+                    refused = Some(glue::error(&e));
+                    break;
+                }
+            }
+        }
+        let first_known_early = pending
+            .first_mut()
+            .is_some_and(|p| p.try_result().is_some());
+        between();
+        // One waits with a timeout, the rest without.
+        let mut results = Vec::new();
+        for (i, mut p) in pending.into_iter().enumerate() {
+            results.push(map(if i == 0 {
+                p.wait_timeout(WAIT).expect("a result within WAIT")
+            } else {
+                p.wait()
+            }));
+        }
+        s::AsyncBurst {
+            refused,
+            first_known_early,
+            results,
+        }
+    }
     fn close(&self) {
         self.0.close();
     }

@@ -374,10 +374,41 @@ pub trait Producer: Send + Sync {
     /// Runs `load` on concurrent tasks (or threads) of this producer's clones; the first
     /// error.
     fn publish_concurrently(&self, load: &ConcurrentPublishes) -> ClientResult<()>;
+    /// `publish_async` of every body of `bodies` to `topic`, in order, from one task (or
+    /// thread): at most `window` under way, the oldest waited for first; every
+    /// `drop_every`-th handle (0: none) is dropped instead of waited for. The first error.
+    fn publish_async_window(
+        &self,
+        topic: &str,
+        bodies: Vec<Vec<u8>>,
+        window: usize,
+        drop_every: usize,
+    ) -> ClientResult<()>;
+    /// Up to `count` `publish_async` of `body` to `topic` without waiting for any result,
+    /// stopping at the first refusal; then `between()`; then every accepted publish's
+    /// result, waited for in order.
+    fn publish_async_burst(
+        &self,
+        topic: &str,
+        body: &[u8],
+        count: usize,
+        between: &dyn Fn(),
+    ) -> AsyncBurst;
     /// Closes (flushing what is outstanding).
     fn close(&self);
     /// A clone (sharing the connections).
     fn clone_producer(&self) -> Box<dyn Producer>;
+}
+
+/// What [`Producer::publish_async_burst`] saw.
+#[derive(Debug)]
+pub struct AsyncBurst {
+    /// The publish that was refused at once, if one was.
+    pub refused: Option<ClientError>,
+    /// Whether the first accepted publish had its result before `between` was called.
+    pub first_known_early: bool,
+    /// The result of each accepted publish, in publish order.
+    pub results: Vec<ClientResult<()>>,
 }
 
 /// Publishes from concurrent tasks: each task `t` of `tasks` publishes `body(t, i)` to
@@ -488,6 +519,8 @@ scenario_list! {
     server_errors_are_typed: 20,
     a_refused_message_costs_no_outage: 60,
     concurrent_publishes_leave_in_batches: 60,
+    publish_async_keeps_thousands_under_way: 60,
+    publish_async_is_refused_beyond_max_pending_publishes: 30,
     tls_required_is_reported_by_connect: 20,
     dropping_the_consumer_stops_it: 20,
     a_panicking_handler_requeues_with_backoff: 30,
@@ -635,8 +668,9 @@ use publish::{
     a_refused_message_costs_no_outage, concurrent_publishes_leave_in_batches,
     deferred_publish_honours_the_delay, go_nsq_style_config, multi_publish_delivers_every_body,
     producer_fails_fast_when_no_broker_is_up, producer_fails_over_when_a_broker_dies,
-    pub_sub_round_trip, server_errors_are_typed, ten_thousand_concurrent_publishes_from_100_tasks,
-    topic_arguments_are_validated,
+    pub_sub_round_trip, publish_async_is_refused_beyond_max_pending_publishes,
+    publish_async_keeps_thousands_under_way, server_errors_are_typed,
+    ten_thousand_concurrent_publishes_from_100_tasks, topic_arguments_are_validated,
 };
 use security::{auth, deflate, snappy, tls, tls_required_is_reported_by_connect};
 

@@ -293,3 +293,50 @@ pub(super) fn concurrent_publishes_leave_in_batches(f: &dyn Factory) {
     assert_eq!((s.published, s.failed), (11_000, 5));
     p.close();
 }
+
+pub(super) fn publish_async_keeps_thousands_under_way(f: &dyn Factory) {
+    let nsqd = start(Nsqd::builder());
+    let p = producer(f, &nsqd);
+    let bodies: Vec<Vec<u8>> = (0..5_000).map(|i| format!("a{i}").into_bytes()).collect();
+    // Every 7th handle is dropped unwaited: its publish goes on all the same.
+    p.publish_async_window("async", bodies, 1_000, 7).unwrap();
+    assert!(eventually(WAIT, || nsqd
+        .topic("async")
+        .is_some_and(|t| t.message_count == 5_000)));
+    // From one task they leave in publish order.
+    let mut c = consumer(f, &nsqd, "async", fast_config(100));
+    for i in 0..200 {
+        let m = c.next(WAIT).expect("a message");
+        assert_eq!(text(&*m), format!("a{i}"));
+        m.finish();
+    }
+    c.stop();
+    p.close();
+}
+
+pub(super) fn publish_async_is_refused_beyond_max_pending_publishes(f: &dyn Factory) {
+    let nsqd = start(Nsqd::builder());
+    let config = GoConfig::with(&[("max_pending_publishes", "50")]);
+    let p = f.producer_connect(&addr(&nsqd), &config).unwrap();
+    // nsqd stops answering: every publish stays unanswered.
+    nsqd.pause();
+    let burst = p.publish_async_burst("bp", b"x", 200, &|| nsqd.resume());
+    let refused = burst.refused.expect("refused once 50 are unanswered");
+    assert_eq!(refused.kind, ErrorKind::Backpressure, "{refused}");
+    assert!(refused.message.contains("50"), "{refused}");
+    assert!(!burst.first_known_early, "no result while nsqd is silent");
+    assert_eq!(burst.results.len(), 50);
+    assert!(
+        burst.results.iter().all(Result::is_ok),
+        "{:?}",
+        burst.results
+    );
+    assert!(eventually(WAIT, || nsqd
+        .topic("bp")
+        .is_some_and(|t| t.message_count == 50)));
+    // Once answered, publishing goes on.
+    let again = p.publish_async_burst("bp", b"y", 10, &|| {});
+    assert!(again.refused.is_none());
+    assert!(again.results.iter().all(Result::is_ok));
+    p.close();
+}
