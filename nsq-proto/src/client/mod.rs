@@ -138,6 +138,7 @@ mod handler;
 mod logging;
 mod os;
 mod outbox;
+pub mod poller;
 pub mod prelude;
 mod producer;
 mod publish;
