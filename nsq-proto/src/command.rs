@@ -33,7 +33,7 @@ fn delay_ms(delay: Duration) -> u64 {
     u64::try_from(delay.as_millis()).unwrap_or(u64::MAX)
 }
 
-fn check_body(index: usize, body: &[u8], limits: &Limits) -> Result<(), CommandError> {
+pub(crate) fn check_body(index: usize, body: &[u8], limits: &Limits) -> Result<(), CommandError> {
     if body.is_empty() {
         return Err(CommandError::EmptyBody);
     }
@@ -167,52 +167,51 @@ pub(crate) fn check_publish(
     check_body(0, body, limits)
 }
 
-/// Encodes the bodies of an MPUB as its entries (u32 length + body, per message) into `buf`,
-/// after checking them as [`multi_publish`] does. Returns the message count.
-pub(crate) fn multi_publish_entries<B: AsRef<[u8]>>(
-    buf: &mut BytesMut,
-    bodies: &[B],
-    limits: &Limits,
-) -> Result<u32, CommandError> {
-    // Checked first, so nothing is written on error.
-    let total = check_batch(bodies, limits)?;
-    buf.reserve(total as usize);
-    for body in bodies {
-        put_entry(buf, body.as_ref());
-    }
-    Ok(bodies.len() as u32)
-}
-
 /// Appends one MPUB entry: u32 length + body.
 pub(crate) fn put_entry(buf: &mut BytesMut, body: &[u8]) {
     buf.put_u32(body.len() as u32);
     buf.put_slice(body);
 }
 
-/// Writes a publish whose bodies are already encoded as MPUB entries (`count` of them, checked
-/// against the limits when they were made): `PUB` when there is one entry and `multi` is
-/// false (a PUB is `PUB <topic>\n` followed by exactly one such entry), else `MPUB`.
-pub(crate) fn publish_entries(
-    buf: &mut BytesMut,
+/// The bytes a producer keeps in front of a publish's MPUB entries, where
+/// [`put_publish_line`] writes its command line once the batch is complete: the length of
+/// `MPUB <topic>\n` plus the body size and the count (a PUB's line is shorter).
+pub(crate) fn publish_room(topic: &Topic) -> usize {
+    14 + topic.as_str().len()
+}
+
+/// Writes the command line of a publish of `count` MPUB entries (`entries_len` bytes) at the
+/// end of `room` ([`publish_room`] bytes), so that the command runs on into the entries:
+/// `PUB <topic>\n` when there is one entry and `multi` is false (a PUB's body is exactly one
+/// entry), else `MPUB <topic>\n` + u32 body size + u32 count. Returns where in `room` the
+/// command starts.
+pub(crate) fn put_publish_line(
+    room: &mut [u8],
     topic: &Topic,
     count: u32,
-    entries: &[u8],
+    entries_len: usize,
     multi: bool,
-) {
-    if count == 1 && !multi {
-        buf.reserve(5 + topic.as_str().len() + entries.len());
-        buf.put_slice(b"PUB ");
-        buf.put_slice(topic.as_str().as_bytes());
-        buf.put_u8(b'\n');
+) -> usize {
+    let name = topic.as_str().as_bytes();
+    let end = room.len();
+    let mut line: &mut [u8] = if count == 1 && !multi {
+        &mut room[end - (5 + name.len())..]
     } else {
-        buf.reserve(14 + topic.as_str().len() + entries.len());
-        buf.put_slice(b"MPUB ");
-        buf.put_slice(topic.as_str().as_bytes());
-        buf.put_u8(b'\n');
-        buf.put_u32((entries.len() + 4) as u32);
-        buf.put_u32(count);
+        &mut room[end - (14 + name.len())..]
+    };
+    let start = end - line.len();
+    if count == 1 && !multi {
+        line.put_slice(b"PUB ");
+        line.put_slice(name);
+        line.put_u8(b'\n');
+    } else {
+        line.put_slice(b"MPUB ");
+        line.put_slice(name);
+        line.put_u8(b'\n');
+        line.put_u32((entries_len + 4) as u32);
+        line.put_u32(count);
     }
-    buf.put_slice(entries);
+    start
 }
 
 /// Writes `DPUB <topic> <defer_ms>\n` + u32 length + body.

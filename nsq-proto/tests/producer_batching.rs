@@ -3,8 +3,10 @@
 
 mod producer_common;
 
-use nsq_proto::producer::{ProducerConfig, ProducerEvent, PublishFailure, PublishId};
-use nsq_proto::{CloseReason, ErrorCode, Topic};
+use nsq_proto::producer::{
+    Batch, ProducerConfig, ProducerError, ProducerEvent, PublishFailure, PublishId,
+};
+use nsq_proto::{CloseReason, CommandError, ConnectionConfig, ErrorCode, Limits, Topic};
 use producer_common::{World, addr, topic};
 use std::time::Duration;
 
@@ -303,4 +305,55 @@ fn an_error_that_refused_nothing_backs_off_like_a_failure() {
     w.advance(Duration::from_secs(3));
     assert_eq!(w.servers[&addr(0)].connects.len(), 2);
     assert_eq!(w.producer.healthy_connections(), 1);
+}
+
+/// A batch encoded where its bodies are (another thread, say) is written as it is, in order
+/// with the publishes around it; one made under limits higher than the producer's is refused
+/// and sends nothing.
+#[test]
+fn a_batch_made_elsewhere_is_written_as_it_is() {
+    let limits = Limits {
+        max_msg_size: 100,
+        ..Limits::default()
+    };
+    let config = ProducerConfig {
+        connection: ConnectionConfig {
+            limits,
+            ..ConnectionConfig::default()
+        },
+        ..ProducerConfig::default()
+    };
+    let mut w = World::new(config, 1);
+    w.add_all();
+    let b = bodies(50, "m");
+    let batch = Batch::new(&topic(), &b, &limits).unwrap();
+    assert_eq!(batch.len(), 50);
+    let before = w.producer.publish(w.now, &topic(), b"before").unwrap();
+    let id = w.producer.multi_publish_batch(w.now, batch).unwrap();
+    let after = w.producer.publish(w.now, &topic(), b"after").unwrap();
+    w.settle();
+    let mut expected = vec![b"before".to_vec()];
+    expected.extend(b.iter().cloned());
+    expected.push(b"after".to_vec());
+    assert_eq!(w.server(0).received, expected);
+    assert_eq!(w.server(0).commands, [("PUB", 1), ("MPUB", 50), ("PUB", 1)]);
+    for i in [before, id, after] {
+        assert_eq!(w.outcome(i), &Ok(()));
+    }
+
+    let roomy = Limits {
+        max_msg_size: 1000,
+        ..Limits::default()
+    };
+    let big = Batch::new(&topic(), [vec![b'x'; 10], vec![b'y'; 200]], &roomy).unwrap();
+    assert_eq!(
+        w.producer.multi_publish_batch(w.now, big),
+        Err(ProducerError::Invalid(CommandError::BodyTooLarge {
+            index: 1,
+            len: 200,
+            max: 100
+        }))
+    );
+    w.settle();
+    assert_eq!(w.server(0).commands.len(), 3, "nothing sent");
 }

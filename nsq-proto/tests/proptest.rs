@@ -565,6 +565,26 @@ proptest! {
         check_written(&out, &result)?;
     }
 
+    /// A producer's `Batch` (bodies encoded once, where they are made, given as an iterator)
+    /// refuses exactly what `command::multi_publish` refuses.
+    #[test]
+    fn a_batch_is_checked_like_multi_publish(
+        lens in proptest::collection::vec(0usize..120, 0..12),
+        max in 1u32..100,
+        max_body in 1u32..800,
+    ) {
+        let limits = small_limits(max, max_body, 1000);
+        let topic = Topic::new("t").unwrap();
+        let bodies: Vec<Vec<u8>> = lens.iter().map(|&len| vec![b'y'; len]).collect();
+        let encoded = command::multi_publish(&mut BytesMut::new(), &topic, &bodies, &limits);
+        let batch = nsq_proto::producer::Batch::new(&topic, bodies.iter(), &limits);
+        prop_assert_eq!(batch.as_ref().err(), encoded.as_ref().err());
+        if let Ok(batch) = batch {
+            prop_assert_eq!(batch.len(), bodies.len());
+            prop_assert_eq!(batch.topic(), &topic);
+        }
+    }
+
     #[test]
     fn auth_and_identify_write_nothing_on_error(
         secret in proptest::collection::vec(any::<u8>(), 0..4),

@@ -78,6 +78,10 @@ use std::time::{Duration, Instant};
 #[cfg(not(feature = "tls"))]
 use tls::ServerName;
 
+/// The least room for a frame's data a connection accepts, whatever `max_msg_size` says:
+/// nsqd's responses (IDENTIFY's JSON is some 300 bytes) must fit.
+const MIN_FRAME_ROOM: u32 = 4096;
+
 /// One nsqd connection. See the [module documentation](self) for how to drive it.
 ///
 /// Methods come in four groups: queries (`&self`), inputs (`handle_*`), commands (misuse
@@ -94,8 +98,11 @@ pub struct Connection {
     wbuf: BytesMut,
     /// Publishes made before `Ready`.
     pre_ready: BytesMut,
-    /// Wire bytes ready for the socket.
+    /// Wire bytes ready for the socket, after `whole`.
     out: BytesMut,
+    /// Wire bytes ready for the socket, before `out`: commands queued whole, without a copy
+    /// (a producer's publishes, plaintext only), and what `out` held before them.
+    whole: VecDeque<Bytes>,
     /// The TLS and compression layers between `out`/`rbuf` and the socket.
     layers: Layers,
     pending_tls: bool,
@@ -178,7 +185,9 @@ impl Connection {
         command::identify(&mut wbuf, &identify)
             .map_err(|_| ConfigError::Invalid("IDENTIFY body rejected"))?;
         let read_timeout = config.effective_read_timeout();
-        let decoder = FrameDecoder::for_max_msg_size(config.limits.max_msg_size);
+        // Responses (IDENTIFY's JSON, errors) need room whatever the largest message is.
+        let decoder =
+            FrameDecoder::for_max_msg_size(config.limits.max_msg_size.max(MIN_FRAME_ROOM));
         Ok(Connection {
             role,
             server_name,
@@ -188,6 +197,7 @@ impl Connection {
             wbuf,
             pre_ready: BytesMut::new(),
             out: BytesMut::new(),
+            whole: VecDeque::new(),
             layers: Layers::default(),
             pending_tls: false,
             pending_codec: NegotiatedCompression::None,
@@ -538,12 +548,17 @@ impl Connection {
 
     // ----- outputs -----
 
-    /// Everything queued since the last call, compressed and encrypted as negotiated, in one
-    /// buffer. `None` when there is nothing to send.
+    /// The bytes to send next, compressed and encrypted as negotiated; `None` when there is
+    /// nothing to send. Call it until `None`: what was queued since the last call comes in
+    /// one buffer, except a producer's publishes, each of which comes as the buffer it was
+    /// encoded in (so its bodies are not copied again).
     #[must_use]
     pub fn poll_transmit(&mut self) -> Option<Bytes> {
         if let Err(e) = self.flush_wbuf() {
             self.fail(CloseReason::Tls(e));
+        }
+        if let Some(data) = self.whole.pop_front() {
+            return Some(data);
         }
         if self.out.is_empty() {
             None
@@ -554,7 +569,20 @@ impl Connection {
 
     /// Whether [`Connection::poll_transmit`] may have bytes to return.
     pub(crate) fn has_transmit(&self) -> bool {
-        !self.wbuf.is_empty() || !self.out.is_empty()
+        !self.wbuf.is_empty() || !self.out.is_empty() || !self.whole.is_empty()
+    }
+
+    /// Queues `data` to go to the socket as it is, after everything queued before it
+    /// (plaintext only: nothing may stand between the commands and the socket).
+    fn queue_whole(&mut self, data: Bytes) {
+        if let Err(e) = self.flush_wbuf() {
+            self.fail(CloseReason::Tls(e));
+            return;
+        }
+        if !self.out.is_empty() {
+            self.whole.push_back(self.out.split().freeze());
+        }
+        self.whole.push_back(data);
     }
 
     /// The earliest instant at which [`Connection::handle_timeout`] must be called.
@@ -727,12 +755,13 @@ impl Connection {
 
     /// Passes queued plaintext through compression and TLS into `out`.
     fn flush_wbuf(&mut self) -> Result<(), TlsError> {
-        if self.wbuf.is_empty() {
-            return Ok(());
-        }
         if self.closed.is_some() && !matches!(self.closed, Some(CloseReason::Graceful { .. })) {
             // The stream is broken; nothing more can be sent meaningfully.
             self.wbuf.clear();
+            self.whole.clear();
+            return Ok(());
+        }
+        if self.wbuf.is_empty() {
             return Ok(());
         }
         self.layers.write(&mut self.wbuf, &mut self.out)

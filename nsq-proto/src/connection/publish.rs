@@ -5,7 +5,7 @@ use super::handshake::Phase;
 use super::{Connection, ConnectionError, PublishToken};
 use crate::command::{self, CommandError};
 use crate::names::Topic;
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use std::time::{Duration, Instant};
 
 impl Connection {
@@ -50,6 +50,18 @@ impl Connection {
         &mut self,
         encode: impl FnOnce(&mut BytesMut) -> Result<(), CommandError>,
     ) -> Result<PublishToken, ConnectionError> {
+        self.admit_publish()?;
+        let buf = if self.phase == Phase::Ready {
+            &mut self.wbuf
+        } else {
+            &mut self.pre_ready
+        };
+        encode(buf).map_err(ConnectionError::Command)?;
+        Ok(self.next_publish_token())
+    }
+
+    /// Whether a publish can be queued now.
+    fn admit_publish(&self) -> Result<(), ConnectionError> {
         self.check_open()?;
         if self.role.is_consumer() {
             return Err(ConnectionError::WrongRole);
@@ -62,15 +74,33 @@ impl Connection {
                 return Err(ConnectionError::TooManyOutstanding { limit });
             }
         }
-        let buf = if self.phase == Phase::Ready {
-            &mut self.wbuf
-        } else {
-            &mut self.pre_ready
-        };
-        encode(buf).map_err(ConnectionError::Command)?;
+        Ok(())
+    }
+
+    fn next_publish_token(&mut self) -> PublishToken {
         let token = PublishToken(self.next_token);
         self.next_token += 1;
-        Ok(token)
+        token
+    }
+
+    /// Queues a publish already encoded whole (a producer's PUB or MPUB, checked when it was
+    /// made). Without TLS or compression it goes to the socket as it is, a buffer of its own
+    /// in [`poll_transmit`](Self::poll_transmit)'s sequence: its bodies are not copied again.
+    pub(crate) fn publish_encoded(
+        &mut self,
+        now: Instant,
+        command: Bytes,
+    ) -> Result<PublishToken, ConnectionError> {
+        let _ = self.clock(now);
+        self.admit_publish()?;
+        if self.phase != Phase::Ready {
+            self.pre_ready.extend_from_slice(&command);
+        } else if self.layers.is_plain() {
+            self.queue_whole(command);
+        } else {
+            self.wbuf.extend_from_slice(&command);
+        }
+        Ok(self.next_publish_token())
     }
 
     /// Queues a publish written by `encode` (a producer's prepared command; on error it

@@ -41,6 +41,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod batch;
 mod config;
 mod events;
 #[cfg(feature = "fuzzing")]
@@ -55,6 +56,7 @@ mod producer;
 mod publish;
 mod work;
 
+pub use batch::Batch;
 pub use config::{ProducerConfig, Routing};
 pub use events::{PingId, ProducerError, ProducerEvent, ProducerStats, PublishFailure, PublishId};
 pub use producer::Producer;

@@ -1,5 +1,6 @@
 //! The [`Producer`] state machine.
 
+use super::batch::Batch;
 use super::config::{ProducerConfig, Routing};
 use crate::addr::valid_host_port;
 use crate::command::{self};
@@ -89,7 +90,6 @@ pub struct Producer {
     pub(super) last_error: Option<String>,
     /// Set when the last connection error was an nsqd requiring TLS (its address).
     pub(super) tls_required: Option<String>,
-    pub(super) scratch: BytesMut,
     pub(super) any_dirty: bool,
     /// The latest `now` given to any input or command.
     pub(super) clock: Option<Instant>,
@@ -129,7 +129,6 @@ impl Producer {
             outstanding: 0,
             last_error: None,
             tls_required: None,
-            scratch: BytesMut::new(),
             any_dirty: false,
             clock: None,
             closing: false,
@@ -411,26 +410,26 @@ impl Producer {
         topic: &Topic,
         bodies: &[B],
     ) -> Result<PublishId, ProducerError> {
+        let batch = Batch::new(topic, bodies, &self.config.connection.limits)
+            .map_err(ProducerError::Invalid)?;
+        self.multi_publish_batch(now, batch)
+    }
+
+    /// Publishes a [`Batch`] atomically (MPUB): one id, one reply. Its bodies were encoded
+    /// when the batch was made and are written as they are. Refused, sending nothing, if the
+    /// batch exceeds this producer's limits.
+    pub fn multi_publish_batch(
+        &mut self,
+        now: Instant,
+        batch: Batch,
+    ) -> Result<PublishId, ProducerError> {
         let now = self.tick(now);
         self.admit()?;
-        let mut entries = std::mem::take(&mut self.scratch);
-        entries.clear();
-        let checked =
-            command::multi_publish_entries(&mut entries, bodies, &self.config.connection.limits);
-        let id = match checked {
-            Ok(count) => self.submit(
-                now,
-                topic,
-                Item::Multi {
-                    entries: &entries,
-                    count,
-                },
-            ),
-            Err(e) => Err(ProducerError::Invalid(e)),
-        };
-        entries.clear();
-        self.scratch = entries;
-        id
+        batch
+            .check(&self.config.connection.limits)
+            .map_err(ProducerError::Invalid)?;
+        let (topic, data, count) = batch.into_parts();
+        self.submit(now, &topic, Item::Entries { data, count })
     }
 
     /// Publishes one message to `topic`, delivered to consumers after `delay` (DPUB).

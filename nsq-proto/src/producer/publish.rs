@@ -14,6 +14,9 @@ use super::node::Sent;
 use super::producer::Producer;
 use super::work::{Ids, Item, MAX_SENT_WHILE_BATCHING, Pending, PendingKind, Shape, Work};
 
+/// Bytes of entries a batch of single publishes starts with room for (it grows beyond).
+const BATCH_START: usize = 4096;
+
 impl Producer {
     pub(super) fn submit(
         &mut self,
@@ -43,6 +46,11 @@ impl Producer {
                 Item::Multi { entries, count } => PendingKind::Multi {
                     topic: topic.clone(),
                     entries: Bytes::copy_from_slice(entries),
+                    count,
+                },
+                Item::Entries { data, count } => PendingKind::Multi {
+                    topic: topic.clone(),
+                    entries: data.freeze().slice(command::publish_room(topic)..),
                     count,
                 },
                 Item::Deferred(delay, body) => PendingKind::Deferred {
@@ -94,7 +102,7 @@ impl Producer {
                         .find(|w| w.topic == *topic)
                         .filter(|w| {
                             w.shape == (Shape::Batch { solo: false })
-                                && 8 + w.data.len() + body.len() <= max_body
+                                && 8 + w.entries_len() + body.len() <= max_body
                         })
                         .map(|w| {
                             command::put_entry(&mut w.data, body);
@@ -103,21 +111,26 @@ impl Producer {
                         })
                         .is_some();
                 if !joined {
-                    let mut data = BytesMut::with_capacity(4 + body.len());
-                    command::put_entry(&mut data, body);
-                    link.open.push(Work {
-                        topic: topic.clone(),
-                        shape: Shape::Batch { solo },
-                        data,
-                        count: 1,
-                        ids: Ids::One(id),
-                    });
+                    // A batch others may join gets room for some of them at once.
+                    let capacity = if solo { 4 } else { BATCH_START } + body.len();
+                    let shape = Shape::Batch { solo };
+                    let mut work = Work::gather(topic, shape, Ids::One(id), capacity);
+                    command::put_entry(&mut work.data, body);
+                    work.count = 1;
+                    link.open.push(work);
                 }
             }
-            Item::Multi { entries, count } => link.open.push(Work {
+            Item::Multi { entries, count } => {
+                let mut work = Work::gather(topic, Shape::Multi, Ids::One(id), entries.len());
+                work.data.extend_from_slice(entries);
+                work.count = count;
+                link.open.push(work);
+            }
+            Item::Entries { data, count } => link.open.push(Work {
                 topic: topic.clone(),
                 shape: Shape::Multi,
-                data: BytesMut::from(entries),
+                data,
+                room: command::publish_room(topic),
                 count,
                 ids: Ids::One(id),
             }),
@@ -125,6 +138,7 @@ impl Producer {
                 topic: topic.clone(),
                 shape: Shape::Deferred(delay),
                 data: BytesMut::from(body),
+                room: 0,
                 count: 1,
                 ids: Ids::One(id),
             }),
@@ -164,16 +178,20 @@ impl Producer {
         };
         let mut refused = Vec::new();
         for work in link.open.drain(..) {
-            let result = c.publish_prepared(now, |buf| match work.shape {
-                Shape::Batch { .. } | Shape::Multi => {
-                    let multi = work.shape == Shape::Multi;
-                    command::publish_entries(buf, &work.topic, work.count, &work.data, multi);
-                    Ok(())
-                }
+            let (result, work) = match work.shape {
                 Shape::Deferred(delay) => {
-                    command::deferred_publish(buf, &work.topic, delay, &work.data, &limits)
+                    let result = c.publish_prepared(now, |buf| {
+                        command::deferred_publish(buf, &work.topic, delay, &work.data, &limits)
+                    });
+                    (result, work.freeze())
                 }
-            });
+                // The command line goes in front of the entries: the command is handed to
+                // the connection whole, without another copy of the bodies.
+                Shape::Batch { .. } | Shape::Multi => {
+                    let (command, sent) = work.into_command();
+                    (c.publish_encoded(now, command), sent)
+                }
+            };
             match result {
                 Ok(token) => {
                     if matches!(work.shape, Shape::Batch { .. }) && work.count > 1 {
@@ -183,7 +201,7 @@ impl Producer {
                     link.sent.push_back(Sent {
                         token: token.sequence(),
                         at: now,
-                        work: work.freeze(),
+                        work,
                     });
                 }
                 Err(e) => refused.push((work.ids, e)),
@@ -278,6 +296,7 @@ impl Producer {
             topic,
             shape,
             data,
+            room: _,
             count,
             ids,
         } = work;

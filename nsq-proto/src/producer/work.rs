@@ -1,6 +1,7 @@
 //! The units of publishing work: a publish or batch on its way ([`Work`]), publishes waiting
 //! for a connection ([`Pending`]), and what happens to them when a connection goes ([`Fate`]).
 
+use crate::command;
 use crate::names::Topic;
 use bytes::{Bytes, BytesMut};
 use std::time::{Duration, Instant};
@@ -54,20 +55,72 @@ pub(super) enum Shape {
 pub(super) struct Work<D> {
     pub(super) topic: Topic,
     pub(super) shape: Shape,
-    /// `Batch` and `Multi`: the MPUB entries (u32 length + body, per message); `Deferred`:
-    /// the body.
+    /// `Batch` and `Multi`: the MPUB entries (u32 length + body, per message), after `room`
+    /// bytes kept for the command line while gathering; `Deferred`: the body.
     pub(super) data: D,
+    /// Bytes in front of the entries ([`command::publish_room`] while gathering a batch or
+    /// an MPUB, 0 otherwise and once sent).
+    pub(super) room: usize,
     /// Messages in `data`.
     pub(super) count: u32,
     pub(super) ids: Ids,
 }
 
 impl Work<BytesMut> {
+    /// A batch or MPUB of `topic` to gather entries into, with room for its command line
+    /// and `capacity` bytes of entries.
+    pub(super) fn gather(topic: &Topic, shape: Shape, ids: Ids, capacity: usize) -> Self {
+        let room = command::publish_room(topic);
+        let mut data = BytesMut::with_capacity(room + capacity);
+        data.resize(room, 0);
+        Work {
+            topic: topic.clone(),
+            shape,
+            data,
+            room,
+            count: 0,
+            ids,
+        }
+    }
+
+    /// The size of the entries gathered.
+    pub(super) fn entries_len(&self) -> usize {
+        self.data.len() - self.room
+    }
+
+    /// Writes the command line in front of the entries and returns the whole command, and
+    /// the work as sent (its data: the entries alone, a slice of the command). Not for a
+    /// DPUB (whose data is a body: the connection encodes it).
+    pub(super) fn into_command(mut self) -> (Bytes, Work<Bytes>) {
+        let multi = self.shape == Shape::Multi;
+        let entries_len = self.entries_len();
+        let start = command::put_publish_line(
+            &mut self.data[..self.room],
+            &self.topic,
+            self.count,
+            entries_len,
+            multi,
+        );
+        let command = self.data.freeze().slice(start..);
+        let entries = command.slice(self.room - start..);
+        let sent = Work {
+            topic: self.topic,
+            shape: self.shape,
+            data: entries,
+            room: 0,
+            count: self.count,
+            ids: self.ids,
+        };
+        (command, sent)
+    }
+
+    /// The work never written, as it would have been sent (for a retry).
     pub(super) fn freeze(self) -> Work<Bytes> {
         Work {
             topic: self.topic,
             shape: self.shape,
-            data: self.data.freeze(),
+            data: self.data.freeze().slice(self.room..),
+            room: 0,
             count: self.count,
             ids: self.ids,
         }
@@ -104,15 +157,20 @@ pub(super) struct Pending {
 }
 
 /// How a publish is given, borrowed from the caller (hot path) or from the pending queue.
-#[derive(Clone, Copy)]
 pub(super) enum Item<'a> {
     One {
         body: &'a [u8],
         solo: bool,
     },
-    /// An explicit MPUB, already encoded as entries.
+    /// An explicit MPUB, already encoded as entries (from the pending queue).
     Multi {
         entries: &'a [u8],
+        count: u32,
+    },
+    /// An explicit MPUB encoded by the caller: [`command::publish_room`] bytes, then the
+    /// entries (which become the command as they are).
+    Entries {
+        data: BytesMut,
         count: u32,
     },
     Deferred(Duration, &'a [u8]),
