@@ -66,7 +66,7 @@ async fn bench(load: Load, spawn: fn(Task) -> Task) -> Result<(Duration, u64), S
             spawn(Box::pin(async move {
                 let mut count = 0u64;
                 loop {
-                    p.multi_publish(&topic, batch.iter().cloned())
+                    p.multi_publish(&topic, &batch)
                         .await
                         .map_err(|e| e.to_string())?;
                     count += batch.len() as u64;

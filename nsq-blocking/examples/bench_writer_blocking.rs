@@ -50,8 +50,7 @@ fn run() -> Result<(), String> {
             std::thread::spawn(move || {
                 let mut count = 0u64;
                 loop {
-                    p.multi_publish(&topic, batch.iter().cloned())
-                        .map_err(|e| e.to_string())?;
+                    p.multi_publish(&topic, &batch).map_err(|e| e.to_string())?;
                     count += batch.len() as u64;
                     if Instant::now() > end {
                         break;

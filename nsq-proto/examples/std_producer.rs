@@ -8,8 +8,8 @@
 //!
 //! With `--runfor` it is the floor of the writer benchmark: go-nsq's `bench_writer` flags and
 //! final line, MPUB batches of `--batch-size` messages of `--size` bytes from one thread over
-//! one connection, each batch's reply awaited before the next, with nothing but this core
-//! and `std::net` in the way.
+//! one connection, with nothing but this core and `std::net` in the way. As many batches are
+//! under way as the Go tool has workers (one per CPU), each replaced when its reply comes.
 //!
 //! ```text
 //! cargo run --release -p nsq-proto --example std_producer -- \
@@ -159,6 +159,7 @@ fn bench(flags: &Flags) -> Result<()> {
     // Started at the first publish, once connected.
     let mut clock: Option<(Instant, Instant)> = None;
     let mut published = 0u64;
+    let mut under_way = 0;
     let mut elapsed = Duration::ZERO;
     loop {
         driver.drain(&mut producer, &mut events);
@@ -171,15 +172,22 @@ fn bench(flags: &Flags) -> Result<()> {
                 ProducerEvent::ConnectionReady { .. } => {
                     let start = Instant::now();
                     clock = Some((start, start + args.runfor));
-                    producer.multi_publish(start, &topic, &batch)?;
+                    let workers = std::thread::available_parallelism().map_or(1, usize::from);
+                    for _ in 0..workers {
+                        producer.multi_publish(start, &topic, &batch)?;
+                    }
+                    under_way = workers;
                 }
                 ProducerEvent::Published(_) => {
                     published += batch.len() as u64;
+                    under_way -= 1;
                     let now = Instant::now();
                     match clock {
                         Some((_, end)) if now < end => {
                             producer.multi_publish(now, &topic, &batch)?;
+                            under_way += 1;
                         }
+                        _ if under_way > 0 => {}
                         _ => {
                             elapsed = clock.map_or(Duration::ZERO, |(start, _)| now - start);
                             producer.close(now);

@@ -86,7 +86,7 @@ fn main() {
                 tasks.push(tokio::spawn(async move {
                     let mut count = 0u64;
                     loop {
-                        p.multi_publish(&topic, batch.iter().cloned())
+                        p.multi_publish(&topic, &batch)
                             .await
                             .map_err(|e| e.to_string())?;
                         count += batch.len() as u64;

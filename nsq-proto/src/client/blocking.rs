@@ -468,7 +468,7 @@ impl<R: Runtime> Producer<R> {
     pub fn multi_publish<I, B>(&self, topic: impl IntoTopic, bodies: I) -> Result<(), Error>
     where
         I: IntoIterator<Item = B>,
-        B: Into<Bytes>,
+        B: AsRef<[u8]>,
     {
         block_on(self.p().multi_publish(topic, bodies))
     }
@@ -503,7 +503,7 @@ impl<R: Runtime> Producer<R> {
     ) -> Result<PendingPublish, Error>
     where
         I: IntoIterator<Item = B>,
-        B: Into<Bytes>,
+        B: AsRef<[u8]>,
     {
         self.p()
             .multi_publish_async(topic, bodies)

@@ -265,23 +265,34 @@ mod tests {
             topic: topic.clone(),
             body: Bytes::from_static(b"x"),
         };
-        replies.submit(&mut core, now, &publish, 1).unwrap();
+        replies.submit(&mut core, now, publish, 1).unwrap();
         replies
-            .submit(&mut core, now, &PublishRequest::Ping, 2)
+            .submit(&mut core, now, PublishRequest::Ping, 2)
             .unwrap();
-        let empty = PublishRequest::MultiPublish {
-            topic,
-            bodies: Vec::new(),
+        // An MPUB encoded under limits higher than the core's is refused by the core.
+        let roomy = crate::Limits {
+            max_body_size: 16 << 20,
+            ..crate::Limits::default()
         };
-        let (r, e) = replies.submit(&mut core, now, &empty, 3).unwrap_err();
+        let bodies = vec![vec![b'x'; 1 << 20]; 6];
+        let big = PublishRequest::multi_publish("t", &bodies, &roomy).unwrap();
+        let (r, e) = replies.submit(&mut core, now, big, 3).unwrap_err();
         assert_eq!(r, 3);
         assert!(
             matches!(
                 e,
-                Error::InvalidInput(InputError::Publish(CommandError::EmptyBatch))
+                Error::InvalidInput(InputError::Publish(CommandError::BatchTooLarge { .. }))
             ),
             "{e}"
         );
+        // An empty one is refused where it is made.
+        let empty = PublishRequest::multi_publish(topic, Vec::<Bytes>::new(), &roomy);
+        assert!(matches!(
+            empty,
+            Err(Error::InvalidInput(InputError::Publish(
+                CommandError::EmptyBatch
+            )))
+        ));
         assert_eq!(replies.len(), 2);
         // The only nsqd cannot be reached: both fail fast.
         let conn = loop {

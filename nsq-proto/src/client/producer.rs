@@ -8,6 +8,7 @@ use super::{
     Backpressure, Error, IntoTopic, ProducerSetup, PublishRequest, Replies, log_producer_event,
 };
 use crate::Config;
+use crate::limits::Limits;
 use crate::producer::{ProducerEvent, ProducerStats};
 use bytes::Bytes;
 use std::fmt;
@@ -55,6 +56,8 @@ struct Inner<R: Runtime> {
     unanswered: Arc<AtomicUsize>,
     /// The bound on `unanswered` for publishes that return at once.
     max_unanswered: usize,
+    /// The core's limits, which an MPUB's bodies are checked against where they are encoded.
+    limits: Limits,
     task: R::Task,
 }
 
@@ -119,6 +122,7 @@ pub(crate) fn start<R: Runtime>(setup: ProducerSetup) -> Result<Producer<R>, Err
             stats,
             unanswered: Arc::new(AtomicUsize::new(0)),
             max_unanswered: start.max_unanswered,
+            limits: start.limits,
             task,
         }),
     })
@@ -243,10 +247,14 @@ impl<R: Runtime> Producer<R> {
     pub async fn multi_publish<I, B>(&self, topic: impl IntoTopic, bodies: I) -> Result<(), Error>
     where
         I: IntoIterator<Item = B>,
-        B: Into<Bytes>,
+        B: AsRef<[u8]>,
     {
-        self.request(PublishRequest::multi_publish(topic, bodies)?)
-            .await
+        self.request(PublishRequest::multi_publish(
+            topic,
+            bodies,
+            &self.inner.limits,
+        )?)
+        .await
     }
 
     /// Publishes one message delivered after `delay` (DPUB) and waits for nsqd's answer.
@@ -286,9 +294,10 @@ impl<R: Runtime> Producer<R> {
     ) -> Result<PendingPublish, Error>
     where
         I: IntoIterator<Item = B>,
-        B: Into<Bytes>,
+        B: AsRef<[u8]>,
     {
-        self.start_request(PublishRequest::multi_publish(topic, bodies)?, true)
+        let request = PublishRequest::multi_publish(topic, bodies, &self.inner.limits)?;
+        self.start_request(request, true)
     }
 
     /// Publishes one message delivered after `delay` (DPUB) and returns at once (see
@@ -368,7 +377,7 @@ impl Logic for ProducerLogic {
     fn input(&mut self, now: Instant, input: Input) {
         match input {
             Input::Request(request, reply) => {
-                if let Err((reply, e)) = self.replies.submit(&mut self.core, now, &request, reply) {
+                if let Err((reply, e)) = self.replies.submit(&mut self.core, now, request, reply) {
                     reply.send(Err(e));
                 }
             }

@@ -1,15 +1,16 @@
 //! A user's publish handed to the core [`Producer`](crate::Producer) ([`PublishRequest`]) and
 //! which reply waits for which publish or ping ([`Replies`]).
 
-use super::error::{Error, IntoTopic};
+use super::error::{Error, InputError, IntoTopic};
+use crate::limits::Limits;
 use crate::names::Topic;
-use crate::producer::{PingId, Producer, ProducerEvent, PublishId};
+use crate::producer::{Batch, PingId, Producer, ProducerEvent, PublishId};
 use bytes::Bytes;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 /// A publish (or ping) a user asked for, on its way to the core [`Producer`].
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 #[non_exhaustive]
 pub(crate) enum PublishRequest {
     /// PUB.
@@ -19,13 +20,8 @@ pub(crate) enum PublishRequest {
         /// The body.
         body: Bytes,
     },
-    /// MPUB.
-    MultiPublish {
-        /// The topic.
-        topic: Topic,
-        /// The bodies.
-        bodies: Vec<Bytes>,
-    },
+    /// MPUB, its bodies encoded by the caller.
+    MultiPublish(Batch),
     /// DPUB.
     DeferredPublish {
         /// The topic.
@@ -48,16 +44,20 @@ impl PublishRequest {
         })
     }
 
-    /// MPUB of `bodies` to `topic`.
-    pub(crate) fn multi_publish<I, B>(topic: impl IntoTopic, bodies: I) -> Result<Self, Error>
+    /// MPUB of `bodies` to `topic`, encoded here (on the caller's thread, once: the driver
+    /// writes them as they are), checked against `limits`.
+    pub(crate) fn multi_publish<I, B>(
+        topic: impl IntoTopic,
+        bodies: I,
+        limits: &Limits,
+    ) -> Result<Self, Error>
     where
         I: IntoIterator<Item = B>,
-        B: Into<Bytes>,
+        B: AsRef<[u8]>,
     {
-        Ok(PublishRequest::MultiPublish {
-            topic: topic.into_topic()?,
-            bodies: bodies.into_iter().map(Into::into).collect(),
-        })
+        let batch = Batch::new(&topic.into_topic()?, bodies, limits)
+            .map_err(|e| Error::InvalidInput(InputError::Publish(e)))?;
+        Ok(PublishRequest::MultiPublish(batch))
     }
 
     /// DPUB of `body` to `topic`, delivered after `delay`.
@@ -104,16 +104,14 @@ impl<R> Replies<R> {
         &mut self,
         core: &mut Producer,
         now: Instant,
-        request: &PublishRequest,
+        request: PublishRequest,
         reply: R,
     ) -> Result<(), (R, Error)> {
         let result = match request {
-            PublishRequest::Publish { topic, body } => core.publish(now, topic, body),
-            PublishRequest::MultiPublish { topic, bodies } => {
-                core.multi_publish(now, topic, bodies)
-            }
+            PublishRequest::Publish { topic, body } => core.publish(now, &topic, &body),
+            PublishRequest::MultiPublish(batch) => core.multi_publish_batch(now, batch),
             PublishRequest::DeferredPublish { topic, delay, body } => {
-                core.deferred_publish(now, topic, *delay, body)
+                core.deferred_publish(now, &topic, delay, &body)
             }
             PublishRequest::Ping => {
                 return match core.ping(now) {

@@ -250,6 +250,8 @@ pub(crate) struct ProducerStart {
     /// The most publishes awaiting their result before a publish that returns at once is
     /// refused (the core's `max_pending`).
     pub max_unanswered: usize,
+    /// The core's limits (MPUB bodies are checked against them where they are encoded).
+    pub limits: crate::Limits,
 }
 
 impl ProducerSetup {
@@ -279,6 +281,7 @@ impl ProducerSetup {
         let span = producer_span();
         let dial_timeout = config.connect_timeout + Duration::from_secs(1);
         let max_unanswered = config.max_pending;
+        let limits = config.connection.limits;
         let mut core = Producer::new(config, self.seed.unwrap_or_else(seed))?;
         for a in &self.nsqd {
             core.add_nsqd(now, a)?;
@@ -289,6 +292,7 @@ impl ProducerSetup {
             write_timeout: self.write_timeout,
             span,
             max_unanswered,
+            limits,
         })
     }
 }
