@@ -132,20 +132,34 @@ pub(crate) fn start<R: Runtime>(setup: ProducerSetup) -> Result<Producer<R>, Err
 /// `deferred_` variants): a future of the publish's result. Dropping it does not cancel the
 /// publish, whose result is then not known.
 #[must_use = "a publish's result is only known through its PendingPublish"]
-pub struct PendingPublish(ReplyRx<Result<(), Error>>);
+pub struct PendingPublish {
+    rx: ReplyRx<Result<(), Error>>,
+    /// The result, once received (`try_result` may look before the future is polled).
+    result: Option<Result<(), Error>>,
+}
 
 impl fmt::Debug for PendingPublish {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("PendingPublish")
+        f.debug_struct("PendingPublish")
+            .field("result", &self.result)
+            .finish_non_exhaustive()
     }
 }
 
 impl PendingPublish {
-    /// The result if it is known, without waiting.
+    fn new(rx: ReplyRx<Result<(), Error>>) -> Self {
+        PendingPublish { rx, result: None }
+    }
+
+    /// The result if it is known, without waiting (the future still resolves with it).
     pub fn try_result(&mut self) -> Option<Result<(), Error>> {
-        self.0
-            .try_recv()
-            .map(|r| r.unwrap_or_else(|_| Err(Error::Closed)))
+        if self.result.is_none() {
+            self.result = self
+                .rx
+                .try_recv()
+                .map(|r| r.unwrap_or_else(|_| Err(Error::Closed)));
+        }
+        self.result.clone()
     }
 }
 
@@ -153,8 +167,11 @@ impl Future for PendingPublish {
     type Output = Result<(), Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
-        self.get_mut()
-            .0
+        let this = self.get_mut();
+        if let Some(result) = this.result.take() {
+            return Poll::Ready(result);
+        }
+        this.rx
             .poll_recv(cx)
             .map(|r| r.unwrap_or_else(|_| Err(Error::Closed)))
     }
@@ -199,7 +216,7 @@ impl<R: Runtime> Producer<R> {
             .inbox
             .send(input(reply))
             .map_err(|_| Error::Closed)?;
-        Ok(PendingPublish(rx))
+        Ok(PendingPublish::new(rx))
     }
 
     async fn send(&self, input: impl FnOnce(Reply) -> Input) -> Result<(), Error> {
@@ -421,5 +438,36 @@ impl Logic for ProducerLogic {
             w.send(());
         }
         tracing::debug!("producer closed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn poll_now(p: &mut PendingPublish) -> Poll<Result<(), Error>> {
+        Pin::new(p).poll(&mut Context::from_waker(std::task::Waker::noop()))
+    }
+
+    #[test]
+    fn a_result_looked_at_early_is_still_the_future_s() {
+        let (tx, rx) = oneshot();
+        let mut p = PendingPublish::new(rx);
+        assert!(p.try_result().is_none());
+        assert!(poll_now(&mut p).is_pending());
+        tx.send(Err(Error::Backpressure(Backpressure::Unanswered {
+            limit: 1,
+        })));
+        assert!(matches!(p.try_result(), Some(Err(Error::Backpressure(_)))));
+        assert!(matches!(p.try_result(), Some(Err(Error::Backpressure(_)))));
+        assert!(matches!(
+            poll_now(&mut p),
+            Poll::Ready(Err(Error::Backpressure(_)))
+        ));
+        // A driver that stopped without answering: the client is closed.
+        let (tx, rx) = oneshot::<Result<(), Error>>();
+        drop(tx);
+        let mut p = PendingPublish::new(rx);
+        assert!(matches!(poll_now(&mut p), Poll::Ready(Err(Error::Closed))));
     }
 }
