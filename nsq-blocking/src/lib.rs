@@ -14,7 +14,7 @@
 //! and [`Producer`] run the client layer's calls to completion on the calling thread.
 //!
 //! * One driver thread per [`Consumer`] / [`Producer`] (`nsqb-consumer`, `nsqb-producer`)
-//!   runs the client layer's one driver (the same code as on tokio and async-io, batching
+//!   runs the client layer's one driver (the same code as on tokio and nsq-async-std, batching
 //!   included) and owns every socket of its client: it waits on a readiness poller of its
 //!   own (epoll, kqueue or IOCP, through mio) over non-blocking sockets, with the driver's
 //!   timer as the wait's deadline. There is no thread per connection: a consumer of twelve

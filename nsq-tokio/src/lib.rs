@@ -19,8 +19,9 @@
 //!   buffer: zero-copy), drains the core, hands the wake-up's messages to the application at
 //!   once, and gives each connection at most one write; a blocked write never stops
 //!   reading; one timer follows the core's `poll_timeout`.
-//! * Messages are answered through small `Copy` commands on a lock-free queue: no lock and no
-//!   allocation per answer.
+//! * Messages are answered through small `Copy` commands queued for the driver (a push under a
+//!   short lock; no allocation per answer); publishes likewise, each with its own reply, or
+//!   returning at once with [`Producer::publish_async`].
 //! * `build()` (and `Producer::connect`) must be called within a tokio runtime with its time
 //!   driver enabled (`#[tokio::main]` has it); otherwise it fails with [`Error::NoRuntime`].
 //! * Everything is logged with `tracing`, nothing is printed.

@@ -67,7 +67,7 @@ impl<R: Runtime> Drop for HandleGuard<R> {
 
 // ----------------------------------------------------------------------------------- message
 
-/// Carries a message's answers to its consumer's driver (a lock-free queue push).
+/// Carries a message's answers to its consumer's driver (a push on its command queue).
 pub struct AnswerChannel(Arc<Shared>);
 
 impl fmt::Debug for AnswerChannel {
@@ -726,7 +726,18 @@ impl Logic for ConsumerLogic {
             }
             ConsumerEvent::GaveUp { conn, message } => {
                 if let Some(hook) = &self.give_up {
-                    hook(&Delivery::given_up(conn, message, self.origin(conn)));
+                    let message = Delivery::given_up(conn, message, self.origin(conn));
+                    // The hook runs on the driver: its panic must not take the consumer down.
+                    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        hook(&message);
+                    }));
+                    if let Err(panic) = ran {
+                        tracing::error!(
+                            msg_id = %message.id(),
+                            panic = %super::panic_message(&*panic),
+                            "the give-up hook panicked"
+                        );
+                    }
                 }
             }
             ConsumerEvent::Closed { leftovers } => {

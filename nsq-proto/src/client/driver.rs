@@ -16,6 +16,7 @@ use super::sync::Inbox;
 use crate::driver::{Action, ConnId, Driven, LookupdRequestId};
 use bytes::{Buf, Bytes, BytesMut};
 use std::collections::VecDeque;
+use std::future::Future;
 use std::io;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -431,80 +432,136 @@ impl<R: Runtime> Net<R> {
 }
 
 /// Runs a driver until its logic is done (then finishes it).
-pub(crate) async fn run<L: Logic, R: Runtime>(
-    mut logic: L,
+pub(crate) fn run<L: Logic, R: Runtime>(
+    logic: L,
     inbox: Arc<Inbox<L::Input>>,
-    mut net: Net<R>,
-) {
+    net: Net<R>,
+) -> impl Future<Output = ()> + Send + 'static {
+    // However the driver ends (at the end of `drive`, by a panic, or dropped by its runtime,
+    // polled or not), whoever waits on it hears of it.
+    let end = Ending {
+        logic: Some(logic),
+        inbox,
+    };
+    drive(end, net)
+}
+
+async fn drive<L: Logic, R: Runtime>(mut end: Ending<L>, mut net: Net<R>) {
+    let inbox = end.inbox.clone();
     let runtime = net.sockets.runtime.clone();
-    let mut timer = runtime.timer();
+    // Made in the first poll, where a runtime that cannot make one (tokio without its time
+    // driver panics) is caught like any other panic of the driver.
+    let mut timer: Option<R::Timer> = None;
     let mut armed: Option<Instant> = None;
     let mut commands = Vec::new();
-    let now = runtime.now();
-    drain(&mut logic, &mut net, now);
-    let _ = net.flush();
+    let mut crashed = false;
     std::future::poll_fn(|cx| {
-        inbox.register(cx.waker());
-        for round in 0..ROUNDS_PER_POLL {
-            let now = runtime.now();
-            let mut progress = false;
-            // Commands first, so concurrent publishes leave in one write.
-            inbox.take_all(&mut commands);
-            progress |= !commands.is_empty();
-            for input in commands.drain(..) {
-                logic.input(now, input);
+        let Some(logic) = end.logic.as_mut() else {
+            return Poll::Ready(());
+        };
+        let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            if timer.is_none() {
+                timer = Some(runtime.timer());
+                drain(logic, &mut net, runtime.now());
+                let _ = net.flush();
             }
-            progress |= net.poll(cx, now, logic.machine());
-            if armed.is_some() && timer.poll_expired(cx).is_ready() {
-                armed = None;
-                progress = true;
-            }
-            if logic.machine().poll_timeout().is_some_and(|t| t <= now) {
-                logic.machine().handle_timeout(now);
-                progress = true;
-            }
-            progress |= drain(&mut logic, &mut net, now);
-            // Bytes handed over this round are written at the start of the next one.
-            progress |= net.flush();
-            logic.after_round();
-            if logic.done() && net.is_quiet() {
+            let Some(timer) = timer.as_mut() else {
                 return Poll::Ready(());
-            }
-            let deadline = match (logic.machine().poll_timeout(), net.next_deadline()) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
             };
-            if deadline != armed {
-                armed = deadline;
-                if let Some(t) = deadline {
-                    timer.reset(t);
-                    if timer.poll_expired(cx).is_ready() {
-                        armed = None;
-                        progress = true;
+            inbox.register(cx.waker());
+            for round in 0..ROUNDS_PER_POLL {
+                let now = runtime.now();
+                let mut progress = false;
+                // Commands first, so concurrent publishes leave in one write.
+                inbox.take_all(&mut commands);
+                progress |= !commands.is_empty();
+                for input in commands.drain(..) {
+                    logic.input(now, input);
+                }
+                progress |= net.poll(cx, now, logic.machine());
+                if armed.is_some() && timer.poll_expired(cx).is_ready() {
+                    armed = None;
+                    progress = true;
+                }
+                if logic.machine().poll_timeout().is_some_and(|t| t <= now) {
+                    logic.machine().handle_timeout(now);
+                    progress = true;
+                }
+                progress |= drain(logic, &mut net, now);
+                // Bytes handed over this round are written at the start of the next one.
+                progress |= net.flush();
+                logic.after_round();
+                if logic.done() && net.is_quiet() {
+                    return Poll::Ready(());
+                }
+                let deadline = match (logic.machine().poll_timeout(), net.next_deadline()) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                if deadline != armed {
+                    armed = deadline;
+                    if let Some(t) = deadline {
+                        timer.reset(t);
+                        if timer.poll_expired(cx).is_ready() {
+                            armed = None;
+                            progress = true;
+                        }
                     }
                 }
-            }
-            if !progress {
-                if L::LOOK_AGAIN_AFTER_WORK && round > 0 {
-                    // Work was done this poll: queued behind the tasks it woke, look once
-                    // more. A poll that finds nothing parks.
-                    cx.waker().wake_by_ref();
+                if !progress {
+                    if L::LOOK_AGAIN_AFTER_WORK && round > 0 {
+                        // Work was done this poll: queued behind the tasks it woke, look once
+                        // more. A poll that finds nothing parks.
+                        cx.waker().wake_by_ref();
+                    }
+                    // The waker was registered before the queue was emptied: a command queued
+                    // since then wakes us.
+                    return Poll::Pending;
                 }
-                // The waker was registered before the queue was emptied: a command queued
-                // since then wakes us.
-                return Poll::Pending;
             }
-        }
-        cx.waker().wake_by_ref();
-        Poll::Pending
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }));
+        polled.unwrap_or_else(|panic| {
+            tracing::error!(
+                panic = %super::panic_message(&*panic),
+                "the client's driver panicked: the client is closed"
+            );
+            crashed = true;
+            Poll::Ready(())
+        })
     })
     .await;
+    if crashed {
+        // `end` resolves whoever waits (the client is closed).
+        return;
+    }
+    let Some(mut logic) = end.logic.take() else {
+        return;
+    };
     // Refuse further commands, and answer the ones already queued (their callers wait).
     let now = runtime.now();
     for input in inbox.close() {
         logic.input(now, input);
     }
     logic.finish();
+}
+
+/// A driver that did not finish normally (it panicked, or its runtime dropped it): its inbox
+/// refuses further commands and drops the queued ones (their callers see the client closed),
+/// and its logic resolves whoever waits.
+struct Ending<L: Logic> {
+    logic: Option<L>,
+    inbox: Arc<Inbox<L::Input>>,
+}
+
+impl<L: Logic> Drop for Ending<L> {
+    fn drop(&mut self) {
+        if let Some(logic) = self.logic.take() {
+            drop(self.inbox.close());
+            logic.finish();
+        }
+    }
 }
 
 /// Drains every action and event of the core (in the core's order), then lets the logic

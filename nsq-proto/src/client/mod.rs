@@ -20,8 +20,8 @@
 //! it would block (message bodies are slices of the read buffer: zero-copy), fires its one
 //! timer, drains the core, hands the wake-up's messages to the application at once, and
 //! gives each connection at most one write (a blocked write never stops reading). Messages
-//! answer themselves with a small `Copy` [`Answer`] pushed on a lock-free queue: no
-//! allocation and no lock per answer.
+//! answer themselves with a small `Copy` [`Answer`] queued for the driver (a push under a
+//! short lock, many per wake-up of the driver; no allocation per answer).
 //!
 //! ## Configuration
 //!
@@ -166,6 +166,15 @@ pub(crate) use setup::{ConsumerSetup, ProducerSetup};
 use setup::{consumer_config, producer_config};
 
 pub(crate) use os::{os_hostname, random_seed};
+
+/// What a caught panic said (its `&str` or `String` payload), for the log line.
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic without a message")
+}
 
 #[cfg(test)]
 mod tests {

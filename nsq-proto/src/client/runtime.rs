@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 /// A boxed, sendable future: what a [`Runtime`] connects with and spawns.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
-/// A runtime the client layer runs on: tokio, async-io (async-std and smol) or plain threads.
+/// A runtime the client layer runs on: tokio, or a driver thread per client waiting on its own
+/// [`Poller`](super::poller::Poller) (`nsq-async-std` for any executor, `nsq-blocking`).
 ///
 /// Each adapter crate implements it once, on a small value (a runtime handle, or nothing);
 /// the driver ([`Consumer`](super::Consumer), [`Producer`](super::Producer)) is generic over
