@@ -169,33 +169,54 @@ fn a_refused_message_fails_alone_and_costs_no_outage() {
     w.server(0).max_msg_size = Some(100);
     w.add_all();
     let start = w.now;
-    let mut failed = Vec::new();
-    for round in 0..5 {
-        let mut b = bodies(10, "good");
-        b.push(vec![b'!'; 150]);
-        b.extend(bodies(10, "more"));
-        let ids = w.publish_together(&refs(&b));
-        // Only the big one fails, with nsqd's error.
-        assert_eq!(w.assert_resolved_once(&ids), 1, "round {round}");
-        match w.outcome(ids[10]) {
-            Err(PublishFailure::Server(e)) => assert_eq!(e.code(), ErrorCode::BadMessage),
-            other => panic!("{other:?}"),
-        }
-        failed.push(ids[10]);
-        // Reconnected at once: a tight loop of good publishes all succeed.
-        assert_eq!(w.producer.healthy_connections(), 1);
-        let ids = w.publish_together(&refs(&bodies(1000, "loop")));
-        assert_eq!(w.assert_resolved_once(&ids), 0, "round {round}");
+    let mut b = bodies(10, "good");
+    b.push(vec![b'!'; 150]);
+    b.extend(bodies(10, "more"));
+    let ids = w.publish_together(&refs(&b));
+    // Only the big one fails, with nsqd's error.
+    assert_eq!(w.assert_resolved_once(&ids), 1);
+    match w.outcome(ids[10]) {
+        Err(PublishFailure::Server(e)) => assert_eq!(e.code(), ErrorCode::BadMessage),
+        other => panic!("{other:?}"),
+    }
+    // Reconnected at once: a tight loop of good publishes all succeed.
+    assert_eq!(w.producer.healthy_connections(), 1);
+    let ids = w.publish_together(&refs(&bodies(1000, "loop")));
+    assert_eq!(w.assert_resolved_once(&ids), 0);
+    // nsqd said its max-msg-size: a PUB, DPUB or MPUB over it now fails before it is sent,
+    // with that limit, and costs no connection.
+    let topic = topic();
+    let too_big = ProducerError::Invalid(CommandError::BodyTooLarge {
+        index: 0,
+        len: 150,
+        max: 100,
+    });
+    for _ in 0..4 {
+        let big = [b'!'; 150];
+        assert_eq!(
+            w.producer.publish(w.now, &topic, &big),
+            Err(too_big.clone())
+        );
+        let delay = Duration::from_secs(1);
+        assert_eq!(
+            w.producer.deferred_publish(w.now, &topic, delay, &big),
+            Err(too_big.clone())
+        );
+        assert_eq!(
+            w.producer.multi_publish(w.now, &topic, &[&big[..]]),
+            Err(too_big.clone())
+        );
+        let ids = w.publish_together(&refs(&bodies(10, "fine")));
+        assert_eq!(w.assert_resolved_once(&ids), 0);
     }
     // No time passed: every reconnect was immediate, none waited for a backoff.
     assert_eq!(w.now, start);
     let connects = &w.servers[&addr(0)].connects;
     assert!(connects.iter().all(|t| *t == start), "{connects:?}");
-    // Round 1: the batch is refused, then the big one alone (2 reconnects); later rounds know
-    // nsqd's max-msg-size and send the big one by itself at once (1 reconnect each).
-    assert_eq!(connects.len(), 1 + 2 + 4);
+    // The batch was refused, then the big one alone (2 reconnects); then nothing more.
+    assert_eq!(connects.len(), 1 + 2);
     let s = w.producer.stats();
-    assert_eq!((s.failed, s.published), (5, 5 * 1020));
+    assert_eq!((s.failed, s.published), (1, 1020 + 4 * 10));
 }
 
 #[test]

@@ -75,7 +75,9 @@ impl<R: Runtime> Drop for Inner<R> {
 /// the same moment (made concurrently, or while the connection awaits replies) leave as one
 /// MPUB, each still with its own result (natural batching; `producer_batching` turns it off). A
 /// publish nsqd refuses (too big, say) fails alone: the connection nsqd then closes is replaced
-/// at once, and publishes made meanwhile wait for it (at most `publish_timeout`). With several
+/// at once, and publishes made meanwhile wait for it (at most `publish_timeout`). A size limit
+/// nsqd states in such a refusal is kept: a later PUB, DPUB or MPUB over it fails before it is
+/// sent ([`Error::InvalidInput`], with the limit), costing no connection. With several
 /// nsqd addresses, publishes go to a healthy one (failover by default, round-robin with
 /// [`Routing::RoundRobin`](crate::producer::Routing)); while no nsqd is reachable they fail
 /// fast with [`Error::NoServerAvailable`].

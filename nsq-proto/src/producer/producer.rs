@@ -398,8 +398,7 @@ impl Producer {
     ) -> Result<PublishId, ProducerError> {
         let now = self.tick(now);
         self.admit()?;
-        command::check_publish(body, None, &self.config.connection.limits)
-            .map_err(ProducerError::Invalid)?;
+        command::check_publish(body, None, &self.limits_now()).map_err(ProducerError::Invalid)?;
         self.submit(now, topic, Item::One { body, solo: false })
     }
 
@@ -426,7 +425,7 @@ impl Producer {
         let now = self.tick(now);
         self.admit()?;
         batch
-            .check(&self.config.connection.limits)
+            .check(&self.limits_now())
             .map_err(ProducerError::Invalid)?;
         let (topic, data, count) = batch.into_parts();
         self.submit(now, &topic, Item::Entries { data, count })
@@ -442,7 +441,7 @@ impl Producer {
     ) -> Result<PublishId, ProducerError> {
         let now = self.tick(now);
         self.admit()?;
-        command::check_publish(body, Some(delay), &self.config.connection.limits)
+        command::check_publish(body, Some(delay), &self.limits_now())
             .map_err(ProducerError::Invalid)?;
         self.submit(now, topic, Item::Deferred(delay, body))
     }
@@ -592,6 +591,25 @@ impl Producer {
     }
 
     /// The ready node the next publish goes to.
+    /// The limits a publish must fit now: the configured ones, lowered to what the nsqd it
+    /// would go to has said in a refusal (`... too big N > MAX`). A publish over them fails
+    /// before it is sent: sent, nsqd would refuse it and close the connection.
+    fn limits_now(&self) -> crate::Limits {
+        let mut limits = self.config.connection.limits;
+        let n = self.nodes.len();
+        let next = match self.config.routing {
+            Routing::Failover => (0..n).find(|&i| self.ready(i)),
+            Routing::RoundRobin => (0..n)
+                .map(|k| (self.rr_next % n.max(1) + k) % n)
+                .find(|&i| self.ready(i)),
+        };
+        if let Some(node) = next.map(|i| &self.nodes[i]) {
+            limits.max_msg_size = limits.max_msg_size.min(node.max_msg);
+            limits.max_body_size = limits.max_body_size.min(node.max_body);
+        }
+        limits
+    }
+
     pub(super) fn route(&mut self) -> Option<usize> {
         let n = self.nodes.len();
         match self.config.routing {

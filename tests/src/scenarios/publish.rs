@@ -225,16 +225,18 @@ pub(super) fn server_errors_are_typed(f: &dyn Factory) {
 pub(super) fn a_refused_message_costs_no_outage(f: &dyn Factory) {
     // nsqd refuses the oversize message and closes the connection; the producer reconnects
     // at once (no backoff: it is not a server failure), so the publishes that follow all
-    // succeed, however often it happens.
+    // succeed. It also learns nsqd's max-msg-size from the refusal: the next oversize
+    // messages fail before they are sent, with that limit, and cost no connection.
     let nsqd = start(Nsqd::builder().max_msg_size(1024));
     let p = producer(f, &nsqd);
     for round in 0..5 {
         let err = p.publish("refused", &[b'x'; 1100]).unwrap_err();
-        assert_eq!(
-            err.kind,
-            ErrorKind::Server("E_BAD_MESSAGE".into()),
-            "round {round}: {err}"
-        );
+        if round == 0 {
+            assert_eq!(err.kind, ErrorKind::Server("E_BAD_MESSAGE".into()), "{err}");
+        } else {
+            assert_eq!(err.kind, ErrorKind::InvalidInput, "round {round}: {err}");
+            assert!(err.message.contains("1024"), "round {round}: {err}");
+        }
         for i in 0..1000 {
             if let Err(e) = p.publish("refused", b"good") {
                 panic!("round {round}, publish {i} after the refusal failed: {e}");
@@ -242,10 +244,17 @@ pub(super) fn a_refused_message_costs_no_outage(f: &dyn Factory) {
         }
     }
     let s = p.stats();
-    assert_eq!((s.published, s.failed), (5000, 5));
+    assert_eq!((s.published, s.failed), (5000, 1));
     assert!(eventually(WAIT, || nsqd
         .topic("refused")
         .is_some_and(|t| t.message_count == 5000)));
+    // One connection was replaced, once: two IDENTIFYs in all.
+    let identifies = nsqd
+        .commands()
+        .iter()
+        .filter(|c| c.name() == "IDENTIFY")
+        .count();
+    assert_eq!(identifies, 2);
     p.close();
 }
 
