@@ -2,8 +2,8 @@
 //! `--concurrency` tasks share one [`Producer`] and each publishes one `--size`-byte message
 //! at a time, awaiting its result before the next, until `--runfor` has passed. Publishes
 //! waiting at the same moment leave as one MPUB (natural batching), each with its own result.
-//! Prints the Go bench tools' final line. Extra flags: `--runtime=async-std|smol` (default
-//! async-std; smol's tasks run on `SMOL_THREADS` threads, default 1),
+//! Prints the Go bench tools' final line. Extra flags: `--runtime=smol|async-std` (default
+//! smol, whose tasks run on `SMOL_THREADS` threads, default 1),
 //! `--batching=true|false` (default true), and `--async` with `--window=N`: one task
 //! publishes with `publish_async`, keeping `N` publishes under way (default 1000), like
 //! go-nsq's `PublishAsync` from one goroutine.
@@ -33,8 +33,8 @@ const USAGE: Usage = Usage {
         publish,
         value(
             "runtime",
-            "async-std|smol",
-            "the executor, not a Go flag (default: async-std)",
+            "smol|async-std",
+            "the executor, not a Go flag (default: smol)",
         ),
         value(
             "batching",
@@ -125,7 +125,7 @@ fn run() -> Result<(), String> {
             None
         },
     };
-    let (duration, total, stats) = match flags.string("runtime", "async-std").as_str() {
+    let (duration, total, stats) = match flags.string("runtime", "smol").as_str() {
         "async-std" => {
             async_std::task::block_on(bench(load, |f| Box::pin(async_std::task::spawn(f))))
         }

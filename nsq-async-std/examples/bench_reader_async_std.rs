@@ -5,8 +5,8 @@
 //! connection per GOMAXPROCS; every message is finished. Timing starts when every consumer is
 //! subscribed and RDY is raised, and ends after `--runfor`.
 //!
-//! Extra flag (not in the Go tool): `--runtime=async-std|smol` picks the executor (default
-//! async-std; smol's tasks run on `SMOL_THREADS` threads, default 1).
+//! Extra flag (not in the Go tool): `--runtime=smol|async-std` picks the executor (default
+//! smol, whose tasks run on `SMOL_THREADS` threads, default 1).
 //!
 //! ```text
 //! cargo run --release -p nsq-async-std --example bench_reader_async_std -- \
@@ -32,8 +32,8 @@ const USAGE: Usage = Usage {
         reader,
         value(
             "runtime",
-            "async-std|smol",
-            "the executor, not a Go flag (default: async-std)",
+            "smol|async-std",
+            "the executor, not a Go flag (default: smol)",
         )
     ),
 };
@@ -123,7 +123,7 @@ fn run() -> Result<(), String> {
         rdy: args.rdy,
         runfor: args.runfor,
     };
-    let (duration, total) = match flags.string("runtime", "async-std").as_str() {
+    let (duration, total) = match flags.string("runtime", "smol").as_str() {
         "async-std" => {
             async_std::task::block_on(bench(load, |f| Box::pin(async_std::task::spawn(f))))
         }

@@ -1,90 +1,74 @@
 //! Publish a few messages and consume them, printing what happens (nsq-tokio's quickstart,
-//! on async-std or smol).
+//! on smol or async-std).
 //!
 //! ```text
 //! cargo run -p nsq-async-std --example quickstart_async_std  # in-process test broker
 //! cargo run -p nsq-async-std --example quickstart_async_std -- --nsqd-tcp-address=127.0.0.1:4150
-//! cargo run -p nsq-async-std --example quickstart_async_std -- --runtime=smol  # default: async-std
+//! cargo run -p nsq-async-std --example quickstart_async_std -- --runtime=async-std  # default: smol
 //! ```
 //!
 //! Without `--nsqd-tcp-address` it starts the in-process test nsqd from `tests/` (crate
-//! `nsq-test-broker`), so it works on a fresh machine with nothing installed. Flags:
-//! `--nsqd-tcp-address`, `--topic` (default `quickstart`), `--channel` (default `demo`),
-//! `--runtime` (`async-std` or `smol`).
+//! `nsq-test-broker`), so it works on a fresh machine with nothing installed. `--help` lists
+//! the flags. smol is the default executor: async-std is discontinued upstream in favour of
+//! smol (this crate serves both, and any other executor).
 #![allow(
     clippy::print_stdout,
     clippy::print_stderr,
     reason = "an example that shows what happened"
 )]
 
+#[path = "../../nsq-tokio/examples/support/cli.rs"]
+mod support;
+
 use nsq_async_std::{Config, Consumer, Producer};
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
+use support::{Flags, Usage, fatal, init_logging, value};
+
+const USAGE: Usage = Usage {
+    name: "quickstart_async_std",
+    about: "Publishes a few messages (PUB, MPUB, DPUB) and consumes them, printing what happens.",
+    flags: &[
+        value(
+            "nsqd-tcp-address",
+            "ADDR",
+            "nsqd TCP address (default: start the in-process test nsqd)",
+        ),
+        value("topic", "TOPIC", "topic to use (default: quickstart)"),
+        value(
+            "channel",
+            "CHANNEL",
+            "channel to consume from (default: demo)",
+        ),
+        value("runtime", "smol|async-std", "the executor (default: smol)"),
+    ],
+};
 
 fn main() {
-    let flags = match parse_flags() {
-        Ok(f) => f,
-        Err(e) => {
-            eprintln!("quickstart: {e}");
-            std::process::exit(2);
-        }
-    };
+    let flags = Flags::parse(&USAGE);
     // Log lines (connections, failures) on stderr; RUST_LOG sets the level (default: info).
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .init();
-    let result = match flags.get("runtime").map_or("async-std", String::as_str) {
-        "async-std" => async_std::task::block_on(run(&flags)),
+    init_logging();
+    let result = match flags.string("runtime", "smol").as_str() {
         "smol" => smol::block_on(run(&flags)),
-        other => Err(format!("unknown --runtime {other:?} (async-std or smol)").into()),
+        "async-std" => async_std::task::block_on(run(&flags)),
+        other => Err(format!("unknown --runtime {other:?} (smol or async-std)").into()),
     };
     if let Err(e) = result {
-        eprintln!("quickstart: {e}");
-        std::process::exit(1);
+        fatal("quickstart", &e.to_string());
     }
 }
 
-/// `--name=value` / `--name value` flags.
-fn parse_flags() -> Result<HashMap<String, String>, String> {
-    let mut flags = HashMap::new();
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        let Some(name) = arg.strip_prefix("--") else {
-            return Err(format!("unexpected argument {arg:?}"));
-        };
-        let (name, value) = if let Some((n, v)) = name.split_once('=') {
-            (n.to_owned(), v.to_owned())
-        } else {
-            let v = args
-                .next()
-                .ok_or_else(|| format!("--{name} needs a value"))?;
-            (name.to_owned(), v)
-        };
-        if !["nsqd-tcp-address", "topic", "channel", "runtime"].contains(&name.as_str()) {
-            return Err(format!("unknown flag --{name}"));
-        }
-        flags.insert(name, value);
-    }
-    Ok(flags)
-}
-
-async fn run(flags: &HashMap<String, String>) -> Result<(), Box<dyn std::error::Error>> {
+async fn run(flags: &Flags) -> Result<(), Box<dyn std::error::Error>> {
     // 1. A server: the one given, or the in-process test broker.
     let (_broker, addr) = if let Some(a) = flags.get("nsqd-tcp-address") {
-        (None, a.clone())
+        (None, a.to_owned())
     } else {
         let nsqd = nsq_test_broker::Nsqd::start()?;
         let addr = nsqd.tcp_address().to_string();
         println!("started the in-process test nsqd on {addr}");
         (Some(nsqd), addr)
     };
-    let topic = flags.get("topic").map_or("quickstart", String::as_str);
-    let channel = flags.get("channel").map_or("demo", String::as_str);
+    let topic = flags.get("topic").unwrap_or("quickstart");
+    let channel = flags.get("channel").unwrap_or("demo");
 
     // 2. Publish: one message, a batch, and a deferred one.
     let producer = Producer::connect(&addr, &Config::default()).await?;
