@@ -106,6 +106,7 @@
 //! # }
 //! ```
 //!
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod runtime;
 

@@ -103,6 +103,7 @@
 //! # }
 //! ```
 //!
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod runtime;
 

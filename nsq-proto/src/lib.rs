@@ -114,6 +114,7 @@
 //!   targets in `fuzz/` and of the corpus-replay tests.
 //! * `test-support`: the hidden `nsq_proto::test_support` module, a scripted fake
 //!   nsqd (the server side of one connection) for tests and benches.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod addr;
 #[cfg(feature = "client")]

@@ -136,6 +136,7 @@
 //! Runnable programs are in `examples/`: `quickstart` (starts an in-process test broker when
 //! no `--nsqd-tcp-address` is given: `cargo run -p nsq-tokio --example quickstart`),
 //! `nsq_tail`, `to_nsq`, `bench_writer`, `bench_reader`.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod runtime;
 

@@ -113,6 +113,7 @@
 //! See [`conformance`] for the scenario harness and the `NSQD_TCP_ADDRESS` override.
 //! See [`scenarios`] for the adapter scenarios (written once, run by every adapter's
 //! `tests/scenarios.rs` through [`adapter_scenario_tests!`]).
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod conformance;
 mod http;
