@@ -262,10 +262,14 @@ fn transport_and_state_errors() {
 
     assert!(matches!(Error::from(ProducerError::Closed), Error::Closed));
     assert!(matches!(Error::from(ConsumerError::Closing), Error::Closed));
-    assert_eq!(check(Error::Closed).0, "closed");
+    assert_eq!(
+        check(Error::Closed).0,
+        "the client is closed (it was stopped or closed, or its driver ended: see the log)"
+    );
     assert_eq!(
         check(Error::NoRuntime).0,
-        "must be called from within the adapter's runtime"
+        "no tokio runtime here: build the client inside one (#[tokio::main], or \
+         Runtime::enter), with its IO and time drivers enabled (enable_all)"
     );
     assert_eq!(
         check(Error::Spawn("out of threads".into())).0,

@@ -93,6 +93,7 @@ fn consumer_lines_name_topic_channel_and_nsqd() {
             "{panicked}"
         );
         assert_eq!(field(&panicked, "msg_id").map(str::len), Some(16));
+        assert!(panicked.contains("panic=\"handler bug\""), "{panicked}");
 
         handle.set_max_in_flight(0);
         let paused = capture

@@ -341,7 +341,12 @@ impl<R: Runtime> Consumer<R> {
                                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                                     handler(msg)
                                 }));
-                            pending.answer(outcome.ok());
+                            match outcome {
+                                Ok(result) => pending.answer(Some(result)),
+                                Err(panic) => {
+                                    pending.answer_panic(super::panic_message(&*panic));
+                                }
+                            }
                         }
                     });
                 if let Err(e) = spawned {

@@ -607,13 +607,14 @@ where
     let pending = msg.take_over();
     let mut fut = std::pin::pin!(handler(msg));
     let outcome = std::future::poll_fn(|cx| {
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fut.as_mut().poll(cx))) {
-            Ok(p) => p.map(Some),
-            Err(_) => Poll::Ready(None),
-        }
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fut.as_mut().poll(cx)))
+            .map_or_else(|panic| Poll::Ready(Err(panic)), |p| p.map(Ok))
     })
     .await;
-    pending.answer(outcome);
+    match outcome {
+        Ok(result) => pending.answer(Some(result)),
+        Err(panic) => pending.answer_panic(super::panic_message(&*panic)),
+    }
 }
 
 // ----------------------------------------------------------------------------------- driver

@@ -253,4 +253,23 @@ impl<S: AnswerSink> PendingAnswer<S> {
             .sink
             .send_answer(self.answer.with_kind(kind), Bytes::new());
     }
+
+    /// Answers for a handler that panicked saying `panic`: requeued with backoff, logged at
+    /// ERROR with the panic's message, the message id, attempts and nsqd address.
+    pub fn answer_panic(self, panic: &str) {
+        let (id, attempts, nsqd) = (self.answer.id, self.answer.attempts, &self.origin.addr);
+        self.origin.span.in_scope(|| {
+            tracing::error!(
+                msg_id = %id,
+                attempts,
+                nsqd = %nsqd,
+                panic,
+                "handler panicked: requeueing the message"
+            );
+        });
+        let kind = AnswerKind::from_handler(None);
+        self.origin
+            .sink
+            .send_answer(self.answer.with_kind(kind), Bytes::new());
+    }
 }

@@ -81,9 +81,10 @@ pub enum Error {
     Backpressure(Backpressure),
     /// The consumer refused the command.
     Consumer(ConsumerError),
-    /// The producer or consumer has been closed.
+    /// The producer or consumer has been closed (stopped, closed, every handle dropped, or its
+    /// driver ended).
     Closed,
-    /// Not called from within the runtime the adapter needs.
+    /// Not called from within the runtime the adapter needs (nsq-tokio: a tokio runtime).
     NoRuntime,
     /// The driver (thread or task) could not be started.
     Spawn(String),
@@ -132,8 +133,13 @@ impl fmt::Display for Error {
             ),
             Error::Backpressure(e) => fmt::Display::fmt(e, f),
             Error::Consumer(e) => fmt::Display::fmt(e, f),
-            Error::Closed => f.write_str("closed"),
-            Error::NoRuntime => f.write_str("must be called from within the adapter's runtime"),
+            Error::Closed => f.write_str(
+                "the client is closed (it was stopped or closed, or its driver ended: see the log)",
+            ),
+            Error::NoRuntime => f.write_str(
+                "no tokio runtime here: build the client inside one (#[tokio::main], or \
+                 Runtime::enter), with its IO and time drivers enabled (enable_all)",
+            ),
             Error::Spawn(e) => write!(f, "could not start the driver: {e}"),
             Error::Config(e) => fmt::Display::fmt(e, f),
         }
