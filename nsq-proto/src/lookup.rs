@@ -80,6 +80,15 @@ impl LookupResponse {
             if status == 404 && text == "TOPIC_NOT_FOUND" {
                 return Ok(LookupResponse::default());
             }
+            if status == 404 && text == "NOT_FOUND" {
+                // nsqlookupd answers /lookup for any topic; nsqd's HTTP API has no such path.
+                return Err(ReplyError::new(
+                    "lookup",
+                    "HTTP 404 NOT_FOUND: this server has no /lookup, so it is not an \
+                     nsqlookupd (nsqd's HTTP address answers like this; a lookupd's HTTP \
+                     port is 4161 by default)",
+                ));
+            }
             return Err(ReplyError::new("lookup", format!("HTTP {status}: {text}")));
         }
         expect_json_object("lookup", body)?;
@@ -129,6 +138,13 @@ mod tests {
     use super::*;
 
     const V1: &[u8] = br#"{"channels":["c"],"producers":[{"remote_address":"127.0.0.1:5000","hostname":"h","broadcast_address":"10.0.0.1","tcp_port":4150,"http_port":4151,"version":"1.3.0","extra":true}]}"#;
+
+    #[test]
+    fn an_nsqd_http_address_is_named_as_not_a_lookupd() {
+        let e = LookupResponse::parse(404, br#"{"message":"NOT_FOUND"}"#).unwrap_err();
+        assert!(e.to_string().contains("not an nsqlookupd"), "{e}");
+        assert!(LookupResponse::parse(404, br#"{"message":"TOPIC_NOT_FOUND"}"#).is_ok());
+    }
 
     #[test]
     fn flat() {
