@@ -371,8 +371,17 @@ fn set_accepts_command_line_text_like_go_nsq() {
     assert!(c.snappy && c.tls_v1 && !c.deflate && !c.tls_insecure_skip_verify);
     assert_eq!(c.heartbeat_interval, 10 * SEC);
     assert_eq!(c.backoff_multiplier, 2 * SEC);
+    // A bare number in text is what the same number in JSON is: milliseconds.
+    let (mut text, mut json) = (c.clone(), c.clone());
+    assert_eq!(
+        text.set_str("heartbeat_interval", "1500")
+            .map(|()| text.heartbeat_interval),
+        json.set("heartbeat_interval", &serde_json::json!(1500))
+            .map(|()| json.heartbeat_interval)
+    );
+    assert_eq!(text.heartbeat_interval, 1500 * MS);
     assert!(matches!(
-        c.set_str("heartbeat_interval", "10"),
+        c.set_str("heartbeat_interval", "10 parsecs"),
         Err(OptionError::Invalid { .. })
     ));
     c.set("client_id", &serde_json::json!("x")).unwrap();
@@ -525,4 +534,94 @@ fn tls_files_are_read_through_the_callback_and_used() {
     .connection_config(no_files)
     .unwrap();
     assert_eq!(in_memory.tls.unwrap().server_name(), Some("nsq.example"));
+}
+
+/// go-nsq v1.1.0's `Config` as Go's `encoding/json` marshals it (this document is that
+/// output, from `nsq.NewConfig()` with eight fields changed): Go field names, durations in
+/// nanoseconds, empty strings for unset ones, interface fields as `{}` or `null`.
+const GO_MARSHALLED: &str = r#"{
+  "DialTimeout": 1000000000,
+  "ReadTimeout": 90000000000,
+  "WriteTimeout": 1000000000,
+  "LocalAddr": null,
+  "LookupdPollInterval": 60000000000,
+  "LookupdPollJitter": 0.3,
+  "LookupdPollTimeout": 60000000000,
+  "MaxRequeueDelay": 900000000000,
+  "DefaultRequeueDelay": 45000000000,
+  "BackoffStrategy": {},
+  "MaxBackoffDuration": 120000000000,
+  "BackoffMultiplier": 1000000000,
+  "MaxAttempts": 10,
+  "LowRdyIdleTimeout": 10000000000,
+  "LowRdyTimeout": 30000000000,
+  "RDYRedistributeInterval": 5000000000,
+  "ClientID": "worker-1",
+  "Hostname": "worker-1.example.com",
+  "UserAgent": "go-nsq/1.1.0",
+  "HeartbeatInterval": 30000000000,
+  "SampleRate": 0,
+  "TlsV1": false,
+  "TlsConfig": null,
+  "Deflate": false,
+  "DeflateLevel": 6,
+  "Snappy": true,
+  "OutputBufferSize": 16384,
+  "OutputBufferTimeout": 100000000,
+  "MaxInFlight": 250,
+  "MsgTimeout": 0,
+  "AuthSecret": "",
+  "LookupdAuthorization": true
+}"#;
+
+#[test]
+fn a_config_marshalled_by_go_loads_as_go_wrote_it() {
+    let c: Config = serde_json::from_str(GO_MARSHALLED).unwrap();
+    assert_eq!(c.max_in_flight, 250);
+    assert_eq!(c.read_timeout, Some(90 * SEC));
+    assert_eq!(c.dial_timeout, SEC);
+    assert_eq!(c.default_requeue_delay, 45 * SEC);
+    assert_eq!(c.max_attempts, 10);
+    assert_eq!(c.client_id.as_deref(), Some("worker-1"));
+    assert_eq!(c.hostname.as_deref(), Some("worker-1.example.com"));
+    assert!(c.snappy);
+    assert_eq!(c.output_buffer_timeout, 100 * MS);
+    assert_eq!(c.lookupd_timeout, 60 * SEC);
+    assert_eq!(c.auth_secret, None, "an empty Go string is unset");
+    // The rest are go-nsq's defaults, which are ours.
+    let defaults = Config::default();
+    assert_eq!(c.heartbeat_interval, defaults.heartbeat_interval);
+    assert_eq!(c.backoff_strategy, defaults.backoff_strategy);
+    assert_eq!(
+        c.rdy_redistribute_interval,
+        defaults.rdy_redistribute_interval
+    );
+
+    // A Go TLS config: what can be read of it is.
+    let mut c = Config::default();
+    let tls = serde_json::json!({"InsecureSkipVerify": true, "ServerName": "nsq.internal", "MinVersion": 771});
+    c.set("TlsConfig", &tls).unwrap();
+    assert!(c.tls_insecure_skip_verify);
+    assert_eq!(c.tls_server_name.as_deref(), Some("nsq.internal"));
+    assert_eq!(c.tls_min_version.as_deref(), Some("tls1.2"));
+    // A local address cannot be bound yet: said, not ignored.
+    let addr = serde_json::json!({"IP": "10.0.0.2", "Port": 0, "Zone": ""});
+    let e = c.set("LocalAddr", &addr).unwrap_err();
+    assert!(e.to_string().contains("not supported"), "{e}");
+    // An unknown Go field is named as written.
+    let e = c.set("NoSuchField", &serde_json::json!(1)).unwrap_err();
+    assert!(e.to_string().contains("NoSuchField"), "{e}");
+}
+
+#[test]
+fn numbers_mean_milliseconds_in_json_and_in_text_alike() {
+    let mut a = Config::default();
+    a.set_str("default_requeue_delay", "100").unwrap();
+    let mut b = Config::default();
+    b.set("default_requeue_delay", &serde_json::json!(100))
+        .unwrap();
+    assert_eq!(a.default_requeue_delay, 100 * MS);
+    assert_eq!(b.default_requeue_delay, 100 * MS);
+    let e = a.set_str("default_requeue_delay", "soon").unwrap_err();
+    assert!(e.to_string().contains("number of milliseconds"), "{e}");
 }

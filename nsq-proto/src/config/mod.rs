@@ -9,13 +9,19 @@
 //! * option by option, like go-nsq's `Config.Set` or the `--consumer-opt` flags of the official
 //!   tools: [`Config::set`] / [`Config::set_str`];
 //! * from any self-describing serde format (JSON, TOML, YAML...) holding a map of option names
-//!   to values, or [`Config::from_json`].
+//!   to values, or [`Config::from_json`];
+//! * from a go-nsq `Config` marshalled by Go's `encoding/json`, as Go wrote it: Go field names
+//!   (`MaxInFlight`, `RDYRedistributeInterval`), durations in nanoseconds, `""` for unset
+//!   strings, `TlsConfig`'s `InsecureSkipVerify`, `ServerName` and `MinVersion` read. A field
+//!   name starting with a capital letter is read this way, by [`Config::set`] too.
+//!   (`BackoffStrategy` marshals to `{}` whichever strategy it is: set `backoff_strategy`
+//!   yourself if it is not exponential. `LocalAddr` must be `null`: binding a local address is
+//!   not supported yet.)
 //!
 //! # Values
 //! * **Durations** are Go duration strings (`"90s"`, `"1m30s"`, `"250ms"`, `"1h"`, `"1.5s"`,
-//!   `"0"`) or non-negative integers meaning **milliseconds**, as in go-nsq's `Config.Set`.
-//!   (A go-nsq `Config` marshalled with Go's `encoding/json` writes nanoseconds: convert such
-//!   files to strings, or divide by 1 000 000.)
+//!   `"0"`) or non-negative integers meaning **milliseconds**, as in go-nsq's `Config.Set`, in
+//!   JSON and in text alike (`"100"` is 100 ms); nanoseconds under Go field names.
 //! * **Booleans** are `true`/`false`, the strings Go's `strconv.ParseBool` accepts (`"1"`,
 //!   `"t"`, `"true"`, `"0"`, `"f"`, `"false"`, ...) or integers (non-zero is true).
 //! * **Numbers** may also be given as strings (`"100"`), as on a command line.
@@ -319,6 +325,7 @@ pub const OPTION_NAMES: &[&str] = &[
     "max_outstanding_publishes",
     "max_pending_publishes",
     "producer_batching",
+    "lookupd_authorization",
     "drain_timeout",
 ];
 
@@ -352,10 +359,67 @@ impl Config {
     /// Sets one option by name (`-` is accepted for `_`, as go-nsq does), checking the value's
     /// syntax and range.
     pub fn set(&mut self, option: &str, value: &Value) -> Result<(), OptionError> {
-        let name = option.trim().replace('-', "_");
+        let option = option.trim();
+        if option.starts_with(|c: char| c.is_ascii_uppercase()) {
+            return self.set_go_field(option, value);
+        }
+        self.set_option(&option.replace('-', "_"), value, false)
+    }
+
+    /// One field of go-nsq's `Config` as Go's `encoding/json` writes it: the Go field name,
+    /// durations in nanoseconds, `""` for an unset string, and the interface fields as
+    /// objects (`TlsConfig`'s `InsecureSkipVerify`, `ServerName` and `MinVersion` are read;
+    /// `BackoffStrategy` and `BehaviorDelegate` marshal to nothing usable and are skipped).
+    fn set_go_field(&mut self, field: &str, value: &Value) -> Result<(), OptionError> {
+        let name = parse::go_field_option(field);
+        let unset = Value::Null;
+        match (name.as_str(), value) {
+            ("backoff_strategy" | "behavior_delegate", Value::Object(_) | Value::Null)
+            | ("local_addr" | "tls_config", Value::Null) => Ok(()),
+            ("backoff_strategy", _) => self.set_option(&name, value, true),
+            ("local_addr", _) => Err(OptionError::Invalid {
+                option: field.into(),
+                value: show(value),
+                expected: "null: binding a local address is not supported yet",
+            }),
+            ("tls_config", Value::Object(tls)) => {
+                if let Some(v) = tls.get("InsecureSkipVerify") {
+                    self.set_option("tls_insecure_skip_verify", v, true)?;
+                }
+                if let Some(v) = tls.get("ServerName").filter(|v| *v != "") {
+                    self.set_option("tls_server_name", v, true)?;
+                }
+                match tls.get("MinVersion").and_then(Value::as_u64) {
+                    None | Some(0) => Ok(()),
+                    Some(v) => {
+                        let version = match v {
+                            0x0300 => "ssl3.0",
+                            0x0301 => "tls1.0",
+                            0x0302 => "tls1.1",
+                            _ => "tls1.2",
+                        };
+                        self.set_option("tls_min_version", &Value::from(version), true)
+                    }
+                }
+            }
+            (_, Value::String(text)) if text.is_empty() => self.set_option(&name, &unset, true),
+            _ => self.set_option(&name, value, true).map_err(|e| match e {
+                OptionError::Unknown { .. } => OptionError::Unknown {
+                    option: field.into(),
+                },
+                e => e,
+            }),
+        }
+    }
+
+    /// [`set`](Self::set) by option name; `nanos`: a number given for a duration counts
+    /// nanoseconds (Go's JSON), not milliseconds.
+    fn set_option(&mut self, name: &str, value: &Value, nanos: bool) -> Result<(), OptionError> {
+        let name = name.to_owned();
         let s = Setter {
             option: &name,
             value,
+            nanos,
         };
         match name.as_str() {
             "dial_timeout" => self.dial_timeout = s.duration()?,
@@ -423,6 +487,12 @@ impl Config {
                 self.max_pending_publishes = s.int_in("a non-negative integer")?;
             }
             "drain_timeout" => self.drain_timeout = s.duration()?,
+            // go-nsq 1.1 sends its auth secret to nsqlookupd when this is on (its default);
+            // accepted so go-nsq configurations load. This client sends none: a lookupd that
+            // requires one answers 401, which its log line shows.
+            "lookupd_authorization" => {
+                let _ = s.boolean()?;
+            }
             "producer_batching" => self.producer_batching = s.boolean()?,
             _ => return Err(OptionError::Unknown { option: name }),
         }

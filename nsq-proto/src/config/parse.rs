@@ -90,6 +90,9 @@ pub(super) fn show_duration(d: Duration) -> String {
 pub(super) struct Setter<'a> {
     pub(super) option: &'a str,
     pub(super) value: &'a Value,
+    /// A number given for a duration counts nanoseconds (Go's `encoding/json` writes a
+    /// `time.Duration` so), not milliseconds (go-nsq's `Config.Set`).
+    pub(super) nanos: bool,
 }
 
 impl Setter<'_> {
@@ -102,14 +105,24 @@ impl Setter<'_> {
     }
 
     pub(super) fn duration(&self) -> Result<Duration, OptionError> {
-        const EXPECTED: &str = "a Go duration (\"90s\", \"250ms\") or milliseconds";
+        const EXPECTED: &str = "a Go duration (\"90s\", \"250ms\") or a number of milliseconds";
+        const EXPECTED_NANOS: &str = "a Go duration (\"90s\") or a number of nanoseconds";
+        let expected = if self.nanos { EXPECTED_NANOS } else { EXPECTED };
+        let count = |n: u64| {
+            if self.nanos {
+                Duration::from_nanos(n)
+            } else {
+                Duration::from_millis(n)
+            }
+        };
         match self.value {
-            Value::String(s) => parse_go_duration(s.trim()).map_err(|_| self.invalid(EXPECTED)),
-            Value::Number(n) => n
-                .as_u64()
-                .map(Duration::from_millis)
-                .ok_or_else(|| self.invalid(EXPECTED)),
-            _ => Err(self.invalid(EXPECTED)),
+            // A bare number in text counts like a number (so `set_str` and JSON agree).
+            Value::String(s) => match s.trim().parse::<u64>() {
+                Ok(n) => Ok(count(n)),
+                Err(_) => parse_go_duration(s.trim()).map_err(|_| self.invalid(expected)),
+            },
+            Value::Number(n) => n.as_u64().map(count).ok_or_else(|| self.invalid(expected)),
+            _ => Err(self.invalid(expected)),
         }
     }
 
@@ -208,4 +221,27 @@ pub(super) fn check_duration(
         });
     }
     Ok(())
+}
+
+/// The option a field of go-nsq's `Config` marshalled by Go's `encoding/json` stands for
+/// (`MaxInFlight` -> `max_in_flight`, `RDYRedistributeInterval` -> `rdy_redistribute_interval`,
+/// `TlsV1` -> `tls_v1`, `ClientID` -> `client_id`): words split at each capital that follows a
+/// small letter or a digit, or that starts a word after a run of capitals.
+pub(super) fn go_field_option(field: &str) -> String {
+    let chars: Vec<char> = field.chars().collect();
+    let mut out = String::with_capacity(field.len() + 4);
+    for (i, &c) in chars.iter().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            let prev = chars[i - 1];
+            let next_small = chars.get(i + 1).is_some_and(char::is_ascii_lowercase);
+            if prev.is_ascii_lowercase()
+                || prev.is_ascii_digit()
+                || (prev.is_ascii_uppercase() && next_small)
+            {
+                out.push('_');
+            }
+        }
+        out.push(c.to_ascii_lowercase());
+    }
+    out
 }
