@@ -129,16 +129,17 @@ impl<R> ConsumerBuilder<R> {
         self
     }
 
-    /// How long a TCP connect may take (default 1 s, like go-nsq's `dial_timeout`).
+    /// How long a TCP connect may take (default 1 s, like go-nsq's `dial_timeout`). Wins over
+    /// [`config`](Self::config)'s, given before it or after.
     pub fn dial_timeout(mut self, timeout: Duration) -> Self {
-        self.setup.dial_timeout = timeout;
+        self.setup.set.dial_timeout = Some(timeout);
         self
     }
 
     /// How long one socket write may take before the connection is dropped (default 1 s, like
-    /// go-nsq's `write_timeout`).
+    /// go-nsq's `write_timeout`). Wins over `config`'s, given before it or after.
     pub fn write_timeout(mut self, timeout: Duration) -> Self {
-        self.setup.write_timeout = timeout;
+        self.setup.set.write_timeout = Some(timeout);
         self
     }
 
@@ -221,9 +222,9 @@ impl<R> ProducerBuilder<R> {
     }
 
     /// How long one socket write may take before the connection is dropped (default 1 s, like
-    /// go-nsq's `write_timeout`).
+    /// go-nsq's `write_timeout`). Wins over `config`'s, given before it or after.
     pub fn write_timeout(mut self, timeout: Duration) -> Self {
-        self.setup.write_timeout = timeout;
+        self.setup.set.write_timeout = Some(timeout);
         self
     }
 
@@ -317,8 +318,8 @@ mod tests {
         assert_eq!(setup.nsqd, ["a:1", "b:2", "c:3"]);
         assert_eq!(setup.lookupd, ["l:1", "m:2"]);
         assert_eq!(setup.seed, Some(42));
-        assert_eq!(setup.dial_timeout, Duration::from_millis(300));
-        assert_eq!(setup.write_timeout, Duration::from_millis(400));
+        assert_eq!(setup.set.dial_timeout, Some(Duration::from_millis(300)));
+        assert_eq!(setup.set.write_timeout, Some(Duration::from_millis(400)));
         // The runtime's hostname fills the unset `hostname`.
         let config = setup.config.unwrap();
         assert_eq!(config.connection.hostname.as_deref(), Some("box"));
@@ -371,7 +372,7 @@ mod tests {
             .into_setup();
         assert_eq!(setup.nsqd, ["a:1", "b:2"]);
         assert_eq!(setup.seed, Some(9));
-        assert_eq!(setup.write_timeout, Duration::from_millis(250));
+        assert_eq!(setup.set.write_timeout, Some(Duration::from_millis(250)));
         assert_eq!(
             setup.config.unwrap().connection.hostname.as_deref(),
             Some("box")

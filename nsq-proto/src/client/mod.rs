@@ -326,6 +326,59 @@ mod tests {
         assert_eq!(replies.take_all().count(), 0);
     }
 
+    /// A builder's own setters win over `config`'s values, whichever comes first.
+    #[test]
+    fn builder_setters_win_over_config_in_any_order() {
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "origin of virtual time in a test"
+        )]
+        let now = Instant::now();
+        let config = Config {
+            dial_timeout: Duration::from_secs(9),
+            write_timeout: Duration::from_secs(8),
+            max_in_flight: 7,
+            ..Config::default()
+        };
+        let ours = Duration::from_millis(250);
+        type B = ConsumerBuilder<()>;
+        let before = B::new("t", "c")
+            .dial_timeout(ours)
+            .write_timeout(ours)
+            .max_in_flight(3)
+            .config(&config);
+        let after = B::new("t", "c")
+            .config(&config)
+            .dial_timeout(ours)
+            .write_timeout(ours)
+            .max_in_flight(3);
+        for b in [before, after] {
+            let started = b.into_setup().start(now, || 1).unwrap();
+            assert_eq!(started.dial_timeout, ours);
+            assert_eq!(started.write_timeout, ours);
+            assert_eq!(started.core.max_in_flight(), 3);
+        }
+        // Not set by name: the configuration's.
+        let started = B::new("t", "c")
+            .config(&config)
+            .into_setup()
+            .start(now, || 1)
+            .unwrap();
+        assert_eq!(started.dial_timeout, Duration::from_secs(9));
+        assert_eq!(started.core.max_in_flight(), 7);
+        for p in [
+            ProducerBuilder::<()>::new()
+                .write_timeout(ours)
+                .config(&config),
+            ProducerBuilder::<()>::new()
+                .config(&config)
+                .write_timeout(ours),
+        ] {
+            let started = p.into_setup().start(now, || 1).unwrap();
+            assert_eq!(started.write_timeout, ours);
+        }
+    }
+
     #[test]
     fn consumer_setup_validates() {
         #[allow(

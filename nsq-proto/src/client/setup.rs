@@ -103,10 +103,21 @@ pub(crate) struct ConsumerSetup {
     pub lookupd: Vec<String>,
     /// Seed of the core's RNG (random when `None`).
     pub seed: Option<u64>,
-    /// TCP connect timeout.
+    /// TCP connect timeout (from the configuration).
     pub dial_timeout: Duration,
-    /// Socket write timeout.
+    /// Socket write timeout (from the configuration).
     pub write_timeout: Duration,
+    /// The builder's own settings, which win over the configuration's whatever the order
+    /// they were given in.
+    pub set: SetByBuilder,
+}
+
+/// Settings a builder took by name (`.dial_timeout(..)`), kept apart so that a later
+/// `.config(..)` does not undo them.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct SetByBuilder {
+    pub dial_timeout: Option<Duration>,
+    pub write_timeout: Option<Duration>,
 }
 
 impl fmt::Debug for ConsumerSetup {
@@ -155,6 +166,7 @@ impl ConsumerSetup {
             seed: None,
             dial_timeout: defaults.dial_timeout,
             write_timeout: defaults.write_timeout,
+            set: SetByBuilder::default(),
         }
     }
 
@@ -201,8 +213,8 @@ impl ConsumerSetup {
         Ok(ConsumerStart {
             core,
             give_up: self.give_up,
-            dial_timeout: self.dial_timeout,
-            write_timeout: self.write_timeout,
+            dial_timeout: self.set.dial_timeout.unwrap_or(self.dial_timeout),
+            write_timeout: self.set.write_timeout.unwrap_or(self.write_timeout),
             span,
         })
     }
@@ -218,8 +230,10 @@ pub(crate) struct ProducerSetup {
     pub nsqd: Vec<String>,
     /// Seed of the core's RNG (random when `None`).
     pub seed: Option<u64>,
-    /// Socket write timeout.
+    /// Socket write timeout (from the configuration).
     pub write_timeout: Duration,
+    /// The builder's own settings (see [`ConsumerSetup::set`]).
+    pub set: SetByBuilder,
 }
 
 impl Default for ProducerSetup {
@@ -230,6 +244,7 @@ impl Default for ProducerSetup {
             nsqd: Vec::new(),
             seed: None,
             write_timeout: defaults.write_timeout,
+            set: SetByBuilder::default(),
         }
     }
 }
@@ -289,7 +304,7 @@ impl ProducerSetup {
         Ok(ProducerStart {
             core,
             dial_timeout,
-            write_timeout: self.write_timeout,
+            write_timeout: self.set.write_timeout.unwrap_or(self.write_timeout),
             span,
             max_unanswered,
             limits,
