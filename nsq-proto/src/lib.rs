@@ -161,3 +161,6 @@ pub use identify::{AuthResponse, DEFAULT_MAX_RDY_COUNT, Identify, IdentifyRespon
 pub use lookup::{LookupProducer, LookupResponse};
 pub use names::{Channel, EPHEMERAL_SUFFIX, MAX_NAME_LEN, NameError, Topic, validate_name};
 pub use producer::{Producer, ProducerConfig, ProducerEvent};
+/// serde_json, whose `Value` [`Config::set`] takes (so `serde_json::json!` is at hand without
+/// a dependency of your own).
+pub use serde_json;

@@ -95,6 +95,14 @@ fn consumer_lines_name_topic_channel_and_nsqd() {
         assert_eq!(field(&panicked, "msg_id").map(str::len), Some(16));
         assert!(panicked.contains("panic=\"handler bug\""), "{panicked}");
 
+        // A failure with backoff is said at WARN (go-nsq does too), with the level and window.
+        let backoff = capture
+            .wait_line("backing off", |l| l.contains("backing off"))
+            .await;
+        assert!(backoff.contains(" WARN "), "{backoff}");
+        assert!(field(&backoff, "level").is_some(), "{backoff}");
+        assert!(field(&backoff, "window").is_some(), "{backoff}");
+
         handle.set_max_in_flight(0);
         let paused = capture
             .wait_line("paused", |l| l.contains("consumer is paused"))
@@ -187,4 +195,26 @@ fn producers_say_producer_and_two_clients_are_told_apart() {
         })
         .collect();
     assert_eq!(ids.len(), 2, "{lines:#?}");
+}
+
+#[test]
+fn more_handlers_than_max_in_flight_is_said() {
+    let capture = Capture::default();
+    let nsqd = Nsqd::start().unwrap();
+    let addr = nsqd.tcp_address().to_string();
+    run(&capture, "warn", async {
+        let consumer = Consumer::builder("t", "c").nsqd(&addr).build().unwrap();
+        let handle = consumer.handle();
+        let task = tokio::spawn(consumer.run(8, |_m: Message| async move { Ok(()) }));
+        let line = capture
+            .wait_line("handlers", |l| {
+                l.contains("more handlers than max_in_flight")
+            })
+            .await;
+        assert!(line.contains(" WARN "), "{line}");
+        assert_eq!(field(&line, "concurrency"), Some("8"), "{line}");
+        assert_eq!(field(&line, "max_in_flight"), Some("1"), "{line}");
+        handle.stop().await;
+        task.await.unwrap();
+    });
 }

@@ -326,6 +326,7 @@ impl<R: Runtime> Consumer<R> {
     where
         H: Fn(Message) -> Result<(), HandlerError> + Sync,
     {
+        self.inner.handle().warn_if_handlers_would_wait(concurrency);
         let shared = Mutex::new(&mut self);
         std::thread::scope(|scope| {
             for i in 0..concurrency.max(1) {

@@ -47,6 +47,8 @@ struct Shared {
     inbox: Arc<Inbox<Input>>,
     stopping: AtomicBool,
     starved: AtomicBool,
+    /// The consumer's max_in_flight, as last set.
+    max_in_flight: std::sync::atomic::AtomicU32,
     stats: Mutex<ConsumerStats>,
     /// The driver's report, once it has stopped.
     report: Mutex<Option<StopReport>>,
@@ -104,6 +106,7 @@ pub(crate) fn start<R: Runtime>(setup: ConsumerSetup) -> Result<Consumer<R>, Err
         inbox: inbox.clone(),
         stopping: AtomicBool::new(false),
         starved: AtomicBool::new(false),
+        max_in_flight: std::sync::atomic::AtomicU32::new(start.core.max_in_flight()),
         stats: Mutex::new(ConsumerStats::default()),
         report: Mutex::new(None),
     });
@@ -304,6 +307,20 @@ impl<R: Runtime> ConsumerHandle<R> {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .unwrap_or_default()
+    }
+
+    /// Says so (WARN, once per `run`) when more handlers run than messages may be in flight:
+    /// the extra handlers would only wait.
+    pub(crate) fn warn_if_handlers_would_wait(&self, concurrency: usize) {
+        let max_in_flight = self.shared().max_in_flight.load(Ordering::Relaxed);
+        if max_in_flight > 0 && concurrency > max_in_flight as usize {
+            tracing::warn!(
+                concurrency,
+                max_in_flight,
+                "more handlers than max_in_flight: at most max_in_flight messages are handled \
+                 at a time (raise max_in_flight to keep every handler busy)"
+            );
+        }
     }
 
     /// For runtime shims: starts a graceful stop without waiting for it (a thread runtime
@@ -573,6 +590,7 @@ impl<R: Runtime> Consumer<R> {
         H: Fn(Message) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
     {
+        self.handle.warn_if_handlers_would_wait(concurrency);
         let Consumer { receiver, handle } = self;
         let handler = Arc::new(handler);
         let mut receivers: Vec<MessageReceiver> =
@@ -693,6 +711,7 @@ impl Logic for ConsumerLogic {
                 Control::SetMaxInFlight(n) => {
                     log_max_in_flight(n);
                     self.core.set_max_in_flight(now, n);
+                    self.shared.max_in_flight.store(n, Ordering::Relaxed);
                 }
                 Control::Stop(reply) => {
                     self.stop_waiters.extend(reply);

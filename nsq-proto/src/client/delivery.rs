@@ -207,7 +207,9 @@ impl<S: AnswerSink> Drop for Delivery<S> {
                     msg_id = %self.inner.id,
                     attempts = self.inner.attempts,
                     nsqd = %self.origin.addr,
-                    "message dropped without an answer: requeueing it"
+                    "message dropped without an answer: requeueing it with the default delay \
+                     (default_requeue_delay x attempts); answer every message, or requeue it \
+                     yourself for another delay"
                 );
             });
             self.send(AnswerKind::DROPPED);

@@ -98,10 +98,12 @@
 //! ```
 //!
 //! A handler error is logged at WARN with the message id, attempts and the error's whole
-//! chain; a panicking handler at ERROR; a message dropped unanswered, a message given up on
-//! (`max_attempts`) and an nsqlookupd that does not answer (or answers with something other
-//! than HTTP: the wrong port) at WARN. DEBUG adds the protocol's details (upgrades, RDY,
-//! backoff, each lookupd query) inside `connection{conn=.. nsqd=..}` spans.
+//! chain; a panicking handler at ERROR with the panic's message; a message dropped
+//! unanswered, a message given up on (`max_attempts`), an nsqlookupd that does not answer (or
+//! answers with something other than HTTP: the wrong port), entering backoff (with its level
+//! and window: messages wait meanwhile) and more `run` handlers than `max_in_flight` at WARN;
+//! the end of backoff at INFO. DEBUG adds the protocol's details (upgrades, RDY, each step
+//! out of backoff, each lookupd query) inside `connection{conn=.. nsqd=..}` spans.
 //!
 //!
 //! ## Handler outcomes

@@ -17,3 +17,4 @@ pub use crate::{
     ConnectionError, ErrorCode, MessageId, NameError, Secret, ServerError, TlsConfig, Topic,
 };
 pub use bytes::Bytes;
+pub use serde_json;

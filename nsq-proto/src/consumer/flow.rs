@@ -251,10 +251,11 @@ impl FlowControl {
         self.backoff_level -= 1;
         if self.backoff_level == 0 {
             self.probe = None;
-            tracing::debug!("backoff over: full RDY restored");
+            tracing::info!("backoff over: full RDY restored");
             self.rebalance(now, false, sh);
         } else {
-            self.start_window(now, sh);
+            let window = self.start_window(now, sh);
+            tracing::debug!(level = self.backoff_level, ?window, "backing off less");
         }
     }
 
@@ -263,10 +264,17 @@ impl FlowControl {
             return;
         }
         self.backoff_level = (self.backoff_level + 1).min(Self::backoff_max_level(sh));
-        self.start_window(now, sh);
+        let window = self.start_window(now, sh);
+        // go-nsq says it at WARN too: messages wait meanwhile, which a program should see.
+        tracing::warn!(
+            level = self.backoff_level,
+            ?window,
+            "a message failed: backing off (RDY 0 everywhere, then RDY 1 to test the water)"
+        );
     }
 
-    fn start_window(&mut self, now: Instant, sh: &mut Shared) {
+    /// Starts a backoff window at the current level and returns its length.
+    fn start_window(&mut self, now: Instant, sh: &mut Shared) -> Duration {
         let d = policy::backoff_duration(
             sh.config.backoff_strategy,
             sh.config.backoff_multiplier,
@@ -274,10 +282,10 @@ impl FlowControl {
             sh.config.max_backoff_duration,
             &mut sh.rng,
         );
-        tracing::debug!(level = self.backoff_level, window = ?d, "backing off");
         sh.timers.set(Timer::Backoff, later(now, d));
         self.probe = None;
         self.rebalance(now, false, sh);
+        d
     }
 
     /// Recomputes every ready connection's RDY and applies it, lowering before raising.
