@@ -575,6 +575,7 @@ const GO_MARSHALLED: &str = r#"{
 }"#;
 
 #[test]
+#[cfg(feature = "snappy")]
 fn a_config_marshalled_by_go_loads_as_go_wrote_it() {
     let c: Config = serde_json::from_str(GO_MARSHALLED).unwrap();
     assert_eq!(c.max_in_flight, 250);
