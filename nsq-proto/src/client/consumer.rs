@@ -25,8 +25,12 @@ use std::time::Instant;
 
 type Reply<T> = ReplyTx<T>;
 
+/// Where a `connect_to_nsqd` call waits for its nsqd's first connection outcome.
+type ConnectReply = Reply<Result<(), Error>>;
+
 enum Control {
-    AddNsqd(String, Reply<Result<(), ConsumerError>>),
+    /// Replied to once the nsqd's first connection is ready or has failed.
+    AddNsqd(String, ConnectReply),
     AddLookupd(String, Reply<Result<(), ConsumerError>>),
     DisconnectNsqd(String, Reply<Result<(), ConsumerError>>),
     DisconnectLookupd(String, Reply<Result<(), ConsumerError>>),
@@ -118,6 +122,8 @@ pub(crate) fn start<R: Runtime>(setup: ConsumerSetup) -> Result<Consumer<R>, Err
         outgoing: VecDeque::new(),
         origins: BTreeMap::new(),
         stop_waiters: Vec::new(),
+        connecting_to: Vec::new(),
+        connected_now: Vec::new(),
         give_up: start.give_up,
         report: None,
     };
@@ -185,9 +191,16 @@ impl<R: Runtime> ConsumerHandle<R> {
             .map_err(Error::from)
     }
 
-    /// Adds an nsqd TCP address (`host:port`) to consume from directly.
+    /// Adds an nsqd TCP address (`host:port`) to consume from directly, and resolves with
+    /// its first connection's outcome (go-nsq's `ConnectToNSQD` returns the dial's error too):
+    /// `Ok` once connected and subscribed (at once if it already is), else
+    /// [`Error::Connect`] with the reason (refused, timed out, not nsqd's TCP port, TLS
+    /// refused, ...). Either way the consumer keeps the address and reconnects to it with
+    /// backoff; [`disconnect_from_nsqd`](Self::disconnect_from_nsqd) gives it up.
     pub async fn connect_to_nsqd(&self, addr: &str) -> Result<(), Error> {
-        self.ask(|tx| Control::AddNsqd(addr.to_owned(), tx)).await
+        let (tx, rx) = oneshot();
+        self.control(Control::AddNsqd(addr.to_owned(), tx))?;
+        rx.recv().await.map_err(|_| Error::Closed)?
     }
 
     /// Adds several nsqd TCP addresses.
@@ -647,6 +660,11 @@ struct ConsumerLogic {
     outgoing: VecDeque<Message>,
     origins: BTreeMap<ConnId, Arc<Origin<AnswerChannel>>>,
     stop_waiters: Vec<Reply<StopReport>>,
+    /// `connect_to_nsqd` calls waiting for their nsqd's first connection outcome.
+    connecting_to: Vec<(String, ConnectReply)>,
+    /// Those resolved this round, answered once the round's stats are published (a caller
+    /// told "connected" then sees the connection in `stats()`).
+    connected_now: Vec<(ConnectReply, Result<(), Error>)>,
     give_up: Option<GiveUpHook>,
     report: Option<StopReport>,
 }
@@ -666,6 +684,18 @@ impl ConsumerLogic {
         self.core.close(now);
         for m in std::mem::take(&mut self.outgoing) {
             self.requeue_now(now, m);
+        }
+    }
+
+    /// Resolves the `connect_to_nsqd` calls waiting for `addr` with its first outcome.
+    fn connected(&mut self, addr: &str, outcome: &Result<(), Error>) {
+        if self.connecting_to.iter().any(|(a, _)| a == addr) {
+            let (done, waiting) = std::mem::take(&mut self.connecting_to)
+                .into_iter()
+                .partition(|(a, _)| a == addr);
+            self.connecting_to = waiting;
+            let answered = done.into_iter().map(|(_, reply)| (reply, outcome.clone()));
+            self.connected_now.extend(answered);
         }
     }
 
@@ -700,7 +730,24 @@ impl Logic for ConsumerLogic {
                 let _ = a.apply(&mut self.core, now);
             }
             Input::Control(c) => match c {
-                Control::AddNsqd(a, reply) => reply.send(self.core.add_nsqd(now, &a)),
+                Control::AddNsqd(a, reply) => {
+                    if let Err(e) = self.core.add_nsqd(now, &a) {
+                        reply.send(Err(e.into()));
+                        return;
+                    }
+                    let addr = a.trim();
+                    let ready = self.core.connections().any(|(conn, at)| {
+                        at == addr
+                            && self.core.connection(conn).is_some_and(|c| {
+                                c.state() == crate::connection::ConnectionState::Ready
+                            })
+                    });
+                    if ready {
+                        reply.send(Ok(()));
+                    } else {
+                        self.connecting_to.push((addr.to_owned(), reply));
+                    }
+                }
                 Control::DisconnectNsqd(a, reply) => {
                     reply.send(self.core.disconnect_from_nsqd(now, &a));
                 }
@@ -760,6 +807,14 @@ impl Logic for ConsumerLogic {
                     }
                 }
             }
+            ConsumerEvent::ConnectionReady { addr, .. } => self.connected(&addr, &Ok(())),
+            ConsumerEvent::ConnectionClosed { addr, reason, .. } => {
+                let failed = Err(Error::Connect {
+                    nsqd: addr.clone(),
+                    reason,
+                });
+                self.connected(&addr, &failed);
+            }
             ConsumerEvent::Closed { leftovers } => {
                 self.report = Some(StopReport::new(leftovers));
             }
@@ -798,6 +853,9 @@ impl Logic for ConsumerLogic {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner),
         );
+        for (reply, outcome) in self.connected_now.drain(..) {
+            reply.send(outcome);
+        }
     }
 
     fn done(&self) -> bool {

@@ -88,6 +88,14 @@ pub enum Error {
     NoRuntime,
     /// The driver (thread or task) could not be started.
     Spawn(String),
+    /// A consumer's first attempt to connect to an nsqd added with `connect_to_nsqd` failed
+    /// (it keeps trying in the background, with backoff).
+    Connect {
+        /// The nsqd address.
+        nsqd: String,
+        /// Why (the connection's close reason, or the socket's error).
+        reason: String,
+    },
     /// A configuration option is unknown, malformed or out of range.
     Config(OptionError),
 }
@@ -141,6 +149,11 @@ impl fmt::Display for Error {
                  Runtime::enter), with its IO and time drivers enabled (enable_all)",
             ),
             Error::Spawn(e) => write!(f, "could not start the driver: {e}"),
+            Error::Connect { nsqd, reason } => write!(
+                f,
+                "could not connect to nsqd {nsqd}: {reason} (the consumer keeps trying, with \
+                 backoff)"
+            ),
             Error::Config(e) => fmt::Display::fmt(e, f),
         }
     }

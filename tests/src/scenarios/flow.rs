@@ -3,7 +3,7 @@
 //! auto-touch, bursts of rejected answers.
 
 use super::{
-    ConsumerOptions, ConsumerSetup, Factory, Message, WAIT, addr, consumer, eventually,
+    ConsumerOptions, ConsumerSetup, ErrorKind, Factory, Message, WAIT, addr, consumer, eventually,
     fast_config, setup, start,
 };
 use crate::Nsqd;
@@ -333,5 +333,39 @@ pub(super) fn a_burst_of_rejected_answers_backs_off(f: &dyn Factory) {
             .count()
     };
     assert_eq!(fin_failed(), 3);
+    c.stop();
+}
+
+/// `connect_to_nsqd` resolves with the first connection's outcome, as go-nsq's
+/// `ConnectToNSQD` returns the dial's error: a closed port and nsqd's HTTP port are errors
+/// that say what they are; a live nsqd is `Ok` once subscribed.
+pub(super) fn connect_to_nsqd_says_whether_it_connected(f: &dyn Factory) {
+    let nsqd = start(Nsqd::builder().http(true));
+    let options = fast_config(1);
+    let setup = ConsumerSetup {
+        options: Some(options),
+        ..ConsumerSetup::default()
+    };
+    let c = f.consumer("cn", "ch", &setup).unwrap();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let e = c.connect_to_nsqd(&closed).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Connect, "{e}");
+    assert!(e.message.contains(&closed), "{e}");
+    let http = nsqd.http_address().unwrap().to_string();
+    let e = c.connect_to_nsqd(&http).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Connect, "{e}");
+    assert!(e.message.contains("HTTP"), "{e}");
+    c.connect_to_nsqd(&addr(&nsqd)).unwrap();
+    assert_eq!(c.stats().connections, 1, "subscribed when it returns");
+    // Already connected: at once.
+    c.connect_to_nsqd(&addr(&nsqd)).unwrap();
+    nsqd.publish("cn", b"hi");
+    let mut c = c;
+    let m = c.next(WAIT).expect("a message");
+    m.finish();
     c.stop();
 }

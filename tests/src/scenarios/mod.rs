@@ -166,6 +166,8 @@ pub enum ErrorKind {
     Closed,
     /// Not within the adapter's runtime.
     NoRuntime,
+    /// A consumer's first connection to an nsqd it was asked to connect to failed.
+    Connect,
     /// Invalid configuration.
     Config,
     /// Anything else.
@@ -530,6 +532,7 @@ scenario_list! {
     disconnect_from_lookupd_stops_discovery_through_it: 30,
     in_flight_stays_within_max_in_flight_across_three_brokers: 40,
     give_up_counts_as_success_for_backoff: 20,
+    connect_to_nsqd_says_whether_it_connected: 20,
     auto_touch_keeps_a_slow_handler_s_message: 20,
     a_burst_of_rejected_answers_backs_off: 20,
 }
@@ -660,7 +663,8 @@ use faults::{
 };
 use flow::{
     a_burst_of_rejected_answers_backs_off, auto_touch_keeps_a_slow_handler_s_message,
-    backoff_is_rdy_0_then_rdy_1, give_up_counts_as_success_for_backoff,
+    backoff_is_rdy_0_then_rdy_1, connect_to_nsqd_says_whether_it_connected,
+    give_up_counts_as_success_for_backoff,
     in_flight_stays_within_max_in_flight_across_three_brokers,
     max_in_flight_changes_at_runtime_and_starvation_is_reported, rdy_is_spread_over_three_brokers,
 };
