@@ -70,7 +70,7 @@ fn scenario() {
     let addr = nsqd.tcp_address().to_string();
     assert_no_threads();
 
-    // Producer: close() joins the driver, reader and writer threads.
+    // Producer: close() joins its driver thread.
     let p = Producer::connect(&addr, &Config::default()).unwrap();
     let workers: Vec<_> = (0..4)
         .map(|i| {
@@ -105,7 +105,7 @@ fn scenario() {
     drop(p);
     assert_no_threads();
 
-    // Consumer over lookupd (lookup threads too): iterate, then stop().
+    // Consumer over lookupd: iterate, then stop().
     let mut c = Consumer::builder("threads", "ch")
         .core_config(fast())
         .lookupd(lookupd.http_address().to_string())
