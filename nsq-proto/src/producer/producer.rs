@@ -596,31 +596,30 @@ impl Producer {
     /// before it is sent: sent, nsqd would refuse it and close the connection.
     fn limits_now(&self) -> crate::Limits {
         let mut limits = self.config.connection.limits;
-        let n = self.nodes.len();
-        let next = match self.config.routing {
-            Routing::Failover => (0..n).find(|&i| self.ready(i)),
-            Routing::RoundRobin => (0..n)
-                .map(|k| (self.rr_next % n.max(1) + k) % n)
-                .find(|&i| self.ready(i)),
-        };
-        if let Some(node) = next.map(|i| &self.nodes[i]) {
+        if let Some(node) = self.next_route().map(|i| &self.nodes[i]) {
             limits.max_msg_size = limits.max_msg_size.min(node.max_msg);
             limits.max_body_size = limits.max_body_size.min(node.max_body);
         }
         limits
     }
 
-    pub(super) fn route(&mut self) -> Option<usize> {
+    /// The ready node the next publish goes to, without taking the turn.
+    fn next_route(&self) -> Option<usize> {
         let n = self.nodes.len();
-        match self.config.routing {
-            Routing::Failover => (0..n).find(|&i| self.ready(i)),
-            Routing::RoundRobin => {
-                let start = self.rr_next % n.max(1);
-                let found = (0..n).map(|k| (start + k) % n).find(|&i| self.ready(i))?;
-                self.rr_next = found + 1;
-                Some(found)
-            }
+        let start = match self.config.routing {
+            Routing::Failover => 0,
+            Routing::RoundRobin => self.rr_next % n.max(1),
+        };
+        (0..n).map(|k| (start + k) % n).find(|&i| self.ready(i))
+    }
+
+    /// The ready node the next publish goes to; with round-robin, the turn passes on.
+    pub(super) fn route(&mut self) -> Option<usize> {
+        let found = self.next_route()?;
+        if self.config.routing == Routing::RoundRobin {
+            self.rr_next = found + 1;
         }
+        Some(found)
     }
 
     /// Sends a NOP on node `i` (ready) and resolves the ping: NOP has no reply, so a ready
