@@ -145,24 +145,13 @@ impl<R: Runtime> s::Producer for AsyncProducer<R> {
         window: usize,
         drop_every: usize,
     ) -> s::ClientResult<()> {
-        R::block_on(async {
-            let mut under_way = std::collections::VecDeque::new();
-            for (i, body) in bodies.into_iter().enumerate() {
-                if under_way.len() >= window {
-                    if let Some(p) = under_way.pop_front() {
-                        map(p.await)?;
-                    }
-                }
-                let pending = map(self.p.publish_async(topic, body))?;
-                if drop_every == 0 || (i + 1) % drop_every != 0 {
-                    under_way.push_back(pending);
-                }
-            }
-            for p in under_way {
-                map(p.await)?;
-            }
-            Ok(())
-        })
+        glue::publish_async_window(
+            bodies,
+            window,
+            drop_every,
+            |body| self.p.publish_async(topic, body),
+            R::block_on,
+        )
     }
     fn publish_async_burst(
         &self,
@@ -171,33 +160,13 @@ impl<R: Runtime> s::Producer for AsyncProducer<R> {
         count: usize,
         between: &dyn Fn(),
     ) -> s::AsyncBurst {
-        let mut pending = Vec::new();
-        let mut refused = None;
-        for _ in 0..count {
-            match self.p.publish_async(topic, body.to_vec()) {
-                Ok(p) => pending.push(p),
-                Err(e) => {
-                    refused = Some(glue::error(&e));
-                    break;
-                }
-            }
-        }
-        let first_known_early = pending
-            .first_mut()
-            .is_some_and(|p| p.try_result().is_some());
-        between();
-        let results = R::block_on(async {
-            let mut results = Vec::new();
-            for p in pending {
-                results.push(map(p.await));
-            }
-            results
-        });
-        s::AsyncBurst {
-            refused,
-            first_known_early,
-            results,
-        }
+        glue::publish_async_burst(
+            count,
+            || self.p.publish_async(topic, body.to_vec()),
+            |p| p.try_result().is_some(),
+            between,
+            |_, p| R::block_on(p),
+        )
     }
     fn close(&self) {
         R::block_on(self.p.close());

@@ -118,22 +118,13 @@ impl s::Producer for BlockingProducer {
         window: usize,
         drop_every: usize,
     ) -> s::ClientResult<()> {
-        let mut under_way = std::collections::VecDeque::new();
-        for (i, body) in bodies.into_iter().enumerate() {
-            if under_way.len() >= window {
-                if let Some(p) = under_way.pop_front() {
-                    map(nsq_blocking::PendingPublish::wait(p))?;
-                }
-            }
-            let pending = map(self.0.publish_async(topic, body))?;
-            if drop_every == 0 || (i + 1) % drop_every != 0 {
-                under_way.push_back(pending);
-            }
-        }
-        for p in under_way {
-            map(p.wait())?;
-        }
-        Ok(())
+        glue::publish_async_window(
+            bodies,
+            window,
+            drop_every,
+            |body| self.0.publish_async(topic, body),
+            nsq_blocking::PendingPublish::wait,
+        )
     }
     fn publish_async_burst(
         &self,
@@ -142,35 +133,20 @@ impl s::Producer for BlockingProducer {
         count: usize,
         between: &dyn Fn(),
     ) -> s::AsyncBurst {
-        let mut pending = Vec::new();
-        let mut refused = None;
-        for _ in 0..count {
-            match self.0.publish_async(topic, body.to_vec()) {
-                Ok(p) => pending.push(p),
-                Err(e) => {
-                    refused = Some(glue::error(&e));
-                    break;
+        glue::publish_async_burst(
+            count,
+            || self.0.publish_async(topic, body.to_vec()),
+            |p| p.try_result().is_some(),
+            between,
+            // One waits with a timeout, the rest without.
+            |i, mut p| {
+                if i == 0 {
+                    p.wait_timeout(WAIT).expect("a result within WAIT")
+                } else {
+                    p.wait()
                 }
-            }
-        }
-        let first_known_early = pending
-            .first_mut()
-            .is_some_and(|p| p.try_result().is_some());
-        between();
-        // One waits with a timeout, the rest without.
-        let mut results = Vec::new();
-        for (i, mut p) in pending.into_iter().enumerate() {
-            results.push(map(if i == 0 {
-                p.wait_timeout(WAIT).expect("a result within WAIT")
-            } else {
-                p.wait()
-            }));
-        }
-        s::AsyncBurst {
-            refused,
-            first_known_early,
-            results,
-        }
+            },
+        )
     }
     fn close(&self) {
         self.0.close();

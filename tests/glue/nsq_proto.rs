@@ -278,3 +278,62 @@ impl<S: AnswerSink> s::Message for Msg<S> {
         self.0.requeue_without_backoff(delay);
     }
 }
+
+/// The scenarios' `Producer::publish_async_window`, for any adapter: `publish` starts one
+/// `publish_async`, `wait` waits for a started one's result.
+pub(crate) fn publish_async_window<P>(
+    bodies: Vec<Vec<u8>>,
+    window: usize,
+    drop_every: usize,
+    mut publish: impl FnMut(Vec<u8>) -> Result<P, Error>,
+    mut wait: impl FnMut(P) -> Result<(), Error>,
+) -> s::ClientResult<()> {
+    let mut under_way = std::collections::VecDeque::new();
+    for (i, body) in bodies.into_iter().enumerate() {
+        if under_way.len() >= window {
+            if let Some(p) = under_way.pop_front() {
+                map(wait(p))?;
+            }
+        }
+        let pending = map(publish(body))?;
+        if drop_every == 0 || (i + 1) % drop_every != 0 {
+            under_way.push_back(pending);
+        }
+    }
+    under_way.into_iter().try_for_each(|p| map(wait(p)))
+}
+
+/// The scenarios' `Producer::publish_async_burst`, for any adapter: up to `count` calls of
+/// `publish`, stopping at the first refusal; `try_result` on the first; `between`; then
+/// `wait` on each accepted publish (with its position), in order.
+pub(crate) fn publish_async_burst<P>(
+    count: usize,
+    mut publish: impl FnMut() -> Result<P, Error>,
+    try_result: impl FnOnce(&mut P) -> bool,
+    between: &dyn Fn(),
+    mut wait: impl FnMut(usize, P) -> Result<(), Error>,
+) -> s::AsyncBurst {
+    let mut pending = Vec::new();
+    let mut refused = None;
+    for _ in 0..count {
+        match publish() {
+            Ok(p) => pending.push(p),
+            Err(e) => {
+                refused = Some(error(&e));
+                break;
+            }
+        }
+    }
+    let first_known_early = pending.first_mut().is_some_and(try_result);
+    between();
+    let results = pending
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| map(wait(i, p)))
+        .collect();
+    s::AsyncBurst {
+        refused,
+        first_known_early,
+        results,
+    }
+}
