@@ -50,6 +50,36 @@ impl client::Socket for Socket {
     }
 }
 
+/// Whether `handle`'s runtime has the time and IO drivers the client needs. tokio offers no
+/// way to ask, and panics when one is missing: each probe is made under `catch_unwind` (the
+/// panic hook still prints tokio's own message, which names the call to add).
+fn check_drivers(handle: &Handle) -> Result<(), Error> {
+    use std::panic::{AssertUnwindSafe, catch_unwind};
+    let _in_runtime = handle.enter();
+    if catch_unwind(|| drop(tokio::time::sleep(Duration::ZERO))).is_err() {
+        return Err(Error::NoRuntime(
+            "the tokio runtime has no time driver: build it with enable_time() (or \
+             enable_all())",
+        ));
+    }
+    // A socket that cannot be made (no loopback) says nothing about the runtime: then the
+    // probe is skipped.
+    if let Ok(udp) = std::net::UdpSocket::bind(("127.0.0.1", 0)) {
+        let registered = catch_unwind(AssertUnwindSafe(|| {
+            let _ = udp
+                .set_nonblocking(true)
+                .and_then(|()| tokio::net::UdpSocket::from_std(udp));
+        }));
+        if registered.is_err() {
+            return Err(Error::NoRuntime(
+                "the tokio runtime has no IO driver: build it with enable_io() (or \
+                 enable_all())",
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// tokio's timer.
 #[derive(Debug)]
 pub struct Timer(Pin<Box<tokio::time::Sleep>>);
@@ -72,9 +102,14 @@ impl Runtime for Tokio {
     type Producer = crate::Producer;
 
     fn current() -> Result<Self, Error> {
-        Handle::try_current()
-            .map(Tokio)
-            .map_err(|_| Error::NoRuntime)
+        let handle = Handle::try_current().map_err(|_| {
+            Error::NoRuntime(
+                "no tokio runtime here: build the client inside one (#[tokio::main], or \
+                 Runtime::enter), with its IO and time drivers enabled (enable_all)",
+            )
+        })?;
+        check_drivers(&handle)?;
+        Ok(Tokio(handle))
     }
 
     fn now(&self) -> Instant {

@@ -162,22 +162,35 @@ fn every_call_returns_when_the_driver_panics_or_its_runtime_is_dropped() {
     });
 }
 
-/// On a runtime without its time driver, the driver cannot run: building and connecting
-/// return (with an error) instead of hanging.
+/// On a runtime without its time or IO driver, the driver cannot run: building and
+/// connecting return `Error::NoRuntime` naming the `enable_*` call that is missing, instead of
+/// hanging.
 #[test]
-fn a_runtime_without_timers_is_an_error_not_a_hang() {
+fn a_runtime_without_timers_or_io_is_an_error_naming_what_to_enable() {
     let nsqd = Nsqd::start().unwrap();
     let addr = nsqd.tcp_address().to_string();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .build()
-        .unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let t = std::thread::spawn(move || {
-        let result = rt.block_on(nsq_tokio::Producer::connect(&addr, &Config::default()));
-        let _ = tx.send(result.map(drop));
-    });
-    let result = rx.recv_timeout(WAIT).expect("connect returned");
-    assert!(result.is_err(), "{result:?}");
-    t.join().unwrap();
+    for (missing, build) in [
+        ("enable_time()", tokio::runtime::Builder::new_current_thread().enable_io().build()),
+        ("enable_io()", tokio::runtime::Builder::new_current_thread().enable_time().build()),
+    ] {
+        let rt = build.unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let addr = addr.clone();
+        let t = std::thread::spawn(move || {
+            let result = rt.block_on(async {
+                let producer = nsq_tokio::Producer::connect(&addr, &Config::default()).await;
+                let consumer = nsq_tokio::Consumer::builder("t", "c").nsqd(&addr).build();
+                (producer.map(drop), consumer.map(drop))
+            });
+            let _ = tx.send(result);
+        });
+        let (producer, consumer) = rx.recv_timeout(WAIT).expect("connect returned");
+        for result in [producer, consumer] {
+            match result {
+                Err(Error::NoRuntime(why)) => assert!(why.contains(missing), "{why}"),
+                other => panic!("expected NoRuntime naming {missing}, got {other:?}"),
+            }
+        }
+        t.join().unwrap();
+    }
 }

@@ -26,7 +26,7 @@ pub(crate) fn error(e: &Error) -> s::ClientError {
         Error::Backpressure(_) => s::ErrorKind::Backpressure,
         Error::Consumer(_) => s::ErrorKind::Consumer,
         Error::Closed => s::ErrorKind::Closed,
-        Error::NoRuntime => s::ErrorKind::NoRuntime,
+        Error::NoRuntime(_) => s::ErrorKind::NoRuntime,
         Error::Connect { .. } => s::ErrorKind::Connect,
         Error::Config(_) => s::ErrorKind::Config,
         _ => s::ErrorKind::Other,

@@ -84,8 +84,10 @@ pub enum Error {
     /// The producer or consumer has been closed (stopped, closed, every handle dropped, or its
     /// driver ended).
     Closed,
-    /// Not called from within the runtime the adapter needs (nsq-tokio: a tokio runtime).
-    NoRuntime,
+    /// Not called from within the runtime the adapter needs, or that runtime lacks a driver
+    /// the client needs (nsq-tokio: a tokio runtime with its IO and time drivers). The text
+    /// says which, naming the `enable_*` call that is missing.
+    NoRuntime(&'static str),
     /// The driver (thread or task) could not be started.
     Spawn(String),
     /// A consumer's first attempt to connect to an nsqd added with `connect_to_nsqd` failed
@@ -144,10 +146,7 @@ impl fmt::Display for Error {
             Error::Closed => f.write_str(
                 "the client is closed (it was stopped or closed, or its driver ended: see the log)",
             ),
-            Error::NoRuntime => f.write_str(
-                "no tokio runtime here: build the client inside one (#[tokio::main], or \
-                 Runtime::enter), with its IO and time drivers enabled (enable_all)",
-            ),
+            Error::NoRuntime(why) => f.write_str(why),
             Error::Spawn(e) => write!(f, "could not start the driver: {e}"),
             Error::Connect { nsqd, reason } => write!(
                 f,
