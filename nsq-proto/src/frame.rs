@@ -23,6 +23,9 @@ pub const DEFAULT_MAX_FRAME_SIZE: u32 = DEFAULT_MAX_MSG_SIZE + MESSAGE_HEADER_LE
 
 /// `"HTTP"` read as a big-endian u32: the first bytes an HTTP server answers with.
 const HTTP_MAGIC: u32 = u32::from_be_bytes(*b"HTTP");
+/// What nsqlookupd's TCP port answers to any protocol but its own `  V1`: a size field and
+/// `E_BAD_PROTOCOL` with no frame type, so the frame type field reads `E_BA`.
+const BAD_PROTOCOL: &[u8] = b"E_BAD_PROTOCOL";
 
 /// The 16-byte id nsqd gives every message, echoed verbatim in FIN, REQ and TOUCH.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -153,6 +156,9 @@ pub enum Frame {
 pub enum DecodeError {
     /// The first four bytes read `HTTP`: the address is an HTTP port, not nsqd's TCP port.
     HttpPort,
+    /// The server answered `E_BAD_PROTOCOL` outside any frame: nsqlookupd's TCP port (4160 by
+    /// default), which speaks only its own protocol, not nsqd's TCP port.
+    LookupdTcpPort,
     /// The size field is smaller than the 4-byte frame type it must contain.
     FrameTooSmall {
         /// The size field as received.
@@ -179,6 +185,10 @@ impl fmt::Display for DecodeError {
         match self {
             DecodeError::HttpPort => f.write_str(
                 "the server answered with HTTP: this looks like nsqd's HTTP port, not its TCP port (4150 by default)",
+            ),
+            DecodeError::LookupdTcpPort => f.write_str(
+                "the server refused the protocol with E_BAD_PROTOCOL: this looks like \
+                 nsqlookupd's TCP port (4160 by default), not nsqd's TCP port (4150 by default)",
             ),
             DecodeError::FrameTooSmall { size } => {
                 write!(f, "frame size {size} is smaller than the 4-byte frame type")
@@ -259,6 +269,9 @@ impl FrameDecoder {
             return Ok(None);
         }
         let frame_type = u32::from_be_bytes([buf[4], buf[5], buf[6], buf[7]]);
+        if size as usize == BAD_PROTOCOL.len() && buf[4..8] == BAD_PROTOCOL[..4] {
+            return Err(DecodeError::LookupdTcpPort);
+        }
         check_frame_type(frame_type, size)?;
         let total = 4 + size as usize;
         if len < total {

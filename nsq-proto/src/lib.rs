@@ -147,8 +147,8 @@ pub use command::{CommandError, Limits, MAGIC_V2};
 pub use config::Config;
 pub use connection::{
     CloseReason, Compression, ConfigError, Connection, ConnectionConfig, ConnectionError,
-    ConnectionEvent, ConnectionState, Negotiated, NegotiatedCompression, PublishError,
-    PublishToken, Role, Secret, TlsConfig,
+    ConnectionEvent, ConnectionState, Misconfiguration, Negotiated, NegotiatedCompression,
+    PublishError, PublishToken, Role, Secret, TlsConfig,
 };
 pub use consumer::{Consumer, ConsumerConfig, ConsumerEvent};
 pub use error_code::{ErrorCode, ServerError};

@@ -96,6 +96,25 @@ fn http_port_is_recognised() {
     );
 }
 
+/// nsqlookupd's TCP port answers nsqd's protocol magic with a bare `E_BAD_PROTOCOL` (a size,
+/// then the text, no frame type): told apart from any other unknown frame type.
+#[test]
+fn lookupd_tcp_port_is_recognised() {
+    let err = decode_err(FrameDecoder::default(), b"\x00\x00\x00\x0eE_BAD_PROTOCOL");
+    assert_eq!(err, DecodeError::LookupdTcpPort);
+    assert!(err.to_string().contains("nsqlookupd's TCP port"), "{err}");
+    // The frame type field is enough.
+    assert_eq!(
+        decode_err(FrameDecoder::default(), b"\x00\x00\x00\x0eE_BA"),
+        DecodeError::LookupdTcpPort
+    );
+    // Another size with the same four bytes is just an unknown frame type.
+    assert!(matches!(
+        decode_err(FrameDecoder::default(), b"\x00\x00\x00\x0fE_BAD_PROTOCOLS"),
+        DecodeError::UnknownFrameType(_)
+    ));
+}
+
 #[test]
 fn frame_size_below_four_is_rejected() {
     for size in 0u8..4 {

@@ -566,3 +566,68 @@ fn gave_up_counts_per_nsqd() {
     assert_eq!((s.gave_up, s.in_flight), (2, 0));
     w.assert_clean();
 }
+
+/// An nsqd whose connection shows a misconfiguration (here: it requires TLS, the consumer has
+/// none) is not retried on its own, whether added directly or discovered; its stats say
+/// so; the other nsqd get the whole RDY; adding it again tries once more.
+#[test]
+fn a_misconfigured_nsqd_is_not_retried_until_added_again() {
+    use nsq_proto::Misconfiguration;
+    let mut w = World::new(config(4), 7);
+    w.add_nsqd(&addr(0), 2500);
+    w.add_nsqd(&addr(1), 2500);
+    w.nsqds.get_mut(&addr(1)).unwrap().tls_required = true;
+    w.add_nsqd(&addr(2), 2500);
+    w.nsqds.get_mut(&addr(2)).unwrap().tls_required = true;
+    w.consumer.add_nsqd(w.now, &addr(0)).unwrap();
+    w.consumer.add_nsqd(w.now, &addr(1)).unwrap();
+    // addr(2) is discovered.
+    w.add_fake_lookupd(L1, &[&addr(2)]);
+    w.consumer.add_lookupd(w.now, L1).unwrap();
+    w.run_for(SEC * 10);
+    let closed: Vec<_> = w
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            ConsumerEvent::ConnectionClosed {
+                addr,
+                retry_in,
+                misconfigured,
+                ..
+            } => Some((addr.clone(), *retry_in, misconfigured.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        closed,
+        vec![
+            (addr(1), None, Some(Misconfiguration::TlsRequired)),
+            (addr(2), None, Some(Misconfiguration::TlsRequired)),
+        ]
+    );
+    // Ten minutes, ten lookupd polls that still list addr(2): one attempt each.
+    w.run_for(SEC * 600);
+    assert_eq!(w.nsqds[&addr(1)].connects.len(), 1);
+    assert_eq!(w.nsqds[&addr(2)].connects.len(), 1);
+    let s = w.consumer.stats();
+    for a in [addr(1), addr(2)] {
+        let entry = nsqd(&s, &a).unwrap();
+        assert_eq!(entry.state, NsqdState::Misconfigured, "{a}");
+        assert_eq!(entry.reconnect_at, None, "{a}");
+    }
+    assert_eq!(nsqd(&s, &addr(0)).unwrap().state, NsqdState::Ready);
+    assert_eq!(w.server_total_rdy(), 4, "the ready nsqd has the whole RDY");
+    // Fixed (here: still not), and added again: one more attempt.
+    w.consumer.add_nsqd(w.now, &addr(1)).unwrap();
+    w.run_for(SEC * 600);
+    assert_eq!(w.nsqds[&addr(1)].connects.len(), 2);
+    w.nsqds.get_mut(&addr(1)).unwrap().tls_required = false;
+    w.consumer.add_nsqd(w.now, &addr(1)).unwrap();
+    w.run_for(SEC * 10);
+    assert_eq!(w.nsqds[&addr(1)].connects.len(), 3);
+    assert_eq!(
+        nsqd(&w.consumer.stats(), &addr(1)).unwrap().state,
+        NsqdState::Ready
+    );
+    w.assert_clean();
+}

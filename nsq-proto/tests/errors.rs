@@ -439,6 +439,7 @@ fn every_core_error_kind_says_each_thing_once() {
 
     let decode = [
         DecodeError::HttpPort,
+        DecodeError::LookupdTcpPort,
         DecodeError::FrameTooSmall { size: 2 },
         DecodeError::FrameTooLarge { size: 9, max: 4 },
         DecodeError::UnknownFrameType(7),
@@ -551,6 +552,17 @@ fn every_core_error_kind_says_each_thing_once() {
         ProducerError::InvalidAddress("x".into()).into(),
         PublishFailure::NoServerAvailable { last_error: None }.into(),
         Error::NoRuntime("no runtime"),
+        Error::Misconfigured {
+            nsqd: "127.0.0.1:4151".into(),
+            problem: nsq_proto::Misconfiguration::HttpPort,
+        },
+        Error::Misconfigured {
+            nsqd: "127.0.0.1:4150".into(),
+            problem: nsq_proto::Misconfiguration::AuthRefused(server(
+                ErrorCode::AuthFailed,
+                "AUTH failed",
+            )),
+        },
         Error::Closed,
     ]);
     for e in adapter {

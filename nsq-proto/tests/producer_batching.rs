@@ -289,30 +289,48 @@ fn a_connection_lost_with_a_batch_outstanding_fails_each_of_its_publishes() {
 
 #[test]
 fn an_nsqd_requiring_tls_fails_ping_and_publishes_with_a_typed_error() {
+    use nsq_proto::Misconfiguration;
     let mut w = World::new(ProducerConfig::default(), 1);
     w.server(0).tls_required = true;
     w.add_all();
     assert_eq!(w.producer.healthy_connections(), 0);
     let ping = w.producer.ping(w.now).unwrap();
     w.settle();
-    assert_eq!(
-        w.pings[&ping],
-        vec![Err(PublishFailure::TlsRequired { addr: addr(0) })]
-    );
+    let misconfigured = PublishFailure::Misconfigured {
+        addr: addr(0),
+        problem: Misconfiguration::TlsRequired,
+    };
+    assert_eq!(w.pings[&ping], vec![Err(misconfigured.clone())]);
+    let id = w.publish(b"x");
+    assert_eq!(w.outcome(id), &Err(misconfigured.clone()));
+    assert!(misconfigured.to_string().contains("requires TLS"));
+    // A misconfiguration is not retried on its own, however long.
+    assert_eq!(w.servers[&addr(0)].connects.len(), 1);
+    w.advance(Duration::from_secs(600));
+    assert_eq!(w.servers[&addr(0)].connects.len(), 1);
+    // Added again: one more attempt.
+    w.producer.add_nsqd(w.now, &addr(0)).unwrap();
+    w.settle();
+    assert_eq!(w.servers[&addr(0)].connects.len(), 2);
+}
+
+/// With one nsqd misconfigured and another merely down, publishes fail as
+/// `NoServerAvailable` (the other one may come back), and the misconfigured one is never
+/// tried again while the other reconnects on its schedule.
+#[test]
+fn a_misconfigured_nsqd_beside_one_that_is_down_is_not_an_outage_of_both() {
+    let mut w = World::new(ProducerConfig::default(), 2);
+    w.server(0).tls_required = true;
+    w.add_all();
+    w.kill(1);
     let id = w.publish(b"x");
     assert!(matches!(
         w.outcome(id),
-        Err(PublishFailure::TlsRequired { .. })
+        Err(PublishFailure::NoServerAvailable { .. })
     ));
-    assert!(
-        PublishFailure::TlsRequired { addr: addr(0) }
-            .to_string()
-            .contains("requires TLS")
-    );
-    // A handshake failure: retried on the backoff schedule, not in a loop.
+    w.advance(Duration::from_secs(600));
     assert_eq!(w.servers[&addr(0)].connects.len(), 1);
-    w.advance(Duration::from_millis(500));
-    assert_eq!(w.servers[&addr(0)].connects.len(), 1);
+    assert!(w.servers[&addr(1)].connects.len() > 2);
 }
 
 #[test]

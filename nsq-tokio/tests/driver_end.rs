@@ -170,8 +170,18 @@ fn a_runtime_without_timers_or_io_is_an_error_naming_what_to_enable() {
     let nsqd = Nsqd::start().unwrap();
     let addr = nsqd.tcp_address().to_string();
     for (missing, build) in [
-        ("enable_time()", tokio::runtime::Builder::new_current_thread().enable_io().build()),
-        ("enable_io()", tokio::runtime::Builder::new_current_thread().enable_time().build()),
+        (
+            "enable_time()",
+            tokio::runtime::Builder::new_current_thread()
+                .enable_io()
+                .build(),
+        ),
+        (
+            "enable_io()",
+            tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build(),
+        ),
     ] {
         let rt = build.unwrap();
         let (tx, rx) = std::sync::mpsc::channel();

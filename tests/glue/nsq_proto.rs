@@ -9,7 +9,7 @@ use std::time::Duration;
 use nsq_proto::client::{AnswerSink, Delivery, Error, HandlerError, StopReport};
 use nsq_proto::consumer::{ConsumerConfig, ConsumerStats, NsqdState};
 use nsq_proto::producer::{ProducerConfig, ProducerStats};
-use nsq_proto::{Compression, Config, ConnectionConfig, TlsConfig};
+use nsq_proto::{Compression, Config, ConnectionConfig, Misconfiguration, TlsConfig};
 use nsq_test_broker::TestPki;
 use nsq_test_broker::scenarios as s;
 
@@ -22,7 +22,16 @@ pub(crate) fn error(e: &Error) -> s::ClientError {
         Error::ConnectionLost(_) => s::ErrorKind::ConnectionLost,
         Error::Timeout => s::ErrorKind::Timeout,
         Error::NoServerAvailable(_) => s::ErrorKind::NoServerAvailable,
-        Error::TlsRequired(_) => s::ErrorKind::TlsRequired,
+        Error::Misconfigured { problem, .. } => s::ErrorKind::Misconfigured(match problem {
+            Misconfiguration::HttpPort => s::Problem::HttpPort,
+            Misconfiguration::LookupdTcpPort => s::Problem::LookupdTcpPort,
+            Misconfiguration::TlsRequired => s::Problem::TlsRequired,
+            Misconfiguration::TlsNotOffered => s::Problem::TlsNotOffered,
+            Misconfiguration::TlsHandshake(_) => s::Problem::TlsHandshake,
+            Misconfiguration::AuthSecretMissing => s::Problem::AuthSecretMissing,
+            Misconfiguration::AuthRefused(_) => s::Problem::AuthRefused,
+            _ => s::Problem::Other,
+        }),
         Error::Backpressure(_) => s::ErrorKind::Backpressure,
         Error::Consumer(_) => s::ErrorKind::Consumer,
         Error::Closed => s::ErrorKind::Closed,
@@ -196,6 +205,7 @@ pub(crate) fn consumer_stats(st: &ConsumerStats) -> s::ConsumerStats {
                     NsqdState::Ready => s::NsqdState::Ready,
                     NsqdState::Closing => s::NsqdState::Closing,
                     NsqdState::Disconnected => s::NsqdState::Disconnected,
+                    NsqdState::Misconfigured => s::NsqdState::Misconfigured,
                     _ => s::NsqdState::Other,
                 },
                 rdy: n.rdy,

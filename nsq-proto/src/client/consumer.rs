@@ -193,10 +193,14 @@ impl<R: Runtime> ConsumerHandle<R> {
 
     /// Adds an nsqd TCP address (`host:port`) to consume from directly, and resolves with
     /// its first connection's outcome (go-nsq's `ConnectToNSQD` returns the dial's error too):
-    /// `Ok` once connected and subscribed (at once if it already is), else
-    /// [`Error::Connect`] with the reason (refused, timed out, not nsqd's TCP port, TLS
-    /// refused, ...). Either way the consumer keeps the address and reconnects to it with
-    /// backoff; [`disconnect_from_nsqd`](Self::disconnect_from_nsqd) gives it up.
+    /// `Ok` once connected and subscribed (at once if it already is), else:
+    /// - [`Error::Misconfigured`] when the address cannot work as configured (not nsqd's TCP
+    ///   port, a TLS mismatch, refused credentials). The consumer does not retry it on its
+    ///   own; calling `connect_to_nsqd` again tries once more.
+    /// - [`Error::Connect`] with the reason otherwise (refused, timed out, reset, ...): the
+    ///   consumer keeps the address and reconnects to it with backoff.
+    ///
+    /// [`disconnect_from_nsqd`](Self::disconnect_from_nsqd) gives an address up.
     pub async fn connect_to_nsqd(&self, addr: &str) -> Result<(), Error> {
         let (tx, rx) = oneshot();
         self.control(Control::AddNsqd(addr.to_owned(), tx))?;
@@ -808,10 +812,21 @@ impl Logic for ConsumerLogic {
                 }
             }
             ConsumerEvent::ConnectionReady { addr, .. } => self.connected(&addr, &Ok(())),
-            ConsumerEvent::ConnectionClosed { addr, reason, .. } => {
-                let failed = Err(Error::Connect {
-                    nsqd: addr.clone(),
-                    reason,
+            ConsumerEvent::ConnectionClosed {
+                addr,
+                reason,
+                misconfigured,
+                ..
+            } => {
+                let failed = Err(match misconfigured {
+                    Some(problem) => Error::Misconfigured {
+                        nsqd: addr.clone(),
+                        problem,
+                    },
+                    None => Error::Connect {
+                        nsqd: addr.clone(),
+                        reason,
+                    },
                 });
                 self.connected(&addr, &failed);
             }

@@ -3,7 +3,7 @@
 
 use crate::command::CommandError;
 use crate::config::OptionError;
-use crate::connection::{CloseReason, ConfigError, ConnectionError};
+use crate::connection::{CloseReason, ConfigError, ConnectionError, Misconfiguration};
 use crate::consumer::ConsumerError;
 use crate::consumer::LookupdAddressError;
 use crate::error_code::{ErrorCode, ServerError};
@@ -70,12 +70,22 @@ pub enum Error {
     ConnectionLost(CloseReason),
     /// No answer within the configured timeout (may or may not have been published).
     Timeout,
-    /// No nsqd connection is up (every configured nsqd is down, or none became ready within
-    /// `publish_timeout`); the message was not sent. Carries the last connection error.
+    /// No nsqd is reachable now (every configured nsqd is down, or none became ready within
+    /// `publish_timeout`), and the client keeps trying; the message was not sent. Carries the
+    /// last connection error. (An nsqd that cannot work as configured is
+    /// [`Error::Misconfigured`] instead.)
     NoServerAvailable(Option<String>),
-    /// The nsqd at this address requires TLS (`--tls-required`) and the configuration has
-    /// none (enable `tls_v1`); nothing was sent.
-    TlsRequired(String),
+    /// The nsqd at this address cannot be used as configured: it is not nsqd's TCP port
+    /// (an HTTP port, or nsqlookupd's TCP port), TLS does not match, or nsqd refused the
+    /// credentials. [`Misconfiguration`] says which. Unlike [`Error::NoServerAvailable`],
+    /// waiting does not help: the client does not retry this nsqd on its own (it is logged
+    /// once, at ERROR), until it is added again. Nothing was sent.
+    Misconfigured {
+        /// The nsqd address.
+        nsqd: String,
+        /// What is wrong.
+        problem: Misconfiguration,
+    },
     /// Too many publishes are outstanding (`max_outstanding_publishes` /
     /// `max_pending_publishes`); retry later.
     Backpressure(Backpressure),
@@ -137,10 +147,9 @@ impl fmt::Display for Error {
             Error::NoServerAvailable(Some(e)) => {
                 write!(f, "no nsqd available (last error: {e})")
             }
-            Error::TlsRequired(addr) => write!(
-                f,
-                "nsqd {addr} requires TLS and the configuration has none (enable tls_v1)"
-            ),
+            Error::Misconfigured { nsqd, problem } => {
+                write!(f, "cannot use nsqd {nsqd} as configured: {problem}")
+            }
             Error::Backpressure(e) => fmt::Display::fmt(e, f),
             Error::Consumer(e) => fmt::Display::fmt(e, f),
             Error::Closed => f.write_str(
@@ -285,7 +294,10 @@ impl From<PublishFailure> for Error {
                 Error::NoServerAvailable(last_error)
             }
             PublishFailure::Refused(e) => InputError::Refused(e).into(),
-            PublishFailure::TlsRequired { addr } => Error::TlsRequired(addr),
+            PublishFailure::Misconfigured { addr, problem } => Error::Misconfigured {
+                nsqd: addr,
+                problem,
+            },
         }
     }
 }

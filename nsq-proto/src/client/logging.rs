@@ -1,6 +1,7 @@
 //! The `tracing` spans every driver enters and the log lines for the core's events, so every
 //! adapter logs the same things at the same levels with the same fields.
 
+use crate::Misconfiguration;
 use crate::consumer::ConsumerEvent;
 use crate::driver::ConnId;
 use crate::names::{Channel, Topic};
@@ -49,8 +50,23 @@ pub(crate) fn lookupd_span(request: impl fmt::Display, lookupd: &str) -> tracing
     tracing::debug_span!("lookupd_request", %request, lookupd = %lookupd)
 }
 
-fn log_connection_closed(conn: ConnId, addr: &str, reason: &str, retry_in: Option<Duration>) {
-    if let Some(retry_in) = retry_in {
+fn log_connection_closed(
+    conn: ConnId,
+    addr: &str,
+    reason: &str,
+    retry_in: Option<Duration>,
+    misconfigured: Option<&Misconfiguration>,
+) {
+    if let Some(problem) = misconfigured {
+        // Once: the address is not tried again on its own.
+        tracing::error!(
+            %conn,
+            nsqd = %addr,
+            %problem,
+            "cannot use this nsqd as configured; not retrying it (fix the configuration or \
+             the address, then add it again)"
+        );
+    } else if let Some(retry_in) = retry_in {
         tracing::warn!(
             %conn,
             nsqd = %addr,
@@ -98,7 +114,8 @@ pub(crate) fn log_consumer_event<'a>(
             addr,
             reason,
             retry_in,
-        } => log_connection_closed(*conn, addr, reason, *retry_in),
+            misconfigured,
+        } => log_connection_closed(*conn, addr, reason, *retry_in, misconfigured.as_ref()),
         ConsumerEvent::ServerError { conn, error } => {
             tracing::warn!(
                 %conn,
@@ -149,7 +166,8 @@ pub(crate) fn log_producer_event(event: &ProducerEvent) {
             addr,
             reason,
             retry_in,
-        } => log_connection_closed(*conn, addr, reason, *retry_in),
+            misconfigured,
+        } => log_connection_closed(*conn, addr, reason, *retry_in, misconfigured.as_ref()),
         #[allow(unreachable_patterns, reason = "ProducerEvent is non_exhaustive")]
         other => tracing::debug!(?other, "producer event"),
     }

@@ -187,9 +187,9 @@ impl<R: Runtime> Producer<R> {
         super::ProducerBuilder::new()
     }
 
-    /// Connects to one nsqd and waits until the connection is ready (or fails like a publish
-    /// would: [`Error::NoServerAvailable`], or [`Error::TlsRequired`] when nsqd requires TLS
-    /// and `config` has none).
+    /// Connects to one nsqd and waits until the connection is ready, or fails like a publish
+    /// would: [`Error::Misconfigured`] when the address cannot work as configured (not nsqd's
+    /// TCP port, a TLS mismatch, refused credentials), else [`Error::NoServerAvailable`].
     pub async fn connect(addr: &str, config: &Config) -> Result<Producer<R>, Error> {
         let producer = Self::start_one(addr, config)?;
         producer.ping().await?;

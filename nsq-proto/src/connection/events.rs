@@ -157,6 +157,89 @@ impl fmt::Display for CloseReason {
 
 impl std::error::Error for CloseReason {}
 
+impl CloseReason {
+    /// What this reason says about the configuration, when a connection ends this way before
+    /// it was ever ready: the address is not nsqd's TCP port, TLS does not match, or nsqd
+    /// refused the credentials. Trying again does not help until someone changes a
+    /// configuration, so clients do not retry these on their own.
+    ///
+    /// Only meaningful for a connection that never became ready: after that, a TLS error is
+    /// a broken stream and an `E_UNAUTHORIZED` concerns one command.
+    pub fn misconfiguration(&self) -> Option<Misconfiguration> {
+        use crate::ErrorCode;
+        Some(match self {
+            CloseReason::Decode(DecodeError::HttpPort) => Misconfiguration::HttpPort,
+            CloseReason::Decode(DecodeError::LookupdTcpPort) => Misconfiguration::LookupdTcpPort,
+            CloseReason::TlsRequired(_) => Misconfiguration::TlsRequired,
+            CloseReason::TlsNotGranted => Misconfiguration::TlsNotOffered,
+            CloseReason::Tls(e) => Misconfiguration::TlsHandshake(e.clone()),
+            CloseReason::AuthSecretMissing => Misconfiguration::AuthSecretMissing,
+            CloseReason::Server(e)
+                if matches!(e.code(), ErrorCode::AuthFailed | ErrorCode::Unauthorized) =>
+            {
+                Misconfiguration::AuthRefused(e.clone())
+            }
+            _ => return None,
+        })
+    }
+}
+
+/// A connection that cannot work as configured ([`CloseReason::misconfiguration`]): the
+/// wrong port, a TLS mismatch, or credentials nsqd refuses. Unlike an outage, waiting does not
+/// help: the client's or the server's configuration has to change.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Misconfiguration {
+    /// The address answered in HTTP: an HTTP port (nsqd's, 4151 by default, or
+    /// nsqlookupd's, 4161), not nsqd's TCP port (4150).
+    HttpPort,
+    /// The address refused nsqd's protocol with `E_BAD_PROTOCOL`: nsqlookupd's TCP port
+    /// (4160 by default), not nsqd's (4150).
+    LookupdTcpPort,
+    /// nsqd requires TLS (`--tls-required`) and the configuration has none (`tls_v1`).
+    TlsRequired,
+    /// TLS is configured and nsqd does not offer it (it has no `--tls-cert`/`--tls-key`).
+    TlsNotOffered,
+    /// The TLS handshake failed: a certificate that is not trusted or does not name the
+    /// server, or no protocol version or cipher in common.
+    TlsHandshake(TlsError),
+    /// nsqd requires authentication (`--auth-http-address`) and no `auth_secret` is
+    /// configured.
+    AuthSecretMissing,
+    /// nsqd refused the `auth_secret` (`E_AUTH_FAILED`) or found no authorization for it, or
+    /// none for this topic and channel (`E_UNAUTHORIZED`). nsqd answers `E_AUTH_FAILED` as
+    /// well when its auth server cannot be reached; it does not say which.
+    AuthRefused(ServerError),
+}
+
+impl fmt::Display for Misconfiguration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Misconfiguration::HttpPort => f.write_str(
+                "the address answered in HTTP: it is an HTTP port (nsqd's 4151 or nsqlookupd's \
+                 4161 by default), not nsqd's TCP port (4150 by default)",
+            ),
+            Misconfiguration::LookupdTcpPort => f.write_str(
+                "the address refused nsqd's protocol with E_BAD_PROTOCOL: it is nsqlookupd's \
+                 TCP port (4160 by default), not nsqd's TCP port (4150 by default)",
+            ),
+            Misconfiguration::TlsRequired => {
+                f.write_str("nsqd requires TLS and none is configured (enable tls_v1)")
+            }
+            Misconfiguration::TlsNotOffered => f.write_str(
+                "TLS is configured and nsqd does not offer it (it runs without --tls-cert)",
+            ),
+            Misconfiguration::TlsHandshake(e) => write!(f, "the TLS handshake failed: {e}"),
+            Misconfiguration::AuthSecretMissing => {
+                f.write_str("nsqd requires authentication and no auth_secret is configured")
+            }
+            Misconfiguration::AuthRefused(e) => write!(f, "nsqd refused the credentials: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Misconfiguration {}
+
 /// Why a publish failed.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]

@@ -55,7 +55,7 @@ use disabled::tls;
 pub use config::{Compression, ConfigError, ConnectionConfig, DEFAULT_USER_AGENT, Role, Secret};
 pub use deflate::DeflateError;
 pub use events::{
-    CloseReason, ConnectionError, ConnectionEvent, ConnectionState, Negotiated,
+    CloseReason, ConnectionError, ConnectionEvent, ConnectionState, Misconfiguration, Negotiated,
     NegotiatedCompression, PublishError, PublishToken,
 };
 use handshake::Phase;

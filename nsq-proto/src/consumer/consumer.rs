@@ -765,11 +765,20 @@ impl Consumer {
         };
         self.discovery.add_counts(&slot.addr, &slot.counts);
         self.shared.push_action(Action::Disconnect { conn: id });
+        // A connection that never became ready may say the configuration cannot work.
+        let misconfigured = slot
+            .ready_at
+            .is_none()
+            .then(|| slot.conn.as_ref().and_then(Connection::close_reason))
+            .flatten()
+            .and_then(CloseReason::misconfiguration);
+        let parked = misconfigured.is_some();
         let mut closed = ConsumerEvent::ConnectionClosed {
             conn: id,
             addr: slot.addr.clone(),
             reason: reason.to_string(),
             retry_in: None,
+            misconfigured,
         };
         self.flow.forget(id);
         if self.shared.closing {
@@ -781,9 +790,9 @@ impl Consumer {
         let healthy = slot.ready_at.is_some_and(|t| {
             now.saturating_duration_since(t) >= self.shared.config.reconnect_reset_after
         });
-        let retry = self
-            .discovery
-            .connection_ended(now, &slot.addr, id, healthy, &mut self.shared);
+        let retry =
+            self.discovery
+                .connection_ended(now, &slot.addr, id, healthy, parked, &mut self.shared);
         if let ConsumerEvent::ConnectionClosed { retry_in, .. } = &mut closed {
             *retry_in = retry;
         }

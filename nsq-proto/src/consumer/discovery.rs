@@ -46,6 +46,12 @@ struct Node {
     counts: Counts,
     /// Connection attempts made.
     attempts: u64,
+    /// Its last connection showed a misconfiguration ([`CloseReason::misconfiguration`]):
+    /// not connected to again on its own, only when added again (or, discovered, when a
+    /// lookupd lists it anew after having forgotten it).
+    ///
+    /// [`CloseReason::misconfiguration`]: crate::CloseReason::misconfiguration
+    parked: bool,
 }
 
 impl Node {
@@ -62,6 +68,7 @@ impl Node {
             listed_by: BTreeSet::new(),
             counts: Counts::default(),
             attempts: 0,
+            parked: false,
         }
     }
 }
@@ -133,6 +140,7 @@ impl Discovery {
             }
             let c = slot.and_then(|s| s.conn.as_ref());
             let state = match (slot, c.map(Connection::state)) {
+                (None, _) if p.parked => NsqdState::Misconfigured,
                 (None, _) => NsqdState::Disconnected,
                 (Some(_), None) => NsqdState::Connecting,
                 (Some(s), Some(ConnectionState::Ready)) if s.is_ready() => NsqdState::Ready,
@@ -188,6 +196,8 @@ impl Discovery {
     pub(super) fn add_nsqd(&mut self, addr: &str, sh: &mut Shared) {
         if let Some(p) = self.nodes.get_mut(addr) {
             p.source = Source::Direct;
+            // Added again: the program asks to try, whatever the last attempt showed.
+            p.parked = false;
             if p.conn.is_none() && p.next_attempt.is_none() {
                 self.connect(addr, sh);
             }
@@ -385,6 +395,7 @@ impl Discovery {
         addr: &str,
         id: ConnId,
         healthy: bool,
+        misconfigured: bool,
         sh: &mut Shared,
     ) -> Option<Duration> {
         self.seq += 1;
@@ -395,6 +406,11 @@ impl Discovery {
         }
         p.conn = None;
         p.disconnected_seq = seq;
+        if misconfigured {
+            p.parked = true;
+            p.next_attempt = None;
+            return None;
+        }
         if p.source != Source::Direct {
             return None;
         }
@@ -414,7 +430,7 @@ impl Discovery {
         let Some(p) = self.nodes.get_mut(addr) else {
             return;
         };
-        if p.conn.is_some() {
+        if p.conn.is_some() || p.parked {
             return;
         }
         let id = ConnId::from_raw(self.next_conn);

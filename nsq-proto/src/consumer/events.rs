@@ -55,8 +55,14 @@ pub enum ConsumerEvent {
         reason: String,
         /// When the consumer connects to this nsqd again (an address given directly; `None`
         /// when closing, or for an nsqd found through nsqlookupd, which is connected to again
-        /// once a lookupd lists it).
+        /// once a lookupd lists it, and `None` when `misconfigured`).
         retry_in: Option<Duration>,
+        /// The connection never became ready, and the way it ended shows a configuration that
+        /// cannot work ([`CloseReason::misconfiguration`](crate::CloseReason::misconfiguration)):
+        /// the consumer does not connect to this nsqd again on its own. Adding it again
+        /// ([`Consumer::add_nsqd`](crate::Consumer::add_nsqd)) tries once more; a discovered
+        /// nsqd is tried again when a lookupd lists it after having stopped listing it.
+        misconfigured: Option<crate::Misconfiguration>,
     },
     /// A non-fatal server error (`E_FIN_FAILED`, `E_REQ_FAILED`, `E_TOUCH_FAILED`).
     ServerError {

@@ -52,6 +52,11 @@ pub enum NsqdState {
     /// No connection: a reconnect is due at [`NsqdStats::reconnect_at`], or (discovered
     /// nsqd) waits for a lookupd to list it again.
     Disconnected,
+    /// No connection, and none is attempted: the last one showed a misconfiguration (the
+    /// wrong port, a TLS mismatch, refused credentials; see
+    /// [`CloseReason::misconfiguration`](crate::CloseReason::misconfiguration)). Adding the
+    /// address again tries once more.
+    Misconfigured,
 }
 
 /// One nsqd address of a consumer, in [`ConsumerStats::nsqd`]:

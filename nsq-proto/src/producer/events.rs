@@ -73,12 +73,14 @@ pub enum PublishFailure {
     /// The connection refused the command locally (its limits differ from the check made
     /// when the publish was accepted). The message was not sent.
     Refused(ConnectionError),
-    /// Like [`NoServerAvailable`](Self::NoServerAvailable), and the reason is that nsqd
-    /// requires TLS (`--tls-required`) while the configuration has none. The message was
-    /// **not** sent.
-    TlsRequired {
-        /// The nsqd that refused plain text.
+    /// No connection can be made as configured: every nsqd's last connection showed a
+    /// misconfiguration (the wrong port, a TLS mismatch, refused credentials), and none is
+    /// retried on its own. The message was **not** sent.
+    Misconfigured {
+        /// The nsqd concerned (the most recent one, when several are).
         addr: String,
+        /// What is wrong.
+        problem: crate::Misconfiguration,
     },
 }
 
@@ -99,10 +101,9 @@ impl fmt::Display for PublishFailure {
                 last_error: Some(e),
             } => write!(f, "no nsqd connection available (last error: {e})"),
             PublishFailure::Refused(e) => write!(f, "publish refused: {e}"),
-            PublishFailure::TlsRequired { addr } => write!(
-                f,
-                "nsqd {addr} requires TLS and the configuration has none (enable tls_v1)"
-            ),
+            PublishFailure::Misconfigured { addr, problem } => {
+                write!(f, "cannot use nsqd {addr} as configured: {problem}")
+            }
         }
     }
 }
@@ -183,8 +184,14 @@ pub enum ProducerEvent {
         addr: String,
         /// Why, in words.
         reason: String,
-        /// When the producer connects to this nsqd again (`None` when closing).
+        /// When the producer connects to this nsqd again (`None` when closing, or when
+        /// `misconfigured`).
         retry_in: Option<Duration>,
+        /// The connection never became ready, and the way it ended shows a configuration that
+        /// cannot work ([`CloseReason::misconfiguration`](crate::CloseReason::misconfiguration)):
+        /// the producer does not connect to this nsqd again unless it is added again
+        /// ([`Producer::add_nsqd`](crate::Producer::add_nsqd)).
+        misconfigured: Option<crate::Misconfiguration>,
     },
     /// The producer has shut down: every publish is resolved and every connection closed.
     /// Emitted once, after [`Producer::close`].

@@ -18,7 +18,7 @@ impl Producer {
             return;
         }
         let node = &mut self.nodes[i];
-        if node.link.is_some() {
+        if node.link.is_some() || node.parked.is_some() {
             return;
         }
         let id = ConnId::from_raw(self.next_conn);
@@ -90,7 +90,7 @@ impl Producer {
             match event {
                 ConnectionEvent::Ready(_) => {
                     link.ready_at = Some(now);
-                    self.tls_required = None;
+                    self.misconfigured = None;
                     link.dirty = true;
                     self.any_dirty = true;
                     let (conn, addr) = (link.id, self.nodes[i].addr.clone());
@@ -153,8 +153,16 @@ impl Producer {
             && matches!(close_reason, Some(CloseReason::Server(_)));
         if !graceful && !rejected {
             self.last_error = Some(format!("{addr}: {reason}"));
-            self.tls_required =
-                matches!(close_reason, Some(CloseReason::TlsRequired(_))).then(|| addr.clone());
+        }
+        // A connection that never became ready may say the configuration cannot work.
+        let misconfigured = link
+            .ready_at
+            .is_none()
+            .then_some(close_reason)
+            .flatten()
+            .and_then(CloseReason::misconfiguration);
+        if misconfigured.is_some() {
+            self.misconfigured = Some(i);
         }
         let lost = close_reason.cloned().unwrap_or(CloseReason::Eof);
         for s in std::mem::take(&mut link.sent) {
@@ -173,7 +181,7 @@ impl Producer {
             self.retry(now, work.freeze(), false);
         }
         // A refusal reconnects at once (`Some(ZERO)`), without touching the backoff schedule.
-        let retry_in = (!self.closing).then(|| {
+        let retry_in = (!self.closing && misconfigured.is_none()).then(|| {
             if rejected {
                 return Duration::ZERO;
             }
@@ -193,7 +201,9 @@ impl Producer {
             addr,
             reason: reason.to_string(),
             retry_in,
+            misconfigured: misconfigured.clone(),
         });
+        self.nodes[i].parked = misconfigured;
         if rejected && !self.closing {
             self.connect(now, i);
         }

@@ -1,7 +1,7 @@
 //! One nsqd of a producer ([`Node`]) and its current socket ([`Session`]): the connection
 //! attempt, the `Connection`, and the publishes gathered or sent on it.
 
-use crate::connection::{Connection, ConnectionState};
+use crate::connection::{Connection, ConnectionState, Misconfiguration};
 use crate::consumer::policy::ReconnectSchedule;
 use crate::driver::ConnId;
 use bytes::{Bytes, BytesMut};
@@ -55,4 +55,7 @@ pub(super) struct Node {
     pub(super) max_msg: u32,
     /// The largest MPUB body, likewise (`E_BAD_BODY ... too big N > MAX`).
     pub(super) max_body: u32,
+    /// Its last connection showed a misconfiguration (the wrong port, a TLS mismatch,
+    /// refused credentials): not connected to again until it is added again.
+    pub(super) parked: Option<Misconfiguration>,
 }

@@ -88,8 +88,8 @@ pub struct Producer {
     /// Publishes accepted and not yet resolved (sent + pending).
     pub(super) outstanding: usize,
     pub(super) last_error: Option<String>,
-    /// Set when the last connection error was an nsqd requiring TLS (its address).
-    pub(super) tls_required: Option<String>,
+    /// The last nsqd whose connection showed a misconfiguration (cleared when one is ready).
+    pub(super) misconfigured: Option<usize>,
     pub(super) any_dirty: bool,
     /// The latest `now` given to any input or command.
     pub(super) clock: Option<Instant>,
@@ -128,7 +128,7 @@ impl Producer {
             pending: VecDeque::new(),
             outstanding: 0,
             last_error: None,
-            tls_required: None,
+            misconfigured: None,
             any_dirty: false,
             clock: None,
             closing: false,
@@ -364,7 +364,11 @@ impl Producer {
         if !valid_host_port(addr) {
             return Err(ProducerError::InvalidAddress(addr.to_string()));
         }
-        if self.nodes.iter().any(|n| n.addr == addr) {
+        if let Some(i) = self.nodes.iter().position(|n| n.addr == addr) {
+            // Added again: the program asks to try, whatever the last attempt showed.
+            if self.nodes[i].parked.take().is_some() {
+                self.connect(now, i);
+            }
             return Ok(());
         }
         // A TLS server name derived from the address must be valid.
@@ -380,6 +384,7 @@ impl Producer {
             next_attempt: None,
             max_msg: self.config.connection.limits.max_msg_size,
             max_body: self.config.connection.limits.max_body_size,
+            parked: None,
         });
         self.connect(now, self.nodes.len() - 1);
         Ok(())
@@ -671,8 +676,16 @@ impl Producer {
 
     /// How a publish (or ping) fails when no connection can take it.
     pub(super) fn unavailable(&self) -> PublishFailure {
-        match &self.tls_required {
-            Some(addr) => PublishFailure::TlsRequired { addr: addr.clone() },
+        // Misconfigured only when no nsqd is left to come back on its own.
+        let parked = self
+            .misconfigured
+            .map(|i| &self.nodes[i])
+            .filter(|_| self.nodes.iter().all(|n| n.parked.is_some()));
+        match parked {
+            Some(node) => PublishFailure::Misconfigured {
+                addr: node.addr.clone(),
+                problem: node.parked.clone().expect("every node is parked"),
+            },
             None => PublishFailure::NoServerAvailable {
                 last_error: self.last_error.clone(),
             },

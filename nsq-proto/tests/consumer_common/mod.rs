@@ -44,6 +44,8 @@ pub struct NsqdState {
     pub max_msg_timeout: Duration,
     pub delivered: u64,
     pub connects: Vec<Instant>,
+    /// `--tls-required`: the consumer (without TLS) cannot use it.
+    pub tls_required: bool,
 }
 
 /// A fake nsqlookupd.
@@ -123,6 +125,7 @@ impl NsqdState {
             max_msg_timeout: Duration::from_secs(15 * 60),
             delivered: 0,
             connects: Vec::new(),
+            tls_required: false,
         }
     }
 
@@ -143,6 +146,7 @@ impl FakeConn {
                 max_rdy_count: i64::from(nsqd.max_rdy),
                 msg_timeout_ms: nsqd.msg_timeout.as_millis() as i64,
                 max_msg_timeout_ms: nsqd.max_msg_timeout.as_millis() as i64,
+                tls_required: nsqd.tls_required,
                 ..FakeNsqdConfig::default()
             }),
             log: Vec::new(),

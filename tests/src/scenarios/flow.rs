@@ -357,7 +357,11 @@ pub(super) fn connect_to_nsqd_says_whether_it_connected(f: &dyn Factory) {
     assert!(e.message.contains(&closed), "{e}");
     let http = nsqd.http_address().unwrap().to_string();
     let e = c.connect_to_nsqd(&http).unwrap_err();
-    assert_eq!(e.kind, ErrorKind::Connect, "{e}");
+    assert_eq!(
+        e.kind,
+        ErrorKind::Misconfigured(super::Problem::HttpPort),
+        "{e}"
+    );
     assert!(e.message.contains("HTTP"), "{e}");
     c.connect_to_nsqd(&addr(&nsqd)).unwrap();
     assert_eq!(c.stats().connections, 1, "subscribed when it returns");

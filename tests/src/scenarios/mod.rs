@@ -156,8 +156,8 @@ pub enum ErrorKind {
     Timeout,
     /// No nsqd connection is up.
     NoServerAvailable,
-    /// The nsqd requires TLS and none is configured.
-    TlsRequired,
+    /// The nsqd cannot work as configured (nsq-proto's `Misconfiguration`).
+    Misconfigured(Problem),
     /// Too many publishes outstanding.
     Backpressure,
     /// The consumer refused the command.
@@ -171,6 +171,29 @@ pub enum ErrorKind {
     /// Invalid configuration.
     Config,
     /// Anything else.
+    Other,
+}
+
+/// What is wrong with an nsqd that cannot work as configured (nsq-proto's
+/// `Misconfiguration`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Problem {
+    /// An HTTP port, not nsqd's TCP port.
+    HttpPort,
+    /// nsqlookupd's TCP port, not nsqd's.
+    LookupdTcpPort,
+    /// nsqd requires TLS and none is configured.
+    TlsRequired,
+    /// TLS is configured and nsqd does not offer it.
+    TlsNotOffered,
+    /// The TLS handshake failed (an untrusted certificate...).
+    TlsHandshake,
+    /// nsqd requires AUTH and no secret is configured.
+    AuthSecretMissing,
+    /// nsqd refused the secret.
+    AuthRefused,
+    /// A problem this harness does not know.
     Other,
 }
 
@@ -234,6 +257,8 @@ pub enum NsqdState {
     Closing,
     /// No connection.
     Disconnected,
+    /// No connection, none attempted: the last one showed a misconfiguration.
+    Misconfigured,
     /// A state this harness does not know.
     Other,
 }
@@ -524,6 +549,7 @@ scenario_list! {
     publish_async_keeps_thousands_under_way: 60,
     publish_async_is_refused_beyond_max_pending_publishes: 30,
     tls_required_is_reported_by_connect: 20,
+    misconfigurations_are_typed_errors: 30,
     dropping_the_consumer_stops_it: 20,
     a_panicking_handler_requeues_with_backoff: 30,
     max_in_flight_changes_at_runtime_and_starvation_is_reported: 30,
@@ -676,7 +702,10 @@ use publish::{
     publish_async_keeps_thousands_under_way, server_errors_are_typed,
     ten_thousand_concurrent_publishes_from_100_tasks, topic_arguments_are_validated,
 };
-use security::{auth, deflate, snappy, tls, tls_required_is_reported_by_connect};
+use security::{
+    auth, deflate, misconfigurations_are_typed_errors, snappy, tls,
+    tls_required_is_reported_by_connect,
+};
 
 #[cfg(test)]
 mod tests {

@@ -1,8 +1,8 @@
 //! Security and transport layers: TLS, snappy, deflate, AUTH, and nsqd requiring TLS.
 
 use super::{
-    Compression, Connection, ConsumerOptions, ErrorKind, Factory, GoConfig, ProducerOptions, WAIT,
-    addr, consumer, eventually, fast_config, start,
+    Compression, Connection, ConsumerOptions, ErrorKind, Factory, GoConfig, Problem,
+    ProducerOptions, WAIT, addr, consumer, eventually, fast_config, start,
 };
 use crate::{AuthGrant, AuthTable, Authorization, Nsqd};
 use std::time::Duration;
@@ -105,6 +105,145 @@ pub(super) fn tls_required_is_reported_by_connect(f: &dyn Factory) {
         .producer_connect(&addr(&nsqd), &GoConfig::default())
         .err()
         .expect("connect must fail without TLS");
-    assert_eq!(err.kind, ErrorKind::TlsRequired, "{err}");
+    assert_eq!(
+        err.kind,
+        ErrorKind::Misconfigured(Problem::TlsRequired),
+        "{err}"
+    );
     assert!(err.message.contains("requires TLS"), "{err}");
+}
+
+/// A port that accepts connections, reads what the client sends first, answers `reply` and
+/// hangs up, counting the connections: a stand-in for a port of the wrong service.
+struct WrongPort {
+    addr: String,
+    accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl WrongPort {
+    fn start(reply: &'static [u8]) -> WrongPort {
+        use std::io::{Read, Write};
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let accepted = std::sync::Arc::<std::sync::atomic::AtomicUsize>::default();
+        let stop = std::sync::Arc::<std::sync::atomic::AtomicBool>::default();
+        let (count, done) = (accepted.clone(), stop.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                if done.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(mut stream) = stream else { continue };
+                count.fetch_add(1, Ordering::SeqCst);
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+                let mut first = [0u8; 4];
+                let _ = stream.read_exact(&mut first);
+                let _ = stream.write_all(reply);
+            }
+        });
+        WrongPort {
+            addr,
+            accepted,
+            stop,
+        }
+    }
+
+    fn accepted(&self) -> usize {
+        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for WrongPort {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        // Wakes the accept loop so it sees the flag.
+        let _ = std::net::TcpStream::connect(&self.addr);
+    }
+}
+
+/// The wrong port, a TLS mismatch and refused credentials are each a typed error, from
+/// `Producer::connect`, a lazily built producer's publishes and a consumer's
+/// `connect_to_nsqd`; the consumer shows the nsqd as misconfigured and tries again only when
+/// asked.
+pub(super) fn misconfigurations_are_typed_errors(f: &dyn Factory) {
+    let expect = |r: Result<(), super::ClientError>, problem: Problem| {
+        let e = r.expect_err("must fail");
+        assert_eq!(e.kind, ErrorKind::Misconfigured(problem), "{e}");
+    };
+    let connect = |addr: &str| f.producer_connect(addr, &GoConfig::default()).map(drop);
+    // The wrong port: nsqd's HTTP port, and nsqlookupd's TCP port (which answers anything
+    // but its own protocol with a bare E_BAD_PROTOCOL).
+    let nsqd = start(Nsqd::builder().http(true));
+    let http = nsqd.http_address().unwrap().to_string();
+    expect(connect(&http), Problem::HttpPort);
+    let lookupd_tcp = WrongPort::start(b"\x00\x00\x00\x0eE_BAD_PROTOCOL");
+    let e = connect(&lookupd_tcp.addr).expect_err("must fail");
+    assert_eq!(
+        e.kind,
+        ErrorKind::Misconfigured(Problem::LookupdTcpPort),
+        "{e}"
+    );
+    assert!(e.message.contains("nsqlookupd's TCP port"), "{e}");
+    // TLS configured, not offered.
+    let tls = ProducerOptions {
+        connection: Connection {
+            tls: true,
+            ..Connection::default()
+        },
+        ..ProducerOptions::default()
+    };
+    let p = f.producer(&[addr(&nsqd)], Some(&tls)).unwrap();
+    expect(p.ping(), Problem::TlsNotOffered);
+    expect(p.publish("m", b"x"), Problem::TlsNotOffered);
+    p.close();
+    // A certificate for another name.
+    let other = start(Nsqd::builder().tls_server_names(&["nsqd.example"]));
+    let p = f.producer(&[addr(&other)], Some(&tls)).unwrap();
+    expect(p.ping(), Problem::TlsHandshake);
+    p.close();
+    // AUTH: no secret, and a secret nsqd refuses.
+    let table = AuthTable::new().with(
+        "s3cret",
+        AuthGrant::new("tester", vec![Authorization::all()]),
+    );
+    let authed = start(Nsqd::builder().auth(table));
+    expect(connect(&addr(&authed)), Problem::AuthSecretMissing);
+    let wrong = ProducerOptions {
+        connection: Connection {
+            auth_secret: Some("wrong".into()),
+            ..Connection::default()
+        },
+        ..ProducerOptions::default()
+    };
+    let p = f.producer(&[addr(&authed)], Some(&wrong)).unwrap();
+    expect(p.ping(), Problem::AuthRefused);
+    p.close();
+
+    // A consumer: the first outcome is the typed error, and the nsqd is not retried.
+    let http_port = WrongPort::start(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+    let mut c = f
+        .consumer(
+            "m",
+            "ch",
+            &super::ConsumerSetup {
+                options: Some(fast_config(1)),
+                ..super::ConsumerSetup::default()
+            },
+        )
+        .unwrap();
+    expect(c.connect_to_nsqd(&http_port.addr), Problem::HttpPort);
+    let stats = c.stats();
+    let entry = stats
+        .nsqd
+        .iter()
+        .find(|n| n.address == http_port.addr)
+        .expect("the address is kept");
+    assert_eq!(entry.state, super::NsqdState::Misconfigured);
+    assert_eq!(http_port.accepted(), 1);
+    // Asked again: tried once more.
+    expect(c.connect_to_nsqd(&http_port.addr), Problem::HttpPort);
+    assert_eq!(http_port.accepted(), 2);
+    c.stop();
 }
