@@ -86,6 +86,17 @@ impl<R: Runtime> s::Factory for AsyncStdAdapter<R> {
         Ok(Box::new(AsyncConsumer::<R> { c, rt: PhantomData }))
     }
 
+    fn consumer_connect(
+        &self,
+        topic: &str,
+        channel: &str,
+        setup: &s::ConsumerSetup,
+    ) -> s::ClientResult<Box<dyn s::Consumer>> {
+        let b = glue::consumer_builder!(Consumer::builder(topic, channel), setup);
+        let c = map(R::block_on(b.connect()))?;
+        Ok(Box::new(AsyncConsumer::<R> { c, rt: PhantomData }))
+    }
+
     fn check_option(&self, option: &str, value: &str) -> s::ClientResult<()> {
         glue::check_option(option, value)
     }
@@ -208,6 +219,12 @@ impl<R: Runtime> s::Consumer for AsyncConsumer<R> {
             rt: PhantomData,
         })
     }
+    fn events(&self) -> Box<dyn s::EventStream> {
+        Box::new(AsyncEvents::<R> {
+            e: self.c.events(),
+            rt: PhantomData,
+        })
+    }
     fn stop(&mut self) -> s::StopReport {
         glue::stop_report(R::block_on(self.c.stop()))
     }
@@ -220,6 +237,21 @@ impl<R: Runtime> s::Consumer for AsyncConsumer<R> {
             task,
             rt: PhantomData,
         })
+    }
+}
+
+struct AsyncEvents<R> {
+    e: nsq_async_std::Events,
+    rt: PhantomData<fn() -> R>,
+}
+
+impl<R: Runtime> s::EventStream for AsyncEvents<R> {
+    fn next(&mut self, within: Duration) -> s::NextEvent {
+        match R::block_on(timeout(within, self.e.recv())) {
+            Some(Some(e)) => s::NextEvent::Event(glue::event(e)),
+            Some(None) => s::NextEvent::Ended,
+            None => s::NextEvent::Timeout,
+        }
     }
 }
 

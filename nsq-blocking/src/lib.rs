@@ -129,7 +129,7 @@ pub type Iter<'a> = nsq_proto::client::blocking::Iter<'a, Blocking>;
 /// The owning iterator of a [`Consumer`] (`for msg in consumer`).
 pub type IntoIter = nsq_proto::client::blocking::IntoIter<Blocking>;
 pub use nsq_proto as proto;
-pub use nsq_proto::client::blocking::PendingPublish;
+pub use nsq_proto::client::blocking::{Events, PendingPublish};
 pub use nsq_proto::client::prelude::*;
 pub use runtime::Blocking;
-pub use std::sync::mpsc::RecvTimeoutError;
+pub use std::sync::mpsc::{RecvTimeoutError, TryRecvError};

@@ -65,6 +65,16 @@ impl s::Factory for Blocking {
         Ok(Box::new(BlockingConsumer(c)))
     }
 
+    fn consumer_connect(
+        &self,
+        topic: &str,
+        channel: &str,
+        setup: &s::ConsumerSetup,
+    ) -> s::ClientResult<Box<dyn s::Consumer>> {
+        let b = glue::consumer_builder!(Consumer::builder(topic, channel), setup);
+        Ok(Box::new(BlockingConsumer(map(b.connect())?)))
+    }
+
     fn check_option(&self, option: &str, value: &str) -> s::ClientResult<()> {
         glue::check_option(option, value)
     }
@@ -181,6 +191,9 @@ impl s::Consumer for BlockingConsumer {
     fn handle(&self) -> Box<dyn s::ConsumerHandle> {
         Box::new(BlockingHandle(self.0.handle()))
     }
+    fn events(&self) -> Box<dyn s::EventStream> {
+        Box::new(BlockingEvents(self.0.events()))
+    }
     fn stop(&mut self) -> s::StopReport {
         glue::stop_report(self.0.stop())
     }
@@ -189,6 +202,18 @@ impl s::Consumer for BlockingConsumer {
         Box::new(BlockingRunner(std::thread::spawn(move || {
             c.run(concurrency, move |m: Message| glue::handle(&handler, m))
         })))
+    }
+}
+
+struct BlockingEvents(nsq_blocking::Events);
+
+impl s::EventStream for BlockingEvents {
+    fn next(&mut self, within: Duration) -> s::NextEvent {
+        match self.0.recv_timeout(within) {
+            Ok(e) => s::NextEvent::Event(glue::event(e)),
+            Err(nsq_blocking::RecvTimeoutError::Disconnected) => s::NextEvent::Ended,
+            Err(nsq_blocking::RecvTimeoutError::Timeout) => s::NextEvent::Timeout,
+        }
     }
 }
 

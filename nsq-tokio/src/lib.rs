@@ -141,8 +141,8 @@
 mod runtime;
 
 pub use nsq_proto as proto;
-pub use nsq_proto::client::PendingPublish;
 pub use nsq_proto::client::prelude::*;
+pub use nsq_proto::client::{Events, PendingPublish};
 pub use runtime::Tokio;
 
 /// A consumer of one topic/channel ([`nsq_proto::client::Consumer`] on [`Tokio`]).

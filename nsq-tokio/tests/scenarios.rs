@@ -94,6 +94,21 @@ impl s::Factory for Tokio {
         }))
     }
 
+    fn consumer_connect(
+        &self,
+        topic: &str,
+        channel: &str,
+        setup: &s::ConsumerSetup,
+    ) -> s::ClientResult<Box<dyn s::Consumer>> {
+        let _in_runtime = self.rt.enter();
+        let b = glue::consumer_builder!(Consumer::builder(topic, channel), setup);
+        let c = map(self.rt.block_on(b.connect()))?;
+        Ok(Box::new(TokioConsumer {
+            rt: self.rt.handle().clone(),
+            c,
+        }))
+    }
+
     fn check_option(&self, option: &str, value: &str) -> s::ClientResult<()> {
         glue::check_option(option, value)
     }
@@ -217,6 +232,12 @@ impl s::Consumer for TokioConsumer {
             h: self.c.handle(),
         })
     }
+    fn events(&self) -> Box<dyn s::EventStream> {
+        Box::new(TokioEvents {
+            rt: self.rt.clone(),
+            e: self.c.events(),
+        })
+    }
     fn stop(&mut self) -> s::StopReport {
         glue::stop_report(self.rt.block_on(self.c.stop()))
     }
@@ -226,6 +247,24 @@ impl s::Consumer for TokioConsumer {
             async move { glue::handle(&handler, m) }
         }));
         Box::new(TokioRunner { rt: self.rt, task })
+    }
+}
+
+struct TokioEvents {
+    rt: Handle,
+    e: nsq_tokio::Events,
+}
+
+impl s::EventStream for TokioEvents {
+    fn next(&mut self, within: Duration) -> s::NextEvent {
+        match self
+            .rt
+            .block_on(async { tokio::time::timeout(within, self.e.recv()).await })
+        {
+            Ok(Some(e)) => s::NextEvent::Event(glue::event(e)),
+            Ok(None) => s::NextEvent::Ended,
+            Err(_) => s::NextEvent::Timeout,
+        }
     }
 }
 

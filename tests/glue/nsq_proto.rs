@@ -22,16 +22,7 @@ pub(crate) fn error(e: &Error) -> s::ClientError {
         Error::ConnectionLost(_) => s::ErrorKind::ConnectionLost,
         Error::Timeout => s::ErrorKind::Timeout,
         Error::NoServerAvailable(_) => s::ErrorKind::NoServerAvailable,
-        Error::Misconfigured { problem, .. } => s::ErrorKind::Misconfigured(match problem {
-            Misconfiguration::HttpPort => s::Problem::HttpPort,
-            Misconfiguration::LookupdTcpPort => s::Problem::LookupdTcpPort,
-            Misconfiguration::TlsRequired => s::Problem::TlsRequired,
-            Misconfiguration::TlsNotOffered => s::Problem::TlsNotOffered,
-            Misconfiguration::TlsHandshake(_) => s::Problem::TlsHandshake,
-            Misconfiguration::AuthSecretMissing => s::Problem::AuthSecretMissing,
-            Misconfiguration::AuthRefused(_) => s::Problem::AuthRefused,
-            _ => s::Problem::Other,
-        }),
+        Error::Misconfigured { problem: p, .. } => s::ErrorKind::Misconfigured(problem(p)),
         Error::Backpressure(_) => s::ErrorKind::Backpressure,
         Error::Consumer(_) => s::ErrorKind::Consumer,
         Error::Closed => s::ErrorKind::Closed,
@@ -43,6 +34,20 @@ pub(crate) fn error(e: &Error) -> s::ClientError {
     s::ClientError {
         kind,
         message: e.to_string(),
+    }
+}
+
+/// The harness's view of a misconfiguration.
+pub(crate) fn problem(p: &Misconfiguration) -> s::Problem {
+    match p {
+        Misconfiguration::HttpPort => s::Problem::HttpPort,
+        Misconfiguration::LookupdTcpPort => s::Problem::LookupdTcpPort,
+        Misconfiguration::TlsRequired => s::Problem::TlsRequired,
+        Misconfiguration::TlsNotOffered => s::Problem::TlsNotOffered,
+        Misconfiguration::TlsHandshake(_) => s::Problem::TlsHandshake,
+        Misconfiguration::AuthSecretMissing => s::Problem::AuthSecretMissing,
+        Misconfiguration::AuthRefused(_) => s::Problem::AuthRefused,
+        _ => s::Problem::Other,
     }
 }
 
@@ -345,5 +350,30 @@ pub(crate) fn publish_async_burst<P>(
         refused,
         first_known_early,
         results,
+    }
+}
+
+/// The harness's view of a consumer event.
+pub(crate) fn event(e: nsq_proto::client::Event) -> s::ClientEvent {
+    use nsq_proto::client::Event;
+    match e {
+        Event::Connected { nsqd } => s::ClientEvent::Connected { nsqd },
+        Event::Disconnected {
+            nsqd,
+            retry_in,
+            misconfigured,
+            ..
+        } => s::ClientEvent::Disconnected {
+            nsqd,
+            retrying: retry_in.is_some(),
+            misconfigured: misconfigured.map(|m| problem(&m)),
+        },
+        Event::Backoff { level } => s::ClientEvent::Backoff { level },
+        Event::BackoffEnded => s::ClientEvent::BackoffEnded,
+        Event::GaveUp { nsqd, attempts, .. } => s::ClientEvent::GaveUp { nsqd, attempts },
+        Event::Starved(b) => s::ClientEvent::Starved(b),
+        Event::LookupdFailed { lookupd, .. } => s::ClientEvent::LookupdFailed { lookupd },
+        Event::Lagged { missed } => s::ClientEvent::Lagged { missed },
+        _ => s::ClientEvent::Other,
     }
 }

@@ -5,14 +5,14 @@
 //! ([`Consumer`](super::Consumer), ...); only what blocking changes is said here.
 
 use super::runtime::{DriverTask, Runtime};
-use super::{Error, HandlerError, IntoChannel, IntoTopic, Message, StopReport};
+use super::{Error, Event, HandlerError, IntoChannel, IntoTopic, Message, StopReport};
 use crate::Config;
 use crate::consumer::ConsumerStats;
 use crate::producer::ProducerStats;
 use bytes::Bytes;
 use std::fmt;
 use std::future::Future;
-use std::sync::mpsc::RecvTimeoutError;
+use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::Thread;
@@ -142,6 +142,11 @@ impl<R: Runtime> ConsumerHandle<R> {
     /// See the async [`ConsumerHandle::is_starved`](super::ConsumerHandle::is_starved).
     pub fn is_starved(&self) -> bool {
         self.0.is_starved()
+    }
+
+    /// See the async [`ConsumerHandle::events`](super::ConsumerHandle::events).
+    pub fn events(&self) -> Events {
+        Events(self.0.events())
     }
 
     /// See the async [`ConsumerHandle::stats`](super::ConsumerHandle::stats).
@@ -297,6 +302,11 @@ impl<R: Runtime> Consumer<R> {
     /// See [`ConsumerHandle::is_starved`].
     pub fn is_starved(&self) -> bool {
         self.inner.is_starved()
+    }
+
+    /// See [`ConsumerHandle::events`].
+    pub fn events(&self) -> Events {
+        Events(self.inner.events())
     }
 
     /// See [`ConsumerHandle::stats`].
@@ -598,5 +608,43 @@ mod tests {
         });
         assert!(matches!(block_on(rx.recv()), Ok(5)));
         t.join().unwrap();
+    }
+}
+
+// ------------------------------------------------------------------------------------ events
+
+/// A consumer's event stream, blocking: see the async [`Events`](super::Events). Also an
+/// iterator, blocking in `next`, that ends when the consumer has stopped.
+#[derive(Debug)]
+pub struct Events(super::Events);
+
+impl Events {
+    /// The next event, waiting for it; `None` once the consumer has stopped and every event
+    /// was read.
+    pub fn recv(&mut self) -> Option<Event> {
+        block_on(self.0.recv())
+    }
+
+    /// The next event, waiting at most `timeout`: `Err(Timeout)` if none came,
+    /// `Err(Disconnected)` once the consumer has stopped and every event was read.
+    pub fn recv_timeout(&mut self, timeout: Duration) -> Result<Event, RecvTimeoutError> {
+        match block_on_for(self.0.recv(), timeout) {
+            Some(Some(e)) => Ok(e),
+            Some(None) => Err(RecvTimeoutError::Disconnected),
+            None => Err(RecvTimeoutError::Timeout),
+        }
+    }
+
+    /// The next event if one is queued, without waiting.
+    pub fn try_recv(&mut self) -> Result<Event, TryRecvError> {
+        self.0.try_recv()
+    }
+}
+
+impl Iterator for Events {
+    type Item = Event;
+
+    fn next(&mut self) -> Option<Event> {
+        self.recv()
     }
 }

@@ -158,6 +158,73 @@ impl<R: Runtime> ConsumerBuilder<R> {
     }
 }
 
+impl<R: Runtime> ConsumerBuilder<R>
+where
+    R::Consumer: ConnectConsumer<R>,
+{
+    /// [`build`](Self::build), then waits for the first connection outcome of every nsqd
+    /// given with [`nsqd`](Self::nsqd) / [`nsqds`](Self::nsqds), like go-nsq's
+    /// `ConnectToNSQDs`: `Ok` once each is connected and subscribed, else the first error
+    /// ([`Error::Misconfigured`] for an address that cannot work as configured,
+    /// [`Error::Connect`] for one that is unreachable now), and the consumer is dropped.
+    ///
+    /// An async adapter returns a future (`.connect().await?`); nsq-blocking returns the
+    /// result. nsqd found through a lookupd are not waited for (their connections follow
+    /// the lookupd's answers); watch [`events`](super::ConsumerHandle::events) for them.
+    /// To keep a consumer whose nsqd are partly down, use `build` and
+    /// `connect_to_nsqd` per address.
+    pub fn connect(self) -> <R::Consumer as ConnectConsumer<R>>::Connecting {
+        let nsqd = self.setup.nsqd.clone();
+        R::Consumer::connecting(consumer::start::<R>(self.setup), nsqd)
+    }
+}
+
+/// The shape [`ConsumerBuilder::connect`] returns in: a future on async runtimes, the result
+/// itself on blocking ones. Implemented by the client layer's two consumer types only.
+pub trait ConnectConsumer<R: Runtime>: Sized + sealed::Sealed {
+    /// What `connect` returns.
+    type Connecting;
+    #[doc(hidden)]
+    fn connecting(
+        consumer: Result<super::Consumer<R>, Error>,
+        nsqd: Vec<String>,
+    ) -> Self::Connecting;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl<R: super::Runtime> Sealed for super::super::Consumer<R> {}
+    impl<R: super::Runtime> Sealed for super::super::blocking::Consumer<R> {}
+}
+
+impl<R: Runtime> ConnectConsumer<R> for super::Consumer<R> {
+    type Connecting = super::BoxFuture<Result<super::Consumer<R>, Error>>;
+
+    fn connecting(
+        consumer: Result<super::Consumer<R>, Error>,
+        nsqd: Vec<String>,
+    ) -> Self::Connecting {
+        Box::pin(async move {
+            let consumer = consumer?;
+            consumer.connect_to_nsqds(&nsqd).await?;
+            Ok(consumer)
+        })
+    }
+}
+
+impl<R: Runtime> ConnectConsumer<R> for super::blocking::Consumer<R> {
+    type Connecting = Result<super::blocking::Consumer<R>, Error>;
+
+    fn connecting(
+        consumer: Result<super::Consumer<R>, Error>,
+        nsqd: Vec<String>,
+    ) -> Self::Connecting {
+        let consumer = super::blocking::Consumer::from(consumer?);
+        consumer.connect_to_nsqds(&nsqd)?;
+        Ok(consumer)
+    }
+}
+
 // ----------------------------------------------------------------------------------- producer
 
 /// Builds a producer with several nsqd addresses. Every setter is infallible; invalid

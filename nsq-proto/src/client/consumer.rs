@@ -2,6 +2,7 @@
 //! driver around the core [`Consumer`](crate::Consumer).
 
 use super::driver::{self, Logic, Net};
+use super::events::{Event, EventHub, Events};
 use super::runtime::{BoxFuture, Runtime};
 use super::sync::{Inbox, Mailbox, ReplyTx, oneshot};
 use super::{
@@ -56,6 +57,8 @@ struct Shared {
     stats: Mutex<ConsumerStats>,
     /// The driver's report, once it has stopped.
     report: Mutex<Option<StopReport>>,
+    /// The event streams.
+    events: EventHub,
 }
 
 /// Sends `Dropped` to the driver when the last user handle goes; holds the driver's task.
@@ -113,6 +116,7 @@ pub(crate) fn start<R: Runtime>(setup: ConsumerSetup) -> Result<Consumer<R>, Err
         max_in_flight: std::sync::atomic::AtomicU32::new(start.core.max_in_flight()),
         stats: Mutex::new(ConsumerStats::default()),
         report: Mutex::new(None),
+        events: EventHub::default(),
     });
     let logic = ConsumerLogic {
         core: start.core,
@@ -126,6 +130,8 @@ pub(crate) fn start<R: Runtime>(setup: ConsumerSetup) -> Result<Consumer<R>, Err
         connected_now: Vec::new(),
         give_up: start.give_up,
         report: None,
+        backoff_level: 0,
+        starved: false,
     };
     let net = Net::new(runtime.clone(), start.dial_timeout, start.write_timeout);
     let task = driver::spawn("nsq-consumer", logic, inbox, net, start.span)
@@ -283,6 +289,14 @@ impl<R: Runtime> ConsumerHandle<R> {
     /// handler should process what it has now.
     pub fn is_starved(&self) -> bool {
         self.shared().starved.load(Ordering::Relaxed)
+    }
+
+    /// A stream of what happens to the consumer from now on: connections made and lost
+    /// (with why, and whether the configuration is at fault), backoff entered and left,
+    /// messages given up on, starvation, failed lookupd queries. For health checks and
+    /// tests; see [`Events`]. It ends when the consumer has stopped.
+    pub fn events(&self) -> Events {
+        self.shared().events.subscribe()
     }
 
     /// Whether the consumer is stopping or stopped ([`stop`](Self::stop) was called, every
@@ -557,6 +571,11 @@ impl<R: Runtime> Consumer<R> {
         self.handle.is_starved()
     }
 
+    /// See [`ConsumerHandle::events`].
+    pub fn events(&self) -> Events {
+        self.handle.events()
+    }
+
     /// See [`ConsumerHandle::stats`].
     pub fn stats(&self) -> ConsumerStats {
         self.handle.stats()
@@ -671,9 +690,45 @@ struct ConsumerLogic {
     connected_now: Vec<(ConnectReply, Result<(), Error>)>,
     give_up: Option<GiveUpHook>,
     report: Option<StopReport>,
+    /// The backoff level and starvation last seen (their changes are events).
+    backoff_level: u32,
+    starved: bool,
 }
 
 impl ConsumerLogic {
+    /// The event stream's view of a core event, if it has one.
+    fn stream_event(&self, event: &ConsumerEvent) -> Option<Event> {
+        Some(match event {
+            ConsumerEvent::ConnectionReady { addr, .. } => Event::Connected { nsqd: addr.clone() },
+            ConsumerEvent::ConnectionClosed {
+                addr,
+                reason,
+                retry_in,
+                misconfigured,
+                ..
+            } => Event::Disconnected {
+                nsqd: addr.clone(),
+                reason: reason.clone(),
+                retry_in: *retry_in,
+                misconfigured: misconfigured.clone(),
+            },
+            ConsumerEvent::GaveUp { conn, message } => Event::GaveUp {
+                nsqd: self
+                    .origins
+                    .get(conn)
+                    .map(|o| o.addr().to_owned())
+                    .unwrap_or_default(),
+                id: message.id,
+                attempts: message.attempts,
+            },
+            ConsumerEvent::LookupdFailed { addr, error } => Event::LookupdFailed {
+                lookupd: addr.clone(),
+                error: error.to_string(),
+            },
+            _ => return None,
+        })
+    }
+
     fn begin_stop(&mut self, now: Instant) {
         if self.core.is_closing() {
             return;
@@ -785,6 +840,11 @@ impl Logic for ConsumerLogic {
 
     fn event(&mut self, now: Instant, event: ConsumerEvent) {
         log_consumer_event(&event, |c| self.origins.get(&c).map(|o| o.addr()));
+        if self.shared.events.wanted() {
+            if let Some(e) = self.stream_event(&event) {
+                self.shared.events.emit(&e);
+            }
+        }
         match event {
             ConsumerEvent::Message { conn, message } => {
                 let msg = Delivery::new(conn, message, self.origin(conn));
@@ -857,9 +917,25 @@ impl Logic for ConsumerLogic {
     }
 
     fn after_round(&mut self) {
-        self.shared
-            .starved
-            .store(self.core.is_starved(), Ordering::Relaxed);
+        let starved = self.core.is_starved();
+        self.shared.starved.store(starved, Ordering::Relaxed);
+        let level = self.core.backoff_level();
+        let wanted = self.shared.events.wanted();
+        if level != self.backoff_level {
+            self.backoff_level = level;
+            if wanted {
+                self.shared.events.emit(&match level {
+                    0 => Event::BackoffEnded,
+                    level => Event::Backoff { level },
+                });
+            }
+        }
+        if starved != self.starved {
+            self.starved = starved;
+            if wanted {
+                self.shared.events.emit(&Event::Starved(starved));
+            }
+        }
         // Written in place: no allocation once the snapshot has room for every nsqd.
         self.core.stats_into(
             &mut self
@@ -880,6 +956,7 @@ impl Logic for ConsumerLogic {
     fn finish(mut self) {
         self.shared.stopping.store(true, Ordering::Release);
         self.mailbox.close();
+        self.shared.events.close();
         let report = self.report.unwrap_or_default();
         *self
             .shared

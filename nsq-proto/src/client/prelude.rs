@@ -2,8 +2,8 @@
 //! the types its API names, so a program needs only the adapter crate.
 
 pub use super::{
-    AnswerChannel, AnswerKind, Backpressure, Delivery, Error, GiveUpHook, HandlerError, InputError,
-    IntoChannel, IntoTopic, Message, StopReport,
+    AnswerChannel, AnswerKind, Backpressure, Delivery, EVENTS_CAPACITY, Error, Event, GiveUpHook,
+    HandlerError, InputError, IntoChannel, IntoTopic, Message, StopReport,
 };
 pub use crate::config::OptionError;
 pub use crate::consumer::{
@@ -14,7 +14,8 @@ pub use crate::driver::ConnId;
 pub use crate::producer::{ProducerConfig, ProducerStats, Routing};
 pub use crate::{
     Channel, CloseReason, CommandError, Compression, Config, ConfigError, ConnectionConfig,
-    ConnectionError, ErrorCode, MessageId, NameError, Secret, ServerError, TlsConfig, Topic,
+    ConnectionError, ErrorCode, MessageId, Misconfiguration, NameError, Secret, ServerError,
+    TlsConfig, Topic,
 };
 pub use bytes::Bytes;
 pub use serde_json;

@@ -3,8 +3,8 @@
 //! auto-touch, bursts of rejected answers.
 
 use super::{
-    ConsumerOptions, ConsumerSetup, ErrorKind, Factory, Message, WAIT, addr, consumer, eventually,
-    fast_config, setup, start,
+    ClientEvent, ConsumerOptions, ConsumerSetup, ErrorKind, EventStream, Factory, Message,
+    NextEvent, WAIT, addr, consumer, eventually, fast_config, setup, start,
 };
 use crate::Nsqd;
 use std::sync::Arc;
@@ -372,4 +372,152 @@ pub(super) fn connect_to_nsqd_says_whether_it_connected(f: &dyn Factory) {
     let m = c.next(WAIT).expect("a message");
     m.finish();
     c.stop();
+}
+
+/// Reads `events` until one satisfies `want` (returned with everything read before it), or
+/// panics after [`WAIT`] with what was read.
+fn wait_event(
+    events: &mut dyn EventStream,
+    want: impl Fn(&ClientEvent) -> bool,
+) -> (ClientEvent, Vec<ClientEvent>) {
+    let deadline = Instant::now() + WAIT;
+    let mut seen = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match events.next(left) {
+            NextEvent::Event(e) if want(&e) => return (e, seen),
+            NextEvent::Event(e) => seen.push(e),
+            other => panic!("{other:?} before the event wanted; read: {seen:?}"),
+        }
+    }
+}
+
+/// The event stream tells connections made and failed, backoff entered and left, messages
+/// given up on and starvation, and ends when the consumer stops.
+pub(super) fn events_tell_connections_backoff_and_give_ups(f: &dyn Factory) {
+    let nsqd = start(Nsqd::builder());
+    let options = ConsumerOptions {
+        max_attempts: Some(2),
+        backoff_multiplier: Some(Duration::from_millis(20)),
+        ..fast_config(1)
+    };
+    let mut c = f
+        .consumer(
+            "ev",
+            "ch",
+            &ConsumerSetup {
+                options: Some(options),
+                ..ConsumerSetup::default()
+            },
+        )
+        .unwrap();
+    let mut events = c.events();
+    let a = addr(&nsqd);
+    c.connect_to_nsqd(&a).unwrap();
+    wait_event(&mut *events, |e| {
+        *e == ClientEvent::Connected { nsqd: a.clone() }
+    });
+    // An nsqd that is down: a disconnect that is retried.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    assert!(c.connect_to_nsqd(&closed).is_err());
+    wait_event(&mut *events, |e| {
+        *e == ClientEvent::Disconnected {
+            nsqd: closed.clone(),
+            retrying: true,
+            misconfigured: None,
+        }
+    });
+    c.disconnect_from_nsqd(&closed).unwrap();
+    // A message held: starved (all of RDY 1 in flight). Failed twice: backoff up to level 2,
+    // then given up on (a success for backoff), then a success: full speed.
+    nsqd.publish("ev", b"poison");
+    let m = c.next(WAIT).expect("a message");
+    wait_event(&mut *events, |e| *e == ClientEvent::Starved(true));
+    m.requeue(Some(Duration::ZERO));
+    wait_event(&mut *events, |e| *e == ClientEvent::Backoff { level: 1 });
+    let m = c.next(WAIT).expect("redelivered");
+    assert_eq!(m.attempts(), 2);
+    m.requeue(Some(Duration::ZERO));
+    wait_event(&mut *events, |e| *e == ClientEvent::Backoff { level: 2 });
+    let (_, seen) = wait_event(&mut *events, |e| matches!(e, ClientEvent::GaveUp { .. }));
+    assert!(!seen.contains(&ClientEvent::BackoffEnded), "{seen:?}");
+    // Successes lower the level once the backoff window is over (one that lands inside a
+    // window does not count, as in go-nsq): a few are enough.
+    let mut ended = false;
+    for _ in 0..20 {
+        nsqd.publish("ev", b"fine");
+        let m = c.next(WAIT).expect("a message after the give-up");
+        m.finish();
+        let deadline = Instant::now() + Duration::from_millis(500);
+        while let NextEvent::Event(e) =
+            events.next(deadline.saturating_duration_since(Instant::now()))
+        {
+            ended |= e == ClientEvent::BackoffEnded;
+        }
+        if ended {
+            break;
+        }
+    }
+    assert!(ended, "backoff must end after successes");
+    // A second stream sees what happens after it was made; both end with the consumer.
+    let mut late = c.events();
+    c.stop();
+    for stream in [&mut events, &mut late] {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match stream.next(left) {
+                NextEvent::Ended => break,
+                NextEvent::Event(_) => {}
+                NextEvent::Timeout => panic!("the stream must end with the consumer"),
+            }
+        }
+    }
+}
+
+/// The builder's `connect` resolves once every nsqd given is connected, or with the first
+/// error: unreachable (`Connect`) or misconfigured.
+pub(super) fn builder_connect_waits_for_every_nsqd(f: &dyn Factory) {
+    let one = start(Nsqd::builder().http(true));
+    let two = start(Nsqd::builder());
+    let setup = |nsqd: Vec<String>| ConsumerSetup {
+        options: Some(fast_config(2)),
+        nsqd,
+        ..ConsumerSetup::default()
+    };
+    let mut c = f
+        .consumer_connect("bc", "ch", &setup(vec![addr(&one), addr(&two)]))
+        .unwrap();
+    assert_eq!(c.stats().connections, 2, "both subscribed when it returns");
+    c.stop();
+    let http = one.http_address().unwrap().to_string();
+    let e = f
+        .consumer_connect("bc", "ch", &setup(vec![addr(&two), http]))
+        .err()
+        .expect("an HTTP port must fail");
+    assert_eq!(
+        e.kind,
+        ErrorKind::Misconfigured(super::Problem::HttpPort),
+        "{e}"
+    );
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let e = f
+        .consumer_connect("bc", "ch", &setup(vec![closed]))
+        .err()
+        .expect("a closed port must fail");
+    assert_eq!(e.kind, ErrorKind::Connect, "{e}");
+    // Invalid input is the same error as build's.
+    let e = f
+        .consumer_connect("bad topic!", "ch", &setup(vec![addr(&two)]))
+        .err()
+        .expect("an invalid topic must fail");
+    assert_eq!(e.kind, ErrorKind::InvalidName, "{e}");
 }

@@ -378,10 +378,77 @@ pub trait Consumer: Send {
     fn disconnect_from_lookupd(&self, addr: &str) -> ClientResult<()>;
     /// A control handle.
     fn handle(&self) -> Box<dyn ConsumerHandle>;
+    /// `events()`: a stream of what happens from now on.
+    fn events(&self) -> Box<dyn EventStream>;
     /// Graceful stop.
     fn stop(&mut self) -> StopReport;
     /// Starts `run(concurrency, handler)` in the background (a task or a thread).
     fn run(self: Box<Self>, concurrency: usize, handler: Handler) -> Box<dyn Runner>;
+}
+
+/// A consumer's event stream (`Consumer::events`).
+pub trait EventStream: Send {
+    /// The next event, waiting at most `within`.
+    fn next(&mut self, within: Duration) -> NextEvent;
+}
+
+/// What [`EventStream::next`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NextEvent {
+    /// An event.
+    Event(ClientEvent),
+    /// None within the time given.
+    Timeout,
+    /// The consumer has stopped and every event was read.
+    Ended,
+}
+
+/// An event of a consumer (nsq-proto's `client::Event`), as the harness sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ClientEvent {
+    /// Connected and subscribed.
+    Connected {
+        /// The nsqd.
+        nsqd: String,
+    },
+    /// A connection ended or an attempt failed.
+    Disconnected {
+        /// The nsqd.
+        nsqd: String,
+        /// Whether it is retried on its own.
+        retrying: bool,
+        /// The misconfiguration, if that is why.
+        misconfigured: Option<Problem>,
+    },
+    /// Backoff entered, or its level changed.
+    Backoff {
+        /// The level.
+        level: u32,
+    },
+    /// Backoff left.
+    BackoffEnded,
+    /// A message given up on.
+    GaveUp {
+        /// Its nsqd.
+        nsqd: String,
+        /// Its attempts.
+        attempts: u16,
+    },
+    /// Starvation began (`true`) or ended.
+    Starved(bool),
+    /// A lookupd query failed.
+    LookupdFailed {
+        /// The lookupd.
+        lookupd: String,
+    },
+    /// Events were dropped.
+    Lagged {
+        /// How many.
+        missed: u64,
+    },
+    /// An event the harness does not know.
+    Other,
 }
 
 /// A producer.
@@ -469,6 +536,14 @@ pub trait Factory {
         channel: &str,
         setup: &ConsumerSetup,
     ) -> ClientResult<Box<dyn Consumer>>;
+    /// `Consumer::builder(topic, channel)` set up as `setup` says, then `connect()`: waits
+    /// for the first outcome of each of `setup.nsqd`.
+    fn consumer_connect(
+        &self,
+        topic: &str,
+        channel: &str,
+        setup: &ConsumerSetup,
+    ) -> ClientResult<Box<dyn Consumer>>;
     /// Whether `Config::set_str(option, value)` accepts the value.
     fn check_option(&self, option: &str, value: &str) -> ClientResult<()>;
 }
@@ -550,6 +625,8 @@ scenario_list! {
     publish_async_is_refused_beyond_max_pending_publishes: 30,
     tls_required_is_reported_by_connect: 20,
     misconfigurations_are_typed_errors: 30,
+    events_tell_connections_backoff_and_give_ups: 30,
+    builder_connect_waits_for_every_nsqd: 30,
     dropping_the_consumer_stops_it: 20,
     a_panicking_handler_requeues_with_backoff: 30,
     max_in_flight_changes_at_runtime_and_starvation_is_reported: 30,
@@ -689,7 +766,8 @@ use faults::{
 };
 use flow::{
     a_burst_of_rejected_answers_backs_off, auto_touch_keeps_a_slow_handler_s_message,
-    backoff_is_rdy_0_then_rdy_1, connect_to_nsqd_says_whether_it_connected,
+    backoff_is_rdy_0_then_rdy_1, builder_connect_waits_for_every_nsqd,
+    connect_to_nsqd_says_whether_it_connected, events_tell_connections_backoff_and_give_ups,
     give_up_counts_as_success_for_backoff,
     in_flight_stays_within_max_in_flight_across_three_brokers,
     max_in_flight_changes_at_runtime_and_starvation_is_reported, rdy_is_spread_over_three_brokers,
