@@ -4,7 +4,7 @@
 //! ([`nsq_proto::client::poller`]); the application's tasks are woken through their wakers.
 
 use nsq_proto::client::poller::{DriverThread, Poller, Socket, Timer};
-use nsq_proto::client::{BoxFuture, Error, Runtime, Timeouts};
+use nsq_proto::client::{BoxFuture, Error, Runtime, SocketOptions};
 use std::io;
 
 /// The client layer's runtime for async-std, smol and any executor: one driver thread per
@@ -25,8 +25,8 @@ impl Runtime for AsyncStd {
             .map_err(|e| Error::Spawn(format!("could not create a poller: {e}")))
     }
 
-    fn connect(&self, addr: &str, _timeouts: Timeouts) -> BoxFuture<io::Result<Socket>> {
-        self.0.connect(addr)
+    fn connect(&self, addr: &str, options: SocketOptions) -> BoxFuture<io::Result<Socket>> {
+        self.0.connect(addr, options)
     }
 
     fn timer(&self) -> Timer {

@@ -2,7 +2,7 @@
 //! every pending and later call returns (`Error::Closed`, `None`, a report), on smol.
 
 use nsq_async_std::{AsyncStd as Blocking, Config, Error};
-use nsq_proto::client::{self as client, BoxFuture, Runtime, Timeouts};
+use nsq_proto::client::{self as client, BoxFuture, Runtime, SocketOptions};
 use nsq_proto::client::{Consumer, Producer};
 use nsq_test_broker::Nsqd;
 use std::io;
@@ -50,7 +50,7 @@ impl Runtime for Panicky {
     fn current() -> Result<Self, Error> {
         Ok(Panicky(Blocking::current()?))
     }
-    fn connect(&self, addr: &str, timeouts: Timeouts) -> BoxFuture<io::Result<Socket>> {
+    fn connect(&self, addr: &str, timeouts: SocketOptions) -> BoxFuture<io::Result<Socket>> {
         let connect = self.0.connect(addr, timeouts);
         Box::pin(async move { Ok(Socket(connect.await?)) })
     }

@@ -2,7 +2,7 @@
 //! of its own ([`nsq_proto::client::poller`]).
 
 use nsq_proto::client::poller::{DriverThread, Poller, Socket, Timer};
-use nsq_proto::client::{BoxFuture, Error, Runtime, Timeouts};
+use nsq_proto::client::{BoxFuture, Error, Runtime, SocketOptions};
 use std::io;
 
 /// One thread per client as the client layer's runtime: each client gets its own poller,
@@ -23,8 +23,8 @@ impl Runtime for Blocking {
             .map_err(|e| Error::Spawn(format!("could not create a poller: {e}")))
     }
 
-    fn connect(&self, addr: &str, _timeouts: Timeouts) -> BoxFuture<io::Result<Socket>> {
-        self.0.connect(addr)
+    fn connect(&self, addr: &str, options: SocketOptions) -> BoxFuture<io::Result<Socket>> {
+        self.0.connect(addr, options)
     }
 
     fn timer(&self) -> Timer {

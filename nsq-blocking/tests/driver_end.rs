@@ -4,7 +4,7 @@
 
 use nsq_blocking::{Blocking, Config, Error};
 use nsq_proto::client::blocking::{Consumer, Producer};
-use nsq_proto::client::{self as client, BoxFuture, Runtime, Timeouts};
+use nsq_proto::client::{self as client, BoxFuture, Runtime, SocketOptions};
 use nsq_test_broker::Nsqd;
 use std::io;
 use std::sync::Arc;
@@ -53,7 +53,7 @@ impl Runtime for Panicky {
     fn current() -> Result<Self, Error> {
         Ok(Panicky(Blocking::current()?))
     }
-    fn connect(&self, addr: &str, timeouts: Timeouts) -> BoxFuture<io::Result<Socket>> {
+    fn connect(&self, addr: &str, timeouts: SocketOptions) -> BoxFuture<io::Result<Socket>> {
         let connect = self.0.connect(addr, timeouts);
         Box::pin(async move { Ok(Socket(connect.await?)) })
     }

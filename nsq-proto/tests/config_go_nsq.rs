@@ -313,7 +313,8 @@ fn invalid_values_name_the_option() {
         (r#"{"tls_min_version": "tls1.3"}"#, "tls_min_version"),
         (r#"{"max_pending_publishes": -5}"#, "max_pending_publishes"),
         (r#"{"no_such_option": 1}"#, "no_such_option"),
-        (r#"{"local_addr": "1.2.3.4"}"#, "local_addr"),
+        (r#"{"local_addr": "nsq.internal"}"#, "local_addr"),
+        (r#"{"local_addr": 7}"#, "local_addr"),
         // Rules between options.
         (
             r#"{"heartbeat_interval": "50s", "read_timeout": "40s"}"#,
@@ -605,10 +606,31 @@ fn a_config_marshalled_by_go_loads_as_go_wrote_it() {
     assert!(c.tls_insecure_skip_verify);
     assert_eq!(c.tls_server_name.as_deref(), Some("nsq.internal"));
     assert_eq!(c.tls_min_version.as_deref(), Some("tls1.2"));
-    // A local address cannot be bound yet: said, not ignored.
+    // A `*net.TCPAddr` as Go marshals it.
     let addr = serde_json::json!({"IP": "10.0.0.2", "Port": 0, "Zone": ""});
-    let e = c.set("LocalAddr", &addr).unwrap_err();
-    assert!(e.to_string().contains("not supported"), "{e}");
+    c.set("LocalAddr", &addr).unwrap();
+    assert_eq!(c.local_addr, Some("10.0.0.2:0".parse().unwrap()));
+    let addr = serde_json::json!({"IP": "fd00::2", "Port": 7000, "Zone": ""});
+    c.set("LocalAddr", &addr).unwrap();
+    assert_eq!(c.local_addr, Some("[fd00::2]:7000".parse().unwrap()));
+    c.set("LocalAddr", &serde_json::Value::Null).unwrap();
+    assert_eq!(c.local_addr, None);
+    let e = c
+        .set("LocalAddr", &serde_json::json!({"IP": "not an ip"}))
+        .unwrap_err();
+    assert!(e.to_string().contains("LocalAddr"), "{e}");
+    // And by name, as text: with a port or not.
+    for (text, expected) in [
+        ("10.0.0.5", "10.0.0.5:0"),
+        ("10.0.0.5:4000", "10.0.0.5:4000"),
+        ("::1", "[::1]:0"),
+        ("[::1]:0", "[::1]:0"),
+    ] {
+        c.set_str("local_addr", text).unwrap();
+        assert_eq!(c.local_addr, Some(expected.parse().unwrap()), "{text}");
+    }
+    c.set_str("local_addr", "").unwrap();
+    assert_eq!(c.local_addr, None);
     // An unknown Go field is named as written.
     let e = c.set("NoSuchField", &serde_json::json!(1)).unwrap_err();
     assert!(e.to_string().contains("NoSuchField"), "{e}");

@@ -2,7 +2,7 @@
 //! driver (and `Consumer::run`'s workers) as tasks of the runtime `build` was called in.
 
 use bytes::{Bytes, BytesMut};
-use nsq_proto::client::{self, BoxFuture, Error, Runtime, Timeouts};
+use nsq_proto::client::{self, BoxFuture, Error, Runtime, SocketOptions};
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -48,6 +48,31 @@ impl client::Socket for Socket {
     fn poll_close(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.stream).poll_shutdown(cx)
     }
+}
+
+/// Connects to `addr` (resolved, each address tried in turn) from `local`, bound first.
+async fn connect_from(local: std::net::SocketAddr, addr: &str) -> io::Result<TcpStream> {
+    let mut last = io::Error::new(io::ErrorKind::NotFound, "address resolved to nothing");
+    for a in tokio::net::lookup_host(addr).await? {
+        if a.is_ipv4() != local.is_ipv4() {
+            last = io::Error::new(
+                io::ErrorKind::AddrNotAvailable,
+                format!("local_addr {local} cannot reach {a}"),
+            );
+            continue;
+        }
+        let socket = if a.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        socket.bind(local)?;
+        match socket.connect(a).await {
+            Ok(stream) => return Ok(stream),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
 }
 
 /// Whether `handle`'s runtime has the time and IO drivers the client needs. tokio offers no
@@ -116,11 +141,14 @@ impl Runtime for Tokio {
         tokio::time::Instant::now().into_std()
     }
 
-    fn connect(&self, addr: &str, _timeouts: Timeouts) -> BoxFuture<io::Result<Socket>> {
+    fn connect(&self, addr: &str, options: SocketOptions) -> BoxFuture<io::Result<Socket>> {
         let addr = addr.to_owned();
         Box::pin(async move {
+            let stream = match options.local_addr {
+                None => TcpStream::connect(addr).await?,
+                Some(local) => connect_from(local, &addr).await?,
+            };
             // Nagle off: the driver writes once per wake-up, and waits for nothing more.
-            let stream = TcpStream::connect(addr).await?;
             stream.set_nodelay(true)?;
             Ok(Socket {
                 stream,

@@ -2,7 +2,7 @@
 //! stands in for any bug), or the runtime it ran on was dropped. Every pending and later
 //! call returns (`Error::Closed`, `None`, a report).
 
-use nsq_proto::client::{self as client, BoxFuture, Runtime, Timeouts};
+use nsq_proto::client::{self as client, BoxFuture, Runtime, SocketOptions};
 use nsq_test_broker::Nsqd;
 use nsq_tokio::{Config, Error, Tokio};
 use std::io;
@@ -55,7 +55,7 @@ impl Runtime for Panicky {
     fn now(&self) -> Instant {
         self.0.now()
     }
-    fn connect(&self, addr: &str, timeouts: Timeouts) -> BoxFuture<io::Result<Socket>> {
+    fn connect(&self, addr: &str, timeouts: SocketOptions) -> BoxFuture<io::Result<Socket>> {
         let (connect, flag) = (self.0.connect(addr, timeouts), self.1.clone());
         Box::pin(async move { Ok(Socket(connect.await?, flag)) })
     }

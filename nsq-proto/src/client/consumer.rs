@@ -3,7 +3,7 @@
 
 use super::driver::{self, Logic, Net};
 use super::events::{Event, EventHub, Events};
-use super::runtime::{BoxFuture, Runtime};
+use super::runtime::{BoxFuture, Runtime, SocketOptions};
 use super::sync::{Inbox, Mailbox, ReplyTx, oneshot};
 use super::{
     Answer, AnswerKind, AnswerSink, ConsumerSetup, Delivery, Error, GiveUpHook, HandlerError,
@@ -133,7 +133,11 @@ pub(crate) fn start<R: Runtime>(setup: ConsumerSetup) -> Result<Consumer<R>, Err
         backoff_level: 0,
         starved: false,
     };
-    let net = Net::new(runtime.clone(), start.dial_timeout, start.write_timeout);
+    let net = Net::new(
+        runtime.clone(),
+        SocketOptions::new(start.dial_timeout, start.write_timeout)
+            .with_local_addr(start.local_addr),
+    );
     let task = driver::spawn("nsq-consumer", logic, inbox, net, start.span)
         .map_err(|e| Error::Spawn(e.to_string()))?;
     let handle = ConsumerHandle {

@@ -10,7 +10,7 @@
 //! one timer is re-armed when the earliest deadline (core, dial, write) changes. Nothing
 //! here knows which runtime it runs on.
 
-use super::runtime::{BoxFuture, Runtime, Socket, Timeouts, Timer};
+use super::runtime::{BoxFuture, Runtime, Socket, SocketOptions, Timer};
 use super::socket_table::{SocketTable, Transport};
 use super::sync::Inbox;
 use crate::driver::{Action, ConnId, Driven, LookupdRequestId};
@@ -268,16 +268,14 @@ struct Sockets<R: Runtime> {
     now: Instant,
     /// Bytes were handed to a link since the last [`Net::flush`].
     sent: bool,
-    dial_timeout: Duration,
+    options: SocketOptions,
     write_timeout: Duration,
 }
 
 impl<R: Runtime> Sockets<R> {
     fn link(&self, addr: &str, span: tracing::Span) -> Link<R::Socket> {
-        let connect = self
-            .runtime
-            .connect(addr, Timeouts::new(self.dial_timeout, self.write_timeout));
-        Link::new(connect, self.now + self.dial_timeout, span)
+        let connect = self.runtime.connect(addr, self.options);
+        Link::new(connect, self.now + self.options.dial, span)
     }
 }
 
@@ -323,7 +321,7 @@ pub(crate) struct Net<R: Runtime> {
 }
 
 impl<R: Runtime> Net<R> {
-    pub(crate) fn new(runtime: R, dial_timeout: Duration, write_timeout: Duration) -> Self {
+    pub(crate) fn new(runtime: R, options: SocketOptions) -> Self {
         let now = runtime.now();
         Net {
             sockets: Sockets {
@@ -331,8 +329,8 @@ impl<R: Runtime> Net<R> {
                 closing: Vec::new(),
                 now,
                 sent: false,
-                dial_timeout,
-                write_timeout,
+                options,
+                write_timeout: options.write,
             },
             links: SocketTable::default(),
         }

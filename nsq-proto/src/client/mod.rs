@@ -158,7 +158,7 @@ pub use error::{Backpressure, Error, InputError, IntoChannel, IntoTopic};
 pub use events::{EVENTS_CAPACITY, Event, Events};
 pub use handler::{GiveUpHook, HandlerError, StopReport};
 pub use producer::{PendingPublish, Producer};
-pub use runtime::{BoxFuture, DriverTask, Runtime, Socket, Timeouts, Timer};
+pub use runtime::{BoxFuture, DriverTask, Runtime, Socket, SocketOptions, Timer};
 
 pub(crate) use logging::{
     connection_span, log_consumer_event, log_max_in_flight, log_producer_event, lookupd_span,

@@ -9,7 +9,7 @@
 //! read is not read (no `recv` that returns `EAGAIN`) and no registration is re-armed per
 //! wait.
 
-use super::runtime::{BoxFuture, DriverTask};
+use super::runtime::{BoxFuture, DriverTask, SocketOptions};
 use bytes::{Bytes, BytesMut};
 use mio::net::TcpStream;
 use mio::{Events, Interest, Registry, Token};
@@ -256,15 +256,26 @@ impl Poller {
     }
 
     /// Opens a non-blocking TCP connection to `addr` (`host:port`) with `TCP_NODELAY` on, its
-    /// readiness reported by this poller. The future is ready once connected (or failed); the
-    /// driver bounds it with the dial timeout.
-    pub fn connect(&self, addr: &str) -> BoxFuture<io::Result<Socket>> {
+    /// readiness reported by this poller, from `options.local_addr` when set. The future is
+    /// ready once connected (or failed); the driver bounds it with the dial timeout.
+    pub fn connect(&self, addr: &str, options: SocketOptions) -> BoxFuture<io::Result<Socket>> {
         let (reactor, addr) = (self.reactor.clone(), addr.to_owned());
         Box::pin(async move {
             let addrs = resolve(&reactor, addr).await?;
             let mut last = io::Error::new(io::ErrorKind::NotFound, "address resolved to nothing");
             for a in addrs {
-                match connect_to(&reactor, a).await {
+                let connected = match options.local_addr {
+                    None => connect_to(&reactor, a).await,
+                    Some(local) if local.is_ipv4() != a.is_ipv4() => {
+                        last = io::Error::new(
+                            io::ErrorKind::AddrNotAvailable,
+                            format!("local_addr {local} cannot reach {a}"),
+                        );
+                        continue;
+                    }
+                    Some(local) => connect_from(&reactor, local, a, options.dial).await,
+                };
+                match connected {
                     Ok(socket) => return Ok(socket),
                     Err(e) => last = e,
                 }
@@ -316,6 +327,48 @@ async fn resolve(reactor: &Arc<Reactor>, addr: String) -> io::Result<Vec<SocketA
         None => Poll::Pending,
     })
     .await
+}
+
+/// Connects to `addr` from `local` (bound first), on a short-lived thread of its own: std has
+/// no portable way to tell a non-blocking connect in progress from one that failed, so the
+/// connect blocks there, for at most `dial`. Then the stream joins the poller like any other.
+async fn connect_from(
+    reactor: &Arc<Reactor>,
+    local: SocketAddr,
+    addr: SocketAddr,
+    dial: std::time::Duration,
+) -> io::Result<Socket> {
+    use socket2::{Domain, Protocol, Type};
+    let slot: Arc<Mutex<Option<io::Result<std::net::TcpStream>>>> = Arc::default();
+    let (theirs, waker) = (slot.clone(), Waker::from(reactor.clone()));
+    std::thread::Builder::new()
+        .name("nsqb-connect".to_owned())
+        .spawn(move || {
+            let connected = (|| {
+                let s = socket2::Socket::new(
+                    Domain::for_address(addr),
+                    Type::STREAM,
+                    Some(Protocol::TCP),
+                )?;
+                s.bind(&local.into())?;
+                s.connect_timeout(&addr.into(), dial)?;
+                s.set_nonblocking(true)?;
+                Ok(std::net::TcpStream::from(s))
+            })();
+            *lock(&theirs) = Some(connected);
+            waker.wake();
+        })?;
+    let stream = std::future::poll_fn(|_| match lock(&slot).take() {
+        Some(connected) => Poll::Ready(connected),
+        None => Poll::Pending,
+    })
+    .await?;
+    let socket = reactor.register(TcpStream::from_std(stream))?;
+    socket.stream.set_nodelay(true)?;
+    Ok(Socket {
+        socket,
+        buf: BytesMut::new(),
+    })
 }
 
 /// Connects to `addr` without blocking: the socket is writable once the connection is made
@@ -435,6 +488,13 @@ impl super::Socket for Socket {
 
 #[cfg(test)]
 mod tests {
+    fn opts() -> super::SocketOptions {
+        super::SocketOptions::new(
+            std::time::Duration::from_secs(5),
+            std::time::Duration::from_secs(5),
+        )
+    }
+
     use super::super::Socket as _;
     use super::super::Timer as _;
     use super::*;
@@ -470,7 +530,7 @@ mod tests {
     #[test]
     fn reads_arrive_as_chunks_then_eof() {
         let ((listener, addr), rt) = (listen(), Poller::new().unwrap());
-        let mut socket = rt.block_on(rt.connect(&addr)).unwrap();
+        let mut socket = rt.block_on(rt.connect(&addr, opts())).unwrap();
         let (mut peer, _) = listener.accept().unwrap();
         assert!(socket.socket.stream.nodelay().unwrap());
         write_all(&rt, &mut socket, Bytes::from_static(b"ping"));
@@ -496,7 +556,7 @@ mod tests {
     #[test]
     fn a_blocked_write_waits_and_reading_goes_on_meanwhile() {
         let ((listener, addr), rt) = (listen(), Poller::new().unwrap());
-        let mut socket = rt.block_on(rt.connect(&addr)).unwrap();
+        let mut socket = rt.block_on(rt.connect(&addr, opts())).unwrap();
         let (mut peer, _) = listener.accept().unwrap();
         // The peer does not read: 64 MiB cannot fit in the socket buffers.
         let big = Bytes::from(vec![0u8; 64 << 20]);
@@ -525,21 +585,23 @@ mod tests {
     fn connect_failures_are_reported() {
         let (closed, rt) = (listen().1, Poller::new().unwrap());
         // `closed`'s listener is gone: refused.
-        assert!(rt.block_on(rt.connect(&closed)).is_err());
-        let e = rt.block_on(rt.connect("not an address")).unwrap_err();
+        assert!(rt.block_on(rt.connect(&closed, opts())).is_err());
+        let e = rt
+            .block_on(rt.connect("not an address", opts()))
+            .unwrap_err();
         assert!(!e.to_string().is_empty());
         // A host name is resolved on a thread of its own.
         let (listener, addr) = listen();
         let port = addr.rsplit(':').next().unwrap();
         let socket = rt
-            .block_on(rt.connect(&format!("localhost:{port}")))
+            .block_on(rt.connect(&format!("localhost:{port}"), opts()))
             .unwrap();
         drop(listener.accept().unwrap());
         drop(socket);
         // An abandoned connect deregisters its socket.
         let (_listener, addr) = listen();
-        drop(rt.connect(&addr));
-        let mut pending = rt.connect(&addr);
+        drop(rt.connect(&addr, opts()));
+        let mut pending = rt.connect(&addr, opts());
         let mut cx = Context::from_waker(Waker::noop());
         let _ = pending.as_mut().poll(&mut cx);
         drop(pending);

@@ -2,7 +2,7 @@
 //! [`Producer`](crate::Producer).
 
 use super::driver::{self, Logic, Net};
-use super::runtime::Runtime;
+use super::runtime::{Runtime, SocketOptions};
 use super::sync::{Inbox, ReplyRx, ReplyTx, oneshot};
 use super::{
     Backpressure, Error, IntoTopic, ProducerSetup, PublishRequest, Replies, log_producer_event,
@@ -115,7 +115,11 @@ pub(crate) fn start<R: Runtime>(setup: ProducerSetup) -> Result<Producer<R>, Err
         stats: stats.clone(),
         closed: false,
     };
-    let net = Net::new(runtime, start.dial_timeout, start.write_timeout);
+    let net = Net::new(
+        runtime,
+        SocketOptions::new(start.dial_timeout, start.write_timeout)
+            .with_local_addr(start.local_addr),
+    );
     let task = driver::spawn("nsq-producer", logic, inbox.clone(), net, start.span)
         .map_err(|e| Error::Spawn(e.to_string()))?;
     Ok(Producer {

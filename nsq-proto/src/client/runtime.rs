@@ -6,6 +6,7 @@ use super::Error;
 use bytes::{Bytes, BytesMut};
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -52,11 +53,12 @@ pub trait Runtime: Clone + Send + Sync + Sized + 'static {
     }
 
     /// Opens a TCP connection to `addr` (`host:port`, resolved by the runtime) with
-    /// `TCP_NODELAY` on. The driver abandons it (drops the future) after
-    /// [`timeouts.dial`](Timeouts::dial), and fails a write that stays blocked for
-    /// [`timeouts.write`](Timeouts::write); a runtime that connects or writes on another
+    /// `TCP_NODELAY` on, from [`options.local_addr`](SocketOptions::local_addr) when it is
+    /// set. The driver abandons it (drops the future) after
+    /// [`options.dial`](SocketOptions::dial), and fails a write that stays blocked for
+    /// [`options.write`](SocketOptions::write); a runtime that connects or writes on another
     /// thread bounds that thread's waits with them.
-    fn connect(&self, addr: &str, timeouts: Timeouts) -> BoxFuture<io::Result<Self::Socket>>;
+    fn connect(&self, addr: &str, options: SocketOptions) -> BoxFuture<io::Result<Self::Socket>>;
 
     /// A timer, not armed.
     fn timer(&self) -> Self::Timer;
@@ -89,20 +91,36 @@ pub trait DriverTask: Send + Sync + 'static {
 
 impl DriverTask for () {}
 
-/// A client's socket-level settings (go-nsq's `dial_timeout` and `write_timeout`).
+/// A client's socket-level settings (go-nsq's `dial_timeout`, `write_timeout` and
+/// `local_addr`), given to [`Runtime::connect`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct Timeouts {
-    /// How long a TCP connect may take.
+pub struct SocketOptions {
+    /// How long a TCP connect may take (the driver enforces it; a runtime may too).
     pub dial: Duration,
-    /// How long one write may stay blocked before the connection is dropped.
+    /// How long one write may stay blocked before the connection is dropped (the driver
+    /// enforces it).
     pub write: Duration,
+    /// The local address to bind before connecting (port 0: any), if any. A runtime must
+    /// honour it.
+    pub local_addr: Option<SocketAddr>,
 }
 
-impl Timeouts {
-    /// The settings `dial` and `write`.
-    pub fn new(dial: Duration, write: Duration) -> Timeouts {
-        Timeouts { dial, write }
+impl SocketOptions {
+    /// The settings `dial` and `write`, no local address.
+    pub fn new(dial: Duration, write: Duration) -> SocketOptions {
+        SocketOptions {
+            dial,
+            write,
+            local_addr: None,
+        }
+    }
+
+    /// With the local address to connect from.
+    #[must_use]
+    pub fn with_local_addr(mut self, local_addr: Option<SocketAddr>) -> SocketOptions {
+        self.local_addr = local_addr;
+        self
     }
 }
 

@@ -26,6 +26,8 @@ pub(crate) struct AdapterConfig<C> {
     /// How long one socket write may take before the connection is dropped (go-nsq
     /// `write_timeout`).
     pub write_timeout: Duration,
+    /// The local address to connect from (go-nsq `local_addr`).
+    pub local_addr: Option<std::net::SocketAddr>,
 }
 
 impl<C: Default> Default for AdapterConfig<C> {
@@ -35,6 +37,7 @@ impl<C: Default> Default for AdapterConfig<C> {
             core: C::default(),
             dial_timeout: defaults.dial_timeout,
             write_timeout: defaults.write_timeout,
+            local_addr: defaults.local_addr,
         }
     }
 }
@@ -62,6 +65,7 @@ pub(crate) fn consumer_config(
         core: config.consumer_config(read_file)?,
         dial_timeout: config.dial_timeout,
         write_timeout: config.write_timeout,
+        local_addr: config.local_addr,
     })
 }
 
@@ -78,6 +82,7 @@ pub(crate) fn producer_config(
         core: config.producer_config(read_file)?,
         dial_timeout: config.dial_timeout,
         write_timeout: config.write_timeout,
+        local_addr: config.local_addr,
     })
 }
 
@@ -107,6 +112,8 @@ pub(crate) struct ConsumerSetup {
     pub dial_timeout: Duration,
     /// Socket write timeout (from the configuration).
     pub write_timeout: Duration,
+    /// The local address to connect from (go-nsq `local_addr`).
+    pub local_addr: Option<std::net::SocketAddr>,
     /// The builder's own settings, which win over the configuration's whatever the order
     /// they were given in.
     pub set: SetByBuilder,
@@ -147,6 +154,8 @@ pub(crate) struct ConsumerStart {
     pub dial_timeout: Duration,
     /// Socket write timeout.
     pub write_timeout: Duration,
+    /// The local address to connect from (go-nsq `local_addr`).
+    pub local_addr: Option<std::net::SocketAddr>,
     /// The consumer's span ([`consumer_span`]): its driver enters it for everything it does.
     pub span: tracing::Span,
 }
@@ -166,6 +175,7 @@ impl ConsumerSetup {
             seed: None,
             dial_timeout: defaults.dial_timeout,
             write_timeout: defaults.write_timeout,
+            local_addr: defaults.local_addr,
             set: SetByBuilder::default(),
         }
     }
@@ -182,6 +192,7 @@ impl ConsumerSetup {
                 self.config = Ok(c.core);
                 self.dial_timeout = c.dial_timeout;
                 self.write_timeout = c.write_timeout;
+                self.local_addr = c.local_addr;
             }
             Err(e) => self.config = Err(e.into()),
         }
@@ -215,6 +226,7 @@ impl ConsumerSetup {
             give_up: self.give_up,
             dial_timeout: self.set.dial_timeout.unwrap_or(self.dial_timeout),
             write_timeout: self.set.write_timeout.unwrap_or(self.write_timeout),
+            local_addr: self.local_addr,
             span,
         })
     }
@@ -232,6 +244,8 @@ pub(crate) struct ProducerSetup {
     pub seed: Option<u64>,
     /// Socket write timeout (from the configuration).
     pub write_timeout: Duration,
+    /// The local address to connect from (go-nsq `local_addr`).
+    pub local_addr: Option<std::net::SocketAddr>,
     /// The builder's own settings (see [`ConsumerSetup::set`]).
     pub set: SetByBuilder,
 }
@@ -244,6 +258,7 @@ impl Default for ProducerSetup {
             nsqd: Vec::new(),
             seed: None,
             write_timeout: defaults.write_timeout,
+            local_addr: defaults.local_addr,
             set: SetByBuilder::default(),
         }
     }
@@ -260,6 +275,8 @@ pub(crate) struct ProducerStart {
     pub dial_timeout: Duration,
     /// Socket write timeout.
     pub write_timeout: Duration,
+    /// The local address to connect from (go-nsq `local_addr`).
+    pub local_addr: Option<std::net::SocketAddr>,
     /// The producer's span ([`producer_span`]): its driver enters it for everything it does.
     pub span: tracing::Span,
     /// The most publishes awaiting their result before a publish that returns at once is
@@ -281,6 +298,7 @@ impl ProducerSetup {
             Ok(c) => {
                 self.config = Ok(c.core);
                 self.write_timeout = c.write_timeout;
+                self.local_addr = c.local_addr;
             }
             Err(e) => self.config = Err(e.into()),
         }
@@ -305,6 +323,7 @@ impl ProducerSetup {
             core,
             dial_timeout,
             write_timeout: self.set.write_timeout.unwrap_or(self.write_timeout),
+            local_addr: self.local_addr,
             span,
             max_unanswered,
             limits,

@@ -15,8 +15,8 @@
 //!   strings, `TlsConfig`'s `InsecureSkipVerify`, `ServerName` and `MinVersion` read. A field
 //!   name starting with a capital letter is read this way, by [`Config::set`] too.
 //!   (`BackoffStrategy` marshals to `{}` whichever strategy it is: set `backoff_strategy`
-//!   yourself if it is not exponential. `LocalAddr` must be `null`: binding a local address is
-//!   not supported yet.)
+//!   yourself if it is not exponential. `LocalAddr`, a `*net.TCPAddr`, is read as
+//!   `{"IP": .., "Port": ..}`.)
 //!
 //! # Values
 //! * **Durations** are Go duration strings (`"90s"`, `"1m30s"`, `"250ms"`, `"1h"`, `"1.5s"`,
@@ -54,6 +54,7 @@ use crate::connection::{Secret, TlsConfig};
 use crate::consumer::{BackoffStrategy, ConsumerConfig};
 use crate::producer::{ProducerConfig, Routing};
 use serde_json::Value;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -73,6 +74,11 @@ pub struct Config {
     // ----- go-nsq options -----
     /// Longest TCP connect (go-nsq `dial_timeout`, default 1 s).
     pub dial_timeout: Duration,
+    /// The local address connections are made from (go-nsq `local_addr`): an IP address,
+    /// with a port or not (`"10.0.0.5"`, `"10.0.0.5:0"`, `"[fe80::1]:7000"`; no port means
+    /// any). Unset (the default): the system chooses. Used for nsqd connections and
+    /// nsqlookupd queries alike.
+    pub local_addr: Option<SocketAddr>,
     /// Silence after which a connection is declared dead (go-nsq `read_timeout`, 100 ms ..=
     /// 5 min, at least `heartbeat_interval`). Unset (`None`, the default): twice
     /// `heartbeat_interval`, the interval nsqd agreed to in IDENTIFY, so a silent nsqd (a
@@ -218,6 +224,7 @@ impl Default for Config {
         let consumer = ConsumerConfig::default();
         Config {
             dial_timeout: Duration::from_secs(1),
+            local_addr: None,
             read_timeout: None,
             write_timeout: Duration::from_secs(1),
             lookupd_poll_interval: Duration::from_secs(60),
@@ -275,6 +282,7 @@ impl Default for Config {
 /// Every option name [`Config::set`] accepts (aliases included).
 pub const OPTION_NAMES: &[&str] = &[
     "dial_timeout",
+    "local_addr",
     "read_timeout",
     "write_timeout",
     "lookupd_poll_interval",
@@ -375,13 +383,29 @@ impl Config {
         let unset = Value::Null;
         match (name.as_str(), value) {
             ("backoff_strategy" | "behavior_delegate", Value::Object(_) | Value::Null)
-            | ("local_addr" | "tls_config", Value::Null) => Ok(()),
+            | ("tls_config", Value::Null) => Ok(()),
             ("backoff_strategy", _) => self.set_option(&name, value, true),
-            ("local_addr", _) => Err(OptionError::Invalid {
-                option: field.into(),
-                value: show(value),
-                expected: "null: binding a local address is not supported yet",
-            }),
+            // A `*net.TCPAddr`: `{"IP": "10.0.0.2", "Port": 0, "Zone": ""}`.
+            ("local_addr", Value::Object(addr)) => {
+                let ip = addr.get("IP").and_then(Value::as_str).unwrap_or_default();
+                let port = addr.get("Port").and_then(Value::as_u64).unwrap_or(0);
+                let zone = addr.get("Zone").and_then(Value::as_str).unwrap_or_default();
+                let ip = if zone.is_empty() {
+                    ip.to_owned()
+                } else {
+                    format!("{ip}%{zone}")
+                };
+                let text = match ip.parse::<std::net::IpAddr>() {
+                    Ok(std::net::IpAddr::V6(_)) => format!("[{ip}]:{port}"),
+                    _ => format!("{ip}:{port}"),
+                };
+                self.set_option(&name, &Value::String(text), true)
+                    .map_err(|_| OptionError::Invalid {
+                        option: field.into(),
+                        value: show(value),
+                        expected: "a *net.TCPAddr with an IP address",
+                    })
+            }
             ("tls_config", Value::Object(tls)) => {
                 if let Some(v) = tls.get("InsecureSkipVerify") {
                     self.set_option("tls_insecure_skip_verify", v, true)?;
@@ -423,6 +447,7 @@ impl Config {
         };
         match name.as_str() {
             "dial_timeout" => self.dial_timeout = s.duration()?,
+            "local_addr" => self.local_addr = s.socket_addr()?,
             "read_timeout" => {
                 self.read_timeout = if value.is_null() {
                     None

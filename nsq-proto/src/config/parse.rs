@@ -185,6 +185,27 @@ impl Setter<'_> {
         }
     }
 
+    /// An IP address with a port or not (`"10.0.0.5"`, `"10.0.0.5:0"`, `"::1"`,
+    /// `"[::1]:0"`); `null` or `""` for none.
+    pub(super) fn socket_addr(&self) -> Result<Option<std::net::SocketAddr>, OptionError> {
+        const EXPECTED: &str = "an IP address, with a port or not (\"10.0.0.5\", \"[::1]:0\")";
+        match self.value {
+            Value::Null => Ok(None),
+            Value::String(s) if s.trim().is_empty() => Ok(None),
+            Value::String(s) => {
+                let s = s.trim();
+                s.parse::<std::net::SocketAddr>()
+                    .or_else(|_| {
+                        s.parse::<std::net::IpAddr>()
+                            .map(|ip| std::net::SocketAddr::new(ip, 0))
+                    })
+                    .map(Some)
+                    .map_err(|_| self.invalid(EXPECTED))
+            }
+            _ => Err(self.invalid(EXPECTED)),
+        }
+    }
+
     pub(super) fn path(&self) -> Result<Option<PathBuf>, OptionError> {
         match self.value {
             Value::Null => Ok(None),

@@ -627,6 +627,7 @@ scenario_list! {
     misconfigurations_are_typed_errors: 30,
     events_tell_connections_backoff_and_give_ups: 30,
     builder_connect_waits_for_every_nsqd: 30,
+    local_addr_is_bound: 20,
     dropping_the_consumer_stops_it: 20,
     a_panicking_handler_requeues_with_backoff: 30,
     max_in_flight_changes_at_runtime_and_starvation_is_reported: 30,
@@ -774,11 +775,12 @@ use flow::{
 };
 use publish::{
     a_refused_message_costs_no_outage, concurrent_publishes_leave_in_batches,
-    deferred_publish_honours_the_delay, go_nsq_style_config, multi_publish_delivers_every_body,
-    producer_fails_fast_when_no_broker_is_up, producer_fails_over_when_a_broker_dies,
-    pub_sub_round_trip, publish_async_is_refused_beyond_max_pending_publishes,
-    publish_async_keeps_thousands_under_way, server_errors_are_typed,
-    ten_thousand_concurrent_publishes_from_100_tasks, topic_arguments_are_validated,
+    deferred_publish_honours_the_delay, go_nsq_style_config, local_addr_is_bound,
+    multi_publish_delivers_every_body, producer_fails_fast_when_no_broker_is_up,
+    producer_fails_over_when_a_broker_dies, pub_sub_round_trip,
+    publish_async_is_refused_beyond_max_pending_publishes, publish_async_keeps_thousands_under_way,
+    server_errors_are_typed, ten_thousand_concurrent_publishes_from_100_tasks,
+    topic_arguments_are_validated,
 };
 use security::{
     auth, deflate, misconfigurations_are_typed_errors, snappy, tls,

@@ -349,3 +349,45 @@ pub(super) fn publish_async_is_refused_beyond_max_pending_publishes(f: &dyn Fact
     assert!(again.results.iter().all(Result::is_ok), "{again:?}");
     p.close();
 }
+
+/// go-nsq's `local_addr`: producer and consumer connections come from that address (on
+/// Linux, from 127.0.0.2, which the whole of 127.0.0.0/8 being loopback makes available).
+pub(super) fn local_addr_is_bound(f: &dyn Factory) {
+    let nsqd = start(Nsqd::builder());
+    let local = if cfg!(target_os = "linux") {
+        "127.0.0.2"
+    } else {
+        "127.0.0.1"
+    };
+    let config = GoConfig {
+        options: vec![("local_addr".into(), local.into())],
+        ..GoConfig::default()
+    };
+    let p = f.producer_connect(&addr(&nsqd), &config).unwrap();
+    p.publish("local", b"x").unwrap();
+    let mut c = f
+        .consumer(
+            "local",
+            "ch",
+            &ConsumerSetup {
+                config: Some(config.clone()),
+                nsqd: vec![addr(&nsqd)],
+                ..ConsumerSetup::default()
+            },
+        )
+        .unwrap();
+    c.next(WAIT).expect("a message").finish();
+    let clients = nsqd.clients();
+    assert_eq!(clients.len(), 2, "{clients:?}");
+    for client in &clients {
+        assert_eq!(client.remote_address.ip().to_string(), local, "{client:?}");
+    }
+    c.stop();
+    p.close();
+    // An address of the other family cannot reach the nsqd: a connect error, not a hang.
+    let v6 = GoConfig {
+        options: vec![("local_addr".into(), "::1".into())],
+        ..GoConfig::default()
+    };
+    assert!(f.producer_connect(&addr(&nsqd), &v6).is_err());
+}
