@@ -207,6 +207,9 @@ impl<R: Runtime> s::Consumer for AsyncConsumer<R> {
     fn connect_to_nsqd(&self, addr: &str) -> s::ClientResult<()> {
         map(R::block_on(self.c.connect_to_nsqd(addr)))
     }
+    fn connect_to_lookupd(&self, addr: &str) -> s::ClientResult<()> {
+        map(R::block_on(self.c.connect_to_lookupd(addr)))
+    }
     fn disconnect_from_nsqd(&self, addr: &str) -> s::ClientResult<()> {
         map(R::block_on(self.c.disconnect_from_nsqd(addr)))
     }

@@ -182,6 +182,9 @@ impl s::Consumer for BlockingConsumer {
     fn connect_to_nsqd(&self, addr: &str) -> s::ClientResult<()> {
         map(self.0.connect_to_nsqd(addr))
     }
+    fn connect_to_lookupd(&self, addr: &str) -> s::ClientResult<()> {
+        map(self.0.connect_to_lookupd(addr))
+    }
     fn disconnect_from_nsqd(&self, addr: &str) -> s::ClientResult<()> {
         map(self.0.disconnect_from_nsqd(addr))
     }

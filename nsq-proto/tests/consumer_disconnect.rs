@@ -631,3 +631,53 @@ fn a_misconfigured_nsqd_is_not_retried_until_added_again() {
     );
     w.assert_clean();
 }
+
+/// A lookupd address that is no nsqlookupd (here: nsqd's HTTP port) is asked once, reported
+/// as such, and not polled again until added again; a lookupd that is down is polled on.
+#[test]
+fn an_address_that_is_no_lookupd_is_not_polled_again_until_added_again() {
+    use nsq_proto::consumer::LookupdError;
+    let mut w = World::new(config(4), 7);
+    w.add_fake_lookupd(L1, &[]);
+    w.lookupds.get_mut(L1).unwrap().mode = LookupdMode::NsqdHttp;
+    w.add_fake_lookupd(L2, &[]);
+    w.lookupds.get_mut(L2).unwrap().mode = LookupdMode::Down;
+    w.consumer.add_lookupd(w.now, L1).unwrap();
+    w.consumer.add_lookupd(w.now, L2).unwrap();
+    w.run_for(ROUND * 5);
+    assert_eq!(w.lookupds[L1].queries, 1);
+    assert!(w.lookupds[L2].queries >= 5, "{}", w.lookupds[L2].queries);
+    let failures: Vec<(String, bool)> = w
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            ConsumerEvent::LookupdFailed { addr, error } => {
+                Some((addr.clone(), error.is_misconfiguration()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        failures[0],
+        (format!("http://{L1}/lookup"), true),
+        "{failures:?}"
+    );
+    assert!(failures[1..].iter().all(|(_, m)| !m), "{failures:?}");
+    assert!(w.events.iter().any(|e| matches!(
+        e,
+        ConsumerEvent::LookupdFailed {
+            error: LookupdError::NotLookupd,
+            ..
+        }
+    )));
+    // Added again: asked once more (and still not polled after that).
+    w.consumer.add_lookupd(w.now, L1).unwrap();
+    w.run_for(ROUND * 3);
+    assert_eq!(w.lookupds[L1].queries, 2);
+    // Fixed and added again: polled on schedule from then on.
+    w.lookupds.get_mut(L1).unwrap().mode = LookupdMode::Up;
+    w.consumer.add_lookupd(w.now, L1).unwrap();
+    w.run_for(ROUND * 3);
+    assert!(w.lookupds[L1].queries >= 5, "{}", w.lookupds[L1].queries);
+    w.assert_clean();
+}

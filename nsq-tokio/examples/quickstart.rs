@@ -76,7 +76,9 @@ async fn run(flags: &Flags) -> Result<(), Box<dyn std::error::Error>> {
             ..Config::default()
         })
         .nsqd(addr.as_str())
-        .build()?;
+        // Waits until subscribed; the wrong port or an nsqd that is down is an error here.
+        .connect()
+        .await?;
     let started = Instant::now();
     let mut done = 0;
     while done < 5 {

@@ -152,13 +152,15 @@ fn failed_connects_say_when_they_retry_and_lookupd_wrong_port_is_named() {
         assert_eq!(field(&failed, "nsqd"), Some(closed.as_str()), "{failed}");
         assert!(failed.contains("topic=t channel=c"), "{failed}");
 
+        // Not a lookupd at all: said once, at ERROR, as a misconfiguration.
         let lookupd = capture
             .wait_line("a lookupd failure", |l| {
-                l.contains("nsqlookupd query failed")
+                l.contains("cannot use this nsqlookupd as configured")
             })
             .await;
-        assert!(lookupd.contains(" WARN "), "{lookupd}");
+        assert!(lookupd.contains(" ERROR "), "{lookupd}");
         assert!(lookupd.contains("wrong port?"), "{lookupd}");
+        assert!(lookupd.contains("not polling it again"), "{lookupd}");
         assert!(lookupd.contains(&nsqd_port), "{lookupd}");
         handle.stop().await;
     });

@@ -220,6 +220,9 @@ impl s::Consumer for TokioConsumer {
     fn connect_to_nsqd(&self, addr: &str) -> s::ClientResult<()> {
         map(self.rt.block_on(self.c.connect_to_nsqd(addr)))
     }
+    fn connect_to_lookupd(&self, addr: &str) -> s::ClientResult<()> {
+        map(self.rt.block_on(self.c.connect_to_lookupd(addr)))
+    }
     fn disconnect_from_nsqd(&self, addr: &str) -> s::ClientResult<()> {
         map(self.rt.block_on(self.c.disconnect_from_nsqd(addr)))
     }

@@ -28,6 +28,9 @@ pub(crate) fn error(e: &Error) -> s::ClientError {
         Error::Closed => s::ErrorKind::Closed,
         Error::NoRuntime(_) => s::ErrorKind::NoRuntime,
         Error::Connect { .. } => s::ErrorKind::Connect,
+        Error::Lookupd { error, .. } => s::ErrorKind::Lookupd {
+            misconfigured: error.is_misconfiguration(),
+        },
         Error::Config(_) => s::ErrorKind::Config,
         _ => s::ErrorKind::Other,
     };

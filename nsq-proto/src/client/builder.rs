@@ -162,20 +162,22 @@ impl<R: Runtime> ConsumerBuilder<R>
 where
     R::Consumer: ConnectConsumer<R>,
 {
-    /// [`build`](Self::build), then waits for the first connection outcome of every nsqd
-    /// given with [`nsqd`](Self::nsqd) / [`nsqds`](Self::nsqds), like go-nsq's
-    /// `ConnectToNSQDs`: `Ok` once each is connected and subscribed, else the first error
-    /// ([`Error::Misconfigured`] for an address that cannot work as configured,
-    /// [`Error::Connect`] for one that is unreachable now), and the consumer is dropped.
+    /// [`build`](Self::build), then waits for the first outcome of every nsqd given with
+    /// [`nsqd`](Self::nsqd) / [`nsqds`](Self::nsqds) (like go-nsq's `ConnectToNSQDs`) and of
+    /// every lookupd given with [`lookupd`](Self::lookupd) / [`lookupds`](Self::lookupds):
+    /// `Ok` once each nsqd is connected and subscribed and each lookupd has answered, else
+    /// the first error ([`Error::Misconfigured`] for an nsqd that cannot work as configured,
+    /// [`Error::Connect`] for one that is unreachable now, [`Error::Lookupd`] for a lookupd),
+    /// and the consumer is dropped.
     ///
     /// An async adapter returns a future (`.connect().await?`); nsq-blocking returns the
-    /// result. nsqd found through a lookupd are not waited for (their connections follow
-    /// the lookupd's answers); watch [`events`](super::ConsumerHandle::events) for them.
-    /// To keep a consumer whose nsqd are partly down, use `build` and
-    /// `connect_to_nsqd` per address.
+    /// result. The nsqd a lookupd lists are being connected to when it returns, not waited
+    /// for; watch [`events`](super::ConsumerHandle::events) for them. To keep a consumer
+    /// whose servers are partly down, use `build`, then `connect_to_nsqd` /
+    /// `connect_to_lookupd` per address.
     pub fn connect(self) -> <R::Consumer as ConnectConsumer<R>>::Connecting {
-        let nsqd = self.setup.nsqd.clone();
-        R::Consumer::connecting(consumer::start::<R>(self.setup), nsqd)
+        let servers = (self.setup.nsqd.clone(), self.setup.lookupd.clone());
+        R::Consumer::connecting(consumer::start::<R>(self.setup), servers)
     }
 }
 
@@ -187,7 +189,7 @@ pub trait ConnectConsumer<R: Runtime>: Sized + sealed::Sealed {
     #[doc(hidden)]
     fn connecting(
         consumer: Result<super::Consumer<R>, Error>,
-        nsqd: Vec<String>,
+        servers: (Vec<String>, Vec<String>),
     ) -> Self::Connecting;
 }
 
@@ -202,11 +204,12 @@ impl<R: Runtime> ConnectConsumer<R> for super::Consumer<R> {
 
     fn connecting(
         consumer: Result<super::Consumer<R>, Error>,
-        nsqd: Vec<String>,
+        (nsqd, lookupd): (Vec<String>, Vec<String>),
     ) -> Self::Connecting {
         Box::pin(async move {
             let consumer = consumer?;
             consumer.connect_to_nsqds(&nsqd).await?;
+            consumer.connect_to_lookupds(&lookupd).await?;
             Ok(consumer)
         })
     }
@@ -217,10 +220,11 @@ impl<R: Runtime> ConnectConsumer<R> for super::blocking::Consumer<R> {
 
     fn connecting(
         consumer: Result<super::Consumer<R>, Error>,
-        nsqd: Vec<String>,
+        (nsqd, lookupd): (Vec<String>, Vec<String>),
     ) -> Self::Connecting {
         let consumer = super::blocking::Consumer::from(consumer?);
         consumer.connect_to_nsqds(&nsqd)?;
+        consumer.connect_to_lookupds(&lookupd)?;
         Ok(consumer)
     }
 }

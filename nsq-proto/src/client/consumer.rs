@@ -32,7 +32,9 @@ type ConnectReply = Reply<Result<(), Error>>;
 enum Control {
     /// Replied to once the nsqd's first connection is ready or has failed.
     AddNsqd(String, ConnectReply),
-    AddLookupd(String, Reply<Result<(), ConsumerError>>),
+    /// Replied to once the lookupd has answered a query, or failed to (at once when its
+    /// last outcome is known).
+    AddLookupd(String, ConnectReply),
     DisconnectNsqd(String, Reply<Result<(), ConsumerError>>),
     DisconnectLookupd(String, Reply<Result<(), ConsumerError>>),
     SetMaxInFlight(u32),
@@ -101,6 +103,11 @@ impl AnswerSink for AnswerChannel {
 /// for its attempt count) and a warning is logged: it is never lost silently.
 pub type Message = Delivery<AnswerChannel>;
 
+/// A lookupd address as the core names it in its events (`http://host:port/path`).
+fn lookupd_key(addr: &str) -> String {
+    crate::consumer::LookupdAddress::parse(addr).map_or_else(|_| addr.to_owned(), |a| a.to_string())
+}
+
 // ----------------------------------------------------------------------------------- start
 
 /// Validates `setup` and starts the driver on `R` ([`ConsumerBuilder::build`](super::ConsumerBuilder::build)).
@@ -128,6 +135,8 @@ pub(crate) fn start<R: Runtime>(setup: ConsumerSetup) -> Result<Consumer<R>, Err
         stop_waiters: Vec::new(),
         connecting_to: Vec::new(),
         connected_now: Vec::new(),
+        lookupd_waiting: Vec::new(),
+        lookupd_outcome: BTreeMap::new(),
         give_up: start.give_up,
         report: None,
         backoff_level: 0,
@@ -230,10 +239,16 @@ impl<R: Runtime> ConsumerHandle<R> {
     }
 
     /// Adds an nsqlookupd HTTP address to discover nsqd with (polled at once, then every
-    /// `lookupd_poll_interval`).
+    /// `lookupd_poll_interval`), and resolves with its first query's outcome: `Ok` once it
+    /// has answered (listing the topic's nsqd, which are then being connected to, or none
+    /// yet), else [`Error::Lookupd`]. An address that is not an nsqlookupd's HTTP port
+    /// (nsqd's ports, nsqlookupd's TCP port) is not polled again until it is added again; any
+    /// other failure is polled again on schedule. For a lookupd already added, the last
+    /// outcome is returned at once.
     pub async fn connect_to_lookupd(&self, addr: &str) -> Result<(), Error> {
-        self.ask(|tx| Control::AddLookupd(addr.to_owned(), tx))
-            .await
+        let (tx, rx) = oneshot();
+        self.control(Control::AddLookupd(addr.to_owned(), tx))?;
+        rx.recv().await.map_err(|_| Error::Closed)?
     }
 
     /// Adds several nsqlookupd HTTP addresses.
@@ -692,6 +707,11 @@ struct ConsumerLogic {
     /// Those resolved this round, answered once the round's stats are published (a caller
     /// told "connected" then sees the connection in `stats()`).
     connected_now: Vec<(ConnectReply, Result<(), Error>)>,
+    /// `connect_to_lookupd` calls waiting for their lookupd's next answer (by its
+    /// `http://..` form).
+    lookupd_waiting: Vec<(String, ConnectReply)>,
+    /// Each lookupd's last outcome.
+    lookupd_outcome: BTreeMap<String, Result<(), Error>>,
     give_up: Option<GiveUpHook>,
     report: Option<StopReport>,
     /// The backoff level and starvation last seen (their changes are events).
@@ -700,6 +720,23 @@ struct ConsumerLogic {
 }
 
 impl ConsumerLogic {
+    /// Records a lookupd's outcome and resolves the `connect_to_lookupd` calls waiting for it.
+    fn lookupd_answered(&mut self, key: &str, outcome: Result<(), crate::consumer::LookupdError>) {
+        let outcome = outcome.map_err(|error| Error::Lookupd {
+            lookupd: key.to_owned(),
+            error,
+        });
+        if self.lookupd_waiting.iter().any(|(k, _)| k == key) {
+            let (done, waiting) = std::mem::take(&mut self.lookupd_waiting)
+                .into_iter()
+                .partition(|(k, _)| k == key);
+            self.lookupd_waiting = waiting;
+            let answered = done.into_iter().map(|(_, reply)| (reply, outcome.clone()));
+            self.connected_now.extend(answered);
+        }
+        self.lookupd_outcome.insert(key.to_owned(), outcome);
+    }
+
     /// The event stream's view of a core event, if it has one.
     fn stream_event(&self, event: &ConsumerEvent) -> Option<Event> {
         Some(match event {
@@ -728,6 +765,7 @@ impl ConsumerLogic {
             ConsumerEvent::LookupdFailed { addr, error } => Event::LookupdFailed {
                 lookupd: addr.clone(),
                 error: error.to_string(),
+                misconfigured: error.is_misconfiguration(),
             },
             _ => return None,
         })
@@ -815,9 +853,31 @@ impl Logic for ConsumerLogic {
                     reply.send(self.core.disconnect_from_nsqd(now, &a));
                 }
                 Control::DisconnectLookupd(a, reply) => {
-                    reply.send(self.core.disconnect_from_lookupd(now, &a));
+                    let done = self.core.disconnect_from_lookupd(now, &a);
+                    if done.is_ok() {
+                        let gone = Err(crate::consumer::LookupdError::Transport(
+                            "disconnected from before it answered".into(),
+                        ));
+                        self.lookupd_answered(&lookupd_key(&a), gone);
+                        self.lookupd_outcome.remove(&lookupd_key(&a));
+                    }
+                    reply.send(done);
                 }
-                Control::AddLookupd(a, reply) => reply.send(self.core.add_lookupd(now, &a)),
+                Control::AddLookupd(a, reply) => {
+                    if let Err(e) = self.core.add_lookupd(now, &a) {
+                        reply.send(Err(e.into()));
+                        return;
+                    }
+                    let key = lookupd_key(&a);
+                    match self.lookupd_outcome.get(&key) {
+                        // Polled again now (it was parked), or never answered yet: wait.
+                        Some(Err(Error::Lookupd { error, .. })) if error.is_misconfiguration() => {
+                            self.lookupd_waiting.push((key, reply));
+                        }
+                        Some(last) => reply.send(last.clone()),
+                        None => self.lookupd_waiting.push((key, reply)),
+                    }
+                }
                 Control::SetMaxInFlight(n) => {
                     log_max_in_flight(n);
                     self.core.set_max_in_flight(now, n);
@@ -893,6 +953,10 @@ impl Logic for ConsumerLogic {
                     },
                 });
                 self.connected(&addr, &failed);
+            }
+            ConsumerEvent::LookupdAnswered { addr, .. } => self.lookupd_answered(&addr, Ok(())),
+            ConsumerEvent::LookupdFailed { addr, error } => {
+                self.lookupd_answered(&addr, Err(error));
             }
             ConsumerEvent::Closed { leftovers } => {
                 self.report = Some(StopReport::new(leftovers));

@@ -5,7 +5,7 @@ use crate::command::CommandError;
 use crate::config::OptionError;
 use crate::connection::{CloseReason, ConfigError, ConnectionError, Misconfiguration};
 use crate::consumer::ConsumerError;
-use crate::consumer::LookupdAddressError;
+use crate::consumer::{LookupdAddressError, LookupdError};
 use crate::error_code::{ErrorCode, ServerError};
 use crate::names::{Channel, NameError, Topic};
 use crate::producer::{ProducerError, PublishFailure};
@@ -108,6 +108,16 @@ pub enum Error {
         /// Why (the connection's close reason, or the socket's error).
         reason: String,
     },
+    /// A consumer's first query to an nsqlookupd added with `connect_to_lookupd` failed.
+    /// When [`LookupdError::is_misconfiguration`] (the address is not an nsqlookupd's HTTP
+    /// port) the consumer stops polling it (logged once, at ERROR) until it is added again;
+    /// otherwise it keeps polling.
+    Lookupd {
+        /// The lookupd (as `http://host:port/path`).
+        lookupd: String,
+        /// Why.
+        error: LookupdError,
+    },
     /// A configuration option is unknown, malformed or out of range.
     Config(OptionError),
 }
@@ -161,6 +171,13 @@ impl fmt::Display for Error {
                 f,
                 "could not connect to nsqd {nsqd}: {reason} (the consumer keeps trying, with \
                  backoff)"
+            ),
+            Error::Lookupd { lookupd, error } if error.is_misconfiguration() => {
+                write!(f, "cannot use nsqlookupd {lookupd} as configured: {error}")
+            }
+            Error::Lookupd { lookupd, error } => write!(
+                f,
+                "nsqlookupd {lookupd} query failed: {error} (the consumer keeps polling it)"
             ),
             Error::Config(e) => fmt::Display::fmt(e, f),
         }

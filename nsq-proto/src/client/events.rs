@@ -67,6 +67,9 @@ pub enum Event {
         lookupd: String,
         /// Why, in words.
         error: String,
+        /// The address is not an nsqlookupd's HTTP port: it is not polled again until it is
+        /// added again.
+        misconfigured: bool,
     },
     /// This stream fell behind by more than [`EVENTS_CAPACITY`] events: the oldest `missed`
     /// events were dropped before this one.
@@ -109,7 +112,7 @@ impl fmt::Display for Event {
             ),
             Event::Starved(true) => f.write_str("starved"),
             Event::Starved(false) => f.write_str("no longer starved"),
-            Event::LookupdFailed { lookupd, error } => {
+            Event::LookupdFailed { lookupd, error, .. } => {
                 write!(f, "nsqlookupd {lookupd} query failed: {error}")
             }
             Event::Lagged { missed } => write!(f, "{missed} events were dropped (lagging)"),

@@ -124,8 +124,20 @@ pub(crate) fn log_consumer_event<'a>(
                 "nsqd refused a command"
             );
         }
+        ConsumerEvent::LookupdFailed { addr, error } if error.is_misconfiguration() => {
+            // Once: the address is not polled again on its own.
+            tracing::error!(
+                lookupd = %addr,
+                %error,
+                "cannot use this nsqlookupd as configured; not polling it again (fix the \
+                 address, then add it again)"
+            );
+        }
         ConsumerEvent::LookupdFailed { addr, error } => {
             tracing::warn!(lookupd = %addr, %error, "nsqlookupd query failed");
+        }
+        ConsumerEvent::LookupdAnswered { addr, producers } => {
+            tracing::debug!(lookupd = %addr, producers, "nsqlookupd answered");
         }
         #[allow(unreachable_patterns, reason = "ConsumerEvent is non_exhaustive")]
         other => tracing::debug!(?other, "consumer event"),

@@ -86,6 +86,9 @@ struct Pending {
 struct Lookupd {
     addr: LookupdAddress,
     pending: Option<Pending>,
+    /// Its last answer showed it is not an nsqlookupd's HTTP port
+    /// ([`LookupdError::is_misconfiguration`]): not polled again until it is added again.
+    parked: bool,
 }
 
 /// The nsqd and lookupd sets. Its consumer-wide deadline is the [`Timer::LookupdPoll`] entry
@@ -210,12 +213,17 @@ impl Discovery {
 
     /// Adds a lookupd to poll (nothing if known); the next poll happens at once.
     pub(super) fn add_lookupd(&mut self, now: Instant, addr: LookupdAddress, sh: &mut Shared) {
-        if self.lookupds.iter().any(|l| l.addr == addr) {
+        if let Some(l) = self.lookupds.iter_mut().find(|l| l.addr == addr) {
+            // Added again: the program asks to try, whatever the last answer showed.
+            if std::mem::take(&mut l.parked) {
+                sh.timers.set(Timer::LookupdPoll, now);
+            }
             return;
         }
         self.lookupds.push(Lookupd {
             addr,
             pending: None,
+            parked: false,
         });
         sh.timers.set(Timer::LookupdPoll, now);
     }
@@ -460,8 +468,8 @@ impl Discovery {
             return;
         }
         for i in 0..self.lookupds.len() {
-            if self.lookupds[i].pending.is_some() {
-                continue; // still waiting for the previous round's answer
+            if self.lookupds[i].pending.is_some() || self.lookupds[i].parked {
+                continue; // still waiting for the previous round's answer, or not a lookupd
             }
             let id = LookupdRequestId::from_raw(self.next_request);
             self.next_request += 1;
@@ -529,8 +537,13 @@ impl Discovery {
                     }
                 }
                 self.prune(None, sh);
+                sh.events.push_back(ConsumerEvent::LookupdAnswered {
+                    addr: self.lookupds[i].addr.to_string(),
+                    producers: listed.len(),
+                });
             }
             Err(error) => {
+                self.lookupds[i].parked = error.is_misconfiguration();
                 let addr = self.lookupds[i].addr.to_string();
                 sh.events
                     .push_back(ConsumerEvent::LookupdFailed { addr, error });

@@ -71,7 +71,16 @@ pub enum ConsumerEvent {
         /// The error.
         error: ServerError,
     },
-    /// One lookupd query failed; the others (and later polls) carry on.
+    /// A lookupd answered a query (the producers it listed are connected to).
+    LookupdAnswered {
+        /// The lookupd (as `http://host:port/path`).
+        addr: String,
+        /// How many nsqd it listed for the topic.
+        producers: usize,
+    },
+    /// One lookupd query failed; the others (and later polls) carry on. An error that shows
+    /// the address is no nsqlookupd ([`LookupdError::is_misconfiguration`]) stops the polls
+    /// of that address until it is added again.
     LookupdFailed {
         /// The lookupd.
         addr: String,

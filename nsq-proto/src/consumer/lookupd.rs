@@ -217,6 +217,17 @@ fn percent_encode(out: &mut Vec<u8>, value: &str) {
     }
 }
 
+/// Whether a 404's body is the router's `{"message":"NOT_FOUND"}`: no such path, so the server
+/// is not an nsqlookupd (which answers `/lookup` for any topic, `TOPIC_NOT_FOUND` when it has
+/// none).
+fn is_not_found(body: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Message<'a> {
+        message: &'a str,
+    }
+    serde_json::from_slice::<Message<'_>>(body).is_ok_and(|m| m.message == "NOT_FOUND")
+}
+
 /// Why a lookupd response could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -228,6 +239,9 @@ pub enum LookupdError {
     /// The answer does not even start like HTTP: the address is most likely a port of
     /// another service (nsqd's TCP port 4150 instead of nsqlookupd's HTTP port 4161).
     NotHttp,
+    /// The server speaks HTTP but has no `/lookup` (`404 NOT_FOUND`): it is not an
+    /// nsqlookupd. nsqd's HTTP port (4151 by default) answers like this.
+    NotLookupd,
     /// The body exceeds the configured cap.
     BodyTooLarge {
         /// The cap, in bytes.
@@ -261,6 +275,11 @@ impl fmt::Display for LookupdError {
                 "the lookupd address answered with something other than HTTP: \
                  wrong port? (nsqlookupd's HTTP port is usually 4161, not nsqd's TCP port 4150)",
             ),
+            LookupdError::NotLookupd => f.write_str(
+                "the lookupd address has no /lookup (HTTP 404 NOT_FOUND): it is not an \
+                 nsqlookupd; nsqd's HTTP port (4151 by default) answers like this, a lookupd's \
+                 HTTP port is 4161 by default",
+            ),
             LookupdError::BodyTooLarge { max } => {
                 write!(f, "lookupd response body exceeds {max} bytes")
             }
@@ -279,6 +298,15 @@ impl fmt::Display for LookupdError {
 
 /// The inner errors are shown by `Display`, so none is returned as a source.
 impl std::error::Error for LookupdError {}
+
+impl LookupdError {
+    /// Whether the address is not an nsqlookupd's HTTP port at all ([`NotHttp`](Self::NotHttp),
+    /// [`NotLookupd`](Self::NotLookupd)): asking again does not help, so a consumer stops
+    /// polling it.
+    pub fn is_misconfiguration(&self) -> bool {
+        matches!(self, LookupdError::NotHttp | LookupdError::NotLookupd)
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Body {
@@ -390,6 +418,9 @@ impl LookupdResponseParser {
         let body = std::mem::take(&mut self.body);
         self.buf = Vec::new();
         self.state = State::Done;
+        if status == 404 && is_not_found(&body) {
+            return Err(LookupdError::NotLookupd);
+        }
         LookupResponse::parse(status, &body).map_err(LookupdError::Reply)
     }
 

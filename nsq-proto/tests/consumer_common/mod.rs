@@ -63,6 +63,8 @@ pub enum LookupdMode {
     Hang,
     NotFound,
     Chunked,
+    /// nsqd's HTTP port given as a lookupd: `404 NOT_FOUND` for `/lookup`.
+    NsqdHttp,
 }
 
 /// How the simulated application answers messages.
@@ -477,6 +479,15 @@ impl World {
                         );
                     }
                     LookupdMode::Hang => {}
+                    LookupdMode::NsqdHttp => {
+                        let body = r#"{"message":"NOT_FOUND"}"#;
+                        let resp = format!(
+                            "HTTP/1.1 404 Not Found\r\nContent-Length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        self.consumer
+                            .handle_lookupd_input(self.now, request, resp.as_bytes());
+                    }
                     LookupdMode::NotFound => {
                         let body = r#"{"message":"TOPIC_NOT_FOUND"}"#;
                         let resp = format!(

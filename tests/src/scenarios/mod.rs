@@ -168,6 +168,12 @@ pub enum ErrorKind {
     NoRuntime,
     /// A consumer's first connection to an nsqd it was asked to connect to failed.
     Connect,
+    /// A consumer's first query to a lookupd it was asked to poll failed; `misconfigured`:
+    /// the address is no nsqlookupd's HTTP port.
+    Lookupd {
+        /// Whether the address is not a lookupd at all.
+        misconfigured: bool,
+    },
     /// Invalid configuration.
     Config,
     /// Anything else.
@@ -372,6 +378,8 @@ pub trait Consumer: Send {
     fn is_starved(&self) -> bool;
     /// Adds an nsqd.
     fn connect_to_nsqd(&self, addr: &str) -> ClientResult<()>;
+    /// Adds a lookupd, waiting for its first answer.
+    fn connect_to_lookupd(&self, addr: &str) -> ClientResult<()>;
     /// Stops consuming from a configured nsqd.
     fn disconnect_from_nsqd(&self, addr: &str) -> ClientResult<()>;
     /// Stops polling a lookupd.
@@ -628,6 +636,7 @@ scenario_list! {
     events_tell_connections_backoff_and_give_ups: 30,
     builder_connect_waits_for_every_nsqd: 30,
     local_addr_is_bound: 20,
+    lookupd_misconfiguration_is_typed: 30,
     dropping_the_consumer_stops_it: 20,
     a_panicking_handler_requeues_with_backoff: 30,
     max_in_flight_changes_at_runtime_and_starvation_is_reported: 30,
@@ -783,8 +792,8 @@ use publish::{
     topic_arguments_are_validated,
 };
 use security::{
-    auth, deflate, misconfigurations_are_typed_errors, snappy, tls,
-    tls_required_is_reported_by_connect,
+    auth, deflate, lookupd_misconfiguration_is_typed, misconfigurations_are_typed_errors, snappy,
+    tls, tls_required_is_reported_by_connect,
 };
 
 #[cfg(test)]

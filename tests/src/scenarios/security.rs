@@ -247,3 +247,58 @@ pub(super) fn misconfigurations_are_typed_errors(f: &dyn Factory) {
     assert_eq!(http_port.accepted(), 2);
     c.stop();
 }
+
+/// `connect_to_lookupd` resolves with the first query's outcome; an address that is no
+/// nsqlookupd's HTTP port is a typed error (and is not polled again), a lookupd that is down
+/// is another.
+pub(super) fn lookupd_misconfiguration_is_typed(f: &dyn Factory) {
+    let nsqd = start(Nsqd::builder().http(true));
+    let lookupd = crate::Lookupd::start().unwrap();
+    let c = f
+        .consumer(
+            "lk",
+            "ch",
+            &super::ConsumerSetup {
+                options: Some(fast_config(1)),
+                ..super::ConsumerSetup::default()
+            },
+        )
+        .unwrap();
+    let real = lookupd.http_address().to_string();
+    c.connect_to_lookupd(&real).unwrap();
+    // Known: its last outcome at once.
+    c.connect_to_lookupd(&real).unwrap();
+    let lookupd_tcp = WrongPort::start(b"\x00\x00\x00\x0eE_BAD_PROTOCOL");
+    let nsqd_http = nsqd.http_address().unwrap().to_string();
+    for wrong in [nsqd_http.clone(), addr(&nsqd), lookupd_tcp.addr.clone()] {
+        let e = c.connect_to_lookupd(&wrong).expect_err("not a lookupd");
+        assert_eq!(
+            e.kind,
+            ErrorKind::Lookupd {
+                misconfigured: true
+            },
+            "{wrong}: {e}"
+        );
+    }
+    let e = c.connect_to_lookupd(&nsqd_http).unwrap_err();
+    assert!(e.message.contains("not an nsqlookupd"), "{e}");
+    // Added again: asked once more.
+    assert_eq!(lookupd_tcp.accepted(), 1);
+    assert!(c.connect_to_lookupd(&lookupd_tcp.addr).is_err());
+    assert_eq!(lookupd_tcp.accepted(), 2);
+    // Down: an error too, but the consumer keeps polling it.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let e = c.connect_to_lookupd(&closed).unwrap_err();
+    assert_eq!(
+        e.kind,
+        ErrorKind::Lookupd {
+            misconfigured: false
+        },
+        "{e}"
+    );
+    drop(c);
+}
