@@ -681,3 +681,21 @@ fn an_address_that_is_no_lookupd_is_not_polled_again_until_added_again() {
     assert!(w.lookupds[L1].queries >= 5, "{}", w.lookupds[L1].queries);
     w.assert_clean();
 }
+
+/// A pending reconnect reads as "scheduled" in `Debug` (an `Instant` is an opaque clock
+/// value), and `reconnect_in` says how long is left.
+#[test]
+fn a_scheduled_reconnect_reads_well() {
+    let mut w = direct_world(1, 4);
+    w.kill_nsqd(&addr(0));
+    let s = w.consumer.stats();
+    let entry = nsqd(&s, &addr(0)).unwrap();
+    let left = entry.reconnect_in(w.now).expect("a reconnect is scheduled");
+    assert!(
+        left > Duration::ZERO && left <= Duration::from_secs(60),
+        "{left:?}"
+    );
+    let shown = format!("{entry:?}");
+    assert!(shown.contains("reconnect_at: Some(scheduled)"), "{shown}");
+    assert!(!shown.contains("tv_sec"), "{shown}");
+}

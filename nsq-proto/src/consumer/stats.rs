@@ -2,7 +2,8 @@
 //! message counters behind them.
 
 use crate::driver::ConnId;
-use std::time::Instant;
+use std::fmt;
+use std::time::{Duration, Instant};
 
 /// A snapshot of a consumer's counters, in total and per nsqd.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -62,7 +63,10 @@ pub enum NsqdState {
 /// One nsqd address of a consumer, in [`ConsumerStats::nsqd`]:
 /// its connection's state and flow control, and counters over every connection the consumer
 /// made to it while it kept track of the address.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Its `Debug` shows [`reconnect_at`](Self::reconnect_at) as `scheduled` (an `Instant` reads
+/// as an opaque clock value); [`reconnect_in`](Self::reconnect_in) gives the time left.
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct NsqdStats {
     /// The nsqd TCP address (`host:port`).
@@ -90,6 +94,40 @@ pub struct NsqdStats {
     pub reconnects: u64,
     /// When the next reconnect attempt is due (directly added nsqd whose connection ended).
     pub reconnect_at: Option<Instant>,
+}
+
+impl NsqdStats {
+    /// How long until the next reconnect attempt, seen from `now` (zero when it is due).
+    pub fn reconnect_in(&self, now: Instant) -> Option<Duration> {
+        self.reconnect_at
+            .map(|at| at.saturating_duration_since(now))
+    }
+}
+
+impl fmt::Debug for NsqdStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        /// `reconnect_at` without its meaningless clock reading.
+        struct Scheduled;
+        impl fmt::Debug for Scheduled {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("scheduled")
+            }
+        }
+        f.debug_struct("NsqdStats")
+            .field("address", &self.address)
+            .field("configured", &self.configured)
+            .field("state", &self.state)
+            .field("connection", &self.connection)
+            .field("rdy", &self.rdy)
+            .field("in_flight", &self.in_flight)
+            .field("received", &self.received)
+            .field("finished", &self.finished)
+            .field("requeued", &self.requeued)
+            .field("gave_up", &self.gave_up)
+            .field("reconnects", &self.reconnects)
+            .field("reconnect_at", &self.reconnect_at.map(|_| Scheduled))
+            .finish()
+    }
 }
 
 /// Message counters of one connection, or of every finished connection to one address.
