@@ -40,7 +40,10 @@
 //! was invalid and its value (`InvalidTopic`/`InvalidChannel`), nsqd's refusal with its
 //! [`ErrorCode`](crate::ErrorCode) (`Server`), input refused before sending ([`InputError`]),
 //! `ConnectionLost` and `Timeout` (the message may have been published: [`Error::maybe_published`]),
-//! `NoServerAvailable`, [`Backpressure`], `Closed`, `Config`. Its `Display` says everything
+//! `NoServerAvailable` (none reachable now; the client keeps trying), `Misconfigured` (the
+//! wrong port, a TLS mismatch, refused credentials: not retried), `Connect` and `Lookupd` (a
+//! consumer's first connection or query), [`Backpressure`], `Closed`, `NoRuntime`, `Config`.
+//! Its `Display` says everything
 //! once, on one line, and no error also returns from `source()` a cause it already shows, so
 //! `{}` and anyhow's or eyre's `{:#}` print each cause once.
 //!
