@@ -7,8 +7,8 @@
 //! # Model
 //!
 //! The client itself (the driver, the handles, the builders, the errors) is written once in
-//! [`nsq_proto::client`]; this crate is its runtime shim: [`AsyncStd`] implements
-//! [`Runtime`](nsq_proto::client::Runtime), and the types below are the client's types on it.
+//! [`nsq_client`]; this crate is its runtime shim: [`AsyncStd`] implements
+//! [`Runtime`](nsq_client::Runtime), and the types below are the client's types on it.
 //!
 //! * It depends on no executor and no reactor, so it behaves identically under async-std,
 //!   smol, `futures_lite::future::block_on` or anything else that polls futures. (async-std
@@ -16,7 +16,7 @@
 //! * A runtime-agnostic library cannot spawn tasks on the caller's executor, so each
 //!   [`Consumer`] and each [`Producer`] (shared by its clones) has one driver thread that owns
 //!   the core state machine and every socket of its client, and waits on a readiness poller
-//!   of its own ([`nsq_proto::client::poller`]: epoll, kqueue or IOCP) with its timer as the
+//!   of its own ([`nsq_client::poller`]: epoll, kqueue or IOCP) with its timer as the
 //!   wait's deadline. Sockets are registered once, edge-triggered: no registration is
 //!   re-armed per wait, and a socket with nothing to read is not read. (async-io's reactor,
 //!   shared with the application, cost 16 system calls per MPUB against 7 for this one, and
@@ -38,9 +38,9 @@
 //! # Configuration, errors, logging
 //!
 //! The same in every adapter, and documented once with the client layer:
-//! [configuration](nsq_proto::client#configuration) ([`Config`], go-nsq's option names),
-//! [errors](nsq_proto::client#errors) ([`Error`], one line each, variants to match on) and
-//! [logging](nsq_proto::client#logging) (`tracing` spans per client and connection).
+//! [configuration](nsq_client#configuration) ([`Config`], go-nsq's option names),
+//! [errors](nsq_client#errors) ([`Error`], one line each, variants to match on) and
+//! [logging](nsq_client#logging) (`tracing` spans per client and connection).
 //!
 //! # Example
 //!
@@ -110,25 +110,25 @@
 
 mod runtime;
 
+pub use nsq_client::prelude::*;
+pub use nsq_client::{Events, PendingPublish};
 pub use nsq_proto as proto;
-pub use nsq_proto::client::prelude::*;
-pub use nsq_proto::client::{Events, PendingPublish};
 pub use runtime::AsyncStd;
 
-/// A consumer of one topic/channel ([`nsq_proto::client::Consumer`] on [`AsyncStd`]).
+/// A consumer of one topic/channel ([`nsq_client::Consumer`] on [`AsyncStd`]).
 /// [`Consumer::builder`] makes one; `build` starts its driver thread, from any thread, inside
 /// or outside an async runtime.
-pub type Consumer = nsq_proto::client::Consumer<AsyncStd>;
+pub type Consumer = nsq_client::Consumer<AsyncStd>;
 
-/// A cloneable control handle of a [`Consumer`] ([`nsq_proto::client::ConsumerHandle`]).
-pub type ConsumerHandle = nsq_proto::client::ConsumerHandle<AsyncStd>;
+/// A cloneable control handle of a [`Consumer`] ([`nsq_client::ConsumerHandle`]).
+pub type ConsumerHandle = nsq_client::ConsumerHandle<AsyncStd>;
 
-/// Publishes to one or more nsqd ([`nsq_proto::client::Producer`] on [`AsyncStd`]); `build`
+/// Publishes to one or more nsqd ([`nsq_client::Producer`] on [`AsyncStd`]); `build`
 /// and `connect` start its driver thread, from any thread.
-pub type Producer = nsq_proto::client::Producer<AsyncStd>;
+pub type Producer = nsq_client::Producer<AsyncStd>;
 
 /// Builds a [`Consumer`] (made by [`Consumer::builder`]).
-pub type ConsumerBuilder = nsq_proto::client::ConsumerBuilder<AsyncStd>;
+pub type ConsumerBuilder = nsq_client::ConsumerBuilder<AsyncStd>;
 
 /// Builds a [`Producer`] with several nsqd addresses (made by [`Producer::builder`]).
-pub type ProducerBuilder = nsq_proto::client::ProducerBuilder<AsyncStd>;
+pub type ProducerBuilder = nsq_client::ProducerBuilder<AsyncStd>;

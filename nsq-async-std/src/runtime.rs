@@ -1,10 +1,10 @@
 //! [`AsyncStd`]: the client layer's [`Runtime`] for async-std, smol and any other executor.
 //! A runtime-agnostic library cannot spawn on the caller's executor, so each client's driver
 //! runs on a thread of its own, waiting on a poller of its own
-//! ([`nsq_proto::client::poller`]); the application's tasks are woken through their wakers.
+//! ([`nsq_client::poller`]); the application's tasks are woken through their wakers.
 
-use nsq_proto::client::poller::{DriverThread, Poller, Socket, Timer};
-use nsq_proto::client::{BoxFuture, Error, Runtime, SocketOptions};
+use nsq_client::poller::{DriverThread, Poller, Socket, Timer};
+use nsq_client::{BoxFuture, Error, Runtime, SocketOptions};
 use std::io;
 
 /// The client layer's runtime for async-std, smol and any executor: one driver thread per

@@ -2,8 +2,8 @@
 //! every pending and later call returns (`Error::Closed`, `None`, a report), on smol.
 
 use nsq_async_std::{AsyncStd as Blocking, Config, Error};
-use nsq_proto::client::{self as client, BoxFuture, Runtime, SocketOptions};
-use nsq_proto::client::{Consumer, Producer};
+use nsq_client::{self as client, BoxFuture, Runtime, SocketOptions};
+use nsq_client::{Consumer, Producer};
 use nsq_test_broker::Nsqd;
 use std::io;
 use std::sync::Arc;

@@ -9,8 +9,8 @@
 //! # Model
 //!
 //! The client itself (the driver, the handles, the builders, the errors) is written once in
-//! [`nsq_proto::client`]; this crate is its runtime shim for plain threads: [`Blocking`]
-//! implements [`Runtime`](nsq_proto::client::Runtime), and [`Consumer`], [`ConsumerHandle`]
+//! [`nsq_client`]; this crate is its runtime shim for plain threads: [`Blocking`]
+//! implements [`Runtime`](nsq_client::Runtime), and [`Consumer`], [`ConsumerHandle`]
 //! and [`Producer`] run the client layer's calls to completion on the calling thread.
 //!
 //! * One driver thread per [`Consumer`] / [`Producer`] (`nsqb-consumer`, `nsqb-producer`)
@@ -33,9 +33,9 @@
 //! # Configuration, errors, logging
 //!
 //! The same in every adapter, and documented once with the client layer:
-//! [configuration](nsq_proto::client#configuration) ([`Config`], go-nsq's option names),
-//! [errors](nsq_proto::client#errors) ([`Error`], one line each, variants to match on) and
-//! [logging](nsq_proto::client#logging) (`tracing` spans per client and connection).
+//! [configuration](nsq_client#configuration) ([`Config`], go-nsq's option names),
+//! [errors](nsq_client#errors) ([`Error`], one line each, variants to match on) and
+//! [logging](nsq_client#logging) (`tracing` spans per client and connection).
 //!
 //! # Example
 //!
@@ -107,29 +107,29 @@
 
 mod runtime;
 
-/// A consumer of one topic/channel ([`nsq_proto::client::blocking::Consumer`] on
+/// A consumer of one topic/channel ([`nsq_client::blocking::Consumer`] on
 /// [`Blocking`]); [`Consumer::builder`] makes one, and `build` starts its driver thread.
-pub type Consumer = nsq_proto::client::blocking::Consumer<Blocking>;
+pub type Consumer = nsq_client::blocking::Consumer<Blocking>;
 
 /// A cloneable control handle of a [`Consumer`].
-pub type ConsumerHandle = nsq_proto::client::blocking::ConsumerHandle<Blocking>;
+pub type ConsumerHandle = nsq_client::blocking::ConsumerHandle<Blocking>;
 
-/// Publishes to one or more nsqd ([`nsq_proto::client::blocking::Producer`] on [`Blocking`]).
-pub type Producer = nsq_proto::client::blocking::Producer<Blocking>;
+/// Publishes to one or more nsqd ([`nsq_client::blocking::Producer`] on [`Blocking`]).
+pub type Producer = nsq_client::blocking::Producer<Blocking>;
 
 /// Builds a [`Consumer`] (made by [`Consumer::builder`]).
-pub type ConsumerBuilder = nsq_proto::client::ConsumerBuilder<Blocking>;
+pub type ConsumerBuilder = nsq_client::ConsumerBuilder<Blocking>;
 
 /// Builds a [`Producer`] with several nsqd addresses (made by [`Producer::builder`]).
-pub type ProducerBuilder = nsq_proto::client::ProducerBuilder<Blocking>;
+pub type ProducerBuilder = nsq_client::ProducerBuilder<Blocking>;
 
 /// The iterator of [`Consumer::iter`].
-pub type Iter<'a> = nsq_proto::client::blocking::Iter<'a, Blocking>;
+pub type Iter<'a> = nsq_client::blocking::Iter<'a, Blocking>;
 
 /// The owning iterator of a [`Consumer`] (`for msg in consumer`).
-pub type IntoIter = nsq_proto::client::blocking::IntoIter<Blocking>;
+pub type IntoIter = nsq_client::blocking::IntoIter<Blocking>;
+pub use nsq_client::blocking::{Events, PendingPublish};
+pub use nsq_client::prelude::*;
 pub use nsq_proto as proto;
-pub use nsq_proto::client::blocking::{Events, PendingPublish};
-pub use nsq_proto::client::prelude::*;
 pub use runtime::Blocking;
 pub use std::sync::mpsc::{RecvTimeoutError, TryRecvError};

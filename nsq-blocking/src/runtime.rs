@@ -1,8 +1,8 @@
 //! [`Blocking`]: the client layer's [`Runtime`] on one thread per client, waiting on a poller
-//! of its own ([`nsq_proto::client::poller`]).
+//! of its own ([`nsq_client::poller`]).
 
-use nsq_proto::client::poller::{DriverThread, Poller, Socket, Timer};
-use nsq_proto::client::{BoxFuture, Error, Runtime, SocketOptions};
+use nsq_client::poller::{DriverThread, Poller, Socket, Timer};
+use nsq_client::{BoxFuture, Error, Runtime, SocketOptions};
 use std::io;
 
 /// One thread per client as the client layer's runtime: each client gets its own poller,

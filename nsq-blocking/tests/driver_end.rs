@@ -3,8 +3,8 @@
 //! thread ends.
 
 use nsq_blocking::{Blocking, Config, Error};
-use nsq_proto::client::blocking::{Consumer, Producer};
-use nsq_proto::client::{self as client, BoxFuture, Runtime, SocketOptions};
+use nsq_client::blocking::{Consumer, Producer};
+use nsq_client::{self as client, BoxFuture, Runtime, SocketOptions};
 use nsq_test_broker::Nsqd;
 use std::io;
 use std::sync::Arc;

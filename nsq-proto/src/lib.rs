@@ -7,10 +7,10 @@
 //! protocol can be tested deterministically and fuzzed.
 //!
 //! This is the first of three layers. The second, the client layer (one driver generic over
-//! a small `Runtime` trait, and the user-facing API on it), is `nsq_proto::client`, built only
-//! with the non-default `client` feature, which the adapters enable; the third is the
-//! adapters themselves, each a runtime shim of about a hundred lines. A crate that builds its
-//! own client on the protocol uses the default build and sees only the protocol.
+//! a small `Runtime` trait, and the user-facing API on it), is the `nsq-client` package
+//! (in `nsq-proto/client/`), built on this crate's public API only; the third is the adapters
+//! themselves, each a runtime shim of about a hundred lines. A crate that builds its own
+//! client on the protocol depends on this crate alone.
 //!
 //! ## The codec
 //!
@@ -79,7 +79,6 @@
 //! | [`producer`] | the [`Producer`] coordinator (`producer.rs`), each nsqd and its socket session (`node.rs`), the publish path and natural batching (`publish.rs`, `work.rs`), connection lifecycle (`lifecycle.rs`), events |
 //! | [`command`] | encoders for every client command; [`Limits`] and [`CommandError`] live in `limits.rs` |
 //! | [`config`] | [`Config`], the one user-facing configuration, with go-nsq's option names (`parse.rs`, `error.rs`, `convert.rs`) |
-//! | `client` | (feature `client`, off by default) the client layer the adapters share: the driver (`driver.rs`) over the `Runtime` trait (`runtime.rs`), the async API (`consumer.rs`, `producer.rs`, `builder.rs`), the blocking API (`blocking.rs`), the hand-offs (`sync.rs`), messages and answers, errors, logging |
 //! | crate root | the codec ([`FrameDecoder`], [`Frame`], [`Message`]), names ([`Topic`], [`Channel`]), the JSON bodies, [`ErrorCode`] and [`join_host_port`] |
 //!
 //! ## Cargo features
@@ -100,13 +99,6 @@
 //! compression crate; a server that grants TLS or compression unasked is disconnected, never
 //! talked to in a layer the client cannot speak.
 //!
-//! Off by default:
-//!
-//! * `client`: the client layer, `nsq_proto::client` (the one driver over a `Runtime` trait,
-//!   the async and blocking `Consumer`/`Producer` API, builders, errors, logging), which the
-//!   adapter crates enable and re-export; it adds atomic-waker, futures-core,
-//!   gethostname and getrandom to the build.
-//!
 //! Off by default, and not part of the stable API: what they expose may change or disappear in
 //! any release. They exist for this repository's own tests, benches and fuzzers.
 //!
@@ -117,9 +109,6 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod addr;
-#[cfg(feature = "client")]
-#[cfg_attr(docsrs, doc(cfg(feature = "client")))]
-pub mod client;
 pub mod command;
 pub mod config;
 pub mod connection;

@@ -6,8 +6,8 @@
 //! # Model
 //!
 //! The client itself (the driver, the handles, the builders, the errors) is written once in
-//! [`nsq_proto::client`]; this crate is its runtime shim: [`Tokio`] implements
-//! [`Runtime`](nsq_proto::client::Runtime) with tokio's sockets, timer and tasks, and the
+//! [`nsq_client`]; this crate is its runtime shim: [`Tokio`] implements
+//! [`Runtime`](nsq_client::Runtime) with tokio's sockets, timer and tasks, and the
 //! types below are the client's types on it.
 //!
 //! * One driver task per [`Consumer`] and per [`Producer`] (shared by its clones) owns the
@@ -29,9 +29,9 @@
 //! # Configuration, errors, logging
 //!
 //! The same in every adapter, and documented once with the client layer:
-//! [configuration](nsq_proto::client#configuration) ([`Config`], go-nsq's option names),
-//! [errors](nsq_proto::client#errors) ([`Error`], one line each, variants to match on) and
-//! [logging](nsq_proto::client#logging) (`tracing` spans per client and connection).
+//! [configuration](nsq_client#configuration) ([`Config`], go-nsq's option names),
+//! [errors](nsq_client#errors) ([`Error`], one line each, variants to match on) and
+//! [logging](nsq_client#logging) (`tracing` spans per client and connection).
 //!
 //! # Publishing
 //!
@@ -140,25 +140,25 @@
 
 mod runtime;
 
+pub use nsq_client::prelude::*;
+pub use nsq_client::{Events, PendingPublish};
 pub use nsq_proto as proto;
-pub use nsq_proto::client::prelude::*;
-pub use nsq_proto::client::{Events, PendingPublish};
 pub use runtime::Tokio;
 
-/// A consumer of one topic/channel ([`nsq_proto::client::Consumer`] on [`Tokio`]).
+/// A consumer of one topic/channel ([`nsq_client::Consumer`] on [`Tokio`]).
 /// [`Consumer::builder`] makes one; `build` starts its driver task on the current tokio
 /// runtime (else [`Error::NoRuntime`]).
-pub type Consumer = nsq_proto::client::Consumer<Tokio>;
+pub type Consumer = nsq_client::Consumer<Tokio>;
 
-/// A cloneable control handle of a [`Consumer`] ([`nsq_proto::client::ConsumerHandle`]).
-pub type ConsumerHandle = nsq_proto::client::ConsumerHandle<Tokio>;
+/// A cloneable control handle of a [`Consumer`] ([`nsq_client::ConsumerHandle`]).
+pub type ConsumerHandle = nsq_client::ConsumerHandle<Tokio>;
 
-/// Publishes to one or more nsqd ([`nsq_proto::client::Producer`] on [`Tokio`]); `build` and
+/// Publishes to one or more nsqd ([`nsq_client::Producer`] on [`Tokio`]); `build` and
 /// `connect` start its driver task on the current tokio runtime (else [`Error::NoRuntime`]).
-pub type Producer = nsq_proto::client::Producer<Tokio>;
+pub type Producer = nsq_client::Producer<Tokio>;
 
 /// Builds a [`Consumer`] (made by [`Consumer::builder`]).
-pub type ConsumerBuilder = nsq_proto::client::ConsumerBuilder<Tokio>;
+pub type ConsumerBuilder = nsq_client::ConsumerBuilder<Tokio>;
 
 /// Builds a [`Producer`] with several nsqd addresses (made by [`Producer::builder`]).
-pub type ProducerBuilder = nsq_proto::client::ProducerBuilder<Tokio>;
+pub type ProducerBuilder = nsq_client::ProducerBuilder<Tokio>;

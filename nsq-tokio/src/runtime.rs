@@ -2,7 +2,7 @@
 //! driver (and `Consumer::run`'s workers) as tasks of the runtime `build` was called in.
 
 use bytes::{Bytes, BytesMut};
-use nsq_proto::client::{self, BoxFuture, Error, Runtime, SocketOptions};
+use nsq_client::{self as client, BoxFuture, Error, Runtime, SocketOptions};
 use std::future::Future;
 use std::io;
 use std::pin::Pin;

@@ -2,7 +2,7 @@
 //! stands in for any bug), or the runtime it ran on was dropped. Every pending and later
 //! call returns (`Error::Closed`, `None`, a report).
 
-use nsq_proto::client::{self as client, BoxFuture, Runtime, SocketOptions};
+use nsq_client::{self as client, BoxFuture, Runtime, SocketOptions};
 use nsq_test_broker::Nsqd;
 use nsq_tokio::{Config, Error, Tokio};
 use std::io;

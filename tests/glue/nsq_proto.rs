@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use nsq_proto::client::{AnswerSink, Delivery, Error, HandlerError, StopReport};
+use nsq_client::{AnswerSink, Delivery, Error, HandlerError, StopReport};
 use nsq_proto::consumer::{ConsumerConfig, ConsumerStats, NsqdState};
 use nsq_proto::producer::{ProducerConfig, ProducerStats};
 use nsq_proto::{Compression, Config, ConnectionConfig, Misconfiguration, TlsConfig};
@@ -357,8 +357,8 @@ pub(crate) fn publish_async_burst<P>(
 }
 
 /// The harness's view of a consumer event.
-pub(crate) fn event(e: nsq_proto::client::Event) -> s::ClientEvent {
-    use nsq_proto::client::Event;
+pub(crate) fn event(e: nsq_client::Event) -> s::ClientEvent {
+    use nsq_client::Event;
     match e {
         Event::Connected { nsqd } => s::ClientEvent::Connected { nsqd },
         Event::Disconnected {

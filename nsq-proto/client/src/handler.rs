@@ -4,7 +4,7 @@
 use super::Message;
 use super::answer::AnswerKind;
 #[cfg(doc)]
-use crate::consumer::ConsumerEvent;
+use nsq_proto::consumer::ConsumerEvent;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,7 +22,7 @@ use std::time::Duration;
 /// (`outer: cause: root cause`), which is what the consumer logs when a handler fails.
 ///
 /// ```
-/// use nsq_proto::client::HandlerError;
+/// use nsq_client::HandlerError;
 ///
 /// fn parse(body: &[u8]) -> Result<u64, HandlerError> {
 ///     let text = std::str::from_utf8(body)?; // Utf8Error

@@ -1,5 +1,5 @@
 //! The [`Producer`] of every runtime and the logic of its driver around the core
-//! [`Producer`](crate::Producer).
+//! [`Producer`](nsq_proto::Producer).
 
 use super::driver::{self, Logic, Net};
 use super::runtime::{Runtime, SocketOptions};
@@ -7,10 +7,10 @@ use super::sync::{Inbox, ReplyRx, ReplyTx, oneshot};
 use super::{
     Backpressure, Error, IntoTopic, ProducerSetup, PublishRequest, Replies, log_producer_event,
 };
-use crate::Config;
-use crate::limits::Limits;
-use crate::producer::{ProducerEvent, ProducerStats};
 use bytes::Bytes;
+use nsq_proto::Config;
+use nsq_proto::Limits;
+use nsq_proto::producer::{ProducerEvent, ProducerStats};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -79,7 +79,7 @@ impl<R: Runtime> Drop for Inner<R> {
 /// nsqd states in such a refusal is kept: a later PUB, DPUB or MPUB over it fails before it is
 /// sent ([`Error::InvalidInput`], with the limit), costing no connection. With several
 /// nsqd addresses, publishes go to a healthy one (failover by default, round-robin with
-/// [`Routing::RoundRobin`](crate::producer::Routing)); while no nsqd is reachable they fail
+/// [`Routing::RoundRobin`](nsq_proto::producer::Routing)); while no nsqd is reachable they fail
 /// fast with [`Error::NoServerAvailable`].
 pub struct Producer<R: Runtime> {
     inner: Arc<Inner<R>>,
@@ -381,7 +381,7 @@ impl<R: Runtime> Producer<R> {
 // ----------------------------------------------------------------------------------- driver
 
 struct ProducerLogic {
-    core: crate::Producer,
+    core: nsq_proto::Producer,
     replies: Replies<Reply>,
     close_waiters: Vec<ReplyTx<()>>,
     stats: Arc<Mutex<ProducerStats>>,
@@ -389,11 +389,11 @@ struct ProducerLogic {
 }
 
 impl Logic for ProducerLogic {
-    type Machine = crate::Producer;
+    type Machine = nsq_proto::Producer;
     type Input = Input;
     const LOOK_AGAIN_AFTER_WORK: bool = true;
 
-    fn machine(&mut self) -> &mut crate::Producer {
+    fn machine(&mut self) -> &mut nsq_proto::Producer {
         &mut self.core
     }
 

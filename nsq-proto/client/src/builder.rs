@@ -7,9 +7,9 @@ use super::{
     ConsumerSetup, Error, GiveUpHook, IntoChannel, IntoTopic, Message, ProducerSetup, consumer,
     producer,
 };
-use crate::config::Config;
-use crate::consumer::ConsumerConfig;
-use crate::producer::ProducerConfig;
+use nsq_proto::config::Config;
+use nsq_proto::consumer::ConsumerConfig;
+use nsq_proto::producer::ProducerConfig;
 use std::fmt;
 use std::marker::PhantomData;
 use std::path::PathBuf;
@@ -339,7 +339,7 @@ impl<R: Runtime> ProducerBuilder<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::consumer::ConsumerConfig;
+    use nsq_proto::consumer::ConsumerConfig;
 
     /// No runtime: the tests look at what the builders collect.
     enum Dry {}
@@ -398,7 +398,7 @@ mod tests {
 
     #[test]
     fn builders_send_the_os_hostname_without_a_config() {
-        let os = crate::client::os_hostname();
+        let os = crate::os_hostname();
         let consumer = ConsumerBuilder::<Dry>::new("t", "c")
             .nsqd("a:1")
             .into_setup();

@@ -1,5 +1,5 @@
 //! The [`Consumer`] of every runtime: its handles, its message hand-off and the logic of its
-//! driver around the core [`Consumer`](crate::Consumer).
+//! driver around the core [`Consumer`](nsq_proto::Consumer).
 
 use super::driver::{self, Logic, Net};
 use super::events::{Event, EventHub, Events};
@@ -9,10 +9,10 @@ use super::{
     Answer, AnswerKind, AnswerSink, ConsumerSetup, Delivery, Error, GiveUpHook, HandlerError,
     IntoChannel, IntoTopic, Origin, StopReport, log_consumer_event, log_max_in_flight,
 };
-use crate::Config;
-use crate::consumer::{ConsumerError, ConsumerEvent, ConsumerStats};
-use crate::driver::ConnId;
 use bytes::Bytes;
+use nsq_proto::Config;
+use nsq_proto::consumer::{ConsumerError, ConsumerEvent, ConsumerStats};
+use nsq_proto::driver::ConnId;
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::future::Future;
@@ -105,7 +105,8 @@ pub type Message = Delivery<AnswerChannel>;
 
 /// A lookupd address as the core names it in its events (`http://host:port/path`).
 fn lookupd_key(addr: &str) -> String {
-    crate::consumer::LookupdAddress::parse(addr).map_or_else(|_| addr.to_owned(), |a| a.to_string())
+    nsq_proto::consumer::LookupdAddress::parse(addr)
+        .map_or_else(|_| addr.to_owned(), |a| a.to_string())
 }
 
 // ----------------------------------------------------------------------------------- start
@@ -269,12 +270,12 @@ impl<R: Runtime> ConsumerHandle<R> {
     /// connection's `drain_timeout`; nsqd then redelivers what is left), its RDY goes to the
     /// other connections at once, and it is not reconnected. Resolves once the command is
     /// applied, not when the connection has drained: [`stats`](Self::stats) shows it as
-    /// [`NsqdState::Closing`](crate::consumer::NsqdState::Closing) until it has drained.
+    /// [`NsqdState::Closing`](nsq_proto::consumer::NsqdState::Closing) until it has drained.
     ///
     /// Errors: [`Error::Consumer`] with
-    /// [`NsqdNotConfigured`](crate::consumer::ConsumerError::NsqdNotConfigured) for an
+    /// [`NsqdNotConfigured`](nsq_proto::consumer::ConsumerError::NsqdNotConfigured) for an
     /// address not configured (or already disconnected from), or
-    /// [`NsqdDiscovered`](crate::consumer::ConsumerError::NsqdDiscovered) for one known only
+    /// [`NsqdDiscovered`](nsq_proto::consumer::ConsumerError::NsqdDiscovered) for one known only
     /// through nsqlookupd (disconnect from the lookupd instead); [`Error::InvalidInput`] for an
     /// address that is not `host:port`; [`Error::Closed`] once the consumer is stopping.
     pub async fn disconnect_from_nsqd(&self, addr: &str) -> Result<(), Error> {
@@ -288,9 +289,9 @@ impl<R: Runtime> ConsumerHandle<R> {
     /// connection ends, and are not reconnected.
     ///
     /// Errors: [`Error::Consumer`] with
-    /// [`LookupdNotConfigured`](crate::consumer::ConsumerError::LookupdNotConfigured) for
+    /// [`LookupdNotConfigured`](nsq_proto::consumer::ConsumerError::LookupdNotConfigured) for
     /// a lookupd not configured, or
-    /// [`LastLookupd`](crate::consumer::ConsumerError::LastLookupd) for the only one
+    /// [`LastLookupd`](nsq_proto::consumer::ConsumerError::LastLookupd) for the only one
     /// configured (as go-nsq: discovery would stop; connect its replacement first);
     /// [`Error::InvalidInput`] for an address that does not parse; [`Error::Closed`] once the
     /// consumer is stopping.
@@ -422,14 +423,14 @@ impl MessageReceiver {
             self.discard();
             return Poll::Ready(None);
         }
-        if let Some(m) = crate::queue::pop_front(&mut self.local) {
+        if let Some(m) = super::sync::pop_front(&mut self.local) {
             return Poll::Ready(Some(m));
         }
         if !self.batch {
             return self.mailbox.poll_recv(cx);
         }
         match self.mailbox.poll_take_all(cx, &mut self.local) {
-            Poll::Ready(true) => Poll::Ready(crate::queue::pop_front(&mut self.local)),
+            Poll::Ready(true) => Poll::Ready(super::sync::pop_front(&mut self.local)),
             Poll::Ready(false) => Poll::Ready(None),
             Poll::Pending => Poll::Pending,
         }
@@ -478,7 +479,7 @@ impl Drop for MessageReceiver {
 /// only that lookupd listed are dropped once their connection ends; the last lookupd cannot
 /// be removed). [`stats`](Self::stats) is a [`ConsumerStats`] snapshot: totals (received,
 /// finished, requeued, in flight, reconnects, RDY, backoff level) and one
-/// [`NsqdStats`](crate::consumer::NsqdStats) per nsqd (state, RDY, in flight, its own
+/// [`NsqdStats`](nsq_proto::consumer::NsqdStats) per nsqd (state, RDY, in flight, its own
 /// counters).
 ///
 /// One driver task owns the core and every socket of the consumer: bytes read from a socket
@@ -693,7 +694,7 @@ where
 // ----------------------------------------------------------------------------------- driver
 
 struct ConsumerLogic {
-    core: crate::Consumer,
+    core: nsq_proto::Consumer,
     shared: Arc<Shared>,
     mailbox: Arc<Mailbox<Message>>,
     /// Messages are handed out (false once stopping).
@@ -721,7 +722,11 @@ struct ConsumerLogic {
 
 impl ConsumerLogic {
     /// Records a lookupd's outcome and resolves the `connect_to_lookupd` calls waiting for it.
-    fn lookupd_answered(&mut self, key: &str, outcome: Result<(), crate::consumer::LookupdError>) {
+    fn lookupd_answered(
+        &mut self,
+        key: &str,
+        outcome: Result<(), nsq_proto::consumer::LookupdError>,
+    ) {
         let outcome = outcome.map_err(|error| Error::Lookupd {
             lookupd: key.to_owned(),
             error,
@@ -816,10 +821,10 @@ impl ConsumerLogic {
 }
 
 impl Logic for ConsumerLogic {
-    type Machine = crate::Consumer;
+    type Machine = nsq_proto::Consumer;
     type Input = Input;
 
-    fn machine(&mut self) -> &mut crate::Consumer {
+    fn machine(&mut self) -> &mut nsq_proto::Consumer {
         &mut self.core
     }
 
@@ -840,7 +845,7 @@ impl Logic for ConsumerLogic {
                     let ready = self.core.connections().any(|(conn, at)| {
                         at == addr
                             && self.core.connection(conn).is_some_and(|c| {
-                                c.state() == crate::connection::ConnectionState::Ready
+                                c.state() == nsq_proto::connection::ConnectionState::Ready
                             })
                     });
                     if ready {
@@ -855,7 +860,7 @@ impl Logic for ConsumerLogic {
                 Control::DisconnectLookupd(a, reply) => {
                     let done = self.core.disconnect_from_lookupd(now, &a);
                     if done.is_ok() {
-                        let gone = Err(crate::consumer::LookupdError::Transport(
+                        let gone = Err(nsq_proto::consumer::LookupdError::Transport(
                             "disconnected from before it answered".into(),
                         ));
                         self.lookupd_answered(&lookupd_key(&a), gone);

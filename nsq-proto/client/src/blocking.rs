@@ -6,10 +6,10 @@
 
 use super::runtime::{DriverTask, Runtime};
 use super::{Error, Event, HandlerError, IntoChannel, IntoTopic, Message, StopReport};
-use crate::Config;
-use crate::consumer::ConsumerStats;
-use crate::producer::ProducerStats;
 use bytes::Bytes;
+use nsq_proto::Config;
+use nsq_proto::consumer::ConsumerStats;
+use nsq_proto::producer::ProducerStats;
 use std::fmt;
 use std::future::Future;
 use std::sync::mpsc::{RecvTimeoutError, TryRecvError};

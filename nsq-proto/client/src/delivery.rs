@@ -4,9 +4,9 @@
 
 use super::answer::{Answer, AnswerKind};
 use super::handler::HandlerError;
-use crate::driver::ConnId;
-use crate::frame::{Message, MessageId};
 use bytes::Bytes;
+use nsq_proto::driver::ConnId;
+use nsq_proto::{Message, MessageId};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,11 +1,12 @@
-//! The client layer: everything between the protocol and a runtime, written once for
-//! every adapter (`nsq-tokio`, `nsq-async-std`, `nsq-blocking`). Built with the `client`
-//! feature (off by default), which the adapters enable.
+//! # nsq-client: the client layer
+//!
+//! Everything between the protocol and a runtime, written once for every adapter
+//! (`nsq-tokio`, `nsq-async-std`, `nsq-blocking`), on nsq-proto's public API only.
 //!
 //! Three layers make a client:
 //!
-//! 1. the protocol: the sans-IO [`Consumer`](crate::Consumer) and
-//!    [`Producer`](crate::Producer) state machines (this crate's default build);
+//! 1. the protocol: the sans-IO [`Consumer`](nsq_proto::Consumer) and
+//!    [`Producer`](nsq_proto::Producer) state machines (the `nsq-proto` crate);
 //! 2. this layer: one driver, generic over a small [`Runtime`] trait (clock, connect, read,
 //!    write, one timer, spawn), that owns a client's core and the reading and writing of all
 //!    its sockets in one task, plus the user-facing API on top of it ([`Consumer`],
@@ -25,12 +26,12 @@
 //!
 //! ## Configuration
 //!
-//! Consumers and producers take a [`Config`](crate::Config): one struct with go-nsq's option
+//! Consumers and producers take a [`Config`](nsq_proto::Config): one struct with go-nsq's option
 //! names and defaults, buildable in code, option by option
 //! (`config.set_str("max_in_flight", "100")`, like go-nsq's `Config.Set`), or deserialised
 //! from JSON/TOML/... so existing go-nsq configurations port. It is the one configuration type
-//! a program needs. [`ConsumerConfig`](crate::ConsumerConfig),
-//! [`ProducerConfig`](crate::ProducerConfig) and [`ConnectionConfig`](crate::ConnectionConfig)
+//! a program needs. [`ConsumerConfig`](nsq_proto::ConsumerConfig),
+//! [`ProducerConfig`](nsq_proto::ProducerConfig) and [`ConnectionConfig`](nsq_proto::ConnectionConfig)
 //! are the core's own structs, taken by the builders' `core_config` for settings `Config`
 //! does not expose; most programs never name them.
 //!
@@ -38,7 +39,7 @@
 //!
 //! Every fallible call returns [`Error`], whose variants a program can match on: which name
 //! was invalid and its value (`InvalidTopic`/`InvalidChannel`), nsqd's refusal with its
-//! [`ErrorCode`](crate::ErrorCode) (`Server`), input refused before sending ([`InputError`]),
+//! [`ErrorCode`](nsq_proto::ErrorCode) (`Server`), input refused before sending ([`InputError`]),
 //! `ConnectionLost` and `Timeout` (the message may have been published: [`Error::maybe_published`]),
 //! `NoServerAvailable` (none reachable now; the client keeps trying), `Misconfigured` (the
 //! wrong port, a TLS mismatch, refused credentials: not retried), `Connect` and `Lookupd` (a
@@ -48,7 +49,7 @@
 //! `{}` and anyhow's or eyre's `{:#}` print each cause once.
 //!
 //! ```
-//! use nsq_proto::client::prelude::{Error, ErrorCode, InputError, IntoTopic, NameError};
+//! use nsq_client::prelude::{Error, ErrorCode, InputError, IntoTopic, NameError};
 //!
 //! /// Whether a failed publish is worth retrying later.
 //! fn retry_later(e: &Error) -> bool {
@@ -87,7 +88,7 @@
 //! `consumer{id=.. topic=.. channel=..}`, every line of a producer inside `producer{id=..}`
 //! (ids unique in the process), and lines about a connection carry `conn` and `nsqd` (its
 //! address). Every line's target is under `nsq_proto`, whichever adapter runs it (the client
-//! layer's under `nsq_proto::client`, the protocol's under `nsq_proto::connection`, ...), so
+//! layer's under `nsq_client`, the protocol's under `nsq_proto::connection`, ...), so
 //! `RUST_LOG=nsq_proto=debug` selects them all. Each event is logged once. At INFO a
 //! consumer's session reads (targets omitted):
 //!
@@ -112,7 +113,7 @@
 //! ## Handler outcomes
 //!
 //! ```
-//! use nsq_proto::client::{AnswerKind, HandlerError};
+//! use nsq_client::{AnswerKind, HandlerError};
 //! use std::time::Duration;
 //!
 //! let failed: Result<(), HandlerError> =
@@ -124,6 +125,7 @@
 //! );
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![allow(
     clippy::disallowed_methods,
     clippy::disallowed_types,
@@ -186,15 +188,15 @@ pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::command::CommandError;
-    use crate::config::Config;
+    use nsq_proto::command::CommandError;
+    use nsq_proto::config::Config;
 
-    use crate::consumer::{Consumer, ConsumerConfig, ConsumerError, ConsumerEvent};
+    use nsq_proto::consumer::{Consumer, ConsumerConfig, ConsumerError, ConsumerEvent};
 
-    use crate::frame::{Message, MessageId};
-    use crate::names::{Channel, NameError, Topic};
-    use crate::producer::{ProducerError, ProducerEvent, PublishFailure};
     use bytes::Bytes;
+    use nsq_proto::producer::{ProducerError, ProducerEvent, PublishFailure};
+    use nsq_proto::{Channel, NameError, Topic};
+    use nsq_proto::{Message, MessageId};
 
     use std::sync::Arc;
     use std::time::{Duration, Instant};
@@ -286,9 +288,9 @@ mod tests {
             .submit(&mut core, now, PublishRequest::Ping, 2)
             .unwrap();
         // An MPUB encoded under limits higher than the core's is refused by the core.
-        let roomy = crate::Limits {
+        let roomy = nsq_proto::Limits {
             max_body_size: 16 << 20,
-            ..crate::Limits::default()
+            ..nsq_proto::Limits::default()
         };
         let bodies = vec![vec![b'x'; 1 << 20]; 6];
         let big = PublishRequest::multi_publish("t", &bodies, &roomy).unwrap();
@@ -313,7 +315,7 @@ mod tests {
         // The only nsqd cannot be reached: both fail fast.
         let conn = loop {
             match core.poll_action() {
-                Some(crate::driver::Action::Connect { conn, .. }) => break conn,
+                Some(nsq_proto::driver::Action::Connect { conn, .. }) => break conn,
                 Some(_) => {}
                 None => panic!("no connect"),
             }
@@ -444,7 +446,7 @@ mod tests {
             );
             c.add_nsqd(now, "127.0.0.1:4150").unwrap();
             match c.poll_action() {
-                Some(crate::driver::Action::Connect { conn, .. }) => conn,
+                Some(nsq_proto::driver::Action::Connect { conn, .. }) => conn,
                 other => panic!("{other:?}"),
             }
         };
@@ -517,7 +519,7 @@ mod tests {
         };
         let connect = |core: &mut Consumer| loop {
             match core.poll_action() {
-                Some(crate::driver::Action::Connect { conn, .. }) => break conn,
+                Some(nsq_proto::driver::Action::Connect { conn, .. }) => break conn,
                 Some(_) => {}
                 None => panic!("no connect"),
             }
@@ -543,7 +545,7 @@ mod tests {
         let mut producer = setup.start(now, || unreachable!("seeded")).unwrap().core;
         let conn = loop {
             match producer.poll_action() {
-                Some(crate::driver::Action::Connect { conn, .. }) => break conn,
+                Some(nsq_proto::driver::Action::Connect { conn, .. }) => break conn,
                 Some(_) => {}
                 None => panic!("no connect"),
             }

@@ -1,11 +1,11 @@
 //! The `tracing` spans every driver enters and the log lines for the core's events, so every
 //! adapter logs the same things at the same levels with the same fields.
 
-use crate::Misconfiguration;
-use crate::consumer::ConsumerEvent;
-use crate::driver::ConnId;
-use crate::names::{Channel, Topic};
-use crate::producer::ProducerEvent;
+use nsq_proto::Misconfiguration;
+use nsq_proto::consumer::ConsumerEvent;
+use nsq_proto::driver::ConnId;
+use nsq_proto::producer::ProducerEvent;
+use nsq_proto::{Channel, Topic};
 use std::fmt;
 use std::time::Duration;
 //

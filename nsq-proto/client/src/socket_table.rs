@@ -3,8 +3,8 @@
 //! The runtime half (opening sockets, spawning tasks or threads) is a [`Transport`].
 
 use super::Outbox;
-use crate::driver::{Action, ConnId, LookupdRequestId};
 use bytes::Bytes;
+use nsq_proto::driver::{Action, ConnId, LookupdRequestId};
 use std::collections::BTreeMap;
 
 /// What an adapter does with sockets: the runtime-specific half of performing [`Action`]s.
@@ -158,7 +158,7 @@ mod tests {
 
     /// SocketTable with one connection, opened as a core asks for it.
     fn connected() -> (Log, SocketTable<Log>, ConnId) {
-        let mut core = crate::Producer::new(crate::producer::ProducerConfig::default(), 1)
+        let mut core = nsq_proto::Producer::new(nsq_proto::producer::ProducerConfig::default(), 1)
             .expect("default config");
         #[allow(
             clippy::disallowed_methods,

@@ -7,10 +7,10 @@ use super::builder::ConsumerBuilder;
 use super::error::{Error, IntoChannel, IntoTopic};
 use super::handler::GiveUpHook;
 use super::logging::{consumer_span, log_max_in_flight, producer_span};
-use crate::config::{Config, OptionError};
-use crate::consumer::{Consumer, ConsumerConfig};
-use crate::names::{Channel, Topic};
-use crate::producer::{Producer, ProducerConfig};
+use nsq_proto::config::{Config, OptionError};
+use nsq_proto::consumer::{Consumer, ConsumerConfig};
+use nsq_proto::producer::{Producer, ProducerConfig};
+use nsq_proto::{Channel, Topic};
 use std::fmt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -283,7 +283,7 @@ pub(crate) struct ProducerStart {
     /// refused (the core's `max_pending`).
     pub max_unanswered: usize,
     /// The core's limits (MPUB bodies are checked against them where they are encoded).
-    pub limits: crate::Limits,
+    pub limits: nsq_proto::Limits,
 }
 
 impl ProducerSetup {

@@ -1,11 +1,11 @@
-//! A user's publish handed to the core [`Producer`](crate::Producer) ([`PublishRequest`]) and
+//! A user's publish handed to the core [`Producer`](nsq_proto::Producer) ([`PublishRequest`]) and
 //! which reply waits for which publish or ping ([`Replies`]).
 
 use super::error::{Error, InputError, IntoTopic};
-use crate::limits::Limits;
-use crate::names::Topic;
-use crate::producer::{Batch, PingId, Producer, ProducerEvent, PublishId};
 use bytes::Bytes;
+use nsq_proto::Limits;
+use nsq_proto::Topic;
+use nsq_proto::producer::{Batch, PingId, Producer, ProducerEvent, PublishId};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 

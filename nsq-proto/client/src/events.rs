@@ -5,7 +5,7 @@
 //! consumer back, and loses its oldest events, which it then reports as one
 //! [`Event::Lagged`]. Nothing is recorded while no stream exists.
 
-use crate::{MessageId, Misconfiguration};
+use nsq_proto::{MessageId, Misconfiguration};
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -228,8 +228,8 @@ impl EventHub {
 /// oldest ones and says so with [`Event::Lagged`]. Dropping it costs the consumer nothing.
 ///
 /// ```no_run
-/// # async fn f(consumer: nsq_proto::client::Consumer<impl nsq_proto::client::Runtime>) {
-/// use nsq_proto::client::Event;
+/// # async fn f(consumer: nsq_client::Consumer<impl nsq_client::Runtime>) {
+/// use nsq_client::Event;
 /// let mut events = consumer.events();
 /// while let Some(event) = events.recv().await {
 ///     match event {

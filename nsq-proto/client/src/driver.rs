@@ -13,8 +13,8 @@
 use super::runtime::{BoxFuture, Runtime, Socket, SocketOptions, Timer};
 use super::socket_table::{SocketTable, Transport};
 use super::sync::Inbox;
-use crate::driver::{Action, ConnId, Driven, LookupdRequestId};
 use bytes::{Buf, Bytes, BytesMut};
+use nsq_proto::driver::{Action, ConnId, Driven, LookupdRequestId};
 use std::collections::VecDeque;
 use std::future::Future;
 use std::io;

@@ -1,14 +1,14 @@
 //! The adapters' error type [`Error`] (with [`InputError`], [`Backpressure`]), the conversions
 //! from the core's errors, and [`IntoTopic`] / [`IntoChannel`] for name arguments.
 
-use crate::command::CommandError;
-use crate::config::OptionError;
-use crate::connection::{CloseReason, ConfigError, ConnectionError, Misconfiguration};
-use crate::consumer::ConsumerError;
-use crate::consumer::{LookupdAddressError, LookupdError};
-use crate::error_code::{ErrorCode, ServerError};
-use crate::names::{Channel, NameError, Topic};
-use crate::producer::{ProducerError, PublishFailure};
+use nsq_proto::command::CommandError;
+use nsq_proto::config::OptionError;
+use nsq_proto::connection::{CloseReason, ConfigError, ConnectionError, Misconfiguration};
+use nsq_proto::consumer::ConsumerError;
+use nsq_proto::consumer::{LookupdAddressError, LookupdError};
+use nsq_proto::producer::{ProducerError, PublishFailure};
+use nsq_proto::{Channel, NameError, Topic};
+use nsq_proto::{ErrorCode, ServerError};
 use std::fmt;
 
 /// Why an operation of an adapter failed.
@@ -18,7 +18,7 @@ use std::fmt;
 /// each cause once.
 ///
 /// ```
-/// use nsq_proto::client::{Error, InputError, IntoTopic};
+/// use nsq_client::{Error, InputError, IntoTopic};
 /// use nsq_proto::{ErrorCode, NameError};
 ///
 /// let err = "bad topic!".into_topic().unwrap_err();
@@ -91,6 +91,12 @@ pub enum Error {
     Backpressure(Backpressure),
     /// The consumer refused the command.
     Consumer(ConsumerError),
+    /// The producer refused the command for a reason without a variant of its own here (a
+    /// newer nsq-proto's).
+    Producer(ProducerError),
+    /// A publish failed for a reason without a variant of its own here (a newer
+    /// nsq-proto's).
+    Publish(PublishFailure),
     /// The producer or consumer has been closed (stopped, closed, every handle dropped, or its
     /// driver ended).
     Closed,
@@ -162,6 +168,8 @@ impl fmt::Display for Error {
             }
             Error::Backpressure(e) => fmt::Display::fmt(e, f),
             Error::Consumer(e) => fmt::Display::fmt(e, f),
+            Error::Producer(e) => fmt::Display::fmt(e, f),
+            Error::Publish(e) => fmt::Display::fmt(e, f),
             Error::Closed => f.write_str(
                 "the client is closed (it was stopped or closed, or its driver ended: see the log)",
             ),
@@ -297,6 +305,7 @@ impl From<ProducerError> for Error {
             ProducerError::Invalid(e) => InputError::Publish(e).into(),
             ProducerError::InvalidAddress(a) => InputError::NsqdAddress(a).into(),
             ProducerError::Config(e) => InputError::Connection(e).into(),
+            e => Error::Producer(e),
         }
     }
 }
@@ -315,6 +324,7 @@ impl From<PublishFailure> for Error {
                 nsqd: addr,
                 problem,
             },
+            f => Error::Publish(f),
         }
     }
 }
@@ -324,10 +334,10 @@ mod sealed {
     impl Sealed for &str {}
     impl Sealed for String {}
     impl Sealed for &String {}
-    impl Sealed for crate::Topic {}
-    impl Sealed for &crate::Topic {}
-    impl Sealed for crate::Channel {}
-    impl Sealed for &crate::Channel {}
+    impl Sealed for nsq_proto::Topic {}
+    impl Sealed for &nsq_proto::Topic {}
+    impl Sealed for nsq_proto::Channel {}
+    impl Sealed for &nsq_proto::Channel {}
 }
 
 /// A topic argument: a validated [`Topic`] or a string, validated on use.

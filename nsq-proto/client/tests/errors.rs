@@ -8,7 +8,7 @@ use std::fmt;
 use std::time::Duration;
 
 use bytes::Bytes;
-use nsq_proto::client::{
+use nsq_client::{
     AnswerKind, Backpressure, Error, HandlerError, InputError, IntoChannel, IntoTopic,
 };
 use nsq_proto::config::OptionError;

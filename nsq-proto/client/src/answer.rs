@@ -1,12 +1,12 @@
 //! How a message is answered: [`AnswerKind`] and the `Copy` [`Answer`] a message sends to its
-//! driver, applied to the core [`Consumer`](crate::Consumer).
+//! driver, applied to the core [`Consumer`](nsq_proto::Consumer).
 
 #[cfg(doc)]
 use super::delivery::PendingAnswer;
 use super::handler::HandlerError;
-use crate::consumer::{Consumer, ConsumerError};
-use crate::driver::ConnId;
-use crate::frame::{Message, MessageId};
+use nsq_proto::consumer::{Consumer, ConsumerError};
+use nsq_proto::driver::ConnId;
+use nsq_proto::{Message, MessageId};
 use std::time::{Duration, Instant};
 
 /// How a message is answered.
