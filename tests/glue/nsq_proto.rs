@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use nsq_client::{AnswerSink, Delivery, Error, HandlerError, StopReport};
+use nsq_client::{Error, HandlerError, Message, StopReport};
 use nsq_proto::consumer::{ConsumerConfig, ConsumerStats, NsqdState};
 use nsq_proto::producer::{ProducerConfig, ProducerStats};
 use nsq_proto::{Compression, Config, ConnectionConfig, Misconfiguration, TlsConfig};
@@ -258,22 +258,19 @@ pub(crate) fn handled(result: Result<(), s::HandlerFailure>) -> Result<(), Handl
 }
 
 /// Runs the harness handler on an adapter message.
-pub(crate) fn handle<S: AnswerSink>(
-    handler: &s::Handler,
-    message: Delivery<S>,
-) -> Result<(), HandlerError> {
+pub(crate) fn handle(handler: &s::Handler, message: Message) -> Result<(), HandlerError> {
     handled(handler(&Msg(message)))
 }
 
-/// Every adapter's message: nsq-proto's `Delivery`.
-pub(crate) struct Msg<S: AnswerSink>(pub(crate) Delivery<S>);
+/// Every adapter's message: nsq-client's `Message`.
+pub(crate) struct Msg(pub(crate) Message);
 
 /// The boxed harness message.
-pub(crate) fn message<S: AnswerSink>(m: Delivery<S>) -> Box<dyn s::Message> {
+pub(crate) fn message(m: Message) -> Box<dyn s::Message> {
     Box::new(Msg(m))
 }
 
-impl<S: AnswerSink> s::Message for Msg<S> {
+impl s::Message for Msg {
     fn body(&self) -> &[u8] {
         self.0.body()
     }

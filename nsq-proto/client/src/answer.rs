@@ -30,21 +30,21 @@ pub enum AnswerKind {
 impl AnswerKind {
     /// The answer for a message dropped without one: requeue with the default delay, without
     /// backoff (the message is never lost silently; adapters log a warning).
-    pub const DROPPED: AnswerKind = AnswerKind::Requeue {
+    pub(crate) const DROPPED: AnswerKind = AnswerKind::Requeue {
         delay: None,
         backoff: false,
     };
 
     /// The answer for a message handed out after the consumer started stopping (or never
     /// taken by the application): requeue at once, without backoff.
-    pub const UNTAKEN: AnswerKind = AnswerKind::Requeue {
+    pub(crate) const UNTAKEN: AnswerKind = AnswerKind::Requeue {
         delay: Some(Duration::ZERO),
         backoff: false,
     };
 
     /// The answer for a handler's outcome: `Some(Ok)` finishes, `Some(Err(e))` requeues as
     /// `e` says, `None` (the handler panicked) requeues with backoff.
-    /// ([`PendingAnswer::answer`] also logs the failures.)
+    /// (The handler runners also log the failures.)
     pub fn from_handler(outcome: Option<Result<(), HandlerError>>) -> AnswerKind {
         match outcome {
             Some(Ok(())) => AnswerKind::Finish,
@@ -60,7 +60,7 @@ impl AnswerKind {
 /// A small `Copy` command answering one message, sent by a `Message` to the driver that owns
 /// the core: no allocation and no lock per answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Answer {
+pub(crate) struct Answer {
     /// The connection the message came from.
     pub conn: ConnId,
     /// The message id.
@@ -73,7 +73,7 @@ pub struct Answer {
 
 impl Answer {
     /// The answer `kind` for `message`, delivered on `conn`.
-    pub fn new(conn: ConnId, message: &Message, kind: AnswerKind) -> Answer {
+    pub(crate) fn new(conn: ConnId, message: &Message, kind: AnswerKind) -> Answer {
         Answer {
             conn,
             id: message.id,
@@ -83,14 +83,14 @@ impl Answer {
     }
 
     /// The same message, another answer.
-    pub fn with_kind(self, kind: AnswerKind) -> Answer {
+    pub(crate) fn with_kind(self, kind: AnswerKind) -> Answer {
         Answer { kind, ..self }
     }
 
     /// Hands the answer to the consumer. A refusal (typically: the connection closed, so nsqd
     /// redelivers the message, or the message timed out) is logged at debug level and
     /// returned.
-    pub fn apply(&self, consumer: &mut Consumer, now: Instant) -> Result<(), ConsumerError> {
+    pub(crate) fn apply(&self, consumer: &mut Consumer, now: Instant) -> Result<(), ConsumerError> {
         let result = match self.kind {
             AnswerKind::Finish => consumer.finish(now, self.conn, &self.id),
             AnswerKind::Touch => consumer.touch(now, self.conn, &self.id),

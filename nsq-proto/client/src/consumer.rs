@@ -20,7 +20,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 // ------------------------------------------------------------------------------------ inputs
 
@@ -79,7 +79,7 @@ impl<R: Runtime> Drop for HandleGuard<R> {
 // ----------------------------------------------------------------------------------- message
 
 /// Carries a message's answers to its consumer's driver (a push on its command queue).
-pub struct AnswerChannel(Arc<Shared>);
+pub(crate) struct AnswerChannel(Arc<Shared>);
 
 impl fmt::Debug for AnswerChannel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -94,14 +94,86 @@ impl AnswerSink for AnswerChannel {
     }
 }
 
-/// A message delivered to a consumer. It answers itself: `finish()`, `requeue(delay)`,
-/// `requeue_without_backoff(delay)`, `touch()`; read it with `body()` (a slice of the read
-/// buffer: zero-copy), `attempts()`, `timestamp()`, `id()`, `nsqd_address()` (see
-/// [`Delivery`]).
+/// A message delivered to a consumer. It answers itself: [`finish`](Self::finish),
+/// [`requeue`](Self::requeue), [`requeue_without_backoff`](Self::requeue_without_backoff),
+/// [`touch`](Self::touch); read it with [`body`](Self::body) (a slice of the read buffer:
+/// zero-copy), [`attempts`](Self::attempts), [`timestamp`](Self::timestamp),
+/// [`id`](Self::id), [`nsqd_address`](Self::nsqd_address).
 ///
 /// A message dropped without an answer is requeued (without backoff, with the default delay
 /// for its attempt count) and a warning is logged: it is never lost silently.
-pub type Message = Delivery<AnswerChannel>;
+pub struct Message(pub(crate) Delivery<AnswerChannel>);
+
+impl fmt::Debug for Message {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl Message {
+    /// The message id.
+    pub fn id(&self) -> nsq_proto::MessageId {
+        self.0.id()
+    }
+
+    /// The payload (a slice of the read buffer: no copy was made).
+    pub fn body(&self) -> &Bytes {
+        self.0.body()
+    }
+
+    /// How many times nsqd delivered it, this delivery included.
+    pub fn attempts(&self) -> u16 {
+        self.0.attempts()
+    }
+
+    /// When it was published, in nanoseconds since the Unix epoch (nsqd's clock).
+    pub fn timestamp(&self) -> i64 {
+        self.0.timestamp()
+    }
+
+    /// The nsqd TCP address it came from.
+    pub fn nsqd_address(&self) -> &str {
+        self.0.nsqd_address()
+    }
+
+    /// FIN: the message is done; nsqd forgets it.
+    pub fn finish(self) {
+        self.0.finish();
+    }
+
+    /// REQ with backoff: nsqd delivers it again after `delay` (`None`: the consumer's
+    /// `default_requeue_delay` times its attempts, capped at `max_requeue_delay`), and the
+    /// consumer backs off.
+    pub fn requeue(self, delay: Option<Duration>) {
+        self.0.requeue(delay);
+    }
+
+    /// REQ without backoff: a failure of this message, not of the system.
+    pub fn requeue_without_backoff(self, delay: Option<Duration>) {
+        self.0.requeue_without_backoff(delay);
+    }
+
+    /// TOUCH: resets the message's timeout on nsqd (for work that takes longer than
+    /// `msg_timeout`).
+    pub fn touch(&self) {
+        self.0.touch();
+    }
+
+    /// Nobody will answer it now (the receiver is gone): requeued at once, silently.
+    pub(crate) fn release(self) {
+        self.0.release();
+    }
+
+    /// A handler runner takes over answering it.
+    pub(crate) fn take_over(&mut self) -> super::PendingAnswer<AnswerChannel> {
+        self.0.take_over()
+    }
+
+    /// Its answer of `kind`, for the driver to apply.
+    pub(crate) fn into_answer(self, kind: AnswerKind) -> Answer {
+        self.0.into_answer(kind)
+    }
+}
 
 /// A lookupd address as the core names it in its events (`http://host:port/path`).
 fn lookupd_key(addr: &str) -> String {
@@ -916,7 +988,7 @@ impl Logic for ConsumerLogic {
         }
         match event {
             ConsumerEvent::Message { conn, message } => {
-                let msg = Delivery::new(conn, message, self.origin(conn));
+                let msg = Message(Delivery::new(conn, message, self.origin(conn)));
                 if self.handing_out {
                     self.outgoing.push_back(msg);
                 } else {
@@ -926,7 +998,7 @@ impl Logic for ConsumerLogic {
             }
             ConsumerEvent::GaveUp { conn, message } => {
                 if let Some(hook) = &self.give_up {
-                    let message = Delivery::given_up(conn, message, self.origin(conn));
+                    let message = Message(Delivery::given_up(conn, message, self.origin(conn)));
                     // The hook runs on the driver: its panic must not take the consumer down.
                     let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                         hook(&message);

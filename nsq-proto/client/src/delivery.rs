@@ -14,7 +14,7 @@ use std::time::Duration;
 /// Where the answers of a consumer's messages go: its channel to the driver that owns the
 /// core ([`AnswerChannel`](super::AnswerChannel)). Sending must not block and must not fail loudly: if the driver is gone, every
 /// connection is closed and nsqd redelivers the message anyway.
-pub trait AnswerSink: Send + Sync + 'static {
+pub(crate) trait AnswerSink: Send + Sync + 'static {
     /// Hands `answer` to the driver, with the `body` of the message when this is its last
     /// answer (empty otherwise). The driver drops the body: the read buffer the body is a
     /// slice of is then released on the thread that split it, so the buffer's reference count
@@ -26,7 +26,7 @@ pub trait AnswerSink: Send + Sync + 'static {
 /// address, the sink for answers, and the consumer's span, so what a message logs on the
 /// application's tasks names its consumer like the driver's own lines.
 #[derive(Debug)]
-pub struct Origin<S> {
+pub(crate) struct Origin<S> {
     addr: String,
     sink: S,
     span: tracing::Span,
@@ -35,7 +35,7 @@ pub struct Origin<S> {
 impl<S: AnswerSink> Origin<S> {
     /// The origin of the messages of the connection to `addr`, in the current span (the
     /// driver calls it inside its consumer's span).
-    pub fn new(addr: impl Into<String>, sink: S) -> Arc<Origin<S>> {
+    pub(crate) fn new(addr: impl Into<String>, sink: S) -> Arc<Origin<S>> {
         Arc::new(Origin {
             addr: addr.into(),
             sink,
@@ -44,13 +44,8 @@ impl<S: AnswerSink> Origin<S> {
     }
 
     /// The nsqd address.
-    pub fn addr(&self) -> &str {
+    pub(crate) fn addr(&self) -> &str {
         &self.addr
-    }
-
-    /// The sink.
-    pub fn sink(&self) -> &S {
-        &self.sink
     }
 }
 
@@ -60,7 +55,7 @@ impl<S: AnswerSink> Origin<S> {
 ///
 /// A message dropped without an answer is requeued (without backoff, with the default delay
 /// for its attempt count) and a warning is logged: it is never lost silently.
-pub struct Delivery<S: AnswerSink> {
+pub(crate) struct Delivery<S: AnswerSink> {
     inner: Message,
     conn: ConnId,
     origin: Arc<Origin<S>>,
@@ -82,7 +77,7 @@ impl<S: AnswerSink> fmt::Debug for Delivery<S> {
 
 impl<S: AnswerSink> Delivery<S> {
     /// A message the core delivered on `conn` (for the driver).
-    pub fn new(conn: ConnId, message: Message, origin: Arc<Origin<S>>) -> Delivery<S> {
+    pub(crate) fn new(conn: ConnId, message: Message, origin: Arc<Origin<S>>) -> Delivery<S> {
         Delivery {
             inner: message,
             conn,
@@ -93,7 +88,7 @@ impl<S: AnswerSink> Delivery<S> {
 
     /// A message the core gave up on (`ConsumerEvent::GaveUp`), for the give-up hook: the
     /// core already finished it, so dropping it sends nothing.
-    pub fn given_up(conn: ConnId, message: Message, origin: Arc<Origin<S>>) -> Delivery<S> {
+    pub(crate) fn given_up(conn: ConnId, message: Message, origin: Arc<Origin<S>>) -> Delivery<S> {
         Delivery {
             inner: message,
             conn,
@@ -103,33 +98,28 @@ impl<S: AnswerSink> Delivery<S> {
     }
 
     /// The message id.
-    pub fn id(&self) -> MessageId {
+    pub(crate) fn id(&self) -> MessageId {
         self.inner.id
     }
 
     /// The payload (a slice of the read buffer: no copy was made).
-    pub fn body(&self) -> &Bytes {
+    pub(crate) fn body(&self) -> &Bytes {
         &self.inner.body
     }
 
     /// How many times nsqd delivered it, this delivery included.
-    pub fn attempts(&self) -> u16 {
+    pub(crate) fn attempts(&self) -> u16 {
         self.inner.attempts
     }
 
     /// When it was published, in nanoseconds since the Unix epoch (nsqd's clock).
-    pub fn timestamp(&self) -> i64 {
+    pub(crate) fn timestamp(&self) -> i64 {
         self.inner.timestamp
     }
 
     /// The nsqd TCP address it came from.
-    pub fn nsqd_address(&self) -> &str {
+    pub(crate) fn nsqd_address(&self) -> &str {
         &self.origin.addr
-    }
-
-    /// The core's message (id, attempts, timestamp, body).
-    pub fn as_proto(&self) -> &Message {
-        &self.inner
     }
 
     fn answer_for(&self, kind: AnswerKind) -> Answer {
@@ -144,13 +134,13 @@ impl<S: AnswerSink> Delivery<S> {
     }
 
     /// FIN: the message is done.
-    pub fn finish(mut self) {
+    pub(crate) fn finish(mut self) {
         self.send(AnswerKind::Finish);
     }
 
     /// REQ with backoff: the message failed; nsqd redelivers it after `delay` (`None`: the
     /// configured default delay times the attempt count) and the consumer backs off.
-    pub fn requeue(mut self, delay: Option<Duration>) {
+    pub(crate) fn requeue(mut self, delay: Option<Duration>) {
         self.send(AnswerKind::Requeue {
             delay,
             backoff: true,
@@ -159,7 +149,7 @@ impl<S: AnswerSink> Delivery<S> {
 
     /// REQ without backoff: redeliver after `delay` (`None`: the default), without slowing the
     /// consumer down.
-    pub fn requeue_without_backoff(mut self, delay: Option<Duration>) {
+    pub(crate) fn requeue_without_backoff(mut self, delay: Option<Duration>) {
         self.send(AnswerKind::Requeue {
             delay,
             backoff: false,
@@ -167,7 +157,7 @@ impl<S: AnswerSink> Delivery<S> {
     }
 
     /// TOUCH: asks nsqd for more time (another msg_timeout).
-    pub fn touch(&self) {
+    pub(crate) fn touch(&self) {
         self.origin
             .sink
             .send_answer(self.answer_for(AnswerKind::Touch), Bytes::new());
@@ -176,7 +166,7 @@ impl<S: AnswerSink> Delivery<S> {
     /// For a handler runner: the message no longer answers itself when dropped; the returned
     /// [`PendingAnswer`] answers it once the handler is done (an answer the handler gave
     /// itself comes first; the later one is then refused by the core and ignored).
-    pub fn take_over(&mut self) -> PendingAnswer<S> {
+    pub(crate) fn take_over(&mut self) -> PendingAnswer<S> {
         self.done = true;
         PendingAnswer {
             answer: self.answer_for(AnswerKind::Finish),
@@ -187,13 +177,13 @@ impl<S: AnswerSink> Delivery<S> {
     /// For the driver: the application never saw this message (received but not taken when
     /// the consumer stopped or its receiver was dropped): requeue it at once, without
     /// backoff and without the warning of an unanswered drop.
-    pub fn release(mut self) {
+    pub(crate) fn release(mut self) {
         self.send(AnswerKind::UNTAKEN);
     }
 
     /// For a driver that answers a message it never handed out: the answer to apply to the
     /// core directly (nothing goes through the sink).
-    pub fn into_answer(mut self, kind: AnswerKind) -> Answer {
+    pub(crate) fn into_answer(mut self, kind: AnswerKind) -> Answer {
         self.done = true;
         self.answer_for(kind)
     }
@@ -219,7 +209,7 @@ impl<S: AnswerSink> Drop for Delivery<S> {
 
 /// The answer a handler runner owes for a message it took over ([`Delivery::take_over`]).
 #[derive(Debug)]
-pub struct PendingAnswer<S> {
+pub(crate) struct PendingAnswer<S> {
     answer: Answer,
     origin: Arc<Origin<S>>,
 }
@@ -228,7 +218,7 @@ impl<S: AnswerSink> PendingAnswer<S> {
     /// Answers with the handler's outcome (see [`AnswerKind::from_handler`]). A failure is
     /// logged in the consumer's span: an error at WARN with its whole chain, a panic (`None`)
     /// at ERROR, both with the message id, attempts and nsqd address.
-    pub fn answer(self, outcome: Option<Result<(), HandlerError>>) {
+    pub(crate) fn answer(self, outcome: Option<Result<(), HandlerError>>) {
         let (id, attempts, nsqd) = (self.answer.id, self.answer.attempts, &self.origin.addr);
         match &outcome {
             Some(Ok(())) => {}
@@ -258,7 +248,7 @@ impl<S: AnswerSink> PendingAnswer<S> {
 
     /// Answers for a handler that panicked saying `panic`: requeued with backoff, logged at
     /// ERROR with the panic's message, the message id, attempts and nsqd address.
-    pub fn answer_panic(self, panic: &str) {
+    pub(crate) fn answer_panic(self, panic: &str) {
         let (id, attempts, nsqd) = (self.answer.id, self.answer.attempts, &self.origin.addr);
         self.origin.span.in_scope(|| {
             tracing::error!(

@@ -21,7 +21,7 @@
 //! it would block (message bodies are slices of the read buffer: zero-copy), fires its one
 //! timer, drains the core, hands the wake-up's messages to the application at once, and
 //! gives each connection at most one write (a blocked write never stops reading). Messages
-//! answer themselves with a small `Copy` [`Answer`] queued for the driver (a push under a
+//! answer themselves with a small `Copy` answer queued for the driver (a push under a
 //! short lock, many per wake-up of the driver; no allocation per answer).
 //!
 //! ## Configuration
@@ -155,10 +155,11 @@ mod setup;
 mod socket_table;
 mod sync;
 
-pub use answer::{Answer, AnswerKind};
+pub(crate) use answer::Answer;
+pub use answer::AnswerKind;
 pub use builder::{ConnectConsumer, ConsumerBuilder, ProducerBuilder};
-pub use consumer::{AnswerChannel, Consumer, ConsumerHandle, Message};
-pub use delivery::{AnswerSink, Delivery, Origin, PendingAnswer};
+pub use consumer::{Consumer, ConsumerHandle, Message};
+pub(crate) use delivery::{AnswerSink, Delivery, Origin, PendingAnswer};
 pub use error::{Backpressure, Error, InputError, IntoChannel, IntoTopic};
 pub use events::{EVENTS_CAPACITY, Event, Events};
 pub use handler::{GiveUpHook, HandlerError, StopReport};

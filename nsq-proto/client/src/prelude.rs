@@ -2,8 +2,8 @@
 //! the types its API names, so a program needs only the adapter crate.
 
 pub use super::{
-    AnswerChannel, AnswerKind, Backpressure, Delivery, EVENTS_CAPACITY, Error, Event, GiveUpHook,
-    HandlerError, InputError, IntoChannel, IntoTopic, Message, StopReport,
+    AnswerKind, Backpressure, EVENTS_CAPACITY, Error, Event, GiveUpHook, HandlerError, InputError,
+    IntoChannel, IntoTopic, Message, StopReport,
 };
 pub use bytes::Bytes;
 pub use nsq_proto::config::OptionError;
