@@ -93,7 +93,7 @@
 //!     .lookupd("http://127.0.0.1:4161")
 //!     .build()?;
 //! let handle = consumer.handle(); // handle.stop().await from elsewhere ends `run`
-//! consumer
+//! let report = consumer
 //!     .run(8, |msg: Message| async move {
 //!         if msg.body().is_empty() {
 //!             return Err(HandlerError::msg("empty body").without_backoff());
@@ -101,6 +101,7 @@
 //!         Ok(())
 //!     })
 //!     .await;
+//! println!("stopped, {} messages left unanswered", report.unanswered);
 //! # drop(handle);
 //! # Ok(())
 //! # }

@@ -50,7 +50,7 @@ struct AsyncHandle<R> {
 }
 
 struct AsyncRunner<R> {
-    task: Join<()>,
+    task: Join<nsq_async_std::StopReport>,
     rt: PhantomData<fn() -> R>,
 }
 
@@ -274,9 +274,8 @@ impl<R: Runtime> s::ConsumerHandle for AsyncHandle<R> {
 }
 
 impl<R: Runtime> s::Runner for AsyncRunner<R> {
-    fn join(self: Box<Self>) -> Option<s::StopReport> {
-        R::block_on(self.task);
-        None
+    fn join(self: Box<Self>) -> s::StopReport {
+        glue::stop_report(R::block_on(self.task))
     }
 }
 

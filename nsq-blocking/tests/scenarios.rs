@@ -236,10 +236,8 @@ impl s::ConsumerHandle for BlockingHandle {
 }
 
 impl s::Runner for BlockingRunner {
-    fn join(self: Box<Self>) -> Option<s::StopReport> {
-        Some(glue::stop_report(
-            self.0.join().expect("the handler runner"),
-        ))
+    fn join(self: Box<Self>) -> s::StopReport {
+        glue::stop_report(self.0.join().expect("the handler runner"))
     }
 }
 

@@ -121,7 +121,7 @@
 //!     let _ = tokio::signal::ctrl_c().await;
 //!     handle.stop().await;
 //! });
-//! consumer
+//! let report = consumer
 //!     .run(8, |msg: Message| async move {
 //!         if msg.body().is_empty() {
 //!             return Err(HandlerError::msg("empty body").without_backoff());
@@ -129,6 +129,7 @@
 //!         Ok(())
 //!     })
 //!     .await;
+//! println!("stopped, {} messages left unanswered", report.unanswered);
 //! # Ok(())
 //! # }
 //! ```

@@ -49,7 +49,7 @@ struct TokioHandle {
 
 struct TokioRunner {
     rt: Handle,
-    task: tokio::task::JoinHandle<()>,
+    task: tokio::task::JoinHandle<nsq_tokio::StopReport>,
 }
 
 impl s::Factory for Tokio {
@@ -287,9 +287,9 @@ impl s::ConsumerHandle for TokioHandle {
 }
 
 impl s::Runner for TokioRunner {
-    fn join(self: Box<Self>) -> Option<s::StopReport> {
-        self.rt.block_on(self.task).expect("the handler runner");
-        None
+    fn join(self: Box<Self>) -> s::StopReport {
+        let report = self.rt.block_on(self.task).expect("the handler runner");
+        glue::stop_report(report)
     }
 }
 

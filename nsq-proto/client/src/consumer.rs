@@ -702,7 +702,8 @@ impl<R: Runtime> Consumer<R> {
     }
 
     /// Runs `handler` on every message, `concurrency` at a time, until the consumer is
-    /// stopped (through a [`ConsumerHandle`]); returns once every handler has returned.
+    /// stopped (through a [`ConsumerHandle`]); returns, with the stop's report (as
+    /// [`stop`](Self::stop) gives it), once every handler has returned.
     ///
     /// On tokio each of the `concurrency` workers is a task of its own, so handlers run in
     /// parallel on a multi-threaded runtime; elsewhere they run concurrently inside the future
@@ -713,7 +714,7 @@ impl<R: Runtime> Consumer<R> {
     /// [`HandlerError::without_backoff`], after [`HandlerError::with_delay`] or the default
     /// delay); a panic requeues it with backoff. The handler may also answer or `touch` the
     /// message itself (a later answer of the same message is ignored).
-    pub async fn run<H, Fut>(self, concurrency: usize, handler: H)
+    pub async fn run<H, Fut>(self, concurrency: usize, handler: H) -> StopReport
     where
         H: Fn(Message) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
@@ -740,7 +741,8 @@ impl<R: Runtime> Consumer<R> {
             })
             .collect();
         handle.guard.runtime.run_workers(workers).await;
-        drop(handle);
+        // The workers end once the consumer stops: its report follows.
+        handle.stop().await
     }
 }
 

@@ -138,9 +138,7 @@ pub(super) fn handler_api_runs_with_concurrency(f: &dyn Factory) {
         >= 50));
     let report = handle.stop();
     assert_eq!(report.unanswered, 0);
-    if let Some(report) = runner.join() {
-        assert_eq!(report.unanswered, 0);
-    }
+    assert_eq!(runner.join().unanswered, 0);
     let done = || {
         nsqd.channel("handler", "ch")
             .is_some_and(|ch| ch.finished == 50 && ch.requeued == 1)
@@ -211,9 +209,7 @@ pub(super) fn a_panicking_handler_requeues_with_backoff(f: &dyn Factory) {
         "a panic counts as a failure: backoff"
     );
     handle.stop();
-    if let Some(report) = runner.join() {
-        assert_eq!(report.unanswered, 0);
-    }
+    assert_eq!(runner.join().unanswered, 0);
 }
 
 pub(super) fn dropping_every_handle_stops_the_consumer(f: &dyn Factory) {

@@ -350,8 +350,8 @@ pub type Handler = Arc<dyn Fn(&dyn Message) -> Result<(), HandlerFailure> + Send
 
 /// A consumer's `run` going on in the background.
 pub trait Runner: Send {
-    /// Waits for `run` to return; its stop report if it gives one.
-    fn join(self: Box<Self>) -> Option<StopReport>;
+    /// Waits for `run` to return: its stop report (every adapter's `run` returns one).
+    fn join(self: Box<Self>) -> StopReport;
 }
 
 /// A consumer's control handle.
