@@ -12,7 +12,7 @@
 //! | `options` ([`Options`], [`AuthTable`]) | nsqd's flags and the AUTH table |
 //! | [`raw`] | a hand-written raw client and HTTP helpers for byte-level tests |
 //! | [`conformance`] | the conformance harness, runnable against a real nsqd too |
-//! | [`scenarios`] | the adapter scenarios, written once and run by every adapter |
+//! | `scenarios` | (feature `scenarios`, internal) the adapter scenarios, written once and run by every adapter |
 //! | `tls` ([`TestPki`]) | a throwaway certificate authority and server identities |
 //! | `transport` ([`Throttle`]) | the socket layer: TLS, snappy and deflate streams, read throttling |
 //! | `http`, `util` | a minimal HTTP/1.1 server side; name checks and [`wait_until`] |
@@ -111,8 +111,10 @@
 //!   can come seconds late (see [`conformance::external_queue_scan_allowance`]).
 //!
 //! See [`conformance`] for the scenario harness and the `NSQD_TCP_ADDRESS` override.
-//! See [`scenarios`] for the adapter scenarios (written once, run by every adapter's
-//! `tests/scenarios.rs` through [`adapter_scenario_tests!`]).
+//! The adapter scenarios of nsq-rs (`scenarios`, written once, run by every adapter's
+//! `tests/scenarios.rs` through `adapter_scenario_tests!`) are this repository's own harness,
+//! shaped by its adapters' API: they are behind the `scenarios` feature, off by default, and
+//! not part of the stable API.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod conformance;
@@ -121,6 +123,8 @@ mod lookupd;
 mod nsqd;
 mod options;
 pub mod raw;
+#[cfg(feature = "scenarios")]
+#[cfg_attr(docsrs, doc(cfg(feature = "scenarios")))]
 pub mod scenarios;
 mod tls;
 mod transport;

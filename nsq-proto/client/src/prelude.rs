@@ -2,8 +2,8 @@
 //! the types its API names, so a program needs only the adapter crate.
 
 pub use super::{
-    AnswerKind, Backpressure, EVENTS_CAPACITY, Error, Event, GiveUpHook, HandlerError, InputError,
-    IntoChannel, IntoTopic, Message, StopReport,
+    Backpressure, EVENTS_CAPACITY, Error, Event, GiveUpHook, HandlerError, InputError, IntoChannel,
+    IntoTopic, Message, StopReport,
 };
 pub use bytes::Bytes;
 pub use nsq_proto::config::OptionError;
@@ -11,7 +11,6 @@ pub use nsq_proto::consumer::{
     BackoffStrategy, ConsumerConfig, ConsumerError, ConsumerStats, LookupdAddressError, NsqdState,
     NsqdStats,
 };
-pub use nsq_proto::driver::ConnId;
 pub use nsq_proto::producer::{ProducerConfig, ProducerStats, Routing};
 pub use nsq_proto::{
     Channel, CloseReason, CommandError, Compression, Config, ConfigError, ConnectionConfig,
