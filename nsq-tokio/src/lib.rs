@@ -26,6 +26,21 @@
 //!   driver enabled (`#[tokio::main]` has it); otherwise it fails with [`Error::NoRuntime`].
 //! * Everything is logged with `tracing`, nothing is printed.
 //!
+//! # What is here
+//!
+//! * **Clients**: [`Producer`] ([`ProducerBuilder`], [`PendingPublish`]), [`Consumer`]
+//!   ([`ConsumerBuilder`], [`ConsumerHandle`], [`Message`], [`Events`] of [`Event`]s,
+//!   [`StopReport`]).
+//! * **Configuration**: [`Config`] (go-nsq's options), [`TlsConfig`], [`Compression`],
+//!   [`BackoffStrategy`], [`Routing`]; [`ConsumerConfig`] and [`ProducerConfig`] for the
+//!   core's own settings.
+//! * **Errors**: [`Error`] and what it carries ([`InputError`], [`Backpressure`],
+//!   [`Misconfiguration`], [`ServerError`] with its [`ErrorCode`], [`CloseReason`], ...);
+//!   [`HandlerError`] for message handlers.
+//! * **Stats**: [`ConsumerStats`] ([`NsqdStats`], [`NsqdState`]), [`ProducerStats`].
+//! * **Names**: [`Topic`], [`Channel`] ([`IntoTopic`], [`IntoChannel`], [`NameError`]).
+//! * **The protocol core**, for what a program rarely needs: [`proto`] (`nsq_proto`).
+//!
 //! # Configuration, errors, logging
 //!
 //! The same in every adapter, and documented once with the client layer:
