@@ -211,36 +211,47 @@ pub trait Driven {
 impl Driven for Consumer {
     type Event = ConsumerEvent;
 
+    #[inline]
     fn handle_connected(&mut self, now: Instant, conn: ConnId) {
         Consumer::handle_connected(self, now, conn);
     }
+    #[inline]
     fn handle_connect_failed(&mut self, now: Instant, conn: ConnId, reason: &str) {
         Consumer::handle_connect_failed(self, now, conn, reason);
     }
+    #[inline]
     fn handle_input(&mut self, now: Instant, conn: ConnId, data: &mut BytesMut) {
         Consumer::handle_input(self, now, conn, data);
     }
+    #[inline]
     fn handle_eof(&mut self, now: Instant, conn: ConnId) {
         Consumer::handle_eof(self, now, conn);
     }
+    #[inline]
     fn handle_lookupd_input(&mut self, now: Instant, request: LookupdRequestId, data: &[u8]) {
         Consumer::handle_lookupd_input(self, now, request, data);
     }
+    #[inline]
     fn handle_lookupd_eof(&mut self, now: Instant, request: LookupdRequestId) {
         Consumer::handle_lookupd_eof(self, now, request);
     }
+    #[inline]
     fn handle_lookupd_failed(&mut self, now: Instant, request: LookupdRequestId, reason: &str) {
         Consumer::handle_lookupd_failed(self, now, request, reason);
     }
+    #[inline]
     fn handle_timeout(&mut self, now: Instant) {
         Consumer::handle_timeout(self, now);
     }
+    #[inline]
     fn poll_action(&mut self) -> Option<Action> {
         Consumer::poll_action(self)
     }
+    #[inline]
     fn poll_event(&mut self) -> Option<ConsumerEvent> {
         Consumer::poll_event(self)
     }
+    #[inline]
     fn poll_timeout(&self) -> Option<Instant> {
         Consumer::poll_timeout(self)
     }
@@ -249,27 +260,35 @@ impl Driven for Consumer {
 impl Driven for Producer {
     type Event = ProducerEvent;
 
+    #[inline]
     fn handle_connected(&mut self, now: Instant, conn: ConnId) {
         Producer::handle_connected(self, now, conn);
     }
+    #[inline]
     fn handle_connect_failed(&mut self, now: Instant, conn: ConnId, reason: &str) {
         Producer::handle_connect_failed(self, now, conn, reason);
     }
+    #[inline]
     fn handle_input(&mut self, now: Instant, conn: ConnId, data: &mut BytesMut) {
         Producer::handle_input(self, now, conn, data);
     }
+    #[inline]
     fn handle_eof(&mut self, now: Instant, conn: ConnId) {
         Producer::handle_eof(self, now, conn);
     }
+    #[inline]
     fn handle_timeout(&mut self, now: Instant) {
         Producer::handle_timeout(self, now);
     }
+    #[inline]
     fn poll_action(&mut self) -> Option<Action> {
         Producer::poll_action(self)
     }
+    #[inline]
     fn poll_event(&mut self) -> Option<ProducerEvent> {
         Producer::poll_event(self)
     }
+    #[inline]
     fn poll_timeout(&self) -> Option<Instant> {
         Producer::poll_timeout(self)
     }

@@ -166,6 +166,7 @@ impl Consumer {
     }
 
     /// The current `max_in_flight` (changed by [`set_max_in_flight`](Self::set_max_in_flight)).
+    #[inline]
     pub fn max_in_flight(&self) -> u32 {
         self.flow.max_in_flight()
     }
@@ -200,6 +201,7 @@ impl Consumer {
 
     /// True when any ready connection has messages in flight amounting to at least 85% of its
     /// last RDY: a batching handler should flush now rather than wait for more.
+    #[inline]
     pub fn is_starved(&self) -> bool {
         self.shared.slots.values().any(|s| {
             s.is_ready()
@@ -210,6 +212,7 @@ impl Consumer {
     }
 
     /// The current backoff level (0 = full speed).
+    #[inline]
     pub fn backoff_level(&self) -> u32 {
         self.flow.backoff_level()
     }
@@ -220,6 +223,7 @@ impl Consumer {
     }
 
     /// True once [`close`](Self::close) was called.
+    #[inline]
     pub fn is_closing(&self) -> bool {
         self.shared.closing
     }
@@ -588,12 +592,14 @@ impl Consumer {
 
     /// The next thing the driver must do, in order.
     #[must_use]
+    #[inline]
     pub fn poll_action(&mut self) -> Option<Action> {
         self.shared.poll_action()
     }
 
     /// The next event for the application.
     #[must_use]
+    #[inline]
     pub fn poll_event(&mut self) -> Option<ConsumerEvent> {
         crate::queue::pop_front(&mut self.shared.events)
     }

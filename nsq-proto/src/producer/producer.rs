@@ -176,6 +176,7 @@ impl Producer {
     }
 
     /// True once [`close`](Self::close) was called.
+    #[inline]
     pub fn is_closing(&self) -> bool {
         self.closing
     }
@@ -505,6 +506,7 @@ impl Producer {
     /// [`poll_event`](Self::poll_event): gathering the bytes to write can end a connection
     /// (a TLS failure), which produces events.
     #[must_use]
+    #[inline]
     pub fn poll_action(&mut self) -> Option<Action> {
         if self.any_dirty {
             self.any_dirty = false;
@@ -529,6 +531,7 @@ impl Producer {
 
     /// The next event for the application.
     #[must_use]
+    #[inline]
     pub fn poll_event(&mut self) -> Option<ProducerEvent> {
         crate::queue::pop_front(&mut self.events)
     }
