@@ -372,7 +372,14 @@ pub(crate) fn event(e: nsq_client::Event) -> s::ClientEvent {
         Event::BackoffEnded => s::ClientEvent::BackoffEnded,
         Event::GaveUp { nsqd, attempts, .. } => s::ClientEvent::GaveUp { nsqd, attempts },
         Event::Starved(b) => s::ClientEvent::Starved(b),
-        Event::LookupdFailed { lookupd, .. } => s::ClientEvent::LookupdFailed { lookupd },
+        Event::LookupdFailed {
+            lookupd,
+            misconfigured,
+            ..
+        } => s::ClientEvent::LookupdFailed {
+            lookupd,
+            misconfigured,
+        },
         Event::Lagged { missed } => s::ClientEvent::Lagged { missed },
         _ => s::ClientEvent::Other,
     }

@@ -449,6 +449,8 @@ pub enum ClientEvent {
     LookupdFailed {
         /// The lookupd.
         lookupd: String,
+        /// The address is not a lookupd at all.
+        misconfigured: bool,
     },
     /// Events were dropped.
     Lagged {

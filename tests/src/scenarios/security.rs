@@ -233,7 +233,15 @@ pub(super) fn misconfigurations_are_typed_errors(f: &dyn Factory) {
             },
         )
         .unwrap();
+    let mut events = c.events();
     expect(c.connect_to_nsqd(&http_port.addr), Problem::HttpPort);
+    // The event stream says the same, once.
+    let said = super::ClientEvent::Disconnected {
+        nsqd: http_port.addr.clone(),
+        retrying: false,
+        misconfigured: Some(Problem::HttpPort),
+    };
+    assert_eq!(events.next(WAIT), super::NextEvent::Event(said));
     let stats = c.stats();
     let entry = stats
         .nsqd
@@ -264,6 +272,7 @@ pub(super) fn lookupd_misconfiguration_is_typed(f: &dyn Factory) {
             },
         )
         .unwrap();
+    let mut events = c.events();
     let real = lookupd.http_address().to_string();
     c.connect_to_lookupd(&real).unwrap();
     // Known: its last outcome at once.
@@ -282,6 +291,25 @@ pub(super) fn lookupd_misconfiguration_is_typed(f: &dyn Factory) {
     }
     let e = c.connect_to_lookupd(&nsqd_http).unwrap_err();
     assert!(e.message.contains("not an nsqlookupd"), "{e}");
+    // The event stream reports each failed query, saying whether the address is no lookupd.
+    let failed: Vec<_> = std::iter::from_fn(|| match events.next(WAIT) {
+        super::NextEvent::Event(e) => Some(e),
+        _ => None,
+    })
+    .filter(|e| matches!(e, super::ClientEvent::LookupdFailed { .. }))
+    .take(4)
+    .collect();
+    assert_eq!(failed.len(), 4, "{failed:?}");
+    assert!(
+        failed.iter().all(|e| matches!(
+            e,
+            super::ClientEvent::LookupdFailed {
+                misconfigured: true,
+                ..
+            }
+        )),
+        "{failed:?}"
+    );
     // Added again: asked once more.
     assert_eq!(lookupd_tcp.accepted(), 1);
     assert!(c.connect_to_lookupd(&lookupd_tcp.addr).is_err());
