@@ -3,7 +3,7 @@
 //! runs on a thread of its own, waiting on a poller of its own
 //! ([`nsq_client::poller`]); the application's tasks are woken through their wakers.
 
-use nsq_client::poller::{DriverThread, Poller, Socket, Timer};
+use nsq_client::poller::{DriverThread, Poller, PollerTimer, Socket};
 use nsq_client::{BoxFuture, Error, Runtime, SocketOptions};
 use std::io;
 
@@ -14,7 +14,7 @@ pub struct AsyncStd(Poller);
 
 impl Runtime for AsyncStd {
     type Socket = Socket;
-    type Timer = Timer;
+    type Timer = PollerTimer;
     type Task = DriverThread;
     type Consumer = crate::Consumer;
     type Producer = crate::Producer;
@@ -29,8 +29,8 @@ impl Runtime for AsyncStd {
         self.0.connect(addr, options)
     }
 
-    fn timer(&self) -> Timer {
-        Timer::default()
+    fn timer(&self) -> PollerTimer {
+        PollerTimer::default()
     }
 
     fn spawn(&self, name: &str, driver: BoxFuture<()>) -> io::Result<DriverThread> {

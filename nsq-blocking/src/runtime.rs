@@ -1,7 +1,7 @@
 //! [`Blocking`]: the client layer's [`Runtime`] on one thread per client, waiting on a poller
 //! of its own ([`nsq_client::poller`]).
 
-use nsq_client::poller::{DriverThread, Poller, Socket, Timer};
+use nsq_client::poller::{DriverThread, Poller, PollerTimer, Socket};
 use nsq_client::{BoxFuture, Error, Runtime, SocketOptions};
 use std::io;
 
@@ -12,7 +12,7 @@ pub struct Blocking(Poller);
 
 impl Runtime for Blocking {
     type Socket = Socket;
-    type Timer = Timer;
+    type Timer = PollerTimer;
     type Task = DriverThread;
     type Consumer = crate::Consumer;
     type Producer = crate::Producer;
@@ -27,8 +27,8 @@ impl Runtime for Blocking {
         self.0.connect(addr, options)
     }
 
-    fn timer(&self) -> Timer {
-        Timer::default()
+    fn timer(&self) -> PollerTimer {
+        PollerTimer::default()
     }
 
     fn spawn(&self, name: &str, driver: BoxFuture<()>) -> io::Result<DriverThread> {

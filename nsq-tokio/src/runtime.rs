@@ -107,9 +107,9 @@ fn check_drivers(handle: &Handle) -> Result<(), Error> {
 
 /// tokio's timer.
 #[derive(Debug)]
-pub struct Timer(Pin<Box<tokio::time::Sleep>>);
+pub struct TokioTimer(Pin<Box<tokio::time::Sleep>>);
 
-impl client::Timer for Timer {
+impl client::Timer for TokioTimer {
     fn reset(&mut self, at: Instant) {
         self.0.as_mut().reset(tokio::time::Instant::from_std(at));
     }
@@ -121,7 +121,7 @@ impl client::Timer for Timer {
 
 impl Runtime for Tokio {
     type Socket = Socket;
-    type Timer = Timer;
+    type Timer = TokioTimer;
     type Task = ();
     type Consumer = crate::Consumer;
     type Producer = crate::Producer;
@@ -157,9 +157,9 @@ impl Runtime for Tokio {
         })
     }
 
-    fn timer(&self) -> Timer {
+    fn timer(&self) -> TokioTimer {
         let _in_runtime = self.0.enter();
-        Timer(Box::pin(tokio::time::sleep(Duration::from_secs(3600))))
+        TokioTimer(Box::pin(tokio::time::sleep(Duration::from_secs(3600))))
     }
 
     fn spawn(&self, _name: &str, driver: BoxFuture<()>) -> io::Result<()> {

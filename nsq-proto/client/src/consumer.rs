@@ -49,8 +49,9 @@ enum Input {
     Control(Control),
 }
 
-/// State shared by the driver, the handles and the messages.
-struct Shared {
+/// What the driver, the handles and the messages share: the bridge between the application
+/// and the driver.
+struct Bridge {
     inbox: Arc<Inbox<Input>>,
     stopping: AtomicBool,
     starved: AtomicBool,
@@ -65,7 +66,7 @@ struct Shared {
 
 /// Sends `Dropped` to the driver when the last user handle goes; holds the driver's task.
 struct HandleGuard<R: Runtime> {
-    shared: Arc<Shared>,
+    shared: Arc<Bridge>,
     runtime: R,
     task: R::Task,
 }
@@ -79,7 +80,7 @@ impl<R: Runtime> Drop for HandleGuard<R> {
 // ----------------------------------------------------------------------------------- message
 
 /// Carries a message's answers to its consumer's driver (a push on its command queue).
-pub(crate) struct AnswerChannel(Arc<Shared>);
+pub(crate) struct AnswerChannel(Arc<Bridge>);
 
 impl fmt::Debug for AnswerChannel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -189,7 +190,7 @@ pub(crate) fn start<R: Runtime>(setup: ConsumerSetup) -> Result<Consumer<R>, Err
     let start = setup.start(runtime.now(), super::random_seed)?;
     let inbox = Inbox::new();
     let mailbox = Mailbox::new();
-    let shared = Arc::new(Shared {
+    let shared = Arc::new(Bridge {
         inbox: inbox.clone(),
         stopping: AtomicBool::new(false),
         starved: AtomicBool::new(false),
@@ -260,7 +261,7 @@ impl<R: Runtime> fmt::Debug for ConsumerHandle<R> {
 }
 
 impl<R: Runtime> ConsumerHandle<R> {
-    fn shared(&self) -> &Shared {
+    fn shared(&self) -> &Bridge {
         &self.guard.shared
     }
 
@@ -465,7 +466,7 @@ impl<R: Runtime> ConsumerHandle<R> {
 /// The receiving side of a consumer's messages (one per `run` worker).
 struct MessageReceiver {
     mailbox: Arc<Mailbox<Message>>,
-    shared: Arc<Shared>,
+    shared: Arc<Bridge>,
     /// Messages taken from the mailbox at once, not yet handed out.
     local: VecDeque<Message>,
     /// Take every queued message at once (the consumer's own receiver), or one at a time
@@ -474,7 +475,7 @@ struct MessageReceiver {
 }
 
 impl MessageReceiver {
-    fn new(mailbox: Arc<Mailbox<Message>>, shared: Arc<Shared>, batch: bool) -> Self {
+    fn new(mailbox: Arc<Mailbox<Message>>, shared: Arc<Bridge>, batch: bool) -> Self {
         MessageReceiver {
             mailbox,
             shared,
@@ -769,7 +770,7 @@ where
 
 struct ConsumerLogic {
     core: nsq_proto::Consumer,
-    shared: Arc<Shared>,
+    shared: Arc<Bridge>,
     mailbox: Arc<Mailbox<Message>>,
     /// Messages are handed out (false once stopping).
     handing_out: bool,

@@ -1,7 +1,7 @@
 //! A client's IO on a thread of its own, for runtimes that have no reactor to lend
 //! (`nsq-blocking`) or whose reactor costs more than it gives (`nsq-async-std`): a
 //! [`Poller`] per client, waited on by its driver thread over the client's non-blocking
-//! sockets ([`Socket`]), with the driver's [`Timer`] as the wait's deadline. Other threads
+//! sockets ([`Socket`]), with the driver's [`PollerTimer`] as the wait's deadline. Other threads
 //! wake the driver through the poller, once per batch of commands and only when it waits.
 //!
 //! The poller is mio's (epoll, kqueue or IOCP). Sockets are registered once, edge-triggered,
@@ -92,7 +92,7 @@ impl Reactor {
     }
 
     /// Runs `future` to completion on this thread: polls it, then waits for readiness, a
-    /// wake-up or the deadline of the [`Timer`] it polled last, and again.
+    /// wake-up or the deadline of the [`PollerTimer`] it polled last, and again.
     fn block_on<F: Future>(self: &Arc<Self>, future: F) -> io::Result<F::Output> {
         let mut poller = lock(&self.poller)
             .take()
@@ -180,7 +180,7 @@ impl Wake for Reactor {
 }
 
 thread_local! {
-    /// The deadline of the [`Timer`] polled pending during the current poll of
+    /// The deadline of the [`PollerTimer`] polled pending during the current poll of
     /// [`Reactor::block_on`].
     static NEXT_TIMER: Cell<Option<Instant>> = const { Cell::new(None) };
 }
@@ -188,11 +188,11 @@ thread_local! {
 /// The driver's timer: while it is armed and pending, the driver thread waits no longer than
 /// its deadline.
 #[derive(Debug, Default)]
-pub struct Timer {
+pub struct PollerTimer {
     at: Option<Instant>,
 }
 
-impl super::Timer for Timer {
+impl super::Timer for PollerTimer {
     fn reset(&mut self, at: Instant) {
         self.at = Some(at);
     }
@@ -214,7 +214,7 @@ impl super::Timer for Timer {
 /// One client's poller, and what a runtime shim implements
 /// [`Runtime`](super::Runtime) with: [`connect`](Self::connect) a [`Socket`],
 /// [`spawn`](Self::spawn) the driver on a thread that waits on the poller, and the
-/// [`Timer`] that bounds the wait. Cheap to clone (one poller per client, shared).
+/// [`PollerTimer`] that bounds the wait. Cheap to clone (one poller per client, shared).
 #[derive(Debug, Clone)]
 pub struct Poller {
     reactor: Arc<Reactor>,
@@ -509,7 +509,7 @@ mod tests {
 
     /// Polls `f` on `rt` until it is ready or five seconds have passed.
     fn within<T>(rt: &Poller, mut f: impl FnMut(&mut Context<'_>) -> Poll<T>) -> T {
-        let mut timer = Timer::default();
+        let mut timer = PollerTimer::default();
         timer.reset(Instant::now() + Duration::from_secs(5));
         rt.block_on(std::future::poll_fn(|cx| {
             if let Poll::Ready(v) = f(cx) {

@@ -47,7 +47,7 @@ fn is(entries: &[Entry], i: u32, id: &MessageId) -> bool {
 
 /// Where an entry's live timer is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Timer {
+enum TimerSlot {
     /// Slot with this sequence number in the FIFO.
     Fifo(u64),
     /// Entry with this generation in the sorted queue.
@@ -59,9 +59,9 @@ struct Entry {
     id: MessageId,
     deadline: Instant,
     delivered: Instant,
-    timer: Timer,
+    timer: TimerSlot,
     /// Its auto-touch timer, while the connection still touches it on its own.
-    touch: Option<Timer>,
+    touch: Option<TimerSlot>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -114,7 +114,7 @@ struct Timers {
 }
 
 impl Timers {
-    fn push(&mut self, id: MessageId, deadline: Instant) -> Timer {
+    fn push(&mut self, id: MessageId, deadline: Instant) -> TimerSlot {
         let order = self.next_order;
         self.next_order += 1;
         if self.fifo.back().is_none_or(|b| b.deadline <= deadline) {
@@ -125,7 +125,7 @@ impl Timers {
                 id,
                 live: true,
             });
-            Timer::Fifo(seq)
+            TimerSlot::Fifo(seq)
         } else {
             let at = self
                 .sorted
@@ -140,7 +140,7 @@ impl Timers {
                     id,
                 },
             );
-            Timer::Sorted(order)
+            TimerSlot::Sorted(order)
         }
     }
 
@@ -183,8 +183,8 @@ impl Timers {
         self.sorted.clear();
     }
 
-    fn kill(&mut self, timer: Timer) {
-        if let Timer::Fifo(seq) = timer {
+    fn kill(&mut self, timer: TimerSlot) {
+        if let TimerSlot::Fifo(seq) = timer {
             if let Some(slot) = seq
                 .checked_sub(self.base)
                 .and_then(|i| usize::try_from(i).ok())
@@ -410,10 +410,10 @@ impl InFlight {
     fn clean(&mut self) {
         let (map, entries) = (&self.map, &self.entries);
         self.timers.clean(|id, order| {
-            Self::find(map, entries, id).is_some_and(|e| e.timer == Timer::Sorted(order))
+            Self::find(map, entries, id).is_some_and(|e| e.timer == TimerSlot::Sorted(order))
         });
         self.touches.clean(|id, order| {
-            Self::find(map, entries, id).is_some_and(|e| e.touch == Some(Timer::Sorted(order)))
+            Self::find(map, entries, id).is_some_and(|e| e.touch == Some(TimerSlot::Sorted(order)))
         });
     }
 }

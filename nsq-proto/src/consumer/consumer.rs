@@ -11,7 +11,7 @@ use super::policy;
 use super::shared::Shared;
 use super::slots::Slot;
 use super::stats::{ConsumerStats, Counts};
-use super::timers::Timer;
+use super::timers::Deadline;
 #[cfg(doc)]
 use super::{ANSWER_FAILURE_BURST, ANSWER_FAILURE_WINDOW};
 use crate::addr::valid_host_port;
@@ -219,7 +219,7 @@ impl Consumer {
 
     /// True while a backoff window is running (all RDY 0).
     pub fn in_backoff_window(&self) -> bool {
-        self.shared.timers.is_set(Timer::Backoff)
+        self.shared.timers.is_set(Deadline::Backoff)
     }
 
     /// True once [`close`](Self::close) was called.
@@ -359,7 +359,7 @@ impl Consumer {
                 self.pump(now, id);
             }
         }
-        if self.shared.timers.is_expired(Timer::Close, now) {
+        if self.shared.timers.is_expired(Deadline::Close, now) {
             self.force_close(now);
         }
         self.flow.handle_timeout(now, &mut self.shared);
@@ -569,9 +569,9 @@ impl Consumer {
         }
         self.shared.closing = true;
         let deadline = later(now, self.shared.config.close_timeout);
-        self.shared.timers.set(Timer::Close, deadline);
-        self.shared.timers.stop(Timer::Redistribute);
-        self.shared.timers.stop(Timer::Backoff);
+        self.shared.timers.set(Deadline::Close, deadline);
+        self.shared.timers.stop(Deadline::Redistribute);
+        self.shared.timers.stop(Deadline::Backoff);
         self.discovery.close(&mut self.shared);
         let ids: Vec<ConnId> = self.shared.slots.keys().copied().collect();
         for id in ids {
@@ -810,7 +810,7 @@ impl Consumer {
     fn maybe_emit_closed(&mut self) {
         if self.shared.closing && !self.closed_emitted && self.shared.slots.is_empty() {
             self.closed_emitted = true;
-            self.shared.timers.stop(Timer::Close);
+            self.shared.timers.stop(Deadline::Close);
             self.shared.events.push_back(ConsumerEvent::Closed {
                 leftovers: self.leftovers,
             });
@@ -818,7 +818,7 @@ impl Consumer {
     }
 
     fn force_close(&mut self, now: Instant) {
-        self.shared.timers.stop(Timer::Close);
+        self.shared.timers.stop(Deadline::Close);
         let ids: Vec<ConnId> = self.shared.slots.keys().copied().collect();
         for id in ids {
             let leftovers = self.in_flight(id);

@@ -9,7 +9,7 @@ use super::policy::ReconnectSchedule;
 use super::shared::Shared;
 use super::slots::{Slot, Slots};
 use super::stats::{Counts, NsqdState, NsqdStats};
-use super::timers::Timer;
+use super::timers::Deadline;
 use crate::addr::valid_host_port;
 use crate::connection::{Connection, ConnectionState};
 use crate::deadline::{MAX_DELAY, later};
@@ -91,7 +91,7 @@ struct Lookupd {
     parked: bool,
 }
 
-/// The nsqd and lookupd sets. Its consumer-wide deadline is the [`Timer::LookupdPoll`] entry
+/// The nsqd and lookupd sets. Its consumer-wide deadline is the [`Deadline::LookupdPoll`] entry
 /// of the timer table; each lookupd query's timeout and each nsqd's reconnect stay with them
 /// ([`next_timeout`](Self::next_timeout)).
 #[derive(Debug)]
@@ -216,7 +216,7 @@ impl Discovery {
         if let Some(l) = self.lookupds.iter_mut().find(|l| l.addr == addr) {
             // Added again: the program asks to try, whatever the last answer showed.
             if std::mem::take(&mut l.parked) {
-                sh.timers.set(Timer::LookupdPoll, now);
+                sh.timers.set(Deadline::LookupdPoll, now);
             }
             return;
         }
@@ -225,7 +225,7 @@ impl Discovery {
             pending: None,
             parked: false,
         });
-        sh.timers.set(Timer::LookupdPoll, now);
+        sh.timers.set(Deadline::LookupdPoll, now);
     }
 
     /// Stops reconnecting the directly added nsqd `addr` (already validated): it counts as
@@ -295,7 +295,7 @@ impl Discovery {
     /// The consumer is closing: no more polls or reconnects; queries in progress are
     /// abandoned.
     pub(super) fn close(&mut self, sh: &mut Shared) {
-        sh.timers.stop(Timer::LookupdPoll);
+        sh.timers.stop(Deadline::LookupdPoll);
         let pending: Vec<LookupdRequestId> = self
             .lookupds
             .iter_mut()
@@ -373,7 +373,7 @@ impl Discovery {
                 self.lookupd_done(now, i, Err(LookupdError::Timeout), sh);
             }
         }
-        if sh.timers.is_expired(Timer::LookupdPoll, now) {
+        if sh.timers.is_expired(Deadline::LookupdPoll, now) {
             self.poll_lookupds(now, topic, sh);
         }
         let reconnect: Vec<String> = self
@@ -464,7 +464,7 @@ impl Discovery {
 
     fn poll_lookupds(&mut self, now: Instant, topic: &Topic, sh: &mut Shared) {
         if sh.closing {
-            sh.timers.stop(Timer::LookupdPoll);
+            sh.timers.stop(Deadline::LookupdPoll);
             return;
         }
         for i in 0..self.lookupds.len() {
@@ -499,7 +499,7 @@ impl Discovery {
         let interval = interval.min(MAX_DELAY);
         let jitter = interval.mul_f64(fraction * sh.rng.unit_f64());
         sh.timers
-            .set(Timer::LookupdPoll, later(now, interval + jitter));
+            .set(Deadline::LookupdPoll, later(now, interval + jitter));
     }
 
     fn lookupd_done(

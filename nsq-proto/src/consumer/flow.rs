@@ -6,7 +6,7 @@
 use super::policy::{self, RdySlot};
 use super::shared::Shared;
 use super::slots::Slot;
-use super::timers::Timer;
+use super::timers::Deadline;
 use crate::connection::Connection;
 use crate::deadline::later;
 use crate::driver::ConnId;
@@ -34,7 +34,7 @@ enum Turn {
 }
 
 /// The consumer's flow-control state: the RDY plan's memory between calls and the backoff
-/// state. Its deadlines are the [`Timer::Backoff`] and [`Timer::Redistribute`] entries of the
+/// state. Its deadlines are the [`Deadline::Backoff`] and [`Deadline::Redistribute`] entries of the
 /// timer table; the per-connection state it works on is in each [`Slot`].
 #[derive(Debug)]
 pub(super) struct FlowControl {
@@ -171,8 +171,8 @@ impl FlowControl {
     /// The flow-control deadlines due at `now`: the end of a backoff window, bootstraps and
     /// settle times of connections, and the next redistribution.
     pub(super) fn handle_timeout(&mut self, now: Instant, sh: &mut Shared) {
-        if sh.timers.is_expired(Timer::Backoff, now) {
-            sh.timers.stop(Timer::Backoff);
+        if sh.timers.is_expired(Deadline::Backoff, now) {
+            sh.timers.stop(Deadline::Backoff);
             self.probe = None;
             self.rebalance(now, false, sh);
         }
@@ -192,8 +192,8 @@ impl FlowControl {
         if settled && !bootstrapped {
             self.replan_if_owed(now, sh);
         }
-        if sh.timers.is_expired(Timer::Redistribute, now) {
-            sh.timers.stop(Timer::Redistribute);
+        if sh.timers.is_expired(Deadline::Redistribute, now) {
+            sh.timers.stop(Deadline::Redistribute);
             self.rebalance(now, true, sh);
         } else if bootstrapped {
             self.rebalance(now, false, sh);
@@ -244,7 +244,9 @@ impl FlowControl {
     }
 
     pub(super) fn on_success(&mut self, now: Instant, sh: &mut Shared) {
-        if !sh.config.backoff_enabled || sh.timers.is_set(Timer::Backoff) || self.backoff_level == 0
+        if !sh.config.backoff_enabled
+            || sh.timers.is_set(Deadline::Backoff)
+            || self.backoff_level == 0
         {
             return;
         }
@@ -260,7 +262,7 @@ impl FlowControl {
     }
 
     pub(super) fn on_failure(&mut self, now: Instant, sh: &mut Shared) {
-        if !sh.config.backoff_enabled || sh.timers.is_set(Timer::Backoff) || sh.closing {
+        if !sh.config.backoff_enabled || sh.timers.is_set(Deadline::Backoff) || sh.closing {
             return;
         }
         self.backoff_level = (self.backoff_level + 1).min(Self::backoff_max_level(sh));
@@ -282,7 +284,7 @@ impl FlowControl {
             sh.config.max_backoff_duration,
             &mut sh.rng,
         );
-        sh.timers.set(Timer::Backoff, later(now, d));
+        sh.timers.set(Deadline::Backoff, later(now, d));
         self.probe = None;
         self.rebalance(now, false, sh);
         d
@@ -300,7 +302,7 @@ impl FlowControl {
         let m = self.max_in_flight;
         let mut targets = vec![0u32; n];
         let mut low_mode = false;
-        if sh.closing || m == 0 || n == 0 || sh.timers.is_set(Timer::Backoff) {
+        if sh.closing || m == 0 || n == 0 || sh.timers.is_set(Deadline::Backoff) {
             // all zero
         } else if self.backoff_level > 0 {
             let keep = self.probe.and_then(|p| ready.iter().position(|&r| r == p));
@@ -339,21 +341,21 @@ impl FlowControl {
             self.plan_low(now, &ready, &mut targets, redistribute, sh);
         }
         self.apply(now, &ready, &targets, sh);
-        let probe_tick = self.backoff_level > 0 && !sh.timers.is_set(Timer::Backoff) && n > 1;
+        let probe_tick = self.backoff_level > 0 && !sh.timers.is_set(Deadline::Backoff) && n > 1;
         if sh.closing {
-            sh.timers.stop(Timer::Redistribute);
+            sh.timers.stop(Deadline::Redistribute);
         } else if low_mode && m > 0 {
             sh.timers
-                .set(Timer::Redistribute, self.next_rotation(now, &ready, sh));
+                .set(Deadline::Redistribute, self.next_rotation(now, &ready, sh));
         } else if probe_tick {
-            if !sh.timers.is_set(Timer::Redistribute) {
+            if !sh.timers.is_set(Deadline::Redistribute) {
                 sh.timers.set(
-                    Timer::Redistribute,
+                    Deadline::Redistribute,
                     later(now, sh.config.rdy_redistribute_interval),
                 );
             }
         } else {
-            sh.timers.stop(Timer::Redistribute);
+            sh.timers.stop(Deadline::Redistribute);
         }
     }
 

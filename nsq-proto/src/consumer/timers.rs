@@ -1,4 +1,4 @@
-//! The consumer's own deadlines, one slot per purpose ([`Timer`]), in a [`TimerTable`].
+//! The consumer's own deadlines, one slot per purpose ([`Deadline`]), in a [`TimerTable`].
 //!
 //! Deadlines that belong to one entity stay with it (a connection's own timers, a new
 //! connection's bootstrap and a lowered RDY's settle time, a lookupd query's timeout, an
@@ -9,7 +9,7 @@ use std::time::Instant;
 
 /// What a consumer-wide timer is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Timer {
+pub(super) enum Deadline {
     /// The next round of nsqlookupd queries.
     LookupdPoll,
     /// The end of the running backoff window (every RDY is 0 until then).
@@ -21,48 +21,48 @@ pub(super) enum Timer {
     Close,
 }
 
-impl Timer {
+impl Deadline {
     const COUNT: usize = 4;
 
     fn index(self) -> usize {
         match self {
-            Timer::LookupdPoll => 0,
-            Timer::Backoff => 1,
-            Timer::Redistribute => 2,
-            Timer::Close => 3,
+            Deadline::LookupdPoll => 0,
+            Deadline::Backoff => 1,
+            Deadline::Redistribute => 2,
+            Deadline::Close => 3,
         }
     }
 }
 
-/// One optional deadline per [`Timer`].
+/// One optional deadline per [`Deadline`].
 #[derive(Debug, Default, Clone, Copy)]
 pub(super) struct TimerTable {
-    data: [Option<Instant>; Timer::COUNT],
+    data: [Option<Instant>; Deadline::COUNT],
 }
 
 impl TimerTable {
     /// Arms `timer` for `at` (replacing its previous deadline).
-    pub(super) fn set(&mut self, timer: Timer, at: Instant) {
+    pub(super) fn set(&mut self, timer: Deadline, at: Instant) {
         self.data[timer.index()] = Some(at);
     }
 
     /// Disarms `timer`.
-    pub(super) fn stop(&mut self, timer: Timer) {
+    pub(super) fn stop(&mut self, timer: Deadline) {
         self.data[timer.index()] = None;
     }
 
     /// The deadline of `timer`, if armed.
-    pub(super) fn get(&self, timer: Timer) -> Option<Instant> {
+    pub(super) fn get(&self, timer: Deadline) -> Option<Instant> {
         self.data[timer.index()]
     }
 
     /// True when `timer` is armed.
-    pub(super) fn is_set(&self, timer: Timer) -> bool {
+    pub(super) fn is_set(&self, timer: Deadline) -> bool {
         self.get(timer).is_some()
     }
 
     /// True when `timer` is armed and due at `now`.
-    pub(super) fn is_expired(&self, timer: Timer, now: Instant) -> bool {
+    pub(super) fn is_expired(&self, timer: Deadline, now: Instant) -> bool {
         self.get(timer).is_some_and(|t| t <= now)
     }
 
@@ -84,14 +84,14 @@ mod tests {
         let now = Instant::now();
         let mut t = TimerTable::default();
         assert_eq!(t.next_timeout(), None);
-        t.set(Timer::Close, now + Duration::from_secs(3));
-        t.set(Timer::Backoff, now + Duration::from_secs(1));
+        t.set(Deadline::Close, now + Duration::from_secs(3));
+        t.set(Deadline::Backoff, now + Duration::from_secs(1));
         assert_eq!(t.next_timeout(), Some(now + Duration::from_secs(1)));
-        assert!(t.is_set(Timer::Backoff) && !t.is_set(Timer::LookupdPoll));
-        assert!(!t.is_expired(Timer::Backoff, now));
-        assert!(t.is_expired(Timer::Backoff, now + Duration::from_secs(1)));
-        t.stop(Timer::Backoff);
-        assert_eq!(t.get(Timer::Backoff), None);
+        assert!(t.is_set(Deadline::Backoff) && !t.is_set(Deadline::LookupdPoll));
+        assert!(!t.is_expired(Deadline::Backoff, now));
+        assert!(t.is_expired(Deadline::Backoff, now + Duration::from_secs(1)));
+        t.stop(Deadline::Backoff);
+        assert_eq!(t.get(Deadline::Backoff), None);
         assert_eq!(t.next_timeout(), Some(now + Duration::from_secs(3)));
     }
 }
