@@ -635,6 +635,13 @@ fn slow_reads_throttle_clients() -> R {
         bytes_per_read: 256,
         pause: Duration::from_millis(5),
     }));
+    // The connection's reader may be waiting in a read begun before the throttle was set,
+    // which takes whatever arrives at once: a small round trip first, so that the timed
+    // publish is read by throttled reads only.
+    assert_eq!(
+        c.publish(&Env::unique("brk"), b"warm-up")?,
+        RawFrame::Response(b"OK".to_vec())
+    );
     let t0 = Instant::now();
     assert_eq!(
         c.publish(&Env::unique("brk"), &[b'x'; 16 * 1024])?,
