@@ -250,7 +250,7 @@ impl Flags {
 }
 
 /// Installs the `tracing` subscriber of the tools: human-readable lines on stderr, filtered by
-/// `RUST_LOG` (`RUST_LOG=debug`, `RUST_LOG=nsq_proto=trace,info`, ...), `info` when unset.
+/// `RUST_LOG` (`RUST_LOG=debug`, `RUST_LOG=nsq_client=debug,nsq_proto=trace,info`, ...), `info` when unset.
 pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
