@@ -176,6 +176,23 @@ impl Message {
     }
 }
 
+/// Moves the calls in `waiting` that wait for `key` to `answered`, each with `outcome` (sent
+/// once the round's stats are published).
+fn answer_waiting(
+    waiting: &mut Vec<(String, ConnectReply)>,
+    key: &str,
+    outcome: &Result<(), Error>,
+    answered: &mut Vec<(ConnectReply, Result<(), Error>)>,
+) {
+    if waiting.iter().any(|(k, _)| k == key) {
+        let (done, rest) = std::mem::take(waiting)
+            .into_iter()
+            .partition(|(k, _)| k == key);
+        *waiting = rest;
+        answered.extend(done.into_iter().map(|(_, reply)| (reply, outcome.clone())));
+    }
+}
+
 /// A lookupd address as the core names it in its events (`http://host:port/path`).
 fn lookupd_key(addr: &str) -> String {
     nsq_proto::consumer::LookupdAddress::parse(addr)
@@ -806,14 +823,12 @@ impl ConsumerLogic {
             lookupd: key.to_owned(),
             error,
         });
-        if self.lookupd_waiting.iter().any(|(k, _)| k == key) {
-            let (done, waiting) = std::mem::take(&mut self.lookupd_waiting)
-                .into_iter()
-                .partition(|(k, _)| k == key);
-            self.lookupd_waiting = waiting;
-            let answered = done.into_iter().map(|(_, reply)| (reply, outcome.clone()));
-            self.connected_now.extend(answered);
-        }
+        answer_waiting(
+            &mut self.lookupd_waiting,
+            key,
+            &outcome,
+            &mut self.connected_now,
+        );
         self.lookupd_outcome.insert(key.to_owned(), outcome);
     }
 
@@ -870,14 +885,12 @@ impl ConsumerLogic {
 
     /// Resolves the `connect_to_nsqd` calls waiting for `addr` with its first outcome.
     fn connected(&mut self, addr: &str, outcome: &Result<(), Error>) {
-        if self.connecting_to.iter().any(|(a, _)| a == addr) {
-            let (done, waiting) = std::mem::take(&mut self.connecting_to)
-                .into_iter()
-                .partition(|(a, _)| a == addr);
-            self.connecting_to = waiting;
-            let answered = done.into_iter().map(|(_, reply)| (reply, outcome.clone()));
-            self.connected_now.extend(answered);
-        }
+        answer_waiting(
+            &mut self.connecting_to,
+            addr,
+            outcome,
+            &mut self.connected_now,
+        );
     }
 
     /// Requeues a message the application never received: at once, without backoff.

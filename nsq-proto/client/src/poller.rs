@@ -313,17 +313,29 @@ async fn resolve(reactor: &Arc<Reactor>, addr: String) -> io::Result<Vec<SocketA
     if let Ok(a) = addr.parse::<SocketAddr>() {
         return Ok(vec![a]);
     }
-    let slot: Arc<Mutex<Option<io::Result<Vec<SocketAddr>>>>> = Arc::default();
+    on_thread(reactor, "nsqb-resolve", move || {
+        addr.to_socket_addrs().map(Iterator::collect)
+    })
+    .await
+}
+
+/// Runs the blocking `work` on a short-lived thread named `name` and waits for its result
+/// without blocking the driver: the thread wakes the poller when it is done.
+async fn on_thread<T: Send + 'static>(
+    reactor: &Arc<Reactor>,
+    name: &str,
+    work: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> io::Result<T> {
+    let slot: Arc<Mutex<Option<io::Result<T>>>> = Arc::default();
     let (theirs, waker) = (slot.clone(), Waker::from(reactor.clone()));
     std::thread::Builder::new()
-        .name("nsqb-resolve".to_owned())
+        .name(name.to_owned())
         .spawn(move || {
-            let resolved = addr.to_socket_addrs().map(Iterator::collect);
-            *lock(&theirs) = Some(resolved);
+            *lock(&theirs) = Some(work());
             waker.wake();
         })?;
     std::future::poll_fn(|_| match lock(&slot).take() {
-        Some(resolved) => Poll::Ready(resolved),
+        Some(done) => Poll::Ready(done),
         None => Poll::Pending,
     })
     .await
@@ -339,28 +351,12 @@ async fn connect_from(
     dial: std::time::Duration,
 ) -> io::Result<Socket> {
     use socket2::{Domain, Protocol, Type};
-    let slot: Arc<Mutex<Option<io::Result<std::net::TcpStream>>>> = Arc::default();
-    let (theirs, waker) = (slot.clone(), Waker::from(reactor.clone()));
-    std::thread::Builder::new()
-        .name("nsqb-connect".to_owned())
-        .spawn(move || {
-            let connected = (|| {
-                let s = socket2::Socket::new(
-                    Domain::for_address(addr),
-                    Type::STREAM,
-                    Some(Protocol::TCP),
-                )?;
-                s.bind(&local.into())?;
-                s.connect_timeout(&addr.into(), dial)?;
-                s.set_nonblocking(true)?;
-                Ok(std::net::TcpStream::from(s))
-            })();
-            *lock(&theirs) = Some(connected);
-            waker.wake();
-        })?;
-    let stream = std::future::poll_fn(|_| match lock(&slot).take() {
-        Some(connected) => Poll::Ready(connected),
-        None => Poll::Pending,
+    let stream = on_thread(reactor, "nsqb-connect", move || {
+        let s = socket2::Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+        s.bind(&local.into())?;
+        s.connect_timeout(&addr.into(), dial)?;
+        s.set_nonblocking(true)?;
+        Ok(std::net::TcpStream::from(s))
     })
     .await?;
     let socket = reactor.register(TcpStream::from_std(stream))?;
