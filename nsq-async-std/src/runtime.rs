@@ -3,9 +3,10 @@
 //! runs on a thread of its own, waiting on a poller of its own
 //! ([`nsq_client::poller`]); the application's tasks are woken through their wakers.
 
-use nsq_client::poller::{DriverThread, Poller, PollerTimer, Socket};
-use nsq_client::{BoxFuture, Error, Runtime, SocketOptions};
+use nsq_client::poller::{Poller, PollerTimer, Socket};
+use nsq_client::{Adapter, BoxFuture, Error, Runtime, SocketOptions};
 use std::io;
+use std::time::Instant;
 
 /// The client layer's runtime for async-std, smol and any executor: one driver thread per
 /// client, waiting on the client's own poller.
@@ -15,7 +16,20 @@ pub struct AsyncStd(Poller);
 impl Runtime for AsyncStd {
     type Socket = Socket;
     type Timer = PollerTimer;
-    type Task = DriverThread;
+    fn connect(&self, addr: &str, options: SocketOptions) -> BoxFuture<io::Result<Socket>> {
+        self.0.connect(addr, options)
+    }
+
+    fn timer(&self, at: Instant) -> PollerTimer {
+        PollerTimer::new(at)
+    }
+
+    fn spawn(&self, name: &str, driver: BoxFuture<()>) -> io::Result<()> {
+        self.0.spawn(name, driver)
+    }
+}
+
+impl Adapter for AsyncStd {
     type Consumer = crate::Consumer;
     type Producer = crate::Producer;
 
@@ -23,17 +37,5 @@ impl Runtime for AsyncStd {
         Poller::new()
             .map(AsyncStd)
             .map_err(|e| Error::Spawn(format!("could not create a poller: {e}")))
-    }
-
-    fn connect(&self, addr: &str, options: SocketOptions) -> BoxFuture<io::Result<Socket>> {
-        self.0.connect(addr, options)
-    }
-
-    fn timer(&self) -> PollerTimer {
-        PollerTimer::default()
-    }
-
-    fn spawn(&self, name: &str, driver: BoxFuture<()>) -> io::Result<DriverThread> {
-        self.0.spawn(name, driver)
     }
 }

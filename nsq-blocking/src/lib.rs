@@ -27,7 +27,7 @@
 //!   a caller's thread is woken only when its own reply or message is ready.
 //! * A host name is resolved on a short-lived thread (the system resolver blocks); IP
 //!   addresses need none.
-//! * The driver thread is joined by [`ConsumerHandle::stop`] / [`Consumer::stop`] /
+//! * The driver thread is waited for by [`ConsumerHandle::stop`] / [`Consumer::stop`] /
 //!   [`Producer::close`] and on drop; nothing blocks without a bound. Logs go to `tracing`.
 //!
 //! # What is here
@@ -69,7 +69,7 @@
 //! producer.publish("events", "hello")?;
 //! producer.multi_publish("events", ["a", "b"])?;
 //! producer.deferred_publish("events", Duration::from_millis(10), "later")?;
-//! producer.close(); // flushes what is outstanding, joins its threads
+//! producer.close(); // flushes what is outstanding, waits for its driver thread to end
 //!
 //! // Consume: an iterator of messages that answer themselves.
 //! let mut consumer = Consumer::builder("events", "archive")
@@ -83,7 +83,7 @@
 //!     msg.finish(); // or requeue(delay), requeue_without_backoff(delay), touch()
 //!     seen += 1;
 //! }
-//! let report = consumer.stop(); // graceful: CLS, drain, join every thread
+//! let report = consumer.stop(); // graceful: CLS, drain, wait for the driver thread to end
 //! assert_eq!(report.unanswered, 0);
 //! # Ok(())
 //! # }

@@ -1,9 +1,10 @@
 //! [`Blocking`]: the client layer's [`Runtime`] on one thread per client, waiting on a poller
 //! of its own ([`nsq_client::poller`]).
 
-use nsq_client::poller::{DriverThread, Poller, PollerTimer, Socket};
-use nsq_client::{BoxFuture, Error, Runtime, SocketOptions};
+use nsq_client::poller::{Poller, PollerTimer, Socket};
+use nsq_client::{Adapter, BoxFuture, Error, Runtime, SocketOptions};
 use std::io;
+use std::time::Instant;
 
 /// One thread per client as the client layer's runtime: each client gets its own poller,
 /// waited on by its driver thread (`nsqb-consumer`, `nsqb-producer`).
@@ -13,7 +14,20 @@ pub struct Blocking(Poller);
 impl Runtime for Blocking {
     type Socket = Socket;
     type Timer = PollerTimer;
-    type Task = DriverThread;
+    fn connect(&self, addr: &str, options: SocketOptions) -> BoxFuture<io::Result<Socket>> {
+        self.0.connect(addr, options)
+    }
+
+    fn timer(&self, at: Instant) -> PollerTimer {
+        PollerTimer::new(at)
+    }
+
+    fn spawn(&self, name: &str, driver: BoxFuture<()>) -> io::Result<()> {
+        self.0.spawn(&name.replacen("nsq-", "nsqb-", 1), driver)
+    }
+}
+
+impl Adapter for Blocking {
     type Consumer = crate::Consumer;
     type Producer = crate::Producer;
 
@@ -21,17 +35,5 @@ impl Runtime for Blocking {
         Poller::new()
             .map(Blocking)
             .map_err(|e| Error::Spawn(format!("could not create a poller: {e}")))
-    }
-
-    fn connect(&self, addr: &str, options: SocketOptions) -> BoxFuture<io::Result<Socket>> {
-        self.0.connect(addr, options)
-    }
-
-    fn timer(&self) -> PollerTimer {
-        PollerTimer::default()
-    }
-
-    fn spawn(&self, name: &str, driver: BoxFuture<()>) -> io::Result<DriverThread> {
-        self.0.spawn(&name.replacen("nsq-", "nsqb-", 1), driver)
     }
 }

@@ -4,7 +4,7 @@
 
 use nsq_blocking::{Blocking, Config, Error};
 use nsq_client::blocking::{Consumer, Producer};
-use nsq_client::{self as client, BoxFuture, Runtime, SocketOptions};
+use nsq_client::{self as client, Adapter, BoxFuture, Runtime, SocketOptions};
 use nsq_test_broker::Nsqd;
 use std::io;
 use std::sync::Arc;
@@ -46,22 +46,25 @@ impl client::Socket for Socket {
 impl Runtime for Panicky {
     type Socket = Socket;
     type Timer = <Blocking as Runtime>::Timer;
-    type Task = <Blocking as Runtime>::Task;
+
+    fn connect(&self, addr: &str, timeouts: SocketOptions) -> BoxFuture<io::Result<Socket>> {
+        let connect = self.0.connect(addr, timeouts);
+        Box::pin(async move { Ok(Socket(connect.await?)) })
+    }
+    fn timer(&self, at: std::time::Instant) -> Self::Timer {
+        self.0.timer(at)
+    }
+    fn spawn(&self, name: &str, driver: BoxFuture<()>) -> io::Result<()> {
+        self.0.spawn(name, driver)
+    }
+}
+
+impl Adapter for Panicky {
     type Consumer = Consumer<Panicky>;
     type Producer = Producer<Panicky>;
 
     fn current() -> Result<Self, Error> {
         Ok(Panicky(Blocking::current()?))
-    }
-    fn connect(&self, addr: &str, timeouts: SocketOptions) -> BoxFuture<io::Result<Socket>> {
-        let connect = self.0.connect(addr, timeouts);
-        Box::pin(async move { Ok(Socket(connect.await?)) })
-    }
-    fn timer(&self) -> Self::Timer {
-        self.0.timer()
-    }
-    fn spawn(&self, name: &str, driver: BoxFuture<()>) -> io::Result<Self::Task> {
-        self.0.spawn(name, driver)
     }
 }
 

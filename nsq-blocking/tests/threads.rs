@@ -1,4 +1,4 @@
-//! Every thread nsq-blocking starts is joined on stop / close / drop. Its own test binary
+//! Every thread nsq-blocking starts ends on stop / close / drop. Its own test binary
 //! (one test) so no other test's threads are counted.
 
 use nsq_blocking::{Config, Consumer, ConsumerConfig, HandlerError, Message, Producer};
@@ -70,7 +70,7 @@ fn scenario() {
     let addr = nsqd.tcp_address().to_string();
     assert_no_threads();
 
-    // Producer: close() joins its driver thread.
+    // Producer: close() waits for its driver thread to end.
     let p = Producer::connect(&addr, &Config::default()).unwrap();
     let workers: Vec<_> = (0..4)
         .map(|i| {

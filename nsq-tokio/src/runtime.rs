@@ -2,7 +2,7 @@
 //! driver (and `Consumer::run`'s workers) as tasks of the runtime `build` was called in.
 
 use bytes::{Bytes, BytesMut};
-use nsq_client::{self as client, BoxFuture, Error, Runtime, SocketOptions};
+use nsq_client::{self as client, Adapter, BoxFuture, Error, Runtime, SocketOptions};
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -122,20 +122,6 @@ impl client::Timer for TokioTimer {
 impl Runtime for Tokio {
     type Socket = Socket;
     type Timer = TokioTimer;
-    type Task = ();
-    type Consumer = crate::Consumer;
-    type Producer = crate::Producer;
-
-    fn current() -> Result<Self, Error> {
-        let handle = Handle::try_current().map_err(|_| {
-            Error::NoRuntime(
-                "no tokio runtime here: build the client inside one (#[tokio::main], or \
-                 Runtime::enter), with its IO and time drivers enabled (enable_all)",
-            )
-        })?;
-        check_drivers(&handle)?;
-        Ok(Tokio(handle))
-    }
 
     fn now(&self) -> Instant {
         tokio::time::Instant::now().into_std()
@@ -157,14 +143,30 @@ impl Runtime for Tokio {
         })
     }
 
-    fn timer(&self) -> TokioTimer {
+    fn timer(&self, at: Instant) -> TokioTimer {
         let _in_runtime = self.0.enter();
-        TokioTimer(Box::pin(tokio::time::sleep(Duration::from_secs(3600))))
+        TokioTimer(Box::pin(tokio::time::sleep_until(at.into())))
     }
 
     fn spawn(&self, _name: &str, driver: BoxFuture<()>) -> io::Result<()> {
         drop(self.0.spawn(driver));
         Ok(())
+    }
+}
+
+impl Adapter for Tokio {
+    type Consumer = crate::Consumer;
+    type Producer = crate::Producer;
+
+    fn current() -> Result<Self, Error> {
+        let handle = Handle::try_current().map_err(|_| {
+            Error::NoRuntime(
+                "no tokio runtime here: build the client inside one (#[tokio::main], or \
+                 Runtime::enter), with its IO and time drivers enabled (enable_all)",
+            )
+        })?;
+        check_drivers(&handle)?;
+        Ok(Tokio(handle))
     }
 
     /// Each worker is a task, so handlers run in parallel on a multi-threaded runtime.

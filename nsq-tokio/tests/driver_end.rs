@@ -2,7 +2,7 @@
 //! stands in for any bug), or the runtime it ran on was dropped. Every pending and later
 //! call returns (`Error::Closed`, `None`, a report).
 
-use nsq_client::{self as client, BoxFuture, Runtime, SocketOptions};
+use nsq_client::{self as client, Adapter, BoxFuture, Runtime, SocketOptions};
 use nsq_test_broker::Nsqd;
 use nsq_tokio::{Config, Error, Tokio};
 use std::io;
@@ -45,13 +45,7 @@ impl client::Socket for Socket {
 impl Runtime for Panicky {
     type Socket = Socket;
     type Timer = <Tokio as Runtime>::Timer;
-    type Task = ();
-    type Consumer = client::Consumer<Panicky>;
-    type Producer = client::Producer<Panicky>;
 
-    fn current() -> Result<Self, Error> {
-        Ok(Panicky(Tokio::current()?, trigger()))
-    }
     fn now(&self) -> Instant {
         self.0.now()
     }
@@ -59,11 +53,20 @@ impl Runtime for Panicky {
         let (connect, flag) = (self.0.connect(addr, timeouts), self.1.clone());
         Box::pin(async move { Ok(Socket(connect.await?, flag)) })
     }
-    fn timer(&self) -> Self::Timer {
-        self.0.timer()
+    fn timer(&self, at: std::time::Instant) -> Self::Timer {
+        self.0.timer(at)
     }
     fn spawn(&self, name: &str, driver: BoxFuture<()>) -> io::Result<()> {
         self.0.spawn(name, driver)
+    }
+}
+
+impl Adapter for Panicky {
+    type Consumer = client::Consumer<Panicky>;
+    type Producer = client::Producer<Panicky>;
+
+    fn current() -> Result<Self, Error> {
+        Ok(Panicky(Tokio::current()?, trigger()))
     }
 }
 

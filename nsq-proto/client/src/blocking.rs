@@ -4,7 +4,7 @@
 //! thread until it is woken. The documentation of each method is on the async type
 //! ([`Consumer`](super::Consumer), ...); only what blocking changes is said here.
 
-use super::runtime::{DriverTask, Runtime};
+use super::runtime::Adapter;
 use super::{Error, Event, HandlerError, IntoChannel, IntoTopic, Message, StopReport};
 use bytes::Bytes;
 use nsq_proto::Config;
@@ -89,15 +89,15 @@ fn block_on_with<F: Future>(
 /// A cloneable control handle of a [`Consumer`], usable from other threads while one thread
 /// (or [`Consumer::run`]'s pool) reads messages. See the async [`ConsumerHandle`](super::ConsumerHandle).
 #[derive(Debug)]
-pub struct ConsumerHandle<R: Runtime>(super::ConsumerHandle<R>);
+pub struct ConsumerHandle<R: Adapter>(super::ConsumerHandle<R>);
 
-impl<R: Runtime> Clone for ConsumerHandle<R> {
+impl<R: Adapter> Clone for ConsumerHandle<R> {
     fn clone(&self) -> Self {
         ConsumerHandle(self.0.clone())
     }
 }
 
-impl<R: Runtime> ConsumerHandle<R> {
+impl<R: Adapter> ConsumerHandle<R> {
     /// See the async [`ConsumerHandle::connect_to_nsqd`](super::ConsumerHandle::connect_to_nsqd).
     pub fn connect_to_nsqd(&self, addr: &str) -> Result<(), Error> {
         block_on(self.0.connect_to_nsqd(addr))
@@ -160,20 +160,20 @@ impl<R: Runtime> ConsumerHandle<R> {
     }
 
     /// Graceful shutdown (see the async [`ConsumerHandle::stop`](super::ConsumerHandle::stop)); returns once every
-    /// connection has drained or `drain_timeout` passed and every thread is joined.
+    /// connection has drained or `drain_timeout` passed and the driver has ended.
     ///
     /// Called from inside a [`Consumer::run`] handler it also waits for that handler's own
     /// message (until `drain_timeout`): answer the message first, or stop from another thread.
     /// Called from a give-up hook (which runs on the driver's thread) it starts the stop and
     /// returns at once, with an empty report.
     pub fn stop(&self) -> StopReport {
-        let task = self.0.driver_task();
-        if task.is_current() {
+        let ended = self.0.ended();
+        if ended.is_current() {
             self.0.request_stop();
             return StopReport::default();
         }
         let report = block_on(self.0.stop());
-        task.join();
+        ended.wait();
         report
     }
 }
@@ -190,12 +190,12 @@ impl<R: Runtime> ConsumerHandle<R> {
 ///
 /// Dropping it stops it like [`stop`](Self::stop) and waits for that (messages still held by
 /// the application are waited for, up to `drain_timeout`).
-pub struct Consumer<R: Runtime> {
+pub struct Consumer<R: Adapter> {
     inner: super::Consumer<R>,
     stopped: bool,
 }
 
-impl<R: Runtime> From<super::Consumer<R>> for Consumer<R> {
+impl<R: Adapter> From<super::Consumer<R>> for Consumer<R> {
     fn from(inner: super::Consumer<R>) -> Self {
         Consumer {
             inner,
@@ -204,13 +204,13 @@ impl<R: Runtime> From<super::Consumer<R>> for Consumer<R> {
     }
 }
 
-impl<R: Runtime> fmt::Debug for Consumer<R> {
+impl<R: Adapter> fmt::Debug for Consumer<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.inner.fmt(f)
     }
 }
 
-impl<R: Runtime> Consumer<R> {
+impl<R: Adapter> Consumer<R> {
     /// A builder for a consumer of `topic`/`channel` (names validated at `build`). Its
     /// [`build`](super::ConsumerBuilder::build) starts the driver thread; it works from any
     /// thread.
@@ -319,7 +319,7 @@ impl<R: Runtime> Consumer<R> {
     pub fn stop(&mut self) -> StopReport {
         self.stopped = true;
         let report = block_on(self.inner.stop());
-        self.inner.handle().driver_task().join();
+        self.inner.handle().ended().wait();
         report
     }
 
@@ -370,7 +370,7 @@ impl<R: Runtime> Consumer<R> {
     }
 }
 
-impl<R: Runtime> Drop for Consumer<R> {
+impl<R: Adapter> Drop for Consumer<R> {
     fn drop(&mut self) {
         if !self.stopped {
             self.stop();
@@ -381,11 +381,11 @@ impl<R: Runtime> Drop for Consumer<R> {
 /// The iterator of [`Consumer::iter`]: blocks in `next` until a message arrives; ends once the
 /// consumer is stopped.
 #[derive(Debug)]
-pub struct Iter<'a, R: Runtime> {
+pub struct Iter<'a, R: Adapter> {
     consumer: &'a mut Consumer<R>,
 }
 
-impl<R: Runtime> Iterator for Iter<'_, R> {
+impl<R: Adapter> Iterator for Iter<'_, R> {
     type Item = Message;
 
     fn next(&mut self) -> Option<Message> {
@@ -396,11 +396,11 @@ impl<R: Runtime> Iterator for Iter<'_, R> {
 /// The owning iterator of a [`Consumer`] (`for msg in consumer`); dropping it stops the
 /// consumer.
 #[derive(Debug)]
-pub struct IntoIter<R: Runtime> {
+pub struct IntoIter<R: Adapter> {
     consumer: Consumer<R>,
 }
 
-impl<R: Runtime> Iterator for IntoIter<R> {
+impl<R: Adapter> Iterator for IntoIter<R> {
     type Item = Message;
 
     fn next(&mut self) -> Option<Message> {
@@ -408,7 +408,7 @@ impl<R: Runtime> Iterator for IntoIter<R> {
     }
 }
 
-impl<R: Runtime> IntoIterator for Consumer<R> {
+impl<R: Adapter> IntoIterator for Consumer<R> {
     type Item = Message;
     type IntoIter = IntoIter<R>;
 
@@ -426,11 +426,11 @@ impl<R: Runtime> IntoIterator for Consumer<R> {
 /// Dropping the last clone closes the producer like [`close`](Self::close) (flushing what is
 /// outstanding) and waits for its threads.
 #[derive(Debug)]
-pub struct Producer<R: Runtime> {
+pub struct Producer<R: Adapter> {
     inner: Arc<LastClone<R>>,
 }
 
-impl<R: Runtime> Clone for Producer<R> {
+impl<R: Adapter> Clone for Producer<R> {
     fn clone(&self) -> Self {
         Producer {
             inner: self.inner.clone(),
@@ -440,16 +440,16 @@ impl<R: Runtime> Clone for Producer<R> {
 
 /// Closes the producer when the last clone goes.
 #[derive(Debug)]
-struct LastClone<R: Runtime>(super::Producer<R>);
+struct LastClone<R: Adapter>(super::Producer<R>);
 
-impl<R: Runtime> Drop for LastClone<R> {
+impl<R: Adapter> Drop for LastClone<R> {
     fn drop(&mut self) {
         self.0.request_close();
-        self.0.driver_task().join();
+        self.0.ended().wait();
     }
 }
 
-impl<R: Runtime> From<super::Producer<R>> for Producer<R> {
+impl<R: Adapter> From<super::Producer<R>> for Producer<R> {
     fn from(inner: super::Producer<R>) -> Self {
         Producer {
             inner: Arc::new(LastClone(inner)),
@@ -457,7 +457,7 @@ impl<R: Runtime> From<super::Producer<R>> for Producer<R> {
     }
 }
 
-impl<R: Runtime> Producer<R> {
+impl<R: Adapter> Producer<R> {
     fn p(&self) -> &super::Producer<R> {
         &self.inner.0
     }
@@ -469,7 +469,7 @@ impl<R: Runtime> Producer<R> {
 
     /// See the async [`Producer::connect`](super::Producer::connect).
     pub fn connect(addr: &str, config: &Config) -> Result<Producer<R>, Error> {
-        // Wrapped before the ping: a producer that fails it is closed and joined on drop.
+        // Wrapped before the ping: a producer that fails it is closed, and waited for, on drop.
         let producer = Producer::from(super::Producer::<R>::start_one(addr, config)?);
         producer.ping()?;
         Ok(producer)
@@ -555,10 +555,10 @@ impl<R: Runtime> Producer<R> {
     }
 
     /// Graceful close for every clone (see the async [`Producer::close`](super::Producer::close)); returns once every
-    /// connection is closed and every thread joined.
+    /// connection is closed and the driver has ended.
     pub fn close(&self) {
         block_on(self.p().close());
-        self.p().driver_task().join();
+        self.p().ended().wait();
     }
 }
 

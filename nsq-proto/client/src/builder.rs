@@ -1,8 +1,8 @@
 //! The builders of every adapter, written once: [`ConsumerBuilder`] and [`ProducerBuilder`]
 //! collect a [`ConsumerSetup`] / [`ProducerSetup`]; `build` validates it and starts the
-//! driver on the [`Runtime`] `R`. `config` reads the TLS files it names and the OS hostname.
+//! driver on the runtime of the [`Adapter`] `R`. `config` reads the TLS files it names and the OS hostname.
 
-use super::runtime::Runtime;
+use super::runtime::Adapter;
 use super::{
     ConsumerSetup, Error, GiveUpHook, IntoChannel, IntoTopic, Message, ProducerSetup, consumer,
     producer,
@@ -150,7 +150,7 @@ impl<R> ConsumerBuilder<R> {
     }
 }
 
-impl<R: Runtime> ConsumerBuilder<R> {
+impl<R: Adapter> ConsumerBuilder<R> {
     /// Validates everything and starts the consumer's driver on the runtime (the adapter's
     /// `Consumer::builder` says what this requires, e.g. being within a tokio runtime).
     pub fn build(self) -> Result<R::Consumer, Error> {
@@ -158,7 +158,7 @@ impl<R: Runtime> ConsumerBuilder<R> {
     }
 }
 
-impl<R: Runtime> ConsumerBuilder<R>
+impl<R: Adapter> ConsumerBuilder<R>
 where
     R::Consumer: ConnectConsumer<R>,
 {
@@ -183,7 +183,7 @@ where
 
 /// The shape [`ConsumerBuilder::connect`] returns in: a future on async runtimes, the result
 /// itself on blocking ones. Implemented by the client layer's two consumer types only.
-pub trait ConnectConsumer<R: Runtime>: Sized + sealed::Sealed {
+pub trait ConnectConsumer<R: Adapter>: Sized + sealed::Sealed {
     /// What `connect` returns.
     type Connecting;
     #[doc(hidden)]
@@ -195,11 +195,11 @@ pub trait ConnectConsumer<R: Runtime>: Sized + sealed::Sealed {
 
 mod sealed {
     pub trait Sealed {}
-    impl<R: super::Runtime> Sealed for super::super::Consumer<R> {}
-    impl<R: super::Runtime> Sealed for super::super::blocking::Consumer<R> {}
+    impl<R: super::Adapter> Sealed for super::super::Consumer<R> {}
+    impl<R: super::Adapter> Sealed for super::super::blocking::Consumer<R> {}
 }
 
-impl<R: Runtime> ConnectConsumer<R> for super::Consumer<R> {
+impl<R: Adapter> ConnectConsumer<R> for super::Consumer<R> {
     type Connecting = super::BoxFuture<Result<super::Consumer<R>, Error>>;
 
     fn connecting(
@@ -215,7 +215,7 @@ impl<R: Runtime> ConnectConsumer<R> for super::Consumer<R> {
     }
 }
 
-impl<R: Runtime> ConnectConsumer<R> for super::blocking::Consumer<R> {
+impl<R: Adapter> ConnectConsumer<R> for super::blocking::Consumer<R> {
     type Connecting = Result<super::blocking::Consumer<R>, Error>;
 
     fn connecting(
@@ -327,7 +327,7 @@ impl<R> ProducerBuilder<R> {
     }
 }
 
-impl<R: Runtime> ProducerBuilder<R> {
+impl<R: Adapter> ProducerBuilder<R> {
     /// Validates the configuration and addresses and starts the producer's driver on the
     /// runtime; it connects in the background (the adapter's `Producer::builder` says what
     /// this requires, e.g. being within a tokio runtime).

@@ -3,7 +3,7 @@
 
 use super::driver::{self, Logic, Net};
 use super::events::{Event, EventHub, Events};
-use super::runtime::{BoxFuture, Runtime, SocketOptions};
+use super::runtime::{Adapter, BoxFuture, Ended, SocketOptions};
 use super::sync::{Inbox, Mailbox, ReplyTx, oneshot};
 use super::{
     Answer, AnswerKind, AnswerSink, ConsumerSetup, Delivery, Error, GiveUpHook, HandlerError,
@@ -64,14 +64,14 @@ struct Bridge {
     events: EventHub,
 }
 
-/// Sends `Dropped` to the driver when the last user handle goes; holds the driver's task.
-struct HandleGuard<R: Runtime> {
+/// Sends `Dropped` to the driver when the last user handle goes.
+struct HandleGuard<R: Adapter> {
     shared: Arc<Bridge>,
     runtime: R,
-    task: R::Task,
+    ended: Arc<Ended>,
 }
 
-impl<R: Runtime> Drop for HandleGuard<R> {
+impl<R: Adapter> Drop for HandleGuard<R> {
     fn drop(&mut self) {
         let _ = self.shared.inbox.send(Input::Control(Control::Dropped));
     }
@@ -202,7 +202,7 @@ fn lookupd_key(addr: &str) -> String {
 // ----------------------------------------------------------------------------------- start
 
 /// Validates `setup` and starts the driver on `R` ([`ConsumerBuilder::build`](super::ConsumerBuilder::build)).
-pub(crate) fn start<R: Runtime>(setup: ConsumerSetup) -> Result<Consumer<R>, Error> {
+pub(crate) fn start<R: Adapter>(setup: ConsumerSetup) -> Result<Consumer<R>, Error> {
     let runtime = R::current()?;
     let start = setup.start(runtime.now(), super::random_seed)?;
     let inbox = Inbox::new();
@@ -238,13 +238,13 @@ pub(crate) fn start<R: Runtime>(setup: ConsumerSetup) -> Result<Consumer<R>, Err
         SocketOptions::new(start.dial_timeout, start.write_timeout)
             .with_local_addr(start.local_addr),
     );
-    let task = driver::spawn("nsq-consumer", logic, inbox, net, start.span)
+    let ended = driver::spawn("nsq-consumer", logic, inbox, net, start.span)
         .map_err(|e| Error::Spawn(e.to_string()))?;
     let handle = ConsumerHandle {
         guard: Arc::new(HandleGuard {
             shared: shared.clone(),
             runtime,
-            task,
+            ended,
         }),
     };
     Ok(Consumer {
@@ -257,11 +257,11 @@ pub(crate) fn start<R: Runtime>(setup: ConsumerSetup) -> Result<Consumer<R>, Err
 
 /// A cloneable control handle of a [`Consumer`] (stop it, change max_in_flight, add or remove
 /// servers), usable while another task reads the messages.
-pub struct ConsumerHandle<R: Runtime> {
+pub struct ConsumerHandle<R: Adapter> {
     guard: Arc<HandleGuard<R>>,
 }
 
-impl<R: Runtime> Clone for ConsumerHandle<R> {
+impl<R: Adapter> Clone for ConsumerHandle<R> {
     fn clone(&self) -> Self {
         ConsumerHandle {
             guard: self.guard.clone(),
@@ -269,7 +269,7 @@ impl<R: Runtime> Clone for ConsumerHandle<R> {
     }
 }
 
-impl<R: Runtime> fmt::Debug for ConsumerHandle<R> {
+impl<R: Adapter> fmt::Debug for ConsumerHandle<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ConsumerHandle")
             .field("stats", &self.stats())
@@ -277,7 +277,7 @@ impl<R: Runtime> fmt::Debug for ConsumerHandle<R> {
     }
 }
 
-impl<R: Runtime> ConsumerHandle<R> {
+impl<R: Adapter> ConsumerHandle<R> {
     fn shared(&self) -> &Bridge {
         &self.guard.shared
     }
@@ -464,17 +464,15 @@ impl<R: Runtime> ConsumerHandle<R> {
         }
     }
 
-    /// For runtime shims: starts a graceful stop without waiting for it (a thread runtime
-    /// cannot wait on the driver's own thread).
-    #[doc(hidden)]
-    pub fn request_stop(&self) {
+    /// Starts a graceful stop without waiting for it (the blocking API, on the driver's own
+    /// thread, cannot wait).
+    pub(crate) fn request_stop(&self) {
         let _ = self.control(Control::Stop(None));
     }
 
-    /// For runtime shims: the driver's task, as [`Runtime::spawn`] returned it.
-    #[doc(hidden)]
-    pub fn driver_task(&self) -> &R::Task {
-        &self.guard.task
+    /// When the driver has ended.
+    pub(crate) fn ended(&self) -> &Ended {
+        &self.guard.ended
     }
 }
 
@@ -575,12 +573,12 @@ impl Drop for MessageReceiver {
 /// One driver task owns the core and every socket of the consumer: bytes read from a socket
 /// are decoded, delivered and answered without a hop between tasks other than the hand-off
 /// to the application, which takes every message of a wake-up of the driver at once.
-pub struct Consumer<R: Runtime> {
+pub struct Consumer<R: Adapter> {
     receiver: MessageReceiver,
     handle: ConsumerHandle<R>,
 }
 
-impl<R: Runtime> fmt::Debug for Consumer<R> {
+impl<R: Adapter> fmt::Debug for Consumer<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Consumer")
             .field("handle", &self.handle)
@@ -588,7 +586,7 @@ impl<R: Runtime> fmt::Debug for Consumer<R> {
     }
 }
 
-impl<R: Runtime> futures_core::Stream for Consumer<R> {
+impl<R: Adapter> futures_core::Stream for Consumer<R> {
     type Item = Message;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Message>> {
@@ -596,7 +594,7 @@ impl<R: Runtime> futures_core::Stream for Consumer<R> {
     }
 }
 
-impl<R: Runtime> Consumer<R> {
+impl<R: Adapter> Consumer<R> {
     /// A builder for a consumer of `topic`/`channel` (names validated at `build`). Its
     /// [`build`](super::ConsumerBuilder::build) starts the driver on the runtime (the
     /// adapter's `Consumer::builder` says what that requires).

@@ -10,7 +10,7 @@
 //! one timer is re-armed when the earliest deadline (core, dial, write) changes. Nothing
 //! here knows which runtime it runs on.
 
-use super::runtime::{BoxFuture, Runtime, Socket, SocketOptions, Timer};
+use super::runtime::{BoxFuture, Ended, Runtime, Socket, SocketOptions, Timer, driver_future};
 use super::socket_table::{SocketTable, Transport};
 use super::sync::Inbox;
 use bytes::{Buf, Bytes, BytesMut};
@@ -447,10 +447,10 @@ pub(crate) fn run<L: Logic, R: Runtime>(
 async fn drive<L: Logic, R: Runtime>(mut end: Ending<L>, mut net: Net<R>) {
     let inbox = end.inbox.clone();
     let runtime = net.sockets.runtime.clone();
-    // Made in the first poll, where a runtime that cannot make one (tokio without its time
-    // driver panics) is caught like any other panic of the driver.
+    // Made at the first deadline, armed for it.
     let mut timer: Option<R::Timer> = None;
     let mut armed: Option<Instant> = None;
+    let mut started = false;
     let mut commands = Vec::new();
     let mut crashed = false;
     std::future::poll_fn(|cx| {
@@ -458,14 +458,11 @@ async fn drive<L: Logic, R: Runtime>(mut end: Ending<L>, mut net: Net<R>) {
             return Poll::Ready(());
         };
         let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            if timer.is_none() {
-                timer = Some(runtime.timer());
+            if !started {
+                started = true;
                 drain(logic, &mut net, runtime.now());
                 let _ = net.flush();
             }
-            let Some(timer) = timer.as_mut() else {
-                return Poll::Ready(());
-            };
             inbox.register(cx.waker());
             for round in 0..ROUNDS_PER_POLL {
                 let now = runtime.now();
@@ -477,7 +474,11 @@ async fn drive<L: Logic, R: Runtime>(mut end: Ending<L>, mut net: Net<R>) {
                     logic.input(now, input);
                 }
                 progress |= net.poll(cx, now, logic.machine());
-                if armed.is_some() && timer.poll_expired(cx).is_ready() {
+                if armed.is_some()
+                    && timer
+                        .as_mut()
+                        .is_some_and(|t| t.poll_expired(cx).is_ready())
+                {
                     armed = None;
                     progress = true;
                 }
@@ -499,7 +500,13 @@ async fn drive<L: Logic, R: Runtime>(mut end: Ending<L>, mut net: Net<R>) {
                 if deadline != armed {
                     armed = deadline;
                     if let Some(t) = deadline {
-                        timer.reset(t);
+                        let timer = match &mut timer {
+                            Some(timer) => {
+                                timer.reset(t);
+                                timer
+                            }
+                            None => timer.insert(runtime.timer(t)),
+                        };
                         if timer.poll_expired(cx).is_ready() {
                             armed = None;
                             progress = true;
@@ -588,15 +595,18 @@ fn drain<L: Logic, R: Runtime>(logic: &mut L, net: &mut Net<R>, now: Instant) ->
     }
 }
 
-/// Starts a driver on `runtime`, inside its client's `span` for its whole life.
+/// Starts a driver on `runtime`, inside its client's `span` for its whole life; what it
+/// returns tells when the driver has ended.
 pub(crate) fn spawn<L: Logic, R: Runtime>(
     name: &str,
     logic: L,
     inbox: Arc<Inbox<L::Input>>,
     net: Net<R>,
     span: tracing::Span,
-) -> io::Result<R::Task> {
+) -> io::Result<Arc<Ended>> {
     let runtime = net.sockets.runtime.clone();
-    let driver = super::runtime::in_span(span, run(logic, inbox, net));
-    runtime.spawn(name, Box::pin(driver))
+    let ended = Arc::new(Ended::default());
+    let driver = driver_future(span, ended.clone(), run(logic, inbox, net));
+    runtime.spawn(name, Box::pin(driver))?;
+    Ok(ended)
 }

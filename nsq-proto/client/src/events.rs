@@ -228,7 +228,7 @@ impl EventHub {
 /// oldest ones and says so with [`Event::Lagged`]. Dropping it costs the consumer nothing.
 ///
 /// ```no_run
-/// # async fn f(consumer: nsq_client::Consumer<impl nsq_client::Runtime>) {
+/// # async fn f(consumer: nsq_client::Consumer<impl nsq_client::Adapter>) {
 /// use nsq_client::Event;
 /// let mut events = consumer.events();
 /// while let Some(event) = events.recv().await {

@@ -13,9 +13,11 @@
 //!    [`ConsumerHandle`], [`Producer`], the builders, [`Message`], [`Error`],
 //!    [`HandlerError`], [`StopReport`]) and the `tracing` output;
 //! 3. the runtime shims: each adapter implements [`Runtime`] (a socket type, a timer, how
-//!    the driver task is started) and names the types here for its users
-//!    (`nsq_tokio::Consumer` is [`Consumer<Tokio>`](Consumer), ...). The blocking adapter
-//!    runs the same driver on a thread of its own and wraps the async API in blocking calls.
+//!    the driver is started, the clock: IO only) and [`Adapter`] (where `build` finds the
+//!    runtime, and what it returns), and names the types here for its users
+//!    (`nsq_tokio::Consumer` is [`Consumer<Tokio>`](Consumer), ...). nsq-async-std and
+//!    nsq-blocking run the same driver on a thread of its own ([`poller`]); the blocking API
+//!    ([`blocking`]) wraps the async one in blocking calls.
 //!
 //! The driver's rules: per wake-up it takes every queued command, reads every socket until
 //! it would block (message bodies are slices of the read buffer: zero-copy), fires its one
@@ -165,7 +167,7 @@ pub use error::{Backpressure, Error, InputError, IntoChannel, IntoTopic};
 pub use events::{EVENTS_CAPACITY, Event, Events};
 pub use handler::{GiveUpHook, HandlerError, StopReport};
 pub use producer::{PendingPublish, Producer};
-pub use runtime::{BoxFuture, DriverTask, Runtime, Socket, SocketOptions, Timer};
+pub use runtime::{Adapter, BoxFuture, Runtime, Socket, SocketOptions, Timer};
 
 pub(crate) use logging::{
     connection_span, log_consumer_event, log_max_in_flight, log_producer_event, lookupd_span,

@@ -9,7 +9,7 @@
 //! read is not read (no `recv` that returns `EAGAIN`) and no registration is re-armed per
 //! wait.
 
-use super::runtime::{BoxFuture, DriverTask, SocketOptions};
+use super::runtime::{BoxFuture, SocketOptions};
 use bytes::{Bytes, BytesMut};
 use mio::net::TcpStream;
 use mio::{Events, Interest, Registry, Token};
@@ -21,7 +21,6 @@ use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
-use std::thread::{JoinHandle, ThreadId};
 use std::time::Instant;
 
 /// Bytes zeroed per read buffer (std's `Read` wants initialised memory); a read never offers
@@ -185,27 +184,32 @@ thread_local! {
     static NEXT_TIMER: Cell<Option<Instant>> = const { Cell::new(None) };
 }
 
-/// The driver's timer: while it is armed and pending, the driver thread waits no longer than
-/// its deadline.
-#[derive(Debug, Default)]
+/// The driver's timer: while it is pending, the driver thread waits no longer than its
+/// deadline.
+#[derive(Debug)]
 pub struct PollerTimer {
-    at: Option<Instant>,
+    at: Instant,
+}
+
+impl PollerTimer {
+    /// A timer armed for `at`.
+    pub fn new(at: Instant) -> PollerTimer {
+        PollerTimer { at }
+    }
 }
 
 impl super::Timer for PollerTimer {
     fn reset(&mut self, at: Instant) {
-        self.at = Some(at);
+        self.at = at;
     }
 
     fn poll_expired(&mut self, _cx: &mut Context<'_>) -> Poll<()> {
-        match self.at {
-            Some(at) if at <= Instant::now() => Poll::Ready(()),
-            Some(at) => {
-                NEXT_TIMER.with(|t| t.set(Some(t.get().map_or(at, |e| e.min(at)))));
-                Poll::Pending
-            }
-            None => Poll::Pending,
+        let at = self.at;
+        if at <= Instant::now() {
+            return Poll::Ready(());
         }
+        NEXT_TIMER.with(|t| t.set(Some(t.get().map_or(at, |e| e.min(at)))));
+        Poll::Pending
     }
 }
 
@@ -218,33 +222,6 @@ impl super::Timer for PollerTimer {
 #[derive(Debug, Clone)]
 pub struct Poller {
     reactor: Arc<Reactor>,
-}
-
-/// A client's driver thread: joined by the blocking API's `stop`, `close` and drops.
-#[derive(Debug)]
-pub struct DriverThread {
-    /// Taken by the first joiner, who holds the lock while joining: every caller returns
-    /// once the thread has finished (every socket closed).
-    handle: Mutex<Option<JoinHandle<()>>>,
-    id: ThreadId,
-}
-
-impl DriverTask for DriverThread {
-    /// Whether this is the driver's own thread (a give-up hook runs there: it cannot wait).
-    fn is_current(&self) -> bool {
-        self.id == std::thread::current().id()
-    }
-
-    /// Waits until the driver thread has finished, and joins it (not from itself).
-    fn join(&self) {
-        if self.is_current() {
-            return;
-        }
-        let mut handle = lock(&self.handle);
-        if let Some(h) = handle.take() {
-            let _ = h.join();
-        }
-    }
 }
 
 impl Poller {
@@ -284,20 +261,18 @@ impl Poller {
         })
     }
 
-    /// Runs `driver` on a new thread named `name`, which waits on this poller between polls.
-    pub fn spawn(&self, name: &str, driver: BoxFuture<()>) -> io::Result<DriverThread> {
+    /// Runs `driver` on a new thread named `name`, which waits on this poller between polls
+    /// and ends with it.
+    pub fn spawn(&self, name: &str, driver: BoxFuture<()>) -> io::Result<()> {
         let reactor = self.reactor.clone();
-        let handle = std::thread::Builder::new()
+        std::thread::Builder::new()
             .name(name.to_owned())
             .spawn(move || {
                 if let Err(e) = reactor.block_on(driver) {
                     tracing::error!(error = %e, "the driver's poller failed");
                 }
             })?;
-        Ok(DriverThread {
-            id: handle.thread().id(),
-            handle: Mutex::new(Some(handle)),
-        })
+        Ok(())
     }
 
     /// Runs `future` on this thread over this poller (its sockets' tests).
@@ -505,8 +480,7 @@ mod tests {
 
     /// Polls `f` on `rt` until it is ready or five seconds have passed.
     fn within<T>(rt: &Poller, mut f: impl FnMut(&mut Context<'_>) -> Poll<T>) -> T {
-        let mut timer = PollerTimer::default();
-        timer.reset(Instant::now() + Duration::from_secs(5));
+        let mut timer = PollerTimer::new(Instant::now() + Duration::from_secs(5));
         rt.block_on(std::future::poll_fn(|cx| {
             if let Poll::Ready(v) = f(cx) {
                 return Poll::Ready(v);

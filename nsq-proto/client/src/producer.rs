@@ -2,7 +2,7 @@
 //! [`Producer`](nsq_proto::Producer).
 
 use super::driver::{self, Logic, Net};
-use super::runtime::{Runtime, SocketOptions};
+use super::runtime::{Adapter, Ended, SocketOptions};
 use super::sync::{Inbox, ReplyRx, ReplyTx, oneshot};
 use super::{
     Backpressure, Error, IntoTopic, ProducerSetup, PublishRequest, Replies, log_producer_event,
@@ -49,7 +49,7 @@ enum Input {
     Dropped,
 }
 
-struct Inner<R: Runtime> {
+struct Inner<R: Adapter> {
     inbox: Arc<Inbox<Input>>,
     stats: Arc<Mutex<ProducerStats>>,
     /// Publishes sent to the driver whose result is not known yet.
@@ -58,10 +58,11 @@ struct Inner<R: Runtime> {
     max_unanswered: usize,
     /// The core's limits, which an MPUB's bodies are checked against where they are encoded.
     limits: Limits,
-    task: R::Task,
+    ended: Arc<Ended>,
+    runtime: std::marker::PhantomData<fn() -> R>,
 }
 
-impl<R: Runtime> Drop for Inner<R> {
+impl<R: Adapter> Drop for Inner<R> {
     fn drop(&mut self) {
         let _ = self.inbox.send(Input::Dropped);
     }
@@ -81,11 +82,11 @@ impl<R: Runtime> Drop for Inner<R> {
 /// nsqd addresses, publishes go to a healthy one (failover by default, round-robin with
 /// [`Routing::RoundRobin`](nsq_proto::producer::Routing)); while no nsqd is reachable they fail
 /// fast with [`Error::NoServerAvailable`].
-pub struct Producer<R: Runtime> {
+pub struct Producer<R: Adapter> {
     inner: Arc<Inner<R>>,
 }
 
-impl<R: Runtime> Clone for Producer<R> {
+impl<R: Adapter> Clone for Producer<R> {
     fn clone(&self) -> Self {
         Producer {
             inner: self.inner.clone(),
@@ -93,7 +94,7 @@ impl<R: Runtime> Clone for Producer<R> {
     }
 }
 
-impl<R: Runtime> fmt::Debug for Producer<R> {
+impl<R: Adapter> fmt::Debug for Producer<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Producer")
             .field("stats", &self.stats())
@@ -103,7 +104,7 @@ impl<R: Runtime> fmt::Debug for Producer<R> {
 
 /// Validates `setup` and starts the driver on `R` (connecting in the background;
 /// [`ProducerBuilder::build`](super::ProducerBuilder::build)).
-pub(crate) fn start<R: Runtime>(setup: ProducerSetup) -> Result<Producer<R>, Error> {
+pub(crate) fn start<R: Adapter>(setup: ProducerSetup) -> Result<Producer<R>, Error> {
     let runtime = R::current()?;
     let start = setup.start(runtime.now(), super::random_seed)?;
     let inbox = Inbox::new();
@@ -120,7 +121,7 @@ pub(crate) fn start<R: Runtime>(setup: ProducerSetup) -> Result<Producer<R>, Err
         SocketOptions::new(start.dial_timeout, start.write_timeout)
             .with_local_addr(start.local_addr),
     );
-    let task = driver::spawn("nsq-producer", logic, inbox.clone(), net, start.span)
+    let ended = driver::spawn("nsq-producer", logic, inbox.clone(), net, start.span)
         .map_err(|e| Error::Spawn(e.to_string()))?;
     Ok(Producer {
         inner: Arc::new(Inner {
@@ -129,7 +130,8 @@ pub(crate) fn start<R: Runtime>(setup: ProducerSetup) -> Result<Producer<R>, Err
             unanswered: Arc::new(AtomicUsize::new(0)),
             max_unanswered: start.max_unanswered,
             limits: start.limits,
-            task,
+            ended,
+            runtime: std::marker::PhantomData,
         }),
     })
 }
@@ -183,7 +185,7 @@ impl Future for PendingPublish {
     }
 }
 
-impl<R: Runtime> Producer<R> {
+impl<R: Adapter> Producer<R> {
     /// A builder (several nsqd addresses, configuration). Its
     /// [`build`](super::ProducerBuilder::build) starts the driver on the runtime (the
     /// adapter's `Producer::builder` says what that requires).
@@ -365,16 +367,14 @@ impl<R: Runtime> Producer<R> {
         }
     }
 
-    /// For runtime shims: starts a graceful close without waiting for it.
-    #[doc(hidden)]
-    pub fn request_close(&self) {
+    /// Starts a graceful close without waiting for it.
+    pub(crate) fn request_close(&self) {
         let _ = self.inner.inbox.send(Input::Close(None));
     }
 
-    /// For runtime shims: the driver's task, as [`Runtime::spawn`] returned it.
-    #[doc(hidden)]
-    pub fn driver_task(&self) -> &R::Task {
-        &self.inner.task
+    /// When the driver has ended.
+    pub(crate) fn ended(&self) -> &Ended {
+        &self.inner.ended
     }
 }
 

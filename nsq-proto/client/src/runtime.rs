@@ -1,50 +1,40 @@
 //! What a runtime shim supplies to the one driver: the [`Runtime`] trait (clock, connect,
-//! timer, spawn), its [`Socket`] and its [`Timer`]. Everything else, the driver loop included,
-//! is written once in this module's parent.
+//! timer, spawn), its [`Socket`] and its [`Timer`]; and, apart from that IO, the [`Adapter`]
+//! trait (which runtime `build` uses, and what it returns). Everything else, the driver loop
+//! included, is written once in this module's parent.
 
 use super::Error;
 use bytes::{Bytes, BytesMut};
+use std::cell::Cell;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 /// A boxed, sendable future: what a [`Runtime`] connects with and spawns.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
-/// A runtime the client layer runs on: tokio, or a driver thread per client waiting on its own
-/// [`Poller`](super::poller::Poller) (`nsq-async-std` for any executor, `nsq-blocking`).
+/// The IO a runtime lends the client layer: sockets, a timer, a place to run the driver, and
+/// the clock. Nothing else: what a shim's clients look like is its [`Adapter`].
 ///
-/// Each adapter crate implements it once, on a small value (a runtime handle, or nothing);
-/// the driver ([`Consumer`](super::Consumer), [`Producer`](super::Producer)) is generic over
-/// it and owns every socket of its client in one task:
+/// Each adapter crate implements it once, on a small value (a runtime handle, or a poller);
+/// the driver owns every socket of its client in one task:
 ///
 /// * [`connect`](Self::connect) opens a TCP connection with `TCP_NODELAY` set; the
 ///   [`Socket`] it yields is read and written by the driver alone;
-/// * [`timer`](Self::timer) makes the driver's one timer, re-armed when the core's
-///   `poll_timeout` changes;
+/// * [`timer`](Self::timer) makes the driver's one timer, armed for a first deadline and
+///   re-armed when the core's `poll_timeout` changes;
 /// * [`spawn`](Self::spawn) starts the driver (a task on the caller's runtime, or a thread
-///   running a `block_on` of the runtime's own);
+///   waiting on a poller of its own);
 /// * [`now`](Self::now) is the clock (the core never reads one).
-pub trait Runtime: Clone + Send + Sync + Sized + 'static {
+pub trait Runtime: Clone + Send + Sync + 'static {
     /// The socket type.
     type Socket: Socket;
     /// The timer type.
     type Timer: Timer;
-    /// What [`spawn`](Self::spawn) returns: kept by the client's handles for as long as
-    /// they live (a thread runtime keeps its driver thread here, to join it).
-    type Task: DriverTask;
-    /// What the builders' `build` returns for a consumer: [`Consumer<Self>`](super::Consumer)
-    /// for an async runtime, or a wrapper of it (the blocking adapter's `Consumer`).
-    type Consumer: From<super::Consumer<Self>>;
-    /// What the builders' `build` returns for a producer (see [`Consumer`](Self::Consumer)).
-    type Producer: From<super::Producer<Self>>;
-
-    /// The runtime to start a client on, from where `build` is called: [`Error::NoRuntime`]
-    /// when there is none (tokio outside a runtime).
-    fn current() -> Result<Self, Error>;
 
     /// The current time: the system's monotonic clock unless the runtime has its own (tokio's
     /// can be paused in tests).
@@ -56,16 +46,34 @@ pub trait Runtime: Clone + Send + Sync + Sized + 'static {
     /// `TCP_NODELAY` on, from [`options.local_addr`](SocketOptions::local_addr) when it is
     /// set. The driver abandons it (drops the future) after
     /// [`options.dial`](SocketOptions::dial), and fails a write that stays blocked for
-    /// [`options.write`](SocketOptions::write); a runtime that connects or writes on another
-    /// thread bounds that thread's waits with them.
+    /// [`options.write`](SocketOptions::write); a runtime that connects on another thread
+    /// bounds that thread's wait with them.
     fn connect(&self, addr: &str, options: SocketOptions) -> BoxFuture<io::Result<Self::Socket>>;
 
-    /// A timer, not armed.
-    fn timer(&self) -> Self::Timer;
+    /// A timer armed for `at` (the runtime's own sleep).
+    fn timer(&self, at: Instant) -> Self::Timer;
 
     /// Runs `driver` to completion in the background, named `name` where the runtime names
-    /// its tasks or threads. The driver enters its client's span itself.
-    fn spawn(&self, name: &str, driver: BoxFuture<()>) -> io::Result<Self::Task>;
+    /// its tasks or threads. The driver enters its client's span itself, and tells whoever
+    /// waits for it when it has ended (dropping it counts).
+    fn spawn(&self, name: &str, driver: BoxFuture<()>) -> io::Result<()>;
+}
+
+/// What an adapter crate's clients are, beside the IO of its [`Runtime`]: where
+/// [`build`](super::ConsumerBuilder::build) finds the runtime, what it returns, and how
+/// [`Consumer::run`](super::Consumer::run)'s workers run. Implemented once per adapter crate,
+/// on its runtime; the adapter's type aliases name the client types it yields.
+pub trait Adapter: Runtime {
+    /// What the builders' `build` returns for a consumer: [`Consumer<Self>`](super::Consumer)
+    /// for an async runtime, or the blocking API's
+    /// [`Consumer`](super::blocking::Consumer).
+    type Consumer: From<super::Consumer<Self>>;
+    /// What the builders' `build` returns for a producer (see [`Consumer`](Self::Consumer)).
+    type Producer: From<super::Producer<Self>>;
+
+    /// The runtime to start a client on, from where `build` is called: [`Error::NoRuntime`]
+    /// when there is none (tokio outside a runtime).
+    fn current() -> Result<Self, Error>;
 
     /// Runs the handler workers of [`Consumer::run`](super::Consumer::run) to completion.
     /// By default they are polled concurrently inside the returned future (so they run on
@@ -75,21 +83,6 @@ pub trait Runtime: Clone + Send + Sync + Sized + 'static {
         Box::pin(join_all(workers))
     }
 }
-
-/// The driver as [`Runtime::spawn`] started it. A task of an async runtime needs nothing
-/// (`()`); a driver thread is joined by the blocking API once the client has stopped.
-pub trait DriverTask: Send + Sync + 'static {
-    /// Whether the caller runs on the driver itself (a give-up hook does): it must not wait
-    /// for the driver then.
-    fn is_current(&self) -> bool {
-        false
-    }
-
-    /// Waits until the driver has finished everything it started (its threads included).
-    fn join(&self) {}
-}
-
-impl DriverTask for () {}
 
 /// A client's socket-level settings (go-nsq's `dial_timeout`, `write_timeout` and
 /// `local_addr`), given to [`Runtime::connect`].
@@ -141,9 +134,9 @@ pub trait Socket: Send + 'static {
     fn poll_close(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
 }
 
-/// The driver's one timer.
+/// The driver's one timer, made armed by [`Runtime::timer`].
 pub trait Timer: Send + 'static {
-    /// Arms the timer for `at` (replacing any earlier deadline).
+    /// Arms the timer for `at` (replacing the earlier deadline).
     fn reset(&mut self, at: Instant);
 
     /// `Ready` once the deadline set by [`reset`](Self::reset) has passed; `Pending`
@@ -164,11 +157,69 @@ pub(crate) async fn join_all(mut futures: Vec<BoxFuture<()>>) {
     .await;
 }
 
-/// Wraps a future so that it runs inside `span` (entered around each poll).
-pub(crate) fn in_span<F: Future + Send + 'static>(
+/// Wraps a driver so that it runs inside `span` (entered around each poll), marks its thread
+/// as this driver's while it is polled ([`Ended::is_current`]), and sets `ended` once it has
+/// completed or been dropped.
+pub(crate) fn driver_future<F: Future<Output = ()> + Send + 'static>(
     span: tracing::Span,
+    ended: Arc<Ended>,
     future: F,
-) -> impl Future<Output = F::Output> + Send + 'static {
-    let mut future = Box::pin(future);
-    std::future::poll_fn(move |cx| span.in_scope(|| future.as_mut().poll(cx)))
+) -> impl Future<Output = ()> + Send + 'static {
+    struct SetOnDrop(Arc<Ended>);
+    impl Drop for SetOnDrop {
+        fn drop(&mut self) {
+            self.0.set();
+        }
+    }
+    // The driver first, then `ended`: a tuple's fields drop in order.
+    let mut driver = (Box::pin(future), SetOnDrop(ended));
+    std::future::poll_fn(move |cx| {
+        let outer = POLLING.with(|d| d.replace(driver.1.0.id()));
+        let polled = span.in_scope(|| driver.0.as_mut().poll(cx));
+        POLLING.with(|d| d.set(outer));
+        polled
+    })
+}
+
+thread_local! {
+    /// The driver this thread is polling ([`Ended::id`]), or 0.
+    static POLLING: Cell<usize> = const { Cell::new(0) };
+}
+
+/// That a client's driver has ended (every socket closed), for the blocking API to wait on.
+#[derive(Debug, Default)]
+pub(crate) struct Ended {
+    ended: Mutex<bool>,
+    changed: Condvar,
+}
+
+impl Ended {
+    fn id(&self) -> usize {
+        std::ptr::from_ref(self) as usize
+    }
+
+    fn set(&self) {
+        *self.ended.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        self.changed.notify_all();
+    }
+
+    /// Whether the caller runs inside this driver (a give-up hook does): it must not wait
+    /// for the driver then.
+    pub(crate) fn is_current(&self) -> bool {
+        POLLING.with(Cell::get) == self.id()
+    }
+
+    /// Waits until the driver has ended (at once from inside it).
+    pub(crate) fn wait(&self) {
+        if self.is_current() {
+            return;
+        }
+        let mut ended = self.ended.lock().unwrap_or_else(PoisonError::into_inner);
+        while !*ended {
+            ended = self
+                .changed
+                .wait(ended)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
 }
