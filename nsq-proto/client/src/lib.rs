@@ -146,7 +146,9 @@ mod driver;
 mod error;
 mod events;
 mod handler;
+mod link;
 mod logging;
+mod net;
 mod os;
 mod outbox;
 pub mod poller;
@@ -155,7 +157,6 @@ mod producer;
 mod publish;
 mod runtime;
 mod setup;
-mod socket_table;
 mod sync;
 
 pub(crate) use answer::Answer;

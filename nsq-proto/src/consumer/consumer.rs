@@ -663,7 +663,7 @@ impl Consumer {
                     self.shared
                         .events
                         .push_back(ConsumerEvent::ConnectionReady { conn: id, addr });
-                    self.shared.flush(id);
+                    self.shared.queue_transmit(id);
                     self.flow.rebalance(now, false, &mut self.shared);
                 }
                 ConnectionEvent::Message(message) => self.on_message(now, id, message),
@@ -686,14 +686,14 @@ impl Consumer {
                         CloseReason::Graceful { unanswered } => *unanswered,
                         _ => c.in_flight(),
                     };
-                    self.shared.flush(id);
+                    self.shared.queue_transmit(id);
                     self.drop_slot(now, id, &reason.to_string(), leftovers);
                     return;
                 }
                 _ => {}
             }
         }
-        self.shared.flush(id);
+        self.shared.queue_transmit(id);
     }
 
     /// The common case of [`Consumer::pump`] with one look-up for a whole run of messages, not
@@ -764,7 +764,7 @@ impl Consumer {
     /// `leftovers`: its messages still unanswered (nsqd redelivers them).
     fn drop_slot(&mut self, now: Instant, id: ConnId, reason: &str, leftovers: usize) {
         // Its last bytes are taken now, while the connection is still here.
-        self.shared.flush(id);
+        self.shared.queue_transmit(id);
         self.shared.freeze_back();
         let Some(slot) = self.shared.slots.remove(id) else {
             return;

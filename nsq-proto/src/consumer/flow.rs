@@ -155,7 +155,7 @@ impl FlowControl {
         if self.owed {
             // This connection's bytes (a lowered RDY, the answer) go out before any raise
             // the re-plan queues elsewhere.
-            sh.flush(id);
+            sh.queue_transmit(id);
             self.replan_if_owed(now, sh);
         }
     }
@@ -601,7 +601,7 @@ impl FlowControl {
                 }
                 if grant < current {
                     slot.lower_rdy(now, *id, grant);
-                    sh.flush(*id);
+                    sh.queue_transmit(*id);
                     continue;
                 }
                 let Some(c) = slot.conn.as_mut() else {
@@ -618,7 +618,7 @@ impl FlowControl {
                     }
                     Err(e) => tracing::debug!(conn = %id, error = %e, "RDY not sent"),
                 }
-                sh.flush(*id);
+                sh.queue_transmit(*id);
             }
         }
     }

@@ -57,7 +57,7 @@ impl Shared {
     }
 
     /// Queues the connection's bytes for sending (see [`Queued::Pending`]).
-    pub(super) fn flush(&mut self, id: ConnId) {
+    pub(super) fn queue_transmit(&mut self, id: ConnId) {
         let Some(c) = self.slots.get(id).and_then(|s| s.conn.as_ref()) else {
             return;
         };

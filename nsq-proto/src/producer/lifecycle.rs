@@ -42,7 +42,7 @@ impl Producer {
 
     /// Moves node `i`'s queued bytes to the action queue, gathering them with a `Transmit`
     /// for the same connection at the tail.
-    pub(super) fn flush(&mut self, i: usize) {
+    pub(super) fn queue_transmit(&mut self, i: usize) {
         self.emit(i, false);
         let Some(link) = self.nodes[i].link.as_mut() else {
             return;
@@ -137,7 +137,7 @@ impl Producer {
             .as_mut()
             .map(|l| std::mem::take(&mut l.open))
             .unwrap_or_default();
-        self.flush(i);
+        self.queue_transmit(i);
         let Some(mut link) = self.nodes[i].link.take() else {
             return;
         };

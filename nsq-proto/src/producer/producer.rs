@@ -512,7 +512,7 @@ impl Producer {
             self.any_dirty = false;
             for i in 0..self.nodes.len() {
                 if self.nodes[i].link.as_ref().is_some_and(|l| l.dirty) {
-                    self.flush(i);
+                    self.queue_transmit(i);
                     // A failed TLS write ends the connection: surface its events.
                     let failed = self.nodes[i]
                         .link

@@ -1,68 +1,29 @@
-//! The [`Consumer`] of every runtime: its handles, its message hand-off and the logic of its
-//! driver around the core [`Consumer`](nsq_proto::Consumer).
+//! The [`Consumer`] of every runtime: its handles, its messages and their hand-off to the
+//! application. The logic of its driver around the core [`Consumer`](nsq_proto::Consumer)
+//! is in `logic`.
 
-use super::driver::{self, Logic, Net};
-use super::events::{Event, EventHub, Events};
-use super::runtime::{Adapter, BoxFuture, Ended, SocketOptions};
-use super::sync::{Inbox, Mailbox, ReplyTx, oneshot};
-use super::{
-    Answer, AnswerKind, AnswerSink, ConsumerSetup, Delivery, Error, GiveUpHook, HandlerError,
-    IntoChannel, IntoTopic, Origin, StopReport, log_consumer_event, log_max_in_flight,
+mod logic;
+
+use crate::driver::{self, Net};
+use crate::events::Events;
+use crate::runtime::{Adapter, BoxFuture, Ended, SocketOptions};
+use crate::sync::{Inbox, Mailbox, oneshot};
+use crate::{
+    Answer, AnswerKind, ConsumerSetup, Delivery, Error, HandlerError, IntoChannel, IntoTopic,
+    StopReport,
 };
 use bytes::Bytes;
+use logic::{AnswerChannel, Bridge, ConsumerLogic, Control, Input, Reply};
 use nsq_proto::Config;
-use nsq_proto::consumer::{ConsumerError, ConsumerEvent, ConsumerStats};
-use nsq_proto::driver::ConnId;
-use std::collections::{BTreeMap, VecDeque};
+use nsq_proto::consumer::{ConsumerError, ConsumerStats};
+use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
-
-// ------------------------------------------------------------------------------------ inputs
-
-type Reply<T> = ReplyTx<T>;
-
-/// Where a `connect_to_nsqd` call waits for its nsqd's first connection outcome.
-type ConnectReply = Reply<Result<(), Error>>;
-
-enum Control {
-    /// Replied to once the nsqd's first connection is ready or has failed.
-    AddNsqd(String, ConnectReply),
-    /// Replied to once the lookupd has answered a query, or failed to (at once when its
-    /// last outcome is known).
-    AddLookupd(String, ConnectReply),
-    DisconnectNsqd(String, Reply<Result<(), ConsumerError>>),
-    DisconnectLookupd(String, Reply<Result<(), ConsumerError>>),
-    SetMaxInFlight(u32),
-    Stop(Option<Reply<StopReport>>),
-    /// Every handle is gone: shut down gracefully.
-    Dropped,
-}
-
-enum Input {
-    /// An answer, with the body of the message it ends (dropped by the driver).
-    Answer(Answer, Bytes),
-    Control(Control),
-}
-
-/// What the driver, the handles and the messages share: the bridge between the application
-/// and the driver.
-struct Bridge {
-    inbox: Arc<Inbox<Input>>,
-    stopping: AtomicBool,
-    starved: AtomicBool,
-    /// The consumer's max_in_flight, as last set.
-    max_in_flight: std::sync::atomic::AtomicU32,
-    stats: Mutex<ConsumerStats>,
-    /// The driver's report, once it has stopped.
-    report: Mutex<Option<StopReport>>,
-    /// The event streams.
-    events: EventHub,
-}
+use std::time::Duration;
 
 /// Sends `Dropped` to the driver when the last user handle goes.
 struct HandleGuard<R: Adapter> {
@@ -78,22 +39,6 @@ impl<R: Adapter> Drop for HandleGuard<R> {
 }
 
 // ----------------------------------------------------------------------------------- message
-
-/// Carries a message's answers to its consumer's driver (a push on its command queue).
-pub(crate) struct AnswerChannel(Arc<Bridge>);
-
-impl fmt::Debug for AnswerChannel {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("AnswerChannel")
-    }
-}
-
-impl AnswerSink for AnswerChannel {
-    fn send_answer(&self, answer: Answer, body: Bytes) {
-        // If the driver is gone every connection is closed: nsqd redelivers the message.
-        let _ = self.0.inbox.send(Input::Answer(answer, body));
-    }
-}
 
 /// A message delivered to a consumer. It answers itself: [`finish`](Self::finish),
 /// [`requeue`](Self::requeue), [`requeue_without_backoff`](Self::requeue_without_backoff),
@@ -176,29 +121,6 @@ impl Message {
     }
 }
 
-/// Moves the calls in `waiting` that wait for `key` to `answered`, each with `outcome` (sent
-/// once the round's stats are published).
-fn answer_waiting(
-    waiting: &mut Vec<(String, ConnectReply)>,
-    key: &str,
-    outcome: &Result<(), Error>,
-    answered: &mut Vec<(ConnectReply, Result<(), Error>)>,
-) {
-    if waiting.iter().any(|(k, _)| k == key) {
-        let (done, rest) = std::mem::take(waiting)
-            .into_iter()
-            .partition(|(k, _)| k == key);
-        *waiting = rest;
-        answered.extend(done.into_iter().map(|(_, reply)| (reply, outcome.clone())));
-    }
-}
-
-/// A lookupd address as the core names it in its events (`http://host:port/path`).
-fn lookupd_key(addr: &str) -> String {
-    nsq_proto::consumer::LookupdAddress::parse(addr)
-        .map_or_else(|_| addr.to_owned(), |a| a.to_string())
-}
-
 // ----------------------------------------------------------------------------------- start
 
 /// Validates `setup` and starts the driver on `R` ([`ConsumerBuilder::build`](super::ConsumerBuilder::build)).
@@ -207,32 +129,8 @@ pub(crate) fn start<R: Adapter>(setup: ConsumerSetup) -> Result<Consumer<R>, Err
     let start = setup.start(runtime.now(), super::random_seed)?;
     let inbox = Inbox::new();
     let mailbox = Mailbox::new();
-    let shared = Arc::new(Bridge {
-        inbox: inbox.clone(),
-        stopping: AtomicBool::new(false),
-        starved: AtomicBool::new(false),
-        max_in_flight: std::sync::atomic::AtomicU32::new(start.core.max_in_flight()),
-        stats: Mutex::new(ConsumerStats::default()),
-        report: Mutex::new(None),
-        events: EventHub::default(),
-    });
-    let logic = ConsumerLogic {
-        core: start.core,
-        shared: shared.clone(),
-        mailbox: mailbox.clone(),
-        handing_out: true,
-        outgoing: VecDeque::new(),
-        origins: BTreeMap::new(),
-        stop_waiters: Vec::new(),
-        connecting_to: Vec::new(),
-        connected_now: Vec::new(),
-        lookupd_waiting: Vec::new(),
-        lookupd_outcome: BTreeMap::new(),
-        give_up: start.give_up,
-        report: None,
-        backoff_level: 0,
-        starved: false,
-    };
+    let shared = Arc::new(Bridge::new(inbox.clone(), start.core.max_in_flight()));
+    let logic = ConsumerLogic::new(start.core, shared.clone(), mailbox.clone(), start.give_up);
     let net = Net::new(
         runtime.clone(),
         SocketOptions::new(start.dial_timeout, start.write_timeout)
@@ -778,353 +676,5 @@ where
     match outcome {
         Ok(result) => pending.answer(Some(result)),
         Err(panic) => pending.answer_panic(super::panic_message(&*panic)),
-    }
-}
-
-// ----------------------------------------------------------------------------------- driver
-
-struct ConsumerLogic {
-    core: nsq_proto::Consumer,
-    shared: Arc<Bridge>,
-    mailbox: Arc<Mailbox<Message>>,
-    /// Messages are handed out (false once stopping).
-    handing_out: bool,
-    /// Messages of this round, handed out at once by `deliver`.
-    outgoing: VecDeque<Message>,
-    origins: BTreeMap<ConnId, Arc<Origin<AnswerChannel>>>,
-    stop_waiters: Vec<Reply<StopReport>>,
-    /// `connect_to_nsqd` calls waiting for their nsqd's first connection outcome.
-    connecting_to: Vec<(String, ConnectReply)>,
-    /// Those resolved this round, answered once the round's stats are published (a caller
-    /// told "connected" then sees the connection in `stats()`).
-    connected_now: Vec<(ConnectReply, Result<(), Error>)>,
-    /// `connect_to_lookupd` calls waiting for their lookupd's next answer (by its
-    /// `http://..` form).
-    lookupd_waiting: Vec<(String, ConnectReply)>,
-    /// Each lookupd's last outcome.
-    lookupd_outcome: BTreeMap<String, Result<(), Error>>,
-    give_up: Option<GiveUpHook>,
-    report: Option<StopReport>,
-    /// The backoff level and starvation last seen (their changes are events).
-    backoff_level: u32,
-    starved: bool,
-}
-
-impl ConsumerLogic {
-    /// Records a lookupd's outcome and resolves the `connect_to_lookupd` calls waiting for it.
-    fn lookupd_answered(
-        &mut self,
-        key: &str,
-        outcome: Result<(), nsq_proto::consumer::LookupdError>,
-    ) {
-        let outcome = outcome.map_err(|error| Error::Lookupd {
-            lookupd: key.to_owned(),
-            error,
-        });
-        answer_waiting(
-            &mut self.lookupd_waiting,
-            key,
-            &outcome,
-            &mut self.connected_now,
-        );
-        self.lookupd_outcome.insert(key.to_owned(), outcome);
-    }
-
-    /// The event stream's view of a core event, if it has one.
-    fn stream_event(&self, event: &ConsumerEvent) -> Option<Event> {
-        Some(match event {
-            ConsumerEvent::ConnectionReady { addr, .. } => Event::Connected { nsqd: addr.clone() },
-            ConsumerEvent::ConnectionClosed {
-                addr,
-                reason,
-                retry_in,
-                misconfigured,
-                ..
-            } => Event::Disconnected {
-                nsqd: addr.clone(),
-                reason: reason.clone(),
-                retry_in: *retry_in,
-                misconfigured: misconfigured.clone(),
-            },
-            ConsumerEvent::GaveUp { conn, message } => Event::GaveUp {
-                nsqd: self
-                    .origins
-                    .get(conn)
-                    .map(|o| o.addr().to_owned())
-                    .unwrap_or_default(),
-                id: message.id,
-                attempts: message.attempts,
-            },
-            ConsumerEvent::LookupdFailed { addr, error } => Event::LookupdFailed {
-                lookupd: addr.clone(),
-                error: error.to_string(),
-                misconfigured: error.is_misconfiguration(),
-            },
-            _ => return None,
-        })
-    }
-
-    fn begin_stop(&mut self, now: Instant) {
-        if self.core.is_closing() {
-            return;
-        }
-        tracing::info!("stopping consumer");
-        self.shared.stopping.store(true, Ordering::Release);
-        self.handing_out = false;
-        // Closing the mailbox wakes a reader waiting in recv(); it then sees `stopping`.
-        self.mailbox.close();
-        // CLS first, then the REQs of what was never handed out: nsqd then does not hand the
-        // freed slots to more messages.
-        self.core.close(now);
-        for m in std::mem::take(&mut self.outgoing) {
-            self.requeue_now(now, m);
-        }
-    }
-
-    /// Resolves the `connect_to_nsqd` calls waiting for `addr` with its first outcome.
-    fn connected(&mut self, addr: &str, outcome: &Result<(), Error>) {
-        answer_waiting(
-            &mut self.connecting_to,
-            addr,
-            outcome,
-            &mut self.connected_now,
-        );
-    }
-
-    /// Requeues a message the application never received: at once, without backoff.
-    fn requeue_now(&mut self, now: Instant, m: Message) {
-        let _ = m
-            .into_answer(AnswerKind::UNTAKEN)
-            .apply(&mut self.core, now);
-    }
-
-    fn origin(&self, conn: ConnId) -> Arc<Origin<AnswerChannel>> {
-        match self.origins.get(&conn) {
-            Some(o) => o.clone(),
-            None => Origin::new("", AnswerChannel(self.shared.clone())),
-        }
-    }
-}
-
-impl Logic for ConsumerLogic {
-    type Machine = nsq_proto::Consumer;
-    type Input = Input;
-
-    fn machine(&mut self) -> &mut nsq_proto::Consumer {
-        &mut self.core
-    }
-
-    fn input(&mut self, now: Instant, input: Input) {
-        match input {
-            // A refusal (typically: the connection closed, so nsqd redelivers) is logged by
-            // `apply`.
-            Input::Answer(a, _body) => {
-                let _ = a.apply(&mut self.core, now);
-            }
-            Input::Control(c) => match c {
-                Control::AddNsqd(a, reply) => {
-                    if let Err(e) = self.core.add_nsqd(now, &a) {
-                        reply.send(Err(e.into()));
-                        return;
-                    }
-                    let addr = a.trim();
-                    let ready = self.core.connections().any(|(conn, at)| {
-                        at == addr
-                            && self.core.connection(conn).is_some_and(|c| {
-                                c.state() == nsq_proto::connection::ConnectionState::Ready
-                            })
-                    });
-                    if ready {
-                        reply.send(Ok(()));
-                    } else {
-                        self.connecting_to.push((addr.to_owned(), reply));
-                    }
-                }
-                Control::DisconnectNsqd(a, reply) => {
-                    reply.send(self.core.disconnect_from_nsqd(now, &a));
-                }
-                Control::DisconnectLookupd(a, reply) => {
-                    let done = self.core.disconnect_from_lookupd(now, &a);
-                    if done.is_ok() {
-                        let gone = Err(nsq_proto::consumer::LookupdError::Transport(
-                            "disconnected from before it answered".into(),
-                        ));
-                        self.lookupd_answered(&lookupd_key(&a), gone);
-                        self.lookupd_outcome.remove(&lookupd_key(&a));
-                    }
-                    reply.send(done);
-                }
-                Control::AddLookupd(a, reply) => {
-                    if let Err(e) = self.core.add_lookupd(now, &a) {
-                        reply.send(Err(e.into()));
-                        return;
-                    }
-                    let key = lookupd_key(&a);
-                    match self.lookupd_outcome.get(&key) {
-                        // Polled again now (it was parked), or never answered yet: wait.
-                        Some(Err(Error::Lookupd { error, .. })) if error.is_misconfiguration() => {
-                            self.lookupd_waiting.push((key, reply));
-                        }
-                        Some(last) => reply.send(last.clone()),
-                        None => self.lookupd_waiting.push((key, reply)),
-                    }
-                }
-                Control::SetMaxInFlight(n) => {
-                    log_max_in_flight(n);
-                    self.core.set_max_in_flight(now, n);
-                    self.shared.max_in_flight.store(n, Ordering::Relaxed);
-                }
-                Control::Stop(reply) => {
-                    self.stop_waiters.extend(reply);
-                    self.begin_stop(now);
-                }
-                // The guard is shared by every handle: this is the last one.
-                Control::Dropped => self.begin_stop(now),
-            },
-        }
-    }
-
-    fn connecting(&mut self, conn: ConnId, addr: &str) {
-        self.origins
-            .insert(conn, Origin::new(addr, AnswerChannel(self.shared.clone())));
-    }
-
-    fn disconnected(&mut self, conn: ConnId) {
-        self.origins.remove(&conn);
-    }
-
-    fn event(&mut self, now: Instant, event: ConsumerEvent) {
-        log_consumer_event(&event, |c| self.origins.get(&c).map(|o| o.addr()));
-        if self.shared.events.wanted() {
-            if let Some(e) = self.stream_event(&event) {
-                self.shared.events.emit(&e);
-            }
-        }
-        match event {
-            ConsumerEvent::Message { conn, message } => {
-                let msg = Message(Delivery::new(conn, message, self.origin(conn)));
-                if self.handing_out {
-                    self.outgoing.push_back(msg);
-                } else {
-                    // Stopping: no new messages are handed out; requeue at once.
-                    self.requeue_now(now, msg);
-                }
-            }
-            ConsumerEvent::GaveUp { conn, message } => {
-                if let Some(hook) = &self.give_up {
-                    let message = Message(Delivery::given_up(conn, message, self.origin(conn)));
-                    // The hook runs on the driver: its panic must not take the consumer down.
-                    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        hook(&message);
-                    }));
-                    if let Err(panic) = ran {
-                        tracing::error!(
-                            msg_id = %message.id(),
-                            panic = %super::panic_message(&*panic),
-                            "the give-up hook panicked"
-                        );
-                    }
-                }
-            }
-            ConsumerEvent::ConnectionReady { addr, .. } => self.connected(&addr, &Ok(())),
-            ConsumerEvent::ConnectionClosed {
-                addr,
-                reason,
-                misconfigured,
-                ..
-            } => {
-                let failed = Err(match misconfigured {
-                    Some(problem) => Error::Misconfigured {
-                        nsqd: addr.clone(),
-                        problem,
-                    },
-                    None => Error::Connect {
-                        nsqd: addr.clone(),
-                        reason,
-                    },
-                });
-                self.connected(&addr, &failed);
-            }
-            ConsumerEvent::LookupdAnswered { addr, .. } => self.lookupd_answered(&addr, Ok(())),
-            ConsumerEvent::LookupdFailed { addr, error } => {
-                self.lookupd_answered(&addr, Err(error));
-            }
-            ConsumerEvent::Closed { leftovers } => {
-                self.report = Some(StopReport::new(leftovers));
-            }
-            _ => {}
-        }
-    }
-
-    fn deliver(&mut self, now: Instant) -> bool {
-        if self.outgoing.is_empty() {
-            return false;
-        }
-        if self.mailbox.push_all(&mut self.outgoing).is_ok() {
-            return false;
-        }
-        // Nobody can receive messages any more: stop rather than loop redeliveries. CLS goes
-        // out before the REQs, so nsqd does not hand the freed slots to more messages.
-        if self.handing_out {
-            tracing::info!("the consumer's message receiver was dropped");
-        }
-        self.begin_stop(now);
-        for m in std::mem::take(&mut self.outgoing) {
-            self.requeue_now(now, m);
-        }
-        true
-    }
-
-    fn after_round(&mut self) {
-        let starved = self.core.is_starved();
-        self.shared.starved.store(starved, Ordering::Relaxed);
-        let level = self.core.backoff_level();
-        let wanted = self.shared.events.wanted();
-        if level != self.backoff_level {
-            self.backoff_level = level;
-            if wanted {
-                self.shared.events.emit(&match level {
-                    0 => Event::BackoffEnded,
-                    level => Event::Backoff { level },
-                });
-            }
-        }
-        if starved != self.starved {
-            self.starved = starved;
-            if wanted {
-                self.shared.events.emit(&Event::Starved(starved));
-            }
-        }
-        // Written in place: no allocation once the snapshot has room for every nsqd.
-        self.core.stats_into(
-            &mut self
-                .shared
-                .stats
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
-        );
-        for (reply, outcome) in self.connected_now.drain(..) {
-            reply.send(outcome);
-        }
-    }
-
-    fn done(&self) -> bool {
-        self.report.is_some()
-    }
-
-    fn finish(mut self) {
-        self.shared.stopping.store(true, Ordering::Release);
-        self.mailbox.close();
-        self.shared.events.close();
-        let report = self.report.unwrap_or_default();
-        *self
-            .shared
-            .report
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(report);
-        for w in self.stop_waiters.drain(..) {
-            w.send(report);
-        }
-        tracing::debug!(unanswered = report.unanswered, "consumer stopped");
     }
 }

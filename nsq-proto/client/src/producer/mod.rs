@@ -1,53 +1,25 @@
-//! The [`Producer`] of every runtime and the logic of its driver around the core
-//! [`Producer`](nsq_proto::Producer).
+//! The [`Producer`] of every runtime and its [`PendingPublish`]. The logic of its driver
+//! around the core [`Producer`](nsq_proto::Producer) is in `logic`.
 
-use super::driver::{self, Logic, Net};
+mod logic;
+
+use logic::{Input, Place, ProducerLogic, Reply};
+
+use super::driver::{self, Net};
 use super::runtime::{Adapter, Ended, SocketOptions};
-use super::sync::{Inbox, ReplyRx, ReplyTx, oneshot};
-use super::{
-    Backpressure, Error, IntoTopic, ProducerSetup, PublishRequest, Replies, log_producer_event,
-};
+use super::sync::{Inbox, ReplyRx, oneshot};
+use super::{Backpressure, Error, IntoTopic, ProducerSetup, PublishRequest};
 use bytes::Bytes;
 use nsq_proto::Config;
 use nsq_proto::Limits;
-use nsq_proto::producer::{ProducerEvent, ProducerStats};
+use nsq_proto::producer::ProducerStats;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
-
-/// Where a publish's result goes. A publish's reply also holds its place in the count of
-/// unanswered publishes, given back when the reply is sent or dropped.
-struct Reply {
-    tx: ReplyTx<Result<(), Error>>,
-    _place: Option<Place>,
-}
-
-impl Reply {
-    fn send(self, result: Result<(), Error>) {
-        self.tx.send(result);
-    }
-}
-
-/// One publish counted in [`Inner::unanswered`] until it is dropped.
-struct Place(Arc<AtomicUsize>);
-
-impl Drop for Place {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-enum Input {
-    Request(PublishRequest, Reply),
-    AddNsqd(String, Reply),
-    Close(Option<ReplyTx<()>>),
-    /// Every handle is gone: close gracefully.
-    Dropped,
-}
+use std::time::Duration;
 
 struct Inner<R: Adapter> {
     inbox: Arc<Inbox<Input>>,
@@ -109,13 +81,7 @@ pub(crate) fn start<R: Adapter>(setup: ProducerSetup) -> Result<Producer<R>, Err
     let start = setup.start(runtime.now(), super::random_seed)?;
     let inbox = Inbox::new();
     let stats = Arc::new(Mutex::new(start.core.stats()));
-    let logic = ProducerLogic {
-        core: start.core,
-        replies: Replies::default(),
-        close_waiters: Vec::new(),
-        stats: stats.clone(),
-        closed: false,
-    };
+    let logic = ProducerLogic::new(start.core, stats.clone());
     let net = Net::new(
         runtime,
         SocketOptions::new(start.dial_timeout, start.write_timeout)
@@ -219,7 +185,7 @@ impl<R: Adapter> Producer<R> {
         input: impl FnOnce(Reply) -> Input,
     ) -> Result<PendingPublish, Error> {
         let (tx, rx) = oneshot();
-        let reply = Reply { tx, _place: place };
+        let reply = Reply::new(tx, place);
         self.inner
             .inbox
             .send(input(reply))
@@ -375,75 +341,6 @@ impl<R: Adapter> Producer<R> {
     /// When the driver has ended.
     pub(crate) fn ended(&self) -> &Ended {
         &self.inner.ended
-    }
-}
-
-// ----------------------------------------------------------------------------------- driver
-
-struct ProducerLogic {
-    core: nsq_proto::Producer,
-    replies: Replies<Reply>,
-    close_waiters: Vec<ReplyTx<()>>,
-    stats: Arc<Mutex<ProducerStats>>,
-    closed: bool,
-}
-
-impl Logic for ProducerLogic {
-    type Machine = nsq_proto::Producer;
-    type Input = Input;
-    const LOOK_AGAIN_AFTER_WORK: bool = true;
-
-    fn machine(&mut self) -> &mut nsq_proto::Producer {
-        &mut self.core
-    }
-
-    fn input(&mut self, now: Instant, input: Input) {
-        match input {
-            Input::Request(request, reply) => {
-                if let Err((reply, e)) = self.replies.submit(&mut self.core, now, request, reply) {
-                    reply.send(Err(e));
-                }
-            }
-            Input::AddNsqd(addr, reply) => {
-                reply.send(self.core.add_nsqd(now, &addr).map_err(Error::from));
-            }
-            Input::Close(waiter) => {
-                self.close_waiters.extend(waiter);
-                self.core.close(now);
-            }
-            Input::Dropped => self.core.close(now),
-        }
-    }
-
-    fn event(&mut self, _now: Instant, event: ProducerEvent) {
-        log_producer_event(&event);
-        if !self.replies.resolve(&event) && event == ProducerEvent::Closed {
-            self.closed = true;
-        }
-    }
-
-    fn after_round(&mut self) {
-        *self.stats.lock().unwrap_or_else(PoisonError::into_inner) = self.core.stats();
-        for (reply, result) in self.replies.take_resolved() {
-            reply.send(result);
-        }
-    }
-
-    fn done(&self) -> bool {
-        self.closed
-    }
-
-    fn finish(mut self) {
-        for (reply, result) in self.replies.take_resolved() {
-            reply.send(result);
-        }
-        for reply in self.replies.take_all() {
-            reply.send(Err(Error::Closed));
-        }
-        for w in self.close_waiters.drain(..) {
-            w.send(());
-        }
-        tracing::debug!("producer closed");
     }
 }
 

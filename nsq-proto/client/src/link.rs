@@ -1,0 +1,274 @@
+//! [`Link`]: one socket of a driver (an nsqd connection or a lookupd exchange) as a small
+//! state machine: connecting (bounded by the dial timeout), then writing what is queued and
+//! reading until the socket would block, then closing once the last bytes are out. It
+//! reports what happened ([`SocketEvent`]) and never blocks.
+
+use super::runtime::{BoxFuture, Socket};
+use bytes::{Buf, Bytes, BytesMut};
+use std::collections::VecDeque;
+use std::io;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+/// Reads per socket per round (fairness between sockets and commands).
+const READS_PER_ROUND: usize = 4;
+
+/// What one [`Link::poll`] came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Polled {
+    /// Something happened (the driver goes round again).
+    pub(crate) progress: bool,
+    /// The link is over: drop it.
+    pub(crate) finished: bool,
+}
+
+impl Polled {
+    const IDLE: Polled = Polled {
+        progress: false,
+        finished: false,
+    };
+    const FINISHED: Polled = Polled {
+        progress: true,
+        finished: true,
+    };
+
+    fn open(progress: bool) -> Polled {
+        Polled {
+            progress,
+            finished: false,
+        }
+    }
+}
+
+enum State<S> {
+    Connecting(BoxFuture<io::Result<S>>),
+    Open(S),
+    /// Failed to connect, or a lookupd exchange that is over: nothing left to poll, waiting
+    /// for the core to close it.
+    Done,
+}
+
+/// One socket: an nsqd connection or a lookupd exchange.
+pub(crate) struct Link<S> {
+    state: State<S>,
+    span: tracing::Span,
+    /// When the dial is abandoned.
+    dial_deadline: Instant,
+    /// Reading stopped (EOF, error, or closing).
+    read_done: bool,
+    /// Failure already reported to the core.
+    failed: bool,
+    /// The core disconnected it: write what is queued, then shut down.
+    closing: bool,
+    queue: VecDeque<Bytes>,
+    /// When the write at the front of the queue started to block.
+    write_blocked_since: Option<Instant>,
+}
+
+impl<S: Socket> Link<S> {
+    pub(crate) fn new(
+        connect: BoxFuture<io::Result<S>>,
+        dial_deadline: Instant,
+        span: tracing::Span,
+    ) -> Self {
+        Link {
+            state: State::Connecting(connect),
+            span,
+            dial_deadline,
+            read_done: false,
+            failed: false,
+            closing: false,
+            queue: VecDeque::new(),
+            write_blocked_since: None,
+        }
+    }
+
+    /// Queues `data` to be written, unless the link failed or is over. Returns whether it
+    /// was queued.
+    pub(crate) fn send(&mut self, data: Bytes) -> bool {
+        let queued = !self.failed && !self.is_done();
+        if queued {
+            self.queue.push_back(data);
+        }
+        queued
+    }
+
+    /// The core disconnected the link: an open one writes what is queued, then shuts down
+    /// (returned, to be polled until then); any other is dropped.
+    pub(crate) fn close(mut self) -> Option<Self> {
+        if !matches!(self.state, State::Open(_)) || self.failed {
+            return None;
+        }
+        self.closing = true;
+        self.read_done = true;
+        self.write_blocked_since = None;
+        Some(self)
+    }
+
+    /// Nothing is left to poll: it failed to connect, or its exchange is over, and it waits
+    /// for the core to close it.
+    pub(crate) fn is_done(&self) -> bool {
+        matches!(self.state, State::Done)
+    }
+
+    /// Marks the link as over (see [`is_done`](Self::is_done)), dropping its socket.
+    pub(crate) fn set_done(&mut self) {
+        self.state = State::Done;
+    }
+
+    /// The bytes queued to be written.
+    #[cfg(test)]
+    pub(crate) fn queued(&self) -> impl Iterator<Item = &Bytes> {
+        self.queue.iter()
+    }
+
+    pub(crate) fn deadline(&self, write_timeout: Duration) -> Option<Instant> {
+        match self.state {
+            State::Connecting(_) => Some(self.dial_deadline),
+            State::Open(_) => self.write_blocked_since.map(|t| t + write_timeout),
+            State::Done => None,
+        }
+    }
+
+    /// Polls the link (connect, writes, reads) inside its span, reporting through `report`.
+    pub(crate) fn poll(
+        &mut self,
+        cx: &mut Context<'_>,
+        now: Instant,
+        write_timeout: Duration,
+        report: &mut dyn FnMut(SocketEvent),
+    ) -> Polled {
+        let span = std::mem::replace(&mut self.span, tracing::Span::none());
+        let result = span.in_scope(|| self.poll_in_span(cx, now, write_timeout, report));
+        self.span = span;
+        result
+    }
+
+    fn poll_in_span(
+        &mut self,
+        cx: &mut Context<'_>,
+        now: Instant,
+        write_timeout: Duration,
+        report: &mut dyn FnMut(SocketEvent),
+    ) -> Polled {
+        let mut progress = false;
+        if let State::Connecting(fut) = &mut self.state {
+            match fut.as_mut().poll(cx) {
+                Poll::Pending => {
+                    if self.dial_deadline <= now {
+                        tracing::debug!("connect timed out");
+                        report(SocketEvent::ConnectFailed("connect timed out".to_owned()));
+                        return Polled::FINISHED;
+                    }
+                    return Polled::IDLE;
+                }
+                Poll::Ready(Err(e)) => {
+                    tracing::debug!(error = %e, "connect failed");
+                    report(SocketEvent::ConnectFailed(e.to_string()));
+                    return Polled::FINISHED;
+                }
+                Poll::Ready(Ok(socket)) => {
+                    tracing::debug!("connected");
+                    self.state = State::Open(socket);
+                    progress = true;
+                    report(SocketEvent::Connected);
+                }
+            }
+        }
+        let State::Open(socket) = &mut self.state else {
+            return Polled::open(progress);
+        };
+        // Writes: everything queued, until the socket would block.
+        while let Some(front) = self.queue.front_mut() {
+            match socket.poll_write(cx, front) {
+                Poll::Ready(Ok(0)) => return self.fail(report, "write returned 0 bytes"),
+                Poll::Ready(Ok(n)) => {
+                    progress = true;
+                    front.advance(n.min(front.len()));
+                    if front.is_empty() {
+                        self.queue.pop_front();
+                        self.write_blocked_since = None;
+                    }
+                }
+                Poll::Ready(Err(e)) => return self.fail(report, &e.to_string()),
+                Poll::Pending => {
+                    let since = *self.write_blocked_since.get_or_insert(now);
+                    if since + write_timeout <= now {
+                        return self
+                            .fail(report, &format!("write timed out after {write_timeout:?}"));
+                    }
+                    break;
+                }
+            }
+        }
+        if self.closing {
+            if !self.queue.is_empty() {
+                return Polled::open(progress);
+            }
+            return match socket.poll_close(cx) {
+                Poll::Pending => Polled::open(progress),
+                Poll::Ready(_) => {
+                    tracing::debug!("connection closed");
+                    Polled::FINISHED
+                }
+            };
+        }
+        // Reads.
+        for _ in 0..READS_PER_ROUND {
+            if self.read_done {
+                break;
+            }
+            match socket.poll_read(cx) {
+                Poll::Pending => break,
+                Poll::Ready(Ok(data)) if data.is_empty() => {
+                    tracing::debug!("EOF");
+                    self.read_done = true;
+                    progress = true;
+                    if !self.failed {
+                        self.failed = true;
+                        report(SocketEvent::Eof);
+                    }
+                }
+                Poll::Ready(Ok(data)) => {
+                    progress = true;
+                    report(SocketEvent::Data(data));
+                }
+                Poll::Ready(Err(e)) => {
+                    tracing::warn!(error = %e, "read failed");
+                    self.read_done = true;
+                    progress = true;
+                    if !self.failed {
+                        self.failed = true;
+                        report(SocketEvent::Failed(e.to_string()));
+                    }
+                }
+            }
+        }
+        Polled::open(progress)
+    }
+
+    fn fail(&mut self, report: &mut dyn FnMut(SocketEvent), reason: &str) -> Polled {
+        tracing::warn!(%reason, "write failed");
+        self.read_done = true;
+        self.queue.clear();
+        self.write_blocked_since = None;
+        if !self.failed && !self.closing {
+            self.failed = true;
+            report(SocketEvent::Failed(reason.to_owned()));
+        }
+        // A closing link is done; an active one waits for the core's Disconnect.
+        Polled {
+            progress: true,
+            finished: self.closing,
+        }
+    }
+}
+
+/// What happened on a link during one poll.
+pub(crate) enum SocketEvent {
+    Connected,
+    ConnectFailed(String),
+    Data(BytesMut),
+    Eof,
+    Failed(String),
+}
