@@ -186,21 +186,34 @@ impl<R: Adapter> ConsumerHandle<R> {
 /// Read messages with [`recv`](Self::recv), [`recv_timeout`](Self::recv_timeout) or
 /// [`iter`](Self::iter) (or `for msg in consumer`), or hand them to a handler on a pool of
 /// threads with [`run`](Self::run). Control it from other threads through a
-/// [`ConsumerHandle`] ([`handle`](Self::handle)).
+/// [`ConsumerHandle`] ([`handle`](Self::handle)); the consumer itself derefs to its handle, so
+/// each of the handle's methods works on it too.
 ///
 /// Dropping it stops it like [`stop`](Self::stop) and waits for that (messages still held by
 /// the application are waited for, up to `drain_timeout`).
 pub struct Consumer<R: Adapter> {
     inner: super::Consumer<R>,
+    handle: ConsumerHandle<R>,
     stopped: bool,
 }
 
 impl<R: Adapter> From<super::Consumer<R>> for Consumer<R> {
     fn from(inner: super::Consumer<R>) -> Self {
         Consumer {
+            handle: ConsumerHandle(inner.handle()),
             inner,
             stopped: false,
         }
+    }
+}
+
+/// A consumer is also its control handle: every method of [`ConsumerHandle`] (connect,
+/// disconnect, `set_max_in_flight`, `stats`, `events`, ...) works on it.
+impl<R: Adapter> std::ops::Deref for Consumer<R> {
+    type Target = ConsumerHandle<R>;
+
+    fn deref(&self) -> &ConsumerHandle<R> {
+        &self.handle
     }
 }
 
@@ -219,7 +232,8 @@ impl<R: Adapter> Consumer<R> {
     }
 
     /// A consumer with `config`, not yet connected anywhere: add servers with
-    /// [`connect_to_nsqd`](Self::connect_to_nsqd) / [`connect_to_lookupd`](Self::connect_to_lookupd).
+    /// [`connect_to_nsqd`](ConsumerHandle::connect_to_nsqd) /
+    /// [`connect_to_lookupd`](ConsumerHandle::connect_to_lookupd).
     #[allow(
         clippy::new_ret_no_self,
         reason = "what the runtime's builders return (this type)"
@@ -234,7 +248,7 @@ impl<R: Adapter> Consumer<R> {
 
     /// A cloneable control handle.
     pub fn handle(&self) -> ConsumerHandle<R> {
-        ConsumerHandle(self.inner.handle())
+        self.handle.clone()
     }
 
     /// The next message, waiting as long as it takes; `None` once the consumer is stopped.
@@ -256,62 +270,6 @@ impl<R: Adapter> Consumer<R> {
     /// stopped.
     pub fn iter(&mut self) -> Iter<'_, R> {
         Iter { consumer: self }
-    }
-
-    /// See [`ConsumerHandle::connect_to_nsqd`].
-    pub fn connect_to_nsqd(&self, addr: &str) -> Result<(), Error> {
-        block_on(self.inner.connect_to_nsqd(addr))
-    }
-
-    /// See [`ConsumerHandle::connect_to_nsqds`].
-    pub fn connect_to_nsqds<I: IntoIterator<Item = S>, S: AsRef<str>>(
-        &self,
-        addrs: I,
-    ) -> Result<(), Error> {
-        block_on(self.inner.connect_to_nsqds(addrs))
-    }
-
-    /// See [`ConsumerHandle::connect_to_lookupd`].
-    pub fn connect_to_lookupd(&self, addr: &str) -> Result<(), Error> {
-        block_on(self.inner.connect_to_lookupd(addr))
-    }
-
-    /// See [`ConsumerHandle::connect_to_lookupds`].
-    pub fn connect_to_lookupds<I: IntoIterator<Item = S>, S: AsRef<str>>(
-        &self,
-        addrs: I,
-    ) -> Result<(), Error> {
-        block_on(self.inner.connect_to_lookupds(addrs))
-    }
-
-    /// See [`ConsumerHandle::disconnect_from_nsqd`].
-    pub fn disconnect_from_nsqd(&self, addr: &str) -> Result<(), Error> {
-        block_on(self.inner.disconnect_from_nsqd(addr))
-    }
-
-    /// See [`ConsumerHandle::disconnect_from_lookupd`].
-    pub fn disconnect_from_lookupd(&self, addr: &str) -> Result<(), Error> {
-        block_on(self.inner.disconnect_from_lookupd(addr))
-    }
-
-    /// See [`ConsumerHandle::set_max_in_flight`].
-    pub fn set_max_in_flight(&self, n: u32) {
-        self.inner.set_max_in_flight(n);
-    }
-
-    /// See [`ConsumerHandle::is_starved`].
-    pub fn is_starved(&self) -> bool {
-        self.inner.is_starved()
-    }
-
-    /// See [`ConsumerHandle::events`].
-    pub fn events(&self) -> Events {
-        Events(self.inner.events())
-    }
-
-    /// See [`ConsumerHandle::stats`].
-    pub fn stats(&self) -> ConsumerStats {
-        self.inner.stats()
     }
 
     /// See [`ConsumerHandle::stop`]. Messages received but not yet taken with

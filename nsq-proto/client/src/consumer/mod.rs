@@ -455,15 +455,16 @@ impl Drop for MessageReceiver {
 ///
 /// Read messages with [`recv`](Self::recv) or as a [`Stream`](futures_core::Stream), or hand
 /// them to a handler with [`run`](Self::run). Control it from other tasks through a
-/// [`ConsumerHandle`] ([`handle`](Self::handle)).
+/// [`ConsumerHandle`] ([`handle`](Self::handle)); the consumer itself
+/// derefs to its handle, so each of the handle's methods works on it too.
 ///
 /// As with go-nsq, servers can be added and removed while it runs:
-/// [`connect_to_nsqd`](Self::connect_to_nsqd) / [`connect_to_lookupd`](Self::connect_to_lookupd),
-/// and [`disconnect_from_nsqd`](Self::disconnect_from_nsqd) (CLS is sent, the messages in
+/// [`connect_to_nsqd`](ConsumerHandle::connect_to_nsqd) / [`connect_to_lookupd`](ConsumerHandle::connect_to_lookupd),
+/// and [`disconnect_from_nsqd`](ConsumerHandle::disconnect_from_nsqd) (CLS is sent, the messages in
 /// flight on that nsqd can still be answered, its RDY goes to the other connections, and it
-/// is not reconnected) / [`disconnect_from_lookupd`](Self::disconnect_from_lookupd) (the nsqd
+/// is not reconnected) / [`disconnect_from_lookupd`](ConsumerHandle::disconnect_from_lookupd) (the nsqd
 /// only that lookupd listed are dropped once their connection ends; the last lookupd cannot
-/// be removed). [`stats`](Self::stats) is a [`ConsumerStats`] snapshot: totals (received,
+/// be removed). [`stats`](ConsumerHandle::stats) is a [`ConsumerStats`] snapshot: totals (received,
 /// finished, requeued, in flight, reconnects, RDY, backoff level) and one
 /// [`NsqdStats`](nsq_proto::consumer::NsqdStats) per nsqd (state, RDY, in flight, its own
 /// counters).
@@ -484,6 +485,16 @@ impl<R: Adapter> fmt::Debug for Consumer<R> {
     }
 }
 
+/// A consumer is also its control handle: every method of [`ConsumerHandle`] (connect,
+/// disconnect, `set_max_in_flight`, `stats`, `events`, ...) works on it.
+impl<R: Adapter> std::ops::Deref for Consumer<R> {
+    type Target = ConsumerHandle<R>;
+
+    fn deref(&self) -> &ConsumerHandle<R> {
+        &self.handle
+    }
+}
+
 impl<R: Adapter> futures_core::Stream for Consumer<R> {
     type Item = Message;
 
@@ -501,7 +512,8 @@ impl<R: Adapter> Consumer<R> {
     }
 
     /// A consumer with `config`, not yet connected anywhere: add servers with
-    /// [`connect_to_nsqd`](Self::connect_to_nsqd) / [`connect_to_lookupd`](Self::connect_to_lookupd).
+    /// [`connect_to_nsqd`](ConsumerHandle::connect_to_nsqd) /
+    /// [`connect_to_lookupd`](ConsumerHandle::connect_to_lookupd).
     #[allow(
         clippy::new_ret_no_self,
         reason = "what the runtime's builders return: this type, or the blocking adapter's"
@@ -527,64 +539,6 @@ impl<R: Adapter> Consumer<R> {
     /// Polls for the next message (`Stream::poll_next` semantics): `Ready(None)` once stopped.
     pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Message>> {
         self.receiver.poll_recv(cx)
-    }
-
-    /// See [`ConsumerHandle::connect_to_nsqd`].
-    pub async fn connect_to_nsqd(&self, addr: &str) -> Result<(), Error> {
-        self.handle.connect_to_nsqd(addr).await
-    }
-
-    /// See [`ConsumerHandle::connect_to_nsqds`].
-    pub async fn connect_to_nsqds<I, S>(&self, addrs: I) -> Result<(), Error>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        self.handle.connect_to_nsqds(addrs).await
-    }
-
-    /// See [`ConsumerHandle::connect_to_lookupd`].
-    pub async fn connect_to_lookupd(&self, addr: &str) -> Result<(), Error> {
-        self.handle.connect_to_lookupd(addr).await
-    }
-
-    /// See [`ConsumerHandle::connect_to_lookupds`].
-    pub async fn connect_to_lookupds<I, S>(&self, addrs: I) -> Result<(), Error>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        self.handle.connect_to_lookupds(addrs).await
-    }
-
-    /// See [`ConsumerHandle::disconnect_from_nsqd`].
-    pub async fn disconnect_from_nsqd(&self, addr: &str) -> Result<(), Error> {
-        self.handle.disconnect_from_nsqd(addr).await
-    }
-
-    /// See [`ConsumerHandle::disconnect_from_lookupd`].
-    pub async fn disconnect_from_lookupd(&self, addr: &str) -> Result<(), Error> {
-        self.handle.disconnect_from_lookupd(addr).await
-    }
-
-    /// See [`ConsumerHandle::set_max_in_flight`].
-    pub fn set_max_in_flight(&self, n: u32) {
-        self.handle.set_max_in_flight(n);
-    }
-
-    /// See [`ConsumerHandle::is_starved`].
-    pub fn is_starved(&self) -> bool {
-        self.handle.is_starved()
-    }
-
-    /// See [`ConsumerHandle::events`].
-    pub fn events(&self) -> Events {
-        self.handle.events()
-    }
-
-    /// See [`ConsumerHandle::stats`].
-    pub fn stats(&self) -> ConsumerStats {
-        self.handle.stats()
     }
 
     /// See [`ConsumerHandle::stop`]. Messages received but not yet taken with
