@@ -144,7 +144,7 @@ pub type ConsumerHandle = nsq_client::ConsumerHandle<AsyncStd>;
 pub type Producer = nsq_client::Producer<AsyncStd>;
 
 /// Builds a [`Consumer`] (made by [`Consumer::builder`]).
-pub type ConsumerBuilder = nsq_client::ConsumerBuilder<AsyncStd>;
+pub type ConsumerBuilder = nsq_client::ConsumerBuilder<Consumer>;
 
 /// Builds a [`Producer`] with several nsqd addresses (made by [`Producer::builder`]).
-pub type ProducerBuilder = nsq_client::ProducerBuilder<AsyncStd>;
+pub type ProducerBuilder = nsq_client::ProducerBuilder<Producer>;

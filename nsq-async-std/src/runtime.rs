@@ -30,9 +30,6 @@ impl Runtime for AsyncStd {
 }
 
 impl Adapter for AsyncStd {
-    type Consumer = crate::Consumer;
-    type Producer = crate::Producer;
-
     fn current() -> Result<Self, Error> {
         Poller::new()
             .map(AsyncStd)

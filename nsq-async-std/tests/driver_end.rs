@@ -57,9 +57,6 @@ impl Runtime for Panicky {
 }
 
 impl Adapter for Panicky {
-    type Consumer = Consumer<Panicky>;
-    type Producer = Producer<Panicky>;
-
     fn current() -> Result<Self, Error> {
         Ok(Panicky(Blocking::current()?))
     }

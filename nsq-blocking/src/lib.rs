@@ -133,10 +133,10 @@ pub type ConsumerHandle = nsq_client::blocking::ConsumerHandle<Blocking>;
 pub type Producer = nsq_client::blocking::Producer<Blocking>;
 
 /// Builds a [`Consumer`] (made by [`Consumer::builder`]).
-pub type ConsumerBuilder = nsq_client::ConsumerBuilder<Blocking>;
+pub type ConsumerBuilder = nsq_client::ConsumerBuilder<Consumer>;
 
 /// Builds a [`Producer`] with several nsqd addresses (made by [`Producer::builder`]).
-pub type ProducerBuilder = nsq_client::ProducerBuilder<Blocking>;
+pub type ProducerBuilder = nsq_client::ProducerBuilder<Producer>;
 
 /// The iterator of [`Consumer::iter`].
 pub type Iter<'a> = nsq_client::blocking::Iter<'a, Blocking>;

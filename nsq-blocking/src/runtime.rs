@@ -28,9 +28,6 @@ impl Runtime for Blocking {
 }
 
 impl Adapter for Blocking {
-    type Consumer = crate::Consumer;
-    type Producer = crate::Producer;
-
     fn current() -> Result<Self, Error> {
         Poller::new()
             .map(Blocking)

@@ -74,9 +74,7 @@
 //! ```
 
 #[cfg(doc)]
-use crate::Connection;
-use crate::consumer::{Consumer, ConsumerEvent};
-use crate::producer::{Producer, ProducerEvent};
+use crate::{Connection, Consumer, Producer};
 use bytes::{Bytes, BytesMut};
 use std::fmt;
 use std::time::Instant;
@@ -208,88 +206,91 @@ pub trait Driven {
     fn poll_timeout(&self) -> Option<Instant>;
 }
 
-impl Driven for Consumer {
-    type Event = ConsumerEvent;
+/// Implements [`Driven`] for a machine by its inherent methods of the same names (with the
+/// lookupd inputs for a machine that has them): the trait is written once, here.
+macro_rules! impl_driven {
+    ($machine:ident, $event:ty) => {
+        impl $crate::driver::Driven for $machine {
+            type Event = $event;
+            $crate::driver::impl_driven!(@common $machine, $event);
+        }
+    };
+    ($machine:ident, $event:ty, lookupd) => {
+        impl $crate::driver::Driven for $machine {
+            type Event = $event;
+            $crate::driver::impl_driven!(@common $machine, $event);
 
-    #[inline]
-    fn handle_connected(&mut self, now: Instant, conn: ConnId) {
-        Consumer::handle_connected(self, now, conn);
-    }
-    #[inline]
-    fn handle_connect_failed(&mut self, now: Instant, conn: ConnId, reason: &str) {
-        Consumer::handle_connect_failed(self, now, conn, reason);
-    }
-    #[inline]
-    fn handle_input(&mut self, now: Instant, conn: ConnId, data: &mut BytesMut) {
-        Consumer::handle_input(self, now, conn, data);
-    }
-    #[inline]
-    fn handle_eof(&mut self, now: Instant, conn: ConnId) {
-        Consumer::handle_eof(self, now, conn);
-    }
-    #[inline]
-    fn handle_lookupd_input(&mut self, now: Instant, request: LookupdRequestId, data: &[u8]) {
-        Consumer::handle_lookupd_input(self, now, request, data);
-    }
-    #[inline]
-    fn handle_lookupd_eof(&mut self, now: Instant, request: LookupdRequestId) {
-        Consumer::handle_lookupd_eof(self, now, request);
-    }
-    #[inline]
-    fn handle_lookupd_failed(&mut self, now: Instant, request: LookupdRequestId, reason: &str) {
-        Consumer::handle_lookupd_failed(self, now, request, reason);
-    }
-    #[inline]
-    fn handle_timeout(&mut self, now: Instant) {
-        Consumer::handle_timeout(self, now);
-    }
-    #[inline]
-    fn poll_action(&mut self) -> Option<Action> {
-        Consumer::poll_action(self)
-    }
-    #[inline]
-    fn poll_event(&mut self) -> Option<ConsumerEvent> {
-        Consumer::poll_event(self)
-    }
-    #[inline]
-    fn poll_timeout(&self) -> Option<Instant> {
-        Consumer::poll_timeout(self)
-    }
+            #[inline]
+            fn handle_lookupd_input(
+                &mut self,
+                now: ::std::time::Instant,
+                request: $crate::driver::LookupdRequestId,
+                data: &[u8],
+            ) {
+                $machine::handle_lookupd_input(self, now, request, data);
+            }
+            #[inline]
+            fn handle_lookupd_eof(
+                &mut self,
+                now: ::std::time::Instant,
+                request: $crate::driver::LookupdRequestId,
+            ) {
+                $machine::handle_lookupd_eof(self, now, request);
+            }
+            #[inline]
+            fn handle_lookupd_failed(
+                &mut self,
+                now: ::std::time::Instant,
+                request: $crate::driver::LookupdRequestId,
+                reason: &str,
+            ) {
+                $machine::handle_lookupd_failed(self, now, request, reason);
+            }
+        }
+    };
+    (@common $machine:ident, $event:ty) => {
+        #[inline]
+        fn handle_connected(&mut self, now: ::std::time::Instant, conn: $crate::driver::ConnId) {
+            $machine::handle_connected(self, now, conn);
+        }
+        #[inline]
+        fn handle_connect_failed(
+            &mut self,
+            now: ::std::time::Instant,
+            conn: $crate::driver::ConnId,
+            reason: &str,
+        ) {
+            $machine::handle_connect_failed(self, now, conn, reason);
+        }
+        #[inline]
+        fn handle_input(
+            &mut self,
+            now: ::std::time::Instant,
+            conn: $crate::driver::ConnId,
+            data: &mut ::bytes::BytesMut,
+        ) {
+            $machine::handle_input(self, now, conn, data);
+        }
+        #[inline]
+        fn handle_eof(&mut self, now: ::std::time::Instant, conn: $crate::driver::ConnId) {
+            $machine::handle_eof(self, now, conn);
+        }
+        #[inline]
+        fn handle_timeout(&mut self, now: ::std::time::Instant) {
+            $machine::handle_timeout(self, now);
+        }
+        #[inline]
+        fn poll_action(&mut self) -> Option<$crate::driver::Action> {
+            $machine::poll_action(self)
+        }
+        #[inline]
+        fn poll_event(&mut self) -> Option<$event> {
+            $machine::poll_event(self)
+        }
+        #[inline]
+        fn poll_timeout(&self) -> Option<::std::time::Instant> {
+            $machine::poll_timeout(self)
+        }
+    };
 }
-
-impl Driven for Producer {
-    type Event = ProducerEvent;
-
-    #[inline]
-    fn handle_connected(&mut self, now: Instant, conn: ConnId) {
-        Producer::handle_connected(self, now, conn);
-    }
-    #[inline]
-    fn handle_connect_failed(&mut self, now: Instant, conn: ConnId, reason: &str) {
-        Producer::handle_connect_failed(self, now, conn, reason);
-    }
-    #[inline]
-    fn handle_input(&mut self, now: Instant, conn: ConnId, data: &mut BytesMut) {
-        Producer::handle_input(self, now, conn, data);
-    }
-    #[inline]
-    fn handle_eof(&mut self, now: Instant, conn: ConnId) {
-        Producer::handle_eof(self, now, conn);
-    }
-    #[inline]
-    fn handle_timeout(&mut self, now: Instant) {
-        Producer::handle_timeout(self, now);
-    }
-    #[inline]
-    fn poll_action(&mut self) -> Option<Action> {
-        Producer::poll_action(self)
-    }
-    #[inline]
-    fn poll_event(&mut self) -> Option<ProducerEvent> {
-        Producer::poll_event(self)
-    }
-    #[inline]
-    fn poll_timeout(&self) -> Option<Instant> {
-        Producer::poll_timeout(self)
-    }
-}
+pub(crate) use impl_driven;

@@ -174,7 +174,7 @@ pub type ConsumerHandle = nsq_client::ConsumerHandle<Tokio>;
 pub type Producer = nsq_client::Producer<Tokio>;
 
 /// Builds a [`Consumer`] (made by [`Consumer::builder`]).
-pub type ConsumerBuilder = nsq_client::ConsumerBuilder<Tokio>;
+pub type ConsumerBuilder = nsq_client::ConsumerBuilder<Consumer>;
 
 /// Builds a [`Producer`] with several nsqd addresses (made by [`Producer::builder`]).
-pub type ProducerBuilder = nsq_client::ProducerBuilder<Tokio>;
+pub type ProducerBuilder = nsq_client::ProducerBuilder<Producer>;

@@ -155,9 +155,6 @@ impl Runtime for Tokio {
 }
 
 impl Adapter for Tokio {
-    type Consumer = crate::Consumer;
-    type Producer = crate::Producer;
-
     fn current() -> Result<Self, Error> {
         let handle = Handle::try_current().map_err(|_| {
             Error::NoRuntime(

@@ -62,9 +62,6 @@ impl Runtime for Panicky {
 }
 
 impl Adapter for Panicky {
-    type Consumer = client::Consumer<Panicky>;
-    type Producer = client::Producer<Panicky>;
-
     fn current() -> Result<Self, Error> {
         Ok(Panicky(Tokio::current()?, trigger()))
     }

@@ -1,9 +1,6 @@
 //! How a message is answered: [`AnswerKind`] and the `Copy` [`Answer`] a message sends to its
 //! driver, applied to the core [`Consumer`](nsq_proto::Consumer).
 
-#[cfg(doc)]
-use super::delivery::PendingAnswer;
-use super::handler::HandlerError;
 use nsq_proto::consumer::{Consumer, ConsumerError};
 use nsq_proto::driver::ConnId;
 use nsq_proto::{Message, MessageId};
@@ -41,20 +38,6 @@ impl AnswerKind {
         delay: Some(Duration::ZERO),
         backoff: false,
     };
-
-    /// The answer for a handler's outcome: `Some(Ok)` finishes, `Some(Err(e))` requeues as
-    /// `e` says, `None` (the handler panicked) requeues with backoff.
-    /// (The handler runners also log the failures.)
-    pub fn from_handler(outcome: Option<Result<(), HandlerError>>) -> AnswerKind {
-        match outcome {
-            Some(Ok(())) => AnswerKind::Finish,
-            Some(Err(e)) => e.answer_kind(),
-            None => AnswerKind::Requeue {
-                delay: None,
-                backoff: true,
-            },
-        }
-    }
 }
 
 /// A small `Copy` command answering one message, sent by a `Message` to the driver that owns

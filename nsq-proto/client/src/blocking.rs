@@ -4,8 +4,9 @@
 //! thread until it is woken. The documentation of each method is on the async type
 //! ([`Consumer`](super::Consumer), ...); only what blocking changes is said here.
 
+use super::builder::{BuildConsumer, BuildProducer, sealed};
 use super::runtime::Adapter;
-use super::{Error, Event, HandlerError, IntoChannel, IntoTopic, Message, StopReport};
+use super::{Error, Event, HandlerError, IntoChannel, IntoTopic, Message, Outcome, StopReport};
 use bytes::Bytes;
 use nsq_proto::Config;
 use nsq_proto::consumer::ConsumerStats;
@@ -207,6 +208,24 @@ impl<R: Adapter> From<super::Consumer<R>> for Consumer<R> {
     }
 }
 
+impl<R: Adapter> BuildConsumer for Consumer<R> {
+    type Connecting = Result<Self, Error>;
+}
+
+impl<R: Adapter> sealed::BuildConsumer for Consumer<R> {
+    fn build(setup: sealed::ConsumerParts) -> Result<Self, Error> {
+        <super::Consumer<R> as sealed::BuildConsumer>::build(setup).map(Consumer::from)
+    }
+
+    fn connect(setup: sealed::ConsumerParts) -> <Self as BuildConsumer>::Connecting {
+        let (nsqd, lookupd) = (setup.0.nsqd.clone(), setup.0.lookupd.clone());
+        let consumer = Self::build(setup)?;
+        consumer.connect_to_nsqds(&nsqd)?;
+        consumer.connect_to_lookupds(&lookupd)?;
+        Ok(consumer)
+    }
+}
+
 /// A consumer is also its control handle: every method of [`ConsumerHandle`] (connect,
 /// disconnect, `set_max_in_flight`, `stats`, `events`, ...) works on it.
 impl<R: Adapter> std::ops::Deref for Consumer<R> {
@@ -227,22 +246,21 @@ impl<R: Adapter> Consumer<R> {
     /// A builder for a consumer of `topic`/`channel` (names validated at `build`). Its
     /// [`build`](super::ConsumerBuilder::build) starts the driver thread; it works from any
     /// thread.
-    pub fn builder(topic: impl IntoTopic, channel: impl IntoChannel) -> super::ConsumerBuilder<R> {
+    pub fn builder(
+        topic: impl IntoTopic,
+        channel: impl IntoChannel,
+    ) -> super::ConsumerBuilder<Self> {
         super::ConsumerBuilder::new(topic, channel)
     }
 
     /// A consumer with `config`, not yet connected anywhere: add servers with
     /// [`connect_to_nsqd`](ConsumerHandle::connect_to_nsqd) /
     /// [`connect_to_lookupd`](ConsumerHandle::connect_to_lookupd).
-    #[allow(
-        clippy::new_ret_no_self,
-        reason = "what the runtime's builders return (this type)"
-    )]
     pub fn new(
         topic: impl IntoTopic,
         channel: impl IntoChannel,
         config: &Config,
-    ) -> Result<R::Consumer, Error> {
+    ) -> Result<Self, Error> {
         Self::builder(topic, channel).config(config).build()
     }
 
@@ -306,16 +324,11 @@ impl<R: Adapter> Consumer<R> {
                         let next = || shared.lock().unwrap_or_else(PoisonError::into_inner).recv();
                         while let Some(mut msg) = next() {
                             let pending = msg.take_over();
-                            let outcome =
+                            let run =
                                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                                     handler(msg)
                                 }));
-                            match outcome {
-                                Ok(result) => pending.answer(Some(result)),
-                                Err(panic) => {
-                                    pending.answer_panic(super::panic_message(&*panic));
-                                }
-                            }
+                            pending.answer(&Outcome::caught(run));
                         }
                     });
                 if let Err(e) = spawned {
@@ -415,13 +428,21 @@ impl<R: Adapter> From<super::Producer<R>> for Producer<R> {
     }
 }
 
+impl<R: Adapter> BuildProducer for Producer<R> {}
+
+impl<R: Adapter> sealed::BuildProducer for Producer<R> {
+    fn build(setup: sealed::ProducerParts) -> Result<Self, Error> {
+        <super::Producer<R> as sealed::BuildProducer>::build(setup).map(Producer::from)
+    }
+}
+
 impl<R: Adapter> Producer<R> {
     fn p(&self) -> &super::Producer<R> {
         &self.inner.0
     }
 
     /// A builder (several nsqd addresses, configuration); `build` starts the driver thread.
-    pub fn builder() -> super::ProducerBuilder<R> {
+    pub fn builder() -> super::ProducerBuilder<Self> {
         super::ProducerBuilder::new()
     }
 

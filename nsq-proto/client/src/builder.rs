@@ -1,12 +1,9 @@
 //! The builders of every adapter, written once: [`ConsumerBuilder`] and [`ProducerBuilder`]
-//! collect a [`ConsumerSetup`] / [`ProducerSetup`]; `build` validates it and starts the
-//! driver on the runtime of the [`Adapter`] `R`. `config` reads the TLS files it names and the OS hostname.
+//! collect a [`ConsumerSetup`] / [`ProducerSetup`]; `build` validates it and starts what
+//! they build ([`BuildConsumer`], [`BuildProducer`]: the async client of a runtime, or the
+//! blocking one). `config` reads the TLS files it names and the OS hostname.
 
-use super::runtime::Adapter;
-use super::{
-    ConsumerSetup, Error, GiveUpHook, IntoChannel, IntoTopic, Message, ProducerSetup, consumer,
-    producer,
-};
+use super::{ConsumerSetup, Error, GiveUpHook, IntoChannel, IntoTopic, Message, ProducerSetup};
 use nsq_proto::config::Config;
 use nsq_proto::consumer::ConsumerConfig;
 use nsq_proto::producer::ProducerConfig;
@@ -21,16 +18,16 @@ use std::time::Duration;
 /// Builds a consumer: topic, channel, configuration, addresses. Every setter is infallible;
 /// invalid names, options and addresses are reported by [`build`](Self::build).
 ///
-/// Each adapter names it `ConsumerBuilder` (this type with its runtime marker) and makes one
-/// with its `Consumer::builder(topic, channel)`, whose documentation says what `build`
-/// requires in that runtime.
-pub struct ConsumerBuilder<R> {
+/// `C` is what it builds ([`BuildConsumer`]). Each adapter names it `ConsumerBuilder` and
+/// makes one with its `Consumer::builder(topic, channel)`, whose documentation says what
+/// `build` requires in that runtime.
+pub struct ConsumerBuilder<C> {
     setup: ConsumerSetup,
-    // `fn() -> R`: the builder is Send + Sync whatever the marker.
-    runtime: PhantomData<fn() -> R>,
+    // `fn() -> C`: the builder is Send + Sync whatever it builds.
+    builds: PhantomData<fn() -> C>,
 }
 
-impl<R> fmt::Debug for ConsumerBuilder<R> {
+impl<C> fmt::Debug for ConsumerBuilder<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ConsumerBuilder")
             .field("setup", &self.setup)
@@ -38,14 +35,14 @@ impl<R> fmt::Debug for ConsumerBuilder<R> {
     }
 }
 
-impl<R> ConsumerBuilder<R> {
+impl<C> ConsumerBuilder<C> {
     /// A builder for a consumer of `topic`/`channel` (names validated by
     /// [`build`](Self::build)) with the default configuration (and the OS hostname, as
     /// [`config`](Self::config) fills it).
     pub fn new(topic: impl IntoTopic, channel: impl IntoChannel) -> Self {
         ConsumerBuilder {
             setup: ConsumerSetup::new(topic, channel),
-            runtime: PhantomData,
+            builds: PhantomData,
         }
         .config(&Config::default())
     }
@@ -150,18 +147,13 @@ impl<R> ConsumerBuilder<R> {
     }
 }
 
-impl<R: Adapter> ConsumerBuilder<R> {
+impl<C: BuildConsumer> ConsumerBuilder<C> {
     /// Validates everything and starts the consumer's driver on the runtime (the adapter's
     /// `Consumer::builder` says what this requires, e.g. being within a tokio runtime).
-    pub fn build(self) -> Result<R::Consumer, Error> {
-        consumer::start::<R>(self.setup).map(R::Consumer::from)
+    pub fn build(self) -> Result<C, Error> {
+        C::build(sealed::ConsumerParts(self.setup))
     }
-}
 
-impl<R: Adapter> ConsumerBuilder<R>
-where
-    R::Consumer: ConnectConsumer<R>,
-{
     /// [`build`](Self::build), then waits for the first outcome of every nsqd given with
     /// [`nsqd`](Self::nsqd) / [`nsqds`](Self::nsqds) (like go-nsq's `ConnectToNSQDs`) and of
     /// every lookupd given with [`lookupd`](Self::lookupd) / [`lookupds`](Self::lookupds):
@@ -175,57 +167,45 @@ where
     /// for; watch [`events`](super::ConsumerHandle::events) for them. To keep a consumer
     /// whose servers are partly down, use `build`, then `connect_to_nsqd` /
     /// `connect_to_lookupd` per address.
-    pub fn connect(self) -> <R::Consumer as ConnectConsumer<R>>::Connecting {
-        let servers = (self.setup.nsqd.clone(), self.setup.lookupd.clone());
-        R::Consumer::connecting(consumer::start::<R>(self.setup), servers)
+    pub fn connect(self) -> C::Connecting {
+        C::connect(sealed::ConsumerParts(self.setup))
     }
 }
 
-/// The shape [`ConsumerBuilder::connect`] returns in: a future on async runtimes, the result
-/// itself on blocking ones. Implemented by the client layer's two consumer types only.
-pub trait ConnectConsumer<R: Adapter>: Sized + sealed::Sealed {
-    /// What `connect` returns.
+/// What a [`ConsumerBuilder`] builds: an async runtime's [`Consumer`](super::Consumer), or the
+/// blocking API's [`Consumer`](super::blocking::Consumer). Implemented by those two only.
+pub trait BuildConsumer: sealed::BuildConsumer {
+    /// What [`ConsumerBuilder::connect`] returns: a future on async runtimes, the result
+    /// itself on blocking ones.
     type Connecting;
-    #[doc(hidden)]
-    fn connecting(
-        consumer: Result<super::Consumer<R>, Error>,
-        servers: (Vec<String>, Vec<String>),
-    ) -> Self::Connecting;
 }
 
-mod sealed {
-    pub trait Sealed {}
-    impl<R: super::Adapter> Sealed for super::super::Consumer<R> {}
-    impl<R: super::Adapter> Sealed for super::super::blocking::Consumer<R> {}
-}
+/// What a [`ProducerBuilder`] builds: an async runtime's [`Producer`](super::Producer), or the
+/// blocking API's [`Producer`](super::blocking::Producer). Implemented by those two only.
+pub trait BuildProducer: sealed::BuildProducer {}
 
-impl<R: Adapter> ConnectConsumer<R> for super::Consumer<R> {
-    type Connecting = super::BoxFuture<Result<super::Consumer<R>, Error>>;
+/// How the builders start what they build, out of reach of other crates.
+pub(crate) mod sealed {
+    /// What a consumer builder collected.
+    #[derive(Debug)]
+    pub struct ConsumerParts(pub(crate) crate::ConsumerSetup);
 
-    fn connecting(
-        consumer: Result<super::Consumer<R>, Error>,
-        (nsqd, lookupd): (Vec<String>, Vec<String>),
-    ) -> Self::Connecting {
-        Box::pin(async move {
-            let consumer = consumer?;
-            consumer.connect_to_nsqds(&nsqd).await?;
-            consumer.connect_to_lookupds(&lookupd).await?;
-            Ok(consumer)
-        })
+    /// What a producer builder collected.
+    #[derive(Debug)]
+    pub struct ProducerParts(pub(crate) crate::ProducerSetup);
+
+    pub trait BuildConsumer: Sized {
+        /// Starts the consumer.
+        fn build(setup: ConsumerParts) -> Result<Self, crate::Error>;
+        /// Starts the consumer and waits for its servers' first outcomes.
+        fn connect(setup: ConsumerParts) -> <Self as super::BuildConsumer>::Connecting
+        where
+            Self: super::BuildConsumer;
     }
-}
 
-impl<R: Adapter> ConnectConsumer<R> for super::blocking::Consumer<R> {
-    type Connecting = Result<super::blocking::Consumer<R>, Error>;
-
-    fn connecting(
-        consumer: Result<super::Consumer<R>, Error>,
-        (nsqd, lookupd): (Vec<String>, Vec<String>),
-    ) -> Self::Connecting {
-        let consumer = super::blocking::Consumer::from(consumer?);
-        consumer.connect_to_nsqds(&nsqd)?;
-        consumer.connect_to_lookupds(&lookupd)?;
-        Ok(consumer)
+    pub trait BuildProducer: Sized {
+        /// Starts the producer.
+        fn build(setup: ProducerParts) -> Result<Self, crate::Error>;
     }
 }
 
@@ -234,15 +214,15 @@ impl<R: Adapter> ConnectConsumer<R> for super::blocking::Consumer<R> {
 /// Builds a producer with several nsqd addresses. Every setter is infallible; invalid
 /// options and addresses are reported by [`build`](Self::build).
 ///
-/// Each adapter names it `ProducerBuilder` (this type with its runtime marker) and makes one
-/// with its `Producer::builder()`, whose documentation says what `build` requires in that
-/// runtime.
-pub struct ProducerBuilder<R> {
+/// `P` is what it builds ([`BuildProducer`]). Each adapter names it `ProducerBuilder` and
+/// makes one with its `Producer::builder()`, whose documentation says what `build` requires
+/// in that runtime.
+pub struct ProducerBuilder<P> {
     setup: ProducerSetup,
-    runtime: PhantomData<fn() -> R>,
+    builds: PhantomData<fn() -> P>,
 }
 
-impl<R> fmt::Debug for ProducerBuilder<R> {
+impl<P> fmt::Debug for ProducerBuilder<P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ProducerBuilder")
             .field("setup", &self.setup)
@@ -250,17 +230,17 @@ impl<R> fmt::Debug for ProducerBuilder<R> {
     }
 }
 
-impl<R> Default for ProducerBuilder<R> {
+impl<P> Default for ProducerBuilder<P> {
     fn default() -> Self {
         ProducerBuilder {
             setup: ProducerSetup::default(),
-            runtime: PhantomData,
+            builds: PhantomData,
         }
         .config(&Config::default())
     }
 }
 
-impl<R> ProducerBuilder<R> {
+impl<P> ProducerBuilder<P> {
     /// A builder with the default configuration (and the OS hostname, as
     /// [`config`](Self::config) fills it) and no nsqd address yet.
     pub fn new() -> Self {
@@ -327,12 +307,12 @@ impl<R> ProducerBuilder<R> {
     }
 }
 
-impl<R: Adapter> ProducerBuilder<R> {
+impl<P: BuildProducer> ProducerBuilder<P> {
     /// Validates the configuration and addresses and starts the producer's driver on the
     /// runtime; it connects in the background (the adapter's `Producer::builder` says what
     /// this requires, e.g. being within a tokio runtime).
-    pub fn build(self) -> Result<R::Producer, Error> {
-        producer::start::<R>(self.setup).map(R::Producer::from)
+    pub fn build(self) -> Result<P, Error> {
+        P::build(sealed::ProducerParts(self.setup))
     }
 }
 

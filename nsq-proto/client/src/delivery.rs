@@ -3,7 +3,7 @@
 //! requeued when dropped unanswered; [`PendingAnswer`] for handlers.
 
 use super::answer::{Answer, AnswerKind};
-use super::handler::HandlerError;
+use super::handler::Outcome;
 use bytes::Bytes;
 use nsq_proto::driver::ConnId;
 use nsq_proto::{Message, MessageId};
@@ -215,14 +215,14 @@ pub(crate) struct PendingAnswer<S> {
 }
 
 impl<S: AnswerSink> PendingAnswer<S> {
-    /// Answers with the handler's outcome (see [`AnswerKind::from_handler`]). A failure is
-    /// logged in the consumer's span: an error at WARN with its whole chain, a panic (`None`)
-    /// at ERROR, both with the message id, attempts and nsqd address.
-    pub(crate) fn answer(self, outcome: Option<Result<(), HandlerError>>) {
+    /// Answers with the handler's `outcome` ([`Outcome::answer_kind`]). A failure is logged
+    /// in the consumer's span: an error at WARN with its whole chain, a panic at ERROR with
+    /// what it said, both with the message id, attempts and nsqd address.
+    pub(crate) fn answer(self, outcome: &Outcome) {
         let (id, attempts, nsqd) = (self.answer.id, self.answer.attempts, &self.origin.addr);
-        match &outcome {
-            Some(Ok(())) => {}
-            Some(Err(e)) => self.origin.span.in_scope(|| {
+        match outcome {
+            Outcome::Done => {}
+            Outcome::Failed(e) => self.origin.span.in_scope(|| {
                 tracing::warn!(
                     msg_id = %id,
                     attempts,
@@ -231,35 +231,17 @@ impl<S: AnswerSink> PendingAnswer<S> {
                     "handler failed: requeueing the message"
                 );
             }),
-            None => self.origin.span.in_scope(|| {
+            Outcome::Panicked(panic) => self.origin.span.in_scope(|| {
                 tracing::error!(
                     msg_id = %id,
                     attempts,
                     nsqd = %nsqd,
+                    panic = panic.as_str(),
                     "handler panicked: requeueing the message"
                 );
             }),
         }
-        let kind = AnswerKind::from_handler(outcome);
-        self.origin
-            .sink
-            .send_answer(self.answer.with_kind(kind), Bytes::new());
-    }
-
-    /// Answers for a handler that panicked saying `panic`: requeued with backoff, logged at
-    /// ERROR with the panic's message, the message id, attempts and nsqd address.
-    pub(crate) fn answer_panic(self, panic: &str) {
-        let (id, attempts, nsqd) = (self.answer.id, self.answer.attempts, &self.origin.addr);
-        self.origin.span.in_scope(|| {
-            tracing::error!(
-                msg_id = %id,
-                attempts,
-                nsqd = %nsqd,
-                panic,
-                "handler panicked: requeueing the message"
-            );
-        });
-        let kind = AnswerKind::from_handler(None);
+        let kind = outcome.answer_kind();
         self.origin
             .sink
             .send_answer(self.answer.with_kind(kind), Bytes::new());

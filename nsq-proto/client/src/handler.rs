@@ -1,12 +1,10 @@
 //! What a message handler returns ([`HandlerError`]) and what a consumer reports when it stops
 //! ([`StopReport`], [`GiveUpHook`]).
 
-use super::Message;
 use super::answer::AnswerKind;
 #[cfg(doc)]
 use nsq_proto::consumer::ConsumerEvent;
 use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// The error a message handler returns: the message is requeued, by default with backoff and
@@ -146,8 +144,50 @@ impl StopReport {
     }
 }
 
-/// Called (on the driver, so keep it short) for every message delivered more than
-/// `max_attempts` times; the message has already been finished. It receives the same
-/// [`Message`] type the consumer hands out everywhere else, so one function can inspect
-/// messages in both places.
-pub type GiveUpHook = Arc<dyn Fn(&Message) + Send + Sync>;
+/// What a message handler came to; how its message is answered follows
+/// ([`answer_kind`](Self::answer_kind)).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// It returned `Ok`: the message is finished (FIN).
+    Done,
+    /// It returned this error: the message is requeued as the error says
+    /// ([`HandlerError::answer_kind`]).
+    Failed(HandlerError),
+    /// It panicked, saying this: the message is requeued with backoff.
+    Panicked(String),
+}
+
+impl Outcome {
+    /// The outcome of a handler run under `catch_unwind`.
+    pub(crate) fn caught(run: std::thread::Result<Result<(), HandlerError>>) -> Outcome {
+        match run {
+            Ok(result) => result.into(),
+            Err(panic) => Outcome::Panicked(crate::panic_message(&*panic).to_owned()),
+        }
+    }
+
+    /// How the message is answered: [`Done`](Self::Done) finishes,
+    /// [`Failed`](Self::Failed) requeues as its error says,
+    /// [`Panicked`](Self::Panicked) requeues with backoff and the default delay.
+    pub fn answer_kind(&self) -> AnswerKind {
+        match self {
+            Outcome::Done => AnswerKind::Finish,
+            Outcome::Failed(e) => e.answer_kind(),
+            Outcome::Panicked(_) => AnswerKind::Requeue {
+                delay: None,
+                backoff: true,
+            },
+        }
+    }
+}
+
+/// A handler's result: `Ok` is [`Outcome::Done`], `Err` is [`Outcome::Failed`].
+impl From<Result<(), HandlerError>> for Outcome {
+    fn from(result: Result<(), HandlerError>) -> Outcome {
+        match result {
+            Ok(()) => Outcome::Done,
+            Err(e) => Outcome::Failed(e),
+        }
+    }
+}

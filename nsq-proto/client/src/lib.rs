@@ -116,12 +116,12 @@
 //! ## Handler outcomes
 //!
 //! ```
-//! use nsq_client::{AnswerKind, HandlerError};
+//! use nsq_client::{AnswerKind, HandlerError, Outcome};
 //! use std::time::Duration;
 //!
 //! let failed: Result<(), HandlerError> =
 //!     Err(HandlerError::msg("database down").with_delay(Duration::from_secs(5)));
-//! let kind = AnswerKind::from_handler(Some(failed));
+//! let kind = Outcome::from(failed).answer_kind();
 //! assert_eq!(
 //!     kind,
 //!     AnswerKind::Requeue { delay: Some(Duration::from_secs(5)), backoff: true }
@@ -148,6 +148,7 @@ mod events;
 mod handler;
 mod link;
 mod logging;
+mod message;
 mod net;
 mod os;
 mod outbox;
@@ -161,12 +162,13 @@ mod sync;
 
 pub(crate) use answer::Answer;
 pub use answer::AnswerKind;
-pub use builder::{ConnectConsumer, ConsumerBuilder, ProducerBuilder};
-pub use consumer::{Consumer, ConsumerHandle, Message};
-pub(crate) use delivery::{AnswerSink, Delivery, Origin, PendingAnswer};
+pub use builder::{BuildConsumer, BuildProducer, ConsumerBuilder, ProducerBuilder};
+pub use consumer::{Consumer, ConsumerHandle};
+pub(crate) use delivery::{AnswerSink, Delivery, Origin};
 pub use error::{Backpressure, Error, InputError, IntoChannel, IntoTopic};
 pub use events::{EVENTS_CAPACITY, Event, Events};
-pub use handler::{GiveUpHook, HandlerError, StopReport};
+pub use handler::{HandlerError, Outcome, StopReport};
+pub use message::{GiveUpHook, Message};
 pub use producer::{PendingPublish, Producer};
 pub use runtime::{Adapter, BoxFuture, Runtime, Socket, SocketOptions, Timer};
 
@@ -222,11 +224,11 @@ mod tests {
 
     #[test]
     fn handler_outcomes() {
-        assert_eq!(AnswerKind::from_handler(Some(Ok(()))), AnswerKind::Finish);
+        assert_eq!(Outcome::from(Ok(())).answer_kind(), AnswerKind::Finish);
         let e = HandlerError::msg("x").without_backoff();
         assert_eq!(e.to_string(), "x");
         assert_eq!(
-            AnswerKind::from_handler(Some(Err(e))),
+            Outcome::Failed(e).answer_kind(),
             AnswerKind::Requeue {
                 delay: None,
                 backoff: false
@@ -236,7 +238,7 @@ mod tests {
         assert!(io.backoff());
         assert_eq!(io.delay(), None);
         assert_eq!(
-            AnswerKind::from_handler(None),
+            Outcome::Panicked("boom".into()).answer_kind(),
             AnswerKind::Requeue {
                 delay: None,
                 backoff: true
@@ -484,8 +486,8 @@ mod tests {
         let pending = d.take_over();
         drop(d);
         assert_eq!(kinds().len(), 3, "taken over: no answer on drop");
-        pending.answer(Some(
-            Err(HandlerError::msg("no").with_delay(Duration::ZERO)),
+        pending.answer(&Outcome::Failed(
+            HandlerError::msg("no").with_delay(Duration::ZERO),
         ));
         assert_eq!(
             kinds()[3],

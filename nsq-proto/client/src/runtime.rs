@@ -59,18 +59,11 @@ pub trait Runtime: Clone + Send + Sync + 'static {
     fn spawn(&self, name: &str, driver: BoxFuture<()>) -> io::Result<()>;
 }
 
-/// What an adapter crate's clients are, beside the IO of its [`Runtime`]: where
-/// [`build`](super::ConsumerBuilder::build) finds the runtime, what it returns, and how
-/// [`Consumer::run`](super::Consumer::run)'s workers run. Implemented once per adapter crate,
-/// on its runtime; the adapter's type aliases name the client types it yields.
+/// What an adapter crate adds to its [`Runtime`] for its clients: where
+/// [`build`](super::ConsumerBuilder::build) finds the runtime, and how
+/// [`Consumer::run`](super::Consumer::run)'s workers run. Implemented once per adapter
+/// crate, on its runtime; the adapter's type aliases name the client types it yields.
 pub trait Adapter: Runtime {
-    /// What the builders' `build` returns for a consumer: [`Consumer<Self>`](super::Consumer)
-    /// for an async runtime, or the blocking API's
-    /// [`Consumer`](super::blocking::Consumer).
-    type Consumer: From<super::Consumer<Self>>;
-    /// What the builders' `build` returns for a producer (see [`Consumer`](Self::Consumer)).
-    type Producer: From<super::Producer<Self>>;
-
     /// The runtime to start a client on, from where `build` is called: [`Error::NoRuntime`]
     /// when there is none (tokio outside a runtime).
     fn current() -> Result<Self, Error>;

@@ -2,11 +2,9 @@
 //! settings ([`AdapterConfig`]), and what the builders collect ([`ConsumerSetup`],
 //! [`ProducerSetup`]) turned into a started core.
 
-#[cfg(doc)]
-use super::builder::ConsumerBuilder;
 use super::error::{Error, IntoChannel, IntoTopic};
-use super::handler::GiveUpHook;
 use super::logging::{consumer_span, log_max_in_flight, producer_span};
+use super::message::GiveUpHook;
 use nsq_proto::config::{Config, OptionError};
 use nsq_proto::consumer::{Consumer, ConsumerConfig};
 use nsq_proto::producer::{Producer, ProducerConfig};
@@ -86,7 +84,7 @@ pub(crate) fn producer_config(
     })
 }
 
-/// What a consumer builder collects before it starts: [`ConsumerBuilder`] stores one and
+/// What a consumer builder collects before it starts: [`ConsumerBuilder`](crate::ConsumerBuilder) stores one and
 /// fills its public fields; [`start`](Self::start) does the
 /// validation and creates the core. Errors of the name and configuration arguments are kept
 /// until then, so the builder methods stay infallible.

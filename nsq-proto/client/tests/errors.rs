@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use nsq_client::{
-    AnswerKind, Backpressure, Error, HandlerError, InputError, IntoChannel, IntoTopic,
+    AnswerKind, Backpressure, Error, HandlerError, InputError, IntoChannel, IntoTopic, Outcome,
 };
 use nsq_proto::config::OptionError;
 use nsq_proto::consumer::{ConsumerError, LookupdAddress, LookupdError, LookupdResponseParser};
@@ -366,7 +366,7 @@ fn handlers_use_question_mark_on_io_errors() {
     assert_eq!(e.to_string(), "disk full");
     assert!(e.source().downcast_ref::<std::io::Error>().is_some());
     assert_eq!(
-        AnswerKind::from_handler(Some(Err(e))),
+        Outcome::Failed(e).answer_kind(),
         AnswerKind::Requeue {
             delay: None,
             backoff: true

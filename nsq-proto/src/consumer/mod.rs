@@ -62,8 +62,6 @@ mod consumer;
 mod discovery;
 mod events;
 mod flow;
-#[cfg(feature = "fuzzing")]
-pub(crate) mod fuzz_ops;
 pub mod lookupd;
 pub mod policy;
 mod shared;
@@ -78,3 +76,5 @@ pub use flow::{ANSWER_FAILURE_BURST, ANSWER_FAILURE_WINDOW};
 pub use lookupd::{LookupdAddress, LookupdAddressError, LookupdError, LookupdResponseParser};
 pub use policy::{BackoffStrategy, ReconnectSchedule};
 pub use stats::{ConsumerStats, NsqdState, NsqdStats};
+
+crate::driver::impl_driven!(Consumer, ConsumerEvent, lookupd);

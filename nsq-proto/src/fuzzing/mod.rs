@@ -204,6 +204,8 @@ pub fn lookup_reply(data: &[u8]) {
 }
 
 mod connection;
+mod consumer_ops;
+mod producer_ops;
 
 /// The origin of virtual time for the fuzz harnesses: the one place in the crate that reads the
 /// clock. Only offsets from it matter; the state machines themselves never read it.
@@ -215,14 +217,14 @@ pub(crate) fn virtual_time_origin() -> std::time::Instant {
     std::time::Instant::now()
 }
 
-/// Arbitrary operation sequences against a [`Consumer`](crate::consumer::Consumer); panics if
-/// an RDY invariant breaks. See `crate::consumer::fuzz_ops`.
-pub use crate::consumer::fuzz_ops::consumer_ops;
 pub use connection::{Summary, connection, connection_summary};
+/// Arbitrary operation sequences against a [`Consumer`](crate::consumer::Consumer); panics if
+/// an RDY invariant breaks. See `consumer_ops.rs`.
+pub use consumer_ops::consumer_ops;
 
 /// Arbitrary operation sequences against a [`Producer`](crate::producer::Producer); panics if
-/// a publish resolves twice or never. See `crate::producer::fuzz_ops`.
-pub use crate::producer::fuzz_ops::{OpsSummary, producer_ops, producer_ops_summary};
+/// a publish resolves twice or never. See `producer_ops.rs`.
+pub use producer_ops::{OpsSummary, producer_ops, producer_ops_summary};
 
 /// Parses arbitrary bytes as a JSON configuration document and, when it is accepted, derives
 /// every core configuration from it; panics if an accepted configuration cannot be derived.

@@ -44,8 +44,6 @@
 mod batch;
 mod config;
 mod events;
-#[cfg(feature = "fuzzing")]
-pub(crate) mod fuzz_ops;
 mod lifecycle;
 mod node;
 #[expect(
@@ -60,3 +58,5 @@ pub use batch::Batch;
 pub use config::{ProducerConfig, Routing};
 pub use events::{PingId, ProducerError, ProducerEvent, ProducerStats, PublishFailure, PublishId};
 pub use producer::Producer;
+
+crate::driver::impl_driven!(Producer, ProducerEvent);

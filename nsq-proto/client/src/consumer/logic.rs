@@ -3,9 +3,9 @@
 //! the application's commands and answers and turns its events into messages, stats, events
 //! and replies.
 
-use super::Message;
 use crate::driver::Logic;
 use crate::events::{Event, EventHub};
+use crate::message::{AnswerChannel, Message};
 use crate::sync::{Inbox, Mailbox, ReplyTx};
 use crate::{
     Answer, AnswerKind, AnswerSink, Delivery, Error, GiveUpHook, Origin, StopReport,
@@ -15,7 +15,6 @@ use bytes::Bytes;
 use nsq_proto::consumer::{ConsumerError, ConsumerEvent, ConsumerStats};
 use nsq_proto::driver::ConnId;
 use std::collections::{BTreeMap, VecDeque};
-use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
@@ -78,19 +77,11 @@ impl Bridge {
 
 // ----------------------------------------------------------------------------------- message
 
-/// Carries a message's answers to its consumer's driver (a push on its command queue).
-pub(crate) struct AnswerChannel(Arc<Bridge>);
-
-impl fmt::Debug for AnswerChannel {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("AnswerChannel")
-    }
-}
-
-impl AnswerSink for AnswerChannel {
+/// A message's answers go to its consumer's driver: a push on its command queue.
+impl AnswerSink for Bridge {
     fn send_answer(&self, answer: Answer, body: Bytes) {
         // If the driver is gone every connection is closed: nsqd redelivers the message.
-        let _ = self.0.inbox.send(Input::Answer(answer, body));
+        let _ = self.inbox.send(Input::Answer(answer, body));
     }
 }
 

@@ -4,16 +4,15 @@
 
 mod logic;
 
+use crate::builder::{BuildConsumer, sealed};
 use crate::driver::{self, Net};
 use crate::events::Events;
+use crate::handler::Outcome;
+use crate::message::Message;
 use crate::runtime::{Adapter, BoxFuture, Ended, SocketOptions};
 use crate::sync::{Inbox, Mailbox, oneshot};
-use crate::{
-    Answer, AnswerKind, ConsumerSetup, Delivery, Error, HandlerError, IntoChannel, IntoTopic,
-    StopReport,
-};
-use bytes::Bytes;
-use logic::{AnswerChannel, Bridge, ConsumerLogic, Control, Input, Reply};
+use crate::{ConsumerSetup, Error, HandlerError, IntoChannel, IntoTopic, StopReport};
+use logic::{Bridge, ConsumerLogic, Control, Input, Reply};
 use nsq_proto::Config;
 use nsq_proto::consumer::{ConsumerError, ConsumerStats};
 use std::collections::VecDeque;
@@ -23,7 +22,6 @@ use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 /// Sends `Dropped` to the driver when the last user handle goes.
 struct HandleGuard<R: Adapter> {
@@ -35,89 +33,6 @@ struct HandleGuard<R: Adapter> {
 impl<R: Adapter> Drop for HandleGuard<R> {
     fn drop(&mut self) {
         let _ = self.shared.inbox.send(Input::Control(Control::Dropped));
-    }
-}
-
-// ----------------------------------------------------------------------------------- message
-
-/// A message delivered to a consumer. It answers itself: [`finish`](Self::finish),
-/// [`requeue`](Self::requeue), [`requeue_without_backoff`](Self::requeue_without_backoff),
-/// [`touch`](Self::touch); read it with [`body`](Self::body) (a slice of the read buffer:
-/// zero-copy), [`attempts`](Self::attempts), [`timestamp`](Self::timestamp),
-/// [`id`](Self::id), [`nsqd_address`](Self::nsqd_address).
-///
-/// A message dropped without an answer is requeued (without backoff, with the default delay
-/// for its attempt count) and a warning is logged: it is never lost silently.
-pub struct Message(pub(crate) Delivery<AnswerChannel>);
-
-impl fmt::Debug for Message {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.0, f)
-    }
-}
-
-impl Message {
-    /// The message id.
-    pub fn id(&self) -> nsq_proto::MessageId {
-        self.0.id()
-    }
-
-    /// The payload (a slice of the read buffer: no copy was made).
-    pub fn body(&self) -> &Bytes {
-        self.0.body()
-    }
-
-    /// How many times nsqd delivered it, this delivery included.
-    pub fn attempts(&self) -> u16 {
-        self.0.attempts()
-    }
-
-    /// When it was published, in nanoseconds since the Unix epoch (nsqd's clock).
-    pub fn timestamp(&self) -> i64 {
-        self.0.timestamp()
-    }
-
-    /// The nsqd TCP address it came from.
-    pub fn nsqd_address(&self) -> &str {
-        self.0.nsqd_address()
-    }
-
-    /// FIN: the message is done; nsqd forgets it.
-    pub fn finish(self) {
-        self.0.finish();
-    }
-
-    /// REQ with backoff: nsqd delivers it again after `delay` (`None`: the consumer's
-    /// `default_requeue_delay` times its attempts, capped at `max_requeue_delay`), and the
-    /// consumer backs off.
-    pub fn requeue(self, delay: Option<Duration>) {
-        self.0.requeue(delay);
-    }
-
-    /// REQ without backoff: a failure of this message, not of the system.
-    pub fn requeue_without_backoff(self, delay: Option<Duration>) {
-        self.0.requeue_without_backoff(delay);
-    }
-
-    /// TOUCH: resets the message's timeout on nsqd (for work that takes longer than
-    /// `msg_timeout`).
-    pub fn touch(&self) {
-        self.0.touch();
-    }
-
-    /// Nobody will answer it now (the receiver is gone): requeued at once, silently.
-    pub(crate) fn release(self) {
-        self.0.release();
-    }
-
-    /// A handler runner takes over answering it.
-    pub(crate) fn take_over(&mut self) -> super::PendingAnswer<AnswerChannel> {
-        self.0.take_over()
-    }
-
-    /// Its answer of `kind`, for the driver to apply.
-    pub(crate) fn into_answer(self, kind: AnswerKind) -> Answer {
-        self.0.into_answer(kind)
     }
 }
 
@@ -485,6 +400,27 @@ impl<R: Adapter> fmt::Debug for Consumer<R> {
     }
 }
 
+impl<R: Adapter> BuildConsumer for Consumer<R> {
+    type Connecting = BoxFuture<Result<Self, Error>>;
+}
+
+impl<R: Adapter> sealed::BuildConsumer for Consumer<R> {
+    fn build(setup: sealed::ConsumerParts) -> Result<Self, Error> {
+        start(setup.0)
+    }
+
+    fn connect(setup: sealed::ConsumerParts) -> <Self as BuildConsumer>::Connecting {
+        let (nsqd, lookupd) = (setup.0.nsqd.clone(), setup.0.lookupd.clone());
+        let consumer = start::<R>(setup.0);
+        Box::pin(async move {
+            let consumer = consumer?;
+            consumer.connect_to_nsqds(&nsqd).await?;
+            consumer.connect_to_lookupds(&lookupd).await?;
+            Ok(consumer)
+        })
+    }
+}
+
 /// A consumer is also its control handle: every method of [`ConsumerHandle`] (connect,
 /// disconnect, `set_max_in_flight`, `stats`, `events`, ...) works on it.
 impl<R: Adapter> std::ops::Deref for Consumer<R> {
@@ -507,22 +443,21 @@ impl<R: Adapter> Consumer<R> {
     /// A builder for a consumer of `topic`/`channel` (names validated at `build`). Its
     /// [`build`](super::ConsumerBuilder::build) starts the driver on the runtime (the
     /// adapter's `Consumer::builder` says what that requires).
-    pub fn builder(topic: impl IntoTopic, channel: impl IntoChannel) -> super::ConsumerBuilder<R> {
+    pub fn builder(
+        topic: impl IntoTopic,
+        channel: impl IntoChannel,
+    ) -> super::ConsumerBuilder<Self> {
         super::ConsumerBuilder::new(topic, channel)
     }
 
     /// A consumer with `config`, not yet connected anywhere: add servers with
     /// [`connect_to_nsqd`](ConsumerHandle::connect_to_nsqd) /
     /// [`connect_to_lookupd`](ConsumerHandle::connect_to_lookupd).
-    #[allow(
-        clippy::new_ret_no_self,
-        reason = "what the runtime's builders return: this type, or the blocking adapter's"
-    )]
     pub fn new(
         topic: impl IntoTopic,
         channel: impl IntoChannel,
         config: &Config,
-    ) -> Result<R::Consumer, Error> {
+    ) -> Result<Self, Error> {
         Self::builder(topic, channel).config(config).build()
     }
 
@@ -627,8 +562,5 @@ where
             .map_or_else(|panic| Poll::Ready(Err(panic)), |p| p.map(Ok))
     })
     .await;
-    match outcome {
-        Ok(result) => pending.answer(Some(result)),
-        Err(panic) => pending.answer_panic(super::panic_message(&*panic)),
-    }
+    pending.answer(&Outcome::caught(outcome));
 }

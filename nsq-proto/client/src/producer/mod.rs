@@ -5,6 +5,7 @@ mod logic;
 
 use logic::{Input, Place, ProducerLogic, Reply};
 
+use super::builder::{BuildProducer, sealed};
 use super::driver::{self, Net};
 use super::runtime::{Adapter, Ended, SocketOptions};
 use super::sync::{Inbox, ReplyRx, oneshot};
@@ -151,11 +152,19 @@ impl Future for PendingPublish {
     }
 }
 
+impl<R: Adapter> BuildProducer for Producer<R> {}
+
+impl<R: Adapter> sealed::BuildProducer for Producer<R> {
+    fn build(setup: sealed::ProducerParts) -> Result<Self, Error> {
+        start(setup.0)
+    }
+}
+
 impl<R: Adapter> Producer<R> {
     /// A builder (several nsqd addresses, configuration). Its
     /// [`build`](super::ProducerBuilder::build) starts the driver on the runtime (the
     /// adapter's `Producer::builder` says what that requires).
-    pub fn builder() -> super::ProducerBuilder<R> {
+    pub fn builder() -> super::ProducerBuilder<Self> {
         super::ProducerBuilder::new()
     }
 
@@ -171,7 +180,7 @@ impl<R: Adapter> Producer<R> {
     /// The producer of [`connect`](Self::connect) (and the blocking one), not yet pinged.
     pub(crate) fn start_one(addr: &str, config: &Config) -> Result<Producer<R>, Error> {
         start(
-            super::ProducerBuilder::<R>::new()
+            super::ProducerBuilder::<Self>::new()
                 .config(config)
                 .nsqd(addr)
                 .into_setup(),
