@@ -49,9 +49,9 @@ impl RawMessage {
 }
 
 /// Read/Write over one object shared by the read and write halves (for TLS streams).
-struct Shared<T>(Arc<Mutex<T>>);
+struct Locked<T>(Arc<Mutex<T>>);
 
-impl<T: Read> Read for Shared<T> {
+impl<T: Read> Read for Locked<T> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         self.0
             .lock()
@@ -60,7 +60,7 @@ impl<T: Read> Read for Shared<T> {
     }
 }
 
-impl<T: Write> Write for Shared<T> {
+impl<T: Write> Write for Locked<T> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         self.0
             .lock()
@@ -336,8 +336,8 @@ impl RawClient {
             rustls::ClientConnection::new(config, name).map_err(|e| invalid(e.to_string()))?;
         let stream = rustls::StreamOwned::new(conn, self.tcp.try_clone()?);
         let shared = Arc::new(Mutex::new(stream));
-        self.r = Box::new(Shared(shared.clone()));
-        self.w = Box::new(Shared(shared));
+        self.r = Box::new(Locked(shared.clone()));
+        self.w = Box::new(Locked(shared));
         self.expect_ok()
     }
 

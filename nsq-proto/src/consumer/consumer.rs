@@ -729,7 +729,7 @@ impl Consumer {
             return;
         };
         slot.counts.received += 1;
-        let (was_fresh, turn_over) = FlowControl::on_message(slot);
+        let after = FlowControl::on_message(slot);
         if gives_up(max_attempts, &message) {
             if let Some(c) = self.shared.slots.get_mut(id).and_then(|s| s.conn.as_mut()) {
                 if let Err(e) = c.finish(now, &message.id) {
@@ -749,8 +749,8 @@ impl Consumer {
                 .events
                 .push_back(ConsumerEvent::Message { conn: id, message });
         }
-        if was_fresh || turn_over {
-            self.flow.rebalance(now, turn_over, &mut self.shared);
+        if after.replan() {
+            self.flow.rebalance(now, after.turn_over, &mut self.shared);
         }
     }
 

@@ -58,6 +58,22 @@ pub(super) struct FlowControl {
     probe: Option<ConnId>,
 }
 
+/// What a message's arrival means for the RDY plan ([`FlowControl::on_message`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct AfterMessage {
+    /// It was the first since the connection became ready: its bootstrap is over.
+    pub(super) bootstrap_over: bool,
+    /// The connection's low-RDY turn is over: it gives its RDY up now.
+    pub(super) turn_over: bool,
+}
+
+impl AfterMessage {
+    /// Either calls for a re-plan.
+    pub(super) fn replan(self) -> bool {
+        self.bootstrap_over || self.turn_over
+    }
+}
+
 impl FlowControl {
     pub(super) fn new(max_in_flight: u32) -> FlowControl {
         FlowControl {
@@ -125,15 +141,15 @@ impl FlowControl {
     }
 
     /// A message arrived on `slot`'s connection: its RDY count and transit are updated.
-    /// Returns whether it was the first since the connection became ready (its bootstrap is
-    /// over) and whether its low-RDY turn was over (it gives RDY up now): either means a
-    /// re-plan.
-    pub(super) fn on_message(slot: &mut Slot) -> (bool, bool) {
+    /// Says whether that calls for a re-plan.
+    pub(super) fn on_message(slot: &mut Slot) -> AfterMessage {
         slot.received_since_rdy = slot.received_since_rdy.saturating_add(1);
         // One of the messages that may have been on the wire arrived.
         slot.transit = slot.transit.saturating_sub(1);
-        let was_fresh = slot.fresh_until.take().is_some();
-        (was_fresh, slot.yield_pending)
+        AfterMessage {
+            bootstrap_over: slot.fresh_until.take().is_some(),
+            turn_over: slot.yield_pending,
+        }
     }
 
     /// After a FIN/REQ on `id`: refill its RDY if the remaining count ran low, hand out the
