@@ -120,6 +120,7 @@ mod frame;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod http;
 mod identify;
 mod limits;
 mod lookup;

@@ -28,17 +28,13 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+use crate::http::{HttpError, Response, ResponseParser};
 use crate::identify::ReplyError;
 use crate::lookup::LookupResponse;
 use crate::names::Topic;
 use std::fmt;
 
-/// The largest response head accepted, in bytes.
-pub const MAX_HEAD_SIZE: usize = 16 * 1024;
-/// The default cap on a `/lookup` response body, in bytes.
-pub const DEFAULT_MAX_BODY_SIZE: usize = 4 * 1024 * 1024;
-/// The most headers a response may carry.
-const MAX_HEADERS: usize = 64;
+pub use crate::http::{DEFAULT_MAX_BODY_SIZE, MAX_HEAD_SIZE};
 
 /// Why a lookupd address was rejected.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -138,19 +134,7 @@ impl LookupdAddress {
 
     /// The complete HTTP/1.1 request for the producers of `topic`.
     pub fn request(&self, topic: &Topic) -> Vec<u8> {
-        let mut out = Vec::with_capacity(160 + self.path.len() + topic.as_str().len() * 3);
-        out.extend_from_slice(b"GET ");
-        out.extend_from_slice(self.path.as_bytes());
-        out.extend_from_slice(b"?topic=");
-        percent_encode(&mut out, topic.as_str());
-        out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
-        out.extend_from_slice(self.authority.as_bytes());
-        out.extend_from_slice(
-            b"\r\nAccept: application/vnd.nsq; version=1.0\r\nUser-Agent: nsq-rs/",
-        );
-        out.extend_from_slice(env!("CARGO_PKG_VERSION").as_bytes());
-        out.extend_from_slice(b"\r\nConnection: close\r\n\r\n");
-        out
+        crate::http::lookupd::lookup_at(&self.path, topic).encode(&self.authority)
     }
 }
 
@@ -202,19 +186,6 @@ fn split_host_port(authority: &str) -> Result<(&str, Option<u16>), LookupdAddres
         },
     };
     Ok((host, port))
-}
-
-/// Percent-encodes a query value: everything but RFC 3986 unreserved characters (so `#` becomes
-/// `%23`).
-fn percent_encode(out: &mut Vec<u8>, value: &str) {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    for &b in value.as_bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b);
-        } else {
-            out.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
-        }
-    }
 }
 
 /// Whether a 404's body is the router's `{"message":"NOT_FOUND"}`: no such path, so the server
@@ -308,345 +279,67 @@ impl LookupdError {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Body {
-    Length(usize),
-    Chunked(Chunk),
-    ToClose,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Chunk {
-    /// Reading a chunk-size line.
-    Size,
-    /// Reading chunk data; bytes left.
-    Data(usize),
-    /// Expecting the CRLF after chunk data.
-    DataEnd,
-    /// Reading trailer lines until an empty one.
-    Trailers,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum State {
-    Head,
-    Body { status: u16, body: Body },
-    Done,
-    Failed,
-}
-
-/// Incremental parser for one `/lookup` HTTP response.
+/// Incremental parser for one `/lookup` HTTP response: the shared HTTP exchange machine
+/// ([`ResponseParser`]) and the `/lookup` reply read from its body.
 ///
 /// Feed it every byte read with [`feed`](Self::feed) and call [`eof`](Self::eof) when the
 /// server closes. Exactly one of them returns `Ok(Some(_))` or `Err(_)`; after that the parser
 /// is spent. Memory is bounded by [`MAX_HEAD_SIZE`] plus the body cap.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct LookupdResponseParser {
-    buf: Vec<u8>,
-    body: Vec<u8>,
-    state: State,
-    max_body: usize,
+    http: ResponseParser,
 }
 
-impl Default for LookupdResponseParser {
-    fn default() -> Self {
-        LookupdResponseParser::new(DEFAULT_MAX_BODY_SIZE)
+impl From<HttpError> for LookupdError {
+    fn from(e: HttpError) -> LookupdError {
+        match e {
+            HttpError::HeadTooLarge => LookupdError::HeadTooLarge,
+            HttpError::BadHead(e) => LookupdError::BadHead(e),
+            HttpError::NotHttp => LookupdError::NotHttp,
+            HttpError::BodyTooLarge { max } => LookupdError::BodyTooLarge { max },
+            HttpError::BadChunk(why) => LookupdError::BadChunk(why),
+            HttpError::UnsupportedEncoding(e) => LookupdError::UnsupportedEncoding(e),
+            HttpError::UnexpectedEof => LookupdError::UnexpectedEof,
+            HttpError::AlreadyComplete => LookupdError::AlreadyComplete,
+        }
     }
-}
-
-enum Step {
-    NeedMore,
-    Progress,
-    Complete,
 }
 
 impl LookupdResponseParser {
     /// A parser accepting bodies up to `max_body` bytes.
     pub fn new(max_body: usize) -> LookupdResponseParser {
         LookupdResponseParser {
-            buf: Vec::new(),
-            body: Vec::new(),
-            state: State::Head,
-            max_body,
+            http: ResponseParser::new(max_body),
         }
     }
 
     /// True once a result (or error) has been returned.
     pub fn is_done(&self) -> bool {
-        matches!(self.state, State::Done | State::Failed)
+        self.http.is_done()
     }
 
     /// Feeds response bytes. Returns the parsed reply once the response is complete.
     pub fn feed(&mut self, data: &[u8]) -> Result<Option<LookupResponse>, LookupdError> {
-        if self.is_done() {
-            return if data.is_empty() {
-                Ok(None)
-            } else {
-                Err(LookupdError::AlreadyComplete)
-            };
+        match self.http.feed(data)? {
+            Some(response) => reply(&response).map(Some),
+            None => Ok(None),
         }
-        self.buf.extend_from_slice(data);
-        let result = self.advance();
-        if result.is_err() {
-            self.fail();
-        }
-        result
     }
 
     /// The server closed the stream. Completes a read-to-close body, else reports
     /// [`LookupdError::UnexpectedEof`].
     pub fn eof(&mut self) -> Result<LookupResponse, LookupdError> {
-        let result = match self.state {
-            State::Body {
-                status,
-                body: Body::ToClose,
-            } => self.complete(status),
-            State::Done | State::Failed => Err(LookupdError::AlreadyComplete),
-            _ => Err(LookupdError::UnexpectedEof),
-        };
-        self.fail();
-        result
-    }
-
-    fn fail(&mut self) {
-        self.state = State::Failed;
-        self.buf = Vec::new();
-        self.body = Vec::new();
-    }
-
-    fn complete(&mut self, status: u16) -> Result<LookupResponse, LookupdError> {
-        let body = std::mem::take(&mut self.body);
-        self.buf = Vec::new();
-        self.state = State::Done;
-        if status == 404 && is_not_found(&body) {
-            return Err(LookupdError::NotLookupd);
-        }
-        LookupResponse::parse(status, &body).map_err(LookupdError::Reply)
-    }
-
-    fn advance(&mut self) -> Result<Option<LookupResponse>, LookupdError> {
-        loop {
-            let step = match self.state.clone() {
-                State::Head => self.parse_head()?,
-                State::Body { status, body } => self.parse_body(status, body)?,
-                State::Done | State::Failed => return Ok(None),
-            };
-            match step {
-                Step::NeedMore => return Ok(None),
-                Step::Progress => {}
-                Step::Complete => {
-                    let State::Body { status, .. } = self.state else {
-                        return Ok(None);
-                    };
-                    return self.complete(status).map(Some);
-                }
-            }
-        }
-    }
-
-    fn parse_head(&mut self) -> Result<Step, LookupdError> {
-        if !looks_like_http(&self.buf) {
-            return Err(LookupdError::NotHttp);
-        }
-        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut response = httparse::Response::new(&mut headers);
-        let consumed = match response.parse(&self.buf) {
-            Ok(httparse::Status::Partial) => {
-                if self.buf.len() > MAX_HEAD_SIZE {
-                    return Err(LookupdError::HeadTooLarge);
-                }
-                return Ok(Step::NeedMore);
-            }
-            Ok(httparse::Status::Complete(n)) => n,
-            Err(_) if !looks_like_http(&self.buf) => return Err(LookupdError::NotHttp),
-            Err(e) => return Err(LookupdError::BadHead(e.to_string())),
-        };
-        if consumed > MAX_HEAD_SIZE {
-            return Err(LookupdError::HeadTooLarge);
-        }
-        let status = response.code.unwrap_or(0);
-        if (100..200).contains(&status) {
-            if status == 101 {
-                return Err(LookupdError::BadHead(
-                    "unexpected 101 Switching Protocols".into(),
-                ));
-            }
-            // Interim response: skip it and parse the real one.
-            self.buf.drain(..consumed);
-            return Ok(Step::Progress);
-        }
-        let mut length: Option<usize> = None;
-        let mut chunked = false;
-        for h in response.headers.iter() {
-            if h.name.eq_ignore_ascii_case("content-length") {
-                let text = std::str::from_utf8(h.value)
-                    .map_err(|_| LookupdError::BadHead("non-ASCII Content-Length".into()))?
-                    .trim();
-                if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
-                    return Err(LookupdError::BadHead(format!(
-                        "invalid Content-Length {text:?}"
-                    )));
-                }
-                let n = text.parse::<usize>().unwrap_or(usize::MAX);
-                if length.is_some_and(|l| l != n) {
-                    return Err(LookupdError::UnsupportedEncoding(
-                        "conflicting Content-Length headers".into(),
-                    ));
-                }
-                length = Some(n);
-            } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-                let value = String::from_utf8_lossy(h.value);
-                for coding in value.split(',').map(str::trim).filter(|c| !c.is_empty()) {
-                    if coding.eq_ignore_ascii_case("chunked") && !chunked {
-                        chunked = true;
-                    } else if !coding.eq_ignore_ascii_case("identity") {
-                        return Err(LookupdError::UnsupportedEncoding(coding.to_string()));
-                    }
-                }
-            }
-        }
-        let body = if status == 204 || status == 304 {
-            Body::Length(0)
-        } else if chunked {
-            // RFC 9112: Transfer-Encoding overrides Content-Length.
-            Body::Chunked(Chunk::Size)
-        } else if let Some(n) = length {
-            if n > self.max_body {
-                return Err(LookupdError::BodyTooLarge { max: self.max_body });
-            }
-            Body::Length(n)
-        } else {
-            Body::ToClose
-        };
-        self.buf.drain(..consumed);
-        self.state = State::Body { status, body };
-        Ok(Step::Progress)
-    }
-
-    fn take_body(&mut self, n: usize) -> Result<(), LookupdError> {
-        if self.body.len() + n > self.max_body {
-            return Err(LookupdError::BodyTooLarge { max: self.max_body });
-        }
-        self.body.extend(self.buf.drain(..n));
-        Ok(())
-    }
-
-    fn parse_body(&mut self, status: u16, body: Body) -> Result<Step, LookupdError> {
-        match body {
-            Body::Length(n) => {
-                let missing = n - self.body.len();
-                let take = missing.min(self.buf.len());
-                self.take_body(take)?;
-                if self.body.len() == n {
-                    Ok(Step::Complete)
-                } else {
-                    Ok(Step::NeedMore)
-                }
-            }
-            Body::ToClose => {
-                let take = self.buf.len();
-                self.take_body(take)?;
-                Ok(Step::NeedMore)
-            }
-            Body::Chunked(chunk) => {
-                let next = match chunk {
-                    Chunk::Size => {
-                        let Some(line) = self.take_line()? else {
-                            return Ok(Step::NeedMore);
-                        };
-                        let size = line.split(|&b| b == b';').next().unwrap_or(&[]);
-                        let size = std::str::from_utf8(size)
-                            .map_err(|_| LookupdError::BadChunk("non-ASCII chunk size"))?
-                            .trim();
-                        if size.is_empty() || !size.bytes().all(|b| b.is_ascii_hexdigit()) {
-                            return Err(LookupdError::BadChunk("invalid chunk size"));
-                        }
-                        let n = usize::from_str_radix(size, 16)
-                            .map_err(|_| LookupdError::BodyTooLarge { max: self.max_body })?;
-                        if n > self.max_body - self.body.len() {
-                            return Err(LookupdError::BodyTooLarge { max: self.max_body });
-                        }
-                        if n == 0 {
-                            Chunk::Trailers
-                        } else {
-                            Chunk::Data(n)
-                        }
-                    }
-                    Chunk::Data(left) => {
-                        if self.buf.is_empty() {
-                            return Ok(Step::NeedMore);
-                        }
-                        let take = left.min(self.buf.len());
-                        self.take_body(take)?;
-                        if take == left {
-                            Chunk::DataEnd
-                        } else {
-                            Chunk::Data(left - take)
-                        }
-                    }
-                    Chunk::DataEnd => match self.buf.as_slice() {
-                        [] | [b'\r'] => return Ok(Step::NeedMore),
-                        [b'\r', b'\n', ..] => {
-                            self.buf.drain(..2);
-                            Chunk::Size
-                        }
-                        [b'\n', ..] => {
-                            self.buf.drain(..1);
-                            Chunk::Size
-                        }
-                        _ => {
-                            return Err(LookupdError::BadChunk("missing CRLF after chunk data"));
-                        }
-                    },
-                    Chunk::Trailers => {
-                        let Some(line) = self.take_line()? else {
-                            return Ok(Step::NeedMore);
-                        };
-                        if line.is_empty() {
-                            return Ok(Step::Complete);
-                        }
-                        Chunk::Trailers
-                    }
-                };
-                self.state = State::Body {
-                    status,
-                    body: Body::Chunked(next),
-                };
-                Ok(Step::Progress)
-            }
-        }
-    }
-
-    /// Splits one CRLF- (or LF-) terminated line off the buffer, without its terminator.
-    fn take_line(&mut self) -> Result<Option<Vec<u8>>, LookupdError> {
-        let Some(pos) = self.buf.iter().position(|&b| b == b'\n') else {
-            if self.buf.len() > MAX_HEAD_SIZE {
-                return Err(LookupdError::BadChunk("line too long"));
-            }
-            return Ok(None);
-        };
-        if pos > MAX_HEAD_SIZE {
-            return Err(LookupdError::BadChunk("line too long"));
-        }
-        let mut line: Vec<u8> = self.buf.drain(..=pos).collect();
-        line.pop();
-        if line.last() == Some(&b'\r') {
-            line.pop();
-        }
-        Ok(Some(line))
+        reply(&self.http.eof()?)
     }
 }
 
-/// Whether `buf` starts like an HTTP/1.x status line (as far as it goes). Leading blank lines
-/// are tolerated, as by httparse.
-fn looks_like_http(buf: &[u8]) -> bool {
-    let start = buf
-        .iter()
-        .position(|&b| b != b'\r' && b != b'\n')
-        .unwrap_or(buf.len());
-    let rest = &buf[start..];
-    let n = rest.len().min(5);
-    rest[..n] == b"HTTP/"[..n]
+/// The `/lookup` reply in `response`; nsqd's HTTP port (`404 NOT_FOUND`: no such route) is
+/// named as such.
+fn reply(response: &Response) -> Result<LookupResponse, LookupdError> {
+    if response.status == 404 && is_not_found(&response.body) {
+        return Err(LookupdError::NotLookupd);
+    }
+    LookupResponse::parse(response.status, &response.body).map_err(LookupdError::Reply)
 }
 
 #[cfg(test)]

@@ -1,0 +1,17 @@
+//! nsqd's and nsqlookupd's HTTP APIs, sans-IO.
+//!
+//! An exchange is one request written to a fresh connection (`Connection: close`) and one
+//! response read until it is complete: [`Request::encode`] gives the bytes to write,
+//! [`ResponseParser`] reads the answer, and each endpoint's typed reply is decoded from it.
+//! The same [`ResponseParser`] reads nsqlookupd's `/lookup` for a consumer's discovery.
+
+mod call;
+pub mod lookupd;
+pub mod nsqd;
+mod request;
+mod response;
+
+pub(crate) use call::check_status;
+pub use call::{ApiError, Call, ServerMessage};
+pub use request::{Method, Request};
+pub use response::{DEFAULT_MAX_BODY_SIZE, HttpError, MAX_HEAD_SIZE, Response, ResponseParser};
