@@ -25,6 +25,7 @@ const TARGETS: &[(&str, Entry)] = &[
     ("consumer_ops", fuzzing::consumer_ops),
     ("producer_ops", fuzzing::producer_ops),
     ("config_json", fuzzing::config_json),
+    ("http_exchange", fuzzing::http_exchange),
 ];
 
 fn fuzz_dir() -> PathBuf {

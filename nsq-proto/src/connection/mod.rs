@@ -52,6 +52,8 @@ mod tls;
 #[cfg(not(feature = "tls"))]
 use disabled::tls;
 
+/// For the HTTP exchange's TLS (nsqd's `--https-address`).
+pub(crate) use config::host_of;
 pub use config::{Compression, ConfigError, ConnectionConfig, DEFAULT_USER_AGENT, Role, Secret};
 pub use deflate::DeflateError;
 pub use events::{
@@ -64,6 +66,7 @@ pub use snappy::SnappyError;
 #[cfg(feature = "tls")]
 pub use tls::{ClientCert, TlsSetupError, webpki_root_store};
 pub use tls::{TlsConfig, TlsError};
+pub(crate) use tls::{TlsLayer, TlsPull};
 
 use crate::command::{self};
 use crate::error_code::ErrorCode;
@@ -71,12 +74,12 @@ use crate::frame::{Frame, FrameDecoder, Message, MessageId, Response};
 use crate::identify::{AuthResponse, IdentifyResponse};
 use bytes::{Bytes, BytesMut};
 #[cfg(feature = "tls")]
-use rustls::pki_types::ServerName;
+pub(crate) use rustls::pki_types::ServerName;
 use std::collections::VecDeque;
 use std::fmt;
 use std::time::{Duration, Instant};
 #[cfg(not(feature = "tls"))]
-use tls::ServerName;
+pub(crate) use tls::ServerName;
 
 /// The least room for a frame's data a connection accepts, whatever `max_msg_size` says:
 /// nsqd's responses (IDENTIFY's JSON is some 300 bytes) must fit.

@@ -203,6 +203,52 @@ pub fn lookup_reply(data: &[u8]) {
     }
 }
 
+/// One HTTP exchange's response, read by the shared HTTP machine and decoded by every typed
+/// call of nsqd's and nsqlookupd's APIs. Input layout: one byte choosing the size of the
+/// pieces the rest is fed in (1 to 64 bytes), then the response bytes.
+///
+/// Never panics; memory stays bounded by the parser's caps; feeding the bytes in pieces or
+/// at once gives the same outcome; a decoded `/stats` survives a trip through JSON.
+pub fn http_exchange(data: &[u8]) {
+    use crate::http::{Response, ResponseParser, lookupd, nsqd};
+    let Some((&piece, bytes)) = data.split_first() else {
+        return;
+    };
+    let piece = usize::from(piece % 64) + 1;
+    let read = |piece: usize| -> Result<Response, crate::http::HttpError> {
+        let mut parser = ResponseParser::new(64 * 1024);
+        for chunk in bytes.chunks(piece) {
+            if let Some(done) = parser.feed(chunk)? {
+                return Ok(done);
+            }
+        }
+        parser.eof()
+    };
+    let response = read(piece);
+    assert_eq!(
+        response,
+        read(bytes.len().max(1)),
+        "pieces change the outcome"
+    );
+    let Ok(response) = response else {
+        return;
+    };
+    assert!(response.body.len() <= 64 * 1024);
+    let topic = crate::Topic::new("t").expect("a valid name");
+    let _ = nsqd::ping().decode(&response);
+    let _ = nsqd::info().decode(&response);
+    let _ = nsqd::get_config("log_level").decode(&response);
+    let _ = lookupd::lookup(&topic).decode(&response);
+    let _ = lookupd::topics().decode(&response);
+    let _ = lookupd::nodes().decode(&response);
+    if let Ok(stats) = nsqd::stats(&nsqd::StatsQuery::new()).decode(&response) {
+        let json = serde_json::to_vec(&stats).expect("Stats serialises");
+        let again: nsqd::Stats = serde_json::from_slice(&json).expect("and reads back");
+        assert_eq!(again.topics.len(), stats.topics.len());
+        assert_eq!(again.producers.len(), stats.producers.len());
+    }
+}
+
 mod connection;
 mod consumer_ops;
 mod producer_ops;

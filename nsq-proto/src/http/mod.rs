@@ -6,6 +6,7 @@
 //! The same [`ResponseParser`] reads nsqlookupd's `/lookup` for a consumer's discovery.
 
 mod call;
+mod exchange;
 pub mod lookupd;
 pub mod nsqd;
 mod request;
@@ -13,5 +14,6 @@ mod response;
 
 pub(crate) use call::check_status;
 pub use call::{ApiError, Call, ServerMessage};
+pub use exchange::{Exchange, ExchangeError};
 pub use request::{Method, Request};
 pub use response::{DEFAULT_MAX_BODY_SIZE, HttpError, MAX_HEAD_SIZE, Response, ResponseParser};
