@@ -144,6 +144,12 @@ pub type Iter<'a> = nsq_client::blocking::Iter<'a, Blocking>;
 /// The owning iterator of a [`Consumer`] (`for msg in consumer`).
 pub type IntoIter = nsq_client::blocking::IntoIter<Blocking>;
 pub use nsq_client::blocking::{Events, PendingPublish};
+/// A client of one nsqd's or nsqlookupd's HTTP API ([`nsq_client::blocking::HttpClient`] on [`Blocking`]): make
+/// the typed calls of [`http::nsqd`] and [`http::lookupd`] with it.
+pub type HttpClient = nsq_client::blocking::HttpClient<Blocking>;
+
+/// nsqadmin's operations over a cluster ([`nsq_client::blocking::Cluster`] on [`Blocking`]).
+pub type Cluster = nsq_client::blocking::Cluster<Blocking>;
 pub use nsq_client::prelude::*;
 pub use nsq_proto as proto;
 pub use runtime::Blocking;

@@ -156,6 +156,13 @@
 
 mod runtime;
 
+/// A client of one nsqd's or nsqlookupd's HTTP API ([`nsq_client::HttpClient`] on [`Tokio`]): make
+/// the typed calls of [`http::nsqd`] and [`http::lookupd`] with it.
+pub type HttpClient = nsq_client::HttpClient<Tokio>;
+
+/// nsqadmin's operations over a cluster ([`nsq_client::Cluster`] on [`Tokio`]).
+pub type Cluster = nsq_client::Cluster<Tokio>;
+pub use nsq_client::PendingCall;
 pub use nsq_client::prelude::*;
 pub use nsq_client::{Events, PendingPublish};
 pub use nsq_proto as proto;

@@ -4,6 +4,7 @@
 //! thread until it is woken. The documentation of each method is on the async type
 //! ([`Consumer`](super::Consumer), ...); only what blocking changes is said here.
 
+use super::ClusterReport;
 use super::builder::{BuildConsumer, BuildProducer, sealed};
 use super::runtime::Adapter;
 use super::{Error, Event, HandlerError, IntoChannel, IntoTopic, Message, Outcome, StopReport};
@@ -11,6 +12,7 @@ use bytes::Bytes;
 use nsq_proto::Config;
 use nsq_proto::consumer::ConsumerStats;
 use nsq_proto::producer::ProducerStats;
+use nsq_proto::{Channel, Topic};
 use std::fmt;
 use std::future::Future;
 use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
@@ -562,6 +564,160 @@ impl PendingPublish {
     /// The result if it is known, without waiting.
     pub fn try_result(&mut self) -> Option<Result<(), Error>> {
         self.0.try_result()
+    }
+}
+
+// ------------------------------------------------------------------------------- HTTP APIs
+
+/// A client of one nsqd's or nsqlookupd's HTTP address (see the async
+/// [`HttpClient`](super::HttpClient)); each [`call`](Self::call) blocks for its exchange,
+/// which runs on a short-lived thread of its own.
+#[derive(Debug, Clone)]
+pub struct HttpClient<R>(super::HttpClient<R>);
+
+impl<R: Adapter> HttpClient<R> {
+    /// See the async [`HttpClient::new`](super::HttpClient::new).
+    pub fn new(addr: &str) -> Result<HttpClient<R>, Error> {
+        super::HttpClient::new(addr).map(HttpClient)
+    }
+
+    /// See the async [`HttpClient::with_config`](super::HttpClient::with_config).
+    pub fn with_config(addr: &str, config: super::HttpConfig) -> Result<HttpClient<R>, Error> {
+        super::HttpClient::with_config(addr, config).map(HttpClient)
+    }
+
+    /// The address (`host:port`).
+    pub fn addr(&self) -> &str {
+        self.0.addr()
+    }
+
+    /// Makes `call` and returns its typed reply.
+    pub fn call<T: Send + 'static>(&self, call: nsq_proto::http::Call<T>) -> Result<T, Error> {
+        block_on(self.0.call(call))
+    }
+}
+
+/// nsqadmin's operations over a cluster (see the async [`Cluster`](super::Cluster)); each
+/// blocks until every node has answered or failed.
+#[derive(Debug, Clone)]
+pub struct Cluster<R>(super::Cluster<R>);
+
+impl<R: Adapter> Cluster<R> {
+    /// See the async [`Cluster::new`](super::Cluster::new).
+    pub fn new<I, S>(lookupd_http_addresses: I) -> Result<Cluster<R>, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        super::Cluster::new(lookupd_http_addresses).map(Cluster)
+    }
+
+    /// See the async [`Cluster::with_config`](super::Cluster::with_config).
+    pub fn with_config<I, S>(
+        lookupd_http_addresses: I,
+        config: super::HttpConfig,
+    ) -> Result<Cluster<R>, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        super::Cluster::with_config(lookupd_http_addresses, config).map(Cluster)
+    }
+
+    /// See the async [`Cluster::from_nsqds`](super::Cluster::from_nsqds).
+    pub fn from_nsqds<I, S>(
+        nsqd_http_addresses: I,
+        config: super::HttpConfig,
+    ) -> Result<Cluster<R>, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        super::Cluster::from_nsqds(nsqd_http_addresses, config).map(Cluster)
+    }
+
+    /// See the async [`Cluster::topics`](super::Cluster::topics).
+    pub fn topics(&self) -> ClusterReport<Vec<String>> {
+        block_on(self.0.topics())
+    }
+
+    /// See the async [`Cluster::channels`](super::Cluster::channels).
+    pub fn channels(&self, topic: &Topic) -> ClusterReport<Vec<String>> {
+        block_on(self.0.channels(topic))
+    }
+
+    /// See the async [`Cluster::nodes`](super::Cluster::nodes).
+    pub fn nodes(&self) -> ClusterReport<Vec<nsq_proto::http::lookupd::Node>> {
+        block_on(self.0.nodes())
+    }
+
+    /// See the async [`Cluster::producers`](super::Cluster::producers).
+    pub fn producers(&self, topic: &Topic) -> ClusterReport<Vec<nsq_proto::LookupProducer>> {
+        block_on(self.0.producers(topic))
+    }
+
+    /// See the async [`Cluster::topic_stats`](super::Cluster::topic_stats).
+    pub fn topic_stats(&self, topic: &Topic) -> ClusterReport<super::TopicStatsReport> {
+        block_on(self.0.topic_stats(topic))
+    }
+
+    /// See the async [`Cluster::channel_stats`](super::Cluster::channel_stats).
+    pub fn channel_stats(
+        &self,
+        topic: &Topic,
+        channel: &Channel,
+    ) -> ClusterReport<super::ChannelStatsReport> {
+        block_on(self.0.channel_stats(topic, channel))
+    }
+
+    /// See the async [`Cluster::create_topic`](super::Cluster::create_topic).
+    pub fn create_topic(&self, topic: &Topic) -> ClusterReport<()> {
+        block_on(self.0.create_topic(topic))
+    }
+
+    /// See the async [`Cluster::create_channel`](super::Cluster::create_channel).
+    pub fn create_channel(&self, topic: &Topic, channel: &Channel) -> ClusterReport<()> {
+        block_on(self.0.create_channel(topic, channel))
+    }
+
+    /// See the async [`Cluster::delete_topic`](super::Cluster::delete_topic).
+    pub fn delete_topic(&self, topic: &Topic) -> ClusterReport<()> {
+        block_on(self.0.delete_topic(topic))
+    }
+
+    /// See the async [`Cluster::delete_channel`](super::Cluster::delete_channel).
+    pub fn delete_channel(&self, topic: &Topic, channel: &Channel) -> ClusterReport<()> {
+        block_on(self.0.delete_channel(topic, channel))
+    }
+
+    /// See the async [`Cluster::pause_topic`](super::Cluster::pause_topic).
+    pub fn pause_topic(&self, topic: &Topic) -> ClusterReport<()> {
+        block_on(self.0.pause_topic(topic))
+    }
+
+    /// See the async [`Cluster::unpause_topic`](super::Cluster::unpause_topic).
+    pub fn unpause_topic(&self, topic: &Topic) -> ClusterReport<()> {
+        block_on(self.0.unpause_topic(topic))
+    }
+
+    /// See the async [`Cluster::empty_topic`](super::Cluster::empty_topic).
+    pub fn empty_topic(&self, topic: &Topic) -> ClusterReport<()> {
+        block_on(self.0.empty_topic(topic))
+    }
+
+    /// See the async [`Cluster::pause_channel`](super::Cluster::pause_channel).
+    pub fn pause_channel(&self, topic: &Topic, channel: &Channel) -> ClusterReport<()> {
+        block_on(self.0.pause_channel(topic, channel))
+    }
+
+    /// See the async [`Cluster::unpause_channel`](super::Cluster::unpause_channel).
+    pub fn unpause_channel(&self, topic: &Topic, channel: &Channel) -> ClusterReport<()> {
+        block_on(self.0.unpause_channel(topic, channel))
+    }
+
+    /// See the async [`Cluster::empty_channel`](super::Cluster::empty_channel).
+    pub fn empty_channel(&self, topic: &Topic, channel: &Channel) -> ClusterReport<()> {
+        block_on(self.0.empty_channel(topic, channel))
     }
 }
 

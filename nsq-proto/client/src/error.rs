@@ -126,9 +126,27 @@ pub enum Error {
     },
     /// A configuration option is unknown, malformed or out of range.
     Config(OptionError),
+    /// A cluster operation failed on these nodes ([`ClusterReport::into_result`](super::ClusterReport::into_result)).
+    Cluster(Vec<super::NodeFailure>),
+    /// A call of an nsqd's or nsqlookupd's HTTP API failed.
+    Http {
+        /// The server's HTTP address (`host:port`).
+        server: String,
+        /// Why.
+        failure: super::HttpFailure,
+    },
 }
 
 impl Error {
+    /// The HTTP API's error, for an [`Error::Http`] the server answered
+    /// (`TOPIC_NOT_FOUND`, ...).
+    pub fn api_error(&self) -> Option<&nsq_proto::http::ApiError> {
+        match self {
+            Error::Http { failure, .. } => failure.api_error(),
+            _ => None,
+        }
+    }
+
     /// nsqd's error code, for [`Error::Server`].
     pub fn server_code(&self) -> Option<ErrorCode> {
         match self {
@@ -188,6 +206,14 @@ impl fmt::Display for Error {
                 "nsqlookupd {lookupd} query failed: {error} (the consumer keeps polling it)"
             ),
             Error::Config(e) => fmt::Display::fmt(e, f),
+            Error::Cluster(failures) => {
+                write!(f, "{} node(s) failed:", failures.len())?;
+                for (i, failure) in failures.iter().enumerate() {
+                    write!(f, "{} {failure}", if i == 0 { "" } else { ";" })?;
+                }
+                Ok(())
+            }
+            Error::Http { server, failure } => write!(f, "HTTP call to {server} failed: {failure}"),
         }
     }
 }

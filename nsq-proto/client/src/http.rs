@@ -1,0 +1,377 @@
+//! The HTTP APIs of nsqd and nsqlookupd on every runtime: [`HttpClient`] makes the core's
+//! typed [`Call`]s ([`nsq_proto::http`]) to one address, each on a connection of its own,
+//! with a connect timeout, a timeout for the whole exchange, and HTTPS through the same
+//! rustls configuration as the TCP protocol ([`HttpConfig::from_config`]).
+
+use super::Error;
+use super::runtime::{Adapter, Runtime, Socket, SocketOptions, Timer};
+use super::sync::{ReplyRx, oneshot};
+use bytes::{Buf, Bytes};
+use nsq_proto::Config;
+use nsq_proto::connection::TlsConfig;
+use nsq_proto::http::{ApiError, Call, Exchange, ExchangeError, Response};
+use std::collections::VecDeque;
+use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+/// How an [`HttpClient`] (and a [`Cluster`](super::Cluster)) talks to its servers.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct HttpConfig {
+    /// HTTPS (nsqd's `--https-address`) with these TLS settings; plain HTTP when `None`.
+    pub tls: Option<TlsConfig>,
+    /// How long a TCP connect may take (nsqadmin's default: 2 s).
+    pub connect_timeout: Duration,
+    /// How long a whole exchange may take, connect included (nsqadmin's default: 5 s).
+    pub timeout: Duration,
+    /// The largest response body accepted, in bytes.
+    pub max_body: usize,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            tls: None,
+            connect_timeout: Duration::from_secs(2),
+            timeout: Duration::from_secs(5),
+            max_body: nsq_proto::http::DEFAULT_MAX_BODY_SIZE,
+        }
+    }
+}
+
+impl HttpConfig {
+    /// Plain HTTP with the default timeouts.
+    pub fn new() -> HttpConfig {
+        HttpConfig::default()
+    }
+
+    /// The TLS settings of a client [`Config`] (`tls_v1`, `tls_root_ca_file`, `tls_cert`,
+    /// `tls_key`, `tls_insecure_skip_verify`, `tls_min_version`; the files are read here):
+    /// HTTPS when `tls_v1` is set, with the TCP protocol's verification, and `dial_timeout`
+    /// as the connect timeout.
+    pub fn from_config(config: &Config) -> Result<HttpConfig, Error> {
+        let connection = config
+            .connection_config(std::fs::read)
+            .map_err(Error::Config)?;
+        Ok(HttpConfig {
+            tls: connection.tls,
+            connect_timeout: config.dial_timeout,
+            ..HttpConfig::default()
+        })
+    }
+
+    /// With HTTPS through `tls`.
+    #[must_use]
+    pub fn with_tls(mut self, tls: TlsConfig) -> HttpConfig {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// With these timeouts.
+    #[must_use]
+    pub fn with_timeouts(mut self, connect: Duration, whole: Duration) -> HttpConfig {
+        self.connect_timeout = connect;
+        self.timeout = whole;
+        self
+    }
+}
+
+/// Why an HTTP API call failed ([`Error::Http`]).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum HttpFailure {
+    /// No TCP connection (refused, unreachable, no such host), or none within the connect
+    /// timeout.
+    Connect(String),
+    /// No complete answer within the timeout.
+    Timeout(Duration),
+    /// The connection failed during the exchange.
+    Io(String),
+    /// TLS failed (a certificate refused, a handshake failure, an invalid server name).
+    Tls(String),
+    /// The server answered, but not with the reply: not HTTP (the wrong port), an error
+    /// message of the server (`TOPIC_NOT_FOUND`, ...), another status, or an unexpected body.
+    Api(ApiError),
+}
+
+impl fmt::Display for HttpFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HttpFailure::Connect(e) => write!(f, "could not connect: {e}"),
+            HttpFailure::Timeout(t) => write!(f, "no complete answer within {t:?}"),
+            HttpFailure::Io(e) => write!(f, "connection failed: {e}"),
+            HttpFailure::Tls(e) => e.fmt(f),
+            HttpFailure::Api(e) => e.fmt(f),
+        }
+    }
+}
+
+impl HttpFailure {
+    /// The API error, when the server answered.
+    pub fn api_error(&self) -> Option<&ApiError> {
+        match self {
+            HttpFailure::Api(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<ExchangeError> for HttpFailure {
+    fn from(e: ExchangeError) -> HttpFailure {
+        match e {
+            ExchangeError::Http(e) => HttpFailure::Api(ApiError::Http(e)),
+            other => HttpFailure::Tls(other.to_string()),
+        }
+    }
+}
+
+/// A client of one nsqd's or nsqlookupd's HTTP address (`host:port`), on runtime `R`
+/// (each adapter names it `HttpClient`). Each [`call`](Self::call) makes one exchange on a
+/// connection of its own.
+///
+/// ```no_run
+/// # async fn f(nsqd: nsq_client::HttpClient<impl nsq_client::Adapter>) -> Result<(), nsq_client::Error> {
+/// use nsq_proto::http::nsqd;
+/// use nsq_proto::Topic;
+///
+/// let topic = Topic::new("orders").expect("a valid name");
+/// nsqd.call(nsqd::create_topic(&topic)).await?;
+/// let stats = nsqd.call(nsqd::stats(&nsqd::StatsQuery::new().topic(&topic))).await?;
+/// println!("depth {}", stats.topics[0].depth);
+/// # Ok(()) }
+/// ```
+pub struct HttpClient<R> {
+    addr: String,
+    config: HttpConfig,
+    runtime: PhantomData<fn() -> R>,
+}
+
+impl<R> Clone for HttpClient<R> {
+    fn clone(&self) -> Self {
+        HttpClient {
+            addr: self.addr.clone(),
+            config: self.config.clone(),
+            runtime: PhantomData,
+        }
+    }
+}
+
+impl<R> HttpClient<R> {
+    pub(crate) fn addr_ref(&self) -> &str {
+        &self.addr
+    }
+}
+
+impl<R> fmt::Debug for HttpClient<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpClient")
+            .field("addr", &self.addr)
+            .field("https", &self.config.tls.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R: Adapter> HttpClient<R> {
+    /// A client of `addr` (`host:port`, or `http://host:port` / `https://host:port`; an
+    /// `https://` address without TLS settings uses the web's root certificates).
+    pub fn new(addr: &str) -> Result<HttpClient<R>, Error> {
+        HttpClient::with_config(addr, HttpConfig::default())
+    }
+
+    /// A client of `addr` with `config`.
+    pub fn with_config(addr: &str, mut config: HttpConfig) -> Result<HttpClient<R>, Error> {
+        let (https, host) = if let Some(rest) = addr.strip_prefix("https://") {
+            (true, rest)
+        } else {
+            (false, addr.strip_prefix("http://").unwrap_or(addr))
+        };
+        let host = host.trim_end_matches('/');
+        if host.is_empty() || host.contains('/') || !host.contains(':') {
+            return Err(Error::InvalidInput(super::InputError::NsqdAddress(
+                format!("{addr:?} is not an HTTP address (host:port)"),
+            )));
+        }
+        if https && config.tls.is_none() {
+            config.tls = Some(default_tls()?);
+        }
+        Ok(HttpClient {
+            addr: host.to_owned(),
+            config,
+            runtime: PhantomData,
+        })
+    }
+
+    /// The address (`host:port`).
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Makes `call` and returns its typed reply.
+    pub async fn call<T: Send + 'static>(&self, call: Call<T>) -> Result<T, Error> {
+        self.start(call)?.await
+    }
+
+    /// Starts `call` at once (its exchange runs on the runtime); the returned future
+    /// resolves with its reply. Many can be under way together.
+    pub fn start<T: Send + 'static>(&self, call: Call<T>) -> Result<PendingCall<T>, Error> {
+        let runtime = R::current()?;
+        let (tx, rx) = oneshot();
+        let exchange = exchange(
+            runtime.clone(),
+            self.addr.clone(),
+            self.config.clone(),
+            call,
+        );
+        runtime
+            .spawn(
+                "nsq-http",
+                Box::pin(async move {
+                    tx.send(exchange.await);
+                }),
+            )
+            .map_err(|e| Error::Spawn(e.to_string()))?;
+        Ok(PendingCall {
+            rx,
+            addr: self.addr.clone(),
+        })
+    }
+}
+
+#[cfg(feature = "tls")]
+fn default_tls() -> Result<TlsConfig, Error> {
+    TlsConfig::webpki_roots()
+        .map_err(|e| Error::InvalidInput(super::InputError::NsqdAddress(format!("TLS setup: {e}"))))
+}
+
+#[cfg(not(feature = "tls"))]
+fn default_tls() -> Result<TlsConfig, Error> {
+    Err(Error::Config(
+        nsq_proto::config::OptionError::FeatureDisabled {
+            option: "tls_v1".to_owned(),
+            feature: "tls",
+        },
+    ))
+}
+
+/// A call under way ([`HttpClient::start`]): resolves with its reply.
+#[must_use = "a call's result is only known by awaiting it"]
+pub struct PendingCall<T> {
+    rx: ReplyRx<Result<T, Error>>,
+    addr: String,
+}
+
+impl<T> fmt::Debug for PendingCall<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PendingCall")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> Future for PendingCall<T> {
+    type Output = Result<T, Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        this.rx.poll_recv(cx).map(|r| {
+            r.unwrap_or_else(|_| {
+                Err(Error::Http {
+                    server: this.addr.clone(),
+                    failure: HttpFailure::Io("the exchange ended without an answer".into()),
+                })
+            })
+        })
+    }
+}
+
+/// One exchange of `call` with `addr` on `runtime`: connect (bounded by the connect
+/// timeout), write the request, read until the response is complete (bounded by the
+/// timeout), decode it.
+async fn exchange<R: Runtime, T>(
+    runtime: R,
+    addr: String,
+    config: HttpConfig,
+    call: Call<T>,
+) -> Result<T, Error> {
+    let fail = |failure: HttpFailure| Error::Http {
+        server: addr.clone(),
+        failure,
+    };
+    let response = exchange_response(&runtime, &addr, &config, &call)
+        .await
+        .map_err(fail)?;
+    call.decode(&response)
+        .map_err(|e| fail(HttpFailure::Api(e)))
+}
+
+async fn exchange_response<R: Runtime, T>(
+    runtime: &R,
+    addr: &str,
+    config: &HttpConfig,
+    call: &Call<T>,
+) -> Result<Response, HttpFailure> {
+    let start = runtime.now();
+    let mut exchange =
+        Exchange::with_max_body(call.request(), addr, config.tls.as_ref(), config.max_body)?;
+    let options = SocketOptions::new(config.connect_timeout, config.timeout);
+    let mut connecting = runtime.connect(addr, options);
+    let mut timer = runtime.timer(start + config.connect_timeout.min(config.timeout));
+    let mut socket = std::future::poll_fn(|cx| {
+        if let Poll::Ready(r) = connecting.as_mut().poll(cx) {
+            return Poll::Ready(r.map_err(|e| HttpFailure::Connect(e.to_string())));
+        }
+        if timer.poll_expired(cx).is_ready() {
+            return Poll::Ready(Err(HttpFailure::Connect(format!(
+                "no connection within {:?}",
+                config.connect_timeout
+            ))));
+        }
+        Poll::Pending
+    })
+    .await?;
+    drop(connecting);
+    timer.reset(start + config.timeout);
+    let mut pending: VecDeque<Bytes> = VecDeque::new();
+    std::future::poll_fn(|cx| {
+        loop {
+            pending.extend(exchange.poll_transmit());
+            while let Some(front) = pending.front_mut() {
+                match socket.poll_write(cx, front) {
+                    Poll::Ready(Ok(0)) => {
+                        return Poll::Ready(Err(HttpFailure::Io("write returned 0 bytes".into())));
+                    }
+                    Poll::Ready(Ok(n)) => {
+                        front.advance(n.min(front.len()));
+                        if front.is_empty() {
+                            pending.pop_front();
+                        }
+                    }
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(HttpFailure::Io(e.to_string()))),
+                    Poll::Pending => break,
+                }
+            }
+            match socket.poll_read(cx) {
+                Poll::Ready(Ok(data)) if data.is_empty() => {
+                    return Poll::Ready(exchange.handle_eof().map_err(HttpFailure::from));
+                }
+                Poll::Ready(Ok(data)) => match exchange.handle_input(&data) {
+                    Ok(Some(response)) => return Poll::Ready(Ok(response)),
+                    Ok(None) => {}
+                    Err(e) => return Poll::Ready(Err(e.into())),
+                },
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(HttpFailure::Io(e.to_string()))),
+                Poll::Pending => {
+                    if timer.poll_expired(cx).is_ready() {
+                        return Poll::Ready(Err(HttpFailure::Timeout(config.timeout)));
+                    }
+                    return Poll::Pending;
+                }
+            }
+        }
+    })
+    .await
+}
