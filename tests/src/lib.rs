@@ -73,13 +73,25 @@
 //!   TOUCH extends up to max_msg_timeout; `#ephemeral` topics and channels vanish with
 //!   their last subscriber; messages published before any channel wait in the topic.
 //! - Heartbeats at the negotiated interval; a client silent for two intervals is dropped.
-//! - [`Lookupd`]: `/lookup` (v1 JSON, 404 `TOPIC_NOT_FOUND`), `/topics`, `/channels`,
-//!   `/nodes`, `/ping`, `/info`; producers registered in-process or by hand; injectable failures.
-//! - An optional nsqd HTTP subset ([`NsqdBuilder::http`]): `/ping`, `/info`, `/pub` (with
-//!   `defer`), `/mpub` (text and `binary`), `/topic/create`, `/topic/delete`,
-//!   `/channel/create`, `/channel/delete`, `/stats` (`format=json` gives a subset of nsqd's
-//!   fields; the text form is only an approximation), with nsqd's methods, checks and error
-//!   texts; replies over 2048 bytes are chunked, as Go's `net/http` does.
+//! - [`Lookupd`]: nsqlookupd v1.3.0's HTTP API (`/ping`, `/info`, `/debug`, `/lookup`,
+//!   `/topics`, `/channels`, `/nodes`, `/topic/{create,delete,tombstone}`,
+//!   `/channel/{create,delete}`) over its registration database: topics and channels stay
+//!   listed after their producers leave (until deleted; ephemeral ones go with their last
+//!   producer), a tombstone hides a producer from `/lookup` for
+//!   [`Lookupd::set_tombstone_lifetime`] (45 s); producers registered in-process or by hand;
+//!   injectable failures.
+//! - nsqd's HTTP API ([`NsqdBuilder::http`]): `/ping`, `/info`, `/pub` (with `defer`),
+//!   `/mpub` (text and `binary`), `/stats` (every field of nsqd's JSON, the text form too,
+//!   `topic`/`channel`/`include_clients`/`include_mem` filters),
+//!   `/topic/{create,delete,empty,pause,unpause}`,
+//!   `/channel/{create,delete,empty,pause,unpause}`, `GET|PUT /config/:opt`. A paused channel
+//!   delivers nothing until unpaused; a paused topic keeps its messages; empty drops queued
+//!   (and, for a channel, deferred and in-flight) messages; delete closes the subscribers.
+//! - Both HTTP servers answer like Go's `net/http` behind nsq's router: the same status
+//!   codes, error texts, JSON field order (`null` for Go's nil slices, omitempty fields),
+//!   headers, 405 with `Allow`, `OPTIONS`, redirects of a trailing slash or of the path's
+//!   case, replies over 2048 bytes chunked. The tests replay the capture session of
+//!   `nsq-proto/tests/fixtures/http` against the broker and compare every reply.
 //! - Introspection ([`Nsqd::stats`], [`Nsqd::commands`], [`Nsqd::warnings`]) and faults
 //!   ([`Nsqd::drop_connections`], [`Nsqd::drop_client`], [`Nsqd::stop_accepting`],
 //!   [`Nsqd::hold_accepts`],
@@ -104,6 +116,17 @@
 //!   size disagrees with its messages, bytes sent after IDENTIFY before reading its reply when
 //!   an upgrade follows) is accepted like nsqd does and recorded in [`Nsqd::warnings`].
 //! - Only the in-memory queue exists; [`Nsqd::restart`] decides whether messages survive.
+//!   `/stats` reports `backend_depth` 0 and a `memory` section of zeros (there is no Go
+//!   runtime); its text form says `built w/rust`.
+//! - HTTP details: a producer's `pub_counts` lists the first topic it published to where
+//!   nsqd picks one from a Go map at random; lists that come from Go maps (lookupd's topics
+//!   and channels, a channel's clients) are in a stable order; e2e latency quantiles are
+//!   exact quantiles of the window's samples rather than nsqd's streaming estimate;
+//!   `PUT /config/nsqlookupd_tcp_addresses` is stored and reported but connects nowhere
+//!   (registration goes through [`NsqdBuilder::lookupd`]); with `tls_required` every HTTP
+//!   request gets nsqd's 403 `TLS_REQUIRED` (no HTTPS port is served, so it says 0); the
+//!   pprof and other `/debug` routes of nsqd are not served; lookupd's inactive-producer
+//!   timeout does not apply (in-process registrations never go stale).
 //! - Timeouts and deferred messages are handled on nsqd's 100 ms queue scan tick
 //!   ([`Options::queue_scan_interval`]), so they come up to one tick late and in batches,
 //!   but every channel is checked on every tick: nsqd only checks 20 random channels per

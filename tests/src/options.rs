@@ -62,6 +62,17 @@ pub struct Options {
     pub hostname: String,
     /// Broadcast address reported to lookupd (default `127.0.0.1`).
     pub broadcast_address: String,
+    /// `--e2e-processing-latency-percentile` (default none): the quantiles of the time from
+    /// publish to FIN that `/stats` reports per channel and topic (kept in descending order,
+    /// as nsqd sorts them).
+    pub e2e_processing_latency_percentiles: Vec<f64>,
+    /// `--e2e-processing-latency-window-time` (default 10m): how far back those quantiles
+    /// look.
+    pub e2e_processing_latency_window_time: Duration,
+    /// `--lookupd-tcp-address` (default none): only reported by (and changed through)
+    /// `/config/nsqlookupd_tcp_addresses`; registration with a stand-in lookupd goes through
+    /// [`crate::NsqdBuilder::lookupd`].
+    pub nsqlookupd_tcp_addresses: Vec<String>,
     /// How many commands the command log keeps (oldest dropped first, 0 = no log; default 100 000).
     pub command_log_limit: usize,
     /// How many bytes of each command's body the log keeps (default 64 KiB).
@@ -96,6 +107,9 @@ impl Default for Options {
             version: "1.3.0".to_owned(),
             hostname: "localhost".to_owned(),
             broadcast_address: "127.0.0.1".to_owned(),
+            e2e_processing_latency_percentiles: Vec::new(),
+            e2e_processing_latency_window_time: Duration::from_secs(10 * 60),
+            nsqlookupd_tcp_addresses: Vec::new(),
             command_log_limit: 100_000,
             command_log_body_limit: 64 * 1024,
         }

@@ -177,6 +177,17 @@ impl TlsShared {
         Ok(())
     }
 
+    /// The negotiated cipher suite and protocol version (IANA numbers), once the handshake
+    /// got that far.
+    pub(crate) fn negotiated(&self) -> (Option<u16>, Option<u16>) {
+        let guard = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let conn = &guard.0;
+        (
+            conn.negotiated_cipher_suite().map(|s| u16::from(s.suite())),
+            conn.protocol_version().map(u16::from),
+        )
+    }
+
     /// Sends close_notify (best effort).
     pub(crate) fn close(&self) {
         let mut guard = self.inner.lock().unwrap_or_else(PoisonError::into_inner);

@@ -282,16 +282,19 @@ fn producers_can_be_added_and_removed_by_hand() -> R {
             "remote_address": "127.0.0.1:4150", "hostname": "localhost", "broadcast_address": "127.0.0.1",
             "tcp_port": 4150, "http_port": 4151, "version": "1.3.0"}]})
     );
+    // Like nsqlookupd, unregistering leaves the keys: the channel stays listed, and once the
+    // producer is gone the topic answers 200 with no producers.
     lookupd.unregister(id, "hand", Some("c1"));
     assert_eq!(
         http_get_json(lookupd.http_address(), "/lookup?topic=hand")?.1["channels"],
-        json!([])
+        json!(["c1"])
     );
     assert!(lookupd.remove_producer(id));
     assert_eq!(
-        http_get_json(lookupd.http_address(), "/lookup?topic=hand")?.0,
-        404
+        http_get_json(lookupd.http_address(), "/lookup?topic=hand")?,
+        (200, json!({"channels": ["c1"], "producers": []}))
     );
+    assert!(!lookupd.remove_producer(id));
     lookupd.set_failure(Some(500));
     assert_eq!(
         http_request(lookupd.http_address(), "GET", "/lookup?topic=hand", b"")?.0,

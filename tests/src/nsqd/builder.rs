@@ -11,7 +11,7 @@ use crate::lookupd::{LookupShared, Lookupd, PeerInfo};
 use crate::options::{AuthTable, Options};
 use crate::tls::{TestPki, server_config};
 
-use super::{Inner, Nsqd, State};
+use super::{Inner, Nsqd, RuntimeConfig, State};
 
 /// Builder of a [`Nsqd`]; every setter mirrors an nsqd flag.
 #[derive(Debug, Default)]
@@ -69,6 +69,12 @@ impl NsqdBuilder {
         tls_required: bool,
         /// Version reported by IDENTIFY and to lookupd.
         version: String,
+        /// `--e2e-processing-latency-percentile` (quantiles reported by `/stats`).
+        e2e_processing_latency_percentiles: Vec<f64>,
+        /// `--e2e-processing-latency-window-time`.
+        e2e_processing_latency_window_time: Duration,
+        /// `--lookupd-tcp-address` (only reported by `/config/nsqlookupd_tcp_addresses`).
+        nsqlookupd_tcp_addresses: Vec<String>,
         /// How many commands the command log keeps (0 = none).
         command_log_limit: usize,
         /// How many bytes of each body the command log keeps.
@@ -103,8 +109,9 @@ impl NsqdBuilder {
         self
     }
 
-    /// Also serve nsqd's HTTP API subset (`/ping`, `/info`, `/pub`, `/mpub`, `/topic/create`,
-    /// `/topic/delete`, `/channel/create`, `/channel/delete`, `/stats`).
+    /// Also serve nsqd's HTTP API (`/ping`, `/info`, `/pub`, `/mpub`, `/stats`,
+    /// `/topic/{create,delete,empty,pause,unpause}`,
+    /// `/channel/{create,delete,empty,pause,unpause}`, `/config/:opt`).
     pub fn http(mut self, on: bool) -> Self {
         self.http = on;
         self
@@ -123,6 +130,10 @@ impl NsqdBuilder {
         } else {
             None
         };
+        // nsqd sorts the percentiles in descending order when it parses the flag.
+        opts.e2e_processing_latency_percentiles
+            .sort_by(|a, b| b.total_cmp(a));
+        let opts_lookupd = opts.nsqlookupd_tcp_addresses.clone();
         let listener = TcpListener::bind("127.0.0.1:0")?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
@@ -143,12 +154,16 @@ impl NsqdBuilder {
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
             http_port: AtomicU16::new(0),
+            config: Mutex::new(RuntimeConfig {
+                log_level: 2,
+                nsqlookupd_tcp_addresses: Some(opts_lookupd),
+            }),
         });
         let http = if self.http {
             let h = inner.clone();
             Some(HttpServer::start(
                 "nsqd",
-                Arc::new(move |req: &Request| h.handle_http(req)),
+                Arc::new(move |req: &mut Request| h.handle_http(req)),
             )?)
         } else {
             None

@@ -2,7 +2,7 @@
 //! DPUB, RDY, FIN, REQ, TOUCH, CLS, NOP and AUTH with nsqd's state rules and error texts.
 
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
 
@@ -400,19 +400,27 @@ impl Conn {
                 "E_FIN_FAILED FIN {} failed {e}",
                 lossy(&id)
             ))),
-            Ok((topic, channel, _)) => {
+            Ok((topic, channel, f)) => {
+                let now = Instant::now();
                 if let Some(ch) = st
                     .topics
                     .get_mut(&topic)
                     .and_then(|t| t.channels.get_mut(&channel))
                 {
                     ch.finished += 1;
+                    if let Some(e2e) = &mut ch.e2e {
+                        let published = UNIX_EPOCH + Duration::from_nanos(f.msg.timestamp as u64);
+                        let nanos = SystemTime::now()
+                            .duration_since(published)
+                            .map_or(0.0, |d| d.as_nanos() as f64);
+                        e2e.insert(now, nanos);
+                    }
                 }
                 if let Some(c) = st.clients.get_mut(&self.id) {
                     c.in_flight -= 1;
                     c.finished += 1;
                 }
-                Inner::dispatch(&mut st, Instant::now());
+                Inner::dispatch(&mut st, now);
                 Ok(None)
             }
         }
@@ -554,13 +562,12 @@ impl Conn {
         self.check_auth("PUB", topic, b"")?;
         self.check_publish_failure("E_PUB_FAILED", "PUB")?;
         let mut st = self.inner.lock();
-        self.inner.publish(
-            &mut st,
-            &lossy(topic),
-            vec![body],
-            Duration::ZERO,
-            Instant::now(),
-        );
+        let topic = lossy(topic);
+        self.inner
+            .publish(&mut st, &topic, vec![body], Duration::ZERO, Instant::now());
+        if let Some(c) = st.clients.get_mut(&self.id) {
+            c.published(&topic, 1);
+        }
         Ok(Some(b"OK".to_vec()))
     }
 
@@ -592,13 +599,17 @@ impl Conn {
         self.check_auth("DPUB", topic, b"")?;
         self.check_publish_failure("E_DPUB_FAILED", "DPUB")?;
         let mut st = self.inner.lock();
+        let topic = lossy(topic);
         self.inner.publish(
             &mut st,
-            &lossy(topic),
+            &topic,
             vec![body],
             Duration::from_millis(ms),
             Instant::now(),
         );
+        if let Some(c) = st.clients.get_mut(&self.id) {
+            c.published(&topic, 1);
+        }
         Ok(Some(b"OK".to_vec()))
     }
 
@@ -690,13 +701,13 @@ impl Conn {
         self.body = Some(logged);
         self.check_publish_failure("E_MPUB_FAILED", "MPUB")?;
         let mut st = self.inner.lock();
-        self.inner.publish(
-            &mut st,
-            &lossy(topic),
-            bodies,
-            Duration::ZERO,
-            Instant::now(),
-        );
+        let topic = lossy(topic);
+        let count = bodies.len() as u64;
+        self.inner
+            .publish(&mut st, &topic, bodies, Duration::ZERO, Instant::now());
+        if let Some(c) = st.clients.get_mut(&self.id) {
+            c.published(&topic, count);
+        }
         Ok(Some(b"OK".to_vec()))
     }
 }

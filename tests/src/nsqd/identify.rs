@@ -45,6 +45,9 @@ pub(super) struct IdentifyData {
     pub(super) snappy: bool,
     pub(super) sample_rate: i64,
     pub(super) msg_timeout: i64,
+    pub(super) client_id: String,
+    pub(super) hostname: String,
+    pub(super) user_agent: String,
 }
 
 /// A JSON document's top-level object entries in document order (`None` for `null`), which
@@ -111,7 +114,9 @@ impl IdentifyData {
                 continue;
             };
             match field.as_str() {
-                "client_id" | "hostname" | "user_agent" if !value.is_string() => return None,
+                "client_id" => value.as_str()?.clone_into(&mut d.client_id),
+                "hostname" => value.as_str()?.clone_into(&mut d.hostname),
+                "user_agent" => value.as_str()?.clone_into(&mut d.user_agent),
                 "heartbeat_interval" => d.heartbeat_interval = int(value, i64::MIN, i64::MAX)?,
                 "output_buffer_size" => d.output_buffer_size = int(value, i64::MIN, i64::MAX)?,
                 "output_buffer_timeout" => {
@@ -160,7 +165,13 @@ impl Conn {
         let (data, json) = IdentifyData::parse(&body)
             .ok_or_else(|| fatal("E_BAD_BODY", "IDENTIFY failed to decode JSON body"))?;
 
-        // clientV2.Identify: each setter in nsqd's order.
+        // clientV2.Identify: the names first (kept even if a check below fails), then each
+        // setter in nsqd's order.
+        self.with_client(|c| {
+            c.client_id.clone_from(&data.client_id);
+            c.hostname.clone_from(&data.hostname);
+            c.user_agent.clone_from(&data.user_agent);
+        })?;
         let mut heartbeat = self.heartbeat;
         match data.heartbeat_interval {
             -1 => heartbeat = None,
@@ -317,10 +328,14 @@ impl Conn {
             let _ = self
                 .out
                 .send(Out::Upgrade(before, Layer::Tls(shared.clone())));
+            let session = shared.clone();
             let discarded = self.rd.upgrade(|_| Box::new(TlsRead::new(shared, raw_r)));
             self.discard_check(discarded);
             self.tls = true;
-            self.with_client(|c| c.tls = true)?;
+            self.with_client(|c| {
+                c.tls = true;
+                c.tls_session = Some(session);
+            })?;
             self.handshake_until = Some(Instant::now() + Duration::from_secs(5));
         }
         if snappy && !self.compressed {

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use serde_json::Value;
@@ -22,6 +22,7 @@ mod builder;
 mod commands;
 mod http_api;
 mod identify;
+mod latency;
 mod queues;
 mod stats;
 mod writer;
@@ -84,9 +85,30 @@ struct Client {
     finished: u64,
     requeued: u64,
     timed_out: u64,
+    /// IDENTIFY's `client_id` (the remote host until an IDENTIFY, then as sent, even empty).
+    #[allow(clippy::struct_field_names, reason = "nsqd's name for it")]
+    client_id: String,
+    /// IDENTIFY's `hostname` (same default).
+    hostname: String,
+    /// IDENTIFY's `user_agent`.
+    user_agent: String,
+    /// Unix seconds of the connection (`connect_ts`).
+    connect_ts: u64,
+    /// Messages published, per topic, in the order the topics were first published to.
+    pub_counts: Vec<(String, u64)>,
+    /// The TLS session, once upgraded (for the cipher suite and version in `/stats`).
+    tls_session: Option<Arc<TlsShared>>,
 }
 
 impl Client {
+    /// nsqd's `PublishedMessage`.
+    fn published(&mut self, topic: &str, count: u64) {
+        match self.pub_counts.iter_mut().find(|(t, _)| t == topic) {
+            Some((_, n)) => *n += count,
+            None => self.pub_counts.push((topic.to_owned(), count)),
+        }
+    }
+
     fn kill(&self) {
         self.ctl.killed.store(true, Ordering::SeqCst);
         let _ = self.stream.shutdown(Shutdown::Both);
@@ -122,6 +144,17 @@ struct Inner {
     start_time: u64,
     /// The HTTP port (0 without HTTP), set once the HTTP server listens.
     http_port: AtomicU16,
+    /// The options `PUT /config/:opt` changes.
+    config: Mutex<RuntimeConfig>,
+}
+
+/// nsqd's options that can change at run time (`PUT /config/:opt`).
+#[derive(Debug)]
+struct RuntimeConfig {
+    /// `log_level` as nsqd numbers it (1 = debug ... 5 = fatal; 2 = info by default).
+    log_level: i64,
+    /// `nsqlookupd_tcp_addresses` (`None` after a `PUT` of `null`, as Go keeps a nil slice).
+    nsqlookupd_tcp_addresses: Option<Vec<String>>,
 }
 
 /// nsqd's `/info` answer, fields in Go's order (durations in nanoseconds, as Go encodes them).
@@ -412,7 +445,8 @@ impl Nsqd {
     }
 
     /// While on, PUB/MPUB/DPUB fail like on an exiting nsqd (`E_PUB_FAILED PUB failed
-    /// exiting`, fatal) after their input was validated.
+    /// exiting`, fatal) after their input was validated, and so do the HTTP `/pub` and
+    /// `/mpub` (503 `EXITING`).
     pub fn fail_publishes(&self, on: bool) {
         self.inner.fail_publishes.store(on, Ordering::SeqCst);
     }
@@ -680,6 +714,14 @@ impl Inner {
                     finished: 0,
                     requeued: 0,
                     timed_out: 0,
+                    client_id: remote.ip().to_string(),
+                    hostname: remote.ip().to_string(),
+                    user_agent: String::new(),
+                    connect_ts: SystemTime::now()
+                        .duration_since(UNIX_EPOCH)
+                        .map_or(0, |d| d.as_secs()),
+                    pub_counts: Vec::new(),
+                    tls_session: None,
                 },
             );
             id

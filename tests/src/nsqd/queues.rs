@@ -8,6 +8,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::util::is_ephemeral;
 
+use super::latency::Latency;
 use super::stats::{ClientId, ClientState};
 use super::{Inner, Out, State};
 
@@ -82,6 +83,10 @@ pub(super) struct Channel {
     pub(super) timed_out: u64,
     /// `(instant, messages in flight)` after every change, oldest first (bounded).
     pub(super) in_flight_log: VecDeque<(Instant, usize)>,
+    /// `/channel/pause`: nothing is delivered until unpaused.
+    pub(super) paused: bool,
+    /// End-to-end latency of finished messages (with `e2e_processing_latency_percentiles`).
+    pub(super) e2e: Option<Latency>,
 }
 
 /// How many changes of a channel's in-flight count [`Nsqd::in_flight_log`] keeps.
@@ -111,8 +116,28 @@ impl Channel {
 #[derive(Default)]
 pub(super) struct Topic {
     pub(super) channels: BTreeMap<String, Channel>,
+    /// Messages the topic holds: it has no channel yet, or it is paused.
     pub(super) backlog: VecDeque<(Msg, Duration)>,
     pub(super) message_count: u64,
+    pub(super) message_bytes: u64,
+    /// `/topic/pause`: messages stay in the topic until unpaused.
+    pub(super) paused: bool,
+}
+
+impl Topic {
+    /// nsqd's topic message pump: while the topic has channels and is not paused, every
+    /// message it holds is copied to each channel.
+    pub(super) fn pump(&mut self, now: Instant) {
+        if self.paused || self.channels.is_empty() {
+            return;
+        }
+        for (msg, defer) in self.backlog.drain(..) {
+            for ch in self.channels.values_mut() {
+                ch.message_count += 1;
+                ch.put(msg.clone(), defer, now);
+            }
+        }
+    }
 }
 
 impl Inner {
@@ -166,7 +191,7 @@ impl Inner {
             topics, clients, ..
         } = st;
         for topic in topics.values_mut() {
-            for ch in topic.channels.values_mut() {
+            for ch in topic.channels.values_mut().filter(|ch| !ch.paused) {
                 while !ch.queue.is_empty() {
                     let n = ch.clients.len();
                     let chosen = (0..n).map(|k| (ch.rr + k) % n).find(|&i| {
@@ -225,17 +250,11 @@ impl Inner {
         self.ensure_topic(st, topic);
         if let Some(t) = st.topics.get_mut(topic) {
             for body in bodies {
-                let msg = Msg::new(body);
+                t.message_bytes += body.len() as u64;
                 t.message_count += 1;
-                if t.channels.is_empty() {
-                    t.backlog.push_back((msg, defer));
-                } else {
-                    for ch in t.channels.values_mut() {
-                        ch.message_count += 1;
-                        ch.put(msg.clone(), defer, now);
-                    }
-                }
+                t.backlog.push_back((Msg::new(body), defer));
             }
+            t.pump(now);
         }
         Self::dispatch(st, now);
         self.wake.notify_all();
@@ -247,12 +266,14 @@ impl Inner {
             return;
         };
         if !t.channels.contains_key(channel) {
-            let mut ch = Channel::default();
-            for (m, d) in t.backlog.drain(..) {
-                ch.message_count += 1;
-                ch.put(m, d, now);
-            }
+            let opts = &self.opts;
+            let ch = Channel {
+                e2e: (!opts.e2e_processing_latency_percentiles.is_empty())
+                    .then(|| Latency::new(opts.e2e_processing_latency_window_time, now)),
+                ..Channel::default()
+            };
             t.channels.insert(channel.to_owned(), ch);
+            t.pump(now);
             self.lookup_register(topic, Some(channel), true);
         }
     }
@@ -291,8 +312,8 @@ impl Inner {
 
 impl Inner {
     /// Deletes a topic or one of its channels like nsqd's `/topic/delete` and
-    /// `/channel/delete`: their messages are dropped and their subscribers disconnected.
-    /// Returns whether it existed.
+    /// `/channel/delete`: their messages are dropped and their subscribers disconnected; an
+    /// ephemeral topic goes with its last channel. Returns whether it existed.
     pub(super) fn delete(&self, topic: &str, channel: Option<&str>) -> bool {
         let mut st = self.lock();
         let Some(t) = st.topics.get_mut(topic) else {
@@ -305,7 +326,8 @@ impl Inner {
             },
             None => std::mem::take(&mut t.channels).into_iter().collect(),
         };
-        if channel.is_none() {
+        let topic_gone = channel.is_none() || (t.channels.is_empty() && is_ephemeral(topic));
+        if topic_gone {
             st.topics.remove(topic);
         }
         for (name, ch) in &removed {
@@ -316,9 +338,85 @@ impl Inner {
             }
             self.lookup_register(topic, Some(name), false);
         }
-        if channel.is_none() {
+        if topic_gone {
             self.lookup_register(topic, None, false);
         }
+        true
+    }
+
+    /// `/topic/pause` and `/topic/unpause`; false if there is no such topic.
+    pub(super) fn pause_topic(&self, topic: &str, paused: bool) -> bool {
+        let now = Instant::now();
+        let mut st = self.lock();
+        let Some(t) = st.topics.get_mut(topic) else {
+            return false;
+        };
+        t.paused = paused;
+        t.pump(now);
+        Self::dispatch(&mut st, now);
+        true
+    }
+
+    /// `/channel/pause` and `/channel/unpause`; false if there is no such channel.
+    pub(super) fn pause_channel(&self, topic: &str, channel: &str, paused: bool) -> bool {
+        let now = Instant::now();
+        let mut st = self.lock();
+        let Some(ch) = st
+            .topics
+            .get_mut(topic)
+            .and_then(|t| t.channels.get_mut(channel))
+        else {
+            return false;
+        };
+        ch.paused = paused;
+        if paused {
+            // nsqd's message pumps flush what they buffered once the client is not ready.
+            for id in ch.clients.clone() {
+                if let Some(c) = st.clients.get(&id) {
+                    let _ = c.out.send(Out::Flush);
+                }
+            }
+        }
+        Self::dispatch(&mut st, now);
+        true
+    }
+
+    /// `/topic/empty`: drops the messages the topic holds (not its channels'); false if there
+    /// is no such topic.
+    pub(super) fn empty_topic(&self, topic: &str) -> bool {
+        let mut st = self.lock();
+        let Some(t) = st.topics.get_mut(topic) else {
+            return false;
+        };
+        t.backlog.clear();
+        true
+    }
+
+    /// `/channel/empty` (nsqd's `Channel.Empty`): drops queued, deferred and in-flight
+    /// messages, and every subscriber's in-flight count goes to 0; false if there is no such
+    /// channel.
+    pub(super) fn empty_channel(&self, topic: &str, channel: &str) -> bool {
+        let now = Instant::now();
+        let mut st = self.lock();
+        let State {
+            topics, clients, ..
+        } = &mut *st;
+        let Some(ch) = topics
+            .get_mut(topic)
+            .and_then(|t| t.channels.get_mut(channel))
+        else {
+            return false;
+        };
+        ch.queue.clear();
+        ch.deferred.clear();
+        ch.in_flight.clear();
+        ch.note_in_flight();
+        for id in &ch.clients {
+            if let Some(c) = clients.get_mut(id) {
+                c.in_flight = 0;
+            }
+        }
+        Self::dispatch(&mut st, now);
         true
     }
 }

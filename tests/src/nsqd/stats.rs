@@ -44,6 +44,8 @@ pub struct ChannelStats {
     pub timed_out: u64,
     /// Subscribed clients.
     pub clients: Vec<ClientId>,
+    /// Paused (`/channel/pause`): nothing is delivered.
+    pub paused: bool,
 }
 
 /// Counters of a topic.
@@ -53,8 +55,12 @@ pub struct TopicStats {
     pub name: String,
     /// Messages published to it.
     pub message_count: u64,
-    /// Messages held by the topic because it has no channel yet.
+    /// Bytes of the message bodies published to it.
+    pub message_bytes: u64,
+    /// Messages held by the topic because it has no channel yet or is paused.
     pub depth: usize,
+    /// Paused (`/topic/pause`): messages stay in the topic.
+    pub paused: bool,
     /// Its channels.
     pub channels: Vec<ChannelStats>,
 }
@@ -96,6 +102,14 @@ pub struct ClientStats {
     pub requeued: u64,
     /// Its messages that timed out.
     pub timed_out: u64,
+    /// IDENTIFY's `client_id` (the remote host before an IDENTIFY, as in nsqd).
+    pub client_id: String,
+    /// IDENTIFY's `hostname` (the remote host before an IDENTIFY).
+    pub hostname: String,
+    /// IDENTIFY's `user_agent`.
+    pub user_agent: String,
+    /// Messages it published, per topic, in the order of the first publish to each.
+    pub pub_counts: Vec<(String, u64)>,
 }
 
 /// A snapshot of the whole broker.
@@ -143,7 +157,9 @@ impl Inner {
             .map(|(name, t)| TopicStats {
                 name: name.clone(),
                 message_count: t.message_count,
+                message_bytes: t.message_bytes,
                 depth: t.backlog.len(),
+                paused: t.paused,
                 channels: t
                     .channels
                     .iter()
@@ -158,6 +174,7 @@ impl Inner {
                         requeued: ch.requeued,
                         timed_out: ch.timed_out,
                         clients: ch.clients.clone(),
+                        paused: ch.paused,
                     })
                     .collect(),
             })
@@ -183,6 +200,10 @@ impl Inner {
                 finished: c.finished,
                 requeued: c.requeued,
                 timed_out: c.timed_out,
+                client_id: c.client_id.clone(),
+                hostname: c.hostname.clone(),
+                user_agent: c.user_agent.clone(),
+                pub_counts: c.pub_counts.clone(),
             })
             .collect();
         Stats { topics, clients }
