@@ -336,6 +336,16 @@ fn nsqd_config() {
         "nsqd_config_get_lookupd_addresses.http",
     );
     assert_eq!(addrs.unwrap(), serde_json::json!(["127.0.0.1:4160"]));
+    // A string option is answered in plain text.
+    let text = Response {
+        status: 200,
+        content_type: Some("text/plain; charset=utf-8".into()),
+        body: b"127.0.0.1".to_vec(),
+    };
+    assert_eq!(
+        nsqd::get_config("broadcast_address").decode(&text).unwrap(),
+        serde_json::json!("127.0.0.1")
+    );
     let any = nsqd::get_config("x");
     for (name, status, message) in [
         (

@@ -20,7 +20,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use super::{Call, Method, Request};
+use super::{ApiError, Call, Method, Request, Response, check_status};
 use crate::names::{Channel, Topic};
 use serde::{Deserialize, Deserializer, Serialize};
 use std::time::Duration;
@@ -196,16 +196,44 @@ pub fn unpause_channel(topic: &Topic, channel: &Channel) -> Call<()> {
     channel_call("/channel/unpause", topic, channel)
 }
 
-/// `GET /config/:opt`: an option's current value, as nsqd's JSON gives it.
+/// `GET /config/:opt`: an option's current value. nsqd answers a string option in plain
+/// text (read as a JSON string here) and every other one in JSON (`log_level` is a number:
+/// 1 debug ... 5 fatal).
 pub fn get_config(option: &str) -> Call<serde_json::Value> {
-    Call::json(Request::new(Method::Get, &config_path(option), &[]))
+    Call::new(
+        Request::new(Method::Get, &config_path(option), &[]),
+        decode_config,
+    )
+}
+
+/// A `/config` reply: JSON when nsqd says so (`Content-Type: application/json`), else the
+/// option's text.
+fn decode_config(response: &Response) -> Result<serde_json::Value, ApiError> {
+    check_status(response)?;
+    let is_json = response
+        .content_type
+        .as_deref()
+        .is_some_and(|t| t.starts_with("application/json"));
+    if is_json {
+        return super::call::decode_json(response);
+    }
+    match String::from_utf8(response.body.clone()) {
+        Ok(text) => Ok(serde_json::Value::String(text)),
+        Err(e) => Err(ApiError::BadReply {
+            error: e.to_string(),
+            body: String::new(),
+        }),
+    }
 }
 
 /// `PUT /config/:opt`: changes an option at run time and returns its new value. nsqd
 /// v1.3.0 takes two: `nsqlookupd_tcp_addresses` (a JSON array of `host:port`,
 /// [`set_lookupd_tcp_addresses`]) and `log_level` (a level name, [`set_log_level`]).
 pub fn set_config(option: &str, body: impl Into<Vec<u8>>) -> Call<serde_json::Value> {
-    Call::json(Request::new(Method::Put, &config_path(option), &[]).with_body(body))
+    Call::new(
+        Request::new(Method::Put, &config_path(option), &[]).with_body(body),
+        decode_config,
+    )
 }
 
 /// `PUT /config/nsqlookupd_tcp_addresses`: the nsqlookupd nsqd registers with.
