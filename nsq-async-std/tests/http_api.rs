@@ -39,3 +39,8 @@ fn wrong_addresses_are_typed_errors() {
 fn cluster_operations() {
     run(http_api::cluster_operations::<AsyncStd>);
 }
+
+#[test]
+fn configured_headers_are_sent() {
+    run(http_api::configured_headers_are_sent::<AsyncStd>);
+}

@@ -46,3 +46,8 @@ fn cluster_operations() {
     run(false, http_api::cluster_operations::<Tokio>());
     run(true, http_api::cluster_operations::<Tokio>());
 }
+
+#[test]
+fn configured_headers_are_sent() {
+    run(false, http_api::configured_headers_are_sent::<Tokio>());
+}

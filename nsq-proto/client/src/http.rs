@@ -30,6 +30,8 @@ pub struct HttpConfig {
     pub timeout: Duration,
     /// The largest response body accepted, in bytes.
     pub max_body: usize,
+    /// Headers sent with every request ([`with_header`](Self::with_header)).
+    headers: Vec<(String, String)>,
 }
 
 impl Default for HttpConfig {
@@ -39,6 +41,7 @@ impl Default for HttpConfig {
             connect_timeout: Duration::from_secs(2),
             timeout: Duration::from_secs(5),
             max_body: nsq_proto::http::DEFAULT_MAX_BODY_SIZE,
+            headers: Vec::new(),
         }
     }
 }
@@ -69,6 +72,18 @@ impl HttpConfig {
     pub fn with_tls(mut self, tls: TlsConfig) -> HttpConfig {
         self.tls = Some(tls);
         self
+    }
+
+    /// With a header sent on every request: credentials for a proxy that guards nsqd's or
+    /// nsqlookupd's HTTP API (`Authorization: Basic ...`; nsqd itself asks for none: its
+    /// client authentication is TLS client certificates, from [`from_config`](Self::from_config)).
+    pub fn with_header(mut self, name: &str, value: &str) -> Result<HttpConfig, Error> {
+        // Checked here, once, by the request builder's own rules.
+        nsq_proto::http::Request::new(nsq_proto::http::Method::Get, "/", &[])
+            .with_header(name, value)
+            .map_err(|e| Error::InvalidInput(super::InputError::NsqdAddress(e.to_string())))?;
+        self.headers.push((name.to_owned(), value.to_owned()));
+        Ok(self)
     }
 
     /// With these timeouts.
@@ -315,8 +330,14 @@ async fn exchange_response<R: Runtime, T>(
     call: &Call<T>,
 ) -> Result<Response, HttpFailure> {
     let start = runtime.now();
+    let mut request = call.request().clone();
+    for (name, value) in &config.headers {
+        request = request
+            .with_header(name.as_str(), value.as_str())
+            .map_err(|e| HttpFailure::Io(e.to_string()))?;
+    }
     let mut exchange =
-        Exchange::with_max_body(call.request(), addr, config.tls.as_ref(), config.max_body)?;
+        Exchange::with_max_body(&request, addr, config.tls.as_ref(), config.max_body)?;
     let options = SocketOptions::new(config.connect_timeout, config.timeout);
     let mut connecting = runtime.connect(addr, options);
     let mut timer = runtime.timer(start + config.connect_timeout.min(config.timeout));

@@ -15,5 +15,5 @@ mod response;
 pub(crate) use call::check_status;
 pub use call::{ApiError, Call, ServerMessage};
 pub use exchange::{Exchange, ExchangeError};
-pub use request::{Method, Request};
+pub use request::{InvalidHeader, Method, Request};
 pub use response::{DEFAULT_MAX_BODY_SIZE, HttpError, MAX_HEAD_SIZE, Response, ResponseParser};

@@ -37,6 +37,7 @@ impl fmt::Display for Method {
 pub struct Request {
     method: Method,
     target: String,
+    headers: Vec<(String, String)>,
     body: Vec<u8>,
 }
 
@@ -54,6 +55,7 @@ impl Request {
         Request {
             method,
             target,
+            headers: Vec::new(),
             body: Vec::new(),
         }
     }
@@ -63,6 +65,26 @@ impl Request {
     pub fn with_body(mut self, body: impl Into<Vec<u8>>) -> Request {
         self.body = body.into();
         self
+    }
+
+    /// The same request with one more header (an `Authorization` for a proxy in front of
+    /// nsqd, say). A name or value holding a line break is refused: it would split the
+    /// request.
+    pub fn with_header(
+        mut self,
+        name: impl Into<String>,
+        value: impl Into<String>,
+    ) -> Result<Request, InvalidHeader> {
+        let (name, value) = (name.into(), value.into());
+        let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+        if name.is_empty() || !name.chars().all(token) {
+            return Err(InvalidHeader(name));
+        }
+        if value.chars().any(|c| c == '\r' || c == '\n' || c == '\0') {
+            return Err(InvalidHeader(name));
+        }
+        self.headers.push((name, value));
+        Ok(self)
     }
 
     /// The method.
@@ -93,6 +115,12 @@ impl Request {
             b"\r\nAccept: application/vnd.nsq; version=1.0\r\nUser-Agent: nsq-rs/",
         );
         out.extend_from_slice(env!("CARGO_PKG_VERSION").as_bytes());
+        for (name, value) in &self.headers {
+            out.extend_from_slice(b"\r\n");
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value.as_bytes());
+        }
         if self.method != Method::Get || !self.body.is_empty() {
             out.extend_from_slice(b"\r\nContent-Length: ");
             out.extend_from_slice(self.body.len().to_string().as_bytes());
@@ -102,6 +130,23 @@ impl Request {
         out
     }
 }
+
+/// A header refused by [`Request::with_header`]: its name is not an HTTP token, or its value
+/// holds a line break.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidHeader(pub String);
+
+impl fmt::Display for InvalidHeader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid HTTP header {:?} (a token name, a value without line breaks)",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for InvalidHeader {}
 
 /// Percent-encodes a query key or value: everything but RFC 3986 unreserved characters (so
 /// `#` becomes `%23`).
@@ -139,5 +184,20 @@ mod tests {
         let get = String::from_utf8(Request::new(Method::Get, "/ping", &[]).encode("h:1")).unwrap();
         assert!(get.starts_with("GET /ping HTTP/1.1\r\n"));
         assert!(!get.contains("Content-Length"));
+        let auth = Request::new(Method::Get, "/stats", &[])
+            .with_header("Authorization", "Basic dTpw")
+            .unwrap();
+        let text = String::from_utf8(auth.encode("h:1")).unwrap();
+        assert!(text.contains("\r\nAuthorization: Basic dTpw\r\n"), "{text}");
+        assert!(
+            Request::new(Method::Get, "/", &[])
+                .with_header("X", "a\r\nEvil: 1")
+                .is_err()
+        );
+        assert!(
+            Request::new(Method::Get, "/", &[])
+                .with_header("Bad Name", "v")
+                .is_err()
+        );
     }
 }

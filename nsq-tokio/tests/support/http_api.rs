@@ -320,3 +320,42 @@ pub(crate) async fn cluster_operations<R: Adapter>() {
     direct.delete_topic(&t).await.into_result().unwrap();
     assert!(direct.topics().await.into_result().unwrap().is_empty());
 }
+
+pub(crate) async fn configured_headers_are_sent<R: Adapter>() {
+    use std::io::{Read, Write};
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = server.local_addr().unwrap().to_string();
+    let seen = std::thread::spawn(move || {
+        let (mut conn, _) = server.accept().unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut request = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !request.ends_with(b"\r\n\r\n") {
+            let n = conn.read(&mut buf).unwrap();
+            assert!(n > 0, "the request ended early");
+            request.extend_from_slice(&buf[..n]);
+        }
+        conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nOK")
+            .unwrap();
+        String::from_utf8(request).unwrap()
+    });
+    let config = nsq_client::HttpConfig::new()
+        .with_header("Authorization", "Basic dXNlcjpwYXNz")
+        .unwrap();
+    HttpClient::<R>::with_config(&addr, config)
+        .unwrap()
+        .call(nsqd::ping())
+        .await
+        .unwrap();
+    let request = seen.join().unwrap();
+    assert!(request.starts_with("GET /ping HTTP/1.1\r\n"), "{request}");
+    assert!(
+        request.contains("\r\nAuthorization: Basic dXNlcjpwYXNz\r\n"),
+        "{request}"
+    );
+    assert!(
+        nsq_client::HttpConfig::new()
+            .with_header("X", "a\r\nInjected: 1")
+            .is_err()
+    );
+}
