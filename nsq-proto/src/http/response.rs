@@ -226,6 +226,15 @@ impl ResponseParser {
                 return Ok(Step::NeedMore);
             }
             Ok(httparse::Status::Complete(n)) => n,
+            // Only line breaks so far (which httparse may already refuse): whether this is
+            // HTTP gone wrong or not HTTP at all shows at the first other byte. Waiting for it
+            // keeps the outcome the same however the bytes are split.
+            Err(_) if self.buf.iter().all(|&b| b == b'\r' || b == b'\n') => {
+                if self.buf.len() > MAX_HEAD_SIZE {
+                    return Err(HttpError::HeadTooLarge);
+                }
+                return Ok(Step::NeedMore);
+            }
             Err(_) if !looks_like_http(&self.buf) => return Err(HttpError::NotHttp),
             Err(e) => return Err(HttpError::BadHead(e.to_string())),
         };
