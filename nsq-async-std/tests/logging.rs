@@ -21,6 +21,7 @@ fn consumer_and_producer_lines() {
         .unwrap();
     let handle = consumer.handle();
     let runner = async_std::task::spawn(consumer.run(1, |m: Message| async move {
+        tracing::info!("async handler at work");
         let text = std::str::from_utf8(m.body())?;
         Err(HandlerError::msg(format!("no handler for {text}")))
     }));
@@ -38,6 +39,15 @@ fn consumer_and_producer_lines() {
     );
     assert!(ready.contains("topic=async_logs channel=ch}"), "{ready}");
     assert_eq!(field(&ready, "nsqd"), Some(addr.as_str()), "{ready}");
+    // The handler's own line is in its message's span, in the consumer's.
+    let own = capture.wait_for("async_logs", "the handler's line", |l| {
+        l.contains("async handler at work")
+    });
+    assert!(
+        own.contains("consumer{id=") && own.contains(":message{id="),
+        "{own}"
+    );
+    assert_eq!(field(&own, "attempts"), Some("1"), "{own}");
     let failed = capture.wait_for("async_logs", "handler failed", |l| {
         l.contains("handler failed")
     });

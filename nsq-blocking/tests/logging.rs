@@ -30,6 +30,7 @@ fn consumer_lines_name_topic_channel_and_nsqd() {
     let handle = consumer.handle();
     let runner = std::thread::spawn(move || {
         consumer.run(1, |m: Message| -> Result<(), HandlerError> {
+            tracing::info!("blocking handler at work");
             store(m.body())?;
             Ok(())
         })
@@ -43,6 +44,15 @@ fn consumer_lines_name_topic_channel_and_nsqd() {
     );
     assert!(ready.contains("topic=blocking_logs channel=ch}"), "{ready}");
     assert_eq!(field(&ready, "nsqd"), Some(addr.as_str()), "{ready}");
+    // The handler's own line is in its message's span, in the consumer's.
+    let own = capture.wait_for("blocking_logs", "the handler's line", |l| {
+        l.contains("blocking handler at work")
+    });
+    assert!(
+        own.contains("consumer{id=") && own.contains(":message{id="),
+        "{own}"
+    );
+    assert_eq!(field(&own, "attempts"), Some("1"), "{own}");
     let failed = capture.wait_for("blocking_logs", "handler failed", |l| {
         l.contains("handler failed")
     });

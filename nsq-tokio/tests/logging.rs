@@ -61,6 +61,7 @@ fn consumer_lines_name_topic_channel_and_nsqd() {
             .unwrap();
         let handle = consumer.handle();
         let task = tokio::spawn(consumer.run(2, |m: Message| async move {
+            tracing::info!("handling it");
             assert!(&m.body()[..] != b"panics", "handler bug");
             Err(HandlerError::from(std::io::Error::other("database down")))
         }));
@@ -73,6 +74,15 @@ fn consumer_lines_name_topic_channel_and_nsqd() {
             "{ready}"
         );
         assert_eq!(field(&ready, "nsqd"), Some(addr.as_str()), "{ready}");
+
+        // A handler's own line is inside its message's span, inside the consumer's.
+        let own = capture
+            .wait_line("handling it", |l| l.contains("handling it"))
+            .await;
+        assert!(own.contains("consumer{id="), "{own}");
+        assert!(own.contains(":message{id="), "{own}");
+        assert_eq!(field(&own, "attempts"), Some("1"), "{own}");
+        assert!(own.contains(&format!("nsqd={addr}")), "{own}");
 
         let failed = capture
             .wait_line("handler failed", |l| l.contains("handler failed"))

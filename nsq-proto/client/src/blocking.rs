@@ -326,10 +326,13 @@ impl<R: Adapter> Consumer<R> {
                         let next = || shared.lock().unwrap_or_else(PoisonError::into_inner).recv();
                         while let Some(mut msg) = next() {
                             let pending = msg.take_over();
-                            let run =
+                            // In its message's span: the handler's own lines name it.
+                            let span = msg.span();
+                            let run = span.in_scope(|| {
                                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                                     handler(msg)
-                                }));
+                                }))
+                            });
                             pending.answer(&Outcome::caught(run));
                         }
                     });

@@ -4,6 +4,7 @@
 
 use super::answer::{Answer, AnswerKind};
 use super::handler::Outcome;
+use super::metrics::{AnswerMetrics, HandedOut, handed_out};
 use bytes::Bytes;
 use nsq_proto::driver::ConnId;
 use nsq_proto::{Message, MessageId};
@@ -30,17 +31,32 @@ pub(crate) struct Origin<S> {
     addr: String,
     sink: S,
     span: tracing::Span,
+    /// Where its messages' answers are counted (nothing without the `metrics` feature).
+    metrics: AnswerMetrics,
 }
 
 impl<S: AnswerSink> Origin<S> {
     /// The origin of the messages of the connection to `addr`, in the current span (the
     /// driver calls it inside its consumer's span).
-    pub(crate) fn new(addr: impl Into<String>, sink: S) -> Arc<Origin<S>> {
+    pub(crate) fn new(addr: impl Into<String>, sink: S, metrics: AnswerMetrics) -> Arc<Origin<S>> {
         Arc::new(Origin {
             addr: addr.into(),
             sink,
             span: tracing::Span::current(),
+            metrics,
         })
+    }
+
+    /// The span of one message's handler: `message{id, attempts, nsqd}`, a child of the
+    /// consumer's.
+    pub(crate) fn message_span(&self, id: MessageId, attempts: u16) -> tracing::Span {
+        tracing::info_span!(
+            parent: &self.span,
+            "message",
+            id = %id,
+            attempts,
+            nsqd = %self.addr
+        )
     }
 
     /// The nsqd address.
@@ -61,6 +77,8 @@ pub(crate) struct Delivery<S: AnswerSink> {
     origin: Arc<Origin<S>>,
     /// Answered, or taken over by a handler runner.
     done: bool,
+    /// When it was handed out (read only with the `metrics` feature).
+    handed_out: HandedOut,
 }
 
 impl<S: AnswerSink> fmt::Debug for Delivery<S> {
@@ -83,6 +101,7 @@ impl<S: AnswerSink> Delivery<S> {
             conn,
             origin,
             done: false,
+            handed_out: handed_out(),
         }
     }
 
@@ -94,6 +113,7 @@ impl<S: AnswerSink> Delivery<S> {
             conn,
             origin,
             done: true,
+            handed_out: handed_out(),
         }
     }
 
@@ -117,6 +137,11 @@ impl<S: AnswerSink> Delivery<S> {
         self.inner.timestamp
     }
 
+    /// The span its handler runs in (see [`Origin::message_span`]).
+    pub(crate) fn span(&self) -> tracing::Span {
+        self.origin.message_span(self.inner.id, self.inner.attempts)
+    }
+
     /// The nsqd TCP address it came from.
     pub(crate) fn nsqd_address(&self) -> &str {
         &self.origin.addr
@@ -129,6 +154,7 @@ impl<S: AnswerSink> Delivery<S> {
     /// Sends the last answer; the body goes back to the driver with it.
     fn send(&mut self, kind: AnswerKind) {
         self.done = true;
+        self.origin.metrics.answered(self.handed_out);
         let body = std::mem::take(&mut self.inner.body);
         self.origin.sink.send_answer(self.answer_for(kind), body);
     }
@@ -171,6 +197,7 @@ impl<S: AnswerSink> Delivery<S> {
         PendingAnswer {
             answer: self.answer_for(AnswerKind::Finish),
             origin: self.origin.clone(),
+            handed_out: self.handed_out,
         }
     }
 
@@ -212,6 +239,7 @@ impl<S: AnswerSink> Drop for Delivery<S> {
 pub(crate) struct PendingAnswer<S> {
     answer: Answer,
     origin: Arc<Origin<S>>,
+    handed_out: HandedOut,
 }
 
 impl<S: AnswerSink> PendingAnswer<S> {
@@ -220,6 +248,10 @@ impl<S: AnswerSink> PendingAnswer<S> {
     /// what it said, both with the message id, attempts and nsqd address.
     pub(crate) fn answer(self, outcome: &Outcome) {
         let (id, attempts, nsqd) = (self.answer.id, self.answer.attempts, &self.origin.addr);
+        self.origin.metrics.answered(self.handed_out);
+        if !matches!(outcome, Outcome::Done) {
+            self.origin.metrics.handler_failed();
+        }
         match outcome {
             Outcome::Done => {}
             Outcome::Failed(e) => self.origin.span.in_scope(|| {

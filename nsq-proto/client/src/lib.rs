@@ -151,6 +151,7 @@ mod http;
 mod link;
 mod logging;
 mod message;
+mod metrics;
 mod net;
 mod os;
 mod outbox;
@@ -442,7 +443,11 @@ mod tests {
     #[test]
     fn deliveries_answer_themselves_once() {
         let sink = Arc::new(Collect::default());
-        let origin = Origin::new("127.0.0.1:4150", sink.clone());
+        let origin = Origin::new(
+            "127.0.0.1:4150",
+            sink.clone(),
+            crate::metrics::ConsumerMetrics::new("t", "c").answers(),
+        );
         let conn = {
             #[allow(
                 clippy::disallowed_methods,

@@ -93,6 +93,12 @@ impl Message {
         self.0.release();
     }
 
+    /// The span its handler runs in: `message{id, attempts, nsqd}`, a child of the
+    /// consumer's.
+    pub(crate) fn span(&self) -> tracing::Span {
+        self.0.span()
+    }
+
     /// A handler runner takes over answering it.
     pub(crate) fn take_over(&mut self) -> PendingAnswer<AnswerChannel> {
         self.0.take_over()

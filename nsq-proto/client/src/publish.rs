@@ -36,6 +36,22 @@ pub(crate) enum PublishRequest {
 }
 
 impl PublishRequest {
+    /// The topic it publishes to and how many messages, unless it is a ping.
+    #[cfg_attr(
+        not(feature = "metrics"),
+        allow(dead_code, reason = "read by the metrics")
+    )]
+    pub(crate) fn topic_and_count(&self) -> Option<(&str, u32)> {
+        match self {
+            PublishRequest::Publish { topic, .. }
+            | PublishRequest::DeferredPublish { topic, .. } => Some((topic.as_str(), 1)),
+            PublishRequest::MultiPublish(batch) => Some((
+                batch.topic().as_str(),
+                u32::try_from(batch.len()).unwrap_or(u32::MAX),
+            )),
+            PublishRequest::Ping => None,
+        }
+    }
     /// PUB of `body` to `topic` (the name validated here).
     pub(crate) fn publish(topic: impl IntoTopic, body: impl Into<Bytes>) -> Result<Self, Error> {
         Ok(PublishRequest::Publish {

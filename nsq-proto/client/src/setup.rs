@@ -156,6 +156,8 @@ pub(crate) struct ConsumerStart {
     pub local_addr: Option<std::net::SocketAddr>,
     /// The consumer's span ([`consumer_span`]): its driver enters it for everything it does.
     pub span: tracing::Span,
+    /// Its metrics (labelled with its topic and channel).
+    pub metrics: crate::metrics::ConsumerMetrics,
 }
 
 impl ConsumerSetup {
@@ -209,6 +211,7 @@ impl ConsumerSetup {
             config.max_in_flight = n;
         }
         let span = consumer_span(&topic, &channel);
+        let metrics = crate::metrics::ConsumerMetrics::new(topic.as_str(), channel.as_str());
         if config.max_in_flight == 0 {
             span.in_scope(|| log_max_in_flight(0));
         }
@@ -226,6 +229,7 @@ impl ConsumerSetup {
             write_timeout: self.set.write_timeout.unwrap_or(self.write_timeout),
             local_addr: self.local_addr,
             span,
+            metrics,
         })
     }
 }

@@ -6,6 +6,7 @@
 use crate::driver::Logic;
 use crate::events::{Event, EventHub};
 use crate::message::{AnswerChannel, Message};
+use crate::metrics::ConsumerMetrics;
 use crate::sync::{Inbox, Mailbox, ReplyTx};
 use crate::{
     Answer, AnswerKind, AnswerSink, Delivery, Error, GiveUpHook, Origin, StopReport,
@@ -135,6 +136,8 @@ pub(super) struct ConsumerLogic {
     /// The backoff level and starvation last seen (their changes are events).
     backoff_level: u32,
     starved: bool,
+    /// What an operator scrapes (nothing without the `metrics` feature).
+    metrics: ConsumerMetrics,
 }
 
 impl ConsumerLogic {
@@ -143,6 +146,7 @@ impl ConsumerLogic {
         shared: Arc<Bridge>,
         mailbox: Arc<Mailbox<Message>>,
         give_up: Option<GiveUpHook>,
+        metrics: ConsumerMetrics,
     ) -> ConsumerLogic {
         ConsumerLogic {
             machine,
@@ -160,6 +164,7 @@ impl ConsumerLogic {
             report: None,
             backoff_level: 0,
             starved: false,
+            metrics,
         }
     }
 
@@ -253,7 +258,11 @@ impl ConsumerLogic {
     fn origin(&self, conn: ConnId) -> Arc<Origin<AnswerChannel>> {
         match self.origins.get(&conn) {
             Some(o) => o.clone(),
-            None => Origin::new("", AnswerChannel(self.shared.clone())),
+            None => Origin::new(
+                "",
+                AnswerChannel(self.shared.clone()),
+                self.metrics.answers(),
+            ),
         }
     }
 }
@@ -337,8 +346,14 @@ impl Logic for ConsumerLogic {
     }
 
     fn connecting(&mut self, conn: ConnId, addr: &str) {
-        self.origins
-            .insert(conn, Origin::new(addr, AnswerChannel(self.shared.clone())));
+        self.origins.insert(
+            conn,
+            Origin::new(
+                addr,
+                AnswerChannel(self.shared.clone()),
+                self.metrics.answers(),
+            ),
+        );
     }
 
     fn disconnected(&mut self, conn: ConnId) {
@@ -354,6 +369,7 @@ impl Logic for ConsumerLogic {
         }
         match event {
             ConsumerEvent::Message { conn, message } => {
+                self.metrics.message_received(message.timestamp);
                 let msg = Message(Delivery::new(conn, message, self.origin(conn)));
                 if self.handing_out {
                     self.outgoing.push_back(msg);
@@ -448,13 +464,14 @@ impl Logic for ConsumerLogic {
             }
         }
         // Written in place: no allocation once the snapshot has room for every nsqd.
-        self.machine.stats_into(
-            &mut self
-                .shared
-                .stats
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
-        );
+        let mut stats = self
+            .shared
+            .stats
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        self.machine.stats_into(&mut stats);
+        self.metrics.update(&stats);
+        drop(stats);
         for (reply, outcome) in self.connected_now.drain(..) {
             reply.send(outcome);
         }
@@ -465,6 +482,7 @@ impl Logic for ConsumerLogic {
     }
 
     fn stopped(mut self) {
+        self.metrics.stopped();
         self.shared.stopping.store(true, Ordering::Release);
         self.mailbox.close();
         self.shared.events.close();

@@ -45,7 +45,13 @@ pub(crate) fn start<R: Adapter>(setup: ConsumerSetup) -> Result<Consumer<R>, Err
     let inbox = Inbox::new();
     let mailbox = Mailbox::new();
     let shared = Arc::new(Bridge::new(inbox.clone(), start.core.max_in_flight()));
-    let logic = ConsumerLogic::new(start.core, shared.clone(), mailbox.clone(), start.give_up);
+    let logic = ConsumerLogic::new(
+        start.core,
+        shared.clone(),
+        mailbox.clone(),
+        start.give_up,
+        start.metrics,
+    );
     let net = Net::new(
         runtime.clone(),
         SocketOptions::new(start.dial_timeout, start.write_timeout)
@@ -556,10 +562,14 @@ where
     Fut: Future<Output = Result<(), HandlerError>>,
 {
     let pending = msg.take_over();
-    let mut fut = std::pin::pin!(handler(msg));
+    // The handler runs in its message's span: what it logs says which message it is about.
+    let span = msg.span();
+    let mut fut = std::pin::pin!(span.in_scope(|| handler(msg)));
     let outcome = std::future::poll_fn(|cx| {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fut.as_mut().poll(cx)))
-            .map_or_else(|panic| Poll::Ready(Err(panic)), |p| p.map(Ok))
+        span.in_scope(|| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fut.as_mut().poll(cx)))
+                .map_or_else(|panic| Poll::Ready(Err(panic)), |p| p.map(Ok))
+        })
     })
     .await;
     pending.answer(&Outcome::caught(outcome));

@@ -3,6 +3,7 @@
 //! and answers each with its result.
 
 use crate::driver::Logic;
+use crate::metrics::{ProducerMetrics, PublishMeta};
 use crate::sync::ReplyTx;
 use crate::{Error, PublishRequest, Replies, log_producer_event};
 use nsq_proto::producer::{ProducerEvent, ProducerStats};
@@ -15,11 +16,17 @@ use std::time::Instant;
 pub(super) struct Reply {
     tx: ReplyTx<Result<(), Error>>,
     _place: Option<Place>,
+    /// When it was called, and what it publishes (for the metrics; nothing without them).
+    meta: PublishMeta,
 }
 
 impl Reply {
     pub(super) fn new(tx: ReplyTx<Result<(), Error>>, place: Option<Place>) -> Reply {
-        Reply { tx, _place: place }
+        Reply {
+            tx,
+            _place: place,
+            meta: PublishMeta::now(),
+        }
     }
 
     pub(super) fn send(self, result: Result<(), Error>) {
@@ -52,6 +59,8 @@ pub(super) struct ProducerLogic {
     close_waiters: Vec<ReplyTx<()>>,
     stats: Arc<Mutex<ProducerStats>>,
     closed: bool,
+    /// What an operator scrapes (nothing without the `metrics` feature).
+    metrics: ProducerMetrics,
 }
 
 impl ProducerLogic {
@@ -62,6 +71,7 @@ impl ProducerLogic {
             close_waiters: Vec::new(),
             stats,
             closed: false,
+            metrics: ProducerMetrics::new(),
         }
     }
 }
@@ -77,10 +87,15 @@ impl Logic for ProducerLogic {
 
     fn input(&mut self, now: Instant, input: Input) {
         match input {
-            Input::Request(request, reply) => {
+            Input::Request(request, mut reply) => {
+                if let Some((topic, messages)) = request.topic_and_count() {
+                    self.metrics.submitted(&mut reply.meta, topic, messages);
+                }
                 if let Err((reply, e)) = self.replies.submit(&mut self.machine, now, request, reply)
                 {
-                    reply.send(Err(e));
+                    let result = Err(e);
+                    self.metrics.resolved(&reply.meta, &result);
+                    reply.send(result);
                 }
             }
             Input::AddNsqd(addr, reply) => {
@@ -96,14 +111,20 @@ impl Logic for ProducerLogic {
 
     fn event(&mut self, _now: Instant, event: ProducerEvent) {
         log_producer_event(&event);
+        if let ProducerEvent::ConnectionReady { addr, .. } = &event {
+            self.metrics.connected(addr);
+        }
         if !self.replies.resolve(&event) && event == ProducerEvent::Closed {
             self.closed = true;
         }
     }
 
     fn after_round(&mut self) {
-        *self.stats.lock().unwrap_or_else(PoisonError::into_inner) = self.machine.stats();
+        let stats = self.machine.stats();
+        self.metrics.pending(stats.outstanding + stats.pending);
+        *self.stats.lock().unwrap_or_else(PoisonError::into_inner) = stats;
         for (reply, result) in self.replies.take_resolved() {
+            self.metrics.resolved(&reply.meta, &result);
             reply.send(result);
         }
     }
@@ -114,11 +135,15 @@ impl Logic for ProducerLogic {
 
     fn stopped(mut self) {
         for (reply, result) in self.replies.take_resolved() {
+            self.metrics.resolved(&reply.meta, &result);
             reply.send(result);
         }
         for reply in self.replies.take_all() {
-            reply.send(Err(Error::Closed));
+            let result = Err(Error::Closed);
+            self.metrics.resolved(&reply.meta, &result);
+            reply.send(result);
         }
+        self.metrics.pending(0);
         for w in self.close_waiters.drain(..) {
             w.send(());
         }

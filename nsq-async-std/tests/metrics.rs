@@ -1,0 +1,29 @@
+//! The `metrics` feature on async-std and smol: every counter, gauge and histogram of a
+//! scripted consumer and producer, read back from a capturing recorder (nsq-tokio's test).
+
+#[path = "../../nsq-tokio/tests/support/recorder.rs"]
+mod recorder;
+
+#[path = "../../nsq-tokio/tests/support/metrics.rs"]
+mod metrics;
+
+use nsq_async_std::AsyncStd;
+use std::time::Duration;
+
+async fn sleep(d: Duration) {
+    async_io::Timer::after(d).await;
+}
+
+async fn bounded(topic: &str) {
+    let deadline = async {
+        async_io::Timer::after(Duration::from_secs(30)).await;
+        panic!("not finished in 30 s");
+    };
+    futures_lite::future::or(metrics::scripted::<AsyncStd, _>(topic, sleep), deadline).await;
+}
+
+#[test]
+fn every_metric_counts_what_happened() {
+    async_std::task::block_on(bounded("metrics_async_std"));
+    smol::block_on(bounded("metrics_smol"));
+}

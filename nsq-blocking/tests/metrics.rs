@@ -1,0 +1,70 @@
+//! The `metrics` feature with blocking calls: every counter, gauge and histogram of a
+//! scripted consumer and producer, read back from a capturing recorder.
+
+#[path = "../../nsq-tokio/tests/support/recorder.rs"]
+mod recorder;
+
+use nsq_blocking::{Config, Consumer, HandlerError, Message, Producer};
+use nsq_test_broker::Nsqd;
+use recorder::Recorded;
+use std::time::{Duration, Instant};
+
+#[test]
+fn every_metric_counts_what_happened() {
+    recorder::snapshotter();
+    let topic = "metrics_blocking";
+    let nsqd = Nsqd::start().unwrap();
+    let addr = nsqd.tcp_address().to_string();
+    let producer = Producer::connect(&addr, &Config::default()).unwrap();
+    for i in 0..5 {
+        producer.publish(topic, format!("ok-{i}")).unwrap();
+    }
+    producer
+        .multi_publish(topic, ["ok-5", "ok-6", "ok-7", "fail-8", "fail-9"])
+        .unwrap();
+    producer.close();
+
+    let consumer = Consumer::builder(topic, "metrics")
+        .max_in_flight(4)
+        .nsqd(addr.as_str())
+        .build()
+        .unwrap();
+    let handle = consumer.handle();
+    let watcher = std::thread::spawn(move || {
+        let until = Instant::now() + Duration::from_secs(20);
+        while handle.stats().finished < 10 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        handle.stop()
+    });
+    let report = consumer.run(2, |m: Message| {
+        if m.body().starts_with(b"fail") && m.attempts() == 1 {
+            return Err(HandlerError::msg("first try fails")
+                .without_backoff()
+                .with_delay(Duration::ZERO));
+        }
+        Ok(())
+    });
+    watcher.join().unwrap();
+    assert_eq!(report.unanswered, 0);
+
+    let r = Recorded::take(topic);
+    let ch = [("channel", "metrics")];
+    assert_eq!(r.counter("nsq_consumer_messages_received_total", &ch), 12);
+    assert_eq!(r.counter("nsq_consumer_messages_finished_total", &ch), 10);
+    assert_eq!(r.counter("nsq_consumer_messages_requeued_total", &ch), 2);
+    assert_eq!(r.counter("nsq_consumer_handler_errors_total", &ch), 2);
+    assert_eq!(r.observations("nsq_consumer_handler_duration_seconds"), 12);
+    assert_eq!(r.observations("nsq_consumer_message_age_seconds"), 12);
+    assert_eq!(r.gauge("nsq_consumer_in_flight", &ch), 0);
+    assert_eq!(r.gauge("nsq_consumer_connections", &ch), 0);
+    assert_eq!(r.gauge("nsq_consumer_rdy", &[("nsqd", addr.as_str())]), 0);
+    assert_eq!(r.counter("nsq_producer_messages_total", &[]), 10);
+    assert_eq!(
+        r.counter("nsq_producer_publishes_total", &[("result", "ok")]),
+        6
+    );
+    assert_eq!(r.observations("nsq_producer_publish_duration_seconds"), 6);
+    assert_eq!(r.observations("nsq_producer_batch_size"), 6);
+    assert_eq!(r.gauge("nsq_producer_pending", &[]), 0);
+}

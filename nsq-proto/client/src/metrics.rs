@@ -1,0 +1,414 @@
+//! The client layer's metrics, through the `metrics` facade (the `metrics` cargo feature):
+//! what an operator scrapes, with Prometheus names. Without the feature every type here is
+//! empty and every call an inlined no-op: nothing is recorded and nothing is paid.
+//!
+//! Counters that the core already counts (received, finished, requeued, given up,
+//! reconnects) follow its [`ConsumerStats`] once per round of the driver, so they equal
+//! what happened; gauges are set from the same snapshot; the histograms are observed where
+//! their event happens (a message's receipt, its answer, a publish's result).
+
+use nsq_proto::consumer::ConsumerStats;
+#[cfg(feature = "metrics")]
+use std::time::Instant;
+
+#[cfg(feature = "metrics")]
+pub(crate) use on::*;
+
+#[cfg(not(feature = "metrics"))]
+pub(crate) use off::*;
+
+/// The label value of an error kind (bounded: no error text).
+#[cfg_attr(
+    not(feature = "metrics"),
+    allow(dead_code, reason = "used with the feature")
+)]
+pub(crate) fn error_kind(e: &super::Error) -> &'static str {
+    use super::Error;
+    match e {
+        Error::InvalidTopic { .. } | Error::InvalidChannel { .. } | Error::InvalidInput(_) => {
+            "invalid_input"
+        }
+        Error::Server(_) => "server",
+        Error::ConnectionLost(_) => "connection_lost",
+        Error::Timeout => "timeout",
+        Error::NoServerAvailable(_) => "no_server",
+        Error::Misconfigured { .. } => "misconfigured",
+        Error::Backpressure(_) => "backpressure",
+        Error::Closed => "closed",
+        _ => "other",
+    }
+}
+
+#[cfg(feature = "metrics")]
+mod on {
+    use super::{ConsumerStats, Instant};
+    use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
+    use std::collections::{BTreeMap, HashMap};
+    use std::sync::Arc;
+
+    /// A message's answer: how long its handler held it, and whether the handler failed.
+    #[derive(Debug, Clone)]
+    pub(crate) struct AnswerMetrics {
+        handler_duration: Histogram,
+        handler_errors: Counter,
+    }
+
+    impl AnswerMetrics {
+        /// A message handed out at `handed_out` was answered (finished or requeued).
+        pub(crate) fn answered(&self, handed_out: HandedOut) {
+            self.handler_duration
+                .record(handed_out.elapsed().as_secs_f64());
+        }
+
+        /// A handler returned an error or panicked.
+        pub(crate) fn handler_failed(&self) {
+            self.handler_errors.increment(1);
+        }
+    }
+
+    /// When a message was handed out (for its handler duration).
+    pub(crate) type HandedOut = Instant;
+
+    /// Now, as a message's hand-out time.
+    pub(crate) fn handed_out() -> HandedOut {
+        Instant::now()
+    }
+
+    /// One consumer's metrics (labels `topic`, `channel`; `nsqd` for RDY).
+    #[derive(Debug)]
+    pub(crate) struct ConsumerMetrics {
+        topic: String,
+        channel: String,
+        received: Counter,
+        finished: Counter,
+        requeued: Counter,
+        given_up: Counter,
+        reconnects: Counter,
+        backoffs: Counter,
+        in_flight: Gauge,
+        connections: Gauge,
+        backoff_level: Gauge,
+        message_age: Histogram,
+        answers: AnswerMetrics,
+        rdy: BTreeMap<String, (Gauge, u32)>,
+        last: ConsumerStats,
+    }
+
+    impl ConsumerMetrics {
+        pub(crate) fn new(topic: &str, channel: &str) -> ConsumerMetrics {
+            let labels = [("topic", topic.to_owned()), ("channel", channel.to_owned())];
+            ConsumerMetrics {
+                topic: topic.to_owned(),
+                channel: channel.to_owned(),
+                received: counter!("nsq_consumer_messages_received_total", &labels),
+                finished: counter!("nsq_consumer_messages_finished_total", &labels),
+                requeued: counter!("nsq_consumer_messages_requeued_total", &labels),
+                given_up: counter!("nsq_consumer_messages_given_up_total", &labels),
+                reconnects: counter!("nsq_consumer_reconnects_total", &labels),
+                backoffs: counter!("nsq_consumer_backoffs_total", &labels),
+                in_flight: gauge!("nsq_consumer_in_flight", &labels),
+                connections: gauge!("nsq_consumer_connections", &labels),
+                backoff_level: gauge!("nsq_consumer_backoff_level", &labels),
+                message_age: histogram!("nsq_consumer_message_age_seconds", &labels),
+                answers: AnswerMetrics {
+                    handler_duration: histogram!("nsq_consumer_handler_duration_seconds", &labels),
+                    handler_errors: counter!("nsq_consumer_handler_errors_total", &labels),
+                },
+                rdy: BTreeMap::new(),
+                last: ConsumerStats::default(),
+            }
+        }
+
+        /// What the messages of this consumer record their answers into.
+        pub(crate) fn answers(&self) -> AnswerMetrics {
+            self.answers.clone()
+        }
+
+        /// A message arrived, published at `timestamp` (nanoseconds since the Unix epoch, by
+        /// nsqd's clock).
+        pub(crate) fn message_received(&self, timestamp: i64) {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+            let age = now.saturating_sub(timestamp).max(0);
+            #[allow(
+                clippy::cast_precision_loss,
+                reason = "seconds as f64: ns precision not needed"
+            )]
+            self.message_age.record(age as f64 / 1e9);
+        }
+
+        /// A round of the driver ended with `stats`: counters follow the core's, gauges are
+        /// set.
+        pub(crate) fn update(&mut self, stats: &ConsumerStats) {
+            let last = &self.last;
+            self.received
+                .increment(stats.received.saturating_sub(last.received));
+            self.finished
+                .increment(stats.finished.saturating_sub(last.finished));
+            self.requeued
+                .increment(stats.requeued.saturating_sub(last.requeued));
+            self.given_up
+                .increment(stats.gave_up.saturating_sub(last.gave_up));
+            self.reconnects
+                .increment(stats.reconnects.saturating_sub(last.reconnects));
+            if last.backoff_level == 0 && stats.backoff_level > 0 {
+                self.backoffs.increment(1);
+            }
+            if stats.in_flight != last.in_flight {
+                self.in_flight.set(count(stats.in_flight));
+            }
+            if stats.connections != last.connections {
+                self.connections.set(count(stats.connections));
+            }
+            if stats.backoff_level != last.backoff_level {
+                self.backoff_level.set(f64::from(stats.backoff_level));
+            }
+            for n in &stats.nsqd {
+                let (topic, channel) = (&self.topic, &self.channel);
+                let (gauge, last) = self.rdy.entry(n.address.clone()).or_insert_with(|| {
+                    let labels = [
+                        ("topic", topic.clone()),
+                        ("channel", channel.clone()),
+                        ("nsqd", n.address.clone()),
+                    ];
+                    (gauge!("nsq_consumer_rdy", &labels), u32::MAX)
+                });
+                if *last != n.rdy {
+                    *last = n.rdy;
+                    gauge.set(f64::from(n.rdy));
+                }
+            }
+            self.last.clone_from(stats);
+        }
+
+        /// The consumer stopped: its gauges go back to 0.
+        pub(crate) fn stopped(&mut self) {
+            self.in_flight.set(0.0);
+            self.connections.set(0.0);
+            self.backoff_level.set(0.0);
+            for (gauge, _) in self.rdy.values() {
+                gauge.set(0.0);
+            }
+        }
+    }
+
+    #[allow(clippy::cast_precision_loss, reason = "a count as a gauge value")]
+    fn count(n: usize) -> f64 {
+        n as f64
+    }
+
+    /// One topic's producer metrics.
+    #[derive(Debug)]
+    struct TopicMetrics {
+        messages: Counter,
+        ok: Counter,
+        errors: HashMap<&'static str, Counter>,
+        duration: Histogram,
+        batch_size: Histogram,
+    }
+
+    /// What a publish carries to its result: its topic's metrics, its message count, when it
+    /// was called.
+    #[derive(Debug, Clone)]
+    pub(crate) struct PublishMeta {
+        started: Instant,
+        topic: Option<(Arc<str>, u32)>,
+    }
+
+    impl PublishMeta {
+        /// A publish called now.
+        pub(crate) fn now() -> PublishMeta {
+            PublishMeta {
+                started: Instant::now(),
+                topic: None,
+            }
+        }
+    }
+
+    /// One producer's metrics (labels `topic`, `result`, `error`, `nsqd` where they apply).
+    #[derive(Debug)]
+    pub(crate) struct ProducerMetrics {
+        topics: HashMap<Arc<str>, TopicMetrics>,
+        reconnects: HashMap<String, (Counter, bool)>,
+        pending: Gauge,
+    }
+
+    impl ProducerMetrics {
+        pub(crate) fn new() -> ProducerMetrics {
+            ProducerMetrics {
+                topics: HashMap::new(),
+                reconnects: HashMap::new(),
+                pending: gauge!("nsq_producer_pending"),
+            }
+        }
+
+        /// The driver took a publish of `messages` messages to `topic`.
+        pub(crate) fn submitted(&mut self, meta: &mut PublishMeta, topic: &str, messages: u32) {
+            let key: Arc<str> = if let Some((k, _)) = self.topics.get_key_value(topic) {
+                k.clone()
+            } else {
+                let k: Arc<str> = Arc::from(topic);
+                let labels = [("topic", topic.to_owned())];
+                self.topics.insert(
+                    k.clone(),
+                    TopicMetrics {
+                        messages: counter!("nsq_producer_messages_total", &labels),
+                        ok: counter!(
+                            "nsq_producer_publishes_total",
+                            &[("topic", topic.to_owned()), ("result", "ok".to_owned())]
+                        ),
+                        errors: HashMap::new(),
+                        duration: histogram!("nsq_producer_publish_duration_seconds", &labels),
+                        batch_size: histogram!("nsq_producer_batch_size", &labels),
+                    },
+                );
+                k
+            };
+            meta.topic = Some((key, messages));
+        }
+
+        /// A publish ended with `result`.
+        pub(crate) fn resolved(
+            &mut self,
+            meta: &PublishMeta,
+            result: &Result<(), super::super::Error>,
+        ) {
+            let Some((topic, messages)) = &meta.topic else {
+                return; // a ping
+            };
+            let Some(m) = self.topics.get_mut(topic) else {
+                return;
+            };
+            m.duration.record(meta.started.elapsed().as_secs_f64());
+            m.batch_size.record(f64::from(*messages));
+            match result {
+                Ok(()) => {
+                    m.ok.increment(1);
+                    m.messages.increment(u64::from(*messages));
+                }
+                Err(e) => {
+                    let kind = super::error_kind(e);
+                    m.errors
+                        .entry(kind)
+                        .or_insert_with(|| {
+                            counter!(
+                                "nsq_producer_publishes_total",
+                                &[
+                                    ("topic", topic.to_string()),
+                                    ("result", "error".to_owned()),
+                                    ("error", kind.to_owned()),
+                                ]
+                            )
+                        })
+                        .increment(1);
+                }
+            }
+        }
+
+        /// A connection to `nsqd` became ready: after the first, a reconnect.
+        pub(crate) fn connected(&mut self, nsqd: &str) {
+            let (counter, seen) = self.reconnects.entry(nsqd.to_owned()).or_insert_with(|| {
+                (
+                    counter!(
+                        "nsq_producer_reconnects_total",
+                        &[("nsqd", nsqd.to_owned())]
+                    ),
+                    false,
+                )
+            });
+            if *seen {
+                counter.increment(1);
+            }
+            *seen = true;
+        }
+
+        /// Publishes waiting for their result.
+        pub(crate) fn pending(&self, n: usize) {
+            self.pending.set(count(n));
+        }
+    }
+}
+
+#[cfg(not(feature = "metrics"))]
+#[allow(
+    clippy::unused_self,
+    clippy::trivially_copy_pass_by_ref,
+    clippy::needless_pass_by_ref_mut,
+    reason = "the no-op twins keep the signatures of the metrics types"
+)]
+mod off {
+    use super::ConsumerStats;
+
+    /// Without the `metrics` feature: nothing.
+    #[derive(Debug, Clone, Copy, Default)]
+    pub(crate) struct AnswerMetrics;
+
+    /// Without the feature no time is read.
+    #[derive(Debug, Clone, Copy)]
+    pub(crate) struct HandedOut;
+
+    impl AnswerMetrics {
+        #[inline]
+        pub(crate) fn answered(&self, _: HandedOut) {}
+        #[inline]
+        pub(crate) fn handler_failed(&self) {}
+    }
+
+    /// Without the feature no time is read.
+    #[inline]
+    pub(crate) fn handed_out() -> HandedOut {
+        HandedOut
+    }
+
+    /// Without the `metrics` feature: nothing.
+    #[derive(Debug, Default)]
+    pub(crate) struct ConsumerMetrics;
+
+    impl ConsumerMetrics {
+        #[inline]
+        pub(crate) fn new(_: &str, _: &str) -> ConsumerMetrics {
+            ConsumerMetrics
+        }
+        #[inline]
+        pub(crate) fn answers(&self) -> AnswerMetrics {
+            AnswerMetrics
+        }
+        #[inline]
+        pub(crate) fn message_received(&self, _: i64) {}
+        #[inline]
+        pub(crate) fn update(&mut self, _: &ConsumerStats) {}
+        #[inline]
+        pub(crate) fn stopped(&mut self) {}
+    }
+
+    /// Without the feature: nothing.
+    #[derive(Debug, Clone, Copy)]
+    pub(crate) struct PublishMeta;
+
+    impl PublishMeta {
+        #[inline]
+        pub(crate) fn now() -> PublishMeta {
+            PublishMeta
+        }
+    }
+
+    /// Without the `metrics` feature: nothing.
+    #[derive(Debug, Default)]
+    pub(crate) struct ProducerMetrics;
+
+    impl ProducerMetrics {
+        #[inline]
+        pub(crate) fn new() -> ProducerMetrics {
+            ProducerMetrics
+        }
+        #[inline]
+        pub(crate) fn submitted(&mut self, _: &mut PublishMeta, _: &str, _: u32) {}
+        #[inline]
+        pub(crate) fn resolved(&mut self, _: &PublishMeta, _: &Result<(), super::super::Error>) {}
+        #[inline]
+        pub(crate) fn connected(&mut self, _: &str) {}
+        #[inline]
+        pub(crate) fn pending(&self, _: usize) {}
+    }
+}

@@ -1,0 +1,83 @@
+//! The metrics tests of the async adapters, written once over the client layer's generic
+//! types: a scripted consumer and producer against the test broker, then every counter,
+//! gauge and histogram read back from a capturing recorder.
+
+use super::recorder::{Recorded, snapshotter};
+use nsq_client::{Adapter, Consumer, HandlerError, Message, Producer};
+use nsq_proto::Config;
+use nsq_test_broker::Nsqd;
+use std::future::Future;
+use std::time::Duration;
+
+/// Publishes 5 single messages and one MPUB of 5 to `topic`, then consumes them with a
+/// handler that fails the first delivery of 2 of them (no backoff, no delay): every figure
+/// of the consumer and the producer is then known. `sleep` is the runtime's timer.
+pub(crate) async fn scripted<R: Adapter, S: Future<Output = ()>>(
+    topic: &str,
+    sleep: impl Fn(Duration) -> S,
+) {
+    snapshotter();
+    let nsqd = Nsqd::start().unwrap();
+    let addr = nsqd.tcp_address().to_string();
+    let producer = Producer::<R>::connect(&addr, &Config::default())
+        .await
+        .unwrap();
+    for i in 0..5 {
+        producer.publish(topic, format!("ok-{i}")).await.unwrap();
+    }
+    let bodies = ["ok-5", "ok-6", "ok-7", "fail-8", "fail-9"];
+    producer.multi_publish(topic, bodies).await.unwrap();
+    producer.close().await;
+
+    let consumer = Consumer::<R>::builder(topic, "metrics")
+        .max_in_flight(4)
+        .nsqd(addr.as_str())
+        .build()
+        .unwrap();
+    let handle = consumer.handle();
+    let run = consumer.run(2, |m: Message| async move {
+        if m.body().starts_with(b"fail") && m.attempts() == 1 {
+            return Err(HandlerError::msg("first try fails")
+                .without_backoff()
+                .with_delay(Duration::ZERO));
+        }
+        Ok(())
+    });
+    let watch = async {
+        for _ in 0..2000 {
+            if handle.stats().finished == 10 {
+                break;
+            }
+            sleep(Duration::from_millis(5)).await;
+        }
+        handle.stop().await
+    };
+    let (report, _) = futures_lite::future::zip(run, watch).await;
+    assert_eq!(report.unanswered, 0);
+
+    let r = Recorded::take(topic);
+    let ch = [("channel", "metrics")];
+    assert_eq!(r.counter("nsq_consumer_messages_received_total", &ch), 12);
+    assert_eq!(r.counter("nsq_consumer_messages_finished_total", &ch), 10);
+    assert_eq!(r.counter("nsq_consumer_messages_requeued_total", &ch), 2);
+    assert_eq!(r.counter("nsq_consumer_messages_given_up_total", &ch), 0);
+    assert_eq!(r.counter("nsq_consumer_handler_errors_total", &ch), 2);
+    assert_eq!(r.counter("nsq_consumer_reconnects_total", &ch), 0);
+    assert_eq!(r.counter("nsq_consumer_backoffs_total", &ch), 0);
+    assert_eq!(r.observations("nsq_consumer_handler_duration_seconds"), 12);
+    assert_eq!(r.observations("nsq_consumer_message_age_seconds"), 12);
+    // After stop, the gauges are back to 0.
+    assert_eq!(r.gauge("nsq_consumer_in_flight", &ch), 0);
+    assert_eq!(r.gauge("nsq_consumer_connections", &ch), 0);
+    assert_eq!(r.gauge("nsq_consumer_backoff_level", &ch), 0);
+    assert_eq!(r.gauge("nsq_consumer_rdy", &[("nsqd", addr.as_str())]), 0);
+
+    assert_eq!(r.counter("nsq_producer_messages_total", &[]), 10);
+    assert_eq!(
+        r.counter("nsq_producer_publishes_total", &[("result", "ok")]),
+        6
+    );
+    assert_eq!(r.observations("nsq_producer_publish_duration_seconds"), 6);
+    assert_eq!(r.observations("nsq_producer_batch_size"), 6);
+    assert_eq!(r.gauge("nsq_producer_pending", &[]), 0);
+}
