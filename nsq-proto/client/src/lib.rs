@@ -112,6 +112,19 @@
 //! the end of backoff at INFO. DEBUG adds the protocol's details (upgrades, RDY, each step
 //! out of backoff, each lookupd query) inside `connection{conn=.. nsqd=..}` spans.
 //!
+//! Each handler of `Consumer::run` runs inside a `message{id=.. attempts=.. nsqd=..}` span, a
+//! child of its consumer's: what a handler logs says which message it is about.
+//!
+//! ## Metrics
+//!
+//! With the `metrics` cargo feature the client records through the `metrics` facade, into
+//! whatever recorder the application installs: `nsq_consumer_*` (received, finished,
+//! requeued, given up, handler errors, reconnects and backoffs counters; in-flight, RDY per
+//! nsqd, connections and backoff level gauges; handler duration and message age histograms,
+//! labelled with the topic and channel) and `nsq_producer_*` (messages, publishes by result
+//! and error kind, reconnects; pending; publish duration and batch size). The consumer's
+//! counters follow the core's [`ConsumerStats`](nsq_proto::consumer::ConsumerStats), once per
+//! round of its driver. Without the feature nothing is compiled in.
 //!
 //! ## Handler outcomes
 //!
