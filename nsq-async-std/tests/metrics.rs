@@ -27,3 +27,18 @@ fn every_metric_counts_what_happened() {
     async_std::task::block_on(bounded("metrics_async_std"));
     smol::block_on(bounded("metrics_smol"));
 }
+
+#[test]
+fn given_up_backoff_and_reconnect_are_counted() {
+    smol::block_on(async {
+        let deadline = async {
+            async_io::Timer::after(Duration::from_secs(30)).await;
+            panic!("not finished in 30 s");
+        };
+        futures_lite::future::or(
+            metrics::faults::<AsyncStd, _>("metrics_faults_smol", sleep),
+            deadline,
+        )
+        .await;
+    });
+}

@@ -33,3 +33,19 @@ fn every_metric_counts_what_happened() {
         });
     }
 }
+
+#[test]
+fn given_up_backoff_and_reconnect_are_counted() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        tokio::time::timeout(
+            Duration::from_secs(30),
+            metrics::faults::<Tokio, _>("metrics_faults", tokio::time::sleep),
+        )
+        .await
+        .expect("finished in time");
+    });
+}

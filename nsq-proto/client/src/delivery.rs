@@ -4,7 +4,7 @@
 
 use super::answer::{Answer, AnswerKind};
 use super::handler::Outcome;
-use super::metrics::{AnswerMetrics, HandedOut, handed_out};
+use super::metrics::{AnswerMetrics, HandedOut};
 use bytes::Bytes;
 use nsq_proto::driver::ConnId;
 use nsq_proto::{Message, MessageId};
@@ -95,13 +95,18 @@ impl<S: AnswerSink> fmt::Debug for Delivery<S> {
 
 impl<S: AnswerSink> Delivery<S> {
     /// A message the core delivered on `conn` (for the driver).
-    pub(crate) fn new(conn: ConnId, message: Message, origin: Arc<Origin<S>>) -> Delivery<S> {
+    pub(crate) fn new(
+        conn: ConnId,
+        message: Message,
+        origin: Arc<Origin<S>>,
+        handed_out: HandedOut,
+    ) -> Delivery<S> {
         Delivery {
             inner: message,
             conn,
             origin,
             done: false,
-            handed_out: handed_out(),
+            handed_out,
         }
     }
 
@@ -113,7 +118,7 @@ impl<S: AnswerSink> Delivery<S> {
             conn,
             origin,
             done: true,
-            handed_out: handed_out(),
+            handed_out: HandedOut::none(),
         }
     }
 
@@ -148,13 +153,12 @@ impl<S: AnswerSink> Delivery<S> {
     }
 
     fn answer_for(&self, kind: AnswerKind) -> Answer {
-        Answer::new(self.conn, &self.inner, kind)
+        Answer::new(self.conn, &self.inner, kind, self.handed_out)
     }
 
     /// Sends the last answer; the body goes back to the driver with it.
     fn send(&mut self, kind: AnswerKind) {
         self.done = true;
-        self.origin.metrics.answered(self.handed_out);
         let body = std::mem::take(&mut self.inner.body);
         self.origin.sink.send_answer(self.answer_for(kind), body);
     }
@@ -197,7 +201,6 @@ impl<S: AnswerSink> Delivery<S> {
         PendingAnswer {
             answer: self.answer_for(AnswerKind::Finish),
             origin: self.origin.clone(),
-            handed_out: self.handed_out,
         }
     }
 
@@ -239,7 +242,6 @@ impl<S: AnswerSink> Drop for Delivery<S> {
 pub(crate) struct PendingAnswer<S> {
     answer: Answer,
     origin: Arc<Origin<S>>,
-    handed_out: HandedOut,
 }
 
 impl<S: AnswerSink> PendingAnswer<S> {
@@ -248,7 +250,6 @@ impl<S: AnswerSink> PendingAnswer<S> {
     /// what it said, both with the message id, attempts and nsqd address.
     pub(crate) fn answer(self, outcome: &Outcome) {
         let (id, attempts, nsqd) = (self.answer.id, self.answer.attempts, &self.origin.addr);
-        self.origin.metrics.answered(self.handed_out);
         if !matches!(outcome, Outcome::Done) {
             self.origin.metrics.handler_failed();
         }

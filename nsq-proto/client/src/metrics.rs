@@ -46,32 +46,34 @@ mod on {
     use std::collections::{BTreeMap, HashMap};
     use std::sync::Arc;
 
-    /// A message's answer: how long its handler held it, and whether the handler failed.
+    /// What a message's handler runner counts: handlers that failed.
     #[derive(Debug, Clone)]
     pub(crate) struct AnswerMetrics {
-        handler_duration: Histogram,
         handler_errors: Counter,
     }
 
     impl AnswerMetrics {
-        /// A message handed out at `handed_out` was answered (finished or requeued).
-        pub(crate) fn answered(&self, handed_out: HandedOut) {
-            self.handler_duration
-                .record(handed_out.elapsed().as_secs_f64());
-        }
-
         /// A handler returned an error or panicked.
         pub(crate) fn handler_failed(&self) {
             self.handler_errors.increment(1);
         }
     }
 
-    /// When a message was handed out (for its handler duration).
-    pub(crate) type HandedOut = Instant;
+    /// When a message was handed out (the driver's time of that round), for its handler's
+    /// duration.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub(crate) struct HandedOut(Option<Instant>);
 
-    /// Now, as a message's hand-out time.
-    pub(crate) fn handed_out() -> HandedOut {
-        Instant::now()
+    /// `now` (the driver's round), as a message's hand-out time.
+    pub(crate) fn handed_out_at(now: Instant) -> HandedOut {
+        HandedOut(Some(now))
+    }
+
+    impl HandedOut {
+        /// A message not handed out to a handler (its answer has no handler duration).
+        pub(crate) fn none() -> HandedOut {
+            HandedOut(None)
+        }
     }
 
     /// One consumer's metrics (labels `topic`, `channel`; `nsqd` for RDY).
@@ -89,9 +91,12 @@ mod on {
         connections: Gauge,
         backoff_level: Gauge,
         message_age: Histogram,
+        handler_duration: Histogram,
         answers: AnswerMetrics,
+        /// The wall clock read once per round (`(round, nanoseconds since the epoch)`).
+        wall: Option<(Instant, i64)>,
         rdy: BTreeMap<String, (Gauge, u32)>,
-        last: ConsumerStats,
+        last: Last,
     }
 
     impl ConsumerMetrics {
@@ -110,12 +115,13 @@ mod on {
                 connections: gauge!("nsq_consumer_connections", &labels),
                 backoff_level: gauge!("nsq_consumer_backoff_level", &labels),
                 message_age: histogram!("nsq_consumer_message_age_seconds", &labels),
+                handler_duration: histogram!("nsq_consumer_handler_duration_seconds", &labels),
                 answers: AnswerMetrics {
-                    handler_duration: histogram!("nsq_consumer_handler_duration_seconds", &labels),
                     handler_errors: counter!("nsq_consumer_handler_errors_total", &labels),
                 },
+                wall: None,
                 rdy: BTreeMap::new(),
-                last: ConsumerStats::default(),
+                last: Last::default(),
             }
         }
 
@@ -124,18 +130,35 @@ mod on {
             self.answers.clone()
         }
 
-        /// A message arrived, published at `timestamp` (nanoseconds since the Unix epoch, by
-        /// nsqd's clock).
-        pub(crate) fn message_received(&self, timestamp: i64) {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
-            let age = now.saturating_sub(timestamp).max(0);
+        /// A message arrived during the round of `now`, published at `timestamp`
+        /// (nanoseconds since the Unix epoch, by nsqd's clock). The wall clock is read once
+        /// per round.
+        pub(crate) fn message_received(&mut self, now: Instant, timestamp: i64) {
+            let wall = match self.wall {
+                Some((round, wall)) if round == now => wall,
+                _ => {
+                    let wall = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+                    self.wall = Some((now, wall));
+                    wall
+                }
+            };
+            let age = wall.saturating_sub(timestamp).max(0);
             #[allow(
                 clippy::cast_precision_loss,
                 reason = "seconds as f64: ns precision not needed"
             )]
             self.message_age.record(age as f64 / 1e9);
+        }
+
+        /// The driver took the final answer (FIN or REQ) of a message handed out at
+        /// `handed_out`, during its round of `now`.
+        pub(crate) fn answered(&self, now: Instant, handed_out: HandedOut) {
+            if let HandedOut(Some(at)) = handed_out {
+                self.handler_duration
+                    .record(now.saturating_duration_since(at).as_secs_f64());
+            }
         }
 
         /// A round of the driver ended with `stats`: counters follow the core's, gauges are
@@ -179,7 +202,16 @@ mod on {
                     gauge.set(f64::from(n.rdy));
                 }
             }
-            self.last.clone_from(stats);
+            self.last = Last {
+                received: stats.received,
+                finished: stats.finished,
+                requeued: stats.requeued,
+                gave_up: stats.gave_up,
+                reconnects: stats.reconnects,
+                backoff_level: stats.backoff_level,
+                in_flight: stats.in_flight,
+                connections: stats.connections,
+            };
         }
 
         /// The consumer stopped: its gauges go back to 0.
@@ -191,6 +223,19 @@ mod on {
                 gauge.set(0.0);
             }
         }
+    }
+
+    /// The figures of the previous round that the counters and gauges follow.
+    #[derive(Debug, Default)]
+    struct Last {
+        received: u64,
+        finished: u64,
+        requeued: u64,
+        gave_up: u64,
+        reconnects: u64,
+        backoff_level: u32,
+        in_flight: usize,
+        connections: usize,
     }
 
     #[allow(clippy::cast_precision_loss, reason = "a count as a gauge value")]
@@ -339,26 +384,32 @@ mod on {
 )]
 mod off {
     use super::ConsumerStats;
+    use std::time::Instant;
 
     /// Without the `metrics` feature: nothing.
     #[derive(Debug, Clone, Copy, Default)]
     pub(crate) struct AnswerMetrics;
 
-    /// Without the feature no time is read.
-    #[derive(Debug, Clone, Copy)]
+    /// Without the feature no time is kept.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub(crate) struct HandedOut;
 
     impl AnswerMetrics {
         #[inline]
-        pub(crate) fn answered(&self, _: HandedOut) {}
-        #[inline]
         pub(crate) fn handler_failed(&self) {}
     }
 
-    /// Without the feature no time is read.
+    /// Without the feature no time is kept.
     #[inline]
-    pub(crate) fn handed_out() -> HandedOut {
+    pub(crate) fn handed_out_at(_: Instant) -> HandedOut {
         HandedOut
+    }
+
+    impl HandedOut {
+        #[inline]
+        pub(crate) fn none() -> HandedOut {
+            HandedOut
+        }
     }
 
     /// Without the `metrics` feature: nothing.
@@ -375,7 +426,9 @@ mod off {
             AnswerMetrics
         }
         #[inline]
-        pub(crate) fn message_received(&self, _: i64) {}
+        pub(crate) fn message_received(&mut self, _: Instant, _: i64) {}
+        #[inline]
+        pub(crate) fn answered(&self, _: Instant, _: HandedOut) {}
         #[inline]
         pub(crate) fn update(&mut self, _: &ConsumerStats) {}
         #[inline]

@@ -81,3 +81,63 @@ pub(crate) async fn scripted<R: Adapter, S: Future<Output = ()>>(
     assert_eq!(r.observations("nsq_producer_batch_size"), 6);
     assert_eq!(r.gauge("nsq_producer_pending", &[]), 0);
 }
+
+/// A message that always fails (with backoff) until the consumer gives up on it, then a
+/// dropped connection: the given-up, backoff and reconnect figures.
+pub(crate) async fn faults<R: Adapter, S: Future<Output = ()>>(
+    topic: &str,
+    sleep: impl Fn(Duration) -> S,
+) {
+    snapshotter();
+    let nsqd = Nsqd::start().unwrap();
+    let addr = nsqd.tcp_address().to_string();
+    nsqd.publish(topic, b"doomed");
+    let config = Config {
+        max_attempts: 2,
+        backoff_multiplier: Duration::from_millis(10),
+        max_backoff_duration: Duration::from_millis(50),
+        max_in_flight: 1,
+        ..Config::default()
+    };
+    let consumer = Consumer::<R>::builder(topic, "faults")
+        .config(&config)
+        .nsqd(addr.as_str())
+        .build()
+        .unwrap();
+    let handle = consumer.handle();
+    let run = consumer.run(1, |_m: Message| async move {
+        Err(HandlerError::msg("always fails").with_delay(Duration::ZERO))
+    });
+    let watch = async {
+        // Two failed deliveries, then the third is given up on (max_attempts 2).
+        for _ in 0..2000 {
+            if handle.stats().gave_up == 1 {
+                break;
+            }
+            sleep(Duration::from_millis(5)).await;
+        }
+        nsqd.drop_connections();
+        for _ in 0..2000 {
+            let stats = handle.stats();
+            if stats.reconnects == 1 && stats.connections == 1 {
+                break;
+            }
+            sleep(Duration::from_millis(5)).await;
+        }
+        handle.stop().await
+    };
+    let _ = futures_lite::future::zip(run, watch).await;
+
+    let r = Recorded::take(topic);
+    let ch = [("channel", "faults")];
+    assert_eq!(r.counter("nsq_consumer_messages_received_total", &ch), 3);
+    assert_eq!(r.counter("nsq_consumer_handler_errors_total", &ch), 2);
+    assert_eq!(r.counter("nsq_consumer_messages_requeued_total", &ch), 2);
+    assert_eq!(r.counter("nsq_consumer_messages_given_up_total", &ch), 1);
+    assert_eq!(r.counter("nsq_consumer_reconnects_total", &ch), 1);
+    assert!(r.counter("nsq_consumer_backoffs_total", &ch) >= 1);
+    // The given-up delivery never reached a handler.
+    assert_eq!(r.observations("nsq_consumer_handler_duration_seconds"), 2);
+    assert_eq!(r.gauge("nsq_consumer_connections", &ch), 0);
+    assert_eq!(r.gauge("nsq_consumer_backoff_level", &ch), 0);
+}

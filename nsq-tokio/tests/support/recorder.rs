@@ -2,7 +2,7 @@
 //! one topic.
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 /// The process's recorder (installed once; tests tell their metrics apart by topic).
 pub(crate) fn snapshotter() -> &'static Snapshotter {
@@ -24,22 +24,48 @@ type Entry = (String, Vec<(String, String)>, DebugValue);
 pub(crate) struct Recorded(Vec<Entry>);
 
 impl Recorded {
+    /// What was recorded for `topic` since the process started. A snapshot of the debugging
+    /// recorder resets every metric (counters to 0, histograms drained), and tests run in
+    /// parallel: every snapshot is folded into one store that adds counters, keeps each
+    /// gauge's last value and gathers histogram observations.
     pub(crate) fn take(topic: &str) -> Recorded {
-        let all = snapshotter().snapshot().into_vec();
+        static STORE: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
+        let mut store = STORE.lock().unwrap_or_else(PoisonError::into_inner);
+        for (key, _, _, value) in snapshotter().snapshot().into_vec() {
+            let key = key.key();
+            let labels: Vec<(String, String)> = key
+                .labels()
+                .map(|l| (l.key().to_owned(), l.value().to_owned()))
+                .collect();
+            let name = key.name().to_owned();
+            match store
+                .iter_mut()
+                .find(|(n, l, _)| *n == name && *l == labels)
+            {
+                Some((_, _, kept)) => match (kept, value) {
+                    (DebugValue::Counter(total), DebugValue::Counter(n)) => *total += n,
+                    (DebugValue::Histogram(all), DebugValue::Histogram(more)) => {
+                        all.extend(more);
+                    }
+                    (kept, value) => *kept = value,
+                },
+                None => store.push((name, labels, value)),
+            }
+        }
         Recorded(
-            all.into_iter()
-                .filter_map(|(key, _, _, value)| {
-                    let key = key.key();
-                    let labels: Vec<(String, String)> = key
-                        .labels()
-                        .map(|l| (l.key().to_owned(), l.value().to_owned()))
-                        .collect();
+            store
+                .iter()
+                .filter(|(_, labels, _)| {
                     let mine = labels.iter().any(|(k, v)| k == "topic" && v == topic);
-                    let unlabelled = !labels.iter().any(|(k, _)| k == "topic");
-                    (mine || unlabelled).then(|| {
-                        let rest = labels.into_iter().filter(|(k, _)| k != "topic").collect();
-                        (key.name().to_owned(), rest, value)
-                    })
+                    mine || !labels.iter().any(|(k, _)| k == "topic")
+                })
+                .map(|(name, labels, value)| {
+                    let rest = labels
+                        .iter()
+                        .filter(|(k, _)| k != "topic")
+                        .cloned()
+                        .collect();
+                    (name.clone(), rest, copy(value))
                 })
                 .collect(),
         )
@@ -84,5 +110,14 @@ impl Recorded {
             Some(DebugValue::Histogram(v)) => v.len(),
             other => panic!("no histogram {name}: {other:?}"),
         }
+    }
+}
+
+/// `DebugValue` is not `Clone`.
+fn copy(value: &DebugValue) -> DebugValue {
+    match value {
+        DebugValue::Counter(n) => DebugValue::Counter(*n),
+        DebugValue::Gauge(g) => DebugValue::Gauge(*g),
+        DebugValue::Histogram(v) => DebugValue::Histogram(v.clone()),
     }
 }

@@ -6,7 +6,7 @@
 use crate::driver::Logic;
 use crate::events::{Event, EventHub};
 use crate::message::{AnswerChannel, Message};
-use crate::metrics::ConsumerMetrics;
+use crate::metrics::{ConsumerMetrics, handed_out_at};
 use crate::sync::{Inbox, Mailbox, ReplyTx};
 use crate::{
     Answer, AnswerKind, AnswerSink, Delivery, Error, GiveUpHook, Origin, StopReport,
@@ -280,6 +280,9 @@ impl Logic for ConsumerLogic {
             // A refusal (typically: the connection closed, so nsqd redelivers) is logged by
             // `apply`.
             Input::Answer(a, _body) => {
+                if a.kind != AnswerKind::Touch {
+                    self.metrics.answered(now, a.handed_out);
+                }
                 let _ = a.apply(&mut self.machine, now);
             }
             Input::Control(c) => match c {
@@ -369,8 +372,13 @@ impl Logic for ConsumerLogic {
         }
         match event {
             ConsumerEvent::Message { conn, message } => {
-                self.metrics.message_received(message.timestamp);
-                let msg = Message(Delivery::new(conn, message, self.origin(conn)));
+                self.metrics.message_received(now, message.timestamp);
+                let msg = Message(Delivery::new(
+                    conn,
+                    message,
+                    self.origin(conn),
+                    handed_out_at(now),
+                ));
                 if self.handing_out {
                     self.outgoing.push_back(msg);
                 } else {
