@@ -8,6 +8,11 @@
 //! (default `current`: every task on one thread, which leaves the other cores to nsqd and
 //! avoids cross-core reference-count traffic; `multi`: one worker thread per CPU).
 //!
+//! `--metrics` (not in the Go tool; needs nsq-tokio's `metrics` feature, refused otherwise)
+//! installs a Prometheus recorder (`PrometheusBuilder::new().install_recorder()`) before the
+//! first consumer exists, runs its upkeep every second and renders it once at the end, printing
+//! `metrics: N lines rendered (...)` before the final line: what recording costs, end to end.
+//!
 //! ```text
 //! cargo run --release -p nsq-tokio --example bench_reader -- \
 //!     --nsqd-tcp-address=127.0.0.1:4150 --topic=sub_bench --channel=ch --rdy=2500 --runfor=10s
@@ -18,7 +23,8 @@ mod support;
 use nsq_tokio::{Config, Consumer};
 use std::time::{Duration, Instant};
 use support::{
-    BenchArgs, Flags, Usage, bench_flags, bench_line, cpus, fatal, init_logging, log, value,
+    BenchArgs, Flags, METRICS_FLAG, Usage, bench_flags, bench_line, cpus, fatal, init_logging, log,
+    value,
 };
 
 const PREFIX: &str = "bench_reader";
@@ -32,7 +38,8 @@ const USAGE: Usage = Usage {
             "runtime",
             "current|multi",
             "tokio scheduler, not a Go flag (default: current)",
-        )
+        ),
+        METRICS_FLAG
     ),
 };
 
@@ -55,6 +62,8 @@ fn main() {
                 "--runtime must be current or multi, not {runtime:?}"
             ));
         }
+        // Not a Go flag: `--metrics` records into a Prometheus recorder, installed now.
+        let recording = support::recording::Recording::start(flags.boolean("metrics")?)?;
         let rt = if runtime == "current" {
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -66,6 +75,9 @@ fn main() {
                 .build()
         }
         .map_err(|e| e.to_string())?;
+        if let Some(r) = &recording {
+            r.spawn_upkeep(&rt);
+        }
         let (duration, total) = rt.block_on(async {
             let mut consumers = Vec::with_capacity(workers);
             for _ in 0..workers {
@@ -125,6 +137,9 @@ fn main() {
             }
             Ok::<_, String>((duration, total))
         })?;
+        if let Some(r) = &recording {
+            log(PREFIX, &r.summary("nsq_consumer_messages_received_total"));
+        }
         log(PREFIX, &bench_line(duration, total, size));
         Ok(())
     };

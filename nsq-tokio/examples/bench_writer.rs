@@ -9,6 +9,11 @@
 //! saves the cross-thread wake-ups; `multi`: one worker thread per CPU). The workload is the
 //! same either way: one producer per CPU, each awaiting its MPUB's reply before the next.
 //!
+//! `--metrics` (not in the Go tool; needs nsq-tokio's `metrics` feature, refused otherwise)
+//! installs a Prometheus recorder (`PrometheusBuilder::new().install_recorder()`) before the
+//! first producer exists, runs its upkeep every second and renders it once at the end, printing
+//! `metrics: N lines rendered (...)` before the final line: what recording costs, end to end.
+//!
 //! ```text
 //! cargo run --release -p nsq-tokio --example bench_writer -- \
 //!     --nsqd-tcp-address=127.0.0.1:4150 --topic=sub_bench --size=200 --batch-size=200 --runfor=10s
@@ -20,7 +25,8 @@ use bytes::Bytes;
 use nsq_tokio::{Config, Producer, Topic};
 use std::time::{Duration, Instant};
 use support::{
-    BenchArgs, Flags, Usage, bench_flags, bench_line, cpus, fatal, init_logging, log, value,
+    BenchArgs, Flags, METRICS_FLAG, Usage, bench_flags, bench_line, cpus, fatal, init_logging, log,
+    value,
 };
 
 const PREFIX: &str = "bench_writer";
@@ -34,7 +40,8 @@ const USAGE: Usage = Usage {
             "runtime",
             "current|multi",
             "tokio scheduler, not a Go flag (default: current)",
-        )
+        ),
+        METRICS_FLAG
     ),
 };
 
@@ -56,6 +63,8 @@ fn main() {
                 "--runtime must be current or multi, not {runtime:?}"
             ));
         }
+        // Not a Go flag: `--metrics` records into a Prometheus recorder, installed now.
+        let recording = support::recording::Recording::start(flags.boolean("metrics")?)?;
         let body = Bytes::from(vec![0u8; size]);
         let batch: Vec<Bytes> = vec![body; batch_size];
         let rt = if runtime == "current" {
@@ -69,6 +78,9 @@ fn main() {
                 .build()
         }
         .map_err(|e| e.to_string())?;
+        if let Some(r) = &recording {
+            r.spawn_upkeep(&rt);
+        }
         let (duration, total) = rt.block_on(async {
             let mut producers = Vec::with_capacity(workers);
             for _ in 0..workers {
@@ -104,6 +116,9 @@ fn main() {
             }
             Ok::<_, String>((start.elapsed(), total))
         })?;
+        if let Some(r) = &recording {
+            log(PREFIX, &r.summary("nsq_producer_messages_total"));
+        }
         log(PREFIX, &bench_line(duration, total, size));
         Ok(())
     };

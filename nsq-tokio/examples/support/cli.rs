@@ -493,6 +493,19 @@ impl BenchArgs {
     }
 }
 
+/// `--metrics`: the tokio bench tools' switch that records the client's metrics into a
+/// Prometheus recorder (nsq-tokio's `metrics` feature). Not in [`bench_flags!`]: the other
+/// adapters' tools, which share that macro, do not record.
+pub const METRICS_FLAG: Flag = switch(
+    "metrics",
+    "record the client's metrics into a Prometheus recorder, rendered once at the end; \
+     not a Go flag (needs the `metrics` feature)",
+);
+
+/// What `--metrics` answers in a build without the `metrics` feature.
+pub const METRICS_NOT_BUILT: &str =
+    "built without the `metrics` feature: rebuild with --features metrics";
+
 /// The flags of the bench_publish tools' PublishAsync mode (after `bench_flags!(publish, ..)`).
 macro_rules! async_publish_flags {
     () => {

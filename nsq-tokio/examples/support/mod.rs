@@ -8,6 +8,7 @@
 )]
 
 mod cli;
+pub mod recording;
 
 pub use cli::*;
 
