@@ -6,7 +6,6 @@ mod recorder;
 
 use nsq_blocking::{Config, Consumer, HandlerError, Message, Producer};
 use nsq_test_broker::Nsqd;
-use recorder::Recorded;
 use std::time::{Duration, Instant};
 
 #[test]
@@ -48,23 +47,5 @@ fn every_metric_counts_what_happened() {
     watcher.join().unwrap();
     assert_eq!(report.unanswered, 0);
 
-    let r = Recorded::take(topic);
-    let ch = [("channel", "metrics")];
-    assert_eq!(r.counter("nsq_consumer_messages_received_total", &ch), 12);
-    assert_eq!(r.counter("nsq_consumer_messages_finished_total", &ch), 10);
-    assert_eq!(r.counter("nsq_consumer_messages_requeued_total", &ch), 2);
-    assert_eq!(r.counter("nsq_consumer_handler_errors_total", &ch), 2);
-    assert_eq!(r.observations("nsq_consumer_handler_duration_seconds"), 12);
-    assert_eq!(r.observations("nsq_consumer_message_age_seconds"), 12);
-    assert_eq!(r.gauge("nsq_consumer_in_flight", &ch), 0);
-    assert_eq!(r.gauge("nsq_consumer_connections", &ch), 0);
-    assert_eq!(r.gauge("nsq_consumer_rdy", &[("nsqd", addr.as_str())]), 0);
-    assert_eq!(r.counter("nsq_producer_messages_total", &[]), 10);
-    assert_eq!(
-        r.counter("nsq_producer_publishes_total", &[("result", "ok")]),
-        6
-    );
-    assert_eq!(r.observations("nsq_producer_publish_duration_seconds"), 6);
-    assert_eq!(r.observations("nsq_producer_batch_size"), 6);
-    assert_eq!(r.gauge("nsq_producer_pending", &[]), 0);
+    recorder::check_scripted(topic, &addr);
 }

@@ -2,7 +2,7 @@
 //! types: a scripted consumer and producer against the test broker, then every counter,
 //! gauge and histogram read back from a capturing recorder.
 
-use super::recorder::{Recorded, snapshotter};
+use super::recorder::{self, Recorded, snapshotter};
 use nsq_client::{Adapter, Consumer, HandlerError, Message, Producer};
 use nsq_proto::Config;
 use nsq_test_broker::Nsqd;
@@ -55,31 +55,7 @@ pub(crate) async fn scripted<R: Adapter, S: Future<Output = ()>>(
     let (report, _) = futures_lite::future::zip(run, watch).await;
     assert_eq!(report.unanswered, 0);
 
-    let r = Recorded::take(topic);
-    let ch = [("channel", "metrics")];
-    assert_eq!(r.counter("nsq_consumer_messages_received_total", &ch), 12);
-    assert_eq!(r.counter("nsq_consumer_messages_finished_total", &ch), 10);
-    assert_eq!(r.counter("nsq_consumer_messages_requeued_total", &ch), 2);
-    assert_eq!(r.counter("nsq_consumer_messages_given_up_total", &ch), 0);
-    assert_eq!(r.counter("nsq_consumer_handler_errors_total", &ch), 2);
-    assert_eq!(r.counter("nsq_consumer_reconnects_total", &ch), 0);
-    assert_eq!(r.counter("nsq_consumer_backoffs_total", &ch), 0);
-    assert_eq!(r.observations("nsq_consumer_handler_duration_seconds"), 12);
-    assert_eq!(r.observations("nsq_consumer_message_age_seconds"), 12);
-    // After stop, the gauges are back to 0.
-    assert_eq!(r.gauge("nsq_consumer_in_flight", &ch), 0);
-    assert_eq!(r.gauge("nsq_consumer_connections", &ch), 0);
-    assert_eq!(r.gauge("nsq_consumer_backoff_level", &ch), 0);
-    assert_eq!(r.gauge("nsq_consumer_rdy", &[("nsqd", addr.as_str())]), 0);
-
-    assert_eq!(r.counter("nsq_producer_messages_total", &[]), 10);
-    assert_eq!(
-        r.counter("nsq_producer_publishes_total", &[("result", "ok")]),
-        6
-    );
-    assert_eq!(r.observations("nsq_producer_publish_duration_seconds"), 6);
-    assert_eq!(r.observations("nsq_producer_batch_size"), 6);
-    assert_eq!(r.gauge("nsq_producer_pending", &[]), 0);
+    recorder::check_scripted(topic, &addr);
 }
 
 /// A message that always fails (with backoff) until the consumer gives up on it, then a

@@ -121,3 +121,33 @@ fn copy(value: &DebugValue) -> DebugValue {
         DebugValue::Histogram(v) => DebugValue::Histogram(v.clone()),
     }
 }
+
+/// What the scripted scenario (6 publishes of 10 messages to `topic`, consumed with 2
+/// handler failures, from the nsqd at `addr`) must have recorded, on every adapter.
+pub(crate) fn check_scripted(topic: &str, addr: &str) {
+    let r = Recorded::take(topic);
+    let ch = [("channel", "metrics")];
+    assert_eq!(r.counter("nsq_consumer_messages_received_total", &ch), 12);
+    assert_eq!(r.counter("nsq_consumer_messages_finished_total", &ch), 10);
+    assert_eq!(r.counter("nsq_consumer_messages_requeued_total", &ch), 2);
+    assert_eq!(r.counter("nsq_consumer_messages_given_up_total", &ch), 0);
+    assert_eq!(r.counter("nsq_consumer_handler_errors_total", &ch), 2);
+    assert_eq!(r.counter("nsq_consumer_reconnects_total", &ch), 0);
+    assert_eq!(r.counter("nsq_consumer_backoffs_total", &ch), 0);
+    assert_eq!(r.observations("nsq_consumer_handler_duration_seconds"), 12);
+    assert_eq!(r.observations("nsq_consumer_message_age_seconds"), 12);
+    // After stop, the gauges are back to 0.
+    assert_eq!(r.gauge("nsq_consumer_in_flight", &ch), 0);
+    assert_eq!(r.gauge("nsq_consumer_connections", &ch), 0);
+    assert_eq!(r.gauge("nsq_consumer_backoff_level", &ch), 0);
+    assert_eq!(r.gauge("nsq_consumer_rdy", &[("nsqd", addr)]), 0);
+
+    assert_eq!(r.counter("nsq_producer_messages_total", &[]), 10);
+    assert_eq!(
+        r.counter("nsq_producer_publishes_total", &[("result", "ok")]),
+        6
+    );
+    assert_eq!(r.observations("nsq_producer_publish_duration_seconds"), 6);
+    assert_eq!(r.observations("nsq_producer_batch_size"), 6);
+    assert_eq!(r.gauge("nsq_producer_pending", &[]), 0);
+}
