@@ -46,7 +46,11 @@
 //! * **Errors**: [`Error`] and what it carries ([`InputError`], [`Backpressure`],
 //!   [`Misconfiguration`], [`ServerError`] with its [`ErrorCode`], [`CloseReason`], ...);
 //!   [`HandlerError`] for message handlers.
-//! * **Stats**: [`ConsumerStats`] ([`NsqdStats`], [`NsqdState`]), [`ProducerStats`].
+//! * **Stats**: [`ConsumerStats`] ([`NsqdStats`], [`NsqdState`]), [`ProducerStats`]; with the
+//!   `metrics` feature, the client's metrics through the `metrics` facade.
+//! * **Administration**: [`HttpClient`] (the typed calls of [`http::nsqd`] and
+//!   [`http::lookupd`]), [`Cluster`] ([`ClusterReport`], [`TopicStatsReport`],
+//!   [`ChannelStatsReport`]), [`HttpConfig`], [`HttpFailure`].
 //! * **Names**: [`Topic`], [`Channel`] ([`IntoTopic`], [`IntoChannel`], [`NameError`]).
 //! * **The protocol core**, for what a program rarely needs: [`proto`] (`nsq_proto`).
 //!
