@@ -143,44 +143,12 @@ async fn run(flags: &Flags) -> Result<(), String> {
         }
         let c = stats.value.total;
         if i % 25 == 0 {
-            println!(
-                "------rate------+----------------depth----------------+\
-                 --------------metadata---------------"
-            );
-            println!(
-                "{:>7} {:>7} | {:>7} {:>7} {:>7} {:>5} {:>5} | {:>7} {:>7} {:>12} {:>7}",
-                "ingress",
-                "egress",
-                "total",
-                "mem",
-                "disk",
-                "inflt",
-                "def",
-                "req",
-                "t-o",
-                "msgs",
-                "clients"
-            );
+            for line in support::nsq_stat_header() {
+                println!("{line}");
+            }
         }
         if let Some(o) = &previous {
-            let secs = interval.as_secs_f64();
-            let published = c.message_count.wrapping_sub(o.message_count) as i64;
-            let ingress = (published as f64 / secs) as i64;
-            let egress = ((published - (c.depth - o.depth)) as f64 / secs) as i64;
-            println!(
-                "{:>7} {:>7} | {:>7} {:>7} {:>7} {:>5} {:>5} | {:>7} {:>7} {:>12} {:>7}",
-                ingress,
-                egress,
-                c.depth,
-                c.depth - c.backend_depth,
-                c.backend_depth,
-                c.in_flight_count,
-                c.deferred_count,
-                c.requeue_count,
-                c.timeout_count,
-                c.message_count,
-                c.client_count
-            );
+            println!("{}", support::nsq_stat_row(o, &c, interval));
         }
         previous = Some(c);
         i += 1;

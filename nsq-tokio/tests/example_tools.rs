@@ -122,3 +122,46 @@ fn bench_line_has_the_go_tools_format() {
         "{line}"
     );
 }
+
+#[test]
+fn nsq_stat_prints_what_nsq_stat_v1_3_0_prints() {
+    use nsq_tokio::http::nsqd::ChannelStats;
+    // Two polls of the official tool, 1 s apart (recorded on a real nsqd v1.3.0):
+    //      17       0 |      26      26       0     0     0 |       0       0           26       0
+    //      14       0 |      40      40       0     0     0 |       0       0           40       0
+    let [bar, titles] = support::nsq_stat_header();
+    assert_eq!(
+        bar,
+        "------rate------+----------------depth----------------+--------------metadata---------------"
+    );
+    assert_eq!(
+        titles,
+        "ingress  egress |   total     mem    disk inflt   def |     req     t-o         msgs clients"
+    );
+    let poll = |depth: i64, msgs: u64| {
+        let mut c = ChannelStats::default();
+        c.depth = depth;
+        c.message_count = msgs;
+        c
+    };
+    let (first, second, third) = (poll(9, 9), poll(26, 26), poll(40, 40));
+    let second_row = support::nsq_stat_row(&first, &second, Duration::from_secs(1));
+    assert_eq!(
+        second_row,
+        "     17       0 |      26      26       0     0     0 |       0       0           26       0"
+    );
+    assert_eq!(
+        support::nsq_stat_row(&second, &third, Duration::from_secs(1)),
+        "     14       0 |      40      40       0     0     0 |       0       0           40       0"
+    );
+    // Draining: egress counts what left; memory depth is depth less disk depth.
+    let mut busy = poll(10, 50);
+    busy.backend_depth = 4;
+    busy.in_flight_count = 3;
+    busy.client_count = 2;
+    let row = support::nsq_stat_row(&third, &busy, Duration::from_millis(500));
+    assert_eq!(
+        row,
+        "     20      80 |      10       6       4     3     0 |       0       0           50       2"
+    );
+}
