@@ -269,7 +269,23 @@ pub(crate) async fn cluster_operations<R: Adapter>() {
     cluster.unpause_topic(&t).await.into_result().unwrap();
     cluster.empty_topic(&t).await.into_result().unwrap();
     cluster.delete_channel(&t, &c).await.into_result().unwrap();
+    let before = lookupd.requests().len();
     cluster.delete_topic(&t).await.into_result().unwrap();
+    // nsqadmin's order at the lookupd: every producer tombstoned, then the topic deleted
+    // (the nsqd deletes come in between).
+    let asked: Vec<String> = lookupd.requests()[before..]
+        .iter()
+        .filter(|r| r.starts_with("/topic/"))
+        .cloned()
+        .collect();
+    assert_eq!(asked.len(), 3, "{asked:?}");
+    assert!(
+        asked[..2]
+            .iter()
+            .all(|r| r.starts_with("/topic/tombstone?")),
+        "{asked:?}"
+    );
+    assert!(asked[2].starts_with("/topic/delete?"), "{asked:?}");
     for broker in [&a, &b] {
         assert!(broker.topic(t.as_str()).is_none(), "deleted on every nsqd");
     }
