@@ -125,3 +125,22 @@ fn cluster_operations() {
     cluster.delete_topic(&t).into_result().unwrap();
     assert!(a.topic("blocking_cluster").is_none() && b.topic("blocking_cluster").is_none());
 }
+
+#[test]
+fn a_large_cluster_is_asked_in_windows_and_every_failure_is_reported() {
+    // 40 closed ports: more than one window of calls under way at once.
+    let closed: Vec<String> = (0..40)
+        .map(|_| {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().to_string()
+        })
+        .collect();
+    let cluster = Cluster::from_nsqds(&closed, HttpConfig::new()).unwrap();
+    let report = cluster.topics();
+    assert!(report.value.is_empty());
+    let mut failed: Vec<String> = report.failures.iter().map(|f| f.node.clone()).collect();
+    failed.sort();
+    let mut want = closed.clone();
+    want.sort();
+    assert_eq!(failed, want);
+}

@@ -534,7 +534,12 @@ fn sorted_union(names: impl Iterator<Item = String>) -> Vec<String> {
     names
 }
 
-/// Makes `make()` on every client at once; the answers by address, and the failures.
+/// At most this many calls of one cluster operation are under way at once (on the poller
+/// runtimes each is a short thread of its own).
+const CALLS_AT_ONCE: usize = 32;
+
+/// Makes `make()` on every client, [`CALLS_AT_ONCE`] at a time; the answers by address, and
+/// the failures.
 async fn gather<'a, R, T, F>(
     clients: impl IntoIterator<Item = &'a HttpClient<R>>,
     make: F,
@@ -544,17 +549,24 @@ where
     T: Send + 'static,
     F: Fn() -> Call<T>,
 {
-    let mut started = Vec::new();
-    let mut failures = Vec::new();
-    for c in clients {
-        let node = c.addr_str().to_owned();
-        match c.start(make()) {
-            Ok(pending) => started.push((node, pending)),
-            Err(error) => failures.push(NodeFailure { node, error }),
-        }
-    }
+    let mut clients = clients.into_iter();
+    let mut under_way = std::collections::VecDeque::new();
     let mut answers = Vec::new();
-    for (node, pending) in started {
+    let mut failures = Vec::new();
+    loop {
+        while under_way.len() < CALLS_AT_ONCE {
+            let Some(c) = clients.next() else {
+                break;
+            };
+            let node = c.addr_str().to_owned();
+            match c.start(make()) {
+                Ok(pending) => under_way.push_back((node, pending)),
+                Err(error) => failures.push(NodeFailure { node, error }),
+            }
+        }
+        let Some((node, pending)) = under_way.pop_front() else {
+            break;
+        };
         match pending.await {
             Ok(v) => answers.push((node, v)),
             Err(error) => failures.push(NodeFailure { node, error }),
