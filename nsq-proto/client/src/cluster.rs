@@ -99,11 +99,7 @@ pub struct Cluster<R> {
 
 impl<R> fmt::Debug for Cluster<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let addrs = |c: &[HttpClient<R>]| {
-            c.iter()
-                .map(|c| c.addr_str().to_owned())
-                .collect::<Vec<_>>()
-        };
+        let addrs = |c: &[HttpClient<R>]| c.iter().map(|c| c.addr().to_owned()).collect::<Vec<_>>();
         f.debug_struct("Cluster")
             .field("lookupds", &addrs(&self.lookupds))
             .field("nsqds", &addrs(&self.nsqds))
@@ -254,7 +250,7 @@ impl<R: Adapter> Cluster<R> {
                 .filter(|c| {
                     answers
                         .iter()
-                        .any(|(a, s)| a == c.addr_str() && !s.topics.is_empty())
+                        .any(|(a, s)| a == c.addr() && !s.topics.is_empty())
                 })
                 .collect();
             let (infos, more) = gather(having, nsqd::info).await;
@@ -291,15 +287,25 @@ impl<R: Adapter> Cluster<R> {
     async fn producer_clients(&self, topic: &Topic) -> (Vec<HttpClient<R>>, Vec<NodeFailure>) {
         let found = self.producers(topic).await;
         let mut failures = found.failures;
+        let clients = self.clients_of(&found.value, &mut failures);
+        (clients, failures)
+    }
+
+    /// The HTTP clients of `producers`; an address that cannot be one is a failure.
+    fn clients_of(
+        &self,
+        producers: &[LookupProducer],
+        failures: &mut Vec<NodeFailure>,
+    ) -> Vec<HttpClient<R>> {
         let mut clients = Vec::new();
-        for p in &found.value {
+        for p in producers {
             let addr = http_address(p);
             match self.client(&addr) {
                 Ok(c) => clients.push(c),
                 Err(error) => failures.push(NodeFailure { node: addr, error }),
             }
         }
-        (clients, failures)
+        clients
     }
 
     /// `topic`'s stats on every nsqd that carries it, and their sum.
@@ -411,14 +417,7 @@ impl<R: Adapter> Cluster<R> {
                     .1,
             );
         }
-        let mut producers = Vec::new();
-        for p in &found.value {
-            let addr = http_address(p);
-            match self.client(&addr) {
-                Ok(c) => producers.push(c),
-                Err(error) => failures.push(NodeFailure { node: addr, error }),
-            }
-        }
+        let producers = self.clients_of(&found.value, &mut failures);
         failures.extend(gather(&producers, || nsqd::delete_topic(topic)).await.1);
         failures.extend(
             gather(&self.lookupds, || lookupd::delete_topic(topic))
@@ -490,12 +489,6 @@ impl<R: Adapter> Cluster<R> {
     }
 }
 
-impl<R> HttpClient<R> {
-    fn addr_str(&self) -> &str {
-        self.addr_ref()
-    }
-}
-
 fn clients<R: Adapter, I, S>(addrs: I, config: &HttpConfig) -> Result<Vec<HttpClient<R>>, Error>
 where
     I: IntoIterator<Item = S>,
@@ -558,7 +551,7 @@ where
             let Some(c) = clients.next() else {
                 break;
             };
-            let node = c.addr_str().to_owned();
+            let node = c.addr().to_owned();
             match c.start(make()) {
                 Ok(pending) => under_way.push_back((node, pending)),
                 Err(error) => failures.push(NodeFailure { node, error }),

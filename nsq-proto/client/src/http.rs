@@ -176,7 +176,8 @@ impl<R> Clone for HttpClient<R> {
 }
 
 impl<R> HttpClient<R> {
-    pub(crate) fn addr_ref(&self) -> &str {
+    /// The address (`host:port`).
+    pub fn addr(&self) -> &str {
         &self.addr
     }
 }
@@ -218,11 +219,6 @@ impl<R: Adapter> HttpClient<R> {
             config,
             runtime: PhantomData,
         })
-    }
-
-    /// The address (`host:port`).
-    pub fn addr(&self) -> &str {
-        &self.addr
     }
 
     /// Makes `call` and returns its typed reply.

@@ -86,7 +86,7 @@ pub(crate) fn check_status(response: &Response) -> Result<(), ApiError> {
 }
 
 /// The first 256 bytes of `body`, as text.
-fn excerpt(body: &[u8]) -> String {
+pub(crate) fn excerpt(body: &[u8]) -> String {
     let cut = body.len().min(256);
     let mut text = String::from_utf8_lossy(&body[..cut]).into_owned();
     if cut < body.len() {

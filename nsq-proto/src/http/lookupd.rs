@@ -24,8 +24,7 @@ pub fn lookup(topic: &Topic) -> Call<LookupResponse> {
         check_status(response)?;
         LookupResponse::parse(200, &response.body).map_err(|e| ApiError::BadReply {
             error: e.to_string(),
-            body: String::from_utf8_lossy(&response.body[..response.body.len().min(256)])
-                .into_owned(),
+            body: super::call::excerpt(&response.body),
         })
     }
     Call::new(lookup_at("/lookup", topic), decode)
@@ -160,10 +159,10 @@ pub struct Node {
     /// The nsqd's version.
     pub version: String,
     /// Per topic of [`topics`](Self::topics): whether this nsqd is tombstoned for it.
-    #[serde(deserialize_with = "null_as_default")]
+    #[serde(deserialize_with = "super::null_as_default")]
     pub tombstones: Vec<bool>,
     /// The topics it carries.
-    #[serde(deserialize_with = "null_as_default")]
+    #[serde(deserialize_with = "super::null_as_default")]
     pub topics: Vec<String>,
 }
 
@@ -178,12 +177,4 @@ impl Node {
     pub fn http_address(&self) -> String {
         crate::join_host_port(&self.broadcast_address, self.http_port)
     }
-}
-
-fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: Default + Deserialize<'de>,
-{
-    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }

@@ -17,3 +17,13 @@ pub use call::{ApiError, Call, ServerMessage};
 pub use exchange::{Exchange, ExchangeError};
 pub use request::{InvalidHeader, Method, Request};
 pub use response::{DEFAULT_MAX_BODY_SIZE, HttpError, MAX_HEAD_SIZE, Response, ResponseParser};
+
+/// A JSON `null` read as the type's default (Go marshals a nil slice as `null`).
+fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + serde::Deserialize<'de>,
+{
+    use serde::Deserialize as _;
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}

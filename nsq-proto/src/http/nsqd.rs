@@ -22,7 +22,7 @@
 
 use super::{ApiError, Call, Method, Request, Response, check_status};
 use crate::names::{Channel, Topic};
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 /// `GET /ping`: `OK` while nsqd is healthy (an error status with its health message else).
@@ -217,8 +217,8 @@ fn decode_config(response: &Response) -> Result<serde_json::Value, ApiError> {
     if is_json {
         return super::call::decode_json(response);
     }
-    match String::from_utf8(response.body.clone()) {
-        Ok(text) => Ok(serde_json::Value::String(text)),
+    match std::str::from_utf8(&response.body) {
+        Ok(text) => Ok(serde_json::Value::String(text.to_owned())),
         Err(e) => Err(ApiError::BadReply {
             error: e.to_string(),
             body: String::new(),
@@ -254,15 +254,6 @@ fn config_path(option: &str) -> String {
     let mut path = String::from("/config/");
     super::request::percent_encode(&mut path, option);
     path
-}
-
-/// A JSON `null` read as the type's default (Go marshals a nil slice as `null`).
-fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Default + Deserialize<'de>,
-{
-    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }
 
 /// `GET /info`.
@@ -307,13 +298,13 @@ pub struct Stats {
     /// When nsqd started, in seconds since the Unix epoch.
     pub start_time: i64,
     /// The topics asked for, by name.
-    #[serde(deserialize_with = "null_as_default")]
+    #[serde(deserialize_with = "super::null_as_default")]
     pub topics: Vec<TopicStats>,
     /// nsqd's memory figures (absent with `include_mem=false`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryStats>,
     /// The clients connected as producers (empty with `include_clients=false`).
-    #[serde(deserialize_with = "null_as_default")]
+    #[serde(deserialize_with = "super::null_as_default")]
     pub producers: Vec<ClientStats>,
 }
 
@@ -325,7 +316,7 @@ pub struct TopicStats {
     /// The topic.
     pub topic_name: String,
     /// Its channels, by name.
-    #[serde(deserialize_with = "null_as_default")]
+    #[serde(deserialize_with = "super::null_as_default")]
     pub channels: Vec<ChannelStats>,
     /// Messages queued (memory and disk).
     pub depth: i64,
@@ -365,7 +356,7 @@ pub struct ChannelStats {
     /// Clients subscribed.
     pub client_count: i64,
     /// Those clients (empty with `include_clients=false`).
-    #[serde(deserialize_with = "null_as_default")]
+    #[serde(deserialize_with = "super::null_as_default")]
     pub clients: Vec<ClientStats>,
     /// Whether it is paused.
     pub paused: bool,
@@ -422,7 +413,7 @@ pub struct ClientStats {
     /// Messages it published, per topic (producers only).
     #[serde(
         skip_serializing_if = "Vec::is_empty",
-        deserialize_with = "null_as_default"
+        deserialize_with = "super::null_as_default"
     )]
     pub pub_counts: Vec<PubCount>,
     /// Whether the connection is TLS.
@@ -457,7 +448,7 @@ pub struct E2eLatency {
     /// Messages measured.
     pub count: u64,
     /// One value per configured percentile.
-    #[serde(deserialize_with = "null_as_default")]
+    #[serde(deserialize_with = "super::null_as_default")]
     pub percentiles: Vec<Percentile>,
 }
 
