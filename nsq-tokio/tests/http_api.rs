@@ -8,27 +8,11 @@
 )]
 mod http_api;
 
-use nsq_tokio::Tokio;
-use std::future::Future;
-use std::time::Duration;
+#[path = "support/runtime.rs"]
+mod runtime;
 
-fn run<F: Future<Output = ()>>(multi: bool, f: F) {
-    let rt = if multi {
-        tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-    } else {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-    }
-    .unwrap();
-    rt.block_on(async {
-        tokio::time::timeout(Duration::from_secs(30), f)
-            .await
-            .expect("finished in time");
-    });
-}
+use nsq_tokio::Tokio;
+use runtime::run;
 
 #[test]
 fn every_endpoint() {
