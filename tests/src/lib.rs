@@ -143,12 +143,14 @@
 pub mod conformance;
 mod http;
 mod lookupd;
+pub mod model;
 mod nsqd;
 mod options;
 pub mod raw;
 #[cfg(feature = "scenarios")]
 #[cfg_attr(docsrs, doc(cfg(feature = "scenarios")))]
 pub mod scenarios;
+pub mod sim;
 mod tls;
 mod transport;
 mod util;

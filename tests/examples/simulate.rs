@@ -1,0 +1,242 @@
+//! The real sans-IO consumer and producer of nsq-proto against a simulated NSQ world of up to
+//! thousands of nsqd, in virtual time, with faults drawn from each seed and the invariants of
+//! NSQ's client duties checked after every step (see `nsq_test_broker::sim`).
+//!
+//! ```text
+//! cargo run --release -p nsq-test-broker --example simulate -- --nsqd 1000 --max-in-flight 100 --seeds 20
+//! cargo run --release -p nsq-test-broker --example simulate -- --seed 7 --nsqd 1000   # replay one seed
+//! cargo run --release -p nsq-test-broker --example simulate -- --campaign 10000       # sizes 1 to 1,000
+//! ```
+//!
+//! Each seed runs twice, at `--nsqd` and at 10 nsqd, so the last line can compare the CPU the
+//! core spends per delivered message at both sizes:
+//!
+//! ```text
+//! simulate: seeds=20 nsqd=1000 messages=M violations=0 worst_starvation_s=S cpu_per_msg_10=Aus cpu_per_msg_1000=Bus growth=B/A
+//! ```
+//!
+//! A violation prints the seed, the step, what broke, and a shorter fault schedule that still
+//! breaks it; the run exits with status 1.
+
+#[path = "../glue/sim_nsq_proto.rs"]
+mod sim_glue;
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use nsq_test_broker::sim::{self, Report, SimConfig};
+
+struct Args {
+    nsqd: usize,
+    max_in_flight: u32,
+    seeds: u64,
+    first_seed: u64,
+    one_seed: Option<u64>,
+    campaign: Option<u64>,
+    faults: Option<usize>,
+    starvation_bound: Option<u64>,
+    quiet: bool,
+}
+
+fn parse() -> Result<Args, String> {
+    let mut a = Args {
+        nsqd: 1000,
+        max_in_flight: 100,
+        seeds: 20,
+        first_seed: 1,
+        one_seed: None,
+        campaign: None,
+        faults: None,
+        starvation_bound: None,
+        quiet: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let (name, inline) = match flag.split_once('=') {
+            Some((n, v)) => (n.to_owned(), Some(v.to_owned())),
+            None => (flag.clone(), None),
+        };
+        if name == "--quiet" {
+            a.quiet = true;
+            continue;
+        }
+        if name == "--help" || name == "-h" {
+            return Err("usage: simulate [--nsqd N] [--max-in-flight N] [--seeds N] [--first-seed N] [--seed N] [--faults N] [--starvation-bound SECONDS] [--campaign N] [--quiet]".into());
+        }
+        let value = inline
+            .or_else(|| it.next())
+            .ok_or_else(|| format!("{name} needs a value"))?;
+        let num = |v: &str| {
+            v.parse::<u64>()
+                .map_err(|_| format!("{name}: not a number: {v:?}"))
+        };
+        match name.as_str() {
+            "--nsqd" => a.nsqd = num(&value)?.clamp(1, 100_000) as usize,
+            "--max-in-flight" => {
+                a.max_in_flight =
+                    u32::try_from(num(&value)?).map_err(|_| "--max-in-flight too large")?
+            }
+            "--seeds" => a.seeds = num(&value)?,
+            "--first-seed" => a.first_seed = num(&value)?,
+            "--seed" => a.one_seed = Some(num(&value)?),
+            "--faults" => a.faults = Some(num(&value)? as usize),
+            "--campaign" => a.campaign = Some(num(&value)?),
+            "--starvation-bound" => a.starvation_bound = Some(num(&value)?),
+            other => return Err(format!("unknown flag {other}")),
+        }
+    }
+    Ok(a)
+}
+
+fn config(a: &Args, seed: u64, nsqd: usize) -> SimConfig {
+    let mut c = SimConfig::new(seed, nsqd, a.max_in_flight);
+    if let Some(f) = a.faults {
+        c.faults = f;
+    }
+    if let Some(s) = a.starvation_bound {
+        c.starvation_bound = Duration::from_secs(s);
+    }
+    c
+}
+
+/// Runs one seed; on a violation prints it with a shrunk schedule.
+fn one(a: &Args, seed: u64, nsqd: usize) -> Report {
+    let cfg = config(a, seed, nsqd);
+    let mut factory = sim_glue::NsqProtoFactory;
+    let report = sim::run(&cfg, &mut factory);
+    if let Some(v) = &report.violation {
+        println!("VIOLATION nsqd={nsqd} {v}");
+        let shrunk = sim::shrink(&cfg, &report.faults, &mut factory);
+        let again = sim::run_with_faults(&cfg, &shrunk, &mut factory);
+        println!(
+            "  shrunk from {} to {} faults (still fails: {}):",
+            report.faults.len(),
+            shrunk.len(),
+            again
+                .violation
+                .as_ref()
+                .map_or("no".into(), ToString::to_string)
+        );
+        for f in &shrunk {
+            println!("    at {:>8.3}s {:?}", f.at.as_secs_f64(), f.kind);
+        }
+        println!(
+            "  replay: cargo run --release -p nsq-test-broker --example simulate -- --seed {seed} --nsqd {nsqd} --max-in-flight {}",
+            a.max_in_flight
+        );
+    } else if !a.quiet {
+        println!(
+            "seed={seed} nsqd={nsqd} published={} delivered={} gave_up={} producer_ok={} producer_failed={} consumers={} worst_starvation_s={:.2} virtual_s={:.0} steps={} core_us_per_msg={:.2} trace={:016x}",
+            report.published,
+            report.delivered,
+            report.gave_up,
+            report.producer_ok,
+            report.producer_failed,
+            report.consumers,
+            report.worst_starvation.as_secs_f64(),
+            report.virtual_time.as_secs_f64(),
+            report.steps,
+            us_per_msg(report.core_time, report.delivered),
+            report.trace_hash
+        );
+    }
+    report
+}
+
+fn us_per_msg(t: Duration, msgs: u64) -> f64 {
+    t.as_secs_f64() * 1e6 / msgs.max(1) as f64
+}
+
+fn main() -> ExitCode {
+    let a = match parse() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(n) = a.campaign {
+        return campaign(&a, n);
+    }
+    let seeds: Vec<u64> = match a.one_seed {
+        Some(s) => vec![s],
+        None => (a.first_seed..a.first_seed + a.seeds).collect(),
+    };
+    let (mut violations, mut messages, mut worst) = (0u64, 0u64, Duration::ZERO);
+    let (mut t_big, mut m_big, mut t_small, mut m_small) =
+        (Duration::ZERO, 0u64, Duration::ZERO, 0u64);
+    for &seed in &seeds {
+        let r = one(&a, seed, a.nsqd);
+        violations += u64::from(r.violation.is_some());
+        messages += r.delivered;
+        worst = worst.max(r.worst_starvation);
+        t_big += r.core_time;
+        m_big += r.delivered;
+        let r = one(&a, seed, 10);
+        violations += u64::from(r.violation.is_some());
+        worst = worst.max(r.worst_starvation);
+        t_small += r.core_time;
+        m_small += r.delivered;
+    }
+    let (small, big) = (us_per_msg(t_small, m_small), us_per_msg(t_big, m_big));
+    println!(
+        "simulate: seeds={} nsqd={} messages={messages} violations={violations} worst_starvation_s={:.2} cpu_per_msg_10={small:.2}us cpu_per_msg_{}={big:.2}us growth={:.2}",
+        seeds.len(),
+        a.nsqd,
+        worst.as_secs_f64(),
+        a.nsqd,
+        big / small.max(f64::MIN_POSITIVE)
+    );
+    if violations == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// `n` seeds, sizes spread from 1 to 1,000 nsqd (most small, some large).
+fn campaign(a: &Args, n: u64) -> ExitCode {
+    let start = Instant::now();
+    let sizes = [1usize, 2, 3, 5, 8, 13, 20, 50, 100, 250, 500, 1000];
+    let (mut violations, mut messages, mut worst) = (0u64, 0u64, Duration::ZERO);
+    let mut per_size = vec![(0u64, 0u64); sizes.len()];
+    for k in 0..n {
+        let seed = a.first_seed + k;
+        // Small worlds often, big ones now and then: index weights fall with size.
+        let pick = (seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 33) % 100;
+        let i = match pick {
+            0..=14 => 0,
+            15..=26 => 1,
+            27..=37 => 2,
+            38..=48 => 3,
+            49..=58 => 4,
+            59..=67 => 5,
+            68..=76 => 6,
+            77..=84 => 7,
+            85..=91 => 8,
+            92..=96 => 9,
+            97..=98 => 10,
+            _ => 11,
+        };
+        let r = one(a, seed, sizes[i]);
+        violations += u64::from(r.violation.is_some());
+        messages += r.delivered;
+        worst = worst.max(r.worst_starvation);
+        per_size[i].0 += 1;
+        per_size[i].1 += u64::from(r.violation.is_some());
+    }
+    for (i, (runs, bad)) in per_size.iter().enumerate() {
+        println!("campaign: nsqd={} seeds={runs} violations={bad}", sizes[i]);
+    }
+    println!(
+        "campaign: seeds={n} first_seed={} messages={messages} violations={violations} worst_starvation_s={:.2} wall_s={:.0}",
+        a.first_seed,
+        worst.as_secs_f64(),
+        start.elapsed().as_secs_f64()
+    );
+    if violations == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

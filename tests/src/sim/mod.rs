@@ -1,0 +1,92 @@
+//! A simulated NSQ world in virtual time: many nsqd (the shared [`crate::model`]), nsqlookupd,
+//! links with latency and bandwidth, faults drawn from a seed, and a sans-IO client under test
+//! (through [`ClientFactory`]) whose every step is checked against the invariants of NSQ's
+//! client duties.
+//!
+//! The world never reads a clock: time is an [`Instant`] taken once when a run starts plus
+//! virtual offsets, so the same seed gives the same run ([`Report::trace_hash`]). The first
+//! violated invariant stops the run; [`shrink`] then looks for a shorter fault schedule that
+//! still fails.
+//!
+//! Invariants, checked after every step:
+//! * the application never holds more than `max_in_flight` messages, and the RDY counts the
+//!   consumer sent add up to at most `max_in_flight` (at most 1 while it backs off);
+//! * at least once: every message an nsqd accepted is handed to the application until it is
+//!   finished or given up, and at the end every nsqd is empty;
+//! * no nsqd with messages and a subscribed connection waits longer than the starvation bound
+//!   while the consumer has room (not backing off, not full, not paused);
+//! * after a stop, every message the application holds is counted as a leftover, and nothing
+//!   is handed out after `Closed`;
+//! * every publish that got OK is in an nsqd; a publish error that says "not published" is in
+//!   none;
+//! * the consumer's state stays within its connections and `max_in_flight`;
+//! * nothing panics.
+
+mod client;
+mod faults;
+mod rng;
+mod world;
+
+pub use client::{
+    Act, Answer, ClientFactory, ConnRef, ConsumerNote, Delivery, Footprint, Machine, PublishResult,
+    SimConsumer, SimProducer,
+};
+pub use faults::{Fault, FaultKind, schedule};
+pub use rng::Rng;
+pub use world::{Report, Violation, run, run_with_faults, shrink};
+
+use std::time::Duration;
+
+/// One run's settings.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    /// Everything random comes from it.
+    pub seed: u64,
+    /// How many nsqd.
+    pub nsqd: usize,
+    /// How many nsqlookupd.
+    pub lookupds: usize,
+    /// The consumer's max_in_flight.
+    pub max_in_flight: u32,
+    /// The consumer's max_attempts.
+    pub max_attempts: u16,
+    /// Messages published straight into the nsqd (by other producers) during the fault
+    /// phase.
+    pub messages: usize,
+    /// Messages published through the producer under test.
+    pub producer_messages: usize,
+    /// How many nsqd the producer under test publishes to.
+    pub producer_nsqd: usize,
+    /// Faults to draw (0: a run without faults).
+    pub faults: usize,
+    /// Virtual time during which messages are published and faults happen.
+    pub fault_phase: Duration,
+    /// Virtual time allowed after the fault phase to deliver everything.
+    pub drain_limit: Duration,
+    /// nsqd's msg_timeout.
+    pub msg_timeout: Duration,
+    /// The longest an nsqd with messages may wait while the consumer has room.
+    pub starvation_bound: Duration,
+}
+
+impl SimConfig {
+    /// A run of `seed` with `nsqd` nsqd and `max_in_flight`, every fault kind, and as many
+    /// messages as nsqd times 10 (at least 2,000).
+    pub fn new(seed: u64, nsqd: usize, max_in_flight: u32) -> Self {
+        Self {
+            seed,
+            nsqd: nsqd.max(1),
+            lookupds: 2,
+            max_in_flight,
+            max_attempts: 5,
+            messages: (nsqd * 10).max(2_000),
+            producer_messages: 500,
+            producer_nsqd: 3,
+            faults: 24,
+            fault_phase: Duration::from_secs(120),
+            drain_limit: Duration::from_secs(900),
+            msg_timeout: Duration::from_secs(60),
+            starvation_bound: Duration::from_secs(10),
+        }
+    }
+}
