@@ -2,16 +2,16 @@
 //! DPUB, RDY, FIN, REQ, TOUCH, CLS, NOP and AUTH with nsqd's state rules and error texts.
 
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use crate::model::{Flow, frame};
 use crate::transport::LineError;
 use crate::util::{go_quote, is_valid_name};
 
-use super::queues::{InFlight, frame};
 use super::stats::{ClientState, CommandRecord};
-use super::{Client, Conn, Inner, Out, State};
+use super::{Client, Conn, Out, State};
 
 /// A command's failure: the error frame's text, and whether nsqd closes the connection.
 pub(super) enum CmdErr {
@@ -56,6 +56,26 @@ impl Conn {
             .get_mut(&self.id)
             .map(f)
             .ok_or_else(|| fatal("E_INVALID", "client gone"))
+    }
+
+    /// Like [`Conn::with_client`], with the client's flow control.
+    pub(super) fn with_flow<T>(&self, f: impl FnOnce(&mut Flow) -> T) -> Result<T, CmdErr> {
+        self.with_client_flow(|_, flow| f(flow))
+    }
+
+    /// Like [`Conn::with_client`], with both the client and its flow control.
+    pub(super) fn with_client_flow<T>(
+        &self,
+        f: impl FnOnce(&mut Client, &mut Flow) -> T,
+    ) -> Result<T, CmdErr> {
+        let mut st = self.inner.lock();
+        let State {
+            clients, queues, ..
+        } = &mut *st;
+        match (clients.get_mut(&self.id), queues.flows.get_mut(&self.id)) {
+            (Some(c), Some(flow)) => Ok(f(c, flow)),
+            _ => Err(fatal("E_INVALID", "client gone")),
+        }
     }
 
     pub(super) fn run(&mut self) {
@@ -175,7 +195,7 @@ impl Conn {
     }
 
     pub(super) fn state(&self) -> Result<ClientState, CmdErr> {
-        self.with_client(|c| c.state)
+        self.with_flow(|f| f.state)
     }
 
     pub(super) fn read_body(
@@ -288,23 +308,14 @@ impl Conn {
         // nsqd creates the topic and channel before it adds the client, which may fail.
         self.inner.ensure_channel(&mut st, &topic, &channel, now);
         let max = self.inner.opts.max_channel_consumers;
-        if let Some(ch) = st
-            .topics
-            .get_mut(&topic)
-            .and_then(|t| t.channels.get_mut(&channel))
-        {
-            if max != 0 && ch.clients.len() >= max {
-                return Err(fatal(
+        st.queues
+            .subscribe(self.id, &topic, &channel, max, now)
+            .map_err(|max| {
+                fatal(
                     "E_SUB_FAILED",
                     format!("SUB failed consumers for {topic}:{channel} exceeds limit of {max}"),
-                ));
-            }
-            ch.clients.push(self.id);
-        }
-        if let Some(c) = st.clients.get_mut(&self.id) {
-            c.state = ClientState::Subscribed;
-            c.sub = Some((topic, channel));
-        }
+                )
+            })?;
         Ok(Some(b"OK".to_vec()))
     }
 
@@ -334,13 +345,9 @@ impl Conn {
             ));
         }
         let mut st = self.inner.lock();
-        if let Some(c) = st.clients.get_mut(&self.id) {
-            c.rdy = count;
-            if c.in_flight >= c.rdy {
-                let _ = c.out.send(Out::Flush);
-            }
-        }
-        Inner::dispatch(&mut st, Instant::now());
+        let mut out = Vec::new();
+        st.queues.set_rdy(self.id, count, Instant::now(), &mut out);
+        st.send(out);
         Ok(None)
     }
 
@@ -364,66 +371,21 @@ impl Conn {
         <[u8; 16]>::try_from(params[1]).map_err(|_| fatal("E_INVALID", "invalid message ID"))
     }
 
-    /// Removes an in-flight message owned by this client (nsqd's `popInFlightMessage`).
-    pub(super) fn pop_in_flight(
-        &self,
-        st: &mut State,
-        id: &[u8; 16],
-    ) -> Result<(String, String, InFlight), String> {
-        let sub = st.clients.get(&self.id).and_then(|c| c.sub.clone());
-        let Some((topic, channel)) = sub else {
-            return Err("ID not in flight".into());
-        };
-        let ch = st
-            .topics
-            .get_mut(&topic)
-            .and_then(|t| t.channels.get_mut(&channel))
-            .ok_or_else(|| "ID not in flight".to_owned())?;
-        match ch.in_flight.get(id) {
-            None => return Err("ID not in flight".into()),
-            Some(f) if f.client != self.id => return Err("client does not own message".into()),
-            Some(_) => {}
-        }
-        let f = ch
-            .in_flight
-            .remove(id)
-            .ok_or_else(|| "ID not in flight".to_owned())?;
-        ch.note_in_flight();
-        Ok((topic, channel, f))
-    }
-
     pub(super) fn fin(&mut self, params: &[&[u8]]) -> CmdResult {
         let id = self.msg_cmd_prelude("FIN", params, 2)?;
         let mut st = self.inner.lock();
-        match self.pop_in_flight(&mut st, &id) {
-            Err(e) => Err(CmdErr::NonFatal(format!(
-                "E_FIN_FAILED FIN {} failed {e}",
-                lossy(&id)
-            ))),
-            Ok((topic, channel, f)) => {
-                let now = Instant::now();
-                if let Some(ch) = st
-                    .topics
-                    .get_mut(&topic)
-                    .and_then(|t| t.channels.get_mut(&channel))
-                {
-                    ch.finished += 1;
-                    if let Some(e2e) = &mut ch.e2e {
-                        let published = UNIX_EPOCH + Duration::from_nanos(f.msg.timestamp as u64);
-                        let nanos = SystemTime::now()
-                            .duration_since(published)
-                            .map_or(0.0, |d| d.as_nanos() as f64);
-                        e2e.insert(now, nanos);
-                    }
-                }
-                if let Some(c) = st.clients.get_mut(&self.id) {
-                    c.in_flight -= 1;
-                    c.finished += 1;
-                }
-                Inner::dispatch(&mut st, now);
-                Ok(None)
-            }
-        }
+        let now = Instant::now();
+        let mut out = Vec::new();
+        let f = st.queues.finish(self.id, &id, now, &mut out).map_err(|e| {
+            CmdErr::NonFatal(format!(
+                "E_FIN_FAILED FIN {} failed {}",
+                lossy(&id),
+                e.text()
+            ))
+        })?;
+        st.note_finished(self.id, &f.msg, now);
+        st.send(out);
+        Ok(None)
     }
 
     pub(super) fn req(&mut self, params: &[&[u8]]) -> CmdResult {
@@ -436,78 +398,54 @@ impl Conn {
         })?;
         let max = self.inner.opts.max_req_timeout;
         let delay = Duration::from_millis(ms).min(max);
-        let now = Instant::now();
         let mut st = self.inner.lock();
-        match self.pop_in_flight(&mut st, &id) {
-            Err(e) => Err(CmdErr::NonFatal(format!(
-                "E_REQ_FAILED REQ {} failed {e}",
-                lossy(&id)
-            ))),
-            Ok((topic, channel, f)) => {
-                if let Some(ch) = st
-                    .topics
-                    .get_mut(&topic)
-                    .and_then(|t| t.channels.get_mut(&channel))
-                {
-                    ch.requeued += 1;
-                    ch.put(f.msg, delay, now);
-                }
-                if let Some(c) = st.clients.get_mut(&self.id) {
-                    c.in_flight -= 1;
-                    c.requeued += 1;
-                }
-                Inner::dispatch(&mut st, now);
-                self.inner.wake.notify_all();
-                Ok(None)
-            }
-        }
+        let mut out = Vec::new();
+        st.queues
+            .requeue(self.id, &id, delay, Instant::now(), &mut out)
+            .map_err(|e| {
+                CmdErr::NonFatal(format!(
+                    "E_REQ_FAILED REQ {} failed {}",
+                    lossy(&id),
+                    e.text()
+                ))
+            })?;
+        st.send(out);
+        self.inner.wake.notify_all();
+        Ok(None)
     }
 
     pub(super) fn touch(&mut self, params: &[&[u8]]) -> CmdResult {
         let id = self.msg_cmd_prelude("TOUCH", params, 2)?;
-        let now = Instant::now();
-        let max = self.inner.opts.max_msg_timeout;
+        let opts = &self.inner.opts;
         let mut st = self.inner.lock();
-        let timeout = st
-            .clients
-            .get(&self.id)
-            .map_or(self.inner.opts.msg_timeout, |c| c.msg_timeout);
-        match self.pop_in_flight(&mut st, &id) {
-            Err(e) => Err(CmdErr::NonFatal(format!(
-                "E_TOUCH_FAILED TOUCH {} failed {e}",
-                lossy(&id)
-            ))),
-            Ok((topic, channel, mut f)) => {
-                let mut deadline = now + timeout;
-                if deadline.duration_since(f.delivered) >= max {
-                    deadline = f.delivered + max;
-                }
-                f.deadline = deadline;
-                if let Some(ch) = st
-                    .topics
-                    .get_mut(&topic)
-                    .and_then(|t| t.channels.get_mut(&channel))
-                {
-                    ch.in_flight.insert(id, f);
-                    ch.note_in_flight();
-                }
-                Ok(None)
-            }
-        }
+        st.queues
+            .touch(
+                self.id,
+                &id,
+                opts.max_msg_timeout,
+                opts.msg_timeout,
+                Instant::now(),
+            )
+            .map_err(|e| {
+                CmdErr::NonFatal(format!(
+                    "E_TOUCH_FAILED TOUCH {} failed {}",
+                    lossy(&id),
+                    e.text()
+                ))
+            })?;
+        Ok(None)
     }
 
     pub(super) fn cls(&mut self) -> CmdResult {
         let mut st = self.inner.lock();
-        let c = st
-            .clients
-            .get_mut(&self.id)
-            .ok_or_else(|| fatal("E_INVALID", "client gone"))?;
-        if c.state != ClientState::Subscribed {
+        if !st.queues.flows.contains_key(&self.id) {
+            return Err(fatal("E_INVALID", "client gone"));
+        }
+        let mut out = Vec::new();
+        if !st.queues.close_wait(self.id, &mut out) {
             return Err(fatal("E_INVALID", "cannot CLS in current state"));
         }
-        c.rdy = 0;
-        c.state = ClientState::Closing;
-        let _ = c.out.send(Out::Flush);
+        st.send(out);
         Ok(Some(b"CLOSE_WAIT".to_vec()))
     }
 

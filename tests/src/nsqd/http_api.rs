@@ -11,10 +11,11 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::http::{Query, Request, Response, Routes, civil_from_days, route};
+use crate::model::Flow;
 use crate::util::{default_node_id, is_valid_name};
 
 use super::latency::{GoFloat, LatencyResult};
-use super::stats::ClientState;
+use super::stats::{ClientId, ClientState};
 use super::{Client, InfoReply, Inner, State};
 
 /// nsqd's routes (pprof and the other debug routes left out).
@@ -217,7 +218,7 @@ fn tls_version_name(v: u16) -> String {
 }
 
 /// `clientV2.Stats(topicName)`.
-fn client_json(c: &Client, topic_filter: &str) -> ClientJson {
+fn client_json(c: &Client, f: &Flow, topic_filter: &str) -> ClientJson {
     // nsqd's loop over its pub_counts map stops after the first entry it keeps.
     let pub_counts = c
         .pub_counts
@@ -240,16 +241,16 @@ fn client_json(c: &Client, topic_filter: &str) -> ClientJson {
         hostname: c.hostname.clone(),
         version: "V2",
         remote_address: c.remote.to_string(),
-        state: match c.state {
+        state: match f.state {
             ClientState::Init => 0,
             ClientState::Subscribed => 3,
             ClientState::Closing => 4,
         },
-        ready_count: c.rdy,
-        in_flight_count: c.in_flight,
-        message_count: c.delivered,
-        finish_count: c.finished,
-        requeue_count: c.requeued,
+        ready_count: f.rdy,
+        in_flight_count: f.in_flight,
+        message_count: f.delivered,
+        finish_count: f.finished,
+        requeue_count: f.requeued,
         connect_ts: c.connect_ts,
         sample_rate: c.sample_rate,
         deflate: c.deflate.is_some(),
@@ -588,7 +589,7 @@ impl Inner {
         let (topic, channel) = topic_channel_args(&q)?;
         {
             let mut st = self.lock();
-            if !st.topics.contains_key(&topic) {
+            if !st.queues.topics.contains_key(&topic) {
                 return Err(err(404, "TOPIC_NOT_FOUND"));
             }
             if req.path == "/channel/create" {
@@ -640,14 +641,20 @@ impl Inner {
         let now = Instant::now();
         let mut st = self.lock();
         let State {
-            topics, clients, ..
+            queues,
+            clients,
+            e2e,
+            ..
         } = &mut *st;
+        let (topics, flows) = (&queues.topics, &queues.flows);
+        // Both a client's connection and its flow control.
+        let client = |id: &ClientId| Some((clients.get(id)?, flows.get(id)?));
         if !topic_filter.is_empty() && !topics.contains_key(topic_filter) {
             return (None, None);
         }
         let quantiles = &self.opts.e2e_processing_latency_percentiles;
         let mut out = Vec::new();
-        for (name, t) in topics.iter_mut() {
+        for (name, t) in topics {
             if !topic_filter.is_empty() && name != topic_filter {
                 continue;
             }
@@ -656,8 +663,8 @@ impl Inner {
             }
             let mut all_samples = Vec::new();
             let mut channels = Vec::new();
-            for (cname, ch) in &mut t.channels {
-                let e2e = match &mut ch.e2e {
+            for (cname, ch) in &t.channels {
+                let e2e = match e2e.get_mut(&(name.clone(), cname.clone())) {
                     Some(l) => {
                         let samples: Vec<f64> = l.samples(now).collect();
                         all_samples.extend_from_slice(&samples);
@@ -671,8 +678,8 @@ impl Inner {
                 let client_list = include_clients.then(|| {
                     ch.clients
                         .iter()
-                        .filter_map(|id| clients.get(id))
-                        .map(|c| client_json(c, topic_filter))
+                        .filter_map(client)
+                        .map(|(c, f)| client_json(c, f, topic_filter))
                         .collect()
                 });
                 channels.push(ChannelJson {
@@ -710,9 +717,10 @@ impl Inner {
         let producers = include_clients
             .then(|| {
                 let list: Vec<ClientJson> = clients
-                    .values()
-                    .filter(|c| !c.pub_counts.is_empty())
-                    .map(|c| client_json(c, topic_filter))
+                    .keys()
+                    .filter_map(client)
+                    .filter(|(c, _)| !c.pub_counts.is_empty())
+                    .map(|(c, f)| client_json(c, f, topic_filter))
                     .collect();
                 // A nil slice in Go when there are none.
                 (!list.is_empty()).then_some(list)

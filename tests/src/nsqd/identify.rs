@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::model::frame;
 use crate::transport::{RawRead, RawWrite, TlsRead, TlsShared};
 
 use super::commands::{CmdResult, fatal, millis};
-use super::queues::frame;
 use super::stats::ClientState;
 use super::{Conn, Layer, Out};
 
@@ -223,7 +223,7 @@ impl Conn {
                 format!("IDENTIFY sample rate ({}) is invalid", data.sample_rate),
             ));
         }
-        let mut msg_timeout = self.with_client(|c| c.msg_timeout)?;
+        let mut msg_timeout = self.with_flow(|f| f.msg_timeout)?;
         match data.msg_timeout {
             0 => {}
             n if n >= 1000 && n <= millis(opts.max_msg_timeout) => {
@@ -240,14 +240,14 @@ impl Conn {
         self.heartbeat = heartbeat;
         let first = !self.identified;
         self.identified = true;
-        self.with_client(|c| {
+        self.with_client_flow(|c, f| {
             c.heartbeat = heartbeat;
             c.output_buffer_size = obuf_size;
             c.output_buffer_timeout = obuf_timeout;
             c.sample_rate = data.sample_rate;
-            c.msg_timeout = msg_timeout;
+            f.msg_timeout = msg_timeout;
             if first {
-                c.pump_msg_timeout = msg_timeout;
+                f.pump_msg_timeout = msg_timeout;
             }
             c.identify = Some(json);
         })?;

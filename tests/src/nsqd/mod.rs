@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use crate::http::HttpServer;
 use crate::lookupd::{LookupShared, ProducerId};
+use crate::model::Queues;
 use crate::options::{AuthGrant, Options};
 use crate::transport::{CmdReader, ConnCtl, Faults, RawRead, RawWrite, Throttle, TlsShared};
 use crate::util::wait_until;
@@ -28,7 +29,7 @@ mod stats;
 mod writer;
 
 pub use builder::NsqdBuilder;
-use queues::{InFlight, Topic};
+use latency::Latency;
 pub use stats::{
     ChannelStats, ClientId, ClientState, ClientStats, CommandRecord, Stats, TopicStats,
 };
@@ -64,27 +65,15 @@ struct Client {
     out: Sender<Out>,
     stream: TcpStream,
     ctl: Arc<ConnCtl>,
-    state: ClientState,
-    rdy: i64,
-    in_flight: i64,
-    /// The client's msg_timeout (IDENTIFY reply, TOUCH), as of its latest IDENTIFY.
-    msg_timeout: Duration,
-    /// The timeout deliveries get: nsqd's message pump takes it from the first IDENTIFY only.
-    pump_msg_timeout: Duration,
     heartbeat: Option<Duration>,
     output_buffer_size: i64,
     output_buffer_timeout: Duration,
     sample_rate: i64,
-    sub: Option<(String, String)>,
     auth: Option<AuthGrant>,
     identify: Option<Value>,
     tls: bool,
     snappy: bool,
     deflate: Option<u32>,
-    delivered: u64,
-    finished: u64,
-    requeued: u64,
-    timed_out: u64,
     /// IDENTIFY's `client_id` (the remote host until an IDENTIFY, then as sent, even empty).
     #[allow(clippy::struct_field_names, reason = "nsqd's name for it")]
     client_id: String,
@@ -115,9 +104,13 @@ impl Client {
     }
 }
 
-#[derive(Default)]
 struct State {
-    topics: BTreeMap<String, Topic>,
+    /// Topics, channels and messages, and each client's flow control (`state`, `rdy`,
+    /// `in_flight`, `sub`, its counters ...).
+    queues: Queues,
+    /// Each channel's end-to-end latency, by `(topic, channel)` (with
+    /// `e2e_processing_latency_percentiles`).
+    e2e: BTreeMap<(String, String), Latency>,
     clients: BTreeMap<ClientId, Client>,
     next_client: ClientId,
     log: VecDeque<CommandRecord>,
@@ -125,6 +118,23 @@ struct State {
     /// Commands being executed and not logged yet (their effects may already show).
     executing: usize,
     warnings: Vec<String>,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        let mut queues = Queues::new(0);
+        queues.log_in_flight = true;
+        Self {
+            queues,
+            e2e: BTreeMap::new(),
+            clients: BTreeMap::new(),
+            next_client: 0,
+            log: VecDeque::new(),
+            next_seq: 0,
+            executing: 0,
+            warnings: Vec::new(),
+        }
+    }
 }
 
 struct Inner {
@@ -247,7 +257,8 @@ impl Nsqd {
     /// brokers' logs merged by time give the in-flight total across them at every instant.
     pub fn in_flight_log(&self, topic: &str, channel: &str) -> Vec<(Instant, usize)> {
         let st = self.inner.lock();
-        st.topics
+        st.queues
+            .topics
             .get(topic)
             .and_then(|t| t.channels.get(channel))
             .map(|ch| ch.in_flight_log.iter().copied().collect())
@@ -339,15 +350,9 @@ impl Nsqd {
         let now = Instant::now();
         {
             let mut st = self.inner.lock();
-            for topic in st.topics.values_mut() {
-                for ch in topic.channels.values_mut() {
-                    for f in ch.in_flight.values_mut() {
-                        f.deadline = f.deadline.min(now);
-                    }
-                }
-            }
-            Inner::process_timers(&mut st, now);
-            Inner::dispatch(&mut st, now);
+            st.queues.expire_in_flight(now);
+            st.queues.process_timers(now);
+            st.dispatch(now);
         }
         self.inner.wake.notify_all();
     }
@@ -480,22 +485,11 @@ impl Nsqd {
         {
             let mut st = self.inner.lock();
             match what {
-                Restart::KeepMessages => {
-                    for topic in st.topics.values_mut() {
-                        for ch in topic.channels.values_mut() {
-                            let mut flying: Vec<InFlight> =
-                                ch.in_flight.drain().map(|(_, f)| f).collect();
-                            flying.sort_by_key(|f| f.delivered);
-                            for f in flying.into_iter().rev() {
-                                ch.queue.push_front(f.msg);
-                            }
-                            ch.note_in_flight();
-                        }
-                    }
-                }
+                Restart::KeepMessages => st.queues.requeue_in_flight(Instant::now()),
                 Restart::DropMessages => {
-                    let names: Vec<String> = st.topics.keys().cloned().collect();
-                    st.topics.clear();
+                    let names: Vec<String> = st.queues.topics.keys().cloned().collect();
+                    st.queues.topics.clear();
+                    st.e2e.clear();
                     for n in names {
                         self.inner.lookup_register(&n, None, false);
                     }
@@ -634,13 +628,13 @@ impl Inner {
         while !self.shutdown.load(Ordering::SeqCst) {
             let now = Instant::now();
             let wait = if interval.is_zero() {
-                let next = Self::process_timers(&mut st, now);
+                let next = st.queues.process_timers(now);
                 next.map_or(Duration::from_millis(50), |t| {
                     t.saturating_duration_since(now)
                 })
             } else {
                 if now >= next_tick {
-                    Self::process_timers(&mut st, now);
+                    st.queues.process_timers(now);
                     // A Go ticker drops ticks it could not deliver.
                     next_tick += interval;
                     if next_tick <= now {
@@ -649,7 +643,7 @@ impl Inner {
                 }
                 next_tick.saturating_duration_since(now)
             };
-            Self::dispatch(&mut st, now);
+            st.dispatch(now);
             let wait = wait.clamp(Duration::from_millis(1), Duration::from_millis(50));
             st = self
                 .wake
@@ -695,25 +689,15 @@ impl Inner {
                     out: tx.clone(),
                     stream: reg_s,
                     ctl: ctl.clone(),
-                    state: ClientState::Init,
-                    rdy: 0,
-                    in_flight: 0,
-                    msg_timeout: self.opts.msg_timeout,
-                    pump_msg_timeout: self.opts.msg_timeout,
                     heartbeat,
                     output_buffer_size: self.opts.output_buffer_size,
                     output_buffer_timeout: self.opts.output_buffer_timeout,
                     sample_rate: 0,
-                    sub: None,
                     auth: None,
                     identify: None,
                     tls: false,
                     snappy: false,
                     deflate: None,
-                    delivered: 0,
-                    finished: 0,
-                    requeued: 0,
-                    timed_out: 0,
                     client_id: remote.ip().to_string(),
                     hostname: remote.ip().to_string(),
                     user_agent: String::new(),
@@ -724,6 +708,7 @@ impl Inner {
                     tls_session: None,
                 },
             );
+            st.queues.add_client(id, self.opts.msg_timeout);
             id
         };
         tracing::debug!(client = id, %remote, "client connected");

@@ -6,20 +6,10 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::Inner;
+pub use crate::model::ClientState;
 
 /// Identifies a client connection of a test nsqd (1, 2, 3 ... in connection order).
 pub type ClientId = u64;
-
-/// A client's protocol state, as nsqd tracks it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ClientState {
-    /// Connected, not subscribed (publishers stay here).
-    Init,
-    /// After SUB.
-    Subscribed,
-    /// After CLS: RDY forced to 0, FIN/REQ/TOUCH still accepted.
-    Closing,
-}
 
 /// Counters of a channel.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -152,6 +142,7 @@ impl Inner {
     pub(super) fn stats(&self) -> Stats {
         let st = self.lock();
         let topics = st
+            .queues
             .topics
             .iter()
             .map(|(name, t)| TopicStats {
@@ -182,24 +173,25 @@ impl Inner {
         let clients = st
             .clients
             .iter()
-            .map(|(&id, c)| ClientStats {
+            .filter_map(|(&id, c)| Some((id, c, st.queues.flows.get(&id)?)))
+            .map(|(id, c, f)| ClientStats {
                 id,
                 remote_address: c.remote,
-                state: c.state,
-                rdy: c.rdy,
-                in_flight: c.in_flight,
-                subscription: c.sub.clone(),
-                msg_timeout: c.msg_timeout,
+                state: f.state,
+                rdy: f.rdy,
+                in_flight: f.in_flight,
+                subscription: f.sub.clone(),
+                msg_timeout: f.msg_timeout,
                 heartbeat_interval: c.heartbeat,
                 tls: c.tls,
                 snappy: c.snappy,
                 deflate: c.deflate,
                 identity: c.auth.as_ref().map(|a| a.identity.clone()),
                 identify: c.identify.clone(),
-                delivered: c.delivered,
-                finished: c.finished,
-                requeued: c.requeued,
-                timed_out: c.timed_out,
+                delivered: f.delivered,
+                finished: f.finished,
+                requeued: f.requeued,
+                timed_out: f.timed_out,
                 client_id: c.client_id.clone(),
                 hostname: c.hostname.clone(),
                 user_agent: c.user_agent.clone(),

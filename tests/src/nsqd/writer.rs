@@ -7,9 +7,9 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
+use crate::model::frame;
 use crate::transport::{ConnCtl, RawWrite, TlsShared, TlsWrite};
 
-use super::queues::frame;
 use super::{Layer, Out};
 
 /// nsqd's `bufio.Writer` in front of the connection, for message frames.
