@@ -340,20 +340,21 @@ impl Consumer {
 
     /// Time has reached (or passed) [`poll_timeout`](Self::poll_timeout).
     pub fn handle_timeout(&mut self, now: Instant) {
-        // Connections' own timers (heartbeat liveness, message expiry, drain deadline).
-        let due: Vec<ConnId> = self
-            .shared
-            .slots
-            .iter()
-            .filter(|(_, s)| {
-                s.conn
-                    .as_ref()
-                    .and_then(Connection::poll_timeout)
-                    .is_some_and(|t| t <= now)
-            })
-            .map(|(id, _)| *id)
-            .collect();
-        for id in due {
+        // The connections with a deadline due (from the deadline index, not a scan): their
+        // own timers (heartbeat liveness, message expiry, drain deadline), then flow
+        // control's (bootstrap, settle).
+        let due = self.shared.slots.due(now, Slot::next_timeout);
+        for &id in &due {
+            let conn_due = self
+                .shared
+                .slots
+                .get(id)
+                .and_then(|s| s.conn.as_ref())
+                .and_then(Connection::poll_timeout)
+                .is_some_and(|t| t <= now);
+            if !conn_due {
+                continue;
+            }
             if let Some(c) = self.shared.slots.get_mut(id).and_then(|s| s.conn.as_mut()) {
                 c.handle_timeout(now);
                 self.pump(now, id);
@@ -362,7 +363,7 @@ impl Consumer {
         if self.shared.timers.is_expired(Deadline::Close, now) {
             self.force_close(now);
         }
-        self.flow.handle_timeout(now, &mut self.shared);
+        self.flow.handle_timeout(now, &due, &mut self.shared);
         self.discovery
             .handle_timeout(now, &self.topic, &mut self.shared);
     }
@@ -608,8 +609,9 @@ impl Consumer {
     /// of the timer table, of a connection's deadlines and of discovery's.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let slots = self.shared.slots.values().filter_map(Slot::next_timeout);
+        let slots = self.shared.slots.next_deadline(Slot::next_timeout);
         slots
+            .into_iter()
             .chain(self.discovery.next_timeout())
             .chain(self.shared.timers.next_timeout())
             .min()

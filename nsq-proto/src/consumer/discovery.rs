@@ -101,6 +101,11 @@ pub(super) struct Discovery {
     /// Orders lookupd requests and disconnects (see `Node::disconnected_seq`).
     seq: u64,
     nodes: BTreeMap<String, Node>,
+    /// Reconnect attempts by time, so the next one is found without a scan of `nodes`.
+    /// Entries go stale (the nsqd connected, was removed, or was rescheduled) and are
+    /// dropped when their time comes; `next_timeout` may then wake the consumer once for
+    /// nothing.
+    reconnect_queue: BTreeSet<(Instant, String)>,
     /// Recently forgotten discovered addresses and the sequence number of their last
     /// disconnect, kept only while a lookupd request sent before that disconnect is pending:
     /// such a stale answer must not bring the address back (see `Node::disconnected_seq`).
@@ -117,6 +122,7 @@ impl Discovery {
             next_request: 1,
             seq: 0,
             nodes: BTreeMap::new(),
+            reconnect_queue: BTreeSet::new(),
             forgotten: BTreeMap::new(),
             lookupds: Vec::new(),
             reconnects: 0,
@@ -186,11 +192,7 @@ impl Discovery {
             .lookupds
             .iter()
             .filter_map(|l| l.pending.as_ref().map(|p| p.deadline));
-        let reconnects = self
-            .nodes
-            .values()
-            .filter(|p| p.conn.is_none())
-            .filter_map(|p| p.next_attempt);
+        let reconnects = self.reconnect_queue.first().map(|(t, _)| *t);
         lookups.chain(reconnects).min()
     }
 
@@ -376,14 +378,17 @@ impl Discovery {
         if sh.timers.is_expired(Deadline::LookupdPoll, now) {
             self.poll_lookupds(now, topic, sh);
         }
-        let reconnect: Vec<String> = self
-            .nodes
-            .iter()
-            .filter(|(_, p)| p.conn.is_none() && p.next_attempt.is_some_and(|t| t <= now))
-            .map(|(a, _)| a.clone())
-            .collect();
-        for addr in reconnect {
-            self.connect(&addr, sh);
+        while self.reconnect_queue.first().is_some_and(|(t, _)| *t <= now) {
+            let Some((at, addr)) = self.reconnect_queue.pop_first() else {
+                break;
+            };
+            let current = self
+                .nodes
+                .get(&addr)
+                .is_some_and(|p| p.conn.is_none() && p.next_attempt == Some(at));
+            if current {
+                self.connect(&addr, sh);
+            }
         }
     }
 
@@ -426,7 +431,9 @@ impl Discovery {
             p.schedule.reset();
         }
         let delay = p.schedule.next_delay(&mut sh.rng);
-        p.next_attempt = Some(later(now, delay));
+        let at = later(now, delay);
+        p.next_attempt = Some(at);
+        self.reconnect_queue.insert((at, addr.to_owned()));
         Some(delay)
     }
 

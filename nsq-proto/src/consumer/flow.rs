@@ -17,6 +17,9 @@ use std::time::{Duration, Instant};
 /// The longest a lowered RDY's possible deliveries are waited for (see `Slot::transit`).
 const MAX_SETTLE: Duration = Duration::from_secs(5);
 
+/// The shortest idle wait of a RDY holder (see `FlowControl::idle_timeout`).
+const MIN_IDLE: Duration = Duration::from_millis(100);
+
 /// How many E_FIN_FAILED / E_REQ_FAILED / E_TOUCH_FAILED within [`ANSWER_FAILURE_WINDOW`]
 /// count as one handler failure for backoff.
 pub const ANSWER_FAILURE_BURST: u32 = 3;
@@ -50,6 +53,9 @@ pub(super) struct FlowControl {
     /// More messages are unanswered than max_in_flight (after it was lowered): answers lower
     /// RDY before they go out (see `before_answer`).
     over_budget: bool,
+    /// The last plan cut a raise because what is committed filled max_in_flight: any
+    /// answer may make room.
+    cut_by_full: bool,
     /// E_FIN_FAILED / E_REQ_FAILED / E_TOUCH_FAILED burst: (start of the window, count).
     answer_failures: Option<(Instant, u32)>,
     /// The backoff level (0 = full speed).
@@ -82,6 +88,7 @@ impl FlowControl {
             owed: false,
             last_turn_end: None,
             over_budget: false,
+            cut_by_full: false,
             answer_failures: None,
             backoff_level: 0,
             probe: None,
@@ -125,6 +132,7 @@ impl FlowControl {
             u64::try_from(output_buffer_timeout).map_or(Duration::ZERO, Duration::from_millis);
         let handshake = now.saturating_duration_since(slot.connected_at.unwrap_or(now));
         slot.settle = buffered.saturating_add(handshake).min(MAX_SETTLE);
+        slot.handshake = handshake.min(MAX_SETTLE);
         slot.ready_at = Some(now);
         let fewest = sh
             .slots
@@ -155,7 +163,14 @@ impl FlowControl {
     /// After a FIN/REQ on `id`: refill its RDY if the remaining count ran low, hand out the
     /// share the answer freed if a raise is owed. The caller drains the connection.
     pub(super) fn after_answer(&mut self, now: Instant, id: ConnId, sh: &mut Shared) {
+        // Did the answer free budget? A connection reserves max(RDY, committed): only an
+        // answer that brought committed down from above its RDY frees a share, unless the
+        // last plan was cut because everything committed filled max_in_flight (then every
+        // answer counts). Re-planning otherwise would find nothing to grant, at the price of
+        // a look at every connection.
+        let mut freed = self.cut_by_full || self.over_budget;
         if let Some(slot) = sh.slots.get_mut(id) {
+            freed |= slot.committed() >= u64::from(slot.rdy());
             slot.answered_at = Some(now);
             if slot.is_ready() && !sh.closing {
                 let rdy = slot.rdy();
@@ -168,7 +183,7 @@ impl FlowControl {
                 }
             }
         }
-        if self.owed {
+        if self.owed && freed {
             // This connection's bytes (a lowered RDY, the answer) go out before any raise
             // the re-plan queues elsewhere.
             sh.queue_transmit(id);
@@ -185,8 +200,9 @@ impl FlowControl {
     }
 
     /// The flow-control deadlines due at `now`: the end of a backoff window, bootstraps and
-    /// settle times of connections, and the next redistribution.
-    pub(super) fn handle_timeout(&mut self, now: Instant, sh: &mut Shared) {
+    /// settle times of the connections in `due` (those with a deadline due), and the next
+    /// redistribution.
+    pub(super) fn handle_timeout(&mut self, now: Instant, due: &[ConnId], sh: &mut Shared) {
         if sh.timers.is_expired(Deadline::Backoff, now) {
             sh.timers.stop(Deadline::Backoff);
             self.probe = None;
@@ -194,7 +210,10 @@ impl FlowControl {
         }
         let mut bootstrapped = false;
         let mut settled = false;
-        for slot in sh.slots.values_mut() {
+        for &id in due {
+            let Some(slot) = sh.slots.get_mut(id) else {
+                continue;
+            };
             if slot.fresh_until.is_some_and(|t| t <= now) {
                 slot.fresh_until = None;
                 bootstrapped = true;
@@ -323,16 +342,12 @@ impl FlowControl {
         } else if self.backoff_level > 0 {
             let keep = self.probe.and_then(|p| ready.iter().position(|&r| r == p));
             let idx = match keep {
-                Some(i) if redistribute && Self::is_idle(now, ready[i], sh) && n > 1 => {
+                Some(i) if redistribute && Self::probe_idle(now, ready[i], sh) && n > 1 => {
                     // Move the probe away from an idle connection.
-                    let mut j = sh.rng.index(n - 1);
-                    if j >= i {
-                        j += 1;
-                    }
-                    j
+                    Self::choose_probe(now, &ready, Some(i), sh)
                 }
                 Some(i) => i,
-                None => sh.rng.index(n),
+                None => Self::choose_probe(now, &ready, None, sh),
             };
             self.probe = Some(ready[idx]);
             targets[idx] = 1;
@@ -364,27 +379,67 @@ impl FlowControl {
             sh.timers
                 .set(Deadline::Redistribute, self.next_rotation(now, &ready, sh));
         } else if probe_tick {
-            if !sh.timers.is_set(Deadline::Redistribute) {
-                sh.timers.set(
-                    Deadline::Redistribute,
-                    later(now, sh.config.rdy_redistribute_interval),
-                );
-            }
+            // The probe moves on once it has been idle for `low_rdy_idle_timeout`: with many
+            // connections, most nsqd may have nothing to send.
+            let at = match self.probe.and_then(|p| Self::idle_deadline(p, sh)) {
+                Some(t) if t > now => t,
+                // Busy, or not granted yet (its budget is still held): the usual interval.
+                _ => later(now, sh.config.rdy_redistribute_interval),
+            };
+            sh.timers.set(Deadline::Redistribute, at);
         } else {
             sh.timers.stop(Deadline::Redistribute);
         }
     }
 
-    fn is_idle(now: Instant, id: ConnId, sh: &Shared) -> bool {
-        let Some(slot) = sh.slots.get(id) else {
-            return true;
-        };
-        let last_msg = slot.conn.as_ref().and_then(Connection::last_message_at);
-        let since = match (last_msg, slot.granted_at) {
-            (Some(a), Some(b)) => a.max(b),
-            (a, b) => a.or(b).unwrap_or(now),
-        };
-        now.saturating_duration_since(since) > sh.config.low_rdy_idle_timeout
+    /// The backoff probe has had RDY 1 and nothing to show for `low_rdy_idle_timeout`.
+    fn probe_idle(now: Instant, id: ConnId, sh: &Shared) -> bool {
+        Self::idle_deadline(id, sh).is_some_and(|t| t <= now)
+    }
+
+    /// The next backoff probe among `ready` (not `avoid`): a connection that received a
+    /// message since it last held the probe, the most recent first (its nsqd has shown it
+    /// has messages); otherwise the one that held the probe longest ago (never counts as
+    /// longest), random among equals. A probe parked on an nsqd with nothing to send would
+    /// keep the consumer in backoff indefinitely (one random pick per redistribution, as
+    /// go-nsq does, takes about connections x 5 s to find one of the few busy nsqd).
+    fn choose_probe(
+        now: Instant,
+        ready: &[ConnId],
+        avoid: Option<usize>,
+        sh: &mut Shared,
+    ) -> usize {
+        let n = ready.len();
+        let start = sh.rng.index(n);
+        type Key = (bool, std::cmp::Reverse<Option<Instant>>, Option<Instant>);
+        let mut best: Option<(usize, Key)> = None;
+        for k in 0..n {
+            let i = (start + k) % n;
+            if Some(i) == avoid {
+                continue;
+            }
+            let slot = &sh.slots[&ready[i]];
+            let last_msg = slot.conn.as_ref().and_then(Connection::last_message_at);
+            let fresh = match (last_msg, slot.probed_at) {
+                (Some(m), Some(p)) => m > p,
+                (Some(_), None) => true,
+                (None, _) => false,
+            };
+            // Smaller is better: fresh first, then the latest message, then the oldest probe.
+            let key: Key = (
+                !fresh,
+                std::cmp::Reverse(last_msg.filter(|_| fresh)),
+                slot.probed_at,
+            );
+            if best.as_ref().is_none_or(|(_, b)| key < *b) {
+                best = Some((i, key));
+            }
+        }
+        let idx = best.map_or(0, |(i, _)| i);
+        if let Some(slot) = sh.slots.get_mut(ready[idx]) {
+            slot.probed_at = Some(now);
+        }
+        idx
     }
 
     /// When a RDY holder with nothing in flight counts as idle: `low_rdy_idle_timeout` after
@@ -400,7 +455,20 @@ impl FlowControl {
             .into_iter()
             .flatten()
             .max()?;
-        Some(later(since, sh.config.low_rdy_idle_timeout))
+        Some(later(since, Self::idle_timeout(slot, sh)))
+    }
+
+    /// How long a RDY holder with nothing in flight waits for a message before it counts as
+    /// idle: `low_rdy_idle_timeout`, or less on a connection whose round trip is short. A
+    /// message nsqd has ready arrives one round trip after the RDY; waiting twice its
+    /// handshake (four round trips), at least [`MIN_IDLE`], tells an nsqd with nothing to send,
+    /// and the rotation passes on. With many more connections than `max_in_flight`, the idle
+    /// turns are most of a rotation's length, so this is how long an nsqd waits for its turn.
+    fn idle_timeout(slot: &Slot, sh: &Shared) -> Duration {
+        slot.handshake
+            .saturating_mul(2)
+            .max(MIN_IDLE)
+            .min(sh.config.low_rdy_idle_timeout)
     }
 
     /// What the low-RDY rotation does with a holder of RDY at `now`.
@@ -526,18 +594,22 @@ impl FlowControl {
         if free == 0 {
             return;
         }
-        // Waited longest first (never served counts as longest), random among equals.
+        // Waited longest first (never served counts as longest), random among equals. Only
+        // the `free` first are needed: a selection (linear) finds them, and only they are
+        // sorted; the random tie-break is a keyed mix of the connection id, one draw per plan.
+        let salt = sh.rng.next_u64();
+        let key = |i: usize| {
+            let s = &sh.slots[&ready[i]];
+            (s.turns, s.released_at, mix(ready[i].get() ^ salt))
+        };
         let mut candidates: Vec<usize> = (0..ready.len())
             .filter(|&i| targets[i] == 0 && !taken[i])
             .collect();
-        for k in (1..candidates.len()).rev() {
-            let j = sh.rng.index(k + 1);
-            candidates.swap(k, j);
+        if candidates.len() > free {
+            candidates.select_nth_unstable_by_key(free, |&i| key(i));
+            candidates.truncate(free);
         }
-        candidates.sort_by_key(|&i| {
-            let s = &sh.slots[&ready[i]];
-            (s.turns, s.released_at)
-        });
+        candidates.sort_unstable_by_key(|&i| key(i));
         // Holders whose turn ended at this same instant: the one with fewer turns goes on.
         let mut again: Vec<usize> = (0..ready.len()).filter(|&i| taken[i]).collect();
         for k in (1..again.len()).rev() {
@@ -583,6 +655,7 @@ impl FlowControl {
         // more delivery anywhere.
         let full = committed >= m;
         let mut owed = false;
+        let mut cut_by_full = false;
         let grants: Vec<u32> = ready
             .iter()
             .zip(targets)
@@ -598,7 +671,9 @@ impl FlowControl {
                     grant = u32::try_from(base + given).map_or(target, |g| g.min(target));
                 }
                 if full {
-                    grant = grant.min(u32::try_from(held).unwrap_or(u32::MAX));
+                    let capped = grant.min(u32::try_from(held).unwrap_or(u32::MAX));
+                    cut_by_full |= capped < grant;
+                    grant = capped;
                 }
                 owed |= grant < target;
                 grant
@@ -606,6 +681,7 @@ impl FlowControl {
             .collect();
         self.over_budget = committed > m;
         self.owed = owed || self.over_budget;
+        self.cut_by_full = cut_by_full;
         for pass in [true, false] {
             for (id, &grant) in ready.iter().zip(&grants) {
                 let Some(slot) = sh.slots.get_mut(*id) else {
@@ -671,4 +747,12 @@ impl FlowControl {
         let lower = u32::try_from(f - 1).unwrap_or(0).min(rdy);
         slot.lower_rdy(now, conn, lower);
     }
+}
+
+/// A bijective 64-bit mix (SplitMix64's finaliser): a random-looking order of connection ids
+/// for tie-breaks, changed per plan by the salt it is given.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }

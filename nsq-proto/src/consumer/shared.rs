@@ -84,7 +84,13 @@ impl Shared {
     /// The next action for the driver, in order.
     pub(super) fn poll_action(&mut self) -> Option<Action> {
         loop {
-            match self.actions.pop_front()? {
+            let Some(next) = self.actions.pop_front() else {
+                // Drained: the connections changed since are indexed by deadline again, so
+                // `poll_timeout` stays a look at the index's front.
+                self.slots.refresh(Slot::next_timeout);
+                return None;
+            };
+            match next {
                 Queued::Action(a) => return Some(a),
                 Queued::Pending(conn) => {
                     if let Some(data) = self.take_transmit(conn) {

@@ -9,39 +9,66 @@ use super::stats::Counts;
 use crate::connection::{Connection, ConnectionState};
 use crate::deadline::later;
 use crate::driver::ConnId;
+use std::collections::BTreeSet;
 use std::ops::Index;
 use std::time::{Duration, Instant};
 
+/// One entry of [`Slots`].
+#[derive(Debug)]
+struct Entry<T> {
+    id: ConnId,
+    value: T,
+    /// Changed (looked up mutably) since its deadline was last indexed.
+    dirty: bool,
+    /// Its deadline as indexed in [`Slots::index`].
+    indexed: Option<Instant>,
+}
+
+/// The consumer's connections by id, with an index of their deadlines: the earliest is found
+/// without looking at every connection, and so are the due ones. An entry looked up mutably
+/// is marked changed, and its deadline is indexed again at the next [`Slots::refresh`] (until
+/// then [`Slots::next_deadline`] looks at it directly), so no caller has to remember to.
 #[derive(Debug)]
 pub(crate) struct Slots<T> {
-    entries: Vec<(ConnId, T)>,
+    entries: Vec<Entry<T>>,
+    /// Entries marked dirty since the last refresh (ids of removed ones are skipped).
+    dirty: Vec<ConnId>,
+    index: BTreeSet<(Instant, ConnId)>,
 }
 
 impl<T> Default for Slots<T> {
     fn default() -> Self {
         Slots {
             entries: Vec::new(),
+            dirty: Vec::new(),
+            index: BTreeSet::new(),
         }
     }
 }
 
 impl<T> Slots<T> {
     fn position(&self, id: ConnId) -> Result<usize, usize> {
-        // The newest connection is the likeliest one (and the only one, often).
         match self.entries.last() {
-            Some((last, _)) if *last == id => Ok(self.entries.len() - 1),
-            Some((last, _)) if *last < id => Err(self.entries.len()),
-            _ => self.entries.binary_search_by_key(&id, |(k, _)| *k),
+            Some(last) if last.id == id => Ok(self.entries.len() - 1),
+            Some(last) if last.id < id => Err(self.entries.len()),
+            _ => self.entries.binary_search_by_key(&id, |e| e.id),
         }
     }
 
     pub(crate) fn get(&self, id: ConnId) -> Option<&T> {
-        self.position(id).ok().map(|i| &self.entries[i].1)
+        self.position(id).ok().map(|i| &self.entries[i].value)
     }
 
     pub(crate) fn get_mut(&mut self, id: ConnId) -> Option<&mut T> {
         match self.position(id) {
-            Ok(i) => Some(&mut self.entries[i].1),
+            Ok(i) => {
+                let e = &mut self.entries[i];
+                if !e.dirty {
+                    e.dirty = true;
+                    self.dirty.push(id);
+                }
+                Some(&mut e.value)
+            }
             Err(_) => None,
         }
     }
@@ -50,12 +77,27 @@ impl<T> Slots<T> {
         self.position(id).is_ok()
     }
 
-    /// Inserts or replaces; returns the replaced value.
     pub(crate) fn insert(&mut self, id: ConnId, value: T) -> Option<T> {
         match self.position(id) {
-            Ok(i) => Some(std::mem::replace(&mut self.entries[i].1, value)),
+            Ok(i) => {
+                let e = &mut self.entries[i];
+                if !e.dirty {
+                    e.dirty = true;
+                    self.dirty.push(id);
+                }
+                Some(std::mem::replace(&mut e.value, value))
+            }
             Err(i) => {
-                self.entries.insert(i, (id, value));
+                self.entries.insert(
+                    i,
+                    Entry {
+                        id,
+                        value,
+                        dirty: true,
+                        indexed: None,
+                    },
+                );
+                self.dirty.push(id);
                 None
             }
         }
@@ -63,7 +105,13 @@ impl<T> Slots<T> {
 
     pub(crate) fn remove(&mut self, id: ConnId) -> Option<T> {
         match self.position(id) {
-            Ok(i) => Some(self.entries.remove(i).1),
+            Ok(i) => {
+                let e = self.entries.remove(i);
+                if let Some(t) = e.indexed {
+                    self.index.remove(&(t, id));
+                }
+                Some(e.value)
+            }
             Err(_) => None,
         }
     }
@@ -73,19 +121,62 @@ impl<T> Slots<T> {
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&ConnId, &T)> {
-        self.entries.iter().map(|(k, v)| (k, v))
+        self.entries.iter().map(|e| (&e.id, &e.value))
     }
 
     pub(crate) fn keys(&self) -> impl Iterator<Item = &ConnId> {
-        self.entries.iter().map(|(k, _)| k)
+        self.entries.iter().map(|e| &e.id)
     }
 
     pub(crate) fn values(&self) -> impl Iterator<Item = &T> {
-        self.entries.iter().map(|(_, v)| v)
+        self.entries.iter().map(|e| &e.value)
     }
 
-    pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = &mut T> {
-        self.entries.iter_mut().map(|(_, v)| v)
+    /// Indexes the deadlines (`deadline` of each entry) of the entries changed since the last
+    /// refresh.
+    pub(crate) fn refresh(&mut self, deadline: impl Fn(&T) -> Option<Instant>) {
+        for id in std::mem::take(&mut self.dirty) {
+            let Ok(i) = self.position(id) else { continue };
+            let e = &mut self.entries[i];
+            e.dirty = false;
+            let d = deadline(&e.value);
+            if d != e.indexed {
+                if let Some(t) = e.indexed {
+                    self.index.remove(&(t, id));
+                }
+                if let Some(t) = d {
+                    self.index.insert((t, id));
+                }
+                e.indexed = d;
+            }
+        }
+    }
+
+    /// The earliest deadline of any entry.
+    pub(crate) fn next_deadline(
+        &self,
+        deadline: impl Fn(&T) -> Option<Instant>,
+    ) -> Option<Instant> {
+        let indexed = self.index.first().map(|(t, _)| *t);
+        let changed = self
+            .dirty
+            .iter()
+            .filter_map(|id| self.get(*id))
+            .filter_map(deadline);
+        indexed.into_iter().chain(changed).min()
+    }
+
+    /// The entries whose deadline is `now` or earlier, in deadline order.
+    pub(crate) fn due(
+        &mut self,
+        now: Instant,
+        deadline: impl Fn(&T) -> Option<Instant>,
+    ) -> Vec<ConnId> {
+        self.refresh(deadline);
+        self.index
+            .range(..=(now, ConnId::from_raw(u64::MAX)))
+            .map(|(_, id)| *id)
+            .collect()
     }
 }
 
@@ -121,6 +212,8 @@ pub(super) struct Slot {
     /// fewer turns first, then the longest waiting. A new connection starts at the fewest
     /// turns of the others, so it neither waits for nor overtakes a whole round.
     pub(super) turns: u64,
+    /// When it last became the backoff probe.
+    pub(super) probed_at: Option<Instant>,
     /// Its low-RDY turn is over but it had just answered: it gives RDY up at its next
     /// message.
     pub(super) yield_pending: bool,
@@ -130,6 +223,10 @@ pub(super) struct Slot {
     /// the negotiated output_buffer_timeout plus the handshake's duration (two round trips
     /// or more).
     pub(super) settle: Duration,
+    /// The handshake's length (IDENTIFY and SUB: two round trips), capped at the longest
+    /// settle time: what a RDY 1 waits for its message, and the transit of a lowered RDY 1
+    /// (nsqd flushes at once to a client with nothing more to receive).
+    pub(super) handshake: Duration,
     /// Messages nsqd may have sent before it read a lower RDY and that have not arrived:
     /// they count against max_in_flight until they arrive or `settle` has passed.
     pub(super) transit: u64,
@@ -152,9 +249,11 @@ impl Slot {
             released_at: None,
             answered_at: None,
             turns: 0,
+            probed_at: None,
             yield_pending: false,
             connected_at: None,
             settle: Duration::ZERO,
+            handshake: Duration::ZERO,
             transit: 0,
             transit_until: None,
             received_since_rdy: 0,
@@ -218,7 +317,13 @@ impl Slot {
                 let possible = committed.max(u64::from(current));
                 self.transit = possible - f;
                 if self.transit > 0 {
-                    self.transit_until = Some(later(now, self.settle));
+                    // Under RDY 1 nsqd flushed what it sent at once: a round trip is enough.
+                    let settle = if current <= 1 {
+                        self.handshake
+                    } else {
+                        self.settle
+                    };
+                    self.transit_until = Some(later(now, settle));
                 }
                 if target == 0 {
                     self.released_at = Some(now);
@@ -258,6 +363,22 @@ mod tests {
             assert_eq!(slots.is_empty(), model.is_empty());
         }
         assert!(slots.iter().eq(model.iter()));
+        // The index agrees with a scan: deadline = base + value seconds for even values.
+        #[expect(clippy::disallowed_methods, reason = "origin of virtual time")]
+        let base = Instant::now();
+        let f = |v: &u64| (v % 2 == 0).then(|| base + std::time::Duration::from_secs(*v % 1000));
+        slots.refresh(f);
+        let scan = slots.values().filter_map(f).min();
+        assert_eq!(slots.next_deadline(f), scan);
+        let cut = base + std::time::Duration::from_secs(500);
+        let mut due: Vec<ConnId> = slots.due(cut, f);
+        due.sort();
+        let expect: Vec<ConnId> = slots
+            .iter()
+            .filter(|(_, v)| f(v).is_some_and(|t| t <= cut))
+            .map(|(k, _)| *k)
+            .collect();
+        assert_eq!(due, expect);
         assert!(slots.keys().eq(model.keys()));
         assert!(slots.values().eq(model.values()));
     }
