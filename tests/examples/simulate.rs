@@ -18,6 +18,12 @@
 //! A violation prints the seed, the step, what broke, and a shorter fault schedule that still
 //! breaks it; the run exits with status 1.
 
+#![allow(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    reason = "a command-line tool"
+)]
+
 #[path = "../glue/sim_nsq_proto.rs"]
 mod sim_glue;
 
@@ -74,7 +80,7 @@ fn parse() -> Result<Args, String> {
             "--nsqd" => a.nsqd = num(&value)?.clamp(1, 100_000) as usize,
             "--max-in-flight" => {
                 a.max_in_flight =
-                    u32::try_from(num(&value)?).map_err(|_| "--max-in-flight too large")?
+                    u32::try_from(num(&value)?).map_err(|_| "--max-in-flight too large")?;
             }
             "--seeds" => a.seeds = num(&value)?,
             "--first-seed" => a.first_seed = num(&value)?,

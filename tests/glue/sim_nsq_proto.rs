@@ -12,8 +12,8 @@ use nsq_proto::driver::{Action, ConnId, LookupdRequestId};
 use nsq_proto::producer::{Producer, ProducerConfig, ProducerEvent, PublishFailure};
 use nsq_proto::{Channel, Message, MessageId, Topic};
 use nsq_test_broker::sim::{
-    Act, Answer, ClientFactory, ConnRef, ConsumerNote, Delivery, Footprint, Machine, PublishResult,
-    SimConsumer, SimProducer,
+    Act, Answer, ClientFactory, ConnRef, ConsumerNote, ConsumerSpec, Delivery, Footprint, Machine,
+    PublishResult, SimConsumer, SimProducer,
 };
 
 fn act(a: Action) -> Act {
@@ -233,7 +233,7 @@ impl SimProducer for SimNsqProducer {
         let topic = Topic::new(topic).map_err(|e| e.to_string())?;
         self.producer
             .publish(now, &topic, body)
-            .map(|id| id.get())
+            .map(nsq_proto::producer::PublishId::get)
             .map_err(|e| e.to_string())
     }
     fn poll_result(&mut self) -> Option<PublishResult> {
@@ -268,28 +268,19 @@ impl SimProducer for SimNsqProducer {
 pub(crate) struct NsqProtoFactory;
 
 impl ClientFactory for NsqProtoFactory {
-    fn consumer(
-        &mut self,
-        now: Instant,
-        seed: u64,
-        topic: &str,
-        channel: &str,
-        max_in_flight: u32,
-        max_attempts: u16,
-        lookupds: &[String],
-    ) -> Box<dyn SimConsumer> {
+    fn consumer(&mut self, now: Instant, spec: &ConsumerSpec<'_>) -> Box<dyn SimConsumer> {
         let config = ConsumerConfig {
-            max_in_flight,
-            max_attempts,
+            max_in_flight: spec.max_in_flight,
+            max_attempts: spec.max_attempts,
             ..ConsumerConfig::default()
         };
         let mut consumer = Consumer::new(
             config,
-            Topic::new(topic).expect("valid topic"),
-            Channel::new(channel).expect("valid channel"),
-            seed,
+            Topic::new(spec.topic).expect("valid topic"),
+            Channel::new(spec.channel).expect("valid channel"),
+            spec.seed,
         );
-        for l in lookupds {
+        for l in spec.lookupds {
             consumer.add_lookupd(now, l).expect("valid lookupd address");
         }
         Box::new(SimNsqConsumer {

@@ -210,6 +210,13 @@ impl InFlight {
         self.entry(id).is_some()
     }
 
+    /// The ids in flight, in no particular order.
+    pub(crate) fn ids(&self) -> impl Iterator<Item = MessageId> + '_ {
+        self.map
+            .iter()
+            .filter_map(|&i| self.entries.get(i as usize).map(|e| e.id))
+    }
+
     fn entry(&self, id: &MessageId) -> Option<&Entry> {
         Self::find(&self.map, &self.entries, id)
     }

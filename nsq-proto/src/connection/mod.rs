@@ -119,6 +119,9 @@ pub struct Connection {
     rdy: u32,
     /// In-flight messages with their deadlines.
     inflight: inflight::InFlight,
+    /// The ids that were in flight when the connection failed (the table is cleared then):
+    /// its owner may still account for them.
+    lost_in_flight: Vec<MessageId>,
     last_message_at: Option<Instant>,
     next_token: u64,
     first_outstanding: u64,
@@ -212,6 +215,7 @@ impl Connection {
             last_rx: now,
             rdy: 0,
             inflight: inflight::InFlight::default(),
+            lost_in_flight: Vec::new(),
             last_message_at: None,
             next_token: 0,
             first_outstanding: 0,
@@ -271,6 +275,14 @@ impl Connection {
     #[must_use]
     pub fn in_flight(&self) -> usize {
         self.inflight.len()
+    }
+
+    /// The ids of the messages in flight, in no particular order.
+    /// After a failure, the ids that were in flight when it failed.
+    pub(crate) fn in_flight_ids(&self) -> impl Iterator<Item = MessageId> + '_ {
+        self.inflight
+            .ids()
+            .chain(self.lost_in_flight.iter().copied())
     }
 
     /// Whether `id` is in flight on this connection.
@@ -713,6 +725,7 @@ impl Connection {
             ));
         }
         self.first_outstanding = self.next_token;
+        self.lost_in_flight = self.inflight.ids().collect();
         self.inflight.clear();
         self.pre_ready.clear();
         self.drain_deadline = None;

@@ -70,8 +70,14 @@ use std::time::{Duration, Instant};
 /// trips). The rotation below mostly avoids the case: it takes RDY from a busy holder (its
 /// message in the handler, so nsqd sends nothing more) or from one idle for
 /// `low_rdy_idle_timeout`, never right after an answer. What no client controls: a FIN and
-/// a RDY sent to two different nsqd may be read in either order, for microseconds. Messages
-/// of a connection that was lost are not counted: nsqd has requeued them.
+/// a RDY sent to two different nsqd may be read in either order, for microseconds.
+///
+/// The bound holds for the application, not only for nsqd: a message whose connection was
+/// lost, or which expired before it was answered, is requeued by nsqd, but the application
+/// still holds it, so it keeps its share until the application answers it (the answer
+/// itself then fails: unknown connection, or not in flight). A handler pool sized to
+/// `max_in_flight` is never handed more. (One case stays uncounted: a message that expired
+/// and came back on the same connection, answered twice by the application.)
 ///
 /// # Fewer max_in_flight than connections: a rotation in seconds
 /// Connections hold RDY 1 in turns. A turn lasts `low_rdy_timeout` (default **2 s**), or ends
@@ -136,6 +142,7 @@ pub struct Consumer {
     finished: u64,
     requeued: u64,
     gave_up: u64,
+    returned: u64,
 }
 
 impl Consumer {
@@ -155,6 +162,7 @@ impl Consumer {
             finished: 0,
             requeued: 0,
             gave_up: 0,
+            returned: 0,
         }
     }
 
@@ -186,6 +194,8 @@ impl Consumer {
         out.finished = self.finished;
         out.requeued = self.requeued;
         out.gave_up = self.gave_up;
+        out.returned = self.returned;
+        out.unanswered_elsewhere = self.shared.ghosts.len();
         out.connections = slots.values().filter(|s| s.is_ready()).count();
         out.backoff_level = self.flow.backoff_level();
         out.total_rdy = slots.values().map(|s| u64::from(s.rdy())).sum();
@@ -343,7 +353,7 @@ impl Consumer {
         // The connections with a deadline due (from the deadline index, not a scan): their
         // own timers (heartbeat liveness, message expiry, drain deadline), then flow
         // control's (bootstrap, settle).
-        let due = self.shared.slots.due(now, Slot::next_timeout);
+        let due = self.shared.slots.due_at(now);
         for &id in &due {
             let conn_due = self
                 .shared
@@ -377,8 +387,10 @@ impl Consumer {
         conn: ConnId,
         id: &MessageId,
     ) -> Result<(), ConsumerError> {
+        self.forget_ghost(now, conn, id);
         self.flow.before_answer(now, conn, id, &mut self.shared);
         self.connection_mut(conn)?.finish(now, id)?;
+        self.unhand(conn);
         self.finished += 1;
         self.count(conn, |c| c.finished += 1);
         // Backoff first: leaving backoff re-plans RDY, which makes a refill unnecessary.
@@ -424,11 +436,13 @@ impl Consumer {
                 )
             })
             .min(config.connection.limits.max_req_timeout);
+        self.forget_ghost(now, conn, id);
         let c = self.connection_mut(conn)?;
         if !c.is_in_flight(id) {
             // Let the connection produce its own misuse error (nothing is sent). Should it
             // accept the REQ after all, it counts as a requeue without backoff.
             c.requeue(now, id, delay)?;
+            self.unhand(conn);
             self.requeued += 1;
             self.count(conn, |c| c.requeued += 1);
             self.after_answer(now, conn);
@@ -440,6 +454,7 @@ impl Consumer {
         }
         self.flow.before_answer(now, conn, id, &mut self.shared);
         self.connection_mut(conn)?.requeue(now, id, delay)?;
+        self.unhand(conn);
         self.requeued += 1;
         self.count(conn, |c| c.requeued += 1);
         self.after_answer(now, conn);
@@ -647,7 +662,7 @@ impl Consumer {
     /// Drains a connection's events (turning them into consumer actions) and its bytes.
     fn pump(&mut self, now: Instant, id: ConnId) {
         loop {
-            self.pump_deliveries(id);
+            self.pump_deliveries(now, id);
             let Some(c) = self.shared.slots.get_mut(id).and_then(|s| s.conn.as_mut()) else {
                 return;
             };
@@ -670,6 +685,9 @@ impl Consumer {
                 }
                 ConnectionEvent::Message(message) => self.on_message(now, id, message),
                 ConnectionEvent::MessageExpired(mid) => {
+                    // nsqd has requeued it, but the application still holds it.
+                    self.shared.ghosts.insert((id, mid));
+                    self.unhand(id);
                     self.shared
                         .events
                         .push_back(ConsumerEvent::MessageExpired { conn: id, id: mid });
@@ -686,7 +704,7 @@ impl Consumer {
                 ConnectionEvent::Closed(reason) => {
                     let leftovers = match &reason {
                         CloseReason::Graceful { unanswered } => *unanswered,
-                        _ => c.in_flight(),
+                        _ => c.in_flight_ids().count(),
                     };
                     self.shared.queue_transmit(id);
                     self.drop_slot(now, id, &reason.to_string(), leftovers);
@@ -696,13 +714,14 @@ impl Consumer {
             }
         }
         self.shared.queue_transmit(id);
+        self.flow.after_deliveries(now, &mut self.shared);
     }
 
     /// The common case of [`Consumer::pump`] with one look-up for a whole run of messages, not
     /// several per message: moves the deliveries at the front of `id`'s events to the
     /// consumer's events while none of them needs more (a re-plan because the connection's
     /// bootstrap or low-RDY turn ends, or a give-up); `pump` takes the rest one at a time.
-    fn pump_deliveries(&mut self, id: ConnId) {
+    fn pump_deliveries(&mut self, now: Instant, id: ConnId) {
         let max_attempts = self.shared.config.max_attempts;
         let plain = |m: &Message| !gives_up(max_attempts, m);
         let Some(slot) = self.shared.slots.get_mut(id) else {
@@ -713,15 +732,42 @@ impl Consumer {
             let Some(message) = slot.conn.as_mut().and_then(|c| c.poll_message(plain)) else {
                 break;
             };
+            let covered = slot.covers_next();
             // (false, false) under this loop's condition: nothing to re-plan.
             let _ = FlowControl::on_message(slot);
             slot.counts.received += 1;
             received += 1;
-            self.shared
-                .events
-                .push_back(ConsumerEvent::Message { conn: id, message });
+            if covered {
+                slot.handed += 1;
+                self.shared
+                    .events
+                    .push_back(ConsumerEvent::Message { conn: id, message });
+            } else {
+                Self::send_back(now, id, slot, &message);
+                self.returned += 1;
+            }
         }
         self.received += received;
+    }
+
+    /// A message nsqd delivered beyond what this connection's RDY and possible transit allow
+    /// (it sat on the wire past the settle time of a lowered RDY: a half-open link, say):
+    /// handing it out could exceed max_in_flight in the application, so it goes back to
+    /// nsqd at once (REQ 0, no backoff; its attempt counts, as for any redelivery).
+    fn send_back(now: Instant, id: ConnId, slot: &mut Slot, message: &Message) {
+        tracing::debug!(conn = %id, msg = %message.id, "message beyond the in-flight budget: requeued at once");
+        if let Some(c) = slot.conn.as_mut() {
+            if let Err(e) = c.requeue(now, &message.id, Duration::ZERO) {
+                tracing::debug!(conn = %id, error = %e, "could not requeue a message beyond the budget");
+            }
+        }
+    }
+
+    /// The application answered a message of `conn` (or it expired).
+    fn unhand(&mut self, conn: ConnId) {
+        if let Some(slot) = self.shared.slots.get_mut(conn) {
+            slot.handed = slot.handed.saturating_sub(1);
+        }
     }
 
     fn on_message(&mut self, now: Instant, id: ConnId, message: Message) {
@@ -731,8 +777,12 @@ impl Consumer {
             return;
         };
         slot.counts.received += 1;
+        let covered = slot.covers_next();
         let after = FlowControl::on_message(slot);
-        if gives_up(max_attempts, &message) {
+        if !gives_up(max_attempts, &message) && !covered {
+            Self::send_back(now, id, slot, &message);
+            self.returned += 1;
+        } else if gives_up(max_attempts, &message) {
             if let Some(c) = self.shared.slots.get_mut(id).and_then(|s| s.conn.as_mut()) {
                 if let Err(e) = c.finish(now, &message.id) {
                     tracing::debug!(conn = %id, error = %e, "could not finish a message given up on");
@@ -747,12 +797,24 @@ impl Consumer {
             self.flow.on_success(now, &mut self.shared);
             self.after_answer(now, id);
         } else {
+            if let Some(slot) = self.shared.slots.get_mut(id) {
+                slot.handed += 1;
+            }
             self.shared
                 .events
                 .push_back(ConsumerEvent::Message { conn: id, message });
         }
         if after.replan() {
             self.flow.rebalance(now, after.turn_over, &mut self.shared);
+        }
+    }
+
+    /// The application answered a message no connection counts any more (its connection was
+    /// lost, or it expired): its share of max_in_flight is free. The answer itself then
+    /// fails as before (unknown connection, or not in flight).
+    fn forget_ghost(&mut self, now: Instant, conn: ConnId, id: &MessageId) {
+        if self.shared.ghosts.remove(&(conn, *id)) {
+            self.flow.replan_if_owed(now, &mut self.shared);
         }
     }
 
@@ -771,6 +833,12 @@ impl Consumer {
         let Some(slot) = self.shared.slots.remove(id) else {
             return;
         };
+        // nsqd requeues what was in flight, but the application still holds it.
+        if let Some(c) = &slot.conn {
+            self.shared
+                .ghosts
+                .extend(c.in_flight_ids().map(|mid| (id, mid)));
+        }
         self.discovery.add_counts(&slot.addr, &slot.counts);
         self.shared.push_action(Action::Disconnect { conn: id });
         // A connection that never became ready may say the configuration cannot work.

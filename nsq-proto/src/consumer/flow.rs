@@ -56,6 +56,9 @@ pub(super) struct FlowControl {
     /// The last plan cut a raise because what is committed filled max_in_flight: any
     /// answer may make room.
     cut_by_full: bool,
+    /// The last plan was made with max_in_flight filled by what is committed (so every RDY
+    /// is at most its connection's unanswered messages).
+    full_at_plan: bool,
     /// E_FIN_FAILED / E_REQ_FAILED / E_TOUCH_FAILED burst: (start of the window, count).
     answer_failures: Option<(Instant, u32)>,
     /// The backoff level (0 = full speed).
@@ -89,6 +92,7 @@ impl FlowControl {
             last_turn_end: None,
             over_budget: false,
             cut_by_full: false,
+            full_at_plan: false,
             answer_failures: None,
             backoff_level: 0,
             probe: None,
@@ -188,6 +192,26 @@ impl FlowControl {
             // the re-plan queues elsewhere.
             sh.queue_transmit(id);
             self.replan_if_owed(now, sh);
+        }
+    }
+
+    /// Messages arrived (or were answered). If what is committed now fills max_in_flight
+    /// while a RDY somewhere is above its connection's committed messages, that RDY would let
+    /// in more than max_in_flight (the arrivals were on the wire under a RDY lowered since,
+    /// or came back on a refill): plan again, which caps every RDY at what its connection
+    /// holds. The running sums make the check cheap.
+    pub(super) fn after_deliveries(&mut self, now: Instant, sh: &mut Shared) {
+        if sh.closing {
+            return;
+        }
+        let (committed, reserved) = sh.slots.budget_totals();
+        let committed = committed + sh.ghosts.len() as u64;
+        // Room left open somewhere (a RDY above its connection's committed messages) while
+        // the committed messages alone fill max_in_flight: close it.
+        if committed >= u64::from(self.max_in_flight)
+            && reserved > committed - sh.ghosts.len() as u64
+        {
+            self.rebalance(now, false, sh);
         }
     }
 
@@ -644,12 +668,9 @@ impl FlowControl {
         let m = u64::from(self.max_in_flight);
         // A lowered RDY frees nothing yet: what nsqd may have sent under it stays committed
         // (`Slot::transit`), so the budget counts every connection's current RDY.
-        let committed: u64 = sh.slots.values().map(Slot::committed).sum();
-        let reserved: u64 = sh
-            .slots
-            .values()
-            .map(|s| s.committed().max(u64::from(s.rdy())))
-            .sum();
+        let ghosts = sh.ghosts.len() as u64;
+        let (committed, reserved) = sh.slots.budget_totals();
+        let (committed, reserved) = (committed + ghosts, reserved + ghosts);
         let mut free = m.saturating_sub(reserved);
         // At or over the limit with what is committed alone, no RDY may leave room for one
         // more delivery anywhere.
@@ -682,6 +703,7 @@ impl FlowControl {
         self.over_budget = committed > m;
         self.owed = owed || self.over_budget;
         self.cut_by_full = cut_by_full;
+        self.full_at_plan = full;
         for pass in [true, false] {
             for (id, &grant) in ready.iter().zip(&grants) {
                 let Some(slot) = sh.slots.get_mut(*id) else {
@@ -729,7 +751,7 @@ impl FlowControl {
         if !self.over_budget {
             return;
         }
-        let committed: u64 = sh.slots.values().map(Slot::committed).sum();
+        let committed = sh.slots.budget_totals().0 + sh.ghosts.len() as u64;
         if committed <= u64::from(self.max_in_flight) {
             return;
         }

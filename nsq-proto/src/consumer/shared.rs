@@ -7,9 +7,10 @@ use super::events::ConsumerEvent;
 use super::slots::{Slot, Slots};
 use super::timers::TimerTable;
 use crate::driver::{Action, ConnId};
+use crate::frame::MessageId;
 use crate::rng::Rng;
 use bytes::Bytes;
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 
 /// An action waiting in the output queue.
 #[derive(Debug)]
@@ -36,6 +37,11 @@ pub(super) struct Shared {
     pub(super) closing: bool,
     actions: VecDeque<Queued>,
     pub(super) events: VecDeque<ConsumerEvent>,
+    /// Messages handed to the application that no connection counts any more (their
+    /// connection was lost, or nsqd timed them out) and that the application has not
+    /// answered yet: they still hold a share of max_in_flight until it does (see
+    /// [`Consumer`](super::Consumer), "max_in_flight bounds messages in the application").
+    pub(super) ghosts: HashSet<(ConnId, MessageId)>,
 }
 
 impl Shared {
@@ -48,6 +54,7 @@ impl Shared {
             closing: false,
             actions: VecDeque::new(),
             events: VecDeque::new(),
+            ghosts: HashSet::new(),
         }
     }
 
@@ -87,7 +94,7 @@ impl Shared {
             let Some(next) = self.actions.pop_front() else {
                 // Drained: the connections changed since are indexed by deadline again, so
                 // `poll_timeout` stays a look at the index's front.
-                self.slots.refresh(Slot::next_timeout);
+                self.slots.sync();
                 return None;
             };
             match next {

@@ -22,6 +22,8 @@ struct Entry<T> {
     dirty: bool,
     /// Its deadline as indexed in [`Slots::index`].
     indexed: Option<Instant>,
+    /// Its weights as counted in [`Slots::totals`].
+    weight: (u64, u64),
 }
 
 /// The consumer's connections by id, with an index of their deadlines: the earliest is found
@@ -34,6 +36,8 @@ pub(crate) struct Slots<T> {
     /// Entries marked dirty since the last refresh (ids of removed ones are skipped).
     dirty: Vec<ConnId>,
     index: BTreeSet<(Instant, ConnId)>,
+    /// The sums of the entries' weights as of their last refresh.
+    total: (u64, u64),
 }
 
 impl<T> Default for Slots<T> {
@@ -42,6 +46,7 @@ impl<T> Default for Slots<T> {
             entries: Vec::new(),
             dirty: Vec::new(),
             index: BTreeSet::new(),
+            total: (0, 0),
         }
     }
 }
@@ -95,6 +100,7 @@ impl<T> Slots<T> {
                         value,
                         dirty: true,
                         indexed: None,
+                        weight: (0, 0),
                     },
                 );
                 self.dirty.push(id);
@@ -110,6 +116,8 @@ impl<T> Slots<T> {
                 if let Some(t) = e.indexed {
                     self.index.remove(&(t, id));
                 }
+                self.total.0 -= e.weight.0;
+                self.total.1 -= e.weight.1;
                 Some(e.value)
             }
             Err(_) => None,
@@ -132,13 +140,21 @@ impl<T> Slots<T> {
         self.entries.iter().map(|e| &e.value)
     }
 
-    /// Indexes the deadlines (`deadline` of each entry) of the entries changed since the last
-    /// refresh.
-    pub(crate) fn refresh(&mut self, deadline: impl Fn(&T) -> Option<Instant>) {
+    /// Indexes the deadlines (`deadline` of each entry) and counts the weights (`weight`) of
+    /// the entries changed since the last refresh.
+    pub(crate) fn refresh(
+        &mut self,
+        deadline: impl Fn(&T) -> Option<Instant>,
+        weight: impl Fn(&T) -> (u64, u64),
+    ) {
         for id in std::mem::take(&mut self.dirty) {
             let Ok(i) = self.position(id) else { continue };
             let e = &mut self.entries[i];
             e.dirty = false;
+            let w = weight(&e.value);
+            self.total.0 = self.total.0 - e.weight.0 + w.0;
+            self.total.1 = self.total.1 - e.weight.1 + w.1;
+            e.weight = w;
             let d = deadline(&e.value);
             if d != e.indexed {
                 if let Some(t) = e.indexed {
@@ -150,6 +166,16 @@ impl<T> Slots<T> {
                 e.indexed = d;
             }
         }
+    }
+
+    /// The sums of every entry's two weights (refreshed first).
+    pub(crate) fn totals(
+        &mut self,
+        deadline: impl Fn(&T) -> Option<Instant>,
+        weight: impl Fn(&T) -> (u64, u64),
+    ) -> (u64, u64) {
+        self.refresh(deadline, weight);
+        self.total
     }
 
     /// The earliest deadline of any entry.
@@ -171,12 +197,32 @@ impl<T> Slots<T> {
         &mut self,
         now: Instant,
         deadline: impl Fn(&T) -> Option<Instant>,
+        weight: impl Fn(&T) -> (u64, u64),
     ) -> Vec<ConnId> {
-        self.refresh(deadline);
+        self.refresh(deadline, weight);
         self.index
             .range(..=(now, ConnId::from_raw(u64::MAX)))
             .map(|(_, id)| *id)
             .collect()
+    }
+}
+
+impl Slots<Slot> {
+    /// Re-indexes the connections changed since the last call.
+    pub(crate) fn sync(&mut self) {
+        self.refresh(Slot::next_timeout, Slot::budget);
+    }
+
+    /// Over every connection, kept as running sums: the messages committed (unanswered, and
+    /// possibly on the wire after a lowered RDY: [`Slot::committed`]) and the shares of
+    /// max_in_flight reserved (`max(committed, RDY)`).
+    pub(crate) fn budget_totals(&mut self) -> (u64, u64) {
+        self.totals(Slot::next_timeout, Slot::budget)
+    }
+
+    /// The connections with a deadline at or before `now`.
+    pub(crate) fn due_at(&mut self, now: Instant) -> Vec<ConnId> {
+        self.due(now, Slot::next_timeout, Slot::budget)
     }
 }
 
@@ -231,6 +277,9 @@ pub(super) struct Slot {
     /// they count against max_in_flight until they arrive or `settle` has passed.
     pub(super) transit: u64,
     pub(super) transit_until: Option<Instant>,
+    /// Messages handed to the application on this connection and not answered (nor
+    /// expired) yet.
+    pub(super) handed: u64,
     /// Messages received since the last RDY was sent (for the refill rule).
     pub(super) received_since_rdy: u32,
     /// Message counters of this connection.
@@ -256,6 +305,7 @@ impl Slot {
             handshake: Duration::ZERO,
             transit: 0,
             transit_until: None,
+            handed: 0,
             received_since_rdy: 0,
             counts: Counts::default(),
         }
@@ -301,6 +351,20 @@ impl Slot {
     /// ends, and of the messages that may be on the wire until they arrive or `settle` passes.
     pub(super) fn committed(&self) -> u64 {
         self.unanswered().saturating_add(self.transit)
+    }
+
+    /// Whether the next message to arrive is covered by this connection's share: one of those
+    /// possibly on the wire after a lowered RDY, or within its RDY. (Not ready, closing: always,
+    /// the close drains what comes.)
+    pub(super) fn covers_next(&self) -> bool {
+        !self.is_ready() || self.transit > 0 || self.handed < u64::from(self.rdy())
+    }
+
+    /// `(committed, share)`: what it has committed, and the share of max_in_flight it
+    /// reserves, `max(committed, RDY)`.
+    pub(super) fn budget(&self) -> (u64, u64) {
+        let c = self.committed();
+        (c, c.max(u64::from(self.rdy())))
     }
 
     /// Sends a lower RDY, and keeps what nsqd may still send under the old one committed.
@@ -367,11 +431,16 @@ mod tests {
         #[expect(clippy::disallowed_methods, reason = "origin of virtual time")]
         let base = Instant::now();
         let f = |v: &u64| (v % 2 == 0).then(|| base + std::time::Duration::from_secs(*v % 1000));
-        slots.refresh(f);
+        let w = |v: &u64| (*v % 7, *v % 11);
+        let sums = slots
+            .values()
+            .map(w)
+            .fold((0, 0), |(a, b), (x, y)| (a + x, b + y));
+        assert_eq!(slots.totals(f, w), sums);
         let scan = slots.values().filter_map(f).min();
         assert_eq!(slots.next_deadline(f), scan);
         let cut = base + std::time::Duration::from_secs(500);
-        let mut due: Vec<ConnId> = slots.due(cut, f);
+        let mut due: Vec<ConnId> = slots.due(cut, f, w);
         due.sort();
         let expect: Vec<ConnId> = slots
             .iter()

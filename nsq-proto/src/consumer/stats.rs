@@ -17,6 +17,14 @@ pub struct ConsumerStats {
     pub requeued: u64,
     /// Messages finished automatically because they exceeded `max_attempts`.
     pub gave_up: u64,
+    /// Messages nsqd delivered beyond what max_in_flight allowed at the time (they sat on
+    /// the wire longer than a lowered RDY's settle time: a half-open link, say), requeued at
+    /// once (REQ 0, no backoff) without reaching the application. Counted in `received`.
+    pub returned: u64,
+    /// Messages the application still holds whose connection was lost, or which nsqd timed
+    /// out, and which it has not answered yet: nsqd requeued them, but they keep their share
+    /// of max_in_flight until the application answers (not counted in `in_flight`).
+    pub unanswered_elsewhere: usize,
     /// Connections that are ready (handshake and SUB done).
     pub connections: usize,
     /// The current backoff level (0 = full speed).

@@ -166,20 +166,27 @@ pub trait SimProducer: Machine {
     fn poll_result(&mut self) -> Option<PublishResult>;
 }
 
+/// What consumer a run asks its [`ClientFactory`] for.
+#[derive(Clone, Debug)]
+pub struct ConsumerSpec<'a> {
+    /// Its seed.
+    pub seed: u64,
+    /// The topic.
+    pub topic: &'a str,
+    /// The channel.
+    pub channel: &'a str,
+    /// max_in_flight.
+    pub max_in_flight: u32,
+    /// max_attempts.
+    pub max_attempts: u16,
+    /// The lookupds to discover nsqd through (`http://host:port`).
+    pub lookupds: &'a [String],
+}
+
 /// Makes the clients a run drives.
 pub trait ClientFactory {
-    /// A consumer of `topic`/`channel` with `max_in_flight`, `max_attempts`, discovering nsqd
-    /// through `lookupds` (`http://host:port`), seeded with `seed`.
-    fn consumer(
-        &mut self,
-        now: Instant,
-        seed: u64,
-        topic: &str,
-        channel: &str,
-        max_in_flight: u32,
-        max_attempts: u16,
-        lookupds: &[String],
-    ) -> Box<dyn SimConsumer>;
+    /// A consumer as `spec` says.
+    fn consumer(&mut self, now: Instant, spec: &ConsumerSpec<'_>) -> Box<dyn SimConsumer>;
     /// A producer publishing to `nsqds` (`host:port`).
     fn producer(&mut self, now: Instant, seed: u64, nsqds: &[String]) -> Box<dyn SimProducer>;
 }

@@ -141,7 +141,6 @@ pub fn schedule(config: &SimConfig) -> Vec<Fault> {
         let room = phase.saturating_sub(at_ms).max(1);
         let nsqd = r.below(n) as usize;
         let kind = match k % 12 {
-            0 => FaultKind::Reset { nsqd },
             1 => FaultKind::HalfOpen {
                 nsqd,
                 // Some outlast two heartbeats (the connection is given up), most do not.

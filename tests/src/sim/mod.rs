@@ -28,8 +28,8 @@ mod rng;
 mod world;
 
 pub use client::{
-    Act, Answer, ClientFactory, ConnRef, ConsumerNote, Delivery, Footprint, Machine, PublishResult,
-    SimConsumer, SimProducer,
+    Act, Answer, ClientFactory, ConnRef, ConsumerNote, ConsumerSpec, Delivery, Footprint, Machine,
+    PublishResult, SimConsumer, SimProducer,
 };
 pub use faults::{Fault, FaultKind, schedule};
 pub use rng::Rng;
@@ -65,8 +65,14 @@ pub struct SimConfig {
     pub drain_limit: Duration,
     /// nsqd's msg_timeout.
     pub msg_timeout: Duration,
-    /// The longest an nsqd with messages may wait while the consumer has room.
+    /// The longest an nsqd with messages may wait while the consumer has room, at least:
+    /// with more nsqd than max_in_flight the bound is the consumer's own promise when it is
+    /// longer, a turn of `low_rdy_turn` for each `max_in_flight` nsqd ahead of it, plus one
+    /// (see [`SimConfig::effective_starvation_bound`]).
     pub starvation_bound: Duration,
+    /// The consumer's `low_rdy_timeout` (nsq-proto's default, 2 s): how long one turn of RDY
+    /// lasts when nsqd outnumber max_in_flight.
+    pub low_rdy_turn: Duration,
 }
 
 impl SimConfig {
@@ -87,6 +93,24 @@ impl SimConfig {
             drain_limit: Duration::from_secs(900),
             msg_timeout: Duration::from_secs(60),
             starvation_bound: Duration::from_secs(10),
+            low_rdy_turn: Duration::from_secs(2),
         }
+    }
+
+    /// The starvation bound the run checks: [`SimConfig::starvation_bound`], or, with more
+    /// nsqd than max_in_flight, the consumer's documented rotation (a connection with
+    /// messages waits at most about `ceil(waiting / max_in_flight)` turns) plus one turn,
+    /// if that is longer. The report gives the worst wait measured, whatever the bound.
+    pub fn effective_starvation_bound(&self) -> Duration {
+        let m = u64::from(self.max_in_flight.max(1));
+        let n = self.nsqd as u64;
+        if n <= m {
+            return self.starvation_bound;
+        }
+        let turns = (n - 1).div_ceil(m) + 1;
+        let rotation = self
+            .low_rdy_turn
+            .saturating_mul(u32::try_from(turns).unwrap_or(u32::MAX));
+        self.starvation_bound.max(rotation)
     }
 }

@@ -2,6 +2,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::fmt::Write as _;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -195,6 +196,8 @@ struct World<'f> {
     lowered_from: Option<(u32, Instant)>,
     /// When the current consumer was asked to close.
     closing_since: Option<Instant>,
+    /// The starvation bound checked ([`SimConfig::effective_starvation_bound`]).
+    bound: Duration,
     mif_faults: u32,
     slow_handlers: u32,
     failing_handlers: u32,
@@ -300,8 +303,13 @@ impl<'f> World<'f> {
             addr_index.insert(addr.clone(), i);
             let mut model = Nsqd::new(opts.clone(), (i as u64) << 40, t0, unix0);
             model.create_channel(t0, TOPIC, CHANNEL);
-            // Internet-scale links: 0.1 ms to 80 ms one way, 1 to 100 MB/s.
-            let latency = Duration::from_micros(r_net.range(100, 80_000));
+            // Links one way: 70% in the consumer's region (0.1-2 ms), 25% in another region
+            // (5-40 ms), 5% on another continent (60-120 ms); 1 to 100 MB/s.
+            let latency = Duration::from_micros(match r_net.below(100) {
+                0..70 => r_net.range(100, 2_000),
+                70..95 => r_net.range(5_000, 40_000),
+                _ => r_net.range(60_000, 120_000),
+            });
             let bytes_per_sec = r_net.range(1, 100) * 1_000_000;
             nodes.push(Node {
                 model,
@@ -330,6 +338,7 @@ impl<'f> World<'f> {
             max_in_flight_ever: cfg.max_in_flight,
             lowered_from: None,
             closing_since: None,
+            bound: cfg.effective_starvation_bound(),
             publishes_left: cfg.messages as u64,
             producer_left: cfg.producer_messages as u64,
             lookupd_up: vec![0; cfg.lookupds.max(1)],
@@ -511,11 +520,13 @@ impl<'f> World<'f> {
         let Some(c) = &self.consumer else {
             return false;
         };
+        // Judged under the configured max_in_flight only (not while a fault changed it).
         !c.closing
+            && self.mif_faults == 0
             && self.max_in_flight > 0
             && (c.held.len() as u64) < u64::from(self.max_in_flight)
             && c.machine.backoff_level() == 0
-            && self.lookupd_up.iter().any(|d| *d == 0)
+            && self.lookupd_up.contains(&0)
     }
 
     fn handle(&mut self, ev: Ev) {
@@ -572,7 +583,7 @@ impl<'f> World<'f> {
                 self.trace(b'e', key.1, &[]);
                 self.client_call(key.0, |m, now| m.eof(now, key.1));
             }
-            Ev::Lookupd(epoch, req, reply) => self.lookupd_reply(epoch, req, reply),
+            Ev::Lookupd(epoch, req, reply) => self.lookupd_reply(epoch, req, reply.as_deref()),
             Ev::Handler(epoch, d, outcome) => self.handler_done(epoch, d, outcome),
             Ev::NsqdTimer(i) => {
                 if self.nodes[i].timer_at.is_some_and(|t| t <= self.now) {
@@ -600,15 +611,15 @@ impl<'f> World<'f> {
             .map(|k| format!("http://lookupd{k}.sim:4161"))
             .collect();
         let t = Instant::now();
-        let machine = self.factory.consumer(
-            self.now,
-            self.cfg.seed.wrapping_add(u64::from(epoch)),
-            TOPIC,
-            CHANNEL,
-            self.max_in_flight,
-            self.cfg.max_attempts,
-            &lookupds,
-        );
+        let spec = super::client::ConsumerSpec {
+            seed: self.cfg.seed.wrapping_add(u64::from(epoch)),
+            topic: TOPIC,
+            channel: CHANNEL,
+            max_in_flight: self.max_in_flight,
+            max_attempts: self.cfg.max_attempts,
+            lookupds: &lookupds,
+        };
+        let machine = self.factory.consumer(self.now, &spec);
         self.report.core_time += t.elapsed();
         if let Some(old) = self.consumer.take() {
             self.old_consumers.push(old);
@@ -688,7 +699,7 @@ impl<'f> World<'f> {
             let note = c.machine.poll_note();
             self.report.core_time += t.elapsed();
             let Some(note) = note else { break };
-            self.consumer_note(note);
+            self.consumer_note(&note);
         }
         self.check_flow();
     }
@@ -760,13 +771,14 @@ impl<'f> World<'f> {
         }
     }
 
-    fn consumer_note(&mut self, note: ConsumerNote) {
+    fn consumer_note(&mut self, note: &ConsumerNote) {
         let Some(c) = self.consumer.as_mut() else {
             return;
         };
         let epoch = c.epoch;
         match note {
             ConsumerNote::Message(d) => {
+                let d = *d;
                 if c.closed {
                     self.violate(format!(
                         "consumer {epoch} handed out message {} after Closed",
@@ -781,9 +793,13 @@ impl<'f> World<'f> {
                     .map_or(0, |(m, _)| m);
                 let bound = self.max_in_flight.max(grace);
                 if held >= u64::from(bound) && !c.closing {
+                    let view = self
+                        .conn_node(Who::Consumer(epoch), d.conn)
+                        .map(|n| format!("nsqd{n}: {}", self.node_view(n)))
+                        .unwrap_or_default();
                     self.violate(format!(
                         "the application already holds {held} messages and max_in_flight is {}, \
-                         yet message {} (attempt {}) was handed out",
+                         yet message {} (attempt {}) was handed out; {view}",
                         self.max_in_flight,
                         String::from_utf8_lossy(&d.id),
                         d.attempts
@@ -799,6 +815,7 @@ impl<'f> World<'f> {
                 self.schedule_handler(epoch, d);
             }
             ConsumerNote::GaveUp(d) => {
+                let d = *d;
                 if let Some(n) = self.conn_node(Who::Consumer(epoch), d.conn) {
                     self.handed.insert((n, d.id));
                     self.finished.insert((n, d.id));
@@ -807,6 +824,7 @@ impl<'f> World<'f> {
                 self.trace(b'g', d.conn, &d.id);
             }
             ConsumerNote::Closed { leftovers } => {
+                let leftovers = *leftovers;
                 let held = c.held.len();
                 c.closed = true;
                 self.closed_check(epoch, leftovers, held);
@@ -878,18 +896,11 @@ impl<'f> World<'f> {
                     self.finished.insert((n, d.id));
                 }
             }
-            (Answer::Touch, Ok(())) => {
-                // Finish it later, within msg_timeout again.
+            (Answer::Touch, _) => {
+                // The handler goes on and finishes it later (within msg_timeout again if the
+                // TOUCH got through; its FIN fails otherwise, and nsqd redelivers it).
                 let at = self.now + Duration::from_millis(self.r_app.range(1, 20_000));
                 self.push(at, Ev::Handler(epoch, d, Outcome::Finish));
-            }
-            (Answer::Touch, Err(_)) => {
-                // Expired or its connection closed: the application drops it.
-                if let Some(c) = self.consumer.as_mut().filter(|c| c.epoch == epoch) {
-                    c.held.remove(&(d.conn, d.id));
-                } else if let Some(c) = self.old_consumers.iter_mut().find(|c| c.epoch == epoch) {
-                    c.held.remove(&(d.conn, d.id));
-                }
             }
             _ => {}
         }
@@ -1072,7 +1083,7 @@ impl<'f> World<'f> {
             self.conns.remove(&key);
             self.trace(b'f', key.1, &[]);
             self.client_call(key.0, |m, now| {
-                m.connect_failed(now, key.1, "connection refused")
+                m.connect_failed(now, key.1, "connection refused");
             });
             return;
         }
@@ -1154,17 +1165,13 @@ impl<'f> World<'f> {
         }
         c.scan = buf[at..].to_vec();
         if let Some(n) = new_rdy {
-            let dbg = std::env::var("SIM_DEBUG_NODE")
-                .ok()
-                .and_then(|v| v.parse::<usize>().ok());
-            if dbg == Some(c.nsqd) || (dbg == Some(usize::MAX) && c.rdy == 0 && n > 0) {
-                eprintln!(
-                    "{:.3} nsqd{} RDY {} -> {n}",
-                    self.now.duration_since(self.t0).as_secs_f64(),
-                    c.nsqd,
-                    c.rdy
-                );
-            }
+            tracing::trace!(
+                at = self.now.duration_since(self.t0).as_secs_f64(),
+                nsqd = c.nsqd,
+                from = c.rdy,
+                to = n,
+                "RDY"
+            );
             let old = std::mem::replace(&mut c.rdy, n);
             if let Some(slot) = self.consumer.as_mut().filter(|s| s.epoch == epoch) {
                 slot.rdy_sum = slot.rdy_sum - old + n;
@@ -1302,8 +1309,8 @@ impl<'f> World<'f> {
         out
     }
 
-    fn lookupd_reply(&mut self, epoch: u32, req: ConnRef, reply: Option<Vec<u8>>) {
-        let f = |m: &mut dyn SimConsumer, now: Instant| match &reply {
+    fn lookupd_reply(&mut self, epoch: u32, req: ConnRef, reply: Option<&[u8]>) {
+        let f = |m: &mut dyn SimConsumer, now: Instant| match reply {
             Some(data) => {
                 m.lookupd_input(now, req, data);
                 m.lookupd_eof(now, req);
@@ -1361,7 +1368,8 @@ impl<'f> World<'f> {
                 continue;
             }
             let ch = &n.model.queues.topics[TOPIC].channels[CHANNEL];
-            out += &format!(
+            let _ = write!(
+                out,
                 "nsqd{i}: queued {} deferred {} in flight {}; ",
                 ch.queue.len(),
                 ch.deferred.len(),
@@ -1370,7 +1378,8 @@ impl<'f> World<'f> {
             for (sid, f) in &n.model.queues.flows {
                 let key = n.by_server.get(sid);
                 let rdy_sent = key.and_then(|k| self.conns.get(k)).map(|c| c.rdy);
-                out += &format!(
+                let _ = write!(
+                    out,
                     "client {sid} {key:?} {:?} rdy {} in flight {} (rdy sent {rdy_sent:?}); ",
                     f.state, f.rdy, f.in_flight
                 );
@@ -1394,7 +1403,8 @@ impl<'f> World<'f> {
                 (Who::Consumer(e), Some(c)) if c.epoch == e => c.machine.describe(key.1),
                 _ => "an older consumer".into(),
             };
-            out += &format!(
+            let _ = write!(
+                out,
                 "nsqd sees {:?} rdy {} in flight {}; consumer sees conn {} {core}. ",
                 f.state, f.rdy, f.in_flight, key.1
             );
@@ -1424,30 +1434,28 @@ impl<'f> World<'f> {
             })
             .max();
         if let Some((wait, i)) = worst {
-            if wait > self.cfg.starvation_bound {
+            if wait > self.bound {
                 let view = self.node_view(i);
                 self.violate(format!(
                     "nsqd{i} with messages and a subscribed connection waited {:.1}s for a \
                      delivery while the consumer had room (bound {}s): {view}",
                     wait.as_secs_f64(),
-                    self.cfg.starvation_bound.as_secs()
+                    self.bound.as_secs()
                 ));
             }
             self.note_wait(wait);
         }
         if let Some(c) = &self.consumer {
             let fp = c.machine.footprint();
-            if std::env::var_os("SIM_DEBUG_TICK").is_some() {
-                eprintln!(
-                    "tick {:.0} {fp:?} held {} rdy_sum {} backoff {} depth {} {}",
-                    self.at().as_secs_f64(),
-                    c.held.len(),
-                    c.rdy_sum,
-                    c.machine.backoff_level(),
-                    self.total_depth(),
-                    c.machine.describe(u64::MAX)
-                );
-            }
+            tracing::debug!(
+                at = self.at().as_secs_f64(),
+                ?fp,
+                held = c.held.len(),
+                rdy_sum = c.rdy_sum,
+                backoff = c.machine.backoff_level(),
+                depth = self.total_depth(),
+                "tick"
+            );
             let bound = self.max_in_flight_ever as usize;
             if fp.in_flight > bound
                 || fp.connections > self.nodes.len()
@@ -1483,12 +1491,12 @@ impl<'f> World<'f> {
         if wait > self.report.worst_starvation {
             self.report.worst_starvation = wait;
         }
-        if wait > self.cfg.starvation_bound {
+        if wait > self.bound {
             self.violate(format!(
                 "an nsqd with messages and a subscribed connection waited {:.1}s for a delivery \
                  while the consumer had room (bound {}s)",
                 wait.as_secs_f64(),
-                self.cfg.starvation_bound.as_secs()
+                self.bound.as_secs()
             ));
         }
     }
