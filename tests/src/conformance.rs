@@ -448,16 +448,13 @@ fn timeout_redelivers(f: &dyn ClientFactory) -> Result<(), String> {
     // copy is let go: dropped unanswered, it is requeued (too late, nsqd already did), and
     // its share is free. A real nsqd notices the timeout in its queue scan loop, possibly
     // seconds late.
-    let second = match sub.next(Duration::from_secs(2)) {
-        Some(second) => {
-            drop(first);
-            second
-        }
-        None => {
-            drop(first);
-            sub.next(WAIT + env.queue_scan_allowance())
-                .ok_or("not redelivered after msg_timeout")?
-        }
+    let early = sub.next(Duration::from_secs(2));
+    drop(first);
+    let second = if let Some(second) = early {
+        second
+    } else {
+        sub.next(WAIT + env.queue_scan_allowance())
+            .ok_or("not redelivered after msg_timeout")?
     };
     check(
         started.elapsed() >= Duration::from_millis(900),

@@ -9,6 +9,8 @@
 //! |---|---|
 //! | `nsqd` ([`Nsqd`], [`NsqdBuilder`]) | the nsqd stand-in: TCP protocol V2, queues and timers, IDENTIFY and upgrades, the HTTP API, stats, fault injection |
 //! | `lookupd` ([`Lookupd`]) | the nsqlookupd stand-in: its HTTP API and producer registrations |
+//! | [`model`] | nsqd without IO: the queue rules (shared by the socket nsqd and the simulator) and one nsqd's protocol over plain connections, fed with bytes and instants |
+//! | [`sim`] | a simulated NSQ world in virtual time (many nsqd, nsqlookupd, links, faults from a seed) driving a sans-IO client, with NSQ's client duties checked as invariants after every step |
 //! | `options` ([`Options`], [`AuthTable`]) | nsqd's flags and the AUTH table |
 //! | [`raw`] | a hand-written raw client and HTTP helpers for byte-level tests |
 //! | [`conformance`] | the conformance harness, runnable against a real nsqd too |

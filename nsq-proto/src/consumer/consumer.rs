@@ -195,7 +195,7 @@ impl Consumer {
         out.requeued = self.requeued;
         out.gave_up = self.gave_up;
         out.returned = self.returned;
-        out.unanswered_elsewhere = self.shared.ghosts.len();
+        out.unanswered_elsewhere = usize::try_from(self.shared.ghost_shares).unwrap_or(usize::MAX);
         out.connections = slots.values().filter(|s| s.is_ready()).count();
         out.backoff_level = self.flow.backoff_level();
         out.total_rdy = slots.values().map(|s| u64::from(s.rdy())).sum();
@@ -686,7 +686,9 @@ impl Consumer {
                 ConnectionEvent::Message(message) => self.on_message(now, id, message),
                 ConnectionEvent::MessageExpired(mid) => {
                     // nsqd has requeued it, but the application still holds it.
-                    self.shared.ghosts.insert((id, mid));
+                    if self.shared.ghosts.insert((id, mid)) {
+                        self.shared.ghost_shares += 1;
+                    }
                     self.unhand(id);
                     self.shared
                         .events
@@ -723,6 +725,7 @@ impl Consumer {
     /// bootstrap or low-RDY turn ends, or a give-up); `pump` takes the rest one at a time.
     fn pump_deliveries(&mut self, now: Instant, id: ConnId) {
         let max_attempts = self.shared.config.max_attempts;
+        let max_in_flight = u64::from(self.flow.max_in_flight());
         let plain = |m: &Message| !gives_up(max_attempts, m);
         let Some(slot) = self.shared.slots.get_mut(id) else {
             return;
@@ -732,13 +735,15 @@ impl Consumer {
             let Some(message) = slot.conn.as_mut().and_then(|c| c.poll_message(plain)) else {
                 break;
             };
-            let covered = slot.covers_next();
+            let covered = slot.covers_next()
+                && self.shared.handed_total + self.shared.ghost_shares < max_in_flight;
             // (false, false) under this loop's condition: nothing to re-plan.
             let _ = FlowControl::on_message(slot);
             slot.counts.received += 1;
             received += 1;
             if covered {
                 slot.handed += 1;
+                self.shared.handed_total += 1;
                 self.shared
                     .events
                     .push_back(ConsumerEvent::Message { conn: id, message });
@@ -766,7 +771,10 @@ impl Consumer {
     /// The application answered a message of `conn` (or it expired).
     fn unhand(&mut self, conn: ConnId) {
         if let Some(slot) = self.shared.slots.get_mut(conn) {
-            slot.handed = slot.handed.saturating_sub(1);
+            if slot.handed > 0 {
+                slot.handed -= 1;
+                self.shared.handed_total -= 1;
+            }
         }
     }
 
@@ -777,7 +785,9 @@ impl Consumer {
             return;
         };
         slot.counts.received += 1;
-        let covered = slot.covers_next();
+        let covered = slot.covers_next()
+            && self.shared.handed_total + self.shared.ghost_shares
+                < u64::from(self.flow.max_in_flight());
         let after = FlowControl::on_message(slot);
         if !gives_up(max_attempts, &message) && !covered {
             Self::send_back(now, id, slot, &message);
@@ -799,6 +809,7 @@ impl Consumer {
         } else {
             if let Some(slot) = self.shared.slots.get_mut(id) {
                 slot.handed += 1;
+                self.shared.handed_total += 1;
             }
             self.shared
                 .events
@@ -814,6 +825,7 @@ impl Consumer {
     /// fails as before (unknown connection, or not in flight).
     fn forget_ghost(&mut self, now: Instant, conn: ConnId, id: &MessageId) {
         if self.shared.ghosts.remove(&(conn, *id)) {
+            self.shared.ghost_shares = self.shared.ghost_shares.saturating_sub(1);
             self.flow.replan_if_owed(now, &mut self.shared);
         }
     }
@@ -839,6 +851,8 @@ impl Consumer {
                 .ghosts
                 .extend(c.in_flight_ids().map(|mid| (id, mid)));
         }
+        self.shared.handed_total -= slot.handed;
+        self.shared.ghost_shares += slot.handed;
         self.discovery.add_counts(&slot.addr, &slot.counts);
         self.shared.push_action(Action::Disconnect { conn: id });
         // A connection that never became ready may say the configuration cannot work.

@@ -205,12 +205,10 @@ impl FlowControl {
             return;
         }
         let (committed, reserved) = sh.slots.budget_totals();
-        let committed = committed + sh.ghosts.len() as u64;
+        let committed = committed + sh.ghost_shares;
         // Room left open somewhere (a RDY above its connection's committed messages) while
         // the committed messages alone fill max_in_flight: close it.
-        if committed >= u64::from(self.max_in_flight)
-            && reserved > committed - sh.ghosts.len() as u64
-        {
+        if committed >= u64::from(self.max_in_flight) && reserved > committed - sh.ghost_shares {
             self.rebalance(now, false, sh);
         }
     }
@@ -668,7 +666,7 @@ impl FlowControl {
         let m = u64::from(self.max_in_flight);
         // A lowered RDY frees nothing yet: what nsqd may have sent under it stays committed
         // (`Slot::transit`), so the budget counts every connection's current RDY.
-        let ghosts = sh.ghosts.len() as u64;
+        let ghosts = sh.ghost_shares;
         let (committed, reserved) = sh.slots.budget_totals();
         let (committed, reserved) = (committed + ghosts, reserved + ghosts);
         let mut free = m.saturating_sub(reserved);
@@ -677,29 +675,35 @@ impl FlowControl {
         let full = committed >= m;
         let mut owed = false;
         let mut cut_by_full = false;
-        let grants: Vec<u32> = ready
-            .iter()
-            .zip(targets)
-            .map(|(id, &target)| {
-                let slot = &sh.slots[id];
-                let current = slot.rdy();
-                let held = slot.committed();
-                let mut grant = target;
-                if target > current {
-                    let base = held.max(u64::from(current));
-                    let given = u64::from(target).saturating_sub(base).min(free);
-                    free -= given;
-                    grant = u32::try_from(base + given).map_or(target, |g| g.min(target));
-                }
-                if full {
-                    let capped = grant.min(u32::try_from(held).unwrap_or(u32::MAX));
-                    cut_by_full |= capped < grant;
-                    grant = capped;
-                }
-                owed |= grant < target;
-                grant
-            })
-            .collect();
+        // Raises share what budget is free: the connection raised longest ago goes first,
+        // so the ones a scarce budget cut short are served next time (in id order, the last
+        // connections to join waited indefinitely while handlers held most of the budget).
+        let mut order: Vec<usize> = (0..ready.len()).collect();
+        order.sort_by_key(|&i| {
+            let slot = &sh.slots[&ready[i]];
+            (targets[i] > slot.rdy(), slot.granted_at)
+        });
+        let mut grants = vec![0u32; ready.len()];
+        for i in order {
+            let slot = &sh.slots[&ready[i]];
+            let target = targets[i];
+            let current = slot.rdy();
+            let held = slot.committed();
+            let mut grant = target;
+            if target > current {
+                let base = held.max(u64::from(current));
+                let given = u64::from(target).saturating_sub(base).min(free);
+                free -= given;
+                grant = u32::try_from(base + given).map_or(target, |g| g.min(target));
+            }
+            if full {
+                let capped = grant.min(u32::try_from(held).unwrap_or(u32::MAX));
+                cut_by_full |= capped < grant;
+                grant = capped;
+            }
+            owed |= grant < target;
+            grants[i] = grant;
+        }
         self.over_budget = committed > m;
         self.owed = owed || self.over_budget;
         self.cut_by_full = cut_by_full;
@@ -751,7 +755,7 @@ impl FlowControl {
         if !self.over_budget {
             return;
         }
-        let committed = sh.slots.budget_totals().0 + sh.ghosts.len() as u64;
+        let committed = sh.slots.budget_totals().0 + sh.ghost_shares;
         if committed <= u64::from(self.max_in_flight) {
             return;
         }

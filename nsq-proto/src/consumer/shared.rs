@@ -42,6 +42,13 @@ pub(super) struct Shared {
     /// answered yet: they still hold a share of max_in_flight until it does (see
     /// [`Consumer`](super::Consumer), "max_in_flight bounds messages in the application").
     pub(super) ghosts: HashSet<(ConnId, MessageId)>,
+    /// How many of `ghosts` the application holds: the shares they keep (a lost
+    /// connection's ids include none it did not hand out, short of a corner case; this
+    /// counts what was handed out).
+    pub(super) ghost_shares: u64,
+    /// Messages handed to the application and not answered, over every connection (the sum
+    /// of the slots' `handed`).
+    pub(super) handed_total: u64,
 }
 
 impl Shared {
@@ -55,6 +62,8 @@ impl Shared {
             actions: VecDeque::new(),
             events: VecDeque::new(),
             ghosts: HashSet::new(),
+            ghost_shares: 0,
+            handed_total: 0,
         }
     }
 

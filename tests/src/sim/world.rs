@@ -787,12 +787,10 @@ impl<'f> World<'f> {
                     return;
                 }
                 let held = c.held.len() as u64;
-                let grace = self
-                    .lowered_from
-                    .filter(|(_, until)| *until >= self.now)
-                    .map_or(0, |(m, _)| m);
-                let bound = self.max_in_flight.max(grace);
-                if held >= u64::from(bound) && !c.closing {
+                // Strict: not even messages on the wire under a RDY that a lowered
+                // max_in_flight took back may reach the application beyond it.
+                let bound = self.max_in_flight;
+                if held >= u64::from(bound) {
                     let view = self
                         .conn_node(Who::Consumer(epoch), d.conn)
                         .map(|n| format!("nsqd{n}: {}", self.node_view(n)))
