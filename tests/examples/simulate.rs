@@ -42,6 +42,8 @@ struct Args {
     faults: Option<usize>,
     starvation_bound: Option<u64>,
     quiet: bool,
+    shrink: bool,
+    max_nsqd: usize,
 }
 
 fn parse() -> Result<Args, String> {
@@ -55,6 +57,8 @@ fn parse() -> Result<Args, String> {
         faults: None,
         starvation_bound: None,
         quiet: false,
+        shrink: true,
+        max_nsqd: 1000,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -66,8 +70,12 @@ fn parse() -> Result<Args, String> {
             a.quiet = true;
             continue;
         }
+        if name == "--no-shrink" {
+            a.shrink = false;
+            continue;
+        }
         if name == "--help" || name == "-h" {
-            return Err("usage: simulate [--nsqd N] [--max-in-flight N] [--seeds N] [--first-seed N] [--seed N] [--faults N] [--starvation-bound SECONDS] [--campaign N] [--quiet]".into());
+            return Err("usage: simulate [--nsqd N] [--max-in-flight N] [--seeds N] [--first-seed N] [--seed N] [--faults N] [--starvation-bound SECONDS] [--campaign N [--max-nsqd N]] [--quiet] [--no-shrink]".into());
         }
         let value = inline
             .or_else(|| it.next())
@@ -88,6 +96,7 @@ fn parse() -> Result<Args, String> {
             "--faults" => a.faults = Some(num(&value)? as usize),
             "--campaign" => a.campaign = Some(num(&value)?),
             "--starvation-bound" => a.starvation_bound = Some(num(&value)?),
+            "--max-nsqd" => a.max_nsqd = num(&value)?.clamp(1, 100_000) as usize,
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -112,6 +121,9 @@ fn one(a: &Args, seed: u64, nsqd: usize) -> Report {
     let report = sim::run(&cfg, &mut factory);
     if let Some(v) = &report.violation {
         println!("VIOLATION nsqd={nsqd} {v}");
+        if !a.shrink {
+            return report;
+        }
         let shrunk = sim::shrink(&cfg, &report.faults, &mut factory);
         let again = sim::run_with_faults(&cfg, &shrunk, &mut factory);
         println!(
@@ -204,6 +216,7 @@ fn main() -> ExitCode {
 fn campaign(a: &Args, n: u64) -> ExitCode {
     let start = Instant::now();
     let sizes = [1usize, 2, 3, 5, 8, 13, 20, 50, 100, 250, 500, 1000];
+    let mut kinds: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
     let (mut violations, mut messages, mut worst) = (0u64, 0u64, Duration::ZERO);
     let mut per_size = vec![(0u64, 0u64); sizes.len()];
     for k in 0..n {
@@ -224,15 +237,34 @@ fn campaign(a: &Args, n: u64) -> ExitCode {
             97..=98 => 10,
             _ => 11,
         };
-        let r = one(a, seed, sizes[i]);
+        let r = one(a, seed, sizes[i].min(a.max_nsqd));
         violations += u64::from(r.violation.is_some());
+        if let Some(v) = &r.violation {
+            // The kind: the text up to its first figure.
+            let kind: String = v
+                .what
+                .split(|c: char| c.is_ascii_digit())
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_owned();
+            *kinds.entry(kind).or_default() += 1;
+        }
         messages += r.delivered;
         worst = worst.max(r.worst_starvation);
         per_size[i].0 += 1;
         per_size[i].1 += u64::from(r.violation.is_some());
     }
     for (i, (runs, bad)) in per_size.iter().enumerate() {
-        println!("campaign: nsqd={} seeds={runs} violations={bad}", sizes[i]);
+        if *runs > 0 {
+            println!(
+                "campaign: nsqd={} seeds={runs} violations={bad}",
+                sizes[i].min(a.max_nsqd)
+            );
+        }
+    }
+    for (kind, n) in &kinds {
+        println!("campaign: violation kind {n} x {kind:?}");
     }
     println!(
         "campaign: seeds={n} first_seed={} messages={messages} violations={violations} worst_starvation_s={:.2} wall_s={:.0}",

@@ -111,7 +111,8 @@ pub struct Config {
     /// `max_attempts`, default 5).
     pub max_attempts: u16,
     /// With fewer max_in_flight than connections: a connection idle this long gives its RDY
-    /// up (go-nsq `low_rdy_idle_timeout`, default 1 s (go-nsq: 10 s), 1 s ..= 5 min).
+    /// up (go-nsq `low_rdy_idle_timeout`, default 1 s (go-nsq: 10 s), 1 s ..= 5 min); sooner
+    /// on a connection with a short round trip (twice its handshake, at least 100 ms).
     pub low_rdy_idle_timeout: Duration,
     /// ... and one holding RDY this long (one turn) passes it on anyway (go-nsq
     /// `low_rdy_timeout`, default 2 s (go-nsq: 30 s, which let an nsqd wait half a minute),

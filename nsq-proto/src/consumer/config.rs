@@ -52,7 +52,10 @@ pub struct ConsumerConfig {
     pub rdy_redistribute_interval: Duration,
     /// With fewer `max_in_flight` than connections: a connection holding RDY with nothing in
     /// flight and no message or answer for this long gives its turn up (go-nsq
-    /// `low_rdy_idle_timeout`; default 1 s here, 10 s in go-nsq).
+    /// `low_rdy_idle_timeout`; default 1 s here, 10 s in go-nsq). The longest such wait: a
+    /// connection whose handshake showed a short round trip gives up sooner, after twice its
+    /// handshake (four round trips), at least 100 ms, since a message nsqd has ready arrives
+    /// one round trip after the RDY. The backoff probe moves on after the same wait.
     pub low_rdy_idle_timeout: Duration,
     /// With fewer `max_in_flight` than connections: the length of one connection's turn
     /// holding RDY, after which it passes RDY on even when busy, so others get served (go-nsq

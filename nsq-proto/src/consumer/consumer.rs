@@ -82,7 +82,9 @@ use std::time::{Duration, Instant};
 /// # Fewer max_in_flight than connections: a rotation in seconds
 /// Connections hold RDY 1 in turns. A turn lasts `low_rdy_timeout` (default **2 s**), or ends
 /// earlier when the holder had nothing in flight and no message or answer for
-/// `low_rdy_idle_timeout` (default **1 s**); a holder whose turn ends just after an answer
+/// `low_rdy_idle_timeout` (default **1 s**; sooner on a short round trip: twice the
+/// connection's handshake, at least 100 ms, so a rotation over many idle nsqd takes
+/// seconds, not tens of seconds); a holder whose turn ends just after an answer
 /// (its next message may be on the wire) passes RDY on at its next message. The freed turn
 /// goes to the connection that has had the fewest turns (a new one counts as having had as
 /// few as the others), then the one that has waited longest, random among equals, so the
@@ -104,8 +106,11 @@ use std::time::{Duration, Instant};
 ///
 /// # Backoff
 /// A requeue with backoff raises the level and queues RDY 0 on every connection before the
-/// REQ; after `multiplier x 2^level` (capped; optionally fully jittered) one random
-/// connection gets RDY 1. The next result decides: a success lowers the level (a new window
+/// REQ; after `multiplier x 2^level` (capped; optionally fully jittered) one connection gets
+/// RDY 1: one that received a message since it last held this probe (the latest first: its
+/// nsqd has shown it has messages), else the one that held it longest ago. A probe idle for
+/// the idle wait above moves on (go-nsq picks at random every 5 s, which with hundreds of
+/// nsqd and a few busy ones kept a consumer in backoff for minutes). The next result decides: a success lowers the level (a new window
 /// if still above 0, full RDY at 0), a failure raises it. Results inside a window are ignored.
 /// A message given up on (attempts above `max_attempts`, finished automatically) counts as a
 /// success, as in go-nsq. A burst of answers nsqd rejects because the messages had already

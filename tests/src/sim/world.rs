@@ -19,9 +19,6 @@ const TOPIC: &str = "sim";
 const CHANNEL: &str = "c";
 /// A graceful stop completes within the consumer's close_timeout (30 s) and a few round trips.
 const CLOSE_BOUND: Duration = Duration::from_secs(35);
-/// How long messages sent under a higher max_in_flight may still arrive after it was lowered
-/// (the consumer's longest settle time).
-const LOWERED_GRACE: Duration = Duration::from_secs(5);
 
 /// The first invariant a run broke.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -192,8 +189,7 @@ struct World<'f> {
     producer_bodies: HashMap<u64, Vec<u8>>,
     max_in_flight: u32,
     max_in_flight_ever: u32,
-    /// The previous max_in_flight and until when messages sent under it may arrive.
-    lowered_from: Option<(u32, Instant)>,
+
     /// When the current consumer was asked to close.
     closing_since: Option<Instant>,
     /// The starvation bound checked ([`SimConfig::effective_starvation_bound`]).
@@ -336,7 +332,7 @@ impl<'f> World<'f> {
         Self {
             max_in_flight: cfg.max_in_flight,
             max_in_flight_ever: cfg.max_in_flight,
-            lowered_from: None,
+
             closing_since: None,
             bound: cfg.effective_starvation_bound(),
             publishes_left: cfg.messages as u64,
@@ -1593,14 +1589,6 @@ impl<'f> World<'f> {
                 } else {
                     return;
                 };
-                if n < self.max_in_flight {
-                    let prev = self.max_in_flight.max(
-                        self.lowered_from
-                            .filter(|(_, until)| *until >= now)
-                            .map_or(0, |(m, _)| m),
-                    );
-                    self.lowered_from = Some((prev, now + LOWERED_GRACE));
-                }
                 self.max_in_flight = n;
                 self.max_in_flight_ever = self.max_in_flight_ever.max(n);
                 self.consumer_call(|c, now| c.set_max_in_flight(now, n));
