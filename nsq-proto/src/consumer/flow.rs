@@ -620,18 +620,22 @@ impl FlowControl {
         // the `free` first are needed: a selection (linear) finds them, and only they are
         // sorted; the random tie-break is a keyed mix of the connection id, one draw per plan.
         let salt = sh.rng.next_u64();
-        let key = |i: usize| {
-            let s = &sh.slots[&ready[i]];
-            (s.turns, s.released_at, mix(ready[i].get() ^ salt))
-        };
-        let mut candidates: Vec<usize> = (0..ready.len())
-            .filter(|&i| targets[i] == 0 && !taken[i])
+        // Keys computed once (a look-up each), then selected and sorted by value.
+        let mut keyed: Vec<((u64, Option<Instant>, u64), usize)> = ready
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| targets[i] == 0 && !taken[i])
+            .map(|(i, id)| {
+                let s = &sh.slots[id];
+                ((s.turns, s.released_at, mix(id.get() ^ salt)), i)
+            })
             .collect();
-        if candidates.len() > free {
-            candidates.select_nth_unstable_by_key(free, |&i| key(i));
-            candidates.truncate(free);
+        if keyed.len() > free {
+            keyed.select_nth_unstable(free);
+            keyed.truncate(free);
         }
-        candidates.sort_unstable_by_key(|&i| key(i));
+        keyed.sort_unstable();
+        let candidates: Vec<usize> = keyed.into_iter().map(|(_, i)| i).collect();
         // Holders whose turn ended at this same instant: the one with fewer turns goes on.
         let mut again: Vec<usize> = (0..ready.len()).filter(|&i| taken[i]).collect();
         for k in (1..again.len()).rev() {
@@ -678,11 +682,19 @@ impl FlowControl {
         // Raises share what budget is free: the connection raised longest ago goes first,
         // so the ones a scarce budget cut short are served next time (in id order, the last
         // connections to join waited indefinitely while handlers held most of the budget).
-        let mut order: Vec<usize> = (0..ready.len()).collect();
-        order.sort_by_key(|&i| {
-            let slot = &sh.slots[&ready[i]];
-            (targets[i] > slot.rdy(), slot.granted_at)
-        });
+        // Keys taken once; only the raises are sorted (a handful per plan), after the rest.
+        let mut raises: Vec<(Option<Instant>, usize)> = Vec::new();
+        let mut order: Vec<usize> = Vec::with_capacity(ready.len());
+        for (i, id) in ready.iter().enumerate() {
+            let slot = &sh.slots[id];
+            if targets[i] > slot.rdy() {
+                raises.push((slot.granted_at, i));
+            } else {
+                order.push(i);
+            }
+        }
+        raises.sort_unstable();
+        order.extend(raises.into_iter().map(|(_, i)| i));
         let mut grants = vec![0u32; ready.len()];
         for i in order {
             let slot = &sh.slots[&ready[i]];
@@ -710,13 +722,14 @@ impl FlowControl {
         self.full_at_plan = full;
         for pass in [true, false] {
             for (id, &grant) in ready.iter().zip(&grants) {
-                let Some(slot) = sh.slots.get_mut(*id) else {
-                    continue;
-                };
-                let current = slot.rdy();
+                // Looked at first, taken mutably (so re-indexed) only when it changes.
+                let current = sh.slots.get(*id).map_or(grant, Slot::rdy);
                 if grant == current || (grant < current) != pass {
                     continue;
                 }
+                let Some(slot) = sh.slots.get_mut(*id) else {
+                    continue;
+                };
                 if grant < current {
                     slot.lower_rdy(now, *id, grant);
                     sh.queue_transmit(*id);
