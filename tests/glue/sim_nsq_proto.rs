@@ -102,9 +102,8 @@ impl Handles {
             Action::LookupdRequest { request, .. } => {
                 self.requests.insert(request.get(), *request);
             }
-            Action::LookupdClose { request } => {
-                self.requests.remove(&request.get());
-            }
+            // Kept after LookupdClose: a reply the world delivers late (the consumer timed the
+            // exchange out first) still reaches the consumer, which must ignore it.
             _ => {}
         }
         act(a)

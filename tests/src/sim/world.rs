@@ -194,6 +194,8 @@ struct World<'f> {
     closing_since: Option<Instant>,
     /// The starvation bound checked ([`SimConfig::effective_starvation_bound`]).
     bound: Duration,
+    /// Lookupd exchanges the consumer closed before their reply arrived.
+    closed_requests: HashSet<(u32, ConnRef)>,
     mif_faults: u32,
     slow_handlers: u32,
     failing_handlers: u32,
@@ -335,6 +337,7 @@ impl<'f> World<'f> {
 
             closing_since: None,
             bound: cfg.effective_starvation_bound(),
+            closed_requests: HashSet::new(),
             publishes_left: cfg.messages as u64,
             producer_left: cfg.producer_messages as u64,
             lookupd_up: vec![0; cfg.lookupds.max(1)],
@@ -1044,7 +1047,12 @@ impl<'f> World<'f> {
                 let at = self.now + rtt;
                 self.push(at, Ev::Lookupd(epoch, req, reply));
             }
-            Act::LookupdClose { .. } => {}
+            Act::LookupdClose { req } => {
+                // Its socket is closed: a reply still on its way is never read.
+                if let Who::Consumer(epoch) = who {
+                    self.closed_requests.insert((epoch, req));
+                }
+            }
         }
     }
 
@@ -1304,6 +1312,9 @@ impl<'f> World<'f> {
     }
 
     fn lookupd_reply(&mut self, epoch: u32, req: ConnRef, reply: Option<&[u8]>) {
+        if self.closed_requests.remove(&(epoch, req)) {
+            return;
+        }
         let f = |m: &mut dyn SimConsumer, now: Instant| match reply {
             Some(data) => {
                 m.lookupd_input(now, req, data);
