@@ -315,6 +315,8 @@ impl Consumer {
         };
         c.handle_input(now, data);
         self.pump(now, conn);
+        // Only arrivals can fill the budget (an answer empties it).
+        self.flow.after_deliveries(now, &mut self.shared);
     }
 
     /// `conn`'s socket reached EOF or failed: the connection is gone.
@@ -395,9 +397,8 @@ impl Consumer {
         self.forget_ghost(now, conn, id);
         self.flow.before_answer(now, conn, id, &mut self.shared);
         self.connection_mut(conn)?.finish(now, id)?;
-        self.unhand(conn);
         self.finished += 1;
-        self.count(conn, |c| c.finished += 1);
+        self.answered(conn, |c| c.finished += 1);
         // Backoff first: leaving backoff re-plans RDY, which makes a refill unnecessary.
         self.flow.on_success(now, &mut self.shared);
         self.after_answer(now, conn);
@@ -447,9 +448,8 @@ impl Consumer {
             // Let the connection produce its own misuse error (nothing is sent). Should it
             // accept the REQ after all, it counts as a requeue without backoff.
             c.requeue(now, id, delay)?;
-            self.unhand(conn);
             self.requeued += 1;
-            self.count(conn, |c| c.requeued += 1);
+            self.answered(conn, |c| c.requeued += 1);
             self.after_answer(now, conn);
             return Ok(());
         }
@@ -459,9 +459,8 @@ impl Consumer {
         }
         self.flow.before_answer(now, conn, id, &mut self.shared);
         self.connection_mut(conn)?.requeue(now, id, delay)?;
-        self.unhand(conn);
         self.requeued += 1;
-        self.count(conn, |c| c.requeued += 1);
+        self.answered(conn, |c| c.requeued += 1);
         self.after_answer(now, conn);
         Ok(())
     }
@@ -650,6 +649,17 @@ impl Consumer {
     }
 
     /// Counts a message event on `conn`'s own counters.
+    /// The application answered a message of `conn`: counts it (one look-up for both).
+    fn answered(&mut self, conn: ConnId, f: impl FnOnce(&mut Counts)) {
+        if let Some(slot) = self.shared.slots.get_mut(conn) {
+            f(&mut slot.counts);
+            if slot.handed > 0 {
+                slot.handed -= 1;
+                self.shared.handed_total -= 1;
+            }
+        }
+    }
+
     fn count(&mut self, conn: ConnId, f: impl FnOnce(&mut Counts)) {
         if let Some(slot) = self.shared.slots.get_mut(conn) {
             f(&mut slot.counts);
@@ -666,6 +676,7 @@ impl Consumer {
 
     /// Drains a connection's events (turning them into consumer actions) and its bytes.
     fn pump(&mut self, now: Instant, id: ConnId) {
+        let returned_before = self.returned;
         loop {
             self.pump_deliveries(now, id);
             let Some(c) = self.shared.slots.get_mut(id).and_then(|s| s.conn.as_mut()) else {
@@ -695,6 +706,8 @@ impl Consumer {
                         self.shared.ghost_shares += 1;
                     }
                     self.unhand(id);
+                    // Its share stays taken: a RDY left open may now exceed the budget.
+                    self.flow.after_deliveries(now, &mut self.shared);
                     self.shared
                         .events
                         .push_back(ConsumerEvent::MessageExpired { conn: id, id: mid });
@@ -721,7 +734,11 @@ impl Consumer {
             }
         }
         self.shared.queue_transmit(id);
-        self.flow.after_deliveries(now, &mut self.shared);
+        if self.returned != returned_before {
+            // Messages went back because the application is full while a RDY is open: close
+            // it now, or nsqd sends them again at once.
+            self.flow.rebalance(now, false, &mut self.shared);
+        }
     }
 
     /// The common case of [`Consumer::pump`] with one look-up for a whole run of messages, not
@@ -829,9 +846,13 @@ impl Consumer {
     /// lost, or it expired): its share of max_in_flight is free. The answer itself then
     /// fails as before (unknown connection, or not in flight).
     fn forget_ghost(&mut self, now: Instant, conn: ConnId, id: &MessageId) {
-        if self.shared.ghosts.remove(&(conn, *id)) {
+        // No hashing on the hot path: there are almost never any.
+        if !self.shared.ghosts.is_empty() && self.shared.ghosts.remove(&(conn, *id)) {
             self.shared.ghost_shares = self.shared.ghost_shares.saturating_sub(1);
-            self.flow.replan_if_owed(now, &mut self.shared);
+            // A share is free again (rare: plan at once).
+            if !self.shared.closing {
+                self.flow.rebalance(now, false, &mut self.shared);
+            }
         }
     }
 

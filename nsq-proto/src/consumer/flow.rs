@@ -621,7 +621,8 @@ impl FlowControl {
         // sorted; the random tie-break is a keyed mix of the connection id, one draw per plan.
         let salt = sh.rng.next_u64();
         // Keys computed once (a look-up each), then selected and sorted by value.
-        let mut keyed: Vec<((u64, Option<Instant>, u64), usize)> = ready
+        type Keyed = ((u64, Option<Instant>, u64), usize);
+        let mut keyed: Vec<Keyed> = ready
             .iter()
             .enumerate()
             .filter(|&(i, _)| targets[i] == 0 && !taken[i])

@@ -20,6 +20,8 @@ struct Entry<T> {
     value: T,
     /// Changed (looked up mutably) since its deadline was last indexed.
     dirty: bool,
+    /// Changed since its weights were last counted.
+    dirty_weight: bool,
     /// Its deadline as indexed in [`Slots::index`].
     indexed: Option<Instant>,
     /// Its weights as counted in [`Slots::totals`].
@@ -33,8 +35,13 @@ struct Entry<T> {
 #[derive(Debug)]
 pub(crate) struct Slots<T> {
     entries: Vec<Entry<T>>,
-    /// Entries marked dirty since the last refresh (ids of removed ones are skipped).
+    /// Entries changed since their deadline was indexed (ids of removed ones are skipped).
     dirty: Vec<ConnId>,
+    /// Entries changed since their weights were counted (the budget check after each input
+    /// needs only these: counting is cheap, re-indexing a deadline is not).
+    dirty_weight: Vec<ConnId>,
+    /// A spare buffer for draining the lists without allocating.
+    scratch: Vec<ConnId>,
     index: BTreeSet<(Instant, ConnId)>,
     /// The sums of the entries' weights as of their last refresh.
     total: (u64, u64),
@@ -45,6 +52,8 @@ impl<T> Default for Slots<T> {
         Slots {
             entries: Vec::new(),
             dirty: Vec::new(),
+            dirty_weight: Vec::new(),
+            scratch: Vec::new(),
             index: BTreeSet::new(),
             total: (0, 0),
         }
@@ -52,6 +61,21 @@ impl<T> Default for Slots<T> {
 }
 
 impl<T> Slots<T> {
+    /// Marks `e` changed (its first mutable look-up since the last refresh: the cold path).
+    #[cold]
+    #[inline(never)]
+    fn mark_slow(e: &mut Entry<T>, dirty: &mut Vec<ConnId>, dirty_weight: &mut Vec<ConnId>) {
+        if !e.dirty {
+            e.dirty = true;
+            dirty.push(e.id);
+        }
+        if !e.dirty_weight {
+            e.dirty_weight = true;
+            dirty_weight.push(e.id);
+        }
+    }
+
+    #[inline]
     fn position(&self, id: ConnId) -> Result<usize, usize> {
         match self.entries.last() {
             Some(last) if last.id == id => Ok(self.entries.len() - 1),
@@ -64,13 +88,13 @@ impl<T> Slots<T> {
         self.position(id).ok().map(|i| &self.entries[i].value)
     }
 
+    #[inline]
     pub(crate) fn get_mut(&mut self, id: ConnId) -> Option<&mut T> {
         match self.position(id) {
             Ok(i) => {
                 let e = &mut self.entries[i];
-                if !e.dirty {
-                    e.dirty = true;
-                    self.dirty.push(id);
+                if !(e.dirty && e.dirty_weight) {
+                    Self::mark_slow(e, &mut self.dirty, &mut self.dirty_weight);
                 }
                 Some(&mut e.value)
             }
@@ -86,10 +110,7 @@ impl<T> Slots<T> {
         match self.position(id) {
             Ok(i) => {
                 let e = &mut self.entries[i];
-                if !e.dirty {
-                    e.dirty = true;
-                    self.dirty.push(id);
-                }
+                Self::mark_slow(e, &mut self.dirty, &mut self.dirty_weight);
                 Some(std::mem::replace(&mut e.value, value))
             }
             Err(i) => {
@@ -99,11 +120,13 @@ impl<T> Slots<T> {
                         id,
                         value,
                         dirty: true,
+                        dirty_weight: true,
                         indexed: None,
                         weight: (0, 0),
                     },
                 );
                 self.dirty.push(id);
+                self.dirty_weight.push(id);
                 None
             }
         }
@@ -140,21 +163,37 @@ impl<T> Slots<T> {
         self.entries.iter().map(|e| &e.value)
     }
 
-    /// Indexes the deadlines (`deadline` of each entry) and counts the weights (`weight`) of
-    /// the entries changed since the last refresh.
+    /// Counts the weights (`weight`) of the entries changed since they were last counted.
+    pub(crate) fn refresh_weights(&mut self, weight: impl Fn(&T) -> (u64, u64)) {
+        let mut ids = std::mem::take(&mut self.scratch);
+        std::mem::swap(&mut ids, &mut self.dirty_weight);
+        for &id in &ids {
+            let Ok(i) = self.position(id) else { continue };
+            let e = &mut self.entries[i];
+            e.dirty_weight = false;
+            let w = weight(&e.value);
+            self.total.0 = self.total.0 - e.weight.0 + w.0;
+            self.total.1 = self.total.1 - e.weight.1 + w.1;
+            e.weight = w;
+        }
+        ids.clear();
+        self.scratch = ids;
+    }
+
+    /// Counts the weights and indexes the deadlines (`deadline` of each entry) of the entries
+    /// changed since the last refresh.
     pub(crate) fn refresh(
         &mut self,
         deadline: impl Fn(&T) -> Option<Instant>,
         weight: impl Fn(&T) -> (u64, u64),
     ) {
-        for id in std::mem::take(&mut self.dirty) {
+        self.refresh_weights(weight);
+        let mut ids = std::mem::take(&mut self.scratch);
+        std::mem::swap(&mut ids, &mut self.dirty);
+        for &id in &ids {
             let Ok(i) = self.position(id) else { continue };
             let e = &mut self.entries[i];
             e.dirty = false;
-            let w = weight(&e.value);
-            self.total.0 = self.total.0 - e.weight.0 + w.0;
-            self.total.1 = self.total.1 - e.weight.1 + w.1;
-            e.weight = w;
             let d = deadline(&e.value);
             if d != e.indexed {
                 if let Some(t) = e.indexed {
@@ -166,15 +205,13 @@ impl<T> Slots<T> {
                 e.indexed = d;
             }
         }
+        ids.clear();
+        self.scratch = ids;
     }
 
-    /// The sums of every entry's two weights (refreshed first).
-    pub(crate) fn totals(
-        &mut self,
-        deadline: impl Fn(&T) -> Option<Instant>,
-        weight: impl Fn(&T) -> (u64, u64),
-    ) -> (u64, u64) {
-        self.refresh(deadline, weight);
+    /// The sums of every entry's two weights (counted first).
+    pub(crate) fn totals(&mut self, weight: impl Fn(&T) -> (u64, u64)) -> (u64, u64) {
+        self.refresh_weights(weight);
         self.total
     }
 
@@ -217,7 +254,7 @@ impl Slots<Slot> {
     /// possibly on the wire after a lowered RDY: [`Slot::committed`]) and the shares of
     /// max_in_flight reserved (`max(committed, RDY)`).
     pub(crate) fn budget_totals(&mut self) -> (u64, u64) {
-        self.totals(Slot::next_timeout, Slot::budget)
+        self.totals(Slot::budget)
     }
 
     /// The connections with a deadline at or before `now`.
@@ -436,7 +473,7 @@ mod tests {
             .values()
             .map(w)
             .fold((0, 0), |(a, b), (x, y)| (a + x, b + y));
-        assert_eq!(slots.totals(f, w), sums);
+        assert_eq!(slots.totals(w), sums);
         let scan = slots.values().filter_map(f).min();
         assert_eq!(slots.next_deadline(f), scan);
         let cut = base + std::time::Duration::from_secs(500);
