@@ -5,7 +5,10 @@
 //!   FIN/REQ/TOUCH, timeouts, deferred messages), fed with instants and ids by the caller.
 //! * [`Nsqd`]: one nsqd's TCP protocol V2 over plain connections, fed with bytes
 //!   and instants, over [`Queues`].
+//! * `commands`: each command's state checks, parameter parsing and validation, with nsqd's
+//!   error codes and texts (used by both nsqds).
 
+pub(crate) mod commands;
 mod nsqd;
 mod queues;
 

@@ -8,8 +8,10 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::queues::{AnswerError, ClientId, ClientState, Msg, Push, Queues, frame};
-use crate::util::is_valid_name;
+use super::commands::{
+    self as rules, Answer, CmdErr, Publish, fatal, invalid_command, invalid_state, lossy,
+};
+use super::queues::{ClientId, ClientState, Msg, Push, Queues, frame};
 
 /// The nsqd flags the model follows (nsqd v1.3.0's defaults).
 #[derive(Clone, Debug)]
@@ -82,22 +84,24 @@ struct Session {
     closing: Option<String>,
 }
 
-/// A fatal error: the frame is written and the connection closed.
-struct Fatal(String);
-
-fn fatal(code: &str, text: impl std::fmt::Display) -> Fatal {
-    Fatal(format!("{code} {text}"))
+/// A `usize` flag as the shared checks take it.
+fn limit(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-fn base10(b: &[u8]) -> Option<u64> {
-    if b.is_empty() || b.len() > 19 || !b.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    std::str::from_utf8(b).ok()?.parse().ok()
-}
-
-fn lossy(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
+/// The body after a command line (`rest`, the line taking `line` bytes): `None` until all of
+/// it is buffered, then the body and the bytes the command used. Its size is checked by
+/// `check` as soon as it is buffered, as nsqd checks it before it reads the body.
+fn body(
+    rest: &[u8],
+    line: usize,
+    check: impl FnOnce(i32) -> Result<usize, CmdErr>,
+) -> Result<Option<(&[u8], usize)>, CmdErr> {
+    let Some((len, rest)) = rest.split_first_chunk::<4>() else {
+        return Ok(None);
+    };
+    let size = check(i32::from_be_bytes(*len))?;
+    Ok(rest.get(..size).map(|b| (b, line + 4 + size)))
 }
 
 /// What a command left to do once parsed.
@@ -203,7 +207,9 @@ impl Nsqd {
             match self.step(now, id, &input[at..]) {
                 Ok(Step::Incomplete) => break,
                 Ok(Step::Done(n)) => at += n,
-                Err(Fatal(text)) => {
+                // `step` writes non-fatal errors itself: what it returns closes.
+                Err(e) => {
+                    let text = e.into_text();
                     if let Some(s) = self.sessions.get_mut(&id) {
                         s.out.extend_from_slice(&frame(1, text.as_bytes()));
                         s.closing = Some(text);
@@ -248,7 +254,7 @@ impl Nsqd {
     }
 
     /// Parses and runs one command from the front of `buf`.
-    fn step(&mut self, now: Instant, id: ClientId, buf: &[u8]) -> Result<Step, Fatal> {
+    fn step(&mut self, now: Instant, id: ClientId, buf: &[u8]) -> Result<Step, CmdErr> {
         let s = self
             .sessions
             .get_mut(&id)
@@ -258,10 +264,8 @@ impl Nsqd {
                 return Ok(Step::Incomplete);
             }
             if &buf[..4] != b"  V2" {
-                return Err(Fatal(format!(
-                    "E_BAD_PROTOCOL bad protocol magic '{}'",
-                    lossy(&buf[..4])
-                )));
+                // nsqd answers a bad magic with the bare code.
+                return Err(CmdErr::Fatal("E_BAD_PROTOCOL".into()));
             }
             s.magic = true;
             return Ok(Step::Done(4));
@@ -278,34 +282,16 @@ impl Nsqd {
         }
         let params: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
         let rest = &buf[nl + 1..];
-        let body = |max: usize, what: &str| -> Result<Option<(&[u8], usize)>, Fatal> {
-            if rest.len() < 4 {
-                return Ok(None);
-            }
-            let size = i32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]);
-            if size <= 0 {
-                return Err(fatal(
-                    "E_BAD_BODY",
-                    format!("{what} invalid body size {size}"),
-                ));
-            }
-            let size = size as usize;
-            if size > max {
-                return Err(fatal(
-                    "E_BAD_BODY",
-                    format!("{what} body too big {size} > {max}"),
-                ));
-            }
-            if rest.len() < 4 + size {
-                return Ok(None);
-            }
-            Ok(Some((&rest[4..4 + size], nl + 1 + 4 + size)))
-        };
         let line_only = nl + 1;
+        let max_msg = limit(self.opts.max_msg_size);
+        let max_body = limit(self.opts.max_body_size);
         match params[0] {
             b"NOP" => Ok(Step::Done(line_only)),
             b"IDENTIFY" => {
-                let Some((b, used)) = body(self.opts.max_body_size, "IDENTIFY")? else {
+                let Some((b, used)) = body(rest, line_only, |n| {
+                    rules::body_size("IDENTIFY", n, max_body)
+                })?
+                else {
                     return Ok(Step::Incomplete);
                 };
                 let b = b.to_vec();
@@ -320,52 +306,66 @@ impl Nsqd {
                 self.rdy(now, id, &params)?;
                 Ok(Step::Done(line_only))
             }
-            b"FIN" | b"REQ" | b"TOUCH" => {
-                self.answer(now, id, &params)?;
+            cmd @ (b"FIN" | b"REQ" | b"TOUCH") => {
+                let cmd = match cmd {
+                    b"FIN" => Answer::Fin,
+                    b"REQ" => Answer::Req,
+                    _ => Answer::Touch,
+                };
+                match self.answer(now, id, cmd, &params) {
+                    Err(CmdErr::NonFatal(text)) => self.error(id, &text),
+                    r => r?,
+                }
                 Ok(Step::Done(line_only))
             }
             b"CLS" => {
                 if !self.queues.close_wait(id, &mut self.pushes) {
-                    return Err(fatal("E_INVALID", "cannot CLS in current state"));
+                    return Err(invalid_state("CLS"));
                 }
                 self.pushes.clear();
                 self.respond(id, b"CLOSE_WAIT");
                 Ok(Step::Done(line_only))
             }
-            b"PUB" | b"DPUB" => {
-                let dpub = params[0] == b"DPUB";
-                let cmd = if dpub { "DPUB" } else { "PUB" };
-                let Some((b, used)) = body(self.opts.max_msg_size, cmd)? else {
-                    return Ok(Step::Incomplete);
+            cmd @ (b"PUB" | b"DPUB" | b"MPUB") => {
+                let cmd = match cmd {
+                    b"PUB" => Publish::Pub,
+                    b"DPUB" => Publish::Dpub,
+                    _ => Publish::Mpub,
                 };
-                let b = b.to_vec();
-                self.publish_cmd(now, id, &params, vec![b], dpub)?;
-                Ok(Step::Done(used))
-            }
-            b"MPUB" => {
-                let Some((b, used)) = body(self.opts.max_body_size, "MPUB")? else {
-                    return Ok(Step::Incomplete);
+                // nsqd checks the line before it reads the body.
+                let (topic, delay) =
+                    rules::publish_params(cmd, &params, self.opts.max_req_timeout)?;
+                let (bodies, used) = if cmd == Publish::Mpub {
+                    let Some((mut b, used)) =
+                        body(rest, line_only, |n| rules::body_size("MPUB", n, max_body))?
+                    else {
+                        return Ok(Step::Incomplete);
+                    };
+                    (rules::read_mpub(&mut b, max_body, max_msg)?, used)
+                } else {
+                    let Some((b, used)) =
+                        body(rest, line_only, |n| rules::message_size(cmd, n, max_msg))?
+                    else {
+                        return Ok(Step::Incomplete);
+                    };
+                    (vec![b.to_vec()], used)
                 };
-                let bodies = self.mpub_bodies(b)?;
-                self.publish_cmd(now, id, &params, bodies, false)?;
+                self.publish_cmd(now, id, &lossy(topic), bodies, delay);
                 Ok(Step::Done(used))
             }
             b"AUTH" => Err(fatal("E_AUTH_DISABLED", "AUTH disabled")),
-            other => Err(fatal(
-                "E_INVALID",
-                format!("invalid command {}", lossy(other)),
-            )),
+            other => Err(invalid_command(other)),
         }
     }
 
-    fn identify(&mut self, id: ClientId, body: &[u8]) -> Result<(), Fatal> {
+    fn identify(&mut self, id: ClientId, body: &[u8]) -> Result<(), CmdErr> {
         let opts = self.opts.clone();
         let s = self
             .sessions
             .get_mut(&id)
             .ok_or_else(|| fatal("E_INVALID", "gone"))?;
         if s.identified {
-            return Err(fatal("E_INVALID", "cannot IDENTIFY in current state"));
+            return Err(invalid_state("IDENTIFY"));
         }
         let v: Value = serde_json::from_slice(body)
             .map_err(|_| fatal("E_BAD_BODY", "IDENTIFY failed to decode JSON body"))?;
@@ -431,7 +431,7 @@ impl Nsqd {
         Ok(())
     }
 
-    fn state(&self, id: ClientId) -> Result<ClientState, Fatal> {
+    fn state(&self, id: ClientId) -> Result<ClientState, CmdErr> {
         self.queues
             .flows
             .get(&id)
@@ -439,106 +439,45 @@ impl Nsqd {
             .ok_or_else(|| fatal("E_INVALID", "client gone"))
     }
 
-    fn sub(&mut self, now: Instant, id: ClientId, params: &[&[u8]]) -> Result<(), Fatal> {
-        if self.state(id)? != ClientState::Init {
-            return Err(fatal("E_INVALID", "cannot SUB in current state"));
-        }
-        if self
-            .sessions
-            .get(&id)
-            .is_some_and(|s| s.heartbeat.is_none())
-        {
-            return Err(fatal("E_INVALID", "cannot SUB with heartbeats disabled"));
-        }
-        if params.len() < 3 {
-            return Err(fatal("E_INVALID", "SUB insufficient number of parameters"));
-        }
-        if !is_valid_name(params[1]) {
-            return Err(fatal(
-                "E_BAD_TOPIC",
-                format!("SUB topic name {:?} is not valid", lossy(params[1])),
-            ));
-        }
-        if !is_valid_name(params[2]) {
-            return Err(fatal(
-                "E_BAD_CHANNEL",
-                format!("SUB channel name {:?} is not valid", lossy(params[2])),
-            ));
-        }
-        let (topic, channel) = (lossy(params[1]), lossy(params[2]));
+    fn sub(&mut self, now: Instant, id: ClientId, params: &[&[u8]]) -> Result<(), CmdErr> {
+        let heartbeats = self.sessions.get(&id).is_none_or(|s| s.heartbeat.is_some());
+        let (topic, channel) = rules::sub(self.state(id)?, heartbeats, params)?;
+        let (topic, channel) = (lossy(topic), lossy(channel));
         let max = self.opts.max_channel_consumers;
         self.queues
             .subscribe(id, &topic, &channel, max, now)
-            .map_err(|max| {
-                fatal(
-                    "E_SUB_FAILED",
-                    format!("SUB failed consumers for {topic}:{channel} exceeds limit of {max}"),
-                )
-            })?;
+            .map_err(|max| rules::sub_failed(&topic, &channel, max))?;
         self.respond(id, b"OK");
         Ok(())
     }
 
-    fn rdy(&mut self, now: Instant, id: ClientId, params: &[&[u8]]) -> Result<(), Fatal> {
-        let state = self.state(id)?;
-        if state == ClientState::Closing {
+    fn rdy(&mut self, now: Instant, id: ClientId, params: &[&[u8]]) -> Result<(), CmdErr> {
+        let Some(count) = rules::rdy(self.state(id)?, params, self.opts.max_rdy_count)? else {
             return Ok(());
-        }
-        if state != ClientState::Subscribed {
-            return Err(fatal("E_INVALID", "cannot RDY in current state"));
-        }
-        let mut count: i64 = 1;
-        if params.len() > 1 {
-            let n = base10(params[1]).ok_or_else(|| {
-                fatal(
-                    "E_INVALID",
-                    format!("RDY could not parse count {}", lossy(params[1])),
-                )
-            })?;
-            count = n as i64;
-        }
-        let max = self.opts.max_rdy_count;
-        if count > max {
-            return Err(fatal(
-                "E_INVALID",
-                format!("RDY count {count} out of range 0-{max}"),
-            ));
-        }
+        };
         self.queues.set_rdy(id, count, now, &mut self.pushes);
         Ok(())
     }
 
-    fn answer(&mut self, now: Instant, id: ClientId, params: &[&[u8]]) -> Result<(), Fatal> {
-        let cmd = lossy(params[0]);
-        let state = self.state(id)?;
-        if state != ClientState::Subscribed && state != ClientState::Closing {
-            return Err(fatal("E_INVALID", format!("cannot {cmd} in current state")));
-        }
-        let min = if cmd == "REQ" { 3 } else { 2 };
-        if params.len() < min {
-            return Err(fatal(
-                "E_INVALID",
-                format!("{cmd} insufficient number of params"),
-            ));
-        }
-        let msg = <[u8; 16]>::try_from(params[1])
-            .map_err(|_| fatal("E_INVALID", "invalid message ID"))?;
-        let result = match cmd.as_str() {
-            "FIN" => self
+    /// FIN, REQ or TOUCH; the queues' refusal is a non-fatal error.
+    fn answer(
+        &mut self,
+        now: Instant,
+        id: ClientId,
+        cmd: Answer,
+        params: &[&[u8]],
+    ) -> Result<(), CmdErr> {
+        let msg = rules::answer_prelude(cmd, self.state(id)?, params)?;
+        let result = match cmd {
+            Answer::Fin => self
                 .queues
                 .finish(id, &msg, now, &mut self.pushes)
                 .map(drop),
-            "REQ" => {
-                let ms = base10(params[2]).ok_or_else(|| {
-                    fatal(
-                        "E_INVALID",
-                        format!("REQ could not parse timeout {}", lossy(params[2])),
-                    )
-                })?;
-                let delay = Duration::from_millis(ms).min(self.opts.max_req_timeout);
+            Answer::Req => {
+                let delay = rules::req_delay(params, self.opts.max_req_timeout)?;
                 self.queues.requeue(id, &msg, delay, now, &mut self.pushes)
             }
-            _ => self.queues.touch(
+            Answer::Touch => self.queues.touch(
                 id,
                 &msg,
                 self.opts.max_msg_timeout,
@@ -546,96 +485,18 @@ impl Nsqd {
                 now,
             ),
         };
-        if let Err(e) = result {
-            let e: AnswerError = e;
-            let text = format!("E_{cmd}_FAILED {cmd} {} failed {}", lossy(&msg), e.text());
-            self.error(id, &text);
-        }
-        Ok(())
+        result.map_err(|e| rules::answer_failed(cmd, &msg, e))
     }
 
-    fn mpub_bodies(&self, b: &[u8]) -> Result<Vec<Vec<u8>>, Fatal> {
-        if b.len() < 4 {
-            return Err(fatal("E_BAD_BODY", "MPUB failed to read message count"));
-        }
-        let n = u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize;
-        if n == 0 {
-            return Err(fatal("E_BAD_BODY", "MPUB invalid message count 0"));
-        }
-        let mut at = 4;
-        let mut bodies = Vec::with_capacity(n.min(b.len() / 4));
-        for _ in 0..n {
-            if b.len() < at + 4 {
-                return Err(fatal(
-                    "E_BAD_MESSAGE",
-                    "MPUB failed to read message body size",
-                ));
-            }
-            let size = u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]) as usize;
-            at += 4;
-            if size == 0 || size > self.opts.max_msg_size {
-                return Err(fatal(
-                    "E_BAD_MESSAGE",
-                    format!("MPUB invalid message body size {size}"),
-                ));
-            }
-            if b.len() < at + size {
-                return Err(fatal("E_BAD_MESSAGE", "MPUB failed to read message body"));
-            }
-            bodies.push(b[at..at + size].to_vec());
-            at += size;
-        }
-        Ok(bodies)
-    }
-
+    /// PUB, DPUB or MPUB, checked: publishes `bodies` to `topic` after `delay`.
     fn publish_cmd(
         &mut self,
         now: Instant,
         id: ClientId,
-        params: &[&[u8]],
+        topic: &str,
         bodies: Vec<Vec<u8>>,
-        dpub: bool,
-    ) -> Result<(), Fatal> {
-        let cmd = lossy(params[0]);
-        if params.len() < 2 + usize::from(dpub) {
-            return Err(fatal(
-                "E_INVALID",
-                format!("{cmd} insufficient number of parameters"),
-            ));
-        }
-        if !is_valid_name(params[1]) {
-            return Err(fatal(
-                "E_BAD_TOPIC",
-                format!("{cmd} topic name {:?} is not valid", lossy(params[1])),
-            ));
-        }
-        let mut defer = Duration::ZERO;
-        if dpub {
-            let ms = base10(params[2]).ok_or_else(|| {
-                fatal(
-                    "E_INVALID",
-                    format!("DPUB could not parse timeout {}", lossy(params[2])),
-                )
-            })?;
-            let d = Duration::from_millis(ms);
-            if d > self.opts.max_req_timeout {
-                return Err(fatal(
-                    "E_INVALID",
-                    format!(
-                        "DPUB timeout {ms} out of range 0-{}",
-                        self.opts.max_req_timeout.as_millis()
-                    ),
-                ));
-            }
-            defer = d;
-        }
-        if bodies.iter().any(Vec::is_empty) {
-            return Err(fatal(
-                "E_BAD_MESSAGE",
-                format!("{cmd} invalid message body size 0"),
-            ));
-        }
-        let topic = lossy(params[1]);
+        delay: Duration,
+    ) {
         let ts = self.unix_nanos(now);
         let msgs: Vec<Msg> = bodies
             .into_iter()
@@ -644,9 +505,8 @@ impl Nsqd {
         self.published
             .extend(msgs.iter().map(|m| (m.id, m.body.clone())));
         self.queues
-            .publish(&topic, msgs, defer, now, &mut self.pushes);
+            .publish(topic, msgs, delay, now, &mut self.pushes);
         self.respond(id, b"OK");
-        Ok(())
     }
 
     /// Publishes as if a client had: returns the messages' ids.

@@ -1,43 +1,23 @@
-//! The TCP protocol V2 commands of one connection: parsing and executing SUB, PUB, MPUB,
-//! DPUB, RDY, FIN, REQ, TOUCH, CLS, NOP and AUTH with nsqd's state rules and error texts.
+//! The TCP protocol V2 commands of one connection: reading and executing SUB, PUB, MPUB,
+//! DPUB, RDY, FIN, REQ, TOUCH, CLS, NOP and AUTH. nsqd's per-command checks and error texts
+//! are in [`crate::model::commands`], shared with the model nsqd.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use crate::model::commands::{
+    self as rules, Answer, MpubSource, Publish, invalid_command, invalid_state, lossy,
+};
 use crate::model::{Flow, frame};
-use crate::transport::LineError;
-use crate::util::{go_quote, is_valid_name};
+use crate::transport::{CmdReader, LineError};
+use crate::util::go_quote;
 
 use super::stats::{ClientState, CommandRecord};
 use super::{Client, Conn, Out, State};
 
-/// A command's failure: the error frame's text, and whether nsqd closes the connection.
-pub(super) enum CmdErr {
-    Fatal(String),
-    NonFatal(String),
-}
-
-pub(super) fn fatal(code: &str, desc: impl std::fmt::Display) -> CmdErr {
-    CmdErr::Fatal(format!("{code} {desc}"))
-}
-
-pub(super) fn lossy(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-/// nsqd's `ByteToBase10`: digits only (empty is 0), wrapping on overflow.
-pub(super) fn base10(b: &[u8]) -> Option<u64> {
-    let mut n: u64 = 0;
-    for &d in b {
-        if !d.is_ascii_digit() {
-            return None;
-        }
-        n = n.wrapping_mul(10).wrapping_add(u64::from(d - b'0'));
-    }
-    Some(n)
-}
+pub(super) use crate::model::commands::{CmdErr, fatal};
 
 pub(super) fn millis(d: Duration) -> i64 {
     d.as_millis() as i64
@@ -187,10 +167,7 @@ impl Conn {
             b"SUB" => self.sub(params),
             b"CLS" => self.cls(),
             b"AUTH" => self.auth(params),
-            _ => Err(fatal(
-                "E_INVALID",
-                format!("invalid command {}", lossy(cmd)),
-            )),
+            _ => Err(invalid_command(cmd)),
         }
     }
 
@@ -215,7 +192,7 @@ impl Conn {
 impl Conn {
     pub(super) fn auth(&mut self, params: &[&[u8]]) -> CmdResult {
         if self.state()? != ClientState::Init {
-            return Err(fatal("E_INVALID", "cannot AUTH in current state"));
+            return Err(invalid_state("AUTH"));
         }
         if params.len() != 1 {
             return Err(fatal("E_INVALID", "AUTH invalid number of parameters"));
@@ -225,15 +202,7 @@ impl Conn {
             .rd
             .read_len()
             .map_err(|_| fatal("E_BAD_BODY", "AUTH failed to read body size"))?;
-        if i64::from(len) > max {
-            return Err(fatal(
-                "E_BAD_BODY",
-                format!("AUTH body too big {len} > {max}"),
-            ));
-        }
-        if len <= 0 {
-            return Err(fatal("E_BAD_BODY", format!("AUTH invalid body size {len}")));
-        }
+        rules::body_size("AUTH", len, max)?;
         let body = self.read_body(len, "E_BAD_BODY", "AUTH failed to read body")?;
         self.body = Some(body.clone());
         if self.with_client(|c| c.auth.is_some())? {
@@ -279,28 +248,7 @@ impl Conn {
     }
 
     pub(super) fn sub(&mut self, params: &[&[u8]]) -> CmdResult {
-        if self.state()? != ClientState::Init {
-            return Err(fatal("E_INVALID", "cannot SUB in current state"));
-        }
-        if self.heartbeat.is_none() {
-            return Err(fatal("E_INVALID", "cannot SUB with heartbeats disabled"));
-        }
-        if params.len() < 3 {
-            return Err(fatal("E_INVALID", "SUB insufficient number of parameters"));
-        }
-        let (topic, channel) = (params[1], params[2]);
-        if !is_valid_name(topic) {
-            return Err(fatal(
-                "E_BAD_TOPIC",
-                format!("SUB topic name {} is not valid", go_quote(topic)),
-            ));
-        }
-        if !is_valid_name(channel) {
-            return Err(fatal(
-                "E_BAD_CHANNEL",
-                format!("SUB channel name {} is not valid", go_quote(channel)),
-            ));
-        }
+        let (topic, channel) = rules::sub(self.state()?, self.heartbeat.is_some(), params)?;
         self.check_auth("SUB", topic, channel)?;
         let (topic, channel) = (lossy(topic), lossy(channel));
         let now = Instant::now();
@@ -310,40 +258,14 @@ impl Conn {
         let max = self.inner.opts.max_channel_consumers;
         st.queues
             .subscribe(self.id, &topic, &channel, max, now)
-            .map_err(|max| {
-                fatal(
-                    "E_SUB_FAILED",
-                    format!("SUB failed consumers for {topic}:{channel} exceeds limit of {max}"),
-                )
-            })?;
+            .map_err(|max| rules::sub_failed(&topic, &channel, max))?;
         Ok(Some(b"OK".to_vec()))
     }
 
     pub(super) fn rdy(&mut self, params: &[&[u8]]) -> CmdResult {
-        let state = self.state()?;
-        if state == ClientState::Closing {
+        let Some(count) = rules::rdy(self.state()?, params, self.inner.opts.max_rdy_count)? else {
             return Ok(None);
-        }
-        if state != ClientState::Subscribed {
-            return Err(fatal("E_INVALID", "cannot RDY in current state"));
-        }
-        let mut count: i64 = 1;
-        if params.len() > 1 {
-            let n = base10(params[1]).ok_or_else(|| {
-                fatal(
-                    "E_INVALID",
-                    format!("RDY could not parse count {}", lossy(params[1])),
-                )
-            })?;
-            count = n as i64;
-        }
-        let max = self.inner.opts.max_rdy_count;
-        if count < 0 || count > max {
-            return Err(fatal(
-                "E_INVALID",
-                format!("RDY count {count} out of range 0-{max}"),
-            ));
-        }
+        };
         let mut st = self.inner.lock();
         let mut out = Vec::new();
         st.queues.set_rdy(self.id, count, Instant::now(), &mut out);
@@ -351,71 +273,35 @@ impl Conn {
         Ok(None)
     }
 
-    /// Common checks of FIN/REQ/TOUCH; returns the id.
-    pub(super) fn msg_cmd_prelude(
-        &self,
-        cmd: &str,
-        params: &[&[u8]],
-        min_params: usize,
-    ) -> Result<[u8; 16], CmdErr> {
-        let state = self.state()?;
-        if state != ClientState::Subscribed && state != ClientState::Closing {
-            return Err(fatal("E_INVALID", format!("cannot {cmd} in current state")));
-        }
-        if params.len() < min_params {
-            return Err(fatal(
-                "E_INVALID",
-                format!("{cmd} insufficient number of params"),
-            ));
-        }
-        <[u8; 16]>::try_from(params[1]).map_err(|_| fatal("E_INVALID", "invalid message ID"))
-    }
-
     pub(super) fn fin(&mut self, params: &[&[u8]]) -> CmdResult {
-        let id = self.msg_cmd_prelude("FIN", params, 2)?;
+        let id = rules::answer_prelude(Answer::Fin, self.state()?, params)?;
         let mut st = self.inner.lock();
         let now = Instant::now();
         let mut out = Vec::new();
-        let f = st.queues.finish(self.id, &id, now, &mut out).map_err(|e| {
-            CmdErr::NonFatal(format!(
-                "E_FIN_FAILED FIN {} failed {}",
-                lossy(&id),
-                e.text()
-            ))
-        })?;
+        let f = st
+            .queues
+            .finish(self.id, &id, now, &mut out)
+            .map_err(|e| rules::answer_failed(Answer::Fin, &id, e))?;
         st.note_finished(self.id, &f.msg, now);
         st.send(out);
         Ok(None)
     }
 
     pub(super) fn req(&mut self, params: &[&[u8]]) -> CmdResult {
-        let id = self.msg_cmd_prelude("REQ", params, 3)?;
-        let ms = base10(params[2]).ok_or_else(|| {
-            fatal(
-                "E_INVALID",
-                format!("REQ could not parse timeout {}", lossy(params[2])),
-            )
-        })?;
-        let max = self.inner.opts.max_req_timeout;
-        let delay = Duration::from_millis(ms).min(max);
+        let id = rules::answer_prelude(Answer::Req, self.state()?, params)?;
+        let delay = rules::req_delay(params, self.inner.opts.max_req_timeout)?;
         let mut st = self.inner.lock();
         let mut out = Vec::new();
         st.queues
             .requeue(self.id, &id, delay, Instant::now(), &mut out)
-            .map_err(|e| {
-                CmdErr::NonFatal(format!(
-                    "E_REQ_FAILED REQ {} failed {}",
-                    lossy(&id),
-                    e.text()
-                ))
-            })?;
+            .map_err(|e| rules::answer_failed(Answer::Req, &id, e))?;
         st.send(out);
         self.inner.wake.notify_all();
         Ok(None)
     }
 
     pub(super) fn touch(&mut self, params: &[&[u8]]) -> CmdResult {
-        let id = self.msg_cmd_prelude("TOUCH", params, 2)?;
+        let id = rules::answer_prelude(Answer::Touch, self.state()?, params)?;
         let opts = &self.inner.opts;
         let mut st = self.inner.lock();
         st.queues
@@ -426,13 +312,7 @@ impl Conn {
                 opts.msg_timeout,
                 Instant::now(),
             )
-            .map_err(|e| {
-                CmdErr::NonFatal(format!(
-                    "E_TOUCH_FAILED TOUCH {} failed {}",
-                    lossy(&id),
-                    e.text()
-                ))
-            })?;
+            .map_err(|e| rules::answer_failed(Answer::Touch, &id, e))?;
         Ok(None)
     }
 
@@ -443,7 +323,7 @@ impl Conn {
         }
         let mut out = Vec::new();
         if !st.queues.close_wait(self.id, &mut out) {
-            return Err(fatal("E_INVALID", "cannot CLS in current state"));
+            return Err(invalid_state("CLS"));
         }
         st.send(out);
         Ok(Some(b"CLOSE_WAIT".to_vec()))
@@ -456,47 +336,28 @@ impl Conn {
         Ok(())
     }
 
-    pub(super) fn read_message(&mut self, cmd: &str) -> Result<Vec<u8>, CmdErr> {
-        let max = self.inner.opts.max_msg_size;
+    pub(super) fn read_message(&mut self, cmd: Publish) -> Result<Vec<u8>, CmdErr> {
+        let name = cmd.name();
         let len = self.rd.read_len().map_err(|_| {
             fatal(
                 "E_BAD_MESSAGE",
-                format!("{cmd} failed to read message body size"),
+                format!("{name} failed to read message body size"),
             )
         })?;
-        if len <= 0 {
-            return Err(fatal(
-                "E_BAD_MESSAGE",
-                format!("{cmd} invalid message body size {len}"),
-            ));
-        }
-        if i64::from(len) > max {
-            return Err(fatal(
-                "E_BAD_MESSAGE",
-                format!("{cmd} message too big {len} > {max}"),
-            ));
-        }
+        rules::message_size(cmd, len, self.inner.opts.max_msg_size)?;
         let body = self.read_body(
             len,
             "E_BAD_MESSAGE",
-            &format!("{cmd} failed to read message body"),
+            &format!("{name} failed to read message body"),
         )?;
         self.body = Some(body.clone());
         Ok(body)
     }
 
     pub(super) fn publish(&mut self, params: &[&[u8]]) -> CmdResult {
-        if params.len() < 2 {
-            return Err(fatal("E_INVALID", "PUB insufficient number of parameters"));
-        }
-        let topic = params[1];
-        if !is_valid_name(topic) {
-            return Err(fatal(
-                "E_BAD_TOPIC",
-                format!("PUB topic name {} is not valid", go_quote(topic)),
-            ));
-        }
-        let body = self.read_message("PUB")?;
+        let max_req = self.inner.opts.max_req_timeout;
+        let (topic, _) = rules::publish_params(Publish::Pub, params, max_req)?;
+        let body = self.read_message(Publish::Pub)?;
         self.check_auth("PUB", topic, b"")?;
         self.check_publish_failure("E_PUB_FAILED", "PUB")?;
         let mut st = self.inner.lock();
@@ -510,41 +371,15 @@ impl Conn {
     }
 
     pub(super) fn dpub(&mut self, params: &[&[u8]]) -> CmdResult {
-        if params.len() < 3 {
-            return Err(fatal("E_INVALID", "DPUB insufficient number of parameters"));
-        }
-        let topic = params[1];
-        if !is_valid_name(topic) {
-            return Err(fatal(
-                "E_BAD_TOPIC",
-                format!("DPUB topic name {} is not valid", go_quote(topic)),
-            ));
-        }
-        let ms = base10(params[2]).ok_or_else(|| {
-            fatal(
-                "E_INVALID",
-                format!("DPUB could not parse timeout {}", lossy(params[2])),
-            )
-        })?;
-        let max = self.inner.opts.max_req_timeout;
-        if u128::from(ms) > max.as_millis() {
-            return Err(fatal(
-                "E_INVALID",
-                format!("DPUB timeout {ms} out of range 0-{}", max.as_millis()),
-            ));
-        }
-        let body = self.read_message("DPUB")?;
+        let max_req = self.inner.opts.max_req_timeout;
+        let (topic, delay) = rules::publish_params(Publish::Dpub, params, max_req)?;
+        let body = self.read_message(Publish::Dpub)?;
         self.check_auth("DPUB", topic, b"")?;
         self.check_publish_failure("E_DPUB_FAILED", "DPUB")?;
         let mut st = self.inner.lock();
         let topic = lossy(topic);
-        self.inner.publish(
-            &mut st,
-            &topic,
-            vec![body],
-            Duration::from_millis(ms),
-            Instant::now(),
-        );
+        self.inner
+            .publish(&mut st, &topic, vec![body], delay, Instant::now());
         if let Some(c) = st.clients.get_mut(&self.id) {
             c.published(&topic, 1);
         }
@@ -552,20 +387,8 @@ impl Conn {
     }
 
     pub(super) fn mpub(&mut self, params: &[&[u8]]) -> CmdResult {
-        if params.len() < 2 {
-            return Err(fatal("E_INVALID", "MPUB insufficient number of parameters"));
-        }
-        let topic = params[1];
-        if !is_valid_name(topic) {
-            // nsqd repeats the code in the description here.
-            return Err(fatal(
-                "E_BAD_TOPIC",
-                format!(
-                    "E_BAD_TOPIC MPUB topic name {} is not valid",
-                    go_quote(topic)
-                ),
-            ));
-        }
+        let max_req = self.inner.opts.max_req_timeout;
+        let (topic, _) = rules::publish_params(Publish::Mpub, params, max_req)?;
         self.check_auth("MPUB", topic, b"")?;
         // nsqd gets (creates) the topic before it reads the body, so even an MPUB that
         // fails below leaves the topic behind (and registered with lookupd).
@@ -579,58 +402,19 @@ impl Conn {
             .rd
             .read_len()
             .map_err(|_| fatal("E_BAD_BODY", "MPUB failed to read body size"))?;
-        if len <= 0 {
-            return Err(fatal("E_BAD_BODY", format!("MPUB invalid body size {len}")));
-        }
-        if i64::from(len) > max_body {
-            return Err(fatal(
-                "E_BAD_BODY",
-                format!("MPUB body too big {len} > {max_body}"),
-            ));
-        }
+        let len = rules::body_size("MPUB", len, max_body)?;
         // readMPUB reads from the stream, not from a body-sized buffer.
-        let count = self
-            .rd
-            .read_len()
-            .map_err(|_| fatal("E_BAD_BODY", "MPUB failed to read message count"))?;
-        let max_messages = (max_body - 4) / 5;
-        if count <= 0 || i64::from(count) > max_messages {
-            return Err(fatal(
-                "E_BAD_BODY",
-                format!("MPUB invalid message count {count}"),
-            ));
-        }
-        let mut bodies = Vec::with_capacity((count as usize).min(1024));
-        let mut logged = Vec::new();
-        logged.extend_from_slice(&count.to_be_bytes());
-        for i in 0..count {
-            let size = self.rd.read_len().map_err(|_| {
-                fatal(
-                    "E_BAD_MESSAGE",
-                    format!("MPUB failed to read message({i}) body size"),
-                )
-            })?;
-            if size <= 0 {
-                return Err(fatal(
-                    "E_BAD_MESSAGE",
-                    format!("MPUB invalid message({i}) body size {size}"),
-                ));
-            }
-            if i64::from(size) > max_msg {
-                return Err(fatal(
-                    "E_BAD_MESSAGE",
-                    format!("MPUB message too big {size} > {max_msg}"),
-                ));
-            }
-            let body = self.read_body(size, "E_BAD_MESSAGE", "MPUB failed to read message body")?;
-            logged.extend_from_slice(&size.to_be_bytes());
-            logged.extend_from_slice(&body);
-            bodies.push(body);
-        }
-        if logged.len() != len as usize {
+        let mut src = LoggedReader {
+            rd: &mut self.rd,
+            logged: Vec::new(),
+        };
+        let bodies = rules::read_mpub(&mut src, max_body, max_msg)?;
+        let LoggedReader { logged, .. } = src;
+        if logged.len() != len {
             let msg = format!(
-                "client {}: MPUB body size {len} does not match its {count} messages ({} bytes); nsqd accepts this but it is a client bug",
+                "client {}: MPUB body size {len} does not match its {} messages ({} bytes); nsqd accepts this but it is a client bug",
                 self.id,
+                bodies.len(),
                 logged.len()
             );
             tracing::warn!("{msg}");
@@ -647,5 +431,25 @@ impl Conn {
             c.published(&topic, count);
         }
         Ok(Some(b"OK".to_vec()))
+    }
+}
+
+/// MPUB's source on a connection: what is read is kept for the command log.
+struct LoggedReader<'a> {
+    rd: &'a mut CmdReader,
+    logged: Vec<u8>,
+}
+
+impl MpubSource for LoggedReader<'_> {
+    fn read_len(&mut self) -> Option<i32> {
+        let n = self.rd.read_len().ok()?;
+        self.logged.extend_from_slice(&n.to_be_bytes());
+        Some(n)
+    }
+
+    fn read_vec(&mut self, n: usize) -> Option<Vec<u8>> {
+        let b = self.rd.read_exact_vec(n).ok()?;
+        self.logged.extend_from_slice(&b);
+        Some(b)
     }
 }
