@@ -703,6 +703,8 @@ impl<'f> World<'f> {
         self.check_flow();
     }
 
+    /// Drains a consumer that has closed (only closed consumers are kept as old ones): its
+    /// last actions go to the world; it may hand nothing out any more.
     fn drain_old(&mut self, i: usize) {
         loop {
             let t = Instant::now();
@@ -717,36 +719,12 @@ impl<'f> World<'f> {
             let note = self.old_consumers[i].machine.poll_note();
             self.report.core_time += t.elapsed();
             let Some(note) = note else { break };
-            let epoch = self.old_consumers[i].epoch;
-            match note {
-                ConsumerNote::Message(d) => {
-                    if self.old_consumers[i].closed {
-                        self.violate(format!(
-                            "consumer {epoch} handed out message {} after Closed",
-                            String::from_utf8_lossy(&d.id)
-                        ));
-                    } else {
-                        self.old_consumers[i].held.insert((d.conn, d.id), d);
-                        if let Some(n) = self.conn_node(Who::Consumer(epoch), d.conn) {
-                            self.handed.insert((n, d.id));
-                        }
-                        self.report.delivered += 1;
-                        self.schedule_handler(epoch, d);
-                    }
-                }
-                ConsumerNote::GaveUp(d) => {
-                    if let Some(n) = self.conn_node(Who::Consumer(epoch), d.conn) {
-                        self.handed.insert((n, d.id));
-                        self.finished.insert((n, d.id));
-                    }
-                    self.report.gave_up += 1;
-                }
-                ConsumerNote::Closed { leftovers } => {
-                    let held = self.old_consumers[i].held.len();
-                    self.old_consumers[i].closed = true;
-                    self.closed_check(epoch, leftovers, held);
-                }
-                ConsumerNote::Other(_) => {}
+            if let ConsumerNote::Message(d) | ConsumerNote::GaveUp(d) = note {
+                let epoch = self.old_consumers[i].epoch;
+                self.violate(format!(
+                    "consumer {epoch} handed out message {} after Closed",
+                    String::from_utf8_lossy(&d.id)
+                ));
             }
         }
     }
