@@ -3,7 +3,7 @@
 //! (through [`ClientFactory`]) whose every step is checked against the invariants of NSQ's
 //! client duties.
 //!
-//! The world never reads a clock: time is an [`Instant`] taken once when a run starts plus
+//! The world never reads a clock: time is an [`Instant`](std::time::Instant) taken once when a run starts plus
 //! virtual offsets, so the same seed gives the same run ([`Report::trace_hash`]). The first
 //! violated invariant stops the run; [`shrink`] then looks for a shorter fault schedule that
 //! still fails.
