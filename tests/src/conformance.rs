@@ -442,25 +442,30 @@ fn timeout_redelivers(f: &dyn ClientFactory) -> Result<(), String> {
     let mut sub = f.subscribe(&cfg, &topic, "ch")?;
     let started = Instant::now();
     let first = sub.next(WAIT).ok_or("no message")?;
-    // nsqd times it out after 1 s and requeues it. A client that keeps RDY open hands the
-    // redelivery over while the first copy is still held (go-nsq, the raw client); one that
-    // bounds the messages in the application by max_in_flight (nsq-rs) waits until the first
-    // copy is let go: dropped unanswered, it is requeued (too late, nsqd already did), and
-    // its share is free. A real nsqd notices the timeout in its queue scan loop, possibly
-    // seconds late.
-    let early = sub.next(Duration::from_secs(2));
-    drop(first);
-    let second = if let Some(second) = early {
+    // nsqd times it out after 1 s and delivers it again. A client that keeps RDY open hands
+    // the redelivery over while the first copy is still held (go-nsq, the raw client). One
+    // that bounds the messages in the application by max_in_flight (nsq-rs) hands nothing
+    // more while the first copy is held: nsqd's redelivery stands for the copy the
+    // application has. Requeued at once, it comes back. A real nsqd notices the timeout in
+    // its queue scan loop, possibly seconds late.
+    let second = if let Some(second) = sub.next(Duration::from_secs(2)) {
+        check(second.attempts() == 2, "attempts must be 2 on redelivery")?;
+        drop(first);
         second
     } else {
-        sub.next(WAIT + env.queue_scan_allowance())
-            .ok_or("not redelivered after msg_timeout")?
+        // (Refused if this side had already timed it out: nsqd then sends it again.)
+        let _ = first.requeue(Duration::ZERO);
+        let again = sub
+            .next(WAIT + env.queue_scan_allowance())
+            .ok_or("not redelivered after msg_timeout")?;
+        check(again.attempts() >= 2, "attempts must count the redelivery")?;
+        again
     };
     check(
         started.elapsed() >= Duration::from_millis(900),
         "redelivered before msg_timeout",
     )?;
-    check(second.attempts() == 2, "attempts must be 2 on redelivery")?;
+    second.finish()?;
     sub.stop(WAIT)
 }
 

@@ -336,6 +336,11 @@ pub enum ConnectionEvent {
     /// The message's msg_timeout passed without an answer: the server has requeued it and a
     /// later answer is refused locally.
     MessageExpired(MessageId),
+    /// nsqd delivered again a message that is still in flight here, unanswered: its
+    /// msg_timeout passed at nsqd first (nsqd's clock starts when it sends, this side's when
+    /// it receives). Its in-flight entry now stands for this delivery, with a new deadline;
+    /// answering the message (by its id) answers this delivery.
+    Redelivered(Message),
     /// A non-fatal server error (`E_FIN_FAILED`, `E_REQ_FAILED`, `E_TOUCH_FAILED`); the
     /// connection stays up.
     ServerError(ServerError),

@@ -241,15 +241,15 @@ impl InFlight {
         self.entry(id).map(|e| (e.deadline, e.delivered))
     }
 
-    /// Records a delivery (replacing an entry with the same id). One hash look-up. With
-    /// `touch`, the message also gets an auto-touch timer.
+    /// Records a delivery (replacing an entry with the same id: then it returns true). One
+    /// hash look-up. With `touch`, the message also gets an auto-touch timer.
     pub(crate) fn insert(
         &mut self,
         id: MessageId,
         deadline: Instant,
         delivered: Instant,
         touch: bool,
-    ) {
+    ) -> bool {
         let entries = &self.entries;
         let found = self.map.entry(
             hash_id(&id),
@@ -280,17 +280,18 @@ impl InFlight {
                     i
                 };
                 v.insert(slot);
+                false
             }
             hash_table::Entry::Occupied(o) => {
                 let Some(e) = self.entries.get_mut(*o.get() as usize) else {
-                    return;
+                    return true;
                 };
                 let old = *e;
                 if old.deadline == deadline && old.touch.is_some() == touch {
                     // The old timers already fire at this deadline and now stand for the
                     // new delivery.
                     e.delivered = delivered;
-                    return;
+                    return true;
                 }
                 self.timers.kill(old.timer);
                 if let Some(t) = old.touch {
@@ -306,6 +307,7 @@ impl InFlight {
                     touch,
                 };
                 self.clean();
+                true
             }
         }
     }

@@ -827,10 +827,15 @@ impl Connection {
             return self.violation("message delivered before the subscription was confirmed");
         }
         let deadline = now + self.msg_timeout;
-        self.inflight
-            .insert(message.id, deadline, now, self.config.auto_touch.is_some());
+        let again =
+            self.inflight
+                .insert(message.id, deadline, now, self.config.auto_touch.is_some());
         self.last_message_at = Some(now);
-        self.events.push_back(ConnectionEvent::Message(message));
+        if again {
+            self.events.push_back(ConnectionEvent::Redelivered(message));
+        } else {
+            self.events.push_back(ConnectionEvent::Message(message));
+        }
     }
 
     fn handle_response(&mut self, response: Response) {

@@ -700,6 +700,15 @@ impl Consumer {
                     self.flow.rebalance(now, false, &mut self.shared);
                 }
                 ConnectionEvent::Message(message) => self.on_message(now, id, message),
+                ConnectionEvent::Redelivered(_) => {
+                    // The application still holds it: nothing to hand out, and its answer will
+                    // answer this delivery. It took a RDY slot like any delivery.
+                    self.received += 1;
+                    if let Some(slot) = self.shared.slots.get_mut(id) {
+                        slot.counts.received += 1;
+                        let _ = FlowControl::on_message(slot);
+                    }
+                }
                 ConnectionEvent::MessageExpired(mid) => {
                     // nsqd has requeued it, but the application still holds it.
                     if self.shared.ghosts.insert((id, mid)) {
@@ -757,6 +766,17 @@ impl Consumer {
             let Some(message) = slot.conn.as_mut().and_then(|c| c.poll_message(plain)) else {
                 break;
             };
+            if !self.shared.ghosts.is_empty() && self.shared.ghosts.remove(&(id, message.id)) {
+                // nsqd timed it out and sent it again while the application still holds it:
+                // the application's answer will answer this delivery. Nothing to hand out.
+                self.shared.ghost_shares = self.shared.ghost_shares.saturating_sub(1);
+                let _ = FlowControl::on_message(slot);
+                slot.counts.received += 1;
+                received += 1;
+                slot.handed += 1;
+                self.shared.handed_total += 1;
+                continue;
+            }
             let covered = slot.covers_next()
                 && self.shared.handed_total + self.shared.ghost_shares < max_in_flight;
             // (false, false) under this loop's condition: nothing to re-plan.
@@ -807,6 +827,17 @@ impl Consumer {
             return;
         };
         slot.counts.received += 1;
+        if !self.shared.ghosts.is_empty() && self.shared.ghosts.remove(&(id, message.id)) {
+            // As in pump_deliveries: the application still holds it.
+            self.shared.ghost_shares = self.shared.ghost_shares.saturating_sub(1);
+            let after = FlowControl::on_message(slot);
+            slot.handed += 1;
+            self.shared.handed_total += 1;
+            if after.replan() {
+                self.flow.rebalance(now, after.turn_over, &mut self.shared);
+            }
+            return;
+        }
         let covered = slot.covers_next()
             && self.shared.handed_total + self.shared.ghost_shares
                 < u64::from(self.flow.max_in_flight());
