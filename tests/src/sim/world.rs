@@ -427,11 +427,11 @@ impl<'f> World<'f> {
             .map(|n| n.addr.clone())
             .collect();
         if self.cfg.producer_messages > 0 && !nsqds.is_empty() {
-            let t = Instant::now();
-            let p = self
-                .factory
-                .producer(self.now, self.cfg.seed ^ 0x5eed, &nsqds);
-            self.report.core_time += t.elapsed();
+            let (now, seed) = (self.now, self.cfg.seed ^ 0x5eed);
+            let factory = &mut *self.factory;
+            let p = timed(&mut self.report.core_time, || {
+                factory.producer(now, seed, &nsqds)
+            });
             self.producer = Some(p);
             self.drive_producer();
         }
@@ -488,9 +488,8 @@ impl<'f> World<'f> {
                 let now = self.now;
                 for i in 0..self.old_consumers.len() {
                     if self.old_consumers[i].machine.next_timeout() == Some(next) {
-                        let t = Instant::now();
-                        self.old_consumers[i].machine.timeout(now);
-                        self.report.core_time += t.elapsed();
+                        let m = self.old_consumers[i].machine.as_mut();
+                        timed(&mut self.report.core_time, || m.timeout(now));
                         self.drain_old(i);
                     }
                 }
@@ -609,7 +608,6 @@ impl<'f> World<'f> {
         let lookupds: Vec<String> = (0..self.lookupd_up.len())
             .map(|k| format!("http://lookupd{k}.sim:4161"))
             .collect();
-        let t = Instant::now();
         let spec = super::client::ConsumerSpec {
             seed: self.cfg.seed.wrapping_add(u64::from(epoch)),
             topic: TOPIC,
@@ -618,8 +616,8 @@ impl<'f> World<'f> {
             max_attempts: self.cfg.max_attempts,
             lookupds: &lookupds,
         };
-        let machine = self.factory.consumer(self.now, &spec);
-        self.report.core_time += t.elapsed();
+        let (now, factory) = (self.now, &mut *self.factory);
+        let machine = timed(&mut self.report.core_time, || factory.consumer(now, &spec));
         if let Some(old) = self.consumer.take() {
             self.old_consumers.push(old);
         }
@@ -637,17 +635,19 @@ impl<'f> World<'f> {
     fn client_call(&mut self, who: Who, f: impl FnOnce(&mut dyn super::client::Machine, Instant)) {
         match who {
             Who::Producer => self.producer_call(|p, now| f(p, now)),
-            Who::Consumer(epoch) => {
-                if self.consumer.as_ref().is_some_and(|c| c.epoch == epoch) {
-                    self.consumer_call(|c, now| f(c, now));
-                } else if let Some(i) = self.old_consumers.iter().position(|c| c.epoch == epoch) {
-                    let now = self.now;
-                    let t = Instant::now();
-                    f(self.old_consumers[i].machine.as_mut(), now);
-                    self.report.core_time += t.elapsed();
-                    self.drain_old(i);
-                }
-            }
+            Who::Consumer(epoch) => self.epoch_call(epoch, |c, now| f(c, now)),
+        }
+    }
+
+    /// Calls consumer `epoch`, the current one or a closed one, then drains it.
+    fn epoch_call(&mut self, epoch: u32, f: impl FnOnce(&mut dyn SimConsumer, Instant)) {
+        if self.consumer.as_ref().is_some_and(|c| c.epoch == epoch) {
+            self.consumer_call(f);
+        } else if let Some(i) = self.old_consumers.iter().position(|c| c.epoch == epoch) {
+            let now = self.now;
+            let m = self.old_consumers[i].machine.as_mut();
+            timed(&mut self.report.core_time, || f(m, now));
+            self.drain_old(i);
         }
     }
 
@@ -656,9 +656,7 @@ impl<'f> World<'f> {
         let Some(c) = self.consumer.as_mut() else {
             return;
         };
-        let t = Instant::now();
-        f(c.machine.as_mut(), now);
-        self.report.core_time += t.elapsed();
+        timed(&mut self.report.core_time, || f(c.machine.as_mut(), now));
         self.drain_consumer();
     }
 
@@ -667,9 +665,7 @@ impl<'f> World<'f> {
         let Some(p) = self.producer.as_mut() else {
             return;
         };
-        let t = Instant::now();
-        f(p.as_mut(), now);
-        self.report.core_time += t.elapsed();
+        timed(&mut self.report.core_time, || f(p.as_mut(), now));
         self.drive_producer();
     }
 
@@ -684,9 +680,7 @@ impl<'f> World<'f> {
                 return;
             };
             let epoch = c.epoch;
-            let t = Instant::now();
-            let act = c.machine.poll_act();
-            self.report.core_time += t.elapsed();
+            let act = timed(&mut self.report.core_time, || c.machine.poll_act());
             let Some(act) = act else { break };
             self.act(Who::Consumer(epoch), act);
         }
@@ -694,9 +688,7 @@ impl<'f> World<'f> {
             let Some(c) = self.consumer.as_mut() else {
                 return;
             };
-            let t = Instant::now();
-            let note = c.machine.poll_note();
-            self.report.core_time += t.elapsed();
+            let note = timed(&mut self.report.core_time, || c.machine.poll_note());
             let Some(note) = note else { break };
             self.consumer_note(&note);
         }
@@ -707,17 +699,17 @@ impl<'f> World<'f> {
     /// last actions go to the world; it may hand nothing out any more.
     fn drain_old(&mut self, i: usize) {
         loop {
-            let t = Instant::now();
-            let act = self.old_consumers[i].machine.poll_act();
-            self.report.core_time += t.elapsed();
+            let act = timed(&mut self.report.core_time, || {
+                self.old_consumers[i].machine.poll_act()
+            });
             let Some(act) = act else { break };
             let epoch = self.old_consumers[i].epoch;
             self.act(Who::Consumer(epoch), act);
         }
         loop {
-            let t = Instant::now();
-            let note = self.old_consumers[i].machine.poll_note();
-            self.report.core_time += t.elapsed();
+            let note = timed(&mut self.report.core_time, || {
+                self.old_consumers[i].machine.poll_note()
+            });
             let Some(note) = note else { break };
             if let ConsumerNote::Message(d) | ConsumerNote::GaveUp(d) = note {
                 let epoch = self.old_consumers[i].epoch;
@@ -848,10 +840,7 @@ impl<'f> World<'f> {
             if how != Answer::Touch {
                 slot.held.remove(&(d.conn, d.id));
             }
-            let start = Instant::now();
-            let r = slot.machine.answer(now, &d, how);
-            *t += start.elapsed();
-            r
+            timed(t, || slot.machine.answer(now, &d, how))
         };
         let result = if is_current {
             let c = self.consumer.as_mut().expect("current");
@@ -886,9 +875,7 @@ impl<'f> World<'f> {
             let Some(p) = self.producer.as_mut() else {
                 return;
             };
-            let t = Instant::now();
-            let act = p.poll_act();
-            self.report.core_time += t.elapsed();
+            let act = timed(&mut self.report.core_time, || p.poll_act());
             let Some(act) = act else { break };
             self.act(Who::Producer, act);
         }
@@ -896,9 +883,7 @@ impl<'f> World<'f> {
             let Some(p) = self.producer.as_mut() else {
                 return;
             };
-            let t = Instant::now();
-            let r = p.poll_result();
-            self.report.core_time += t.elapsed();
+            let r = timed(&mut self.report.core_time, || p.poll_result());
             let Some(r) = r else { break };
             let body = self.producer_bodies.remove(&r.id).unwrap_or_default();
             let there = self.accepted_bodies.contains(&body);
@@ -932,9 +917,7 @@ impl<'f> World<'f> {
         let Some(p) = self.producer.as_mut() else {
             return;
         };
-        let t = Instant::now();
-        let r = p.publish(now, TOPIC, &body);
-        self.report.core_time += t.elapsed();
+        let r = timed(&mut self.report.core_time, || p.publish(now, TOPIC, &body));
         match r {
             Ok(id) => {
                 self.producer_bodies.insert(id, body);
@@ -1300,15 +1283,7 @@ impl<'f> World<'f> {
             }
             None => m.lookupd_failed(now, req, "connection refused"),
         };
-        if self.consumer.as_ref().is_some_and(|c| c.epoch == epoch) {
-            self.consumer_call(f);
-        } else if let Some(i) = self.old_consumers.iter().position(|c| c.epoch == epoch) {
-            let now = self.now;
-            let t = Instant::now();
-            f(self.old_consumers[i].machine.as_mut(), now);
-            self.report.core_time += t.elapsed();
-            self.drain_old(i);
-        }
+        self.epoch_call(epoch, f);
     }
 
     // ------------------------------------------------------------------ the world's doings
@@ -1661,6 +1636,14 @@ impl<'f> World<'f> {
         self.report.trace_hash = self.hash;
         self.report
     }
+}
+
+/// Runs `f` (a call into the client under test), adding its real time to `total`.
+fn timed<R>(total: &mut Duration, f: impl FnOnce() -> R) -> R {
+    let t = Instant::now();
+    let r = f();
+    *total += t.elapsed();
+    r
 }
 
 fn bump(n: &mut u32, start: bool) {
