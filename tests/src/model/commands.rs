@@ -11,6 +11,24 @@ use std::time::Duration;
 use super::queues::{AnswerError, ClientState};
 use crate::util::{go_quote, is_valid_name};
 
+/// nsqd's IDENTIFY feature negotiation reply, fields in Go's order (both nsqd send it).
+#[derive(serde::Serialize)]
+pub(crate) struct IdentifyReply<'a> {
+    pub(crate) max_rdy_count: i64,
+    pub(crate) version: &'a str,
+    pub(crate) max_msg_timeout: i64,
+    pub(crate) msg_timeout: i64,
+    pub(crate) tls_v1: bool,
+    pub(crate) deflate: bool,
+    pub(crate) deflate_level: i64,
+    pub(crate) max_deflate_level: i64,
+    pub(crate) snappy: bool,
+    pub(crate) sample_rate: i64,
+    pub(crate) auth_required: bool,
+    pub(crate) output_buffer_size: i64,
+    pub(crate) output_buffer_timeout: i64,
+}
+
 /// A command's failure: the error frame's text, and whether nsqd closes the connection.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum CmdErr {

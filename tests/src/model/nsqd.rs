@@ -5,11 +5,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
 use serde_json::Value;
 
 use super::commands::{
-    self as rules, Answer, CmdErr, Publish, fatal, invalid_command, invalid_state, lossy,
+    self as rules, Answer, CmdErr, IdentifyReply, Publish, fatal, invalid_command, invalid_state,
+    lossy,
 };
 use super::queues::{ClientId, ClientState, Msg, Push, Queues, frame};
 
@@ -50,24 +50,6 @@ impl Default for NsqdOptions {
             max_channel_consumers: 0,
         }
     }
-}
-
-/// nsqd's IDENTIFY feature negotiation reply, fields in Go's order.
-#[derive(Serialize)]
-struct IdentifyReply<'a> {
-    max_rdy_count: i64,
-    version: &'a str,
-    max_msg_timeout: i64,
-    msg_timeout: i64,
-    tls_v1: bool,
-    deflate: bool,
-    deflate_level: i64,
-    max_deflate_level: i64,
-    snappy: bool,
-    sample_rate: i64,
-    auth_required: bool,
-    output_buffer_size: i64,
-    output_buffer_timeout: i64,
 }
 
 /// One connection's protocol state.

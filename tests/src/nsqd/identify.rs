@@ -4,7 +4,6 @@
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
 use serde_json::Value;
 
 use crate::model::frame;
@@ -13,24 +12,7 @@ use crate::transport::{RawRead, RawWrite, TlsRead, TlsShared};
 use super::commands::{CmdResult, fatal, millis};
 use super::stats::ClientState;
 use super::{Conn, Layer, Out};
-
-/// nsqd's IDENTIFY feature negotiation reply, fields in Go's order.
-#[derive(Serialize)]
-pub(super) struct IdentifyReply<'a> {
-    pub(super) max_rdy_count: i64,
-    pub(super) version: &'a str,
-    pub(super) max_msg_timeout: i64,
-    pub(super) msg_timeout: i64,
-    pub(super) tls_v1: bool,
-    pub(super) deflate: bool,
-    pub(super) deflate_level: i64,
-    pub(super) max_deflate_level: i64,
-    pub(super) snappy: bool,
-    pub(super) sample_rate: i64,
-    pub(super) auth_required: bool,
-    pub(super) output_buffer_size: i64,
-    pub(super) output_buffer_timeout: i64,
-}
+use crate::model::commands::IdentifyReply;
 
 /// The IDENTIFY fields nsqd decodes, checked with Go's `encoding/json` typing rules.
 #[derive(Default)]
