@@ -15,11 +15,6 @@ pub fn is_valid_name(name: &[u8]) -> bool {
             .all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
-/// Whether a (valid) name is ephemeral.
-pub(crate) fn is_ephemeral(name: &str) -> bool {
-    name.ends_with("#ephemeral")
-}
-
 /// Go's `%q` for a byte string (close enough for the names and ids nsqd quotes).
 pub(crate) fn go_quote(bytes: &[u8]) -> String {
     let mut out = String::from("\"");

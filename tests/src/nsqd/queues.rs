@@ -6,8 +6,8 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::model::is_ephemeral;
 use crate::model::{Msg, Push};
-use crate::util::is_ephemeral;
 
 use super::latency::Latency;
 use super::stats::ClientId;

@@ -415,10 +415,6 @@ impl<'f> World<'f> {
     // ------------------------------------------------------------------ the loop
 
     fn run(&mut self) {
-        let lookupds: Vec<String> = (0..self.lookupd_up.len())
-            .map(|k| format!("http://lookupd{k}.sim:4161"))
-            .collect();
-        let _ = lookupds;
         self.start_consumer();
         let nsqds: Vec<String> = self
             .nodes
