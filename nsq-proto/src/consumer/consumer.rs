@@ -628,7 +628,7 @@ impl Consumer {
     /// of the timer table, of a connection's deadlines and of discovery's.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let slots = self.shared.slots.next_deadline(Slot::next_timeout);
+        let slots = self.shared.slots.next_deadline();
         slots
             .into_iter()
             .chain(self.discovery.next_timeout())
@@ -746,7 +746,7 @@ impl Consumer {
         if self.returned != returned_before {
             // Messages went back because the application is full while a RDY is open: close
             // it now, or nsqd sends them again at once.
-            self.flow.rebalance(now, false, &mut self.shared);
+            self.flow.replan(now, false, &mut self.shared);
         }
     }
 
@@ -834,7 +834,7 @@ impl Consumer {
             slot.handed += 1;
             self.shared.handed_total += 1;
             if after.replan() {
-                self.flow.rebalance(now, after.turn_over, &mut self.shared);
+                self.flow.after_message(now, id, after, &mut self.shared);
             }
             return;
         }
@@ -869,7 +869,7 @@ impl Consumer {
                 .push_back(ConsumerEvent::Message { conn: id, message });
         }
         if after.replan() {
-            self.flow.rebalance(now, after.turn_over, &mut self.shared);
+            self.flow.after_message(now, id, after, &mut self.shared);
         }
     }
 

@@ -28,14 +28,6 @@ pub const ANSWER_FAILURE_BURST: u32 = 3;
 /// the first of them.
 pub const ANSWER_FAILURE_WINDOW: Duration = Duration::from_secs(1);
 
-/// What the low-RDY rotation does with a holder.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Turn {
-    Keep,
-    GiveUp,
-    AtNextMessage,
-}
-
 /// The consumer's flow-control state: the RDY plan's memory between calls and the backoff
 /// state. Its deadlines are the [`Deadline::Backoff`] and [`Deadline::Redistribute`] entries of the
 /// timer table; the per-connection state it works on is in each [`Slot`].
@@ -50,6 +42,10 @@ pub(super) struct FlowControl {
     /// When a low-RDY turn last ended for its length (not idleness): turns end one at a
     /// time, `low_rdy_timeout / max_in_flight` apart, so they stay staggered.
     last_turn_end: Option<Instant>,
+    /// The last plan over every connection was the low-RDY rotation (more connections than
+    /// max_in_flight, no backoff): while that holds, turns end and start one connection at a
+    /// time ([`FlowControl::rotate`], [`FlowControl::fill`]), with no look at the others.
+    low_mode: bool,
     /// More messages are unanswered than max_in_flight (after it was lowered): answers lower
     /// RDY before they go out (see `before_answer`).
     over_budget: bool,
@@ -90,6 +86,7 @@ impl FlowControl {
             rr_offset: 0,
             owed: false,
             last_turn_end: None,
+            low_mode: false,
             over_budget: false,
             cut_by_full: false,
             full_at_plan: false,
@@ -110,7 +107,7 @@ impl FlowControl {
     /// Changes `max_in_flight` and re-plans.
     pub(super) fn set_max_in_flight(&mut self, now: Instant, max_in_flight: u32, sh: &mut Shared) {
         self.max_in_flight = max_in_flight;
-        self.rebalance(now, false, sh);
+        self.replan(now, false, sh);
     }
 
     /// `id` is closing or gone: it is no longer the backoff probe.
@@ -122,13 +119,24 @@ impl FlowControl {
 
     /// Connection `id` finished its handshake: it is bootstrapped with RDY 1 (until its first
     /// message or `rdy_redistribute_interval`) and joins the rotation with as few turns as
-    /// the fewest of the others. The caller re-plans.
+    /// the first in line for a turn (so it neither waits for nor overtakes a whole round).
+    /// The caller re-plans.
     pub(super) fn connection_ready(
         now: Instant,
         id: ConnId,
         output_buffer_timeout: i64,
         sh: &mut Shared,
     ) {
+        // The line as it is, without this connection (not ready yet, so not in it).
+        sh.slots.sync();
+        let fewest = sh
+            .slots
+            .ordered()
+            .next()
+            .map_or(0, |((turns, _, _), _)| turns);
+        let salt = sh.rng.next_u64();
+        let idle_cap = sh.config.low_rdy_idle_timeout;
+        let bootstrap = later(now, sh.config.rdy_redistribute_interval);
         let Some(slot) = sh.slots.get_mut(id) else {
             return;
         };
@@ -137,19 +145,11 @@ impl FlowControl {
         let handshake = now.saturating_duration_since(slot.connected_at.unwrap_or(now));
         slot.settle = buffered.saturating_add(handshake).min(MAX_SETTLE);
         slot.handshake = handshake.min(MAX_SETTLE);
+        slot.idle_wait = Self::idle_timeout(slot.handshake, idle_cap);
+        slot.salt = salt;
         slot.ready_at = Some(now);
-        let fewest = sh
-            .slots
-            .iter()
-            .filter(|(other, s)| **other != id && s.ready_at.is_some())
-            .map(|(_, s)| s.turns)
-            .min()
-            .unwrap_or(0);
-        let Some(slot) = sh.slots.get_mut(id) else {
-            return;
-        };
         slot.turns = fewest;
-        slot.fresh_until = Some(later(now, sh.config.rdy_redistribute_interval));
+        slot.fresh_until = Some(bootstrap);
     }
 
     /// A message arrived on `slot`'s connection: its RDY count and transit are updated.
@@ -209,7 +209,7 @@ impl FlowControl {
         // Room left open somewhere (a RDY above its connection's committed messages) while
         // the committed messages alone fill max_in_flight: close it.
         if committed >= u64::from(self.max_in_flight) && reserved > committed - sh.ghost_shares {
-            self.rebalance(now, false, sh);
+            self.replan(now, false, sh);
         }
     }
 
@@ -222,38 +222,77 @@ impl FlowControl {
     }
 
     /// The flow-control deadlines due at `now`: the end of a backoff window, bootstraps and
-    /// settle times of the connections in `due` (those with a deadline due), and the next
-    /// redistribution.
+    /// settle times of the connections in `due` (those with a deadline due), the ends of
+    /// their low-RDY turns, and the next redistribution.
     pub(super) fn handle_timeout(&mut self, now: Instant, due: &[ConnId], sh: &mut Shared) {
         if sh.timers.is_expired(Deadline::Backoff, now) {
             sh.timers.stop(Deadline::Backoff);
             self.probe = None;
-            self.rebalance(now, false, sh);
+            self.replan(now, false, sh);
         }
         let mut bootstrapped = false;
         let mut settled = false;
+        let mut turns: Vec<ConnId> = Vec::new();
         for &id in due {
+            let Some(slot) = sh.slots.get(id) else {
+                continue;
+            };
+            let fresh = slot.fresh_until.is_some_and(|t| t <= now);
+            let settles = slot.transit_until.is_some_and(|t| t <= now);
+            if slot.holds_turn() {
+                turns.push(id);
+            }
+            if !(fresh || settles) {
+                continue;
+            }
             let Some(slot) = sh.slots.get_mut(id) else {
                 continue;
             };
-            if slot.fresh_until.is_some_and(|t| t <= now) {
+            if fresh {
                 slot.fresh_until = None;
                 bootstrapped = true;
             }
-            if slot.transit_until.is_some_and(|t| t <= now) {
+            if settles {
                 slot.transit_until = None;
                 slot.transit = 0;
                 settled = true;
             }
         }
+        let redistribute = sh.timers.is_expired(Deadline::Redistribute, now);
+        if redistribute {
+            sh.timers.stop(Deadline::Redistribute);
+        }
+        if self.rotating(sh) {
+            // Turns end and start one connection at a time.
+            if !turns.is_empty() || redistribute || bootstrapped || settled {
+                self.rotate(now, &turns, sh);
+            }
+            return;
+        }
         if settled && !bootstrapped {
             self.replan_if_owed(now, sh);
         }
-        if sh.timers.is_expired(Deadline::Redistribute, now) {
-            sh.timers.stop(Deadline::Redistribute);
+        if redistribute {
             self.rebalance(now, true, sh);
         } else if bootstrapped {
             self.rebalance(now, false, sh);
+        }
+    }
+
+    /// A message arrived on `id` and [`FlowControl::on_message`] says it calls for a re-plan.
+    pub(super) fn after_message(
+        &mut self,
+        now: Instant,
+        id: ConnId,
+        after: AfterMessage,
+        sh: &mut Shared,
+    ) {
+        if self.rotating(sh) {
+            // Its turn ended at this message (or its bootstrap did, which the rotation
+            // does not use): it gives RDY up, and the turn passes on.
+            self.rotate(now, &[id], sh);
+        } else {
+            self.rebalance(now, after.turn_over, sh);
         }
     }
 
@@ -347,8 +386,37 @@ impl FlowControl {
         d
     }
 
-    /// Recomputes every ready connection's RDY and applies it, lowering before raising.
+    /// Re-plans RDY after a change (an answer freed budget, a connection came or went, a
+    /// bootstrap ended, a redistribution is due). While the low-RDY rotation runs and still
+    /// applies, that is [`FlowControl::fill`] (the free shares go to the next in line),
+    /// otherwise a plan over every connection ([`FlowControl::replan`]).
     pub(super) fn rebalance(&mut self, now: Instant, redistribute: bool, sh: &mut Shared) {
+        if self.rotating(sh) {
+            self.fill(now, sh);
+        } else {
+            self.replan(now, redistribute, sh);
+        }
+    }
+
+    /// Whether the rotation runs and still applies: the last plan over every connection was
+    /// the rotation, and there are still more ready connections than max_in_flight, with no
+    /// backoff and no close. Then turns move one connection at a time.
+    fn rotating(&self, sh: &mut Shared) -> bool {
+        self.low_mode && self.low_mode_applies(sh)
+    }
+
+    /// More ready connections than max_in_flight, with no backoff and no close.
+    fn low_mode_applies(&self, sh: &mut Shared) -> bool {
+        let m = u64::from(self.max_in_flight);
+        !sh.closing
+            && m > 0
+            && self.backoff_level == 0
+            && !sh.timers.is_set(Deadline::Backoff)
+            && sh.slots.ready_counts().0 > m
+    }
+
+    /// Recomputes every ready connection's RDY and applies it, lowering before raising.
+    pub(super) fn replan(&mut self, now: Instant, redistribute: bool, sh: &mut Shared) {
         let ready: Vec<ConnId> = sh
             .slots
             .iter()
@@ -358,7 +426,23 @@ impl FlowControl {
         let n = ready.len();
         let m = self.max_in_flight;
         let mut targets = vec![0u32; n];
-        let mut low_mode = false;
+        let low_mode = self.low_mode_applies(sh);
+        if self.low_mode && !low_mode {
+            // The rotation is over: nobody holds a turn any more.
+            let holding: Vec<ConnId> = sh
+                .slots
+                .iter()
+                .filter(|(_, s)| s.holds_turn())
+                .map(|(id, _)| *id)
+                .collect();
+            for id in holding {
+                if let Some(slot) = sh.slots.get_mut(id) {
+                    slot.turn_until = None;
+                    slot.yield_pending = false;
+                }
+            }
+        }
+        self.low_mode = low_mode;
         if sh.closing || m == 0 || n == 0 || sh.timers.is_set(Deadline::Backoff) {
             // all zero
         } else if self.backoff_level > 0 {
@@ -373,7 +457,7 @@ impl FlowControl {
             };
             self.probe = Some(ready[idx]);
             targets[idx] = 1;
-        } else if n as u64 <= u64::from(m) {
+        } else if !low_mode {
             if redistribute {
                 self.rr_offset = self.rr_offset.wrapping_add(1);
             }
@@ -390,20 +474,22 @@ impl FlowControl {
                 }
             }
         } else {
-            low_mode = true;
-            self.plan_low(now, &ready, &mut targets, redistribute, sh);
+            self.plan_low(now, &ready, &mut targets, sh);
         }
-        self.apply(now, &ready, &targets, sh);
+        self.apply(now, &ready, &targets, low_mode, sh);
         let probe_tick = self.backoff_level > 0 && !sh.timers.is_set(Deadline::Backoff) && n > 1;
         if sh.closing {
             sh.timers.stop(Deadline::Redistribute);
-        } else if low_mode && m > 0 {
-            sh.timers
-                .set(Deadline::Redistribute, self.next_rotation(now, &ready, sh));
+        } else if low_mode {
+            self.rotation_fallback(now, sh);
         } else if probe_tick {
             // The probe moves on once it has been idle for `low_rdy_idle_timeout`: with many
             // connections, most nsqd may have nothing to send.
-            let at = match self.probe.and_then(|p| Self::idle_deadline(p, sh)) {
+            let at = match self
+                .probe
+                .and_then(|p| sh.slots.get(p))
+                .and_then(Slot::idle_deadline)
+            {
                 Some(t) if t > now => t,
                 // Busy, or not granted yet (its budget is still held): the usual interval.
                 _ => later(now, sh.config.rdy_redistribute_interval),
@@ -414,9 +500,26 @@ impl FlowControl {
         }
     }
 
+    /// The rotation's own deadlines are its holders' (in the connections' deadline index);
+    /// while a raise is owed, a redistribution interval later it looks again anyway (the
+    /// answers and settle times that free the budget re-plan first).
+    fn rotation_fallback(&self, now: Instant, sh: &mut Shared) {
+        if !self.owed {
+            sh.timers.stop(Deadline::Redistribute);
+        } else if !sh.timers.is_set(Deadline::Redistribute) {
+            sh.timers.set(
+                Deadline::Redistribute,
+                later(now, sh.config.rdy_redistribute_interval),
+            );
+        }
+    }
+
     /// The backoff probe has had RDY 1 and nothing to show for `low_rdy_idle_timeout`.
     fn probe_idle(now: Instant, id: ConnId, sh: &Shared) -> bool {
-        Self::idle_deadline(id, sh).is_some_and(|t| t <= now)
+        sh.slots
+            .get(id)
+            .and_then(Slot::idle_deadline)
+            .is_some_and(|t| t <= now)
     }
 
     /// The next backoff probe among `ready` (not `avoid`): a connection that received a
@@ -464,198 +567,213 @@ impl FlowControl {
         idx
     }
 
-    /// When a RDY holder with nothing in flight counts as idle: `low_rdy_idle_timeout` after
-    /// its last message, its last answer or its grant, whichever is latest. `None` while it
-    /// has messages in flight (busy, not idle).
-    fn idle_deadline(id: ConnId, sh: &Shared) -> Option<Instant> {
-        let slot = sh.slots.get(id)?;
-        let c = slot.conn.as_ref()?;
-        if c.in_flight() > 0 {
-            return None;
-        }
-        let since = [c.last_message_at(), slot.granted_at, slot.answered_at]
-            .into_iter()
-            .flatten()
-            .max()?;
-        Some(later(since, Self::idle_timeout(slot, sh)))
-    }
-
     /// How long a RDY holder with nothing in flight waits for a message before it counts as
-    /// idle: `low_rdy_idle_timeout`, or less on a connection whose round trip is short. A
-    /// message nsqd has ready arrives one round trip after the RDY; waiting twice its
-    /// handshake (four round trips), at least [`MIN_IDLE`], tells an nsqd with nothing to send,
-    /// and the rotation passes on. With many more connections than `max_in_flight`, the idle
-    /// turns are most of a rotation's length, so this is how long an nsqd waits for its turn.
-    fn idle_timeout(slot: &Slot, sh: &Shared) -> Duration {
-        slot.handshake
-            .saturating_mul(2)
-            .max(MIN_IDLE)
-            .min(sh.config.low_rdy_idle_timeout)
+    /// idle (`Slot::idle_wait`): `low_rdy_idle_timeout`, or less on a connection whose round
+    /// trip is short. A message nsqd has ready arrives one round trip after the RDY; waiting
+    /// twice its handshake (four round trips), at least [`MIN_IDLE`], tells an nsqd with
+    /// nothing to send, and the rotation passes on. With many more connections than
+    /// `max_in_flight`, the idle turns are most of a rotation's length, so this is how long
+    /// an nsqd waits for its turn.
+    fn idle_timeout(handshake: Duration, cap: Duration) -> Duration {
+        handshake.saturating_mul(2).max(MIN_IDLE).min(cap)
     }
 
-    /// What the low-RDY rotation does with a holder of RDY at `now`.
-    fn turn_verdict(&self, now: Instant, id: ConnId, sh: &Shared) -> Turn {
-        let Some(slot) = sh.slots.get(id) else {
-            return Turn::Keep;
-        };
-        if Self::idle_deadline(id, sh).is_some_and(|t| t <= now) {
-            return Turn::GiveUp;
+    /// The low-RDY rotation (max_in_flight < connections), one step: RDY 1 is held in turns
+    /// of `low_rdy_timeout`, shorter when the holder is idle for its `idle_wait`. `due` are
+    /// holders with a deadline due (or whose turn ends at the message that just arrived).
+    /// Idle holders give RDY up; turns that are over end one at a time, `low_rdy_timeout /
+    /// max_in_flight` apart, the longest held first (a busy holder gives up at once, so its
+    /// RDY 0 goes out before its answer; one that has just answered, at its next message, so
+    /// that message and the next holder's cannot overlap). Then the free shares go to the
+    /// next in line ([`FlowControl::fill`]). Only the connections named are looked at.
+    fn rotate(&mut self, now: Instant, due: &[ConnId], sh: &mut Shared) {
+        sh.slots.sync();
+        let timeout = sh.config.low_rdy_timeout;
+        let spacing = timeout / self.max_in_flight.max(1);
+        let mut release: Vec<ConnId> = Vec::new();
+        let mut over: Vec<(Option<Instant>, ConnId)> = Vec::new();
+        for &id in due {
+            let Some(slot) = sh.slots.get(id) else {
+                continue;
+            };
+            let rdy = slot.rdy();
+            if !slot.holds_turn() || rdy == 0 {
+                continue;
+            }
+            if slot.yield_pending && slot.unanswered() >= u64::from(rdy) {
+                // Its turn ended just after an answer; now its next message is here.
+                release.push(id);
+            } else if slot.idle_deadline().is_some_and(|t| t <= now) {
+                release.push(id);
+            } else if slot.turn_until.is_some_and(|t| t <= now) {
+                over.push((slot.granted_at, id));
+            }
         }
-        let over = slot.granted_at.is_some_and(|g| self.turn_end(g, sh) <= now);
-        if !over {
-            return Turn::Keep;
+        if !over.is_empty() {
+            over.sort_unstable();
+            let next_end = self.last_turn_end.map(|last| later(last, spacing));
+            let first = match next_end {
+                Some(t) if t > now => None,
+                _ => Some(over[0].1),
+            };
+            if let Some(id) = first {
+                self.last_turn_end = Some(now);
+                let slot = &sh.slots[&id];
+                let in_flight = slot.conn.as_ref().map_or(0, Connection::in_flight);
+                if in_flight >= slot.rdy() as usize {
+                    // Busy: its RDY 0 goes out before the answer, so nsqd sends it nothing
+                    // more and the share passes on when the answer frees it.
+                    release.push(id);
+                } else if let Some(slot) = sh.slots.get_mut(id) {
+                    // It answered and its next message may be on the wire: taking RDY now
+                    // could let that message and the next holder's overlap. It gives up at
+                    // its next message (or when idle).
+                    slot.turn_until = None;
+                    slot.yield_pending = true;
+                }
+            }
+            // The others' turns end one spacing later each time, so they stay staggered.
+            let at = later(next_end.filter(|t| *t > now).unwrap_or(now), spacing);
+            for &(_, id) in &over {
+                if Some(id) == first {
+                    continue;
+                }
+                if let Some(slot) = sh.slots.get_mut(id) {
+                    slot.turn_until = Some(at);
+                }
+            }
         }
-        let in_flight = slot.conn.as_ref().map_or(0, Connection::in_flight);
-        if in_flight >= slot.rdy() as usize {
-            // Busy: its RDY 0 goes out before the answer, so nsqd sends it nothing more and
-            // the share passes on when the answer frees it.
-            Turn::GiveUp
-        } else {
-            // It answered and its next message may be on the wire: taking RDY now could let
-            // that message and the next holder's overlap. It gives up at its next message
-            // (or when idle).
-            Turn::AtNextMessage
+        if !release.is_empty() {
+            // Nobody else in line: a new turn starts for the same holder, with no RDY 0 and 1
+            // on the wire.
+            let nobody_waits = sh.slots.ordered().next().is_none();
+            for id in release {
+                let Some(slot) = sh.slots.get_mut(id) else {
+                    continue;
+                };
+                if nobody_waits {
+                    slot.granted_at = Some(now);
+                    slot.turns += 1;
+                    slot.yield_pending = false;
+                    slot.turn_until = Some(later(now, timeout));
+                } else {
+                    slot.lower_rdy(now, id, 0);
+                    // Its turn is over even if the RDY 0 could not be sent.
+                    slot.turn_until = None;
+                    slot.yield_pending = false;
+                    sh.queue_transmit(id);
+                }
+            }
         }
+        self.fill(now, sh);
     }
 
-    /// When a turn granted at `granted` ends: after `low_rdy_timeout`, and not sooner than
-    /// `low_rdy_timeout / max_in_flight` after the previous turn ended.
-    fn turn_end(&self, granted: Instant, sh: &Shared) -> Instant {
-        let end = later(granted, sh.config.low_rdy_timeout);
-        let spacing = sh.config.low_rdy_timeout / self.max_in_flight.max(1);
-        self.last_turn_end
-            .map_or(end, |last| end.max(later(last, spacing)))
+    /// The rotation's free shares go to the connections waiting longest for a turn (fewest
+    /// turns, then released longest ago, then at random: the order of the waiting line,
+    /// [`Slot::wait_key`], kept indexed), as many as max_in_flight has room for among the
+    /// holders and the budget allows. Looks at the line's first few only.
+    fn fill(&mut self, now: Instant, sh: &mut Shared) {
+        if !self.rotating(sh) {
+            self.replan(now, false, sh);
+            return;
+        }
+        sh.slots.sync();
+        let m = u64::from(self.max_in_flight);
+        let ghosts = sh.ghost_shares;
+        let (committed, reserved) = sh.slots.budget_totals();
+        let (committed, reserved) = (committed + ghosts, reserved + ghosts);
+        let holders = sh.slots.ready_counts().1;
+        let full = committed >= m;
+        let mut budget = m.saturating_sub(reserved);
+        let mut seats = m.saturating_sub(holders);
+        let mut owed = false;
+        let mut grants: Vec<ConnId> = Vec::new();
+        for (_, id) in sh.slots.ordered() {
+            if seats == 0 {
+                break;
+            }
+            let held = sh.slots[&id].committed();
+            if held == 0 {
+                // Its RDY 1 takes a share of the budget; one with messages committed has it.
+                if full || budget == 0 {
+                    owed = true;
+                    break;
+                }
+                budget -= 1;
+            }
+            seats -= 1;
+            grants.push(id);
+        }
+        self.over_budget = committed > m;
+        self.owed = owed || self.over_budget;
+        self.cut_by_full = full && owed;
+        self.full_at_plan = full;
+        let timeout = sh.config.low_rdy_timeout;
+        for id in grants {
+            let Some(slot) = sh.slots.get_mut(id) else {
+                continue;
+            };
+            let Some(c) = slot.conn.as_mut() else {
+                continue;
+            };
+            match c.set_rdy(now, 1) {
+                Ok(()) => {
+                    slot.received_since_rdy = 0;
+                    slot.granted_at = Some(now);
+                    slot.turns += 1;
+                    slot.yield_pending = false;
+                    slot.turn_until = Some(later(now, timeout));
+                }
+                Err(e) => tracing::debug!(conn = %id, error = %e, "RDY not sent"),
+            }
+            sh.queue_transmit(id);
+        }
+        self.rotation_fallback(now, sh);
     }
 
-    /// The next instant the low-RDY rotation must look again: the earliest end of a turn or
-    /// idle deadline among the holders.
-    fn next_rotation(&self, now: Instant, ready: &[ConnId], sh: &Shared) -> Instant {
-        let mut next: Option<Instant> = None;
-        for id in ready {
+    /// The rotation planned over every connection (it starts, max_in_flight changed, or
+    /// every RDY must be capped): holders keep their turn (at most max_in_flight of them, the
+    /// longest held give up first), and the free seats go to the first in line.
+    fn plan_low(&mut self, now: Instant, ready: &[ConnId], targets: &mut [u32], sh: &mut Shared) {
+        let m = self.max_in_flight as usize;
+        let timeout = sh.config.low_rdy_timeout;
+        let mut holders: Vec<(Option<Instant>, usize)> = Vec::new();
+        for (i, id) in ready.iter().enumerate() {
             let slot = &sh.slots[id];
             if slot.rdy() == 0 {
                 continue;
             }
-            let turn_end = slot
-                .granted_at
-                .filter(|_| !slot.yield_pending)
-                .map(|g| self.turn_end(g, sh));
-            for t in turn_end.into_iter().chain(Self::idle_deadline(*id, sh)) {
-                next = Some(next.map_or(t, |n| n.min(t)));
-            }
-        }
-        // No holder (the budget is held by unanswered messages; their answers re-plan): look
-        // again after a redistribution interval anyway.
-        next.unwrap_or_else(|| later(now, sh.config.rdy_redistribute_interval))
-            .max(now)
-    }
-
-    /// max_in_flight < connections: RDY 1 held in turns of `low_rdy_timeout` (shorter when
-    /// idle for `low_rdy_idle_timeout`); a freed turn goes to the connection that has waited
-    /// longest (never served first, ties broken at random), so the rotation is round-robin.
-    fn plan_low(
-        &mut self,
-        now: Instant,
-        ready: &[ConnId],
-        targets: &mut [u32],
-        redistribute: bool,
-        sh: &mut Shared,
-    ) {
-        let m = self.max_in_flight as usize;
-        let mut taken = vec![false; ready.len()];
-        // Turns end one at a time: only the longest-held of the holders whose turn is over
-        // (idle holders give up regardless).
-        let mut ending: Option<(Instant, usize, Turn)> = None;
-        for (i, id) in ready.iter().enumerate() {
-            if sh.slots[id].rdy() == 0 {
-                continue;
-            }
             targets[i] = 1;
-            if !redistribute {
-                continue;
-            }
-            let slot = &sh.slots[id];
-            if slot.yield_pending && slot.unanswered() >= u64::from(slot.rdy()) {
-                // Its turn ended just after an answer; now its next message is here.
-                targets[i] = 0;
-                taken[i] = true;
-                continue;
-            }
-            let verdict = self.turn_verdict(now, *id, sh);
-            if verdict == Turn::Keep {
-                continue;
-            }
-            if Self::idle_deadline(*id, sh).is_some_and(|t| t <= now) {
-                targets[i] = 0;
-                taken[i] = true;
-                continue;
-            }
-            let granted = sh.slots[id].granted_at.unwrap_or(now);
-            if ending.is_none_or(|(g, _, _)| granted < g) {
-                ending = Some((granted, i, verdict));
-            }
-        }
-        if let Some((_, i, verdict)) = ending {
-            self.last_turn_end = Some(now);
-            if verdict == Turn::GiveUp {
-                targets[i] = 0;
-                taken[i] = true;
-            } else if let Some(slot) = sh.slots.get_mut(ready[i]) {
-                slot.yield_pending = true;
+            holders.push((slot.granted_at, i));
+            if !slot.holds_turn() {
+                // Granted before the rotation started: its turn counts from its grant.
+                let until = later(slot.granted_at.unwrap_or(now), timeout);
+                if let Some(slot) = sh.slots.get_mut(*id) {
+                    slot.turn_until = Some(until);
+                }
             }
         }
         // Too many holders (max_in_flight was lowered): drop the longest-held.
-        let mut holders: Vec<usize> = (0..ready.len()).filter(|&i| targets[i] > 0).collect();
         if holders.len() > m {
-            holders.sort_by_key(|&i| sh.slots[&ready[i]].granted_at);
-            for &i in &holders[..holders.len() - m] {
+            holders.sort_unstable();
+            for &(_, i) in &holders[..holders.len() - m] {
                 targets[i] = 0;
             }
         }
-        let mut free = m.saturating_sub(targets.iter().filter(|&&t| t > 0).count());
+        let mut free = m.saturating_sub(holders.len().min(m));
         if free == 0 {
             return;
         }
-        // Waited longest first (never served counts as longest), random among equals. Only
-        // the `free` first are needed: a selection (linear) finds them, and only they are
-        // sorted; the random tie-break is a keyed mix of the connection id, one draw per plan.
-        let salt = sh.rng.next_u64();
-        // Keys computed once (a look-up each), then selected and sorted by value.
-        type Keyed = ((u64, Option<Instant>, u64), usize);
-        let mut keyed: Vec<Keyed> = ready
-            .iter()
-            .enumerate()
-            .filter(|&(i, _)| targets[i] == 0 && !taken[i])
-            .map(|(i, id)| {
-                let s = &sh.slots[id];
-                ((s.turns, s.released_at, mix(id.get() ^ salt)), i)
-            })
-            .collect();
-        if keyed.len() > free {
-            keyed.select_nth_unstable(free);
-            keyed.truncate(free);
-        }
-        keyed.sort_unstable();
-        let candidates: Vec<usize> = keyed.into_iter().map(|(_, i)| i).collect();
-        // Holders whose turn ended at this same instant: the one with fewer turns goes on.
-        let mut again: Vec<usize> = (0..ready.len()).filter(|&i| taken[i]).collect();
-        for k in (1..again.len()).rev() {
-            let j = sh.rng.index(k + 1);
-            again.swap(k, j);
-        }
-        again.sort_by_key(|&i| sh.slots[&ready[i]].turns);
-        for i in candidates.into_iter().chain(again) {
+        sh.slots.sync();
+        for (_, id) in sh.slots.ordered() {
             if free == 0 {
                 break;
             }
-            targets[i] = 1;
-            free -= 1;
-            if taken[i] {
-                // Nobody else wants the turn: a new one starts for the same holder.
-                if let Some(slot) = sh.slots.get_mut(ready[i]) {
-                    slot.granted_at = Some(now);
-                    slot.turns += 1;
-                    slot.yield_pending = false;
+            // `ready` is in id order, as the connections are.
+            if let Ok(i) = ready.binary_search(&id) {
+                if targets[i] == 0 {
+                    targets[i] = 1;
+                    free -= 1;
                 }
             }
         }
@@ -667,7 +785,15 @@ impl FlowControl {
     /// granted only out of `max_in_flight` minus every connection's unanswered messages and
     /// the RDY granted before it (holders first, then raises). Every lowering goes out before
     /// any raise. A target cut short is owed: the answer that frees budget plans again.
-    fn apply(&mut self, now: Instant, ready: &[ConnId], targets: &[u32], sh: &mut Shared) {
+    fn apply(
+        &mut self,
+        now: Instant,
+        ready: &[ConnId],
+        targets: &[u32],
+        low: bool,
+        sh: &mut Shared,
+    ) {
+        let timeout = sh.config.low_rdy_timeout;
         let m = u64::from(self.max_in_flight);
         // A lowered RDY frees nothing yet: what nsqd may have sent under it stays committed
         // (`Slot::transit`), so the budget counts every connection's current RDY.
@@ -746,6 +872,7 @@ impl FlowControl {
                             slot.granted_at = Some(now);
                             slot.turns += 1;
                             slot.yield_pending = false;
+                            slot.turn_until = low.then(|| later(now, timeout));
                         }
                     }
                     Err(e) => tracing::debug!(conn = %id, error = %e, "RDY not sent"),
@@ -787,12 +914,4 @@ impl FlowControl {
         let lower = u32::try_from(f - 1).unwrap_or(0).min(rdy);
         slot.lower_rdy(now, conn, lower);
     }
-}
-
-/// A bijective 64-bit mix (SplitMix64's finaliser): a random-looking order of connection ids
-/// for tie-breaks, changed per plan by the salt it is given.
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }

@@ -13,27 +13,47 @@ use std::collections::BTreeSet;
 use std::ops::Index;
 use std::time::{Duration, Instant};
 
+/// What [`Slots`] keeps indexed about each of its values, recomputed only for the entries
+/// changed since the last refresh.
+pub(crate) trait Indexed {
+    /// How entries are ordered in the second index ([`Slots::ordered`]).
+    type Key: Ord + Copy;
+    /// Its earliest deadline, if any.
+    fn deadline(&self) -> Option<Instant>;
+    /// Its weights, kept summed over every entry ([`Slots::totals`]).
+    fn weight(&self) -> Weight;
+    /// Its place in the second index (`None`: not in it).
+    fn key(&self) -> Option<Self::Key>;
+}
+
+/// The weights of an entry (see [`Indexed::weight`]).
+pub(crate) type Weight = [u64; 4];
+
 /// One entry of [`Slots`].
 #[derive(Debug)]
-struct Entry<T> {
+struct Entry<T: Indexed> {
     id: ConnId,
     value: T,
-    /// Changed (looked up mutably) since its deadline was last indexed.
+    /// Changed (looked up mutably) since its deadline and key were last indexed.
     dirty: bool,
     /// Changed since its weights were last counted.
     dirty_weight: bool,
     /// Its deadline as indexed in [`Slots::index`].
     indexed: Option<Instant>,
+    /// Its key as indexed in [`Slots::order`].
+    key: Option<T::Key>,
     /// Its weights as counted in [`Slots::totals`].
-    weight: (u64, u64),
+    weight: Weight,
 }
 
-/// The consumer's connections by id, with an index of their deadlines: the earliest is found
-/// without looking at every connection, and so are the due ones. An entry looked up mutably
-/// is marked changed, and its deadline is indexed again at the next [`Slots::refresh`] (until
-/// then [`Slots::next_deadline`] looks at it directly), so no caller has to remember to.
+/// The consumer's connections by id, with an index of their deadlines (the earliest is found
+/// without looking at every connection, and so are the due ones), an index ordered by a key
+/// of their own (the low-RDY rotation's waiting line), and running sums of their weights. An
+/// entry looked up mutably is marked changed, and indexed again at the next
+/// [`Slots::refresh`] (until then [`Slots::next_deadline`] looks at it directly), so no caller
+/// has to remember to.
 #[derive(Debug)]
-pub(crate) struct Slots<T> {
+pub(crate) struct Slots<T: Indexed> {
     entries: Vec<Entry<T>>,
     /// Entries changed since their deadline was indexed (ids of removed ones are skipped).
     dirty: Vec<ConnId>,
@@ -43,11 +63,12 @@ pub(crate) struct Slots<T> {
     /// A spare buffer for draining the lists without allocating.
     scratch: Vec<ConnId>,
     index: BTreeSet<(Instant, ConnId)>,
+    order: BTreeSet<(T::Key, ConnId)>,
     /// The sums of the entries' weights as of their last refresh.
-    total: (u64, u64),
+    total: Weight,
 }
 
-impl<T> Default for Slots<T> {
+impl<T: Indexed> Default for Slots<T> {
     fn default() -> Self {
         Slots {
             entries: Vec::new(),
@@ -55,12 +76,13 @@ impl<T> Default for Slots<T> {
             dirty_weight: Vec::new(),
             scratch: Vec::new(),
             index: BTreeSet::new(),
-            total: (0, 0),
+            order: BTreeSet::new(),
+            total: [0; 4],
         }
     }
 }
 
-impl<T> Slots<T> {
+impl<T: Indexed> Slots<T> {
     /// Marks `e` changed (its first mutable look-up since the last refresh: the cold path).
     #[cold]
     #[inline(never)]
@@ -122,7 +144,8 @@ impl<T> Slots<T> {
                         dirty: true,
                         dirty_weight: true,
                         indexed: None,
-                        weight: (0, 0),
+                        key: None,
+                        weight: [0; 4],
                     },
                 );
                 self.dirty.push(id);
@@ -139,8 +162,12 @@ impl<T> Slots<T> {
                 if let Some(t) = e.indexed {
                     self.index.remove(&(t, id));
                 }
-                self.total.0 -= e.weight.0;
-                self.total.1 -= e.weight.1;
+                if let Some(k) = e.key {
+                    self.order.remove(&(k, id));
+                }
+                for (t, w) in self.total.iter_mut().zip(e.weight) {
+                    *t -= w;
+                }
                 Some(e.value)
             }
             Err(_) => None,
@@ -163,38 +190,35 @@ impl<T> Slots<T> {
         self.entries.iter().map(|e| &e.value)
     }
 
-    /// Counts the weights (`weight`) of the entries changed since they were last counted.
-    pub(crate) fn refresh_weights(&mut self, weight: impl Fn(&T) -> (u64, u64)) {
+    /// Counts the weights of the entries changed since they were last counted.
+    fn refresh_weights(&mut self) {
         let mut ids = std::mem::take(&mut self.scratch);
         std::mem::swap(&mut ids, &mut self.dirty_weight);
         for &id in &ids {
             let Ok(i) = self.position(id) else { continue };
             let e = &mut self.entries[i];
             e.dirty_weight = false;
-            let w = weight(&e.value);
-            self.total.0 = self.total.0 - e.weight.0 + w.0;
-            self.total.1 = self.total.1 - e.weight.1 + w.1;
+            let w = e.value.weight();
+            for ((t, old), new) in self.total.iter_mut().zip(e.weight).zip(w) {
+                *t = *t - old + new;
+            }
             e.weight = w;
         }
         ids.clear();
         self.scratch = ids;
     }
 
-    /// Counts the weights and indexes the deadlines (`deadline` of each entry) of the entries
-    /// changed since the last refresh.
-    pub(crate) fn refresh(
-        &mut self,
-        deadline: impl Fn(&T) -> Option<Instant>,
-        weight: impl Fn(&T) -> (u64, u64),
-    ) {
-        self.refresh_weights(weight);
+    /// Counts the weights, and indexes the deadlines and keys, of the entries changed since
+    /// the last refresh.
+    pub(crate) fn refresh(&mut self) {
+        self.refresh_weights();
         let mut ids = std::mem::take(&mut self.scratch);
         std::mem::swap(&mut ids, &mut self.dirty);
         for &id in &ids {
             let Ok(i) = self.position(id) else { continue };
             let e = &mut self.entries[i];
             e.dirty = false;
-            let d = deadline(&e.value);
+            let d = e.value.deadline();
             if d != e.indexed {
                 if let Some(t) = e.indexed {
                     self.index.remove(&(t, id));
@@ -204,66 +228,82 @@ impl<T> Slots<T> {
                 }
                 e.indexed = d;
             }
+            let k = e.value.key();
+            if k != e.key {
+                if let Some(k) = e.key {
+                    self.order.remove(&(k, id));
+                }
+                if let Some(k) = k {
+                    self.order.insert((k, id));
+                }
+                e.key = k;
+            }
         }
         ids.clear();
         self.scratch = ids;
     }
 
-    /// The sums of every entry's two weights (counted first).
-    pub(crate) fn totals(&mut self, weight: impl Fn(&T) -> (u64, u64)) -> (u64, u64) {
-        self.refresh_weights(weight);
+    /// The sums of every entry's weights (counted first).
+    pub(crate) fn totals(&mut self) -> Weight {
+        self.refresh_weights();
         self.total
     }
 
     /// The earliest deadline of any entry.
-    pub(crate) fn next_deadline(
-        &self,
-        deadline: impl Fn(&T) -> Option<Instant>,
-    ) -> Option<Instant> {
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
         let indexed = self.index.first().map(|(t, _)| *t);
         let changed = self
             .dirty
             .iter()
             .filter_map(|id| self.get(*id))
-            .filter_map(deadline);
+            .filter_map(T::deadline);
         indexed.into_iter().chain(changed).min()
     }
 
-    /// The entries whose deadline is `now` or earlier, in deadline order.
-    pub(crate) fn due(
-        &mut self,
-        now: Instant,
-        deadline: impl Fn(&T) -> Option<Instant>,
-        weight: impl Fn(&T) -> (u64, u64),
-    ) -> Vec<ConnId> {
-        self.refresh(deadline, weight);
+    /// The entries whose deadline is `now` or earlier, in deadline order (indexed first).
+    pub(crate) fn due(&mut self, now: Instant) -> Vec<ConnId> {
+        self.refresh();
         self.index
             .range(..=(now, ConnId::from_raw(u64::MAX)))
             .map(|(_, id)| *id)
             .collect()
+    }
+
+    /// The entries with a key, in key order, as of the last [`Slots::refresh`] (call it
+    /// first: an entry changed since may be out of place, or no longer have a key).
+    pub(crate) fn ordered(&self) -> impl Iterator<Item = (T::Key, ConnId)> + '_ {
+        self.order.iter().copied()
     }
 }
 
 impl Slots<Slot> {
     /// Re-indexes the connections changed since the last call.
     pub(crate) fn sync(&mut self) {
-        self.refresh(Slot::next_timeout, Slot::budget);
+        self.refresh();
     }
 
     /// Over every connection, kept as running sums: the messages committed (unanswered, and
     /// possibly on the wire after a lowered RDY: [`Slot::committed`]) and the shares of
     /// max_in_flight reserved (`max(committed, RDY)`).
     pub(crate) fn budget_totals(&mut self) -> (u64, u64) {
-        self.totals(Slot::budget)
+        let [committed, reserved, _, _] = self.totals();
+        (committed, reserved)
+    }
+
+    /// How many connections are ready (subscribed, not closing), and how many of them have
+    /// RDY above 0.
+    pub(crate) fn ready_counts(&mut self) -> (u64, u64) {
+        let [_, _, ready, holders] = self.totals();
+        (ready, holders)
     }
 
     /// The connections with a deadline at or before `now`.
     pub(crate) fn due_at(&mut self, now: Instant) -> Vec<ConnId> {
-        self.due(now, Slot::next_timeout, Slot::budget)
+        self.due(now)
     }
 }
 
-impl<T> Index<&ConnId> for Slots<T> {
+impl<T: Indexed> Index<&ConnId> for Slots<T> {
     type Output = T;
 
     /// Panics if `id` is absent (only for ids just read from the map itself).
@@ -300,6 +340,15 @@ pub(super) struct Slot {
     /// Its low-RDY turn is over but it had just answered: it gives RDY up at its next
     /// message.
     pub(super) yield_pending: bool,
+    /// When its low-RDY turn ends (`Some` only while it holds a turn of the rotation, which
+    /// then also ends when it is idle for `idle_wait`).
+    pub(super) turn_until: Option<Instant>,
+    /// How long a holder of a low-RDY turn waits for a message with nothing in flight before
+    /// it counts as idle (set when it becomes ready, from its round trip).
+    pub(super) idle_wait: Duration,
+    /// Its random tie-break among connections waiting for a low-RDY turn with as many turns
+    /// and released at the same instant (mixed with its turns, so it changes every round).
+    pub(super) salt: u64,
     /// When the driver connected its socket (the handshake's length estimates round trips).
     pub(super) connected_at: Option<Instant>,
     /// How long after a lower RDY nsqd may still deliver what it sent before reading it:
@@ -337,6 +386,9 @@ impl Slot {
             turns: 0,
             probed_at: None,
             yield_pending: false,
+            turn_until: None,
+            idle_wait: Duration::ZERO,
+            salt: 0,
             connected_at: None,
             settle: Duration::ZERO,
             handshake: Duration::ZERO,
@@ -349,13 +401,54 @@ impl Slot {
     }
 
     /// The earliest of its deadlines: the connection's own timers, the end of its bootstrap
-    /// and of its settle time.
+    /// and of its settle time, and while it holds a low-RDY turn, the end of the turn and
+    /// when it counts as idle.
     pub(super) fn next_timeout(&self) -> Option<Instant> {
         let conn = self.conn.as_ref().and_then(Connection::poll_timeout);
-        conn.into_iter()
+        let own = conn
+            .into_iter()
             .chain(self.fresh_until)
             .chain(self.transit_until)
-            .min()
+            .min();
+        if self.holds_turn() && self.rdy() > 0 {
+            own.into_iter()
+                .chain(self.turn_until)
+                .chain(self.idle_deadline())
+                .min()
+        } else {
+            own
+        }
+    }
+
+    /// It holds a turn of the low-RDY rotation (possibly ending at its next message).
+    pub(super) fn holds_turn(&self) -> bool {
+        self.turn_until.is_some() || self.yield_pending
+    }
+
+    /// When it counts as idle: `idle_wait` after its last message, its last answer or its
+    /// grant, whichever is latest. `None` while it has messages in flight (busy, not idle).
+    pub(super) fn idle_deadline(&self) -> Option<Instant> {
+        let c = self.conn.as_ref()?;
+        if c.in_flight() > 0 {
+            return None;
+        }
+        let since = [c.last_message_at(), self.granted_at, self.answered_at]
+            .into_iter()
+            .flatten()
+            .max()?;
+        Some(later(since, self.idle_wait))
+    }
+
+    /// Its place in the line for a low-RDY turn while it is ready with RDY 0: fewer turns
+    /// first, then released longest ago (never released first), then at random.
+    pub(super) fn wait_key(&self) -> Option<WaitKey> {
+        (self.is_ready() && self.rdy() == 0).then(|| {
+            (
+                self.turns,
+                self.released_at,
+                mix(self.salt ^ self.turns.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+            )
+        })
     }
 
     pub(super) fn is_ready(&self) -> bool {
@@ -397,11 +490,23 @@ impl Slot {
         !self.is_ready() || self.transit > 0 || self.handed < u64::from(self.rdy())
     }
 
-    /// `(committed, share)`: what it has committed, and the share of max_in_flight it
-    /// reserves, `max(committed, RDY)`.
-    pub(super) fn budget(&self) -> (u64, u64) {
+    /// `[committed, share, ready, holder]`: what it has committed, the share of
+    /// max_in_flight it reserves, `max(committed, RDY)`, 1 if it is ready, and 1 if it is
+    /// ready with RDY above 0.
+    pub(super) fn budget(&self) -> Weight {
         let c = self.committed();
-        (c, c.max(u64::from(self.rdy())))
+        let ready = self.is_ready();
+        let rdy = if ready {
+            self.conn.as_ref().map_or(0, Connection::rdy)
+        } else {
+            0
+        };
+        [
+            c,
+            c.max(u64::from(rdy)),
+            u64::from(ready),
+            u64::from(rdy > 0),
+        ]
     }
 
     /// Sends a lower RDY, and keeps what nsqd may still send under the old one committed.
@@ -429,6 +534,7 @@ impl Slot {
                 if target == 0 {
                     self.released_at = Some(now);
                     self.yield_pending = false;
+                    self.turn_until = None;
                 }
             }
             Err(e) => tracing::debug!(%id, error = %e, "RDY not sent"),
@@ -436,55 +542,106 @@ impl Slot {
     }
 }
 
+/// A place in the line for a low-RDY turn (see [`Slot::wait_key`]).
+pub(super) type WaitKey = (u64, Option<Instant>, u64);
+
+impl Indexed for Slot {
+    type Key = WaitKey;
+
+    fn deadline(&self) -> Option<Instant> {
+        self.next_timeout()
+    }
+
+    fn weight(&self) -> Weight {
+        self.budget()
+    }
+
+    fn key(&self) -> Option<WaitKey> {
+        self.wait_key()
+    }
+}
+
+/// A bijective 64-bit mix (SplitMix64's finaliser): a random-looking order for tie-breaks.
+pub(super) fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
 
-    /// The same answers as a `BTreeMap` for any sequence of operations.
+    /// A value with a deadline (base + value seconds, for even values), weights and a key
+    /// (for multiples of 5) derived from it.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    struct V(u64, Instant);
+
+    impl Indexed for V {
+        type Key = u64;
+        fn deadline(&self) -> Option<Instant> {
+            (self.0 % 2 == 0).then(|| self.1 + Duration::from_secs(self.0 % 1000))
+        }
+        fn weight(&self) -> Weight {
+            [self.0 % 7, self.0 % 11, self.0 % 2, self.0 % 3]
+        }
+        fn key(&self) -> Option<u64> {
+            (self.0 % 5 == 0).then_some(self.0 % 13)
+        }
+    }
+
+    /// The same answers as a `BTreeMap` for any sequence of operations, and indexes that
+    /// agree with a scan.
     #[test]
     fn behaves_like_a_btreemap() {
+        #[expect(clippy::disallowed_methods, reason = "origin of virtual time")]
+        let base = Instant::now();
         let mut rng = crate::rng::Rng::new(7);
         let mut slots = Slots::default();
         let mut model = BTreeMap::new();
         for step in 0..20_000u64 {
             let id = ConnId::from_raw(rng.below(40));
-            match rng.below(4) {
-                0 | 1 => assert_eq!(slots.insert(id, step), model.insert(id, step)),
+            match rng.below(5) {
+                0 | 1 => assert_eq!(
+                    slots.insert(id, V(step, base)),
+                    model.insert(id, V(step, base))
+                ),
                 2 => assert_eq!(slots.remove(id), model.remove(&id)),
+                3 => slots.refresh(),
                 _ => {
                     assert_eq!(slots.get(id), model.get(&id));
                     assert_eq!(slots.contains_key(id), model.contains_key(&id));
                     if let Some(v) = slots.get_mut(id) {
-                        *v += 1;
-                        *model.get_mut(&id).unwrap() += 1;
+                        v.0 += 1;
+                        model.get_mut(&id).unwrap().0 += 1;
                     }
                 }
             }
             assert_eq!(slots.is_empty(), model.is_empty());
         }
         assert!(slots.iter().eq(model.iter()));
-        // The index agrees with a scan: deadline = base + value seconds for even values.
-        #[expect(clippy::disallowed_methods, reason = "origin of virtual time")]
-        let base = Instant::now();
-        let f = |v: &u64| (v % 2 == 0).then(|| base + std::time::Duration::from_secs(*v % 1000));
-        let w = |v: &u64| (*v % 7, *v % 11);
-        let sums = slots
-            .values()
-            .map(w)
-            .fold((0, 0), |(a, b), (x, y)| (a + x, b + y));
-        assert_eq!(slots.totals(w), sums);
-        let scan = slots.values().filter_map(f).min();
-        assert_eq!(slots.next_deadline(f), scan);
-        let cut = base + std::time::Duration::from_secs(500);
-        let mut due: Vec<ConnId> = slots.due(cut, f, w);
+        let sums = slots.values().map(V::weight).fold([0; 4], |a, w| {
+            [a[0] + w[0], a[1] + w[1], a[2] + w[2], a[3] + w[3]]
+        });
+        assert_eq!(slots.totals(), sums);
+        let scan = slots.values().filter_map(V::deadline).min();
+        assert_eq!(slots.next_deadline(), scan);
+        let cut = base + Duration::from_secs(500);
+        let mut due: Vec<ConnId> = slots.due(cut);
         due.sort();
         let expect: Vec<ConnId> = slots
             .iter()
-            .filter(|(_, v)| f(v).is_some_and(|t| t <= cut))
+            .filter(|(_, v)| v.deadline().is_some_and(|t| t <= cut))
             .map(|(k, _)| *k)
             .collect();
         assert_eq!(due, expect);
+        let mut keyed: Vec<(u64, ConnId)> = slots
+            .iter()
+            .filter_map(|(id, v)| v.key().map(|k| (k, *id)))
+            .collect();
+        keyed.sort();
+        assert!(slots.ordered().eq(keyed));
         assert!(slots.keys().eq(model.keys()));
         assert!(slots.values().eq(model.values()));
     }

@@ -219,6 +219,10 @@ struct World<'f> {
     end_of_faults: Instant,
     drained: bool,
     final_close: bool,
+    /// Reused buffers for a consumer's actions and notes, taken in one timed call each (a
+    /// clock read per call would weigh as much as the calls themselves).
+    act_buf: Vec<Act>,
+    note_buf: Vec<ConsumerNote>,
 }
 
 fn fnv(h: &mut u64, data: &[u8]) {
@@ -378,6 +382,8 @@ impl<'f> World<'f> {
             end_of_faults,
             drained: false,
             final_close: false,
+            act_buf: Vec::new(),
+            note_buf: Vec::new(),
         }
     }
 
@@ -669,24 +675,43 @@ impl<'f> World<'f> {
         self.client_call(key.0, |m, now| m.input(now, key.1, data));
     }
 
-    /// Drains the current consumer's actions and notes, then checks the invariants.
+    /// Drains the current consumer's actions and notes, then checks the invariants. Each
+    /// drain is one timed call: handling an action or a note never calls the consumer back
+    /// before the next is taken, except answers, whose notes the next round takes; so the
+    /// order is the same as taking them one at a time.
     fn drain_consumer(&mut self) {
-        loop {
-            let Some(c) = self.consumer.as_mut() else {
-                return;
-            };
-            let epoch = c.epoch;
-            let act = timed(&mut self.report.core_time, || c.machine.poll_act());
-            let Some(act) = act else { break };
+        let Some(c) = self.consumer.as_mut() else {
+            return;
+        };
+        let epoch = c.epoch;
+        let mut acts = std::mem::take(&mut self.act_buf);
+        timed(&mut self.report.core_time, || {
+            while let Some(act) = c.machine.poll_act() {
+                acts.push(act);
+            }
+        });
+        for act in acts.drain(..) {
             self.act(Who::Consumer(epoch), act);
         }
+        self.act_buf = acts;
         loop {
             let Some(c) = self.consumer.as_mut() else {
                 return;
             };
-            let note = timed(&mut self.report.core_time, || c.machine.poll_note());
-            let Some(note) = note else { break };
-            self.consumer_note(&note);
+            let mut notes = std::mem::take(&mut self.note_buf);
+            timed(&mut self.report.core_time, || {
+                while let Some(note) = c.machine.poll_note() {
+                    notes.push(note);
+                }
+            });
+            let done = notes.is_empty();
+            for note in notes.drain(..) {
+                self.consumer_note(&note);
+            }
+            self.note_buf = notes;
+            if done {
+                break;
+            }
         }
         self.check_flow();
     }
@@ -694,14 +719,18 @@ impl<'f> World<'f> {
     /// Drains a consumer that has closed (only closed consumers are kept as old ones): its
     /// last actions go to the world; it may hand nothing out any more.
     fn drain_old(&mut self, i: usize) {
-        loop {
-            let act = timed(&mut self.report.core_time, || {
-                self.old_consumers[i].machine.poll_act()
-            });
-            let Some(act) = act else { break };
-            let epoch = self.old_consumers[i].epoch;
+        let mut acts = std::mem::take(&mut self.act_buf);
+        let m = &mut self.old_consumers[i].machine;
+        timed(&mut self.report.core_time, || {
+            while let Some(act) = m.poll_act() {
+                acts.push(act);
+            }
+        });
+        let epoch = self.old_consumers[i].epoch;
+        for act in acts.drain(..) {
             self.act(Who::Consumer(epoch), act);
         }
+        self.act_buf = acts;
         loop {
             let note = timed(&mut self.report.core_time, || {
                 self.old_consumers[i].machine.poll_note()
