@@ -92,6 +92,11 @@ fn seeds_that_found_bugs() {
     for seed in [18, 27, 39, 107, 110, 135, 189] {
         assert_clean(&run(seed, 10, 100));
     }
+    // A connection left at RDY 0 while shares of max_in_flight were held where no RDY could
+    // use them (slow handlers' messages from lost connections, or beyond a lowered RDY).
+    for (seed, nsqd) in [(4579, 20), (711, 50), (2877, 50), (1089, 100)] {
+        assert_clean(&run(seed, nsqd, 100));
+    }
     for (seed, nsqd, max_in_flight) in [(34, 3, 2), (31, 10, 2)] {
         let mut cfg = SimConfig::new(seed, nsqd, max_in_flight);
         cfg.starvation_bound = std::time::Duration::from_secs(60);

@@ -269,13 +269,14 @@ impl FlowControl {
             }
             return;
         }
-        if settled && !bootstrapped {
-            self.replan_if_owed(now, sh);
-        }
-        if redistribute {
-            self.rebalance(now, true, sh);
+        if redistribute || !turns.is_empty() {
+            // Holders of turns left from a rotation that no longer applies are planned again
+            // with the others.
+            self.rebalance(now, redistribute, sh);
         } else if bootstrapped {
             self.rebalance(now, false, sh);
+        } else if settled {
+            self.replan_if_owed(now, sh);
         }
     }
 
@@ -405,14 +406,19 @@ impl FlowControl {
         self.low_mode && self.low_mode_applies(sh)
     }
 
-    /// More ready connections than max_in_flight, with no backoff and no close.
+    /// More ready connections than seats, with no backoff and no close. The seats are
+    /// max_in_flight less the shares held where no RDY can use them: messages the
+    /// application holds from lost connections or after nsqd timed them out, from closing
+    /// connections, and beyond the first of each connection. With every connection at RDY 1
+    /// and one share held so (a slow handler's), one connection would otherwise wait at RDY 0
+    /// for as long as that handler runs; in turns, it waits a turn or so.
     fn low_mode_applies(&self, sh: &mut Shared) -> bool {
         let m = u64::from(self.max_in_flight);
-        !sh.closing
-            && m > 0
-            && self.backoff_level == 0
-            && !sh.timers.is_set(Deadline::Backoff)
-            && sh.slots.ready_counts().0 > m
+        if sh.closing || m == 0 || self.backoff_level > 0 || sh.timers.is_set(Deadline::Backoff) {
+            return false;
+        }
+        let held = sh.ghost_shares + sh.slots.held_beyond_seats();
+        sh.slots.ready_counts().0 > m.saturating_sub(held)
     }
 
     /// Recomputes every ready connection's RDY and applies it, lowering before raising.
@@ -461,13 +467,26 @@ impl FlowControl {
             if redistribute {
                 self.rr_offset = self.rr_offset.wrapping_add(1);
             }
+            // What the application holds from connections not planned here keeps its shares.
+            let elsewhere: u64 = sh.ghost_shares
+                + sh.slots
+                    .values()
+                    .filter(|s| !s.is_ready())
+                    .map(Slot::committed)
+                    .sum::<u64>();
+            let budget = u64::from(m).saturating_sub(elsewhere);
             let caps: Vec<RdySlot> = ready
                 .iter()
-                .map(|id| RdySlot {
-                    max_rdy: sh.slots[id].conn.as_ref().map_or(0, Connection::max_rdy),
+                .map(|id| {
+                    let slot = &sh.slots[id];
+                    RdySlot {
+                        max_rdy: slot.conn.as_ref().map_or(0, Connection::max_rdy),
+                        held: u32::try_from(slot.unanswered()).unwrap_or(u32::MAX),
+                    }
                 })
                 .collect();
-            targets = policy::plan_rdy(m, &caps, self.rr_offset % n);
+            let budget = u32::try_from(budget).unwrap_or(m);
+            targets = policy::plan_rdy(budget, &caps, self.rr_offset % n);
             for (t, id) in targets.iter_mut().zip(&ready) {
                 if sh.slots[id].fresh_until.is_some() {
                     *t = (*t).min(1);
@@ -692,10 +711,15 @@ impl FlowControl {
             if seats == 0 {
                 break;
             }
-            let held = sh.slots[&id].committed();
-            if held == 0 {
+            if full {
+                // What is committed fills max_in_flight: no RDY may leave room for one more
+                // delivery anywhere.
+                owed = true;
+                break;
+            }
+            if sh.slots[&id].committed() == 0 {
                 // Its RDY 1 takes a share of the budget; one with messages committed has it.
-                if full || budget == 0 {
+                if budget == 0 {
                     owed = true;
                     break;
                 }

@@ -107,64 +107,63 @@ impl ReconnectSchedule {
 pub(crate) struct RdySlot {
     /// The server's max_rdy_count for this connection.
     pub(crate) max_rdy: u32,
+    /// Messages it holds whatever its RDY (delivered and not answered yet): they keep a
+    /// share of `max_in_flight` each, so a RDY up to them costs nothing more.
+    pub(crate) held: u32,
 }
 
-/// Splits `max_in_flight` over connections: each gets `max_in_flight / n` (at least one when
-/// `max_in_flight >= n`), never above its `max_rdy`; what is left (the remainder of the
-/// division, and what capped connections cannot take) is handed out one by one round-robin
-/// starting at `offset`, so the total reaches `max_in_flight` whenever the caps allow.
+/// Splits `max_in_flight` over connections: each connection's share is `max(held, RDY)`, and
+/// every RDY is raised to one level (never above its `max_rdy`), the highest the shares allow;
+/// what is left is one more RDY each for as many as it covers, round-robin from `offset`. With
+/// nothing held that is `max_in_flight / n` each (at least one when `max_in_flight >= n`) and
+/// the remainder round-robin, so the total reaches `max_in_flight` whenever the caps allow.
+/// What connections hold beyond the level is theirs until answered, and the others share what
+/// remains: a connection whose handlers hold many messages does not leave another at RDY 0.
 ///
 /// When `max_in_flight < n` this is not the right tool (most connections must get 0): the
 /// consumer's low-RDY mode handles it. Here every slot then gets at most 1 and the total is
 /// still bounded by `max_in_flight`.
 ///
-/// Invariants: `sum(result) <= max_in_flight`, `result[i] <= slots[i].max_rdy`.
+/// Invariants: `sum(max(held, result)) <= max_in_flight` (when `sum(held)` is, else every RDY
+/// is 0), `result[i] <= slots[i].max_rdy`.
 pub(crate) fn plan_rdy(max_in_flight: u32, slots: &[RdySlot], offset: usize) -> Vec<u32> {
     let n = slots.len();
     let mut out = vec![0u32; n];
-    if n == 0 || max_in_flight == 0 {
+    let budget = u64::from(max_in_flight);
+    // The shares taken with every RDY at `level` (capped).
+    let cost = |level: u32| -> u64 {
+        slots
+            .iter()
+            .map(|s| u64::from(s.held.max(level.min(s.max_rdy))))
+            .sum()
+    };
+    if n == 0 || max_in_flight == 0 || cost(0) > budget {
         return out;
     }
-    let n_u32 = u32::try_from(n).unwrap_or(u32::MAX);
-    let base = max_in_flight / n_u32;
-    let mut left = max_in_flight;
-    for (o, s) in out.iter_mut().zip(slots) {
-        *o = base.min(s.max_rdy);
-        left -= *o;
-    }
-    // Water-fill the rest round-robin, one unit at a time per pass; each pass either places at
-    // least one unit or finds every slot full.
-    while left > 0 {
-        let mut placed = false;
-        for k in 0..n {
-            if left == 0 {
-                break;
-            }
-            let i = (offset + k) % n;
-            if out[i] < slots[i].max_rdy {
-                // A full pass gives each open slot at most `ceil(left / open)`; one unit at a
-                // time keeps the spread even.
-                out[i] += 1;
-                left -= 1;
-                placed = true;
-            }
+    // The highest level within the budget (the cost grows with the level).
+    let (mut lo, mut hi) = (0u32, slots.iter().map(|s| s.max_rdy).max().unwrap_or(0));
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if cost(mid) <= budget {
+            lo = mid;
+        } else {
+            hi = mid - 1;
         }
-        if !placed {
+    }
+    let mut left = budget - cost(lo);
+    for (o, s) in out.iter_mut().zip(slots) {
+        *o = lo.min(s.max_rdy);
+    }
+    // One level more does not fit: the rest goes one each, round-robin, to connections for
+    // which one more RDY takes a share (one pass places all of it).
+    for k in 0..n {
+        if left == 0 {
             break;
         }
-        if left >= n_u32 {
-            // A large remainder only happens when some slots are capped: hand the rest out in
-            // bulk to the open slots, evenly, to keep this linear.
-            let open: Vec<usize> = (0..n).filter(|&i| out[i] < slots[i].max_rdy).collect();
-            if open.is_empty() {
-                break;
-            }
-            let share = left / u32::try_from(open.len()).unwrap_or(u32::MAX);
-            for &i in &open {
-                let add = share.min(slots[i].max_rdy - out[i]);
-                out[i] += add;
-                left -= add;
-            }
+        let i = (offset + k) % n;
+        if out[i] < slots[i].max_rdy && out[i] >= slots[i].held {
+            out[i] += 1;
+            left -= 1;
         }
     }
     out
@@ -251,7 +250,38 @@ mod tests {
     }
 
     fn slots(caps: &[u32]) -> Vec<RdySlot> {
-        caps.iter().map(|&max_rdy| RdySlot { max_rdy }).collect()
+        caps.iter()
+            .map(|&max_rdy| RdySlot { max_rdy, held: 0 })
+            .collect()
+    }
+
+    fn held(held: &[u32]) -> Vec<RdySlot> {
+        held.iter()
+            .map(|&held| RdySlot {
+                max_rdy: 2500,
+                held,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn plan_leaves_held_messages_their_shares() {
+        // 10 connections at RDY 1 would need 10 shares; one holds 3, so the level is 0 for
+        // none: 9 others at 1 and the holder at 1 take 3 + 9 = 12 > 10... so the level is 0
+        // and the 7 shares left go one each, from the offset, to those holding nothing.
+        assert_eq!(
+            plan_rdy(10, &held(&[3, 0, 0, 0, 0, 0, 0, 0, 0, 0]), 0),
+            vec![0, 1, 1, 1, 1, 1, 1, 1, 0, 0]
+        );
+        // 100 over 4, one holding 40: the others share 60.
+        assert_eq!(
+            plan_rdy(100, &held(&[40, 0, 0, 0]), 0),
+            vec![20, 20, 20, 20]
+        );
+        // Held beyond the whole budget: nothing more for anyone.
+        assert_eq!(plan_rdy(5, &held(&[3, 3]), 0), vec![0, 0]);
+        // Held up to the level costs nothing more.
+        assert_eq!(plan_rdy(10, &held(&[5, 5]), 0), vec![5, 5]);
     }
 
     #[test]
@@ -291,6 +321,47 @@ mod tests {
                         assert!(hi - lo <= 1 || *hi == cap, "uneven {p:?}");
                     }
                 }
+            }
+        }
+    }
+
+    /// With messages held: the shares never exceed max_in_flight, the RDY of every
+    /// connection holding less than the others' level is within one of it, and nothing that
+    /// fits is left over.
+    #[test]
+    fn plan_invariants_with_held_messages() {
+        let mut rng = crate::rng::Rng::new(3);
+        for _ in 0..20_000 {
+            let n = 1 + rng.index(6);
+            let m = u32::try_from(rng.below(60)).unwrap();
+            let s: Vec<RdySlot> = (0..n)
+                .map(|_| RdySlot {
+                    max_rdy: [1u32, 3, 2500][rng.index(3)],
+                    held: u32::try_from(rng.below(12)).unwrap(),
+                })
+                .collect();
+            let p = plan_rdy(m, &s, rng.index(n));
+            let shares: u64 = s
+                .iter()
+                .zip(&p)
+                .map(|(s, &r)| u64::from(s.held.max(r)))
+                .sum();
+            let held: u64 = s.iter().map(|s| u64::from(s.held)).sum();
+            assert!(p.iter().zip(&s).all(|(&r, s)| r <= s.max_rdy));
+            if held > u64::from(m) {
+                assert!(p.iter().all(|&r| r == 0), "{s:?} {p:?}");
+                continue;
+            }
+            assert!(shares <= u64::from(m), "m={m} {s:?} {p:?}");
+            // Nothing that fits is left: any connection that could take one more RDY at the
+            // price of one share would exceed max_in_flight.
+            let open = s.iter().zip(&p).any(|(s, &r)| r < s.max_rdy && r >= s.held);
+            assert!(shares == u64::from(m) || !open, "m={m} {s:?} {p:?}");
+            // Even: no connection that holds nothing is two or more below another's RDY
+            // unless capped.
+            let top = p.iter().copied().max().unwrap_or(0);
+            for (s, &r) in s.iter().zip(&p) {
+                assert!(r + 1 >= top || r == s.max_rdy || s.held > r, "{s:?} {p:?}");
             }
         }
     }

@@ -27,7 +27,7 @@ pub(crate) trait Indexed {
 }
 
 /// The weights of an entry (see [`Indexed::weight`]).
-pub(crate) type Weight = [u64; 4];
+pub(crate) type Weight = [u64; 5];
 
 /// One entry of [`Slots`].
 #[derive(Debug)]
@@ -77,7 +77,7 @@ impl<T: Indexed> Default for Slots<T> {
             scratch: Vec::new(),
             index: BTreeSet::new(),
             order: BTreeSet::new(),
-            total: [0; 4],
+            total: [0; 5],
         }
     }
 }
@@ -145,7 +145,7 @@ impl<T: Indexed> Slots<T> {
                         dirty_weight: true,
                         indexed: None,
                         key: None,
-                        weight: [0; 4],
+                        weight: [0; 5],
                     },
                 );
                 self.dirty.push(id);
@@ -286,15 +286,23 @@ impl Slots<Slot> {
     /// possibly on the wire after a lowered RDY: [`Slot::committed`]) and the shares of
     /// max_in_flight reserved (`max(committed, RDY)`).
     pub(crate) fn budget_totals(&mut self) -> (u64, u64) {
-        let [committed, reserved, _, _] = self.totals();
+        let [committed, reserved, _, _, _] = self.totals();
         (committed, reserved)
     }
 
     /// How many connections are ready (subscribed, not closing), and how many of them have
     /// RDY above 0.
     pub(crate) fn ready_counts(&mut self) -> (u64, u64) {
-        let [_, _, ready, holders] = self.totals();
+        let [_, _, ready, holders, _] = self.totals();
         (ready, holders)
+    }
+
+    /// Shares of max_in_flight held beyond one per ready connection, over every connection:
+    /// a ready connection's unanswered messages after the first, and everything a connection
+    /// that is not ready (closing) still holds. Every ready connection can have a seat (RDY
+    /// 1 or a message) only while these plus the ready connections fit in max_in_flight.
+    pub(crate) fn held_beyond_seats(&mut self) -> u64 {
+        self.totals()[4]
     }
 
     /// The connections with a deadline at or before `now`.
@@ -490,9 +498,9 @@ impl Slot {
         !self.is_ready() || self.transit > 0 || self.handed < u64::from(self.rdy())
     }
 
-    /// `[committed, share, ready, holder]`: what it has committed, the share of
-    /// max_in_flight it reserves, `max(committed, RDY)`, 1 if it is ready, and 1 if it is
-    /// ready with RDY above 0.
+    /// `[committed, share, ready, holder, beyond]`: what it has committed, the share of
+    /// max_in_flight it reserves, `max(committed, RDY)`, 1 if it is ready, 1 if it is ready
+    /// with RDY above 0, and what it holds beyond a seat (see [`Slots::held_beyond_seats`]).
     pub(super) fn budget(&self) -> Weight {
         let c = self.committed();
         let ready = self.is_ready();
@@ -501,11 +509,17 @@ impl Slot {
         } else {
             0
         };
+        let beyond = if ready {
+            self.unanswered().saturating_sub(1)
+        } else {
+            c
+        };
         [
             c,
             c.max(u64::from(rdy)),
             u64::from(ready),
             u64::from(rdy > 0),
+            beyond,
         ]
     }
 
@@ -584,7 +598,7 @@ mod tests {
             (self.0 % 2 == 0).then(|| self.1 + Duration::from_secs(self.0 % 1000))
         }
         fn weight(&self) -> Weight {
-            [self.0 % 7, self.0 % 11, self.0 % 2, self.0 % 3]
+            [self.0 % 7, self.0 % 11, self.0 % 2, self.0 % 3, self.0 % 5]
         }
         fn key(&self) -> Option<u64> {
             (self.0 % 5 == 0).then_some(self.0 % 13)
@@ -621,9 +635,10 @@ mod tests {
             assert_eq!(slots.is_empty(), model.is_empty());
         }
         assert!(slots.iter().eq(model.iter()));
-        let sums = slots.values().map(V::weight).fold([0; 4], |a, w| {
-            [a[0] + w[0], a[1] + w[1], a[2] + w[2], a[3] + w[3]]
-        });
+        let sums = slots
+            .values()
+            .map(V::weight)
+            .fold([0; 5], |a, w| std::array::from_fn(|i| a[i] + w[i]));
         assert_eq!(slots.totals(), sums);
         let scan = slots.values().filter_map(V::deadline).min();
         assert_eq!(slots.next_deadline(), scan);
