@@ -1521,6 +1521,8 @@ impl<'f> World<'f> {
                         }
                     }
                     self.reschedule_transit(nsqd, until);
+                    // A silent nsqd does not count as waiting (its wait so far ends here).
+                    self.after_node(nsqd);
                 } else if self.nodes[nsqd].silent_until.is_some_and(|u| u <= now) {
                     self.nodes[nsqd].silent_until = None;
                     self.after_node(nsqd);
