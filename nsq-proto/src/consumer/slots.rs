@@ -33,7 +33,9 @@ pub(crate) type Weight = [u64; 5];
 #[derive(Debug)]
 struct Entry<T: Indexed> {
     id: ConnId,
-    value: T,
+    /// `None` once removed (a tombstone until the next compaction: removing from the middle
+    /// of the vector would move every entry after it).
+    value: Option<T>,
     /// Changed (looked up mutably) since its deadline and key were last indexed.
     dirty: bool,
     /// Changed since its weights were last counted.
@@ -55,6 +57,8 @@ struct Entry<T: Indexed> {
 #[derive(Debug)]
 pub(crate) struct Slots<T: Indexed> {
     entries: Vec<Entry<T>>,
+    /// Entries with a value (the others are tombstones).
+    live: usize,
     /// Entries changed since their deadline was indexed (ids of removed ones are skipped).
     dirty: Vec<ConnId>,
     /// Entries changed since their weights were counted (the budget check after each input
@@ -72,6 +76,7 @@ impl<T: Indexed> Default for Slots<T> {
     fn default() -> Self {
         Slots {
             entries: Vec::new(),
+            live: 0,
             dirty: Vec::new(),
             dirty_weight: Vec::new(),
             scratch: Vec::new(),
@@ -107,7 +112,9 @@ impl<T: Indexed> Slots<T> {
     }
 
     pub(crate) fn get(&self, id: ConnId) -> Option<&T> {
-        self.position(id).ok().map(|i| &self.entries[i].value)
+        self.position(id)
+            .ok()
+            .and_then(|i| self.entries[i].value.as_ref())
     }
 
     #[inline]
@@ -115,17 +122,18 @@ impl<T: Indexed> Slots<T> {
         match self.position(id) {
             Ok(i) => {
                 let e = &mut self.entries[i];
+                e.value.as_ref()?;
                 if !(e.dirty && e.dirty_weight) {
                     Self::mark_slow(e, &mut self.dirty, &mut self.dirty_weight);
                 }
-                Some(&mut e.value)
+                e.value.as_mut()
             }
             Err(_) => None,
         }
     }
 
     pub(crate) fn contains_key(&self, id: ConnId) -> bool {
-        self.position(id).is_ok()
+        self.get(id).is_some()
     }
 
     pub(crate) fn insert(&mut self, id: ConnId, value: T) -> Option<T> {
@@ -133,14 +141,19 @@ impl<T: Indexed> Slots<T> {
             Ok(i) => {
                 let e = &mut self.entries[i];
                 Self::mark_slow(e, &mut self.dirty, &mut self.dirty_weight);
-                Some(std::mem::replace(&mut e.value, value))
+                let old = e.value.replace(value);
+                if old.is_none() {
+                    self.live += 1;
+                }
+                old
             }
             Err(i) => {
+                self.live += 1;
                 self.entries.insert(
                     i,
                     Entry {
                         id,
-                        value,
+                        value: Some(value),
                         dirty: true,
                         dirty_weight: true,
                         indexed: None,
@@ -158,36 +171,45 @@ impl<T: Indexed> Slots<T> {
     pub(crate) fn remove(&mut self, id: ConnId) -> Option<T> {
         match self.position(id) {
             Ok(i) => {
-                let e = self.entries.remove(i);
-                if let Some(t) = e.indexed {
+                let e = &mut self.entries[i];
+                let value = e.value.take()?;
+                if let Some(t) = e.indexed.take() {
                     self.index.remove(&(t, id));
                 }
-                if let Some(k) = e.key {
+                if let Some(k) = e.key.take() {
                     self.order.remove(&(k, id));
                 }
-                for (t, w) in self.total.iter_mut().zip(e.weight) {
+                for (t, w) in self.total.iter_mut().zip(std::mem::take(&mut e.weight)) {
                     *t -= w;
                 }
-                Some(e.value)
+                self.live -= 1;
+                // Compacted once tombstones outnumber the live entries: amortised O(1).
+                let dead = self.entries.len() - self.live;
+                if dead > 16 && dead > self.live {
+                    self.entries.retain(|e| e.value.is_some());
+                }
+                Some(value)
             }
             Err(_) => None,
         }
     }
 
     pub(crate) fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.live == 0
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&ConnId, &T)> {
-        self.entries.iter().map(|e| (&e.id, &e.value))
+        self.entries
+            .iter()
+            .filter_map(|e| e.value.as_ref().map(|v| (&e.id, v)))
     }
 
     pub(crate) fn keys(&self) -> impl Iterator<Item = &ConnId> {
-        self.entries.iter().map(|e| &e.id)
+        self.iter().map(|(id, _)| id)
     }
 
     pub(crate) fn values(&self) -> impl Iterator<Item = &T> {
-        self.entries.iter().map(|e| &e.value)
+        self.iter().map(|(_, v)| v)
     }
 
     /// Counts the weights of the entries changed since they were last counted.
@@ -198,7 +220,8 @@ impl<T: Indexed> Slots<T> {
             let Ok(i) = self.position(id) else { continue };
             let e = &mut self.entries[i];
             e.dirty_weight = false;
-            let w = e.value.weight();
+            let Some(value) = &e.value else { continue };
+            let w = value.weight();
             for ((t, old), new) in self.total.iter_mut().zip(e.weight).zip(w) {
                 *t = *t - old + new;
             }
@@ -218,7 +241,8 @@ impl<T: Indexed> Slots<T> {
             let Ok(i) = self.position(id) else { continue };
             let e = &mut self.entries[i];
             e.dirty = false;
-            let d = e.value.deadline();
+            let Some(value) = &e.value else { continue };
+            let d = value.deadline();
             if d != e.indexed {
                 if let Some(t) = e.indexed {
                     self.index.remove(&(t, id));
@@ -228,7 +252,7 @@ impl<T: Indexed> Slots<T> {
                 }
                 e.indexed = d;
             }
-            let k = e.value.key();
+            let k = value.key();
             if k != e.key {
                 if let Some(k) = e.key {
                     self.order.remove(&(k, id));
