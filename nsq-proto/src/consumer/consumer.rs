@@ -697,7 +697,7 @@ impl Consumer {
                         .events
                         .push_back(ConsumerEvent::ConnectionReady { conn: id, addr });
                     self.shared.queue_transmit(id);
-                    self.flow.rebalance(now, false, &mut self.shared);
+                    self.flow.replan_soon(now, &mut self.shared);
                 }
                 ConnectionEvent::Message(message) => self.on_message(now, id, message),
                 ConnectionEvent::Redelivered(_) => {

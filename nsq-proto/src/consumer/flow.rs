@@ -20,6 +20,14 @@ const MAX_SETTLE: Duration = Duration::from_secs(5);
 /// The shortest idle wait of a RDY holder (see `FlowControl::idle_timeout`).
 const MIN_IDLE: Duration = Duration::from_millis(100);
 
+/// Above this many ready connections, the plans that a connection's arrival or the end of its
+/// bootstrap calls for are gathered into one, [`COALESCE`] later (see
+/// [`FlowControl::replan_soon`]).
+const COALESCE_ABOVE: u64 = 16;
+
+/// How long such a plan waits for others to join it.
+const COALESCE: Duration = Duration::from_millis(50);
+
 /// How many E_FIN_FAILED / E_REQ_FAILED / E_TOUCH_FAILED within [`ANSWER_FAILURE_WINDOW`]
 /// count as one handler failure for backoff.
 pub const ANSWER_FAILURE_BURST: u32 = 3;
@@ -274,7 +282,7 @@ impl FlowControl {
             // with the others.
             self.rebalance(now, redistribute, sh);
         } else if bootstrapped {
-            self.rebalance(now, false, sh);
+            self.replan_soon(now, sh);
         } else if settled {
             self.replan_if_owed(now, sh);
         }
@@ -292,8 +300,26 @@ impl FlowControl {
             // Its turn ended at this message (or its bootstrap did, which the rotation
             // does not use): it gives RDY up, and the turn passes on.
             self.rotate(now, &[id], sh);
+        } else if after.turn_over {
+            self.rebalance(now, true, sh);
         } else {
-            self.rebalance(now, after.turn_over, sh);
+            // Its bootstrap is over: it gets its full share.
+            self.replan_soon(now, sh);
+        }
+    }
+
+    /// A connection became ready, or its bootstrap ended: a plan is due. With many
+    /// connections, each arriving or ending its bootstrap at its own instant (1,000 nsqd at
+    /// start-up: a plan over every connection for each, O(connections²)), the plans of the
+    /// next [`COALESCE`] are one; with few, or during the rotation, it is made now.
+    pub(super) fn replan_soon(&mut self, now: Instant, sh: &mut Shared) {
+        if self.rotating(sh) || sh.closing || sh.slots.ready_counts().0 <= COALESCE_ABOVE {
+            self.rebalance(now, false, sh);
+            return;
+        }
+        let at = later(now, COALESCE);
+        if sh.timers.get(Deadline::Redistribute).is_none_or(|t| t > at) {
+            sh.timers.set(Deadline::Redistribute, at);
         }
     }
 
