@@ -44,6 +44,7 @@ struct Args {
     quiet: bool,
     shrink: bool,
     max_nsqd: usize,
+    messages_per_nsqd: Option<usize>,
 }
 
 fn parse() -> Result<Args, String> {
@@ -59,6 +60,7 @@ fn parse() -> Result<Args, String> {
         quiet: false,
         shrink: true,
         max_nsqd: 1000,
+        messages_per_nsqd: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -75,7 +77,7 @@ fn parse() -> Result<Args, String> {
             continue;
         }
         if name == "--help" || name == "-h" {
-            return Err("usage: simulate [--nsqd N] [--max-in-flight N] [--seeds N] [--first-seed N] [--seed N] [--faults N] [--starvation-bound SECONDS] [--campaign N [--max-nsqd N]] [--quiet] [--no-shrink]".into());
+            return Err("usage: simulate [--nsqd N] [--max-in-flight N] [--seeds N] [--first-seed N] [--seed N] [--faults N] [--starvation-bound SECONDS] [--messages-per-nsqd N] [--campaign N [--max-nsqd N]] [--quiet] [--no-shrink]".into());
         }
         let value = inline
             .or_else(|| it.next())
@@ -97,6 +99,9 @@ fn parse() -> Result<Args, String> {
             "--campaign" => a.campaign = Some(num(&value)?),
             "--starvation-bound" => a.starvation_bound = Some(num(&value)?),
             "--max-nsqd" => a.max_nsqd = num(&value)?.clamp(1, 100_000) as usize,
+            "--messages-per-nsqd" => {
+                a.messages_per_nsqd = Some(num(&value)?.clamp(1, 10_000) as usize);
+            }
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -110,6 +115,9 @@ fn config(a: &Args, seed: u64, nsqd: usize) -> SimConfig {
     }
     if let Some(s) = a.starvation_bound {
         c.starvation_bound = Duration::from_secs(s);
+    }
+    if let Some(k) = a.messages_per_nsqd {
+        c.messages = (nsqd * k).max(2_000);
     }
     c
 }
@@ -144,7 +152,7 @@ fn one(a: &Args, seed: u64, nsqd: usize) -> Report {
         );
     } else if !a.quiet {
         println!(
-            "seed={seed} nsqd={nsqd} published={} delivered={} gave_up={} producer_ok={} producer_failed={} consumers={} worst_starvation_s={:.2} virtual_s={:.0} steps={} core_us_per_msg={:.2} trace={:016x}",
+            "seed={seed} nsqd={nsqd} published={} delivered={} gave_up={} producer_ok={} producer_failed={} consumers={} worst_starvation_s={:.2} virtual_s={:.0} steps={} rdy_per_msg={:.2} core_us_per_msg={:.2} trace={:016x}",
             report.published,
             report.delivered,
             report.gave_up,
@@ -154,6 +162,7 @@ fn one(a: &Args, seed: u64, nsqd: usize) -> Report {
             report.worst_starvation.as_secs_f64(),
             report.virtual_time.as_secs_f64(),
             report.steps,
+            report.rdy_commands as f64 / report.delivered.max(1) as f64,
             us_per_msg(report.core_time, report.delivered),
             report.trace_hash
         );
@@ -183,6 +192,7 @@ fn main() -> ExitCode {
     let (mut violations, mut messages, mut worst) = (0u64, 0u64, Duration::ZERO);
     let (mut t_big, mut m_big, mut t_small, mut m_small) =
         (Duration::ZERO, 0u64, Duration::ZERO, 0u64);
+    let (mut rdy_big, mut rdy_small) = (0u64, 0u64);
     for &seed in &seeds {
         let r = one(&a, seed, a.nsqd);
         violations += u64::from(r.violation.is_some());
@@ -190,12 +200,25 @@ fn main() -> ExitCode {
         worst = worst.max(r.worst_starvation);
         t_big += r.core_time;
         m_big += r.delivered;
+        rdy_big += r.rdy_commands;
         let r = one(&a, seed, 10);
         violations += u64::from(r.violation.is_some());
         worst = worst.max(r.worst_starvation);
         t_small += r.core_time;
         m_small += r.delivered;
+        rdy_small += r.rdy_commands;
     }
+    // How much of the CPU goes to the low-RDY rotation: RDY commands per delivered message
+    // (two per turn), and the core's CPU per RDY command (every input counted).
+    let per = |n: u64, d: u64| n as f64 / d.max(1) as f64;
+    println!(
+        "simulate: rdy_per_msg_10={:.2} rdy_per_msg_{}={:.2} cpu_per_rdy_{}={:.2}us",
+        per(rdy_small, m_small),
+        a.nsqd,
+        per(rdy_big, m_big),
+        a.nsqd,
+        t_big.as_secs_f64() * 1e6 / rdy_big.max(1) as f64
+    );
     let (small, big) = (us_per_msg(t_small, m_small), us_per_msg(t_big, m_big));
     println!(
         "simulate: seeds={} nsqd={} messages={messages} violations={violations} worst_starvation_s={:.2} cpu_per_msg_10={small:.2}us cpu_per_msg_{}={big:.2}us growth={:.2}",

@@ -81,6 +81,8 @@ pub struct Report {
     pub faults: Vec<Fault>,
     /// Consumers started (1 plus one per graceful stop).
     pub consumers: u32,
+    /// RDY commands the consumers sent (two per low-RDY turn: the grant and the release).
+    pub rdy_commands: u64,
 }
 
 /// Who owns a connection.
@@ -1144,6 +1146,7 @@ impl<'f> World<'f> {
                     continue;
                 }
                 if let Some(n) = line.strip_prefix(b"RDY ") {
+                    self.report.rdy_commands += 1;
                     new_rdy = std::str::from_utf8(n)
                         .ok()
                         .and_then(|s| s.parse::<u64>().ok());
