@@ -360,7 +360,8 @@ impl Consumer {
         // The connections with a deadline due (from the deadline index, not a scan): their
         // own timers (heartbeat liveness, message expiry, drain deadline), then flow
         // control's (bootstrap, settle).
-        let due = self.shared.slots.due_at(now);
+        let mut due = self.shared.take_ids();
+        self.shared.slots.due_at(now, &mut due);
         for &id in &due {
             let conn_due = self
                 .shared
@@ -381,6 +382,7 @@ impl Consumer {
             self.force_close(now);
         }
         self.flow.handle_timeout(now, &due, &mut self.shared);
+        self.shared.give_ids(due);
         self.discovery
             .handle_timeout(now, &self.topic, &mut self.shared);
     }

@@ -240,7 +240,7 @@ impl FlowControl {
         }
         let mut bootstrapped = false;
         let mut settled = false;
-        let mut turns: Vec<ConnId> = Vec::new();
+        let mut turns = sh.take_ids();
         for &id in due {
             let Some(slot) = sh.slots.get(id) else {
                 continue;
@@ -275,9 +275,7 @@ impl FlowControl {
             if !turns.is_empty() || redistribute || bootstrapped || settled {
                 self.rotate(now, &turns, sh);
             }
-            return;
-        }
-        if redistribute || !turns.is_empty() {
+        } else if redistribute || !turns.is_empty() {
             // Holders of turns left from a rotation that no longer applies are planned again
             // with the others.
             self.rebalance(now, redistribute, sh);
@@ -286,6 +284,7 @@ impl FlowControl {
         } else if settled {
             self.replan_if_owed(now, sh);
         }
+        sh.give_ids(turns);
     }
 
     /// A message arrived on `id` and [`FlowControl::on_message`] says it calls for a re-plan.
@@ -635,8 +634,8 @@ impl FlowControl {
         sh.slots.sync();
         let timeout = sh.config.low_rdy_timeout;
         let spacing = timeout / self.max_in_flight.max(1);
-        let mut release: Vec<ConnId> = Vec::new();
-        let mut over: Vec<(Option<Instant>, ConnId)> = Vec::new();
+        let mut release = sh.take_ids();
+        let mut over = sh.take_ids();
         for &id in due {
             let Some(slot) = sh.slots.get(id) else {
                 continue;
@@ -651,15 +650,16 @@ impl FlowControl {
             } else if slot.idle_deadline().is_some_and(|t| t <= now) {
                 release.push(id);
             } else if slot.turn_until.is_some_and(|t| t <= now) {
-                over.push((slot.granted_at, id));
+                over.push(id);
             }
         }
         if !over.is_empty() {
-            over.sort_unstable();
+            // The longest held first (ties in id order).
+            over.sort_unstable_by_key(|id| (sh.slots.get(*id).and_then(|s| s.granted_at), *id));
             let next_end = self.last_turn_end.map(|last| later(last, spacing));
             let first = match next_end {
                 Some(t) if t > now => None,
-                _ => Some(over[0].1),
+                _ => Some(over[0]),
             };
             if let Some(id) = first {
                 self.last_turn_end = Some(now);
@@ -679,7 +679,7 @@ impl FlowControl {
             }
             // The others' turns end one spacing later each time, so they stay staggered.
             let at = later(next_end.filter(|t| *t > now).unwrap_or(now), spacing);
-            for &(_, id) in &over {
+            for &id in &over {
                 if Some(id) == first {
                     continue;
                 }
@@ -692,7 +692,7 @@ impl FlowControl {
             // Nobody else in line: a new turn starts for the same holder, with no RDY 0 and 1
             // on the wire.
             let nobody_waits = sh.slots.ordered().next().is_none();
-            for id in release {
+            for &id in &release {
                 let Some(slot) = sh.slots.get_mut(id) else {
                     continue;
                 };
@@ -710,6 +710,8 @@ impl FlowControl {
                 }
             }
         }
+        sh.give_ids(release);
+        sh.give_ids(over);
         self.fill(now, sh);
     }
 
@@ -732,7 +734,7 @@ impl FlowControl {
         let mut budget = m.saturating_sub(reserved);
         let mut seats = m.saturating_sub(holders);
         let mut owed = false;
-        let mut grants: Vec<ConnId> = Vec::new();
+        let mut grants = sh.take_ids();
         for (_, id) in sh.slots.ordered() {
             if seats == 0 {
                 break;
@@ -759,7 +761,7 @@ impl FlowControl {
         self.cut_by_full = full && owed;
         self.full_at_plan = full;
         let timeout = sh.config.low_rdy_timeout;
-        for id in grants {
+        for &id in &grants {
             let Some(slot) = sh.slots.get_mut(id) else {
                 continue;
             };
@@ -778,6 +780,7 @@ impl FlowControl {
             }
             sh.queue_transmit(id);
         }
+        sh.give_ids(grants);
         self.rotation_fallback(now, sh);
     }
 

@@ -49,6 +49,9 @@ pub(super) struct Shared {
     /// Messages handed to the application and not answered, over every connection (the sum
     /// of the slots' `handed`).
     pub(super) handed_total: u64,
+    /// Spare id lists for the work of one call (due connections, turns ending, grants), so
+    /// a timer or a turn of the rotation allocates nothing.
+    spare_ids: Vec<Vec<ConnId>>,
 }
 
 impl Shared {
@@ -64,6 +67,20 @@ impl Shared {
             ghosts: HashSet::new(),
             ghost_shares: 0,
             handed_total: 0,
+            spare_ids: Vec::new(),
+        }
+    }
+
+    /// An empty id list (from the spares if there is one).
+    pub(super) fn take_ids(&mut self) -> Vec<ConnId> {
+        self.spare_ids.pop().unwrap_or_default()
+    }
+
+    /// Gives an id list back to the spares (a few are kept).
+    pub(super) fn give_ids(&mut self, mut ids: Vec<ConnId>) {
+        if self.spare_ids.len() < 4 {
+            ids.clear();
+            self.spare_ids.push(ids);
         }
     }
 

@@ -284,13 +284,15 @@ impl<T: Indexed> Slots<T> {
         indexed.into_iter().chain(changed).min()
     }
 
-    /// The entries whose deadline is `now` or earlier, in deadline order (indexed first).
-    pub(crate) fn due(&mut self, now: Instant) -> Vec<ConnId> {
+    /// The entries whose deadline is `now` or earlier, in deadline order, added to `out`
+    /// (indexed first).
+    pub(crate) fn due(&mut self, now: Instant, out: &mut Vec<ConnId>) {
         self.refresh();
-        self.index
-            .range(..=(now, ConnId::from_raw(u64::MAX)))
-            .map(|(_, id)| *id)
-            .collect()
+        out.extend(
+            self.index
+                .range(..=(now, ConnId::from_raw(u64::MAX)))
+                .map(|(_, id)| *id),
+        );
     }
 
     /// The entries with a key, in key order, as of the last [`Slots::refresh`] (call it
@@ -329,9 +331,9 @@ impl Slots<Slot> {
         self.totals()[4]
     }
 
-    /// The connections with a deadline at or before `now`.
-    pub(crate) fn due_at(&mut self, now: Instant) -> Vec<ConnId> {
-        self.due(now)
+    /// The connections with a deadline at or before `now`, added to `out`.
+    pub(crate) fn due_at(&mut self, now: Instant, out: &mut Vec<ConnId>) {
+        self.due(now, out);
     }
 }
 
@@ -667,7 +669,8 @@ mod tests {
         let scan = slots.values().filter_map(V::deadline).min();
         assert_eq!(slots.next_deadline(), scan);
         let cut = base + Duration::from_secs(500);
-        let mut due: Vec<ConnId> = slots.due(cut);
+        let mut due: Vec<ConnId> = Vec::new();
+        slots.due(cut, &mut due);
         due.sort();
         let expect: Vec<ConnId> = slots
             .iter()
