@@ -241,6 +241,8 @@ fn campaign(a: &Args, n: u64) -> ExitCode {
     let sizes = [1usize, 2, 3, 5, 8, 13, 20, 50, 100, 250, 500, 1000];
     let mut kinds: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
     let (mut violations, mut messages, mut worst) = (0u64, 0u64, Duration::ZERO);
+    // Where the longest wait was: (seed, nsqd).
+    let mut worst_at = (0u64, 0usize);
     let mut per_size = vec![(0u64, 0u64); sizes.len()];
     for k in 0..n {
         let seed = a.first_seed + k;
@@ -274,7 +276,10 @@ fn campaign(a: &Args, n: u64) -> ExitCode {
             *kinds.entry(kind).or_default() += 1;
         }
         messages += r.delivered;
-        worst = worst.max(r.worst_starvation);
+        if r.worst_starvation > worst {
+            worst = r.worst_starvation;
+            worst_at = (seed, sizes[i].min(a.max_nsqd));
+        }
         per_size[i].0 += 1;
         per_size[i].1 += u64::from(r.violation.is_some());
     }
@@ -289,6 +294,12 @@ fn campaign(a: &Args, n: u64) -> ExitCode {
     for (kind, n) in &kinds {
         println!("campaign: violation kind {n} x {kind:?}");
     }
+    println!(
+        "campaign: longest wait {:.2}s at seed {} with {} nsqd",
+        worst.as_secs_f64(),
+        worst_at.0,
+        worst_at.1
+    );
     println!(
         "campaign: seeds={n} first_seed={} messages={messages} violations={violations} worst_starvation_s={:.2} wall_s={:.0}",
         a.first_seed,
