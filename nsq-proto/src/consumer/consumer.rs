@@ -93,7 +93,15 @@ use std::time::{Duration, Instant};
 /// `ceil(w / m)` turns. Turns end one at a time, at least `low_rdy_timeout / m` apart, so
 /// they stay staggered and every connection holds RDY about as long as the others (turns
 /// that ended together let one connection in and the other straight back). Turn ends are
-/// exact timers, not a periodic tick.
+/// exact timers, not a periodic tick, and a turn change looks only at the holder concerned
+/// and the first in line (O(log connections), whatever their number).
+///
+/// The rotation also serves connections in turns when `max_in_flight` is not below their
+/// number but shares held where no RDY can use them (messages of lost connections, expired
+/// ones, ones beyond a lowered RDY, each connection's unanswered messages past its first)
+/// leave too few for all of them: a connection then waits a turn, not for a slow handler.
+/// Otherwise RDY is split over what those shares leave, each connection's unanswered
+/// messages counting in its own share.
 ///
 /// go-nsq's defaults (30 s and 10 s, checked every 5 s) let the third of 3 nsqd wait 30 s
 /// with `max_in_flight` 2 (measured on nsqd v1.3.0: 30.0 s, every run). The option names are
