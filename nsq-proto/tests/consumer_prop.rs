@@ -14,6 +14,7 @@
 mod consumer_common;
 
 use consumer_common::{Handler, World, addr, config};
+use nsq_proto::consumer::NsqdState;
 use proptest::prelude::*;
 use std::time::Duration;
 
@@ -63,6 +64,30 @@ fn check(w: &World) -> Result<(), TestCaseError> {
             prop_assert!(c.rdy() <= c.max_rdy());
         }
     }
+    // The totals kept as running sums agree with a look at every connection.
+    let stats = w.consumer.stats();
+    let ids: Vec<_> = w.consumer.connections().map(|(id, _)| id).collect();
+    let conns = ids.iter().filter_map(|id| w.consumer.connection(*id));
+    let ready: Vec<_> = ids
+        .iter()
+        .filter(|id| {
+            stats
+                .nsqd
+                .iter()
+                .any(|n| n.connection == Some(**id) && n.state == NsqdState::Ready)
+        })
+        .collect();
+    prop_assert_eq!(stats.connections, ready.len());
+    let rdy: u64 = ids.iter().map(|id| u64::from(w.consumer.rdy(*id))).sum();
+    prop_assert_eq!(stats.total_rdy, rdy);
+    let in_flight: usize = conns.map(nsq_proto::Connection::in_flight).sum();
+    prop_assert_eq!(stats.in_flight, in_flight);
+    let starved = ready.iter().any(|id| {
+        w.consumer
+            .connection(**id)
+            .is_some_and(|c| c.in_flight() > 0 && c.in_flight() * 100 >= c.rdy() as usize * 85)
+    });
+    prop_assert_eq!(w.consumer.is_starved(), starved);
     Ok(())
 }
 

@@ -202,36 +202,37 @@ impl Consumer {
     /// [`stats`](Self::stats) written over `out`, reusing its allocations (a driver that
     /// publishes the snapshot after every wake-up allocates nothing once it has room).
     pub fn stats_into(&self, out: &mut ConsumerStats) {
-        let slots = &self.shared.slots;
+        self.counters_into(out);
+        self.discovery
+            .nsqd_stats_into(&self.shared.slots, &mut out.nsqd);
+    }
+
+    /// [`stats_into`](Self::stats_into) without the per-nsqd rows (`nsqd` is left as it
+    /// is): every total, in time independent of the number of connections (running sums), so
+    /// a driver can publish them after every round however many nsqd there are.
+    pub fn counters_into(&self, out: &mut ConsumerStats) {
+        let live = self.shared.slots.live_counts();
+        let count = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
         out.received = self.received;
         out.finished = self.finished;
         out.requeued = self.requeued;
         out.gave_up = self.gave_up;
         out.returned = self.returned;
-        out.unanswered_elsewhere = usize::try_from(self.shared.ghost_shares).unwrap_or(usize::MAX);
-        out.connections = slots.values().filter(|s| s.is_ready()).count();
+        out.unanswered_elsewhere = count(self.shared.ghost_shares);
+        out.connections = count(live.ready);
         out.backoff_level = self.flow.backoff_level();
-        out.total_rdy = slots.values().map(|s| u64::from(s.rdy())).sum();
+        out.total_rdy = live.rdy;
         out.known_nsqd = self.discovery.known();
-        out.in_flight = slots
-            .values()
-            .filter_map(|s| s.conn.as_ref())
-            .map(Connection::in_flight)
-            .sum();
+        out.in_flight = count(live.in_flight);
         out.reconnects = self.discovery.reconnects();
-        self.discovery.nsqd_stats_into(slots, &mut out.nsqd);
     }
 
     /// True when any ready connection has messages in flight amounting to at least 85% of its
     /// last RDY: a batching handler should flush now rather than wait for more.
+    /// In time independent of the number of connections (a running count).
     #[inline]
     pub fn is_starved(&self) -> bool {
-        self.shared.slots.values().any(|s| {
-            s.is_ready()
-                && s.conn
-                    .as_ref()
-                    .is_some_and(|c| policy::is_starved(c.in_flight(), c.rdy()))
-        })
+        self.shared.slots.live_counts().starved > 0
     }
 
     /// The current backoff level (0 = full speed).

@@ -5,6 +5,7 @@
 //! order is id order, as with a `BTreeMap`; a look-up (several per message on the hot path)
 //! is a binary search over a few contiguous entries instead of a walk down tree nodes.
 
+use super::policy;
 use super::stats::Counts;
 use crate::connection::{Connection, ConnectionState};
 use crate::deadline::later;
@@ -27,7 +28,7 @@ pub(crate) trait Indexed {
 }
 
 /// The weights of an entry (see [`Indexed::weight`]).
-pub(crate) type Weight = [u64; 5];
+pub(crate) type Weight = [u64; 8];
 
 /// One entry of [`Slots`].
 #[derive(Debug)]
@@ -82,7 +83,7 @@ impl<T: Indexed> Default for Slots<T> {
             scratch: Vec::new(),
             index: BTreeSet::new(),
             order: BTreeSet::new(),
-            total: [0; 5],
+            total: [0; 8],
         }
     }
 }
@@ -158,7 +159,7 @@ impl<T: Indexed> Slots<T> {
                         dirty_weight: true,
                         indexed: None,
                         key: None,
-                        weight: [0; 5],
+                        weight: [0; 8],
                     },
                 );
                 self.dirty.push(id);
@@ -273,6 +274,24 @@ impl<T: Indexed> Slots<T> {
         self.total
     }
 
+    /// The sums of every entry's weights as they are now, without counting them into the
+    /// running sums (the entries changed since the last count are looked at: O(changed)).
+    pub(crate) fn current_totals(&self) -> Weight {
+        let mut total = self.total;
+        for &id in &self.dirty_weight {
+            let Ok(i) = self.position(id) else { continue };
+            let e = &self.entries[i];
+            if !e.dirty_weight {
+                continue;
+            }
+            let now = e.value.as_ref().map_or([0; 8], T::weight);
+            for ((t, old), new) in total.iter_mut().zip(e.weight).zip(now) {
+                *t = *t - old + new;
+            }
+        }
+        total
+    }
+
     /// The earliest deadline of any entry.
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
         let indexed = self.index.first().map(|(t, _)| *t);
@@ -312,15 +331,28 @@ impl Slots<Slot> {
     /// possibly on the wire after a lowered RDY: [`Slot::committed`]) and the shares of
     /// max_in_flight reserved (`max(committed, RDY)`).
     pub(crate) fn budget_totals(&mut self) -> (u64, u64) {
-        let [committed, reserved, _, _, _] = self.totals();
+        let [committed, reserved, ..] = self.totals();
         (committed, reserved)
     }
 
     /// How many connections are ready (subscribed, not closing), and how many of them have
     /// RDY above 0.
     pub(crate) fn ready_counts(&mut self) -> (u64, u64) {
-        let [_, _, ready, holders, _] = self.totals();
+        let [_, _, ready, holders, ..] = self.totals();
         (ready, holders)
+    }
+
+    /// Over every connection as they are now (O(connections changed since the last
+    /// count)): ready connections, the sum of their RDY, messages delivered and not answered,
+    /// and ready connections starved (in flight at least 85% of their RDY).
+    pub(crate) fn live_counts(&self) -> LiveCounts {
+        let t = self.current_totals();
+        LiveCounts {
+            ready: t[2],
+            rdy: t[5],
+            in_flight: t[6],
+            starved: t[7],
+        }
     }
 
     /// Shares of max_in_flight held beyond one per ready connection, over every connection:
@@ -524,9 +556,11 @@ impl Slot {
         !self.is_ready() || self.transit > 0 || self.handed < u64::from(self.rdy())
     }
 
-    /// `[committed, share, ready, holder, beyond]`: what it has committed, the share of
-    /// max_in_flight it reserves, `max(committed, RDY)`, 1 if it is ready, 1 if it is ready
-    /// with RDY above 0, and what it holds beyond a seat (see [`Slots::held_beyond_seats`]).
+    /// `[committed, share, ready, holder, beyond, rdy, unanswered, starved]`: what it has
+    /// committed, the share of max_in_flight it reserves, `max(committed, RDY)`, 1 if it is
+    /// ready, 1 if it is ready with RDY above 0, what it holds beyond a seat (see
+    /// [`Slots::held_beyond_seats`]), its RDY if ready, its messages delivered and not
+    /// answered, and 1 if it is ready and starved (see [`Slots::live_counts`]).
     pub(super) fn budget(&self) -> Weight {
         let c = self.committed();
         let ready = self.is_ready();
@@ -535,17 +569,23 @@ impl Slot {
         } else {
             0
         };
+        let unanswered = self.unanswered();
         let beyond = if ready {
-            self.unanswered().saturating_sub(1)
+            unanswered.saturating_sub(1)
         } else {
             c
         };
+        let starved =
+            ready && policy::is_starved(usize::try_from(unanswered).unwrap_or(usize::MAX), rdy);
         [
             c,
             c.max(u64::from(rdy)),
             u64::from(ready),
             u64::from(rdy > 0),
             beyond,
+            u64::from(rdy),
+            unanswered,
+            u64::from(starved),
         ]
     }
 
@@ -580,6 +620,15 @@ impl Slot {
             Err(e) => tracing::debug!(%id, error = %e, "RDY not sent"),
         }
     }
+}
+
+/// What [`Slots::live_counts`] returns.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LiveCounts {
+    pub(crate) ready: u64,
+    pub(crate) rdy: u64,
+    pub(crate) in_flight: u64,
+    pub(crate) starved: u64,
 }
 
 /// A place in the line for a low-RDY turn (see [`Slot::wait_key`]).
@@ -624,7 +673,16 @@ mod tests {
             (self.0 % 2 == 0).then(|| self.1 + Duration::from_secs(self.0 % 1000))
         }
         fn weight(&self) -> Weight {
-            [self.0 % 7, self.0 % 11, self.0 % 2, self.0 % 3, self.0 % 5]
+            [
+                self.0 % 7,
+                self.0 % 11,
+                self.0 % 2,
+                self.0 % 3,
+                self.0 % 5,
+                self.0 % 13,
+                self.0 % 17,
+                self.0 % 19,
+            ]
         }
         fn key(&self) -> Option<u64> {
             (self.0 % 5 == 0).then_some(self.0 % 13)
@@ -664,7 +722,7 @@ mod tests {
         let sums = slots
             .values()
             .map(V::weight)
-            .fold([0; 5], |a, w| std::array::from_fn(|i| a[i] + w[i]));
+            .fold([0; 8], |a, w| std::array::from_fn(|i| a[i] + w[i]));
         assert_eq!(slots.totals(), sums);
         let scan = slots.values().filter_map(V::deadline).min();
         assert_eq!(slots.next_deadline(), scan);
