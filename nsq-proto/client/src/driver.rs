@@ -60,7 +60,12 @@ pub(crate) trait Logic: Send + 'static {
         false
     }
     /// End of a round: publish state (stats) and resolve replies.
-    fn after_round(&mut self);
+    fn after_round(&mut self, now: Instant);
+    /// When the logic wants a round of its own even if nothing else happens (published
+    /// state left behind, say).
+    fn wake_at(&self) -> Option<Instant> {
+        None
+    }
     /// Whether the driver is done (the machine has closed).
     fn done(&self) -> bool;
     /// The driver has stopped: resolve whoever waits.
@@ -127,14 +132,18 @@ async fn drive<L: Logic, R: Runtime>(mut end: Ending<L>, mut net: Net<R>) {
                 progress |= drain(logic, &mut net, now);
                 // Bytes handed over this round are written at the start of the next one.
                 progress |= net.send_gathered();
-                logic.after_round();
+                logic.after_round(now);
                 if logic.done() && net.is_quiet() {
                     return Poll::Ready(());
                 }
-                let deadline = match (logic.machine().poll_timeout(), net.next_deadline()) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
-                };
+                let deadline = [
+                    logic.machine().poll_timeout(),
+                    net.next_deadline(),
+                    logic.wake_at(),
+                ]
+                .into_iter()
+                .flatten()
+                .min();
                 if deadline != armed {
                     armed = deadline;
                     if let Some(t) = deadline {

@@ -163,7 +163,9 @@ mod on {
 
         /// A round of the driver ended with `stats`: counters follow the core's, gauges are
         /// set.
-        pub(crate) fn update(&mut self, stats: &ConsumerStats) {
+        /// `rows`: the per-nsqd rows of `stats` were written this round (otherwise they
+        /// are older, and looked at only when they are next written).
+        pub(crate) fn update(&mut self, stats: &ConsumerStats, rows: bool) {
             let last = &self.last;
             self.received
                 .increment(stats.received.saturating_sub(last.received));
@@ -187,16 +189,21 @@ mod on {
             if stats.backoff_level != last.backoff_level {
                 self.backoff_level.set(f64::from(stats.backoff_level));
             }
-            for n in &stats.nsqd {
-                let (topic, channel) = (&self.topic, &self.channel);
-                let (gauge, last) = self.rdy.entry(n.address.clone()).or_insert_with(|| {
+            for n in stats.nsqd.iter().filter(|_| rows) {
+                if !self.rdy.contains_key(&n.address) {
                     let labels = [
-                        ("topic", topic.clone()),
-                        ("channel", channel.clone()),
+                        ("topic", self.topic.clone()),
+                        ("channel", self.channel.clone()),
                         ("nsqd", n.address.clone()),
                     ];
-                    (gauge!("nsq_consumer_rdy", &labels), u32::MAX)
-                });
+                    self.rdy.insert(
+                        n.address.clone(),
+                        (gauge!("nsq_consumer_rdy", &labels), u32::MAX),
+                    );
+                }
+                let Some((gauge, last)) = self.rdy.get_mut(&n.address) else {
+                    continue;
+                };
                 if *last != n.rdy {
                     *last = n.rdy;
                     gauge.set(f64::from(n.rdy));
@@ -430,7 +437,7 @@ mod off {
         #[inline]
         pub(crate) fn answered(&self, _: Instant, _: HandedOut) {}
         #[inline]
-        pub(crate) fn update(&mut self, _: &ConsumerStats) {}
+        pub(crate) fn update(&mut self, _: &ConsumerStats, _: bool) {}
         #[inline]
         pub(crate) fn stopped(&mut self) {}
     }

@@ -4,7 +4,7 @@
 
 use super::{
     ClientEvent, ConsumerOptions, ConsumerSetup, ErrorKind, EventStream, Factory, Message,
-    NextEvent, WAIT, addr, consumer, eventually, fast_config, setup, start,
+    NextEvent, NsqdState, WAIT, addr, consumer, eventually, fast_config, setup, start,
 };
 use crate::Nsqd;
 use std::sync::Arc;
@@ -86,6 +86,46 @@ pub(super) fn rdy_is_spread_over_three_brokers(f: &dyn Factory) {
     assert!(eventually(WAIT, spread), "RDY 3 on each broker");
     assert!(eventually(WAIT, || c.stats().total_rdy == 9));
     c.stop();
+}
+
+/// Above 16 nsqd the driver writes the per-nsqd rows of `stats()` at most every 100 ms (the
+/// totals every round): after the last message of a burst the rows still catch up, without
+/// waiting for other traffic.
+pub(super) fn stats_rows_catch_up_over_many_brokers(f: &dyn Factory) {
+    let brokers: Vec<Nsqd> = (0..20).map(|_| start(Nsqd::builder())).collect();
+    let mut setup = ConsumerSetup {
+        options: Some(fast_config(40)),
+        ..ConsumerSetup::default()
+    };
+    for n in &brokers {
+        n.publish("rows", b"one");
+        setup.nsqd.push(addr(n));
+    }
+    let mut c = f.consumer("rows", "ch", &setup).unwrap();
+    for _ in 0..brokers.len() {
+        c.next(WAIT).expect("one message from each broker").finish();
+    }
+    // The rows catch up within a fraction of a second, with no other traffic.
+    let caught_up = || {
+        let stats = c.stats();
+        stats.nsqd.len() == 20
+            && brokers.iter().all(|n| {
+                let clients = n.clients();
+                stats.nsqd(&addr(n)).is_some_and(|row| {
+                    row.state == NsqdState::Ready
+                        && row.received == 1
+                        && row.finished == 1
+                        && clients.len() == 1
+                        && i64::from(row.rdy) == clients[0].rdy
+                })
+            })
+    };
+    assert!(
+        eventually(Duration::from_millis(900), caught_up),
+        "rows: {:?}",
+        c.stats().nsqd
+    );
+    assert_eq!(c.stop().unanswered, 0);
 }
 
 pub(super) fn max_in_flight_changes_at_runtime_and_starvation_is_reported(f: &dyn Factory) {

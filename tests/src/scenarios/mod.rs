@@ -650,6 +650,7 @@ scenario_list! {
     connect_to_nsqd_says_whether_it_connected: 20,
     auto_touch_keeps_a_slow_handler_s_message: 20,
     a_burst_of_rejected_answers_backs_off: 20,
+    stats_rows_catch_up_over_many_brokers: 30,
 }
 
 /// Runs the scenario `name` against the factory `make` builds, on a thread of its own with
@@ -783,6 +784,7 @@ use flow::{
     give_up_counts_as_success_for_backoff,
     in_flight_stays_within_max_in_flight_across_three_brokers,
     max_in_flight_changes_at_runtime_and_starvation_is_reported, rdy_is_spread_over_three_brokers,
+    stats_rows_catch_up_over_many_brokers,
 };
 use publish::{
     a_refused_message_costs_no_outage, concurrent_publishes_leave_in_batches,

@@ -18,7 +18,7 @@ use nsq_proto::driver::ConnId;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 // ------------------------------------------------------------------------------------ inputs
 
@@ -138,7 +138,20 @@ pub(super) struct ConsumerLogic {
     starved: bool,
     /// What an operator scrapes (nothing without the `metrics` feature).
     metrics: ConsumerMetrics,
+    /// When the per-nsqd rows of the published stats were last written.
+    rows_at: Option<Instant>,
+    /// A round changed the counters since then (the rows may be behind).
+    rows_behind: bool,
 }
+
+/// Up to this many known nsqd, the published stats' per-nsqd rows are written after every
+/// round; above it, at most every [`ROWS_INTERVAL`] (and at once when the set of nsqd or
+/// connections changes): writing them is O(nsqd), and a consumer of 1,000 nsqd has
+/// thousands of rounds a second.
+const ROWS_EVERY_ROUND: usize = 16;
+
+/// How stale the per-nsqd rows may get above [`ROWS_EVERY_ROUND`] nsqd.
+const ROWS_INTERVAL: Duration = Duration::from_millis(100);
 
 impl ConsumerLogic {
     pub(super) fn new(
@@ -165,6 +178,8 @@ impl ConsumerLogic {
             backoff_level: 0,
             starved: false,
             metrics,
+            rows_at: None,
+            rows_behind: false,
         }
     }
 
@@ -451,7 +466,7 @@ impl Logic for ConsumerLogic {
         true
     }
 
-    fn after_round(&mut self) {
+    fn after_round(&mut self, now: Instant) {
         let starved = self.machine.is_starved();
         self.shared.starved.store(starved, Ordering::Relaxed);
         let level = self.machine.backoff_level();
@@ -471,18 +486,58 @@ impl Logic for ConsumerLogic {
                 self.shared.events.emit(&Event::Starved(starved));
             }
         }
-        // Written in place: no allocation once the snapshot has room for every nsqd.
+        // Written in place: no allocation once the snapshot has room for every nsqd. The
+        // totals every round (running sums in the core); the per-nsqd rows every round with
+        // few nsqd, otherwise when the set of nsqd or connections changed, a connect call
+        // resolves, or ROWS_INTERVAL has passed (`wake_at` brings that round if nothing else
+        // does).
         let mut stats = self
             .shared
             .stats
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        self.machine.stats_into(&mut stats);
-        self.metrics.update(&stats);
+        let before = (
+            stats.received,
+            stats.finished,
+            stats.requeued,
+            stats.total_rdy,
+            stats.in_flight,
+        );
+        let set_before = (stats.known_nsqd, stats.connections, stats.reconnects);
+        if stats.known_nsqd > ROWS_EVERY_ROUND {
+            self.machine.counters_into(&mut stats);
+        }
+        let rows = stats.known_nsqd <= ROWS_EVERY_ROUND
+            || set_before != (stats.known_nsqd, stats.connections, stats.reconnects)
+            || !self.connected_now.is_empty()
+            || self
+                .rows_at
+                .is_none_or(|t| now.saturating_duration_since(t) >= ROWS_INTERVAL);
+        if rows {
+            self.machine.stats_into(&mut stats);
+            self.rows_at = Some(now);
+            self.rows_behind = false;
+        } else {
+            self.rows_behind |= before
+                != (
+                    stats.received,
+                    stats.finished,
+                    stats.requeued,
+                    stats.total_rdy,
+                    stats.in_flight,
+                );
+        }
+        self.metrics.update(&stats, rows);
         drop(stats);
         for (reply, outcome) in self.connected_now.drain(..) {
             reply.send(outcome);
         }
+    }
+
+    fn wake_at(&self) -> Option<Instant> {
+        self.rows_at
+            .filter(|_| self.rows_behind)
+            .map(|t| t + ROWS_INTERVAL)
     }
 
     fn done(&self) -> bool {

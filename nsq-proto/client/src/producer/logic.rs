@@ -119,7 +119,7 @@ impl Logic for ProducerLogic {
         }
     }
 
-    fn after_round(&mut self) {
+    fn after_round(&mut self, _now: Instant) {
         let stats = self.machine.stats();
         self.metrics.pending(stats.outstanding + stats.pending);
         *self.stats.lock().unwrap_or_else(PoisonError::into_inner) = stats;
