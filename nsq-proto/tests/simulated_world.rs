@@ -13,7 +13,7 @@ use nsq_test_broker::sim::{self, SimConfig};
 fn a_hundred_nsqd_rotation() {
     let mut cfg = SimConfig::new(3, 100, 10);
     cfg.faults = 0;
-    let r = sim::run(&cfg, &mut sim_glue::NsqProtoFactory);
+    let r = sim::run(&cfg, &mut sim_glue::NsqProtoFactory::default());
     assert!(r.violation.is_none(), "{:?}", r.violation);
     assert!(r.worst_starvation <= cfg.effective_starvation_bound());
     assert_eq!(r.finished + r.gave_up, r.published, "{r:?}");

@@ -45,6 +45,7 @@ struct Args {
     shrink: bool,
     max_nsqd: usize,
     messages_per_nsqd: Option<usize>,
+    client_rounds: bool,
 }
 
 fn parse() -> Result<Args, String> {
@@ -61,6 +62,7 @@ fn parse() -> Result<Args, String> {
         shrink: true,
         max_nsqd: 1000,
         messages_per_nsqd: None,
+        client_rounds: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -76,8 +78,12 @@ fn parse() -> Result<Args, String> {
             a.shrink = false;
             continue;
         }
+        if name == "--client-rounds" {
+            a.client_rounds = true;
+            continue;
+        }
         if name == "--help" || name == "-h" {
-            return Err("usage: simulate [--nsqd N] [--max-in-flight N] [--seeds N] [--first-seed N] [--seed N] [--faults N] [--starvation-bound SECONDS] [--messages-per-nsqd N] [--campaign N [--max-nsqd N]] [--quiet] [--no-shrink]".into());
+            return Err("usage: simulate [--nsqd N] [--max-in-flight N] [--seeds N] [--first-seed N] [--seed N] [--faults N] [--starvation-bound SECONDS] [--messages-per-nsqd N] [--client-rounds] [--campaign N [--max-nsqd N]] [--quiet] [--no-shrink]".into());
         }
         let value = inline
             .or_else(|| it.next())
@@ -125,7 +131,9 @@ fn config(a: &Args, seed: u64, nsqd: usize) -> SimConfig {
 /// Runs one seed; on a violation prints it with a shrunk schedule.
 fn one(a: &Args, seed: u64, nsqd: usize) -> Report {
     let cfg = config(a, seed, nsqd);
-    let mut factory = sim_glue::NsqProtoFactory;
+    let mut factory = sim_glue::NsqProtoFactory {
+        client_rounds: a.client_rounds,
+    };
     let report = sim::run(&cfg, &mut factory);
     if let Some(v) = &report.violation {
         println!("VIOLATION nsqd={nsqd} {v}");

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use bytes::BytesMut;
-use nsq_proto::consumer::{Consumer, ConsumerConfig, ConsumerEvent};
+use nsq_proto::consumer::{Consumer, ConsumerConfig, ConsumerEvent, ConsumerStats};
 use nsq_proto::driver::{Action, ConnId, LookupdRequestId};
 use nsq_proto::producer::{Producer, ProducerConfig, ProducerEvent, PublishFailure};
 use nsq_proto::{Channel, Message, MessageId, Topic};
@@ -46,6 +46,13 @@ pub(crate) struct SimNsqConsumer {
     consumer: Consumer,
     buf: BytesMut,
     handles: Handles,
+    /// With `NsqProtoFactory::client_rounds`: the snapshot the client layer's driver takes
+    /// at the end of each round (its `after_round`), taken here at the end of each drain.
+    round_stats: Option<ConsumerStats>,
+    /// The latest instant the consumer was given, and when the snapshot's per-nsqd rows were
+    /// last written.
+    now: Option<Instant>,
+    rows_at: Option<Instant>,
 }
 
 fn delivery(conn: ConnId, m: &Message) -> Delivery {
@@ -59,29 +66,57 @@ fn delivery(conn: ConnId, m: &Message) -> Delivery {
 
 impl Machine for SimNsqConsumer {
     fn connected(&mut self, now: Instant, conn: ConnRef) {
+        self.now = Some(now);
         self.consumer.handle_connected(now, self.handles.conn(conn));
     }
     fn connect_failed(&mut self, now: Instant, conn: ConnRef, reason: &str) {
+        self.now = Some(now);
         self.consumer
             .handle_connect_failed(now, self.handles.conn(conn), reason);
     }
     fn input(&mut self, now: Instant, conn: ConnRef, data: &[u8]) {
+        self.now = Some(now);
         self.buf.clear();
         self.buf.extend_from_slice(data);
         self.consumer
             .handle_input(now, self.handles.conn(conn), &mut self.buf);
     }
     fn eof(&mut self, now: Instant, conn: ConnRef) {
+        self.now = Some(now);
         self.consumer.handle_eof(now, self.handles.conn(conn));
     }
     fn timeout(&mut self, now: Instant) {
+        self.now = Some(now);
         self.consumer.handle_timeout(now);
     }
     fn next_timeout(&self) -> Option<Instant> {
         self.consumer.poll_timeout()
     }
     fn poll_act(&mut self) -> Option<Act> {
-        let a = self.consumer.poll_action()?;
+        let Some(a) = self.consumer.poll_action() else {
+            if let Some(stats) = &mut self.round_stats {
+                // What nsq-client's driver does after every round (`after_round`), for the
+                // metrics, the starvation flag and `stats()`: the totals every round, the
+                // per-nsqd rows every round up to 16 nsqd, otherwise when the set changes or
+                // 100 ms have passed.
+                std::hint::black_box(self.consumer.is_starved());
+                std::hint::black_box(self.consumer.backoff_level());
+                let set = (stats.known_nsqd, stats.connections, stats.reconnects);
+                self.consumer.counters_into(stats);
+                let now = self.now;
+                let rows = stats.known_nsqd <= 16
+                    || set != (stats.known_nsqd, stats.connections, stats.reconnects)
+                    || self.rows_at.zip(now).is_none_or(|(t, now)| {
+                        now.saturating_duration_since(t) >= std::time::Duration::from_millis(100)
+                    });
+                if rows {
+                    self.consumer.stats_into(stats);
+                    self.rows_at = now;
+                }
+                std::hint::black_box(&*stats);
+            }
+            return None;
+        };
         Some(self.handles.act(a))
     }
 }
@@ -264,7 +299,12 @@ impl SimProducer for SimNsqProducer {
 
 /// Makes nsq-proto clients with their default settings (TLS and compression off).
 #[derive(Default)]
-pub(crate) struct NsqProtoFactory;
+pub(crate) struct NsqProtoFactory {
+    /// Also do, at the end of every drain of the consumer, what the client layer's driver
+    /// does after every round (a stats snapshot and the starvation check), so its cost counts
+    /// in the core's time.
+    pub(crate) client_rounds: bool,
+}
 
 impl ClientFactory for NsqProtoFactory {
     fn consumer(&mut self, now: Instant, spec: &ConsumerSpec<'_>) -> Box<dyn SimConsumer> {
@@ -286,6 +326,9 @@ impl ClientFactory for NsqProtoFactory {
             consumer,
             buf: BytesMut::new(),
             handles: Handles::default(),
+            round_stats: self.client_rounds.then(ConsumerStats::default),
+            now: None,
+            rows_at: None,
         })
     }
 

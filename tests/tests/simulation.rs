@@ -10,7 +10,7 @@ use nsq_test_broker::sim::{self, Report, SimConfig};
 
 fn run(seed: u64, nsqd: usize, max_in_flight: u32) -> Report {
     let cfg = SimConfig::new(seed, nsqd, max_in_flight);
-    sim::run(&cfg, &mut sim_glue::NsqProtoFactory)
+    sim::run(&cfg, &mut sim_glue::NsqProtoFactory::default())
 }
 
 fn assert_clean(r: &Report) {
@@ -58,7 +58,7 @@ fn seeds_with_fewer_max_in_flight_than_nsqd() {
         for seed in 1..=4 {
             let mut cfg = SimConfig::new(seed, nsqd, max_in_flight);
             cfg.starvation_bound = std::time::Duration::from_secs(60);
-            assert_clean(&sim::run(&cfg, &mut sim_glue::NsqProtoFactory));
+            assert_clean(&sim::run(&cfg, &mut sim_glue::NsqProtoFactory::default()));
         }
     }
 }
@@ -100,6 +100,6 @@ fn seeds_that_found_bugs() {
     for (seed, nsqd, max_in_flight) in [(34, 3, 2), (31, 10, 2)] {
         let mut cfg = SimConfig::new(seed, nsqd, max_in_flight);
         cfg.starvation_bound = std::time::Duration::from_secs(60);
-        assert_clean(&sim::run(&cfg, &mut sim_glue::NsqProtoFactory));
+        assert_clean(&sim::run(&cfg, &mut sim_glue::NsqProtoFactory::default()));
     }
 }
