@@ -243,26 +243,8 @@ impl<T: Indexed> Slots<T> {
             let e = &mut self.entries[i];
             e.dirty = false;
             let Some(value) = &e.value else { continue };
-            let d = value.deadline();
-            if d != e.indexed {
-                if let Some(t) = e.indexed {
-                    self.index.remove(&(t, id));
-                }
-                if let Some(t) = d {
-                    self.index.insert((t, id));
-                }
-                e.indexed = d;
-            }
-            let k = value.key();
-            if k != e.key {
-                if let Some(k) = e.key {
-                    self.order.remove(&(k, id));
-                }
-                if let Some(k) = k {
-                    self.order.insert((k, id));
-                }
-                e.key = k;
-            }
+            reindex(&mut self.index, id, &mut e.indexed, value.deadline());
+            reindex(&mut self.order, id, &mut e.key, value.key());
         }
         ids.clear();
         self.scratch = ids;
@@ -620,6 +602,25 @@ impl Slot {
             Err(e) => tracing::debug!(%id, error = %e, "RDY not sent"),
         }
     }
+}
+
+/// Moves `id` in `index` from `*at` to `to` (either may be none: not in it), if they differ.
+fn reindex<K: Ord + Copy>(
+    index: &mut BTreeSet<(K, ConnId)>,
+    id: ConnId,
+    at: &mut Option<K>,
+    to: Option<K>,
+) {
+    if *at == to {
+        return;
+    }
+    if let Some(k) = at.take() {
+        index.remove(&(k, id));
+    }
+    if let Some(k) = to {
+        index.insert((k, id));
+    }
+    *at = to;
 }
 
 /// What [`Slots::live_counts`] returns.
