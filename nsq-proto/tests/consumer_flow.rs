@@ -77,6 +77,44 @@ fn rdy_moves_only_out_of_answered_budget() {
 }
 
 #[test]
+fn shares_of_held_messages_come_back_when_they_are_answered() {
+    // One nsqd alone gets all of max_in_flight 4, and the application holds 3 of its
+    // messages when a second nsqd joins: the plan splits what is left (RDY 1 each, A's 3
+    // held keep their shares). When A's messages are answered, their shares come back:
+    // RDY 2 each again.
+    let mut w = World::new(config(4), 11);
+    w.handler = Handler::Hold;
+    w.add_nsqd(&addr(0), 2500);
+    w.nsqds.get_mut(&addr(0)).unwrap().push(3, 1);
+    w.consumer.add_nsqd(w.now, &addr(0)).unwrap();
+    w.settle();
+    w.run_for(SEC);
+    assert_eq!(w.held.len(), 3);
+    assert_eq!(w.consumer_total_rdy(), 4);
+    w.add_nsqd(&addr(1), 2500);
+    w.nsqds.get_mut(&addr(1)).unwrap().steady = 10;
+    w.handler = Handler::Finish;
+    w.consumer.add_nsqd(w.now, &addr(1)).unwrap();
+    w.run_for(SEC * 6);
+    assert_eq!(
+        w.consumer_total_rdy(),
+        2,
+        "A's 3 held leave 1 share for each"
+    );
+    // Two of A's are answered: their shares come back.
+    for (conn, m) in w.held.drain(..2).collect::<Vec<_>>() {
+        w.consumer.finish(w.now, conn, &m.id).unwrap();
+    }
+    w.settle();
+    w.run_for(SEC);
+    assert_eq!(w.consumer_total_rdy(), 4);
+    w.finish_held();
+    w.run_for(SEC);
+    assert_eq!(w.consumer_total_rdy(), 4);
+    w.assert_clean();
+}
+
+#[test]
 fn lowering_max_in_flight_under_load_never_adds_to_what_is_in_flight() {
     let mut w = world(3, config(9), 10, Handler::FinishAfter(SEC * 2));
     w.run_for(SEC * 10);

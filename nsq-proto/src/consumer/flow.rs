@@ -457,6 +457,9 @@ impl FlowControl {
         let n = ready.len();
         let m = self.max_in_flight;
         let mut targets = vec![0u32; n];
+        // The plan gave a connection less RDY than the messages it holds: when they are
+        // answered, the share they free goes to a new plan (see `after_answer`).
+        let mut held_back = false;
         let low_mode = self.low_mode_applies(sh);
         if self.low_mode && !low_mode {
             // The rotation is over: nobody holds a turn any more.
@@ -512,6 +515,7 @@ impl FlowControl {
                 .collect();
             let budget = u32::try_from(budget).unwrap_or(m);
             targets = policy::plan_rdy(budget, &caps, self.rr_offset % n);
+            held_back = caps.iter().zip(&targets).any(|(c, &t)| c.held > t);
             for (t, id) in targets.iter_mut().zip(&ready) {
                 if sh.slots[id].fresh_until.is_some() {
                     *t = (*t).min(1);
@@ -521,6 +525,7 @@ impl FlowControl {
             self.plan_low(now, &ready, &mut targets, sh);
         }
         self.apply(now, &ready, &targets, low_mode, sh);
+        self.owed |= held_back;
         let probe_tick = self.backoff_level > 0 && !sh.timers.is_set(Deadline::Backoff) && n > 1;
         if sh.closing {
             sh.timers.stop(Deadline::Redistribute);
