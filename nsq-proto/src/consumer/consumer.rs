@@ -582,8 +582,16 @@ impl Consumer {
         match self.shared.slots.get_mut(id).map(|s| s.conn.as_mut()) {
             None => {}
             Some(None) => self.drop_slot(now, id, "disconnected while connecting", 0),
-            Some(Some(c)) => {
-                c.close(now);
+            Some(Some(_)) => {
+                if let Some(slot) = self.shared.slots.get_mut(id) {
+                    // What nsqd sent under the RDY before it reads the CLS may still arrive:
+                    // it stays committed, as after a lower RDY, so no RDY elsewhere is raised
+                    // into its share (it would arrive with the application full, and go back).
+                    slot.keep_transit(now);
+                    if let Some(c) = slot.conn.as_mut() {
+                        c.close(now);
+                    }
+                }
                 self.pump(now, id);
                 self.flow.forget(id);
                 self.flow.rebalance(now, false, &mut self.shared);

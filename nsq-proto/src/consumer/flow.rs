@@ -515,7 +515,9 @@ impl FlowControl {
                 .collect();
             let budget = u32::try_from(budget).unwrap_or(m);
             targets = policy::plan_rdy(budget, &caps, self.rr_offset % n);
-            held_back = caps.iter().zip(&targets).any(|(c, &t)| c.held > t);
+            // Shares held outside the plan (closing connections, lost and expired messages)
+            // or beyond a connection's RDY free up later.
+            held_back = elsewhere > 0 || caps.iter().zip(&targets).any(|(c, &t)| c.held > t);
             for (t, id) in targets.iter_mut().zip(&ready) {
                 if sh.slots[id].fresh_until.is_some() {
                     *t = (*t).min(1);

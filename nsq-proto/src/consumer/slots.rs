@@ -571,35 +571,50 @@ impl Slot {
         ]
     }
 
+    /// Keeps what nsqd may still send under the current RDY committed (its RDY is about to go
+    /// down, or the connection to close): the messages that RDY allows beyond those
+    /// unanswered, until they arrive or the settle time passes.
+    pub(super) fn keep_transit(&mut self, now: Instant) {
+        let current = self.rdy();
+        let possible = self.committed().max(u64::from(current));
+        self.transit = possible - self.unanswered();
+        if self.transit > 0 {
+            // Under RDY 1 nsqd flushed what it sent at once: a round trip is enough.
+            let settle = if current <= 1 {
+                self.handshake
+            } else {
+                self.settle
+            };
+            self.transit_until = Some(later(now, settle));
+        }
+    }
+
     /// Sends a lower RDY, and keeps what nsqd may still send under the old one committed.
     pub(super) fn lower_rdy(&mut self, now: Instant, id: ConnId, target: u32) {
-        let current = self.rdy();
-        let committed = self.committed();
-        let f = self.unanswered();
+        if self.conn.is_none() {
+            return;
+        }
+        let (before, before_until) = (self.transit, self.transit_until);
+        // Counted as the RDY was, before it changes.
+        self.keep_transit(now);
         let Some(c) = self.conn.as_mut() else {
             return;
         };
         match c.set_rdy(now, target) {
             Ok(()) => {
                 self.received_since_rdy = 0;
-                let possible = committed.max(u64::from(current));
-                self.transit = possible - f;
-                if self.transit > 0 {
-                    // Under RDY 1 nsqd flushed what it sent at once: a round trip is enough.
-                    let settle = if current <= 1 {
-                        self.handshake
-                    } else {
-                        self.settle
-                    };
-                    self.transit_until = Some(later(now, settle));
-                }
                 if target == 0 {
                     self.released_at = Some(now);
                     self.yield_pending = false;
                     self.turn_until = None;
                 }
             }
-            Err(e) => tracing::debug!(%id, error = %e, "RDY not sent"),
+            Err(e) => {
+                // Nothing changed on the wire.
+                self.transit = before;
+                self.transit_until = before_until;
+                tracing::debug!(%id, error = %e, "RDY not sent");
+            }
         }
     }
 }
