@@ -448,12 +448,7 @@ impl FlowControl {
 
     /// Recomputes every ready connection's RDY and applies it, lowering before raising.
     pub(super) fn replan(&mut self, now: Instant, redistribute: bool, sh: &mut Shared) {
-        let ready: Vec<ConnId> = sh
-            .slots
-            .iter()
-            .filter(|(_, s)| s.is_ready())
-            .map(|(id, _)| *id)
-            .collect();
+        let ready = sh.slots.ids_where(Slot::is_ready);
         let n = ready.len();
         let m = self.max_in_flight;
         let mut targets = vec![0u32; n];
@@ -463,13 +458,7 @@ impl FlowControl {
         let low_mode = self.low_mode_applies(sh);
         if self.low_mode && !low_mode {
             // The rotation is over: nobody holds a turn any more.
-            let holding: Vec<ConnId> = sh
-                .slots
-                .iter()
-                .filter(|(_, s)| s.holds_turn())
-                .map(|(id, _)| *id)
-                .collect();
-            for id in holding {
+            for id in sh.slots.ids_where(Slot::holds_turn) {
                 if let Some(slot) = sh.slots.get_mut(id) {
                     slot.turn_until = None;
                     slot.yield_pending = false;

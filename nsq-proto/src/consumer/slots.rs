@@ -213,6 +213,14 @@ impl<T: Indexed> Slots<T> {
         self.iter().map(|(_, v)| v)
     }
 
+    /// The ids of the entries for which `pred` holds, in id order.
+    pub(crate) fn ids_where(&self, pred: impl Fn(&T) -> bool) -> Vec<ConnId> {
+        self.iter()
+            .filter(|(_, v)| pred(v))
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
     /// Counts the weights of the entries changed since they were last counted.
     fn refresh_weights(&mut self) {
         let mut ids = std::mem::take(&mut self.scratch);
