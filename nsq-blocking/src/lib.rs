@@ -13,22 +13,30 @@
 //! implements [`Runtime`](nsq_client::Runtime), and [`Consumer`], [`ConsumerHandle`]
 //! and [`Producer`] run the client layer's calls to completion on the calling thread.
 //!
-//! * One driver thread per [`Consumer`] / [`Producer`] (`nsqb-consumer`, `nsqb-producer`)
-//!   runs the client layer's one driver (the same code as on tokio and nsq-async-std, batching
-//!   included) and owns every socket of its client: it waits on a readiness poller of its
-//!   own (epoll, kqueue or IOCP, through mio) over non-blocking sockets, with the driver's
-//!   timer as the wait's deadline. There is no thread per connection: a consumer of twelve
-//!   nsqd runs as many threads as a consumer of one.
-//! * Bytes read are decoded, delivered and answered on that thread; message bodies are slices
-//!   of the read buffer. What the core emits during one wake-up leaves in one write per
-//!   connection; a blocked write never stops reading. lookupd queries use the same poller.
+//! * Each [`Consumer`] / [`Producer`] runs the client layer's one driver (the same code as on
+//!   tokio and nsq-async-std, batching included), which owns every socket of its client and
+//!   waits on a readiness poller of its own (epoll, kqueue or IOCP, through mio) over
+//!   non-blocking sockets, with the driver's timer as the wait's deadline. There is no thread
+//!   per connection: a consumer of twelve nsqd runs as many threads as a consumer of one.
+//! * **A blocking call drives its client while it waits.** A `publish` waiting for nsqd's
+//!   reply, or a `recv` waiting for a message, polls the driver and waits in the poller on
+//!   its own thread, so a round trip to nsqd wakes no other thread (go-nsq's own goroutines
+//!   hop twice per publish). When no call waits, the client's driver thread (`nsqb-consumer`,
+//!   `nsqb-producer`) drives: it takes over once callers have left the client alone for 2 ms
+//!   (or when a deadline of the driver is due: heartbeats, timeouts, reconnects), and hands
+//!   the poller back to the next call that waits. Several threads waiting at once take turns:
+//!   one drives, the others sleep until their own reply or message is ready.
+//! * Bytes read are decoded, delivered and answered by whoever drives; message bodies are
+//!   slices of the read buffer. What the core emits during one wake-up leaves in one write
+//!   per connection; a blocked write never stops reading. lookupd queries use the same poller.
 //! * Calls from other threads reach the driver as small commands, many per lock; the first
 //!   command of a batch wakes the driver through the poller (once, and only if it waits), and
 //!   a caller's thread is woken only when its own reply or message is ready.
 //! * A host name is resolved on a short-lived thread (the system resolver blocks); IP
 //!   addresses need none.
-//! * The driver thread is waited for by [`ConsumerHandle::stop`] / [`Consumer::stop`] /
-//!   [`Producer::close`] and on drop; nothing blocks without a bound. Logs go to `tracing`.
+//! * The driver is waited for (and driven to its end) by [`ConsumerHandle::stop`] /
+//!   [`Consumer::stop`] / [`Producer::close`] and on drop; nothing blocks without a bound.
+//!   Logs go to `tracing`.
 //!
 //! # What is here
 //!

@@ -33,4 +33,9 @@ impl Adapter for Blocking {
             .map(Blocking)
             .map_err(|e| Error::Spawn(format!("could not create a poller: {e}")))
     }
+
+    /// A blocking call drives its client while it waits (no thread hop per round trip).
+    fn poller(&self) -> Option<&Poller> {
+        Some(&self.0)
+    }
 }

@@ -6,7 +6,8 @@
 
 use super::ClusterReport;
 use super::builder::{BuildConsumer, BuildProducer, sealed};
-use super::runtime::Adapter;
+use super::poller::Poller;
+use super::runtime::{Adapter, Ended};
 use super::{Error, Event, HandlerError, IntoChannel, IntoTopic, Message, Outcome, StopReport};
 use bytes::Bytes;
 use nsq_proto::Config;
@@ -61,6 +62,49 @@ fn block_on_with<F: Future>(
     future: F,
     deadline: impl FnOnce() -> Option<Instant>,
 ) -> Option<F::Output> {
+    wait_with(None, future, deadline)
+}
+
+/// A blocking call of a client on runtime `rt`: runs `future` to completion on this thread,
+/// driving the client while it waits when `rt` has a poller of its own ([`Adapter::poller`]).
+fn call<R: Adapter, F: Future>(rt: &R, future: F) -> F::Output {
+    match wait_with(rt.poller(), future, || None) {
+        Some(v) => v,
+        None => unreachable!("no deadline"),
+    }
+}
+
+/// [`call`] for at most `timeout` from when the future first has to wait (`None` after it).
+fn call_for<R: Adapter, F: Future>(rt: &R, future: F, timeout: Duration) -> Option<F::Output> {
+    wait_with(rt.poller(), future, || Some(Instant::now() + timeout))
+}
+
+/// Waits until the client's driver has ended, driving it meanwhile on a poller runtime.
+fn wait_ended<R: Adapter>(rt: &R, ended: &Ended) {
+    if ended.is_current() {
+        return;
+    }
+    if let Some(poller) = rt.poller() {
+        let until_ended = std::future::poll_fn(|_| {
+            if ended.is_set() {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        });
+        poller.wait(std::pin::pin!(until_ended), None);
+    }
+    ended.wait();
+}
+
+/// Runs `future` on this thread until it completes (`Some`) or the deadline (asked for when
+/// it first has to wait) passes: through `poller` ([`Poller::wait`]) if there is one, else
+/// parking between polls.
+fn wait_with<F: Future>(
+    poller: Option<&Poller>,
+    future: F,
+    deadline: impl FnOnce() -> Option<Instant>,
+) -> Option<F::Output> {
     let mut future = std::pin::pin!(future);
     // The common case, a reply or message already there: no waker, no clock.
     let mut cx = Context::from_waker(Waker::noop());
@@ -68,6 +112,9 @@ fn block_on_with<F: Future>(
         return Some(v);
     }
     let deadline = deadline();
+    if let Some(poller) = poller {
+        return poller.wait(future.as_mut(), deadline);
+    }
     let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
     let mut cx = Context::from_waker(&waker);
     loop {
@@ -103,7 +150,7 @@ impl<R: Adapter> Clone for ConsumerHandle<R> {
 impl<R: Adapter> ConsumerHandle<R> {
     /// See the async [`ConsumerHandle::connect_to_nsqd`](super::ConsumerHandle::connect_to_nsqd).
     pub fn connect_to_nsqd(&self, addr: &str) -> Result<(), Error> {
-        block_on(self.0.connect_to_nsqd(addr))
+        call(self.0.runtime(), self.0.connect_to_nsqd(addr))
     }
 
     /// See the async [`ConsumerHandle::connect_to_nsqds`](super::ConsumerHandle::connect_to_nsqds).
@@ -111,12 +158,12 @@ impl<R: Adapter> ConsumerHandle<R> {
         &self,
         addrs: I,
     ) -> Result<(), Error> {
-        block_on(self.0.connect_to_nsqds(addrs))
+        call(self.0.runtime(), self.0.connect_to_nsqds(addrs))
     }
 
     /// See the async [`ConsumerHandle::connect_to_lookupd`](super::ConsumerHandle::connect_to_lookupd).
     pub fn connect_to_lookupd(&self, addr: &str) -> Result<(), Error> {
-        block_on(self.0.connect_to_lookupd(addr))
+        call(self.0.runtime(), self.0.connect_to_lookupd(addr))
     }
 
     /// See the async [`ConsumerHandle::connect_to_lookupds`](super::ConsumerHandle::connect_to_lookupds).
@@ -124,17 +171,17 @@ impl<R: Adapter> ConsumerHandle<R> {
         &self,
         addrs: I,
     ) -> Result<(), Error> {
-        block_on(self.0.connect_to_lookupds(addrs))
+        call(self.0.runtime(), self.0.connect_to_lookupds(addrs))
     }
 
     /// See the async [`ConsumerHandle::disconnect_from_nsqd`](super::ConsumerHandle::disconnect_from_nsqd).
     pub fn disconnect_from_nsqd(&self, addr: &str) -> Result<(), Error> {
-        block_on(self.0.disconnect_from_nsqd(addr))
+        call(self.0.runtime(), self.0.disconnect_from_nsqd(addr))
     }
 
     /// See the async [`ConsumerHandle::disconnect_from_lookupd`](super::ConsumerHandle::disconnect_from_lookupd).
     pub fn disconnect_from_lookupd(&self, addr: &str) -> Result<(), Error> {
-        block_on(self.0.disconnect_from_lookupd(addr))
+        call(self.0.runtime(), self.0.disconnect_from_lookupd(addr))
     }
 
     /// See the async [`ConsumerHandle::set_max_in_flight`](super::ConsumerHandle::set_max_in_flight).
@@ -175,8 +222,8 @@ impl<R: Adapter> ConsumerHandle<R> {
             self.0.request_stop();
             return StopReport::default();
         }
-        let report = block_on(self.0.stop());
-        ended.wait();
+        let report = call(self.0.runtime(), self.0.stop());
+        wait_ended(self.0.runtime(), ended);
         report
     }
 }
@@ -273,13 +320,13 @@ impl<R: Adapter> Consumer<R> {
 
     /// The next message, waiting as long as it takes; `None` once the consumer is stopped.
     pub fn recv(&mut self) -> Option<Message> {
-        block_on(self.inner.recv())
+        call(self.handle.0.runtime(), self.inner.recv())
     }
 
     /// The next message, waiting at most `timeout`: `Err(Timeout)` if none came,
     /// `Err(Disconnected)` once the consumer is stopped.
     pub fn recv_timeout(&mut self, timeout: Duration) -> Result<Message, RecvTimeoutError> {
-        match block_on_for(self.inner.recv(), timeout) {
+        match call_for(self.handle.0.runtime(), self.inner.recv(), timeout) {
             Some(Some(m)) => Ok(m),
             Some(None) => Err(RecvTimeoutError::Disconnected),
             None => Err(RecvTimeoutError::Timeout),
@@ -296,8 +343,8 @@ impl<R: Adapter> Consumer<R> {
     /// [`recv`](Self::recv) are requeued at once, so the drain does not wait for them.
     pub fn stop(&mut self) -> StopReport {
         self.stopped = true;
-        let report = block_on(self.inner.stop());
-        self.inner.handle().ended().wait();
+        let report = call(self.handle.0.runtime(), self.inner.stop());
+        wait_ended(self.handle.0.runtime(), self.handle.0.ended());
         report
     }
 
@@ -421,7 +468,7 @@ struct LastClone<R: Adapter>(super::Producer<R>);
 impl<R: Adapter> Drop for LastClone<R> {
     fn drop(&mut self) {
         self.0.request_close();
-        self.0.ended().wait();
+        wait_ended(self.0.runtime(), self.0.ended());
     }
 }
 
@@ -461,7 +508,7 @@ impl<R: Adapter> Producer<R> {
 
     /// See the async [`Producer::publish`](super::Producer::publish).
     pub fn publish(&self, topic: impl IntoTopic, body: impl Into<Bytes>) -> Result<(), Error> {
-        block_on(self.p().publish(topic, body))
+        call(self.p().runtime(), self.p().publish(topic, body))
     }
 
     /// See the async [`Producer::multi_publish`](super::Producer::multi_publish).
@@ -470,7 +517,7 @@ impl<R: Adapter> Producer<R> {
         I: IntoIterator<Item = B>,
         B: AsRef<[u8]>,
     {
-        block_on(self.p().multi_publish(topic, bodies))
+        call(self.p().runtime(), self.p().multi_publish(topic, bodies))
     }
 
     /// See the async [`Producer::deferred_publish`](super::Producer::deferred_publish).
@@ -480,7 +527,10 @@ impl<R: Adapter> Producer<R> {
         delay: Duration,
         body: impl Into<Bytes>,
     ) -> Result<(), Error> {
-        block_on(self.p().deferred_publish(topic, delay, body))
+        call(
+            self.p().runtime(),
+            self.p().deferred_publish(topic, delay, body),
+        )
     }
 
     /// Publishes one message and returns at once with a [`PendingPublish`] of its result
@@ -491,7 +541,7 @@ impl<R: Adapter> Producer<R> {
         topic: impl IntoTopic,
         body: impl Into<Bytes>,
     ) -> Result<PendingPublish, Error> {
-        self.p().publish_async(topic, body).map(PendingPublish)
+        self.p().publish_async(topic, body).map(|p| self.pending(p))
     }
 
     /// Publishes several messages atomically and returns at once (go-nsq's
@@ -507,7 +557,7 @@ impl<R: Adapter> Producer<R> {
     {
         self.p()
             .multi_publish_async(topic, bodies)
-            .map(PendingPublish)
+            .map(|p| self.pending(p))
     }
 
     /// Publishes one message delivered after `delay` and returns at once (go-nsq's
@@ -520,17 +570,21 @@ impl<R: Adapter> Producer<R> {
     ) -> Result<PendingPublish, Error> {
         self.p()
             .deferred_publish_async(topic, delay, body)
-            .map(PendingPublish)
+            .map(|p| self.pending(p))
+    }
+
+    fn pending(&self, publish: super::PendingPublish) -> PendingPublish {
+        PendingPublish(publish, self.p().runtime().poller().cloned())
     }
 
     /// See the async [`Producer::ping`](super::Producer::ping).
     pub fn ping(&self) -> Result<(), Error> {
-        block_on(self.p().ping())
+        call(self.p().runtime(), self.p().ping())
     }
 
     /// See the async [`Producer::connect_to_nsqd`](super::Producer::connect_to_nsqd).
     pub fn connect_to_nsqd(&self, addr: &str) -> Result<(), Error> {
-        block_on(self.p().connect_to_nsqd(addr))
+        call(self.p().runtime(), self.p().connect_to_nsqd(addr))
     }
 
     /// See the async [`Producer::stats`](super::Producer::stats).
@@ -541,8 +595,8 @@ impl<R: Adapter> Producer<R> {
     /// Graceful close for every clone (see the async [`Producer::close`](super::Producer::close)); returns once every
     /// connection is closed and the driver has ended.
     pub fn close(&self) {
-        block_on(self.p().close());
-        self.p().ended().wait();
+        call(self.p().runtime(), self.p().close());
+        wait_ended(self.p().runtime(), self.p().ended());
     }
 }
 
@@ -550,18 +604,20 @@ impl<R: Adapter> Producer<R> {
 /// variants). Dropping it does not cancel the publish, whose result is then not known.
 #[derive(Debug)]
 #[must_use = "a publish's result is only known through its PendingPublish"]
-pub struct PendingPublish(super::PendingPublish);
+pub struct PendingPublish(super::PendingPublish, Option<Poller>);
 
 impl PendingPublish {
     /// Waits for the publish's result.
     pub fn wait(self) -> Result<(), Error> {
-        block_on(self.0)
+        wait_with(self.1.as_ref(), self.0, || None).unwrap_or_else(|| unreachable!("no deadline"))
     }
 
     /// Waits at most `timeout` for the publish's result: `None` if it is not known by then
     /// (the publish goes on; wait again later).
     pub fn wait_timeout(&mut self, timeout: Duration) -> Option<Result<(), Error>> {
-        block_on_for(&mut self.0, timeout)
+        wait_with(self.1.as_ref(), &mut self.0, || {
+            Some(Instant::now() + timeout)
+        })
     }
 
     /// The result if it is known, without waiting.

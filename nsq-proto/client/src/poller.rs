@@ -1,8 +1,16 @@
-//! A client's IO on a thread of its own, for runtimes that have no reactor to lend
+//! A client's IO over a poller of its own, for runtimes that have no reactor to lend
 //! (`nsq-blocking`) or whose reactor costs more than it gives (`nsq-async-std`): a
-//! [`Poller`] per client, waited on by its driver thread over the client's non-blocking
-//! sockets ([`Socket`]), with the driver's [`PollerTimer`] as the wait's deadline. Other threads
-//! wake the driver through the poller, once per batch of commands and only when it waits.
+//! [`Poller`] per client over the client's non-blocking sockets ([`Socket`]), with the
+//! driver's [`PollerTimer`] as the wait's deadline. Other threads wake whoever waits in it
+//! through the poller, once per batch of commands and only when it waits.
+//!
+//! Who drives: the poller and the driver are a lease. A blocking call that waits
+//! ([`Poller::wait`]) takes it when it is free and drives the client on its own thread until
+//! its own future is ready, so a call's round trip to nsqd wakes no other thread. The
+//! driver thread ([`Poller::spawn`]) drives whenever no caller does: it takes the lease once
+//! callers have left it alone for 2 ms, or when a deadline of the driver is due, and gives
+//! it back to the first caller that asks. Callers that wait at once take turns; each
+//! release wakes the next.
 //!
 //! The poller is mio's (epoll, kqueue or IOCP). Sockets are registered once, edge-triggered,
 //! for both directions; what the events said is kept per socket, so a socket with nothing to
@@ -15,12 +23,16 @@ use mio::net::TcpStream;
 use mio::{Events, Interest, Registry, Token};
 use std::cell::Cell;
 use std::collections::HashMap;
+use std::fmt;
 use std::future::Future;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
+use std::thread::Thread;
+use std::time::Duration;
 use std::time::Instant;
 
 /// Bytes zeroed per read buffer (std's `Read` wants initialised memory); a read never offers
@@ -57,92 +69,292 @@ impl Readiness {
     }
 }
 
-/// One client's poller, shared by its driver thread (which waits on it), its sockets (which
-/// register with it) and every waker of the driver (which interrupt the wait).
+/// One client's poller, shared by whoever drives the client (its driver thread, or a caller
+/// waiting in a blocking call: see [`Poller::wait`]), its sockets (which register with it) and
+/// every waker of the driver (which interrupt the wait).
 #[derive(Debug)]
 struct Reactor {
-    /// The poller, until the driver thread (or a test's `Poller::block_on`) takes it.
-    poller: Mutex<Option<mio::Poll>>,
+    /// The poller and the driver, out of the mutex while someone drives (the lease).
+    drive: Mutex<Option<Drive>>,
     registry: Registry,
     waker: mio::Waker,
     /// The driver was woken since it last looked (set by wakers, cleared before a poll).
     notified: AtomicBool,
-    /// The driver waits in the poller, or is about to: a waker must interrupt it.
+    /// Whoever drives waits in the poller, or is about to: a waker must interrupt it.
     sleeping: AtomicBool,
     /// Each registered socket's readiness, by token.
     sockets: Mutex<HashMap<Token, Arc<Readiness>>>,
     next_token: AtomicUsize,
+    /// Who holds the lease: [`NOBODY`], [`THREAD`] or [`CALLER`].
+    holder: AtomicU8,
+    /// How many times a caller took the lease (the driver thread's sign of callers at work).
+    sessions: AtomicU64,
+    /// A caller waits for the driver thread to put the lease back.
+    handover: AtomicBool,
+    /// Callers waiting for the lease (each is unparked in turn when it comes back).
+    waiters: Mutex<Vec<Thread>>,
+    waiting: AtomicUsize,
+    /// The driver thread, once started; and whether it parks until a caller's release.
+    thread: OnceLock<Thread>,
+    parked_long: AtomicBool,
+    /// The driver has completed: nobody needs to drive any more.
+    done: AtomicBool,
+    /// The earliest deadline of the driver when the lease was last put back (nanoseconds
+    /// since `epoch`; `u64::MAX`: none), for the driver thread's wait.
+    next_deadline: AtomicU64,
+    epoch: Instant,
 }
+
+/// The lease: what whoever drives the client holds.
+struct Drive {
+    poll: mio::Poll,
+    events: Events,
+    /// The driver, from [`Poller::spawn`] until it completes.
+    driver: Option<BoxFuture<()>>,
+    /// The deadline of the timer the driver polled pending in its last poll.
+    next_timer: Option<Instant>,
+}
+
+impl fmt::Debug for Drive {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Drive")
+            .field("driver", &self.driver.is_some())
+            .field("next_timer", &self.next_timer)
+            .finish_non_exhaustive()
+    }
+}
+
+const NOBODY: u8 = 0;
+const THREAD: u8 = 1;
+const CALLER: u8 = 2;
+
+/// How long the driver thread leaves the lease to callers: it takes it back when no caller
+/// has taken it for this long (or a deadline of the driver is due). A caller that waits
+/// again within it finds the lease free, and drives without waking any thread.
+const CALLERS_GRACE: Duration = Duration::from_millis(2);
 
 impl Reactor {
     fn new() -> io::Result<Reactor> {
-        let poller = mio::Poll::new()?;
-        let registry = poller.registry().try_clone()?;
+        let poll = mio::Poll::new()?;
+        let registry = poll.registry().try_clone()?;
         let waker = mio::Waker::new(&registry, WAKER)?;
         Ok(Reactor {
-            poller: Mutex::new(Some(poller)),
+            drive: Mutex::new(Some(Drive {
+                poll,
+                events: Events::with_capacity(256),
+                driver: None,
+                next_timer: None,
+            })),
             registry,
             waker,
             notified: AtomicBool::new(false),
             sleeping: AtomicBool::new(false),
             sockets: Mutex::new(HashMap::new()),
             next_token: AtomicUsize::new(WAKER.0 + 1),
+            holder: AtomicU8::new(NOBODY),
+            sessions: AtomicU64::new(0),
+            handover: AtomicBool::new(false),
+            waiters: Mutex::new(Vec::new()),
+            waiting: AtomicUsize::new(0),
+            thread: OnceLock::new(),
+            parked_long: AtomicBool::new(false),
+            done: AtomicBool::new(false),
+            next_deadline: AtomicU64::new(u64::MAX),
+            epoch: Instant::now(),
         })
     }
 
-    /// Runs `future` to completion on this thread: polls it, then waits for readiness, a
-    /// wake-up or the deadline of the [`PollerTimer`] it polled last, and again.
+    /// Takes the lease for `holder`, if it is free.
+    fn take(&self, holder: u8) -> Option<Drive> {
+        let drive = lock(&self.drive).take()?;
+        self.holder.store(holder, Ordering::SeqCst);
+        if holder == CALLER {
+            self.sessions.fetch_add(1, Ordering::SeqCst);
+        }
+        Some(drive)
+    }
+
+    /// Puts the lease back, and passes it on ([`hand_on`](Self::hand_on)).
+    fn put_back(&self, drive: Drive) {
+        let deadline = drive.next_timer.map_or(u64::MAX, |t| self.since_epoch(t));
+        self.next_deadline.store(deadline, Ordering::SeqCst);
+        *lock(&self.drive) = Some(drive);
+        self.holder.store(NOBODY, Ordering::SeqCst);
+        self.hand_on();
+    }
+
+    /// The lease is free: the next caller waiting for it is woken to take it; if none waits,
+    /// the driver thread, if it waits for this release.
+    fn hand_on(&self) {
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            if let Some(next) = lock(&self.waiters).pop() {
+                self.waiting.fetch_sub(1, Ordering::SeqCst);
+                next.unpark();
+                return;
+            }
+        }
+        if self.parked_long.swap(false, Ordering::SeqCst) {
+            self.unpark_thread();
+        }
+    }
+
+    fn since_epoch(&self, t: Instant) -> u64 {
+        u64::try_from(t.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX - 1)
+    }
+
+    fn unpark_thread(&self) {
+        if let Some(t) = self.thread.get() {
+            t.unpark();
+        }
+    }
+
+    /// Polls the driver once (if there is one) with the reactor's waker, noting the deadline
+    /// of its timer; when it completes, everyone who waits for the lease is told.
+    fn poll_driver(&self, drive: &mut Drive, cx: &mut Context<'_>) {
+        let Some(driver) = drive.driver.as_mut() else {
+            return;
+        };
+        self.notified.store(false, Ordering::SeqCst);
+        NEXT_TIMER.with(|t| t.set(None));
+        let polled = driver.as_mut().poll(cx);
+        drive.next_timer = NEXT_TIMER.with(Cell::get);
+        if polled.is_ready() {
+            drive.driver = None;
+            drive.next_timer = None;
+            self.done.store(true, Ordering::SeqCst);
+            self.unpark_thread();
+            for waiter in lock(&self.waiters).drain(..) {
+                self.waiting.fetch_sub(1, Ordering::SeqCst);
+                waiter.unpark();
+            }
+        }
+    }
+
+    /// Waits in the poller for readiness, a wake-up or `until`, unless woken already or
+    /// `stop()` says not to; then records what the events said.
+    fn sleep(
+        &self,
+        drive: &mut Drive,
+        until: Option<Instant>,
+        stop: impl Fn() -> bool,
+    ) -> io::Result<()> {
+        // Announce the wait, then look once more: a wake-up either sees `sleeping` and
+        // interrupts the wait, or was seen here (both are SeqCst).
+        self.sleeping.store(true, Ordering::SeqCst);
+        if self.notified.load(Ordering::SeqCst) || stop() {
+            self.sleeping.store(false, Ordering::SeqCst);
+            return Ok(());
+        }
+        let timeout = until.map(|t| t.saturating_duration_since(Instant::now()));
+        let waited = drive.poll.poll(&mut drive.events, timeout);
+        self.sleeping.store(false, Ordering::SeqCst);
+        match waited {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        let sockets = lock(&self.sockets);
+        for event in &drive.events {
+            let Some(readiness) = sockets.get(&event.token()) else {
+                continue; // the waker, or a socket already gone
+            };
+            let mut bits = 0;
+            if event.is_readable() || event.is_read_closed() || event.is_error() {
+                bits |= READABLE;
+            }
+            if event.is_writable() || event.is_write_closed() || event.is_error() {
+                bits |= WRITABLE;
+            }
+            readiness.set(bits);
+        }
+        Ok(())
+    }
+
+    /// The driver thread: drives the client whenever no caller does, and leaves the lease
+    /// to callers while they keep taking it ([`CALLERS_GRACE`]).
+    fn run_thread(self: &Arc<Self>) -> io::Result<()> {
+        let waker = Waker::from(self.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut seen = self.sessions.load(Ordering::SeqCst);
+        while !self.done.load(Ordering::SeqCst) {
+            let sessions = self.sessions.load(Ordering::SeqCst);
+            let free = self.holder.load(Ordering::SeqCst) == NOBODY;
+            let deadline = self.next_deadline.load(Ordering::SeqCst);
+            let now = self.since_epoch(Instant::now());
+            if free && (sessions == seen || deadline <= now) {
+                if let Some(mut drive) = self.take(THREAD) {
+                    let driven = self.drive_as_thread(&mut drive, &mut cx);
+                    self.put_back(drive);
+                    driven?;
+                    seen = self.sessions.load(Ordering::SeqCst);
+                    if !self.done.load(Ordering::SeqCst) {
+                        // A caller asked for the lease: leave it to callers for a while.
+                        std::thread::park_timeout(CALLERS_GRACE);
+                    }
+                }
+                continue;
+            }
+            if !free && sessions == seen {
+                // A caller has held the lease since the last look (a long wait): it drives,
+                // deadlines included. Its release wakes this thread.
+                self.parked_long.store(true, Ordering::SeqCst);
+                if self.holder.load(Ordering::SeqCst) == CALLER
+                    && self.sessions.load(Ordering::SeqCst) == seen
+                    && !self.done.load(Ordering::SeqCst)
+                {
+                    std::thread::park();
+                }
+                self.parked_long.store(false, Ordering::SeqCst);
+                continue;
+            }
+            // Callers drive: look again after the grace, or at the driver's deadline if the
+            // lease is free.
+            seen = sessions;
+            let wait = if free && deadline != u64::MAX {
+                Duration::from_nanos(deadline.saturating_sub(now)).min(CALLERS_GRACE)
+            } else {
+                CALLERS_GRACE
+            };
+            std::thread::park_timeout(wait);
+        }
+        Ok(())
+    }
+
+    /// Drives as the driver thread until the driver completes or a caller asks for the lease.
+    fn drive_as_thread(&self, drive: &mut Drive, cx: &mut Context<'_>) -> io::Result<()> {
+        loop {
+            self.poll_driver(drive, cx);
+            if drive.driver.is_none() || self.handover.swap(false, Ordering::SeqCst) {
+                return Ok(());
+            }
+            self.sleep(drive, drive.next_timer, || {
+                self.handover.load(Ordering::SeqCst)
+            })?;
+        }
+    }
+
+    /// Runs `future` to completion on this thread as the only driver (the sockets' tests).
+    #[cfg(test)]
     fn block_on<F: Future>(self: &Arc<Self>, future: F) -> io::Result<F::Output> {
-        let mut poller = lock(&self.poller)
-            .take()
+        let mut drive = self
+            .take(THREAD)
             .ok_or_else(|| io::Error::other("the poller is already in use"))?;
         let waker = Waker::from(self.clone());
         let mut cx = Context::from_waker(&waker);
         let mut future = std::pin::pin!(future);
-        let mut events = Events::with_capacity(256);
         let output = loop {
             self.notified.store(false, Ordering::SeqCst);
             NEXT_TIMER.with(|t| t.set(None));
             if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
-                break v;
+                break Ok(v);
             }
-            let timeout = NEXT_TIMER
-                .with(Cell::get)
-                .map(|t| t.saturating_duration_since(Instant::now()));
-            // Announce the wait, then look once more: a wake-up either sees `sleeping` and
-            // interrupts the wait, or was seen here (both are SeqCst).
-            self.sleeping.store(true, Ordering::SeqCst);
-            if self.notified.load(Ordering::SeqCst) {
-                self.sleeping.store(false, Ordering::SeqCst);
-                continue;
-            }
-            let waited = poller.poll(&mut events, timeout);
-            self.sleeping.store(false, Ordering::SeqCst);
-            match waited {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    *lock(&self.poller) = Some(poller);
-                    return Err(e);
-                }
-            }
-            let sockets = lock(&self.sockets);
-            for event in &events {
-                let Some(readiness) = sockets.get(&event.token()) else {
-                    continue; // the waker, or a socket already gone
-                };
-                let mut bits = 0;
-                if event.is_readable() || event.is_read_closed() || event.is_error() {
-                    bits |= READABLE;
-                }
-                if event.is_writable() || event.is_write_closed() || event.is_error() {
-                    bits |= WRITABLE;
-                }
-                readiness.set(bits);
+            let until = NEXT_TIMER.with(Cell::get);
+            if let Err(e) = self.sleep(&mut drive, until, || false) {
+                break Err(e);
             }
         };
-        *lock(&self.poller) = Some(poller);
-        Ok(output)
+        self.put_back(drive);
+        output
     }
 
     /// Registers `stream` for both directions (edge-triggered: one registration for its
@@ -162,8 +374,8 @@ impl Reactor {
     }
 }
 
-/// Wakes the driver: the first wake-up since it last looked interrupts its wait, if it
-/// waits; later ones (and any while it runs) cost an atomic operation.
+/// Wakes the driver: the first wake-up since it last looked interrupts the wait of whoever
+/// drives, if they wait; later ones (and any while it runs) cost an atomic operation.
 impl Wake for Reactor {
     fn wake(self: Arc<Self>) {
         self.wake_by_ref();
@@ -172,8 +384,29 @@ impl Wake for Reactor {
     fn wake_by_ref(self: &Arc<Self>) {
         if !self.notified.swap(true, Ordering::SeqCst) && self.sleeping.load(Ordering::SeqCst) {
             if let Err(e) = self.waker.wake() {
-                tracing::error!(error = %e, "could not wake the driver thread");
+                tracing::error!(error = %e, "could not wake the driver");
             }
+        }
+    }
+}
+
+/// The waker of a caller's future while it waits in [`Poller::wait`]: unparks the caller,
+/// and interrupts its wait in the poller while it drives.
+struct CallerWaker {
+    thread: Thread,
+    reactor: Arc<Reactor>,
+    driving: AtomicBool,
+}
+
+impl Wake for CallerWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.thread.unpark();
+        if self.driving.load(Ordering::SeqCst) {
+            self.reactor.wake_by_ref();
         }
     }
 }
@@ -264,17 +497,195 @@ impl Poller {
     /// Runs `driver` on a new thread named `name`, which waits on this poller between polls
     /// and ends with it.
     pub fn spawn(&self, name: &str, driver: BoxFuture<()>) -> io::Result<()> {
+        {
+            let mut lease = lock(&self.reactor.drive);
+            let drive = lease
+                .as_mut()
+                .ok_or_else(|| io::Error::other("the poller is in use"))?;
+            if drive.driver.is_some() || self.reactor.done.load(Ordering::SeqCst) {
+                return Err(io::Error::other("the poller already has a driver"));
+            }
+            drive.driver = Some(driver);
+        }
         let reactor = self.reactor.clone();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name(name.to_owned())
             .spawn(move || {
-                if let Err(e) = reactor.block_on(driver) {
+                if let Err(e) = reactor.run_thread() {
                     tracing::error!(error = %e, "the driver's poller failed");
+                    reactor.fail();
                 }
-            })?;
-        Ok(())
+            });
+        match thread {
+            Ok(handle) => {
+                let _ = self.reactor.thread.set(handle.thread().clone());
+                Ok(())
+            }
+            Err(e) => {
+                // Nobody will drive: the driver is dropped (whoever waits for it hears).
+                if let Some(drive) = lock(&self.reactor.drive).as_mut() {
+                    drive.driver = None;
+                }
+                Err(e)
+            }
+        }
     }
 
+    /// Runs `future` on the calling thread until it completes (`Some`) or `deadline` passes
+    /// (`None`): how a blocking call of this poller's client waits. While the future is
+    /// pending, the caller drives the client itself (polls the driver and waits in the
+    /// poller) if no other thread does, so a call's round trip to nsqd wakes no other thread;
+    /// otherwise it parks until its future is woken or the lease comes back to it. The
+    /// driver thread takes the lease back once callers have left it alone for a moment
+    /// (2 ms), or when one of the driver's deadlines is due.
+    pub fn wait<F: Future>(
+        &self,
+        future: Pin<&mut F>,
+        deadline: Option<Instant>,
+    ) -> Option<F::Output> {
+        let mut future = future;
+        let r = &self.reactor;
+        let me = Arc::new(CallerWaker {
+            thread: std::thread::current(),
+            reactor: r.clone(),
+            driving: AtomicBool::new(false),
+        });
+        let waker = Waker::from(me.clone());
+        let mut cx = Context::from_waker(&waker);
+        let driver_waker = Waker::from(r.clone());
+        let mut driver_cx = Context::from_waker(&driver_waker);
+        loop {
+            if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
+                r.pass_on();
+                return Some(v);
+            }
+            if deadline.is_some_and(|d| d <= Instant::now()) {
+                r.pass_on();
+                return None;
+            }
+            if !r.done.load(Ordering::SeqCst) {
+                if let Some(mut drive) = r.take(CALLER) {
+                    me.driving.store(true, Ordering::SeqCst);
+                    let driven = r.drive_for(
+                        &mut drive,
+                        &mut driver_cx,
+                        future.as_mut(),
+                        &mut cx,
+                        deadline,
+                    );
+                    me.driving.store(false, Ordering::SeqCst);
+                    r.put_back(drive);
+                    match driven {
+                        Ok(Driven::Output(v)) => return Some(v),
+                        Ok(Driven::Deadline) => return None,
+                        Ok(Driven::Ended) => continue,
+                        Err(e) => {
+                            tracing::error!(error = %e, "the client's poller failed");
+                            r.fail();
+                            continue;
+                        }
+                    }
+                }
+                // Someone else drives: wait for the lease (asking the driver thread for it)
+                // or for the future, whichever comes first.
+                let id = std::thread::current().id();
+                r.waiting.fetch_add(1, Ordering::SeqCst);
+                lock(&r.waiters).push(std::thread::current());
+                if r.holder.load(Ordering::SeqCst) == THREAD {
+                    r.handover.store(true, Ordering::SeqCst);
+                    r.wake_by_ref();
+                }
+                // The lease may have come back before this caller was listed.
+                let free = lock(&r.drive).is_some();
+                if !free {
+                    park_until(deadline);
+                }
+                let mut waiters = lock(&r.waiters);
+                if let Some(i) = waiters.iter().position(|t| t.id() == id) {
+                    waiters.swap_remove(i);
+                    r.waiting.fetch_sub(1, Ordering::SeqCst);
+                }
+                continue;
+            }
+            // Nobody drives any more: the future is resolved by others, if at all.
+            park_until(deadline);
+        }
+    }
+}
+
+/// Parks this thread until it is unparked or `deadline` passes.
+fn park_until(deadline: Option<Instant>) {
+    match deadline {
+        None => std::thread::park(),
+        Some(d) => std::thread::park_timeout(d.saturating_duration_since(Instant::now())),
+    }
+}
+
+/// How a caller's turn at driving ended.
+enum Driven<T> {
+    /// Its future completed.
+    Output(T),
+    /// Its deadline passed.
+    Deadline,
+    /// The driver completed (or failed) first: nothing is left to drive.
+    Ended,
+}
+
+impl Reactor {
+    /// Drives as a caller until its future completes, its deadline passes or the driver
+    /// ends.
+    fn drive_for<F: Future>(
+        &self,
+        drive: &mut Drive,
+        driver_cx: &mut Context<'_>,
+        mut future: Pin<&mut F>,
+        cx: &mut Context<'_>,
+        deadline: Option<Instant>,
+    ) -> io::Result<Driven<F::Output>> {
+        loop {
+            self.poll_driver(drive, driver_cx);
+            if let Poll::Ready(v) = future.as_mut().poll(cx) {
+                return Ok(Driven::Output(v));
+            }
+            if drive.driver.is_none() {
+                return Ok(Driven::Ended);
+            }
+            let until = match (drive.next_timer, deadline) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            if deadline.is_some_and(|d| d <= Instant::now()) {
+                return Ok(Driven::Deadline);
+            }
+            self.sleep(drive, until, || false)?;
+        }
+    }
+
+    /// A caller leaves without driving: the lease, which may have been handed to it, is
+    /// handed on if it is free.
+    fn pass_on(&self) {
+        if (self.waiting.load(Ordering::SeqCst) > 0 || self.parked_long.load(Ordering::SeqCst))
+            && self.holder.load(Ordering::SeqCst) == NOBODY
+            && lock(&self.drive).is_some()
+        {
+            self.hand_on();
+        }
+    }
+
+    /// The poller failed: the driver is dropped (whoever waits for it hears), and nobody
+    /// drives any more.
+    fn fail(&self) {
+        let driver = lock(&self.drive).as_mut().and_then(|d| d.driver.take());
+        drop(driver);
+        self.done.store(true, Ordering::SeqCst);
+        for waiter in lock(&self.waiters).drain(..) {
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
+            waiter.unpark();
+        }
+    }
+}
+
+impl Poller {
     /// Runs `future` on this thread over this poller (its sockets' tests).
     #[cfg(test)]
     fn block_on<F: Future>(&self, future: F) -> F::Output {
@@ -576,5 +987,171 @@ mod tests {
         let _ = pending.as_mut().poll(&mut cx);
         drop(pending);
         assert!(lock(&rt.reactor.sockets).is_empty(), "deregistered");
+    }
+
+    /// What a test driver read, and on which thread; and the wakers of whoever waits for it.
+    #[derive(Default)]
+    struct Seen {
+        chunks: Mutex<Vec<(std::thread::ThreadId, Vec<u8>)>>,
+        /// Every waiting future's waker.
+        wakers: Mutex<Vec<Waker>>,
+    }
+
+    /// A driver that reads `socket` until EOF, noting each chunk and the thread that read it.
+    fn reader_driver(mut socket: Socket, seen: Arc<Seen>) -> BoxFuture<()> {
+        Box::pin(std::future::poll_fn(move |cx| {
+            loop {
+                match socket.poll_read(cx) {
+                    Poll::Ready(Ok(chunk)) if !chunk.is_empty() => {
+                        let me = std::thread::current().id();
+                        lock(&seen.chunks).push((me, chunk.to_vec()));
+                        for w in lock(&seen.wakers).drain(..) {
+                            w.wake();
+                        }
+                    }
+                    Poll::Ready(_) => return Poll::Ready(()),
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
+        }))
+    }
+
+    /// Ready once `seen` has `n` chunks.
+    fn chunks(seen: &Arc<Seen>, n: usize) -> impl Future<Output = ()> + use<> {
+        let seen = seen.clone();
+        std::future::poll_fn(move |cx| {
+            lock(&seen.wakers).push(cx.waker().clone());
+            if lock(&seen.chunks).len() >= n {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+    }
+
+    /// Waits (bounded: 5 s) until `f` holds, looking every millisecond.
+    fn eventually(what: &str, f: impl Fn() -> bool) {
+        let until = Instant::now() + Duration::from_secs(5);
+        while !f() {
+            assert!(Instant::now() < until, "not within 5 s: {what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// A poller whose driver reads from a connected peer.
+    fn driven() -> (Poller, Arc<Seen>, std::net::TcpStream) {
+        let ((listener, addr), rt) = (listen(), Poller::new().unwrap());
+        let socket = rt.block_on(rt.connect(&addr, opts())).unwrap();
+        let (peer, _) = listener.accept().unwrap();
+        let seen = Arc::new(Seen::default());
+        rt.spawn("nsq-test-driver", reader_driver(socket, seen.clone()))
+            .unwrap();
+        (rt, seen, peer)
+    }
+
+    fn soon() -> Instant {
+        Instant::now() + Duration::from_secs(5)
+    }
+
+    #[test]
+    fn a_waiting_caller_drives_and_the_driver_thread_takes_over_when_callers_leave() {
+        let (rt, seen, mut peer) = driven();
+        let reactor = rt.reactor.clone();
+        // The peer writes once a caller holds the lease (the driver thread hands it over).
+        let writer = std::thread::spawn(move || {
+            eventually("a caller drives", || {
+                reactor.holder.load(Ordering::SeqCst) == CALLER
+            });
+            peer.write_all(b"one").unwrap();
+            peer
+        });
+        let me = std::thread::current().id();
+        assert!(
+            rt.wait(std::pin::pin!(chunks(&seen, 1)), Some(soon()))
+                .is_some()
+        );
+        let mut peer = writer.join().unwrap();
+        assert_eq!(
+            lock(&seen.chunks)[0],
+            (me, b"one".to_vec()),
+            "read by the caller"
+        );
+        // No caller waits now: the driver thread takes the lease back, and reads.
+        peer.write_all(b"two").unwrap();
+        eventually("the driver thread reads", || lock(&seen.chunks).len() == 2);
+        let thread = rt.reactor.thread.get().unwrap().id();
+        assert_eq!(lock(&seen.chunks)[1], (thread, b"two".to_vec()));
+        // A wait that times out gives the lease back.
+        let waited = rt.wait(
+            std::pin::pin!(chunks(&seen, 3)),
+            Some(Instant::now() + Duration::from_millis(20)),
+        );
+        assert!(waited.is_none());
+        assert_ne!(rt.reactor.holder.load(Ordering::SeqCst), CALLER);
+        // EOF ends the driver, whoever drives.
+        drop(peer);
+        eventually("the driver ends", || rt.reactor.done.load(Ordering::SeqCst));
+    }
+
+    #[test]
+    fn the_lease_passes_from_caller_to_waiting_caller() {
+        let (rt, seen, mut peer) = driven();
+        let reactor = rt.reactor.clone();
+        let writer = std::thread::spawn(move || {
+            // Both callers are there: one drives, the other waits for the lease.
+            eventually("one caller drives, one waits", || {
+                reactor.holder.load(Ordering::SeqCst) == CALLER
+                    && reactor.waiting.load(Ordering::SeqCst) == 1
+            });
+            peer.write_all(b"one").unwrap();
+            peer
+        });
+        let second = {
+            let (rt, seen) = (rt.clone(), seen.clone());
+            std::thread::spawn(move || {
+                let waited = rt.wait(std::pin::pin!(chunks(&seen, 2)), Some(soon()));
+                (std::thread::current().id(), waited.is_some())
+            })
+        };
+        assert!(
+            rt.wait(std::pin::pin!(chunks(&seen, 1)), Some(soon()))
+                .is_some()
+        );
+        let mut peer = writer.join().unwrap();
+        // The second caller now drives (the lease was handed to it), and reads the rest.
+        let reactor = rt.reactor.clone();
+        eventually("the second caller drives", || {
+            reactor.holder.load(Ordering::SeqCst) == CALLER
+        });
+        peer.write_all(b"two").unwrap();
+        let (id, waited) = second.join().unwrap();
+        assert!(waited);
+        assert_eq!(lock(&seen.chunks)[1], (id, b"two".to_vec()));
+    }
+
+    #[test]
+    fn a_caller_that_drives_the_driver_to_its_end_returns() {
+        let (rt, _seen, peer) = driven();
+        let reactor = rt.reactor.clone();
+        let closer = std::thread::spawn(move || {
+            eventually("a caller drives", || {
+                reactor.holder.load(Ordering::SeqCst) == CALLER
+            });
+            drop(peer);
+        });
+        let reactor = rt.reactor.clone();
+        let ended = std::future::poll_fn(|_| {
+            if reactor.done.load(Ordering::SeqCst) {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        });
+        assert!(rt.wait(std::pin::pin!(ended), Some(soon())).is_some());
+        closer.join().unwrap();
+        // Nothing is left to drive: a later wait only waits for its own future.
+        let never = std::future::pending::<()>();
+        let until = Some(Instant::now() + Duration::from_millis(10));
+        assert!(rt.wait(std::pin::pin!(never), until).is_none());
     }
 }

@@ -75,6 +75,15 @@ pub trait Adapter: Runtime {
     fn run_workers(&self, workers: Vec<BoxFuture<()>>) -> BoxFuture<()> {
         Box::pin(join_all(workers))
     }
+
+    /// The poller of this client's driver, if it waits on one of its own
+    /// ([`poller`](super::poller)). A blocking call ([`blocking`](super::blocking)) then
+    /// drives its client while it waits ([`Poller::wait`](super::poller::Poller::wait)), so
+    /// its round trip to nsqd wakes no other thread; without one (the default) the calling
+    /// thread parks until the driver wakes it.
+    fn poller(&self) -> Option<&super::poller::Poller> {
+        None
+    }
 }
 
 /// A client's socket-level settings (go-nsq's `dial_timeout`, `write_timeout` and
@@ -200,6 +209,11 @@ impl Ended {
     /// for the driver then.
     pub(crate) fn is_current(&self) -> bool {
         POLLING.with(Cell::get) == self.id()
+    }
+
+    /// Whether the driver has ended.
+    pub(crate) fn is_set(&self) -> bool {
+        *self.ended.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Waits until the driver has ended (at once from inside it).

@@ -292,6 +292,11 @@ impl<R: Adapter> ConsumerHandle<R> {
         let _ = self.control(Control::Stop(None));
     }
 
+    /// The runtime the driver runs on (a blocking call waits through it).
+    pub(crate) fn runtime(&self) -> &R {
+        &self.guard.runtime
+    }
+
     /// When the driver has ended.
     pub(crate) fn ended(&self) -> &Ended {
         &self.guard.ended

@@ -32,7 +32,7 @@ struct Inner<R: Adapter> {
     /// The core's limits, which an MPUB's bodies are checked against where they are encoded.
     limits: Limits,
     ended: Arc<Ended>,
-    runtime: std::marker::PhantomData<fn() -> R>,
+    runtime: R,
 }
 
 impl<R: Adapter> Drop for Inner<R> {
@@ -84,7 +84,7 @@ pub(crate) fn start<R: Adapter>(setup: ProducerSetup) -> Result<Producer<R>, Err
     let stats = Arc::new(Mutex::new(start.core.stats()));
     let logic = ProducerLogic::new(start.core, stats.clone());
     let net = Net::new(
-        runtime,
+        runtime.clone(),
         SocketOptions::new(start.dial_timeout, start.write_timeout)
             .with_local_addr(start.local_addr),
     );
@@ -98,7 +98,7 @@ pub(crate) fn start<R: Adapter>(setup: ProducerSetup) -> Result<Producer<R>, Err
             max_unanswered: start.max_unanswered,
             limits: start.limits,
             ended,
-            runtime: std::marker::PhantomData,
+            runtime,
         }),
     })
 }
@@ -345,6 +345,11 @@ impl<R: Adapter> Producer<R> {
     /// Starts a graceful close without waiting for it.
     pub(crate) fn request_close(&self) {
         let _ = self.inner.inbox.send(Input::Close(None));
+    }
+
+    /// The runtime the driver runs on (a blocking call waits through it).
+    pub(crate) fn runtime(&self) -> &R {
+        &self.inner.runtime
     }
 
     /// When the driver has ended.
