@@ -564,17 +564,18 @@ impl Poller {
                 return None;
             }
             if !r.done.load(Ordering::SeqCst) {
-                if let Some(mut drive) = r.take(CALLER) {
+                if let Some(drive) = r.take(CALLER) {
+                    // Put back however the turn ends (a panic in `future` included).
+                    let mut lease = Lease {
+                        reactor: r,
+                        drive: Some(drive),
+                    };
+                    let drive = lease.drive.as_mut().expect("just taken");
                     me.driving.store(true, Ordering::SeqCst);
-                    let driven = r.drive_for(
-                        &mut drive,
-                        &mut driver_cx,
-                        future.as_mut(),
-                        &mut cx,
-                        deadline,
-                    );
+                    let driven =
+                        r.drive_for(drive, &mut driver_cx, future.as_mut(), &mut cx, deadline);
                     me.driving.store(false, Ordering::SeqCst);
-                    r.put_back(drive);
+                    drop(lease);
                     match driven {
                         Ok(Driven::Output(v)) => return Some(v),
                         Ok(Driven::Deadline) => return None,
@@ -618,6 +619,20 @@ fn park_until(deadline: Option<Instant>) {
     match deadline {
         None => std::thread::park(),
         Some(d) => std::thread::park_timeout(d.saturating_duration_since(Instant::now())),
+    }
+}
+
+/// A caller's lease, put back when dropped.
+struct Lease<'a> {
+    reactor: &'a Reactor,
+    drive: Option<Drive>,
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        if let Some(drive) = self.drive.take() {
+            self.reactor.put_back(drive);
+        }
     }
 }
 
