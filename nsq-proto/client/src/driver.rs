@@ -144,7 +144,10 @@ async fn drive<L: Logic, R: Runtime>(mut end: Ending<L>, mut net: Net<R>) {
                 .into_iter()
                 .flatten()
                 .min();
-                if deadline != armed {
+                // Re-armed only for an earlier deadline: one that moved later (a reply came,
+                // a publish's timeout after it) leaves the timer armed for the earlier one,
+                // which costs one spare round when it fires instead of a reset per round.
+                if deadline.is_some_and(|t| armed.is_none_or(|a| t < a)) {
                     armed = deadline;
                     if let Some(t) = deadline {
                         let timer = match &mut timer {
