@@ -34,6 +34,12 @@ const USAGE: Usage = Usage {
             "runtime",
             "smol|async-std",
             "the executor, not a Go flag (default: smol)",
+        ),
+        value(
+            "drivers",
+            "thread|executor",
+            "where each client's driver runs, not a Go flag: a thread of its own, or a task on \
+             the executor (nsq_async_std::set_executor) (default: thread)",
         )
     ),
 };
@@ -98,7 +104,20 @@ fn run() -> Result<(), String> {
         batch: vec![Bytes::from(vec![0u8; size]); batch_size],
         runfor: args.runfor,
     };
-    let (duration, total) = match flags.string("runtime", "smol").as_str() {
+    let runtime = flags.string("runtime", "smol");
+    match flags.string("drivers", "thread").as_str() {
+        "thread" => {}
+        "executor" if runtime == "async-std" => {
+            nsq_async_std::set_executor(|driver| drop(async_std::task::spawn(driver)));
+        }
+        "executor" => nsq_async_std::set_executor(|driver| smol::spawn(driver).detach()),
+        other => {
+            return Err(format!(
+                "-drivers must be thread or executor, not {other:?}"
+            ));
+        }
+    }
+    let (duration, total) = match runtime.as_str() {
         "async-std" => {
             async_std::task::block_on(bench(load, |f| Box::pin(async_std::task::spawn(f))))
         }

@@ -10,23 +10,35 @@
 //! [`nsq_client`]; this crate is its runtime shim: [`AsyncStd`] implements
 //! [`Runtime`](nsq_client::Runtime), and the types below are the client's types on it.
 //!
-//! * It depends on no executor and no reactor, so it behaves identically under async-std,
-//!   smol, `futures_lite::future::block_on` or anything else that polls futures. (async-std
+//! * It depends on no executor, so it behaves identically under async-std, smol,
+//!   `futures_lite::future::block_on` or anything else that polls futures. (async-std
 //!   itself is discontinued upstream in favour of smol; this crate serves both.)
-//! * A runtime-agnostic library cannot spawn tasks on the caller's executor, so each
-//!   [`Consumer`] and each [`Producer`] (shared by its clones) has one driver thread that owns
-//!   the core state machine and every socket of its client, and waits on a readiness poller
-//!   of its own ([`nsq_client::poller`]: epoll, kqueue or IOCP) with its timer as the
-//!   wait's deadline. Sockets are registered once, edge-triggered: no registration is
-//!   re-armed per wait, and a socket with nothing to read is not read. (async-io's reactor,
-//!   shared with the application, cost 16 system calls per MPUB against 7 for this one, and
-//!   twice the CPU per message: see BENCHMARKS.md.)
+//! * Each [`Consumer`] and each [`Producer`] (shared by its clones) has one driver that owns
+//!   the core state machine and every socket of its client. Where it runs is the
+//!   application's choice:
+//!   - **by default, a thread of its own**, waiting on a readiness poller of its own
+//!     ([`nsq_client::poller`]: epoll, kqueue or IOCP) with its timer as the wait's
+//!     deadline. Sockets are registered once, edge-triggered: no registration is re-armed
+//!     per wait, and a socket with nothing to read is not read. It needs nothing from the
+//!     application and works under any executor, but a task and its driver wake each
+//!     other across threads once per round trip;
+//!   - **after [`set_executor`], a task on the application's executor**, over async-io's
+//!     reactor (the one async-std and smol share): no thread of the client's own, and a
+//!     task that waits for a reply or a message is woken on the executor's thread.
+//!     On smol's executor this costs about a fifth less CPU per message than a driver
+//!     thread (writer and reader; BENCHMARKS.md). The driver then runs only while that
+//!     executor runs.
+//!
+//!   ```no_run
+//!   // Once, before building clients: every driver is a task on smol's executor.
+//!   nsq_async_std::set_executor(|driver| smol::spawn(driver).detach());
+//!   ```
 //! * Per wake-up the driver takes every queued command, reads each socket until it would
 //!   block (message bodies are slices of the read buffer: zero-copy), fires its one timer,
 //!   drains the core's output, hands the wake-up's messages to the application at once, and
 //!   gives each connection at most one non-blocking write; a blocked write never stops
 //!   reading. The application's tasks are woken through their wakers; the driver is woken
-//!   through its poller, once per batch of commands and only when it waits. `build()` works
+//!   through its poller or its task, once per batch of commands and only when it waits. `build()` works
 //!   from any thread, inside or outside a runtime.
 //! * Answers and publishes reach the driver as small commands, many per lock; each publish
 //!   waits on its own one-shot reply, or returns at once with
@@ -140,18 +152,19 @@ pub use nsq_client::PendingCall;
 pub use nsq_client::prelude::*;
 pub use nsq_client::{Events, PendingPublish};
 pub use nsq_proto as proto;
-pub use runtime::AsyncStd;
+pub use runtime::{AsyncStd, clear_executor, set_executor};
 
 /// A consumer of one topic/channel ([`nsq_client::Consumer`] on [`AsyncStd`]).
-/// [`Consumer::builder`] makes one; `build` starts its driver thread, from any thread, inside
-/// or outside an async runtime.
+/// [`Consumer::builder`] makes one; `build` starts its driver (a thread, or a task after
+/// [`set_executor`]), from any thread, inside or outside an async runtime.
 pub type Consumer = nsq_client::Consumer<AsyncStd>;
 
 /// A cloneable control handle of a [`Consumer`] ([`nsq_client::ConsumerHandle`]).
 pub type ConsumerHandle = nsq_client::ConsumerHandle<AsyncStd>;
 
 /// Publishes to one or more nsqd ([`nsq_client::Producer`] on [`AsyncStd`]); `build`
-/// and `connect` start its driver thread, from any thread.
+/// and `connect` start its driver (a thread, or a task after [`set_executor`]), from any
+/// thread.
 pub type Producer = nsq_client::Producer<AsyncStd>;
 
 /// Builds a [`Consumer`] (made by [`Consumer::builder`]).

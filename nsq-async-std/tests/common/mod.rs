@@ -16,6 +16,8 @@ pub(crate) trait Runtime: 'static {
     fn block_on<F: Future>(f: F) -> F::Output;
     /// Spawns `f` on the runtime's executor.
     fn spawn<T: Send + 'static>(f: impl Future<Output = T> + Send + 'static) -> Join<T>;
+    /// Before a test's first client is built.
+    fn setup() {}
 }
 
 /// async-std's runtime.
@@ -70,4 +72,47 @@ pub(crate) async fn eventually(within: Duration, mut pred: impl FnMut() -> bool)
         }
         sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// smol, with every client's driver a task on smol's executor ([`nsq_async_std::set_executor`]).
+pub(crate) struct SmolExecutor;
+
+impl Runtime for SmolExecutor {
+    const NAME: &'static str = "smol, drivers on its executor";
+    fn block_on<F: Future>(f: F) -> F::Output {
+        smol::block_on(f)
+    }
+    fn spawn<T: Send + 'static>(f: impl Future<Output = T> + Send + 'static) -> Join<T> {
+        Box::pin(smol::spawn(f))
+    }
+    fn setup() {
+        nsq_async_std::set_executor(|driver| smol::spawn(driver).detach());
+    }
+}
+
+/// async-std, with every client's driver a task on its executor ([`nsq_async_std::set_executor`]).
+pub(crate) struct AsyncStdExecutor;
+
+impl Runtime for AsyncStdExecutor {
+    const NAME: &'static str = "async-std, drivers on its executor";
+    fn block_on<F: Future>(f: F) -> F::Output {
+        async_std::task::block_on(f)
+    }
+    fn spawn<T: Send + 'static>(f: impl Future<Output = T> + Send + 'static) -> Join<T> {
+        Box::pin(async_std::task::spawn(f))
+    }
+    fn setup() {
+        nsq_async_std::set_executor(|driver| drop(async_std::task::spawn(driver)));
+    }
+}
+
+/// Names of this process's threads that run a client's driver of their own (`nsq-*`).
+#[cfg(target_os = "linux")]
+pub(crate) fn driver_threads() -> Vec<String> {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|n| n.trim().to_owned())
+        .filter(|n| n.starts_with("nsq-consumer") || n.starts_with("nsq-producer"))
+        .collect()
 }
