@@ -152,6 +152,11 @@ impl Runtime for Tokio {
         drop(self.0.spawn(driver));
         Ok(())
     }
+
+    /// On a current-thread runtime the driver's wakes run on its thread.
+    fn driver_shares_thread(&self) -> bool {
+        self.0.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread
+    }
 }
 
 impl Adapter for Tokio {

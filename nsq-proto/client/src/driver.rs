@@ -32,11 +32,11 @@ pub(crate) trait Logic: Send + 'static {
     /// Commands from the user-facing handles.
     type Input: Send + 'static;
 
-    /// After a poll that did work, look once more before parking: the tasks that work woke
-    /// run first if they share the driver's thread, and what they send at once (a
-    /// producer's callers publish again as soon as their replies arrive) is taken without
-    /// waking the driver from another thread. Not for a consumer, whose handlers' answers
-    /// are better taken in larger batches.
+    /// After a poll that did work, look once more before parking, on a runtime whose tasks
+    /// share the driver's thread ([`Runtime::driver_shares_thread`]): the tasks that work
+    /// woke run first, and what they send at once (a producer's callers publish again as
+    /// soon as their replies arrive) is taken without waking the driver again. Not for a
+    /// consumer, whose handlers' answers are better taken in larger batches.
     const LOOK_AGAIN_AFTER_WORK: bool = false;
 
     /// The machine.
@@ -96,6 +96,7 @@ async fn drive<L: Logic, R: Runtime>(mut end: Ending<L>, mut net: Net<R>) {
     let mut started = false;
     let mut commands = Vec::new();
     let mut crashed = false;
+    let look_again = L::LOOK_AGAIN_AFTER_WORK && runtime.driver_shares_thread();
     std::future::poll_fn(|cx| {
         let Some(logic) = end.logic.as_mut() else {
             return Poll::Ready(());
@@ -164,7 +165,7 @@ async fn drive<L: Logic, R: Runtime>(mut end: Ending<L>, mut net: Net<R>) {
                     }
                 }
                 if !progress {
-                    if L::LOOK_AGAIN_AFTER_WORK && round > 0 {
+                    if look_again && round > 0 {
                         // Work was done this poll: queued behind the tasks it woke, look once
                         // more. A poll that finds nothing parks.
                         cx.waker().wake_by_ref();
