@@ -153,8 +153,8 @@ impl Runtime for Tokio {
         Ok(())
     }
 
-    /// On a current-thread runtime the driver's wakes run on its thread.
-    fn driver_shares_thread(&self) -> bool {
+    /// Not on a multi-threaded runtime: a task that wakes itself wakes another worker.
+    fn look_again_after_work(&self) -> bool {
         self.0.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread
     }
 }

@@ -32,11 +32,11 @@ pub(crate) trait Logic: Send + 'static {
     /// Commands from the user-facing handles.
     type Input: Send + 'static;
 
-    /// After a poll that did work, look once more before parking, on a runtime whose tasks
-    /// share the driver's thread ([`Runtime::driver_shares_thread`]): the tasks that work
-    /// woke run first, and what they send at once (a producer's callers publish again as
-    /// soon as their replies arrive) is taken without waking the driver again. Not for a
-    /// consumer, whose handlers' answers are better taken in larger batches.
+    /// After a poll that did work, look once more before parking (where the runtime says it
+    /// pays: [`Runtime::look_again_after_work`]): what the tasks that work woke send at once
+    /// (a producer's callers publish again as soon as their replies arrive) is taken without
+    /// waking the driver again. Not for a consumer, whose handlers' answers are better taken
+    /// in larger batches.
     const LOOK_AGAIN_AFTER_WORK: bool = false;
 
     /// The machine.
@@ -96,7 +96,7 @@ async fn drive<L: Logic, R: Runtime>(mut end: Ending<L>, mut net: Net<R>) {
     let mut started = false;
     let mut commands = Vec::new();
     let mut crashed = false;
-    let look_again = L::LOOK_AGAIN_AFTER_WORK && runtime.driver_shares_thread();
+    let look_again = L::LOOK_AGAIN_AFTER_WORK && runtime.look_again_after_work();
     std::future::poll_fn(|cx| {
         let Some(logic) = end.logic.as_mut() else {
             return Poll::Ready(());

@@ -58,14 +58,15 @@ pub trait Runtime: Clone + Send + Sync + 'static {
     /// waits for it when it has ended (dropping it counts).
     fn spawn(&self, name: &str, driver: BoxFuture<()>) -> io::Result<()>;
 
-    /// Whether the tasks the driver wakes run on the driver's own thread before it is polled
-    /// again (a current-thread runtime). The driver then looks once more after a poll that did
-    /// work, and takes at once what those tasks send (a producer's callers publish again as
-    /// soon as their replies arrive). Where they run elsewhere, that extra poll only wakes
-    /// another thread (tokio's multi-threaded runtime: 0.39x -> 0.60x go-nsq's CPU per
-    /// message writing): the default is `false`.
-    fn driver_shares_thread(&self) -> bool {
-        false
+    /// Whether a driver that did work looks once more before it parks, by waking itself:
+    /// what the tasks it woke send at once (a producer's callers publish again as soon as
+    /// their replies arrive) is then taken in the same wake-up. True by default: on a thread
+    /// of its own, or a current-thread runtime, that costs one more poll and no wake-up.
+    /// False where a task that wakes itself is rescheduled through other threads (tokio's
+    /// multi-threaded runtime, whose writer cost 0.60x go-nsq's CPU per message with it and
+    /// 0.43x without).
+    fn look_again_after_work(&self) -> bool {
+        true
     }
 }
 
