@@ -13,6 +13,7 @@
 //!     --nsqd-tcp-address=127.0.0.1:4150 --topic=sub_bench --size=200 --concurrency=100 --runfor=3s
 //! ```
 
+mod drivers;
 #[path = "../../nsq-tokio/examples/support/cli.rs"]
 mod support;
 
@@ -132,18 +133,7 @@ fn run() -> Result<(), String> {
         },
     };
     let runtime = flags.string("runtime", "smol");
-    match flags.string("drivers", "thread").as_str() {
-        "thread" => {}
-        "executor" if runtime == "async-std" => {
-            nsq_async_std::set_executor(|driver| drop(async_std::task::spawn(driver)));
-        }
-        "executor" => nsq_async_std::set_executor(|driver| smol::spawn(driver).detach()),
-        other => {
-            return Err(format!(
-                "-drivers must be thread or executor, not {other:?}"
-            ));
-        }
-    }
+    drivers::apply(&flags.string("drivers", "thread"), &runtime)?;
     let (duration, total, stats) = match runtime.as_str() {
         "async-std" => {
             async_std::task::block_on(bench(load, |f| Box::pin(async_std::task::spawn(f))))

@@ -8,7 +8,7 @@ mod common;
 mod glue;
 mod scenario_adapter;
 
-use common::{AsyncStdExecutor, Runtime};
+use common::AsyncStdExecutor;
 
 mod on_executor {
     nsq_test_broker::adapter_scenario_tests!(
@@ -20,28 +20,5 @@ mod on_executor {
 #[cfg(target_os = "linux")]
 #[test]
 fn drivers_are_tasks_not_threads() {
-    use nsq_async_std::{Config, Consumer, Producer};
-    use std::time::Duration;
-    AsyncStdExecutor::setup();
-    let nsqd = nsq_test_broker::Nsqd::start().unwrap();
-    let addr = nsqd.tcp_address().to_string();
-    AsyncStdExecutor::block_on(async {
-        common::timeout(Duration::from_secs(20), async {
-            let p = Producer::connect(&addr, &Config::default()).await.unwrap();
-            let mut c = Consumer::builder("t", "c")
-                .nsqd(addr.as_str())
-                .build()
-                .unwrap();
-            p.publish("t", "hello").await.unwrap();
-            assert!(
-                common::driver_threads().is_empty(),
-                "{:?}",
-                common::driver_threads()
-            );
-            p.close().await;
-            c.stop().await;
-        })
-        .await
-        .expect("within 20 s");
-    });
+    common::drivers_are_tasks_not_threads::<AsyncStdExecutor>();
 }

@@ -116,3 +116,28 @@ pub(crate) fn driver_threads() -> Vec<String> {
         .filter(|n| n.starts_with("nsq-consumer") || n.starts_with("nsq-producer"))
         .collect()
 }
+
+/// A client built after `set_executor` runs no thread of its own: its driver is a task of
+/// runtime `R` (whose `setup` chose its executor).
+#[cfg(target_os = "linux")]
+pub(crate) fn drivers_are_tasks_not_threads<R: Runtime>() {
+    use nsq_async_std::{Config, Consumer, Producer};
+    R::setup();
+    let nsqd = nsq_test_broker::Nsqd::start().unwrap();
+    let addr = nsqd.tcp_address().to_string();
+    R::block_on(async {
+        timeout(Duration::from_secs(20), async {
+            let p = Producer::connect(&addr, &Config::default()).await.unwrap();
+            let mut c = Consumer::builder("t", "c")
+                .nsqd(addr.as_str())
+                .build()
+                .unwrap();
+            p.publish("t", "hello").await.unwrap();
+            assert!(driver_threads().is_empty(), "{:?}", driver_threads());
+            p.close().await;
+            c.stop().await;
+        })
+        .await
+        .expect("within 20 s");
+    });
+}
