@@ -226,10 +226,11 @@ impl ResponseParser {
                 return Ok(Step::NeedMore);
             }
             Ok(httparse::Status::Complete(n)) => n,
-            // Only line breaks so far (which httparse may already refuse): whether this is
-            // HTTP gone wrong or not HTTP at all shows at the first other byte. Waiting for it
-            // keeps the outcome the same however the bytes are split.
-            Err(_) if self.buf.iter().all(|&b| b == b'\r' || b == b'\n') => {
+            // Only line breaks so far, or line breaks and less than `HTTP/` (which httparse
+            // may already refuse): whether this is HTTP gone wrong or not HTTP at all shows
+            // within the first five other bytes. Waiting for them keeps the outcome the same
+            // however the bytes are split.
+            Err(_) if undecided(&self.buf) => {
                 if self.buf.len() > MAX_HEAD_SIZE {
                     return Err(HttpError::HeadTooLarge);
                 }
@@ -418,6 +419,14 @@ impl ResponseParser {
 
 /// Whether `buf` starts like an HTTP/1.x status line (as far as it goes). Leading blank lines
 /// are tolerated, as by httparse.
+/// Too few bytes after the leading line breaks to tell whether they start `HTTP/`.
+fn undecided(buf: &[u8]) -> bool {
+    buf.iter()
+        .skip_while(|&&b| b == b'\r' || b == b'\n')
+        .nth(4)
+        .is_none()
+}
+
 fn looks_like_http(buf: &[u8]) -> bool {
     let start = buf
         .iter()
