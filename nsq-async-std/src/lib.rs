@@ -38,8 +38,8 @@
 //!   drains the core's output, hands the wake-up's messages to the application at once, and
 //!   gives each connection at most one non-blocking write; a blocked write never stops
 //!   reading. The application's tasks are woken through their wakers; the driver is woken
-//!   through its poller or its task, once per batch of commands and only when it waits. `build()` works
-//!   from any thread, inside or outside a runtime.
+//!   through its poller or its task, once per batch of commands and only when it waits.
+//!   `build()` works from any thread, inside or outside a runtime.
 //! * Answers and publishes reach the driver as small commands, many per lock; each publish
 //!   waits on its own one-shot reply, or returns at once with
 //!   [`publish_async`](Producer::publish_async).

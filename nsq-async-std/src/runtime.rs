@@ -10,14 +10,14 @@
 //!   thread.
 
 use bytes::{Bytes, BytesMut};
-use nsq_client::poller::{Poller, PollerTimer};
+use nsq_client::poller::{self, Poller, PollerTimer};
 use nsq_client::{Adapter, BoxFuture, Error, Runtime, SocketOptions};
 use std::fmt;
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{Shutdown, TcpStream};
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
-use std::task::{Context, Poll, Waker};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::task::{Context, Poll};
 use std::time::Instant;
 
 /// Bytes zeroed per read buffer (std's `Read` wants initialised memory); a read never offers
@@ -245,45 +245,18 @@ impl Adapter for AsyncStd {
 /// Connects to `addr` (`host:port`) on async-io's reactor with `TCP_NODELAY` on: each
 /// address it resolves to in turn, from `options.local_addr` when set.
 async fn connect_on_reactor(addr: String, options: SocketOptions) -> io::Result<Socket> {
-    let addrs: Vec<SocketAddr> = match addr.parse::<SocketAddr>() {
-        Ok(a) => vec![a],
-        // The system resolver blocks: on a short-lived thread of its own.
-        Err(_) => {
-            on_thread("nsq-resolve", move || {
-                addr.to_socket_addrs().map(Iterator::collect)
-            })
-            .await?
-        }
-    };
     let mut last = io::Error::new(io::ErrorKind::NotFound, "address resolved to nothing");
-    for a in addrs {
+    for a in poller::resolve(&addr).await? {
         let connected = match options.local_addr {
             None => async_io::Async::<TcpStream>::connect(a).await,
             Some(local) if local.is_ipv4() != a.is_ipv4() => Err(io::Error::new(
                 io::ErrorKind::AddrNotAvailable,
                 format!("local_addr {local} cannot reach {a}"),
             )),
-            // std has no portable way to tell a non-blocking connect in progress from one
-            // that failed: bound first, the connect blocks on a short thread (at most `dial`).
-            Some(local) => {
-                let dial = options.dial;
-                match on_thread("nsq-connect", move || {
-                    use socket2::{Domain, Protocol, Type};
-                    let s = socket2::Socket::new(
-                        Domain::for_address(a),
-                        Type::STREAM,
-                        Some(Protocol::TCP),
-                    )?;
-                    s.bind(&local.into())?;
-                    s.connect_timeout(&a.into(), dial)?;
-                    Ok(TcpStream::from(s))
-                })
-                .await
-                {
-                    Ok(stream) => async_io::Async::new(stream),
-                    Err(e) => Err(e),
-                }
-            }
+            Some(local) => match poller::connect_from(local, a, options.dial).await {
+                Ok(stream) => async_io::Async::new(stream),
+                Err(e) => Err(e),
+            },
         };
         match connected {
             Ok(stream) => {
@@ -300,38 +273,4 @@ async fn connect_on_reactor(addr: String, options: SocketOptions) -> io::Result<
         }
     }
     Err(last)
-}
-
-/// Runs the blocking `work` on a short-lived thread named `name`, and waits for its result
-/// without blocking the executor.
-async fn on_thread<T: Send + 'static>(
-    name: &str,
-    work: impl FnOnce() -> io::Result<T> + Send + 'static,
-) -> io::Result<T> {
-    type Slot<T> = Mutex<(Option<io::Result<T>>, Option<Waker>)>;
-    let slot: Arc<Slot<T>> = Arc::new(Mutex::new((None, None)));
-    let theirs = slot.clone();
-    std::thread::Builder::new()
-        .name(name.to_owned())
-        .spawn(move || {
-            let done = work();
-            let waker = {
-                let mut s = theirs.lock().unwrap_or_else(PoisonError::into_inner);
-                s.0 = Some(done);
-                s.1.take()
-            };
-            if let Some(w) = waker {
-                w.wake();
-            }
-        })?;
-    std::future::poll_fn(|cx| {
-        let mut s = slot.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(done) = s.0.take() {
-            Poll::Ready(done)
-        } else {
-            s.1 = Some(cx.waker().clone());
-            Poll::Pending
-        }
-    })
-    .await
 }

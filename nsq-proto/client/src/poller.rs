@@ -471,7 +471,7 @@ impl Poller {
     pub fn connect(&self, addr: &str, options: SocketOptions) -> BoxFuture<io::Result<Socket>> {
         let (reactor, addr) = (self.reactor.clone(), addr.to_owned());
         Box::pin(async move {
-            let addrs = resolve(&reactor, addr).await?;
+            let addrs = resolve(&addr).await?;
             let mut last = io::Error::new(io::ErrorKind::NotFound, "address resolved to nothing");
             for a in addrs {
                 let connected = match options.local_addr {
@@ -483,7 +483,7 @@ impl Poller {
                         );
                         continue;
                     }
-                    Some(local) => connect_from(&reactor, local, a, options.dial).await,
+                    Some(local) => connect_from_on(&reactor, local, a, options.dial).await,
                 };
                 match connected {
                     Ok(socket) => return Ok(socket),
@@ -709,57 +709,82 @@ impl Poller {
 }
 
 /// The addresses of `addr` (`host:port`): at once for an IP address, else resolved on a
-/// short-lived thread of its own (the system resolver blocks; the driver must not).
-async fn resolve(reactor: &Arc<Reactor>, addr: String) -> io::Result<Vec<SocketAddr>> {
+/// short-lived thread of its own (the system resolver blocks; the polling task must not).
+/// For any runtime: the thread wakes whoever polls the future.
+pub async fn resolve(addr: &str) -> io::Result<Vec<SocketAddr>> {
     if let Ok(a) = addr.parse::<SocketAddr>() {
         return Ok(vec![a]);
     }
-    on_thread(reactor, "nsqb-resolve", move || {
+    let addr = addr.to_owned();
+    on_thread("nsqb-resolve", move || {
         addr.to_socket_addrs().map(Iterator::collect)
     })
     .await
 }
 
-/// Runs the blocking `work` on a short-lived thread named `name` and waits for its result
-/// without blocking the driver: the thread wakes the poller when it is done.
-async fn on_thread<T: Send + 'static>(
-    reactor: &Arc<Reactor>,
-    name: &str,
-    work: impl FnOnce() -> io::Result<T> + Send + 'static,
-) -> io::Result<T> {
-    let slot: Arc<Mutex<Option<io::Result<T>>>> = Arc::default();
-    let (theirs, waker) = (slot.clone(), Waker::from(reactor.clone()));
-    std::thread::Builder::new()
-        .name(name.to_owned())
-        .spawn(move || {
-            *lock(&theirs) = Some(work());
-            waker.wake();
-        })?;
-    std::future::poll_fn(|_| match lock(&slot).take() {
-        Some(done) => Poll::Ready(done),
-        None => Poll::Pending,
-    })
-    .await
-}
-
-/// Connects to `addr` from `local` (bound first), on a short-lived thread of its own: std has
-/// no portable way to tell a non-blocking connect in progress from one that failed, so the
-/// connect blocks there, for at most `dial`. Then the stream joins the poller like any other.
-async fn connect_from(
-    reactor: &Arc<Reactor>,
+/// A non-blocking TCP stream to `addr` from `local` (bound first), connected on a short-lived
+/// thread of its own: std has no portable way to tell a non-blocking connect in progress from
+/// one that failed, so the connect blocks there, for at most `dial`. For any runtime, which
+/// then registers the stream with its reactor.
+pub async fn connect_from(
     local: SocketAddr,
     addr: SocketAddr,
     dial: std::time::Duration,
-) -> io::Result<Socket> {
+) -> io::Result<std::net::TcpStream> {
     use socket2::{Domain, Protocol, Type};
-    let stream = on_thread(reactor, "nsqb-connect", move || {
+    on_thread("nsqb-connect", move || {
         let s = socket2::Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
         s.bind(&local.into())?;
         s.connect_timeout(&addr.into(), dial)?;
         s.set_nonblocking(true)?;
         Ok(std::net::TcpStream::from(s))
     })
-    .await?;
+    .await
+}
+
+/// Runs the blocking `work` on a short-lived thread named `name` and waits for its result
+/// without blocking the polling task: the thread wakes the last waker that polled.
+async fn on_thread<T: Send + 'static>(
+    name: &str,
+    work: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> io::Result<T> {
+    type Slot<T> = Mutex<(Option<io::Result<T>>, Option<Waker>)>;
+    let slot: Arc<Slot<T>> = Arc::default();
+    let theirs = slot.clone();
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(move || {
+            let done = work();
+            let waker = {
+                let mut s = lock(&theirs);
+                s.0 = Some(done);
+                s.1.take()
+            };
+            if let Some(w) = waker {
+                w.wake();
+            }
+        })?;
+    std::future::poll_fn(|cx| {
+        let mut s = lock(&slot);
+        if let Some(done) = s.0.take() {
+            Poll::Ready(done)
+        } else {
+            s.1 = Some(cx.waker().clone());
+            Poll::Pending
+        }
+    })
+    .await
+}
+
+/// Connects to `addr` from `local` ([`connect_from`]), then registers the stream with the
+/// poller like any other.
+async fn connect_from_on(
+    reactor: &Arc<Reactor>,
+    local: SocketAddr,
+    addr: SocketAddr,
+    dial: std::time::Duration,
+) -> io::Result<Socket> {
+    let stream = connect_from(local, addr, dial).await?;
     let socket = reactor.register(TcpStream::from_std(stream))?;
     socket.stream.set_nodelay(true)?;
     Ok(Socket {
