@@ -4,13 +4,20 @@
 //! the sockets, each a [`Link`](super::link::Link); a [`Logic`] is what differs between a
 //! consumer and a producer.
 //!
-//! One round of the driver: take every queued command (up to a batch), read every socket
-//! until it would block (each read is a chunk handed to the machine: message bodies are
-//! slices of it), fire the timer, drain the machine's actions and events, hand the round's
-//! messages to the application at once, and give each connection at most one write. Writes
-//! are non-blocking and never stop reading (a peer that stops reading cannot deadlock us).
-//! The one timer is re-armed when the earliest deadline (machine, dial, write) changes.
-//! Nothing here knows which runtime it runs on.
+//! One round of the driver: take every queued command, fire the timer, drain the machine's
+//! actions and events, give each connection what was gathered for it in one write, then read
+//! every socket until it would block (each read is a chunk handed to the machine: message
+//! bodies are slices of it), drain again, and hand the round's messages to the application at
+//! once. Writes are non-blocking and never stop reading (a peer that stops reading cannot
+//! deadlock us). The one timer is re-armed when the earliest deadline (machine, dial, write)
+//! moves earlier.
+//!
+//! A round that leaves every source with a wake-up registered (the inbox, each socket that
+//! would block, the timer) ends the poll: the driver goes round again only for a source that
+//! was not, such as a socket whose reads stopped at their per-round limit or bytes gathered
+//! after the sockets were polled. A publish is then one round (its command taken and
+//! written), and its reply another (read and resolved); before, each took two or three
+//! rounds, the last one finding nothing. Nothing here knows which runtime it runs on.
 
 pub(crate) use super::net::Net;
 use super::runtime::{Ended, Runtime, Timer, driver_future};
@@ -108,31 +115,42 @@ async fn drive<L: Logic, R: Runtime>(mut end: Ending<L>, mut net: Net<R>) {
                 let _ = net.send_gathered();
             }
             inbox.register(cx.waker());
-            for round in 0..ROUNDS_PER_POLL {
+            // Whether this poll handed the machine's events to the logic (replies resolved,
+            // messages handed out): the tasks they woke may send more at once.
+            let mut woke = false;
+            for _ in 0..ROUNDS_PER_POLL {
                 let now = runtime.now();
-                let mut progress = false;
+                // Whether a source was left without a wake-up registered (a socket's reads
+                // stopped at their limit, a link just opened or closing, bytes handed to a
+                // link after it was polled): then the driver goes round again. Everything
+                // else wakes it: the inbox, a socket that would block, the timer.
+                let mut again = false;
                 // Commands first, so concurrent publishes leave in one write.
                 inbox.take_all(&mut commands);
-                progress |= !commands.is_empty();
                 for input in commands.drain(..) {
                     logic.input(now, input);
                 }
-                progress |= net.poll(cx, now, logic.machine());
                 if armed.is_some()
                     && timer
                         .as_mut()
                         .is_some_and(|t| t.poll_expired(cx).is_ready())
                 {
+                    // Fired: the machine's deadlines are checked next; the timer is armed
+                    // again below for whatever deadline is left.
                     armed = None;
-                    progress = true;
                 }
                 if logic.machine().poll_timeout().is_some_and(|t| t <= now) {
                     logic.machine().handle_timeout(now);
-                    progress = true;
                 }
-                progress |= drain(logic, &mut net, now);
-                // Bytes handed over this round are written at the start of the next one.
-                progress |= net.send_gathered();
+                // What the commands and the timeouts made is written in this round's poll of
+                // the sockets, which then reads until each socket would block.
+                woke |= drain(logic, &mut net, now).events;
+                net.send_gathered();
+                again |= net.poll(cx, now, logic.machine());
+                // What the reads made (answers to messages, RDY) is written next round.
+                let drained = drain(logic, &mut net, now);
+                woke |= drained.events;
+                again |= net.send_gathered() || net.take_changed();
                 logic.after_round(now);
                 if logic.done() && net.is_quiet() {
                     return Poll::Ready(());
@@ -160,14 +178,15 @@ async fn drive<L: Logic, R: Runtime>(mut end: Ending<L>, mut net: Net<R>) {
                         };
                         if timer.poll_expired(cx).is_ready() {
                             armed = None;
-                            progress = true;
+                            again = true;
                         }
                     }
                 }
-                if !progress {
-                    if look_again && round > 0 {
-                        // Work was done this poll: queued behind the tasks it woke, look once
-                        // more. A poll that finds nothing parks.
+                if !again {
+                    if look_again && woke {
+                        // Queued behind the tasks this poll woke, look once more: what they
+                        // send at once is taken without waking the driver again. A poll
+                        // that wakes nobody parks.
                         cx.waker().wake_by_ref();
                     }
                     // The waker was registered before the queue was emptied: a command queued
@@ -220,10 +239,17 @@ impl<L: Logic> Drop for Ending<L> {
     }
 }
 
+/// What one [`drain`] did.
+#[derive(Debug, Clone, Copy, Default)]
+struct Drained {
+    /// The logic was given events of the machine (and may have woken tasks).
+    events: bool,
+}
+
 /// Drains every action and event of the machine (in the machine's order), then lets the logic
-/// hand out what the round produced. Returns whether anything happened.
-fn drain<L: Logic, R: Runtime>(logic: &mut L, net: &mut Net<R>, now: Instant) -> bool {
-    let mut any = false;
+/// hand out what the round produced.
+fn drain<L: Logic, R: Runtime>(logic: &mut L, net: &mut Net<R>, now: Instant) -> Drained {
+    let mut drained = Drained::default();
     loop {
         let mut progressed = false;
         while let Some(action) = logic.machine().poll_action() {
@@ -237,12 +263,12 @@ fn drain<L: Logic, R: Runtime>(logic: &mut L, net: &mut Net<R>, now: Instant) ->
         }
         while let Some(event) = logic.machine().poll_event() {
             progressed = true;
+            drained.events = true;
             logic.event(now, event);
         }
         if !progressed && !logic.deliver(now) {
-            return any;
+            return drained;
         }
-        any = true;
     }
 }
 

@@ -16,7 +16,10 @@ const READS_PER_ROUND: usize = 4;
 /// What one [`Link::poll`] came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Polled {
-    /// Something happened (the driver goes round again).
+    /// The link wants another poll before the driver waits: its reads stopped at
+    /// [`READS_PER_ROUND`] with more perhaps to come, or something rare happened (connected,
+    /// EOF, a failure). A poll that read data or wrote bytes and then found the socket
+    /// would block does not: the socket wakes the driver when there is more.
     pub(crate) progress: bool,
     /// The link is over: drop it.
     pub(crate) finished: bool,
@@ -130,7 +133,10 @@ impl<S: Socket> Link<S> {
         }
     }
 
-    /// Polls the link (connect, writes, reads) inside its span, reporting through `report`.
+    /// Polls the link (connect, writes, reads), reporting through `report`. The link's span
+    /// is entered for what it reports (the core's handling of it logs inside the span) and
+    /// for its own log lines, not for the polls: a poll that finds nothing costs no span
+    /// enter.
     pub(crate) fn poll(
         &mut self,
         cx: &mut Context<'_>,
@@ -139,13 +145,16 @@ impl<S: Socket> Link<S> {
         report: &mut dyn FnMut(SocketEvent),
     ) -> Polled {
         let span = std::mem::replace(&mut self.span, tracing::Span::none());
-        let result = span.in_scope(|| self.poll_in_span(cx, now, write_timeout, report));
+        let polled = self.poll_io(&span, cx, now, write_timeout, &mut |event| {
+            span.in_scope(|| report(event));
+        });
         self.span = span;
-        result
+        polled
     }
 
-    fn poll_in_span(
+    fn poll_io(
         &mut self,
+        span: &tracing::Span,
         cx: &mut Context<'_>,
         now: Instant,
         write_timeout: Duration,
@@ -156,19 +165,19 @@ impl<S: Socket> Link<S> {
             match fut.as_mut().poll(cx) {
                 Poll::Pending => {
                     if self.dial_deadline <= now {
-                        tracing::debug!("connect timed out");
+                        span.in_scope(|| tracing::debug!("connect timed out"));
                         report(SocketEvent::ConnectFailed("connect timed out".to_owned()));
                         return Polled::FINISHED;
                     }
                     return Polled::IDLE;
                 }
                 Poll::Ready(Err(e)) => {
-                    tracing::debug!(error = %e, "connect failed");
+                    span.in_scope(|| tracing::debug!(error = %e, "connect failed"));
                     report(SocketEvent::ConnectFailed(e.to_string()));
                     return Polled::FINISHED;
                 }
                 Poll::Ready(Ok(socket)) => {
-                    tracing::debug!("connected");
+                    span.in_scope(|| tracing::debug!("connected"));
                     self.state = State::Open(socket);
                     progress = true;
                     report(SocketEvent::Connected);
@@ -178,24 +187,26 @@ impl<S: Socket> Link<S> {
         let State::Open(socket) = &mut self.state else {
             return Polled::open(progress);
         };
-        // Writes: everything queued, until the socket would block.
+        // Writes: everything queued, until the socket would block (which wakes the driver
+        // when it can take more).
         while let Some(front) = self.queue.front_mut() {
             match socket.poll_write(cx, front) {
-                Poll::Ready(Ok(0)) => return self.fail(report, "write returned 0 bytes"),
+                Poll::Ready(Ok(0)) => {
+                    return self.fail(span, report, "write returned 0 bytes");
+                }
                 Poll::Ready(Ok(n)) => {
-                    progress = true;
                     front.advance(n.min(front.len()));
                     if front.is_empty() {
                         self.queue.pop_front();
                         self.write_blocked_since = None;
                     }
                 }
-                Poll::Ready(Err(e)) => return self.fail(report, &e.to_string()),
+                Poll::Ready(Err(e)) => return self.fail(span, report, &e.to_string()),
                 Poll::Pending => {
                     let since = *self.write_blocked_since.get_or_insert(now);
                     if since + write_timeout <= now {
-                        return self
-                            .fail(report, &format!("write timed out after {write_timeout:?}"));
+                        let reason = format!("write timed out after {write_timeout:?}");
+                        return self.fail(span, report, &reason);
                     }
                     break;
                 }
@@ -208,20 +219,24 @@ impl<S: Socket> Link<S> {
             return match socket.poll_close(cx) {
                 Poll::Pending => Polled::open(progress),
                 Poll::Ready(_) => {
-                    tracing::debug!("connection closed");
+                    span.in_scope(|| tracing::debug!("connection closed"));
                     Polled::FINISHED
                 }
             };
         }
-        // Reads.
-        for _ in 0..READS_PER_ROUND {
-            if self.read_done {
+        // Reads, until the socket would block (which wakes the driver when there is more)
+        // or for at most READS_PER_ROUND chunks (then the driver goes round again).
+        let mut reads = 0;
+        while !self.read_done {
+            if reads == READS_PER_ROUND {
+                progress = true;
                 break;
             }
+            reads += 1;
             match socket.poll_read(cx) {
                 Poll::Pending => break,
                 Poll::Ready(Ok(data)) if data.is_empty() => {
-                    tracing::debug!("EOF");
+                    span.in_scope(|| tracing::debug!("EOF"));
                     self.read_done = true;
                     progress = true;
                     if !self.failed {
@@ -229,12 +244,9 @@ impl<S: Socket> Link<S> {
                         report(SocketEvent::Eof);
                     }
                 }
-                Poll::Ready(Ok(data)) => {
-                    progress = true;
-                    report(SocketEvent::Data(data));
-                }
+                Poll::Ready(Ok(data)) => report(SocketEvent::Data(data)),
                 Poll::Ready(Err(e)) => {
-                    tracing::warn!(error = %e, "read failed");
+                    span.in_scope(|| tracing::warn!(error = %e, "read failed"));
                     self.read_done = true;
                     progress = true;
                     if !self.failed {
@@ -247,8 +259,14 @@ impl<S: Socket> Link<S> {
         Polled::open(progress)
     }
 
-    fn fail(&mut self, report: &mut dyn FnMut(SocketEvent), reason: &str) -> Polled {
-        tracing::warn!(%reason, "write failed");
+    /// The socket failed (`reason`): stop reading and writing, and report it once.
+    fn fail(
+        &mut self,
+        span: &tracing::Span,
+        report: &mut dyn FnMut(SocketEvent),
+        reason: &str,
+    ) -> Polled {
+        span.in_scope(|| tracing::warn!(%reason, "write failed"));
         self.read_done = true;
         self.queue.clear();
         self.write_blocked_since = None;

@@ -22,6 +22,9 @@ pub(crate) struct Net<R: Runtime> {
     lookups: BTreeMap<LookupdRequestId, Link<R::Socket>>,
     /// Disconnected links still writing their last bytes.
     closing: Vec<Link<R::Socket>>,
+    /// A link was opened or closed since the last [`poll`](Self::poll) (it has not been
+    /// polled, so no wake-up of it is registered).
+    changed: bool,
 }
 
 impl<R: Runtime> Net<R> {
@@ -32,6 +35,7 @@ impl<R: Runtime> Net<R> {
             links: BTreeMap::new(),
             lookups: BTreeMap::new(),
             closing: Vec::new(),
+            changed: false,
         }
     }
 
@@ -50,6 +54,9 @@ impl<R: Runtime> Net<R> {
 
     /// Carries out one action of the core, at `now` (dial deadlines count from it).
     pub(crate) fn act(&mut self, now: Instant, action: Action) {
+        if !matches!(action, Action::Transmit { .. }) {
+            self.changed = true;
+        }
         match action {
             Action::Transmit { conn, data } => {
                 if let Some((_, outbox)) = self.links.get_mut(&conn) {
@@ -99,14 +106,21 @@ impl<R: Runtime> Net<R> {
         sent
     }
 
-    /// Polls every socket, feeding what happened to the core `m`. Returns whether anything
-    /// happened.
+    /// Whether a link was opened or closed since the last [`poll`](Self::poll); clears it.
+    pub(crate) fn take_changed(&mut self) -> bool {
+        std::mem::take(&mut self.changed)
+    }
+
+    /// Polls every socket (writes what is queued, reads until it would block), feeding what
+    /// happened to the core `m`. Returns whether a socket wants another poll before the
+    /// driver waits ([`Polled::progress`](super::link::Polled::progress)).
     pub(crate) fn poll<M: Driven>(
         &mut self,
         cx: &mut Context<'_>,
         now: Instant,
         m: &mut M,
     ) -> bool {
+        self.changed = false;
         let mut progress = false;
         let write_timeout = self.write_timeout();
         for (&conn, (link, _)) in &mut self.links {
