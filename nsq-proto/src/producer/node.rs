@@ -4,7 +4,7 @@
 use crate::connection::{Connection, ConnectionState, Misconfiguration};
 use crate::consumer::policy::ReconnectSchedule;
 use crate::driver::ConnId;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use std::collections::VecDeque;
 use std::time::Instant;
 
@@ -26,7 +26,7 @@ pub(super) struct Session {
     pub(super) conn: Option<Connection>,
     pub(super) ready_at: Option<Instant>,
     /// Publishes gathered since the last write, in order; written by `emit`.
-    pub(super) open: Vec<Work<BytesMut>>,
+    pub(super) open: Vec<Work<Vec<u8>>>,
     pub(super) sent: VecDeque<Sent>,
     /// nsqd refused one of its commands (its error answered a publish).
     pub(super) refused: bool,

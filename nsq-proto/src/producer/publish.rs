@@ -6,7 +6,7 @@ use crate::connection::{CloseReason, ConnectionState, PublishError};
 use crate::deadline::later;
 use crate::error_code::{ErrorCode, ServerError};
 use crate::names::Topic;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use std::time::Instant;
 
 use super::events::{ProducerError, ProducerEvent, PublishFailure, PublishId};
@@ -50,7 +50,7 @@ impl Producer {
                 },
                 Item::Entries { data, count } => PendingKind::Multi {
                     topic: topic.clone(),
-                    entries: data.freeze().slice(command::publish_room(topic)..),
+                    entries: Bytes::from(data).slice(command::publish_room(topic)..),
                     count,
                 },
                 Item::Deferred(delay, body) => PendingKind::Deferred {
@@ -137,7 +137,7 @@ impl Producer {
             Item::Deferred(delay, body) => link.open.push(Work {
                 topic: topic.clone(),
                 shape: Shape::Deferred(delay),
-                data: BytesMut::from(body),
+                data: body.to_vec(),
                 room: 0,
                 count: 1,
                 ids: Ids::One(id),

@@ -3,7 +3,7 @@
 
 use crate::command;
 use crate::names::Topic;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use std::time::{Duration, Instant};
 
 use super::events::{PingId, PublishId};
@@ -48,7 +48,7 @@ pub(super) enum Shape {
     Deferred(Duration),
 }
 
-/// One command for a connection: being gathered (`D = BytesMut`, until the next
+/// One command for a connection: being gathered (`D = Vec<u8>`, until the next
 /// [`Producer::poll_action`]) or sent and awaiting its reply (`D = Bytes`). Its data is kept
 /// until the reply, so the command can be sent again when nsqd never processed it.
 #[derive(Debug)]
@@ -66,12 +66,12 @@ pub(super) struct Work<D> {
     pub(super) ids: Ids,
 }
 
-impl Work<BytesMut> {
+impl Work<Vec<u8>> {
     /// A batch or MPUB of `topic` to gather entries into, with room for its command line
     /// and `capacity` bytes of entries.
     pub(super) fn gather(topic: &Topic, shape: Shape, ids: Ids, capacity: usize) -> Self {
         let room = command::publish_room(topic);
-        let mut data = BytesMut::with_capacity(room + capacity);
+        let mut data = Vec::with_capacity(room + capacity);
         data.resize(room, 0);
         Work {
             topic: topic.clone(),
@@ -101,7 +101,7 @@ impl Work<BytesMut> {
             entries_len,
             multi,
         );
-        let command = self.data.freeze().slice(start..);
+        let command = Bytes::from(self.data).slice(start..);
         let entries = command.slice(self.room - start..);
         let sent = Work {
             topic: self.topic,
@@ -119,7 +119,7 @@ impl Work<BytesMut> {
         Work {
             topic: self.topic,
             shape: self.shape,
-            data: self.data.freeze().slice(self.room..),
+            data: Bytes::from(self.data).slice(self.room..),
             room: 0,
             count: self.count,
             ids: self.ids,
@@ -170,7 +170,7 @@ pub(super) enum Item<'a> {
     /// An explicit MPUB encoded by the caller: [`command::publish_room`] bytes, then the
     /// entries (which become the command as they are).
     Entries {
-        data: BytesMut,
+        data: Vec<u8>,
         count: u32,
     },
     Deferred(Duration, &'a [u8]),
