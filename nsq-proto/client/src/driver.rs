@@ -287,3 +287,290 @@ pub(crate) fn spawn<L: Logic, R: Runtime>(
     runtime.spawn(name, Box::pin(driver))?;
     Ok(ended)
 }
+
+#[cfg(test)]
+mod tests {
+    //! The round rules, on a real producer machine over an in-memory socket: what a round's
+    //! commands make is written in that round, a poll ends when every source has a wake-up
+    //! registered, reads stopped at their per-round limit go round again, and a producer
+    //! looks again only after a poll that resolved something.
+    use super::*;
+    use crate::link::READS_PER_ROUND;
+    use crate::runtime::{BoxFuture, Socket, SocketOptions, Timer};
+    use bytes::{Bytes, BytesMut};
+    use nsq_proto::producer::{ProducerConfig, ProducerEvent};
+    use nsq_proto::{FRAME_TYPE_RESPONSE, Producer, Topic, encode_frame};
+    use std::collections::VecDeque;
+    use std::pin::Pin;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::{Context, Wake, Waker};
+    use std::time::Duration;
+
+    const IDENTIFY_REPLY: &[u8] = br#"{"max_rdy_count":2500,"version":"1.3.0","max_msg_timeout":900000,"msg_timeout":60000,"tls_v1":false,"deflate":false,"deflate_level":0,"max_deflate_level":6,"snappy":false,"sample_rate":0,"auth_required":false,"output_buffer_size":16384,"output_buffer_timeout":250}"#;
+
+    /// The nsqd side of the one socket: what it sends (a chunk per read), what it got, and
+    /// the driver's read waker.
+    #[derive(Default)]
+    struct Wire {
+        to_client: VecDeque<BytesMut>,
+        from_client: Vec<u8>,
+        read_waker: Option<Waker>,
+        reads: usize,
+    }
+
+    type SharedWire = Arc<Mutex<Wire>>;
+
+    fn lock(w: &SharedWire) -> std::sync::MutexGuard<'_, Wire> {
+        w.lock().unwrap()
+    }
+
+    /// nsqd sends `chunks` (each one read), waking the driver if it waits to read.
+    fn send(w: &SharedWire, chunks: impl IntoIterator<Item = BytesMut>) {
+        let waker = {
+            let mut w = lock(w);
+            w.to_client.extend(chunks);
+            w.read_waker.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    fn response(text: &[u8]) -> BytesMut {
+        let mut frame = BytesMut::new();
+        encode_frame(&mut frame, FRAME_TYPE_RESPONSE, text);
+        frame
+    }
+
+    struct MemSocket(SharedWire);
+
+    impl Socket for MemSocket {
+        fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<BytesMut>> {
+            let mut w = lock(&self.0);
+            w.reads += 1;
+            if let Some(chunk) = w.to_client.pop_front() {
+                return Poll::Ready(Ok(chunk));
+            }
+            w.read_waker = Some(cx.waker().clone());
+            Poll::Pending
+        }
+        fn poll_write(&mut self, _: &mut Context<'_>, data: &Bytes) -> Poll<io::Result<usize>> {
+            lock(&self.0).from_client.extend_from_slice(data);
+            Poll::Ready(Ok(data.len()))
+        }
+        fn poll_close(&mut self, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    /// A timer that never fires (the test runs in far less than any deadline).
+    struct Never;
+
+    impl Timer for Never {
+        fn reset(&mut self, _: Instant) {}
+        fn poll_expired(&mut self, _: &mut Context<'_>) -> Poll<()> {
+            Poll::Pending
+        }
+    }
+
+    #[derive(Clone)]
+    struct MemRuntime(SharedWire);
+
+    impl Runtime for MemRuntime {
+        type Socket = MemSocket;
+        type Timer = Never;
+        fn connect(&self, _: &str, _: SocketOptions) -> BoxFuture<io::Result<MemSocket>> {
+            let socket = MemSocket(self.0.clone());
+            Box::pin(async move { Ok(socket) })
+        }
+        fn timer(&self, _: Instant) -> Never {
+            Never
+        }
+        fn spawn(&self, _: &str, _: BoxFuture<()>) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A producer's logic reduced to what the rules need: publish each command's body, count
+    /// the rounds and the confirmed publishes.
+    struct Counting {
+        machine: Producer,
+        topic: Topic,
+        rounds: Arc<AtomicUsize>,
+        published: Arc<AtomicUsize>,
+    }
+
+    impl Logic for Counting {
+        type Machine = Producer;
+        type Input = Vec<u8>;
+        const LOOK_AGAIN_AFTER_WORK: bool = true;
+
+        fn machine(&mut self) -> &mut Producer {
+            &mut self.machine
+        }
+        fn input(&mut self, now: Instant, body: Vec<u8>) {
+            self.machine
+                .publish(now, &self.topic, &body)
+                .expect("publish");
+        }
+        fn event(&mut self, _: Instant, event: ProducerEvent) {
+            if matches!(event, ProducerEvent::Published(_)) {
+                self.published.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        fn after_round(&mut self, _: Instant) {
+            self.rounds.fetch_add(1, Ordering::SeqCst);
+        }
+        fn done(&self) -> bool {
+            false
+        }
+        fn stopped(self) {}
+    }
+
+    /// Counts its wake-ups.
+    #[derive(Default)]
+    struct Wakes(AtomicUsize);
+
+    impl Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+        fn wake_by_ref(self: &Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    struct World {
+        wire: SharedWire,
+        inbox: Arc<Inbox<Vec<u8>>>,
+        rounds: Arc<AtomicUsize>,
+        published: Arc<AtomicUsize>,
+        wakes: Arc<Wakes>,
+        driver: Pin<Box<dyn Future<Output = ()> + Send>>,
+    }
+
+    impl World {
+        /// A producer of one nsqd whose driver has polled once: connected, IDENTIFY written.
+        fn new() -> World {
+            #[allow(
+                clippy::disallowed_methods,
+                reason = "the driver reads the runtime's clock, the system's"
+            )]
+            let now = Instant::now();
+            let mut machine = Producer::new(ProducerConfig::default(), 1).expect("config");
+            machine.add_nsqd(now, "127.0.0.1:4150").expect("address");
+            let wire = SharedWire::default();
+            let (rounds, published) = (Arc::default(), Arc::default());
+            let logic = Counting {
+                machine,
+                topic: Topic::new("t").expect("topic"),
+                rounds: Arc::clone(&rounds),
+                published: Arc::clone(&published),
+            };
+            let inbox = Inbox::new();
+            let options = SocketOptions::new(Duration::from_secs(5), Duration::from_secs(5));
+            let net = Net::new(MemRuntime(wire.clone()), options);
+            let mut world = World {
+                driver: Box::pin(run(logic, inbox.clone(), net)),
+                wire,
+                inbox,
+                rounds,
+                published,
+                wakes: Arc::default(),
+            };
+            world.poll();
+            assert!(
+                lock(&world.wire).from_client.starts_with(b"  V2"),
+                "connected and IDENTIFY written in the first poll"
+            );
+            send(&world.wire, [response(IDENTIFY_REPLY)]);
+            world.poll();
+            world
+        }
+
+        /// Polls the driver once; returns the rounds it ran.
+        fn poll(&mut self) -> usize {
+            let before = self.rounds.load(Ordering::SeqCst);
+            let waker = Waker::from(Arc::clone(&self.wakes));
+            let polled = self.driver.as_mut().poll(&mut Context::from_waker(&waker));
+            assert!(
+                polled.is_pending(),
+                "the driver runs until the producer closes"
+            );
+            self.rounds.load(Ordering::SeqCst) - before
+        }
+
+        fn wakes(&self) -> usize {
+            self.wakes.0.load(Ordering::SeqCst)
+        }
+
+        fn written(&self) -> usize {
+            lock(&self.wire).from_client.len()
+        }
+    }
+
+    #[test]
+    fn a_publish_is_written_in_the_round_that_takes_it_and_its_reply_resolved_in_one() {
+        let mut world = World::new();
+        let (wakes, written) = (world.wakes(), world.written());
+        world.inbox.send(b"hello".to_vec()).expect("open");
+        assert_eq!(world.wakes(), wakes + 1, "the command wakes the driver");
+        assert_eq!(world.poll(), 1, "one round: taken, gathered, written");
+        assert!(
+            lock(&world.wire).from_client[written..].starts_with(b"PUB t\n"),
+            "the PUB left in that round"
+        );
+        assert_eq!(world.wakes(), wakes + 1, "a poll that only wrote parks");
+
+        send(&world.wire, [response(b"OK")]);
+        assert_eq!(world.wakes(), wakes + 2, "the reply wakes the driver");
+        assert_eq!(world.poll(), 1, "one round: read and resolved");
+        assert_eq!(world.published.load(Ordering::SeqCst), 1);
+        assert_eq!(
+            world.wakes(),
+            wakes + 3,
+            "a poll that resolved a publish looks once more"
+        );
+        assert_eq!(world.poll(), 1, "the look finds nothing");
+        assert_eq!(world.wakes(), wakes + 3, "and parks without looking again");
+    }
+
+    #[test]
+    fn reads_stopped_at_their_limit_go_round_again_in_the_same_poll() {
+        let mut world = World::new();
+        world.inbox.send(b"hello".to_vec()).expect("open");
+        world.poll();
+        // The reply in single bytes: more chunks than one round reads.
+        let reply = response(b"OK");
+        assert!(reply.len() > READS_PER_ROUND);
+        send(&world.wire, reply.iter().map(|&b| BytesMut::from(&[b][..])));
+        let reads = lock(&world.wire).reads;
+        let rounds = world.poll();
+        assert_eq!(
+            world.published.load(Ordering::SeqCst),
+            1,
+            "every byte was read"
+        );
+        assert_eq!(
+            rounds,
+            reply.len() / READS_PER_ROUND + 1,
+            "a round per {READS_PER_ROUND} reads, the last one ending in a read that would block"
+        );
+        assert_eq!(
+            lock(&world.wire).reads - reads,
+            reply.len() + 1,
+            "each chunk read once, then one read that would block"
+        );
+    }
+
+    #[test]
+    fn bytes_the_reads_made_are_written_before_the_poll_ends() {
+        let mut world = World::new();
+        let written = world.written();
+        // A heartbeat: the producer answers it with NOP, gathered after the sockets were read.
+        send(&world.wire, [response(b"_heartbeat_")]);
+        assert_eq!(world.poll(), 2, "a second round writes the NOP");
+        assert_eq!(&lock(&world.wire).from_client[written..], b"NOP\n");
+    }
+}

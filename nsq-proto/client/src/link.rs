@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 /// Reads per socket per round (fairness between sockets and commands).
-const READS_PER_ROUND: usize = 4;
+pub(crate) const READS_PER_ROUND: usize = 4;
 
 /// What one [`Link::poll`] came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
