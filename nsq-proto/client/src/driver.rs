@@ -144,12 +144,11 @@ async fn drive<L: Logic, R: Runtime>(mut end: Ending<L>, mut net: Net<R>) {
                 }
                 // What the commands and the timeouts made is written in this round's poll of
                 // the sockets, which then reads until each socket would block.
-                woke |= drain(logic, &mut net, now).events;
+                woke |= drain(logic, &mut net, now);
                 net.send_gathered();
                 again |= net.poll(cx, now, logic.machine());
                 // What the reads made (answers to messages, RDY) is written next round.
-                let drained = drain(logic, &mut net, now);
-                woke |= drained.events;
+                woke |= drain(logic, &mut net, now);
                 again |= net.send_gathered() || net.take_changed();
                 logic.after_round(now);
                 if logic.done() && net.is_quiet() {
@@ -239,17 +238,11 @@ impl<L: Logic> Drop for Ending<L> {
     }
 }
 
-/// What one [`drain`] did.
-#[derive(Debug, Clone, Copy, Default)]
-struct Drained {
-    /// The logic was given events of the machine (and may have woken tasks).
-    events: bool,
-}
-
 /// Drains every action and event of the machine (in the machine's order), then lets the logic
-/// hand out what the round produced.
-fn drain<L: Logic, R: Runtime>(logic: &mut L, net: &mut Net<R>, now: Instant) -> Drained {
-    let mut drained = Drained::default();
+/// hand out what the round produced. Returns whether the logic was given events (and so may
+/// have woken tasks).
+fn drain<L: Logic, R: Runtime>(logic: &mut L, net: &mut Net<R>, now: Instant) -> bool {
+    let mut events = false;
     loop {
         let mut progressed = false;
         while let Some(action) = logic.machine().poll_action() {
@@ -263,11 +256,11 @@ fn drain<L: Logic, R: Runtime>(logic: &mut L, net: &mut Net<R>, now: Instant) ->
         }
         while let Some(event) = logic.machine().poll_event() {
             progressed = true;
-            drained.events = true;
+            events = true;
             logic.event(now, event);
         }
         if !progressed && !logic.deliver(now) {
-            return drained;
+            return events;
         }
     }
 }
