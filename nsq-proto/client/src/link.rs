@@ -20,24 +20,24 @@ pub(crate) struct Polled {
     /// [`READS_PER_ROUND`] with more perhaps to come, or something rare happened (connected,
     /// EOF, a failure). A poll that read data or wrote bytes and then found the socket
     /// would block does not: the socket wakes the driver when there is more.
-    pub(crate) progress: bool,
+    pub(crate) again: bool,
     /// The link is over: drop it.
     pub(crate) finished: bool,
 }
 
 impl Polled {
     const IDLE: Polled = Polled {
-        progress: false,
+        again: false,
         finished: false,
     };
     const FINISHED: Polled = Polled {
-        progress: true,
+        again: true,
         finished: true,
     };
 
-    fn open(progress: bool) -> Polled {
+    fn open(again: bool) -> Polled {
         Polled {
-            progress,
+            again,
             finished: false,
         }
     }
@@ -160,7 +160,7 @@ impl<S: Socket> Link<S> {
         write_timeout: Duration,
         report: &mut dyn FnMut(SocketEvent),
     ) -> Polled {
-        let mut progress = false;
+        let mut again = false;
         if let State::Connecting(fut) = &mut self.state {
             match fut.as_mut().poll(cx) {
                 Poll::Pending => {
@@ -179,13 +179,13 @@ impl<S: Socket> Link<S> {
                 Poll::Ready(Ok(socket)) => {
                     span.in_scope(|| tracing::debug!("connected"));
                     self.state = State::Open(socket);
-                    progress = true;
+                    again = true;
                     report(SocketEvent::Connected);
                 }
             }
         }
         let State::Open(socket) = &mut self.state else {
-            return Polled::open(progress);
+            return Polled::open(again);
         };
         // Writes: everything queued, until the socket would block (which wakes the driver
         // when it can take more).
@@ -214,10 +214,10 @@ impl<S: Socket> Link<S> {
         }
         if self.closing {
             if !self.queue.is_empty() {
-                return Polled::open(progress);
+                return Polled::open(again);
             }
             return match socket.poll_close(cx) {
-                Poll::Pending => Polled::open(progress),
+                Poll::Pending => Polled::open(again),
                 Poll::Ready(_) => {
                     span.in_scope(|| tracing::debug!("connection closed"));
                     Polled::FINISHED
@@ -229,7 +229,7 @@ impl<S: Socket> Link<S> {
         let mut reads = 0;
         while !self.read_done {
             if reads == READS_PER_ROUND {
-                progress = true;
+                again = true;
                 break;
             }
             reads += 1;
@@ -238,7 +238,7 @@ impl<S: Socket> Link<S> {
                 Poll::Ready(Ok(data)) if data.is_empty() => {
                     span.in_scope(|| tracing::debug!("EOF"));
                     self.read_done = true;
-                    progress = true;
+                    again = true;
                     if !self.failed {
                         self.failed = true;
                         report(SocketEvent::Eof);
@@ -248,7 +248,7 @@ impl<S: Socket> Link<S> {
                 Poll::Ready(Err(e)) => {
                     span.in_scope(|| tracing::warn!(error = %e, "read failed"));
                     self.read_done = true;
-                    progress = true;
+                    again = true;
                     if !self.failed {
                         self.failed = true;
                         report(SocketEvent::Failed(e.to_string()));
@@ -256,7 +256,7 @@ impl<S: Socket> Link<S> {
                 }
             }
         }
-        Polled::open(progress)
+        Polled::open(again)
     }
 
     /// The socket failed (`reason`): stop reading and writing, and report it once.
@@ -276,7 +276,7 @@ impl<S: Socket> Link<S> {
         }
         // A closing link is done; an active one waits for the core's Disconnect.
         Polled {
-            progress: true,
+            again: true,
             finished: self.closing,
         }
     }

@@ -113,7 +113,7 @@ impl<R: Runtime> Net<R> {
 
     /// Polls every socket (writes what is queued, reads until it would block), feeding what
     /// happened to the core `m`. Returns whether a socket wants another poll before the
-    /// driver waits ([`Polled::progress`](super::link::Polled::progress)).
+    /// driver waits ([`Polled::again`](super::link::Polled::again)).
     pub(crate) fn poll<M: Driven>(
         &mut self,
         cx: &mut Context<'_>,
@@ -121,7 +121,7 @@ impl<R: Runtime> Net<R> {
         m: &mut M,
     ) -> bool {
         self.changed = false;
-        let mut progress = false;
+        let mut again = false;
         let write_timeout = self.write_timeout();
         for (&conn, (link, _)) in &mut self.links {
             if link.is_done() {
@@ -137,7 +137,7 @@ impl<R: Runtime> Net<R> {
                     m.handle_eof(now, conn);
                 }
             });
-            progress |= polled.progress;
+            again |= polled.again;
             if polled.finished {
                 link.set_done();
             }
@@ -160,17 +160,17 @@ impl<R: Runtime> Net<R> {
                     over = true;
                 }
             });
-            progress |= polled.progress;
+            again |= polled.again;
             if polled.finished || over {
                 link.set_done();
             }
         }
         self.closing.retain_mut(|link| {
             let polled = link.poll(cx, now, write_timeout, &mut |_| {});
-            progress |= polled.progress;
+            again |= polled.again;
             !polled.finished
         });
-        progress
+        again
     }
 
     /// No disconnected socket is still writing its last bytes.
