@@ -161,6 +161,7 @@ mod error;
 mod events;
 mod handler;
 mod http;
+pub mod lease;
 mod link;
 mod logging;
 mod message;

@@ -95,6 +95,14 @@ pub trait Adapter: Runtime {
     fn poller(&self) -> Option<&super::poller::Poller> {
         None
     }
+
+    /// The lease of this client's driver, if its calls drive it while they wait
+    /// ([`lease`](super::lease)): a publish or a `recv` then polls the driver on its own
+    /// task, and the client's own thread polls it only for what no call does. None by
+    /// default (the driver's task or thread alone polls it).
+    fn lease(&self) -> Option<&super::lease::Lease> {
+        None
+    }
 }
 
 /// A client's socket-level settings (go-nsq's `dial_timeout`, `write_timeout` and

@@ -8,6 +8,7 @@ use crate::builder::{BuildConsumer, sealed};
 use crate::driver::{self, Net};
 use crate::events::Events;
 use crate::handler::Outcome;
+use crate::lease::{Caller, Driven};
 use crate::message::Message;
 use crate::runtime::{Adapter, BoxFuture, Ended, SocketOptions};
 use crate::sync::{Inbox, Mailbox, oneshot};
@@ -67,6 +68,7 @@ pub(crate) fn start<R: Adapter>(setup: ConsumerSetup) -> Result<Consumer<R>, Err
         }),
     };
     Ok(Consumer {
+        caller: Caller::new(handle.guard.runtime.lease()),
         receiver: MessageReceiver::new(mailbox, shared, true),
         handle,
     })
@@ -404,6 +406,8 @@ impl Drop for MessageReceiver {
 pub struct Consumer<R: Adapter> {
     receiver: MessageReceiver,
     handle: ConsumerHandle<R>,
+    /// What [`poll_recv`](Consumer::poll_recv) drives the client through, when it has a lease.
+    caller: Caller,
 }
 
 impl<R: Adapter> fmt::Debug for Consumer<R> {
@@ -449,7 +453,7 @@ impl<R: Adapter> futures_core::Stream for Consumer<R> {
     type Item = Message;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Message>> {
-        self.get_mut().receiver.poll_recv(cx)
+        self.get_mut().poll_recv(cx)
     }
 }
 
@@ -482,12 +486,16 @@ impl<R: Adapter> Consumer<R> {
 
     /// The next message; `None` once the consumer is stopped.
     pub async fn recv(&mut self) -> Option<Message> {
-        self.receiver.recv().await
+        // This call's own caller: dropped with the future, it waits no more.
+        let mut caller = Caller::new(self.handle.guard.runtime.lease());
+        let receiver = &mut self.receiver;
+        std::future::poll_fn(|cx| caller.poll(None, cx, |cx| receiver.poll_recv(cx))).await
     }
 
     /// Polls for the next message (`Stream::poll_next` semantics): `Ready(None)` once stopped.
     pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Message>> {
-        self.receiver.poll_recv(cx)
+        let receiver = &mut self.receiver;
+        self.caller.poll(None, cx, |cx| receiver.poll_recv(cx))
     }
 
     /// See [`ConsumerHandle::stop`]. Messages received but not yet taken with
@@ -537,7 +545,12 @@ impl<R: Adapter> Consumer<R> {
         Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
     {
         self.handle.warn_if_handlers_would_wait(concurrency);
-        let Consumer { receiver, handle } = self;
+        let Consumer {
+            receiver,
+            handle,
+            caller,
+        } = self;
+        drop(caller);
         let handler = Arc::new(handler);
         let mut receivers: Vec<MessageReceiver> =
             (1..concurrency.max(1)).map(|_| receiver.worker()).collect();
@@ -557,7 +570,9 @@ impl<R: Adapter> Consumer<R> {
                 }) as BoxFuture<()>
             })
             .collect();
-        handle.guard.runtime.run_workers(workers).await;
+        // The workers drive the client while they wait, when it has a lease.
+        let runtime = &handle.guard.runtime;
+        Driven::new(runtime.lease(), None, runtime.run_workers(workers)).await;
         // The workers end once the consumer stops: its report follows.
         handle.stop().await
     }

@@ -7,6 +7,7 @@ use logic::{Input, Place, ProducerLogic, Reply};
 
 use super::builder::{BuildProducer, sealed};
 use super::driver::{self, Net};
+use super::lease::{Driven, Lease};
 use super::runtime::{Adapter, Ended, SocketOptions};
 use super::sync::{Inbox, ReplyRx, oneshot};
 use super::{Backpressure, Error, IntoTopic, ProducerSetup, PublishRequest};
@@ -203,7 +204,10 @@ impl<R: Adapter> Producer<R> {
     }
 
     async fn send(&self, input: impl FnOnce(Reply) -> Input) -> Result<(), Error> {
-        self.start_input(None, input)?.await
+        let lease = self.inner.runtime.lease();
+        let held = lease.and_then(Lease::hold);
+        let pending = self.start_input(None, input)?;
+        Driven::new(lease, held, pending).await
     }
 
     /// Counts a publish as unanswered; `bounded`: refused when `max_pending_publishes`
@@ -230,8 +234,14 @@ impl<R: Adapter> Producer<R> {
         self.start_input(Some(place), |reply| Input::Request(request, reply))
     }
 
+    /// Publishes and waits for the result, driving the client meanwhile when it has a lease:
+    /// the lease is taken before the publish is handed over, so the command's wake-up is kept
+    /// for this task's own turn.
     async fn request(&self, request: PublishRequest) -> Result<(), Error> {
-        self.start_request(request, false)?.await
+        let lease = self.inner.runtime.lease();
+        let held = lease.and_then(Lease::hold);
+        let pending = self.start_request(request, false)?;
+        Driven::new(lease, held, pending).await
     }
 
     /// Publishes one message (PUB) and waits for nsqd's answer.

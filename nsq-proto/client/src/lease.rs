@@ -1,0 +1,806 @@
+//! Callers drive: a client whose driver is polled by the tasks that wait for it, with a
+//! thread of its own for when none does (`nsq-async-std`'s default mode).
+//!
+//! A driver on a thread of its own costs two thread hops per round trip: the task that
+//! publishes wakes the driver's thread (the command), and the driver's thread wakes the task
+//! (the reply). With a [`Lease`], the task that awaits a publish's result or the next message
+//! polls the driver itself, on its own executor's thread: its command is written in its own
+//! poll, the sockets' readiness (async-io's reactor, which the executor's thread runs) wakes
+//! that task, and it reads the reply itself. The lease's thread ([`Lease::run`]) drives only
+//! what no caller does.
+//!
+//! The driver is one future, polled by one holder at a time (the lease), always with the
+//! lease's waker. A wake-up of the driver (a socket, the timer, a command) is:
+//!
+//! * kept for the holder while someone polls it (they poll it again);
+//! * else told to the caller that registered last (once: it registers again when it next
+//!   waits), which polls the driver when its executor polls it;
+//! * else left for the lease's thread, which looks every [`TICK`] while callers are at work
+//!   (so a caller that is told and does not come back, its task busy with something else,
+//!   delays its client by a tick or two, not forever), and sleeps until it is woken once
+//!   they have left the client alone for [`IDLE_TICKS`] ticks.
+//!
+//! The same shape as the blocking adapter's poller lease ([`poller`](crate::poller)): a
+//! thread that waits for its reply drives the client there, with the driver thread ticking
+//! every 2 ms meanwhile.
+
+use crate::runtime::BoxFuture;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread::Thread;
+use std::time::Duration;
+
+/// How many times one turn polls the driver while wake-ups keep arriving during its polls.
+const POLLS_PER_TURN: usize = 4;
+
+/// How often the lease's thread looks while callers are at work.
+pub const TICK: Duration = Duration::from_millis(2);
+
+/// How many ticks without a turn or a wake-up before the lease's thread sleeps until woken.
+pub const IDLE_TICKS: u32 = 8;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// One client's lease: its driver, who drives it, and who is told when it has work. Cheap to
+/// clone (an `Arc`). An adapter makes one per client, runs [`run`](Self::run) on a thread of
+/// the client's own with the driver, and returns the lease from
+/// [`Adapter::lease`](crate::Adapter::lease) so that the client's calls drive while they wait.
+#[derive(Clone)]
+pub struct Lease(Arc<Shared>);
+
+impl fmt::Debug for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = lock(&self.0.state);
+        f.debug_struct("Lease")
+            .field("holding", &s.holding)
+            .field("callers", &s.callers.len())
+            .field("done", &s.done)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Shared {
+    /// The driver, from [`Lease::run`] until it completes; locked by the holder only.
+    driver: Mutex<Option<BoxFuture<()>>>,
+    state: Mutex<State>,
+    /// The lease's thread, once it runs.
+    thread: OnceLock<Thread>,
+}
+
+/// Who a pending wake-up of the driver was told to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+enum Told {
+    /// Nobody yet: the holder, or the lease's thread at its next tick, takes it.
+    #[default]
+    Nobody,
+    /// A caller (by id), which polls the driver when its task is next polled.
+    Caller(u64),
+    /// The lease's thread, unparked for it.
+    Thread,
+}
+
+#[derive(Default)]
+struct State {
+    /// Someone polls the driver, or is about to ([`Lease::hold`]).
+    holding: bool,
+    /// A wake-up arrived that no poll of the driver has seen yet.
+    woken: bool,
+    /// Who `woken` was told to.
+    told: Told,
+    /// Callers waiting for the client, each told of at most one wake-up: the last first.
+    callers: Vec<(u64, Waker)>,
+    next_id: u64,
+    /// Turns taken so far (the thread's sign of callers at work).
+    turns: u64,
+    /// The lease's thread sleeps until it is unparked (it does not tick).
+    parked_long: bool,
+    /// The driver has completed.
+    done: bool,
+}
+
+/// What a wake-up asks for, done once the state's lock is released.
+enum Tell {
+    /// Wake this caller, and unpark the lease's thread (so that it ticks) if it sleeps.
+    Caller(Waker, bool),
+    /// Unpark the lease's thread.
+    Thread,
+    Nothing,
+}
+
+impl State {
+    /// Tells the pending wake-up to the last caller that waits, else leaves it to the lease's
+    /// thread (unparking it if it sleeps; a ticking thread sees it at its next tick).
+    fn tell(&mut self) -> Tell {
+        match self.callers.pop() {
+            Some((id, waker)) => {
+                self.told = Told::Caller(id);
+                Tell::Caller(waker, std::mem::take(&mut self.parked_long))
+            }
+            None if self.parked_long => {
+                self.parked_long = false;
+                self.told = Told::Thread;
+                Tell::Thread
+            }
+            None => Tell::Nothing,
+        }
+    }
+}
+
+impl Shared {
+    fn act(&self, tell: Tell) {
+        match tell {
+            Tell::Caller(waker, unpark) => {
+                waker.wake();
+                if unpark {
+                    self.unpark_thread();
+                }
+            }
+            Tell::Thread => self.unpark_thread(),
+            Tell::Nothing => {}
+        }
+    }
+
+    fn unpark_thread(&self) {
+        if let Some(t) = self.thread.get() {
+            t.unpark();
+        }
+    }
+}
+
+/// The driver's waker.
+impl Wake for Shared {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let tell = {
+            let mut s = lock(&self.state);
+            if s.done || s.woken && !s.holding {
+                return; // told already, or left for the thread's tick
+            }
+            s.woken = true;
+            if s.holding {
+                return; // the holder polls again
+            }
+            s.tell()
+        };
+        self.act(tell);
+    }
+}
+
+/// What a turn at the lease did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Turn {
+    /// The driver was polled.
+    Polled,
+    /// Someone else holds the lease: what wakes the driver meanwhile is theirs.
+    Busy,
+    /// The driver has completed.
+    Done,
+}
+
+impl Shared {
+    /// Takes the lease if it is free.
+    fn try_hold(&self) -> Turn {
+        let mut s = lock(&self.state);
+        if s.done {
+            Turn::Done
+        } else if s.holding {
+            Turn::Busy
+        } else {
+            s.holding = true;
+            Turn::Polled
+        }
+    }
+
+    /// A turn, if the lease is free.
+    fn turn(self: &Arc<Self>) -> Turn {
+        match self.try_hold() {
+            Turn::Polled => self.turn_held(),
+            other => other,
+        }
+    }
+
+    /// Polls the driver (the lease held) until no wake-up arrives during a poll, at most
+    /// [`POLLS_PER_TURN`] times, then gives the lease back.
+    fn turn_held(self: &Arc<Self>) -> Turn {
+        let mut slot = lock(&self.driver);
+        let waker = Waker::from(self.clone());
+        let mut cx = Context::from_waker(&waker);
+        for _ in 0..POLLS_PER_TURN {
+            {
+                let mut s = lock(&self.state);
+                s.woken = false;
+                s.told = Told::Nobody;
+                s.turns += 1;
+            }
+            let completed = match slot.as_mut() {
+                Some(driver) => driver.as_mut().poll(&mut cx).is_ready(),
+                None => true,
+            };
+            if completed {
+                *slot = None;
+                drop(slot);
+                self.complete();
+                return Turn::Done;
+            }
+            let mut s = lock(&self.state);
+            if !s.woken {
+                s.holding = false;
+                return Turn::Polled;
+            }
+        }
+        // Still woken after the turn's polls: told to the next holder.
+        drop(slot);
+        self.release();
+        Turn::Polled
+    }
+
+    /// Gives the lease back; a wake-up kept meanwhile is told.
+    fn release(&self) {
+        let tell = {
+            let mut s = lock(&self.state);
+            s.holding = false;
+            if s.woken && s.told == Told::Nobody && !s.done {
+                s.tell()
+            } else {
+                Tell::Nothing
+            }
+        };
+        self.act(tell);
+    }
+
+    /// The driver completed: everyone who waits is told.
+    fn complete(&self) {
+        let callers: Vec<(u64, Waker)> = {
+            let mut s = lock(&self.state);
+            s.done = true;
+            s.holding = false;
+            std::mem::take(&mut s.callers)
+        };
+        for (_, waker) in callers {
+            waker.wake();
+        }
+        self.unpark_thread();
+    }
+
+    /// Registers caller `id` (a new one if `None`) with `waker`, as the next to be told;
+    /// returns whether other callers wait too.
+    fn wait(&self, id: &mut Option<u64>, waker: &Waker) -> bool {
+        let mut s = lock(&self.state);
+        if s.done {
+            return false;
+        }
+        let me = *id.get_or_insert_with(|| {
+            s.next_id += 1;
+            s.next_id
+        });
+        let waker = match s.callers.iter().position(|(c, _)| *c == me) {
+            Some(i) => {
+                let (_, w) = s.callers.remove(i);
+                if w.will_wake(waker) { w } else { waker.clone() }
+            }
+            None => waker.clone(),
+        };
+        s.callers.push((me, waker));
+        s.callers.len() > 1
+    }
+
+    /// Caller `id` waits no more; a wake-up it was told and did not act on is told again.
+    fn leave(&self, id: u64) {
+        let tell = {
+            let mut s = lock(&self.state);
+            s.callers.retain(|(c, _)| *c != id);
+            if s.told == Told::Caller(id) && s.woken && !s.holding && !s.done {
+                s.told = Told::Nobody;
+                s.tell()
+            } else {
+                Tell::Nothing
+            }
+        };
+        self.act(tell);
+    }
+
+    /// The lease's thread: drives what no caller does, looking every [`TICK`] while callers
+    /// are at work, and sleeping until woken once they have left the client alone.
+    fn run(self: &Arc<Self>) {
+        let mut ticks = Ticks::default();
+        loop {
+            let (drive, long) = {
+                let mut s = lock(&self.state);
+                if s.done {
+                    return;
+                }
+                let drive = ticks.look(&mut s);
+                (drive, s.parked_long)
+            };
+            if drive {
+                if self.turn() == Turn::Done {
+                    return;
+                }
+                ticks.turned(lock(&self.state).turns);
+                continue;
+            }
+            if long {
+                std::thread::park();
+            } else {
+                std::thread::park_timeout(TICK);
+            }
+        }
+    }
+}
+
+/// What the lease's thread saw at its last look, and what it makes of what it sees now.
+#[derive(Debug, Default)]
+struct Ticks {
+    /// The turns counted at the last look (`None` before the first: the thread's first look
+    /// starts the driver).
+    turns: Option<u64>,
+    /// Who the pending wake-up was told to at the last look.
+    told: Told,
+    /// Looks in a row that found no turn and no wake-up.
+    idle: u32,
+}
+
+impl Ticks {
+    /// Whether the thread should drive now. When it should not, and nothing has happened
+    /// for [`IDLE_TICKS`] looks, the state is marked for the thread to sleep until woken.
+    fn look(&mut self, s: &mut State) -> bool {
+        let Some(seen) = self.turns else {
+            self.turns = Some(s.turns);
+            return true;
+        };
+        let quiet = s.turns == seen;
+        let stale = match s.told {
+            Told::Thread => true,
+            // Left for this thread: taken once callers have taken no turn for a tick (while
+            // they do, their next turn takes it).
+            Told::Nobody => quiet,
+            // Told to a caller that has taken no turn for a whole tick.
+            Told::Caller(_) => quiet && s.told == self.told,
+        };
+        let drive = s.woken && !s.holding && stale;
+        self.idle = if quiet && !s.woken { self.idle + 1 } else { 0 };
+        self.turns = Some(s.turns);
+        self.told = s.told;
+        if !drive && self.idle >= IDLE_TICKS {
+            // Nobody at work: sleep until a wake-up is left to this thread.
+            s.parked_long = true;
+        }
+        if s.parked_long {
+            self.idle = 0;
+        }
+        drive
+    }
+
+    /// The thread took a turn (`turns` counted after it).
+    fn turned(&mut self, turns: u64) {
+        self.turns = Some(turns);
+        self.idle = 0;
+    }
+}
+
+impl Lease {
+    /// A lease with no driver yet.
+    pub fn new() -> Lease {
+        Lease(Arc::new(Shared {
+            driver: Mutex::new(None),
+            state: Mutex::new(State::default()),
+            thread: OnceLock::new(),
+        }))
+    }
+
+    /// Takes `driver`, to be run by [`run`](Self::run) and by the client's calls. A lease
+    /// takes one driver: given another, it gives it back.
+    pub fn start(&self, driver: BoxFuture<()>) -> Result<(), BoxFuture<()>> {
+        let mut slot = lock(&self.0.driver);
+        if slot.is_some() || lock(&self.0.state).done {
+            return Err(driver);
+        }
+        *slot = Some(driver);
+        Ok(())
+    }
+
+    /// The lease's thread (a thread of the client's own): drives the driver given to
+    /// [`start`](Self::start) until it completes, whenever no call of the client does.
+    pub fn run(&self) {
+        if self.0.thread.set(std::thread::current()).is_err() {
+            return; // another thread runs it
+        }
+        self.0.run();
+    }
+
+    /// Takes the lease for a caller about to hand its client a command, so the wake-up the
+    /// command makes is kept for the caller's own poll instead of waking another thread.
+    pub(crate) fn hold(&self) -> Option<Held> {
+        (self.0.try_hold() == Turn::Polled).then(|| Held(Some(self.0.clone())))
+    }
+}
+
+impl Default for Lease {
+    fn default() -> Self {
+        Lease::new()
+    }
+}
+
+/// The lease taken by [`Lease::hold`]: the first poll of its [`Driven`] uses it; dropped
+/// unused, it is given back.
+pub(crate) struct Held(Option<Arc<Shared>>);
+
+impl Held {
+    /// Polls the driver with the lease held.
+    fn turn(mut self) -> Turn {
+        match self.0.take() {
+            Some(shared) => shared.turn_held(),
+            None => Turn::Busy,
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(shared) = self.0.take() {
+            shared.release();
+        }
+    }
+}
+
+/// A caller of a client: drives the client while what it waits for is pending, when the
+/// client has a lease. Dropped, it waits no more.
+#[derive(Default)]
+pub(crate) struct Caller {
+    lease: Option<Arc<Shared>>,
+    id: Option<u64>,
+}
+
+impl fmt::Debug for Caller {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Caller")
+            .field("lease", &self.lease.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Caller {
+    /// A caller of the client of `lease` (none: polling never drives).
+    pub(crate) fn new(lease: Option<&Lease>) -> Caller {
+        Caller {
+            lease: lease.map(|l| l.0.clone()),
+            id: None,
+        }
+    }
+
+    /// Polls `f`; while it is pending, registers to be told of the driver's wake-ups, takes a
+    /// turn at the lease (with `held`, the lease the caller took before sending its command,
+    /// [`Lease::hold`]), and polls `f` once more.
+    ///
+    /// A caller that holds the lease while other callers wait does not poll the driver yet:
+    /// it gives the lease back and is told (woken) at once, so that its executor polls the
+    /// other tasks first and what they send leaves with its command, in one write.
+    pub(crate) fn poll<T>(
+        &mut self,
+        held: Option<Held>,
+        cx: &mut Context<'_>,
+        mut f: impl FnMut(&mut Context<'_>) -> Poll<T>,
+    ) -> Poll<T> {
+        let Some(lease) = &self.lease else {
+            // No lease (no `held` either): the driver's own task or thread wakes `f`.
+            drop(held);
+            return f(cx);
+        };
+        if held.is_none() {
+            if let Poll::Ready(v) = f(cx) {
+                self.leave();
+                return Poll::Ready(v);
+            }
+        }
+        let others = lease.wait(&mut self.id, cx.waker());
+        match held {
+            // Given back: the command's wake-up is told to the last caller, this one.
+            Some(held) if others => drop(held),
+            Some(held) => drop(held.turn()),
+            None => drop(lease.turn()),
+        }
+        // Polled after the turn (and always: its own waker is registered here).
+        let polled = f(cx);
+        if polled.is_ready() {
+            self.leave();
+        }
+        polled
+    }
+
+    fn leave(&mut self) {
+        if let (Some(lease), Some(id)) = (&self.lease, self.id.take()) {
+            lease.leave(id);
+        }
+    }
+}
+
+impl Drop for Caller {
+    fn drop(&mut self) {
+        self.leave();
+    }
+}
+
+/// A call's future that drives its client while it waits ([`Caller`]).
+pub(crate) struct Driven<F> {
+    caller: Caller,
+    held: Option<Held>,
+    inner: F,
+}
+
+impl<F> Driven<F> {
+    /// `inner`, driving through `lease` while it is pending; `held` when the caller took the
+    /// lease before sending its command ([`Lease::hold`]).
+    pub(crate) fn new(lease: Option<&Lease>, held: Option<Held>, inner: F) -> Self {
+        Driven {
+            caller: Caller::new(lease),
+            held,
+            inner,
+        }
+    }
+}
+
+impl<F: Future + Unpin> Future for Driven<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.get_mut();
+        let inner = &mut this.inner;
+        this.caller
+            .poll(this.held.take(), cx, |cx| Pin::new(&mut *inner).poll(cx))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The lease's rules, with a driver that counts its polls and wakers that count their
+    //! wake-ups; the thread's decisions through [`Ticks`] (no thread, no clock).
+    use super::*;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    /// A waker that counts its wake-ups.
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn counting() -> (Arc<Count>, Waker) {
+        let c = Arc::new(Count(AtomicUsize::new(0)));
+        (c.clone(), Waker::from(c))
+    }
+
+    fn wakes(c: &Count) -> usize {
+        c.0.load(Ordering::SeqCst)
+    }
+
+    /// A driver that counts its polls, keeps its waker (as a socket would), wakes itself on
+    /// its first poll when asked (a look-again), and completes once told to.
+    #[derive(Default)]
+    struct Probe {
+        polls: AtomicUsize,
+        waker: Mutex<Option<Waker>>,
+        wake_self_once: AtomicBool,
+        complete: AtomicBool,
+    }
+
+    impl Probe {
+        fn driver(self: &Arc<Self>) -> BoxFuture<()> {
+            let probe = self.clone();
+            Box::pin(std::future::poll_fn(move |cx| {
+                probe.polls.fetch_add(1, Ordering::SeqCst);
+                *lock(&probe.waker) = Some(cx.waker().clone());
+                if probe.complete.load(Ordering::SeqCst) {
+                    return Poll::Ready(());
+                }
+                if probe.wake_self_once.swap(false, Ordering::SeqCst) {
+                    cx.waker().wake_by_ref();
+                }
+                Poll::Pending
+            }))
+        }
+
+        fn polls(&self) -> usize {
+            self.polls.load(Ordering::SeqCst)
+        }
+
+        /// A socket's (or the inbox's) wake-up of the driver.
+        fn fire(&self) {
+            if let Some(w) = lock(&self.waker).clone() {
+                w.wake();
+            }
+        }
+    }
+
+    fn started() -> (Lease, Arc<Probe>) {
+        let lease = Lease::new();
+        let probe = Arc::new(Probe::default());
+        assert!(lease.start(probe.driver()).is_ok());
+        assert!(lease.start(probe.driver()).is_err(), "one driver per lease");
+        // The first turn, as the lease's thread takes it: the driver registers its waker.
+        assert_eq!(lease.0.turn(), Turn::Polled);
+        (lease, probe)
+    }
+
+    /// Polls `caller` for a result that is not there.
+    fn wait(caller: &mut Caller, held: Option<Held>, waker: &Waker) {
+        let mut cx = Context::from_waker(waker);
+        assert!(
+            caller
+                .poll(held, &mut cx, |_| Poll::<()>::Pending)
+                .is_pending()
+        );
+    }
+
+    /// Polls `caller` for a result that is there.
+    fn done(caller: &mut Caller, waker: &Waker) {
+        let mut cx = Context::from_waker(waker);
+        assert!(caller.poll(None, &mut cx, |_| Poll::Ready(())).is_ready());
+    }
+
+    #[test]
+    fn a_caller_holding_the_lease_writes_its_command_in_its_own_turn() {
+        let (lease, probe) = started();
+        let mut me = Caller::new(Some(&lease));
+        let (count, waker) = counting();
+        let held = lease.hold().expect("free");
+        probe.fire(); // the command's wake-up: kept for the holder
+        assert_eq!(wakes(&count), 0);
+        wait(&mut me, Some(held), &waker);
+        assert_eq!(probe.polls(), 2, "polled in the caller's own turn");
+        assert_eq!(wakes(&count), 0, "nobody woken");
+        // The reply's wake-up comes to this caller, which takes its turn when polled.
+        probe.fire();
+        assert_eq!(wakes(&count), 1);
+        done(&mut me, &waker);
+        assert_eq!(probe.polls(), 2, "the result was there: no turn");
+        let s = lock(&lease.0.state);
+        assert!(s.callers.is_empty() && !s.holding);
+    }
+
+    #[test]
+    fn a_wake_up_is_told_to_the_last_caller_once_and_passed_on_if_it_leaves() {
+        let (lease, probe) = started();
+        let (a, b) = (
+            &mut Caller::new(Some(&lease)),
+            &mut Caller::new(Some(&lease)),
+        );
+        let ((ca, wa), (cb, wb)) = (counting(), counting());
+        wait(a, None, &wa);
+        wait(b, None, &wb);
+        assert_eq!(probe.polls(), 3, "each took a turn");
+        probe.fire();
+        probe.fire(); // a second wake-up before b polls: one tell is enough
+        assert_eq!((wakes(&ca), wakes(&cb)), (0, 1));
+        // b's result came meanwhile: it leaves without a turn, and the wake-up goes to a.
+        done(b, &wb);
+        assert_eq!((wakes(&ca), wakes(&cb)), (1, 1));
+        wait(a, None, &wa);
+        assert_eq!(probe.polls(), 4, "a took the turn");
+        assert!(!lock(&lease.0.state).woken);
+    }
+
+    #[test]
+    fn a_holder_among_waiting_callers_lets_them_send_first() {
+        let (lease, probe) = started();
+        let (a, c) = (
+            &mut Caller::new(Some(&lease)),
+            &mut Caller::new(Some(&lease)),
+        );
+        let ((ca, wa), (cc, wc)) = (counting(), counting());
+        wait(a, None, &wa);
+        let polls = probe.polls();
+        let held = lease.hold().expect("free");
+        probe.fire(); // c's command
+        wait(c, Some(held), &wc);
+        assert_eq!(probe.polls(), polls, "no turn while another caller waits");
+        assert_eq!(
+            (wakes(&ca), wakes(&cc)),
+            (0, 1),
+            "c is told: it turns when polled again"
+        );
+        wait(c, None, &wc);
+        assert_eq!(probe.polls(), polls + 1);
+    }
+
+    #[test]
+    fn wake_ups_during_a_turn_are_kept_for_the_holder() {
+        let (lease, probe) = started();
+        let mut me = Caller::new(Some(&lease));
+        let (count, waker) = counting();
+        probe.wake_self_once.store(true, Ordering::SeqCst);
+        wait(&mut me, None, &waker);
+        assert_eq!(probe.polls(), 3, "polled again in the same turn");
+        assert_eq!(wakes(&count), 0);
+    }
+
+    #[test]
+    fn a_held_lease_dropped_unused_tells_its_wake_up() {
+        let (lease, probe) = started();
+        let mut a = Caller::new(Some(&lease));
+        let (ca, wa) = counting();
+        wait(&mut a, None, &wa);
+        let held = lease.hold().expect("free");
+        probe.fire();
+        assert_eq!(wakes(&ca), 0, "kept while held");
+        drop(held); // the publish failed before it was sent
+        assert_eq!(wakes(&ca), 1);
+    }
+
+    #[test]
+    fn completion_wakes_every_caller() {
+        let (lease, probe) = started();
+        let (a, b) = (
+            &mut Caller::new(Some(&lease)),
+            &mut Caller::new(Some(&lease)),
+        );
+        let ((ca, wa), (cb, wb)) = (counting(), counting());
+        wait(a, None, &wa);
+        probe.complete.store(true, Ordering::SeqCst);
+        wait(b, None, &wb); // its turn completes the driver
+        assert_eq!(
+            (wakes(&ca), wakes(&cb)),
+            (1, 1),
+            "both hear (their results are Closed)"
+        );
+        assert_eq!(lease.0.turn(), Turn::Done);
+        assert!(lease.hold().is_none());
+        assert!(lock(&lease.0.driver).is_none(), "the driver is dropped");
+    }
+
+    #[test]
+    fn the_thread_starts_the_driver_then_takes_only_what_callers_leave() {
+        let mut s = State::default();
+        let mut t = Ticks::default();
+        assert!(t.look(&mut s), "the first look starts the driver");
+        t.turned(s.turns);
+        // A wake-up left for the thread while callers take turns: theirs to take.
+        s.woken = true;
+        s.turns += 1;
+        assert!(!t.look(&mut s));
+        // A tick without a turn: the thread takes it.
+        assert!(t.look(&mut s));
+        // Told to a caller: taken only after a whole tick in which nobody turned.
+        s.told = Told::Caller(7);
+        assert!(!t.look(&mut s), "told since the last look");
+        assert!(t.look(&mut s), "still not acted on a tick later");
+        // Told to the thread itself: at once.
+        s.told = Told::Thread;
+        assert!(t.look(&mut s));
+        // While someone holds the lease, never.
+        s.holding = true;
+        assert!(!t.look(&mut s));
+    }
+
+    #[test]
+    fn the_thread_sleeps_once_callers_leave_the_client_alone_and_is_woken_then() {
+        let mut s = State::default();
+        let mut t = Ticks::default();
+        assert!(t.look(&mut s));
+        t.turned(s.turns);
+        for _ in 1..IDLE_TICKS {
+            assert!(!t.look(&mut s));
+            assert!(!s.parked_long);
+        }
+        assert!(!t.look(&mut s));
+        assert!(s.parked_long, "idle: sleeps until woken");
+        // A wake-up with no caller waiting now unparks the thread.
+        s.woken = true;
+        assert!(matches!(s.tell(), Tell::Thread));
+        assert!(!s.parked_long && s.told == Told::Thread);
+        // And one told to a caller also sets it ticking (to take over if the caller does not).
+        s.parked_long = true;
+        let (_, w) = counting();
+        s.callers.push((1, w));
+        assert!(matches!(s.tell(), Tell::Caller(_, true)));
+    }
+}
