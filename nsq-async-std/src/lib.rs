@@ -14,20 +14,25 @@
 //!   `futures_lite::future::block_on` or anything else that polls futures. (async-std
 //!   itself is discontinued upstream in favour of smol; this crate serves both.)
 //! * Each [`Consumer`] and each [`Producer`] (shared by its clones) has one driver that owns
-//!   the core state machine and every socket of its client. Where it runs is the
-//!   application's choice:
-//!   - **by default, a thread of its own**, waiting on a readiness poller of its own
-//!     ([`nsq_client::poller`]: epoll, kqueue or IOCP) with its timer as the wait's
-//!     deadline. Sockets are registered once, edge-triggered: no registration is re-armed
-//!     per wait, and a socket with nothing to read is not read. It needs nothing from the
-//!     application and works under any executor, but a task and its driver wake each
-//!     other across threads once per round trip;
-//!   - **after [`set_executor`], a task on the application's executor**, over async-io's
-//!     reactor (the one async-std and smol share): no thread of the client's own, and a
-//!     task that waits for a reply or a message is woken on the executor's thread.
-//!     On smol's executor this costs about a fifth less CPU per message than a driver
-//!     thread (writer and reader; BENCHMARKS.md). The driver then runs only while that
-//!     executor runs.
+//!   the core state machine and every socket of its client, on async-io's reactor (the one
+//!   async-std and smol share). Who polls it is the application's choice:
+//!   - **by default, the tasks that wait for the client** ([`nsq_client::lease`]): a
+//!     publish writes its own command and reads its own reply, and a `recv` that finds no
+//!     message reads the socket itself, on the task's own thread; the reactor wakes the
+//!     task that waits, not another thread. A thread of the client's own drives what no
+//!     task does (heartbeats, reconnections, an idle client): it looks every 2 ms while
+//!     tasks are at work and sleeps until woken once they leave the client alone. Tasks
+//!     that publish at the same moment still leave as one write (the first lets the others
+//!     queue before it drives). It needs nothing from the application and works under any
+//!     executor;
+//!   - **after [`set_executor`], a task on the application's executor**: no thread of the
+//!     client's own, and a task that waits for a reply or a message is woken on the
+//!     executor's thread. The driver then runs only while that executor runs.
+//!
+//!   On smol both cost about the same CPU per message (the executor mode a little less);
+//!   async-std's executor, multi-threaded, wakes another of its workers each time one finds
+//!   a task to run, and costs about half as much again in either mode (BENCHMARKS.md:
+//!   `ASYNC_STD_THREAD_COUNT=1` removes that).
 //!
 //!   ```no_run
 //!   // Once, before building clients: every driver is a task on smol's executor.
@@ -37,8 +42,9 @@
 //!   block (message bodies are slices of the read buffer: zero-copy), fires its one timer,
 //!   drains the core's output, hands the wake-up's messages to the application at once, and
 //!   gives each connection at most one non-blocking write; a blocked write never stops
-//!   reading. The application's tasks are woken through their wakers; the driver is woken
-//!   through its poller or its task, once per batch of commands and only when it waits.
+//!   reading. The application's tasks are woken through their wakers; a wake-up of the
+//!   driver goes to the task that waits for the client (or its thread, or its task), once
+//!   per batch of commands and only when nobody is driving it.
 //!   `build()` works from any thread, inside or outside a runtime.
 //! * Answers and publishes reach the driver as small commands, many per lock; each publish
 //!   waits on its own one-shot reply, or returns at once with

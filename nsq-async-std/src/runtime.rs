@@ -1,16 +1,16 @@
 //! [`AsyncStd`]: the client layer's [`Runtime`] for async-std, smol and any other executor,
-//! in one of two modes:
+//! over async-io's reactor (the one async-std and smol share), in one of two modes:
 //!
-//! * by default each client's driver runs on a thread of its own, waiting on a poller of its
-//!   own ([`nsq_client::poller`]); the application's tasks are woken through their wakers.
-//!   It needs nothing from the application and works under any executor;
-//! * after [`set_executor`], drivers are tasks spawned on the application's executor, over
-//!   async-io's reactor (the one async-std and smol share): no thread of the client's own,
-//!   and no thread hop between a task and its client's driver when they share an executor
-//!   thread.
+//! * by default the tasks that wait for a client drive it themselves ([`Lease`]), and a
+//!   thread of the client's own drives it when none does. It needs nothing from the
+//!   application and works under any executor;
+//! * after [`set_executor`], drivers are tasks spawned on the application's executor: no
+//!   thread of the client's own, and no thread hop between a task and its client's driver
+//!   when they share an executor thread.
 
 use bytes::{Bytes, BytesMut};
-use nsq_client::poller::{self, Poller, PollerTimer};
+use nsq_client::lease::Lease;
+use nsq_client::poller;
 use nsq_client::{Adapter, BoxFuture, Error, Runtime, SocketOptions};
 use std::fmt;
 use std::io::{self, Read, Write};
@@ -32,82 +32,77 @@ type Spawner = Arc<dyn Fn(BoxFuture<()>) + Send + Sync>;
 static EXECUTOR: RwLock<Option<Spawner>> = RwLock::new(None);
 
 /// Runs the driver of every client built from now on (consumers, producers, HTTP clients)
-/// as a task spawned with `spawn` on the application's executor, its sockets and timer on
-/// async-io's reactor (the one async-std and smol share), instead of on a thread of its own.
-/// Clients built earlier keep their threads; [`clear_executor`] goes back to threads.
+/// as a task spawned with `spawn` on the application's executor, instead of driven by the
+/// tasks that wait for the client with a thread of the client's own for the rest (the
+/// default). Clients built earlier keep their mode; [`clear_executor`] goes back to the
+/// default.
 ///
 /// `spawn` must run the future to completion in the background (detached): for smol,
 /// `|driver| smol::spawn(driver).detach()`; for async-std, `|driver| drop(async_std::task::spawn(driver))`.
 ///
-/// What it buys: a task that waits for its publish's reply, or for the next message, is
-/// woken by its driver on the executor's own thread, so a round trip costs no wake-up of
-/// another thread when both share one (smol's default executor has one thread). On a
-/// multi-threaded executor the driver and the task may still land on different threads.
-/// A driver spawned on an executor runs only while that executor runs: it must outlive
-/// every client built with it.
+/// What it buys: no thread of the client's own. A task that waits for its publish's reply,
+/// or for the next message, is woken by its driver on the executor's own thread, so a round
+/// trip costs no wake-up of another thread when both share one (smol's default executor
+/// has one thread): about as cheap per message as the default mode, a little cheaper on
+/// smol. On a multi-threaded executor the driver and the task may still land on different
+/// threads. A driver spawned on an executor runs only while that executor runs: it must
+/// outlive every client built with it.
 pub fn set_executor(spawn: impl Fn(BoxFuture<()>) + Send + Sync + 'static) {
     *EXECUTOR.write().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(spawn));
 }
 
-/// Undoes [`set_executor`]: clients built from now on run their drivers on threads of their
-/// own again.
+/// Undoes [`set_executor`]: clients built from now on are driven by the tasks that wait
+/// for them, and a thread of their own, again.
 pub fn clear_executor() {
     *EXECUTOR.write().unwrap_or_else(PoisonError::into_inner) = None;
 }
 
-/// The client layer's runtime for async-std, smol and any executor: by default one driver
-/// thread per client, waiting on the client's own poller; after [`set_executor`], the
-/// application's executor and async-io's reactor.
+/// The client layer's runtime for async-std, smol and any executor, over async-io's
+/// reactor: by default a client is driven by the tasks that wait for it ([`Lease`]) and a
+/// thread of its own when none does; after [`set_executor`], by a task on the application's
+/// executor.
 #[derive(Clone)]
 pub struct AsyncStd(Mode);
 
 #[derive(Clone)]
 enum Mode {
-    /// A driver thread and a poller of the client's own.
-    Thread(Poller),
-    /// A task on the application's executor, over async-io's reactor.
+    /// The client's calls drive it while they wait; a thread of the client's own when none
+    /// does.
+    Thread(Lease),
+    /// A task on the application's executor.
     Executor(Spawner),
 }
 
 impl fmt::Debug for AsyncStd {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.0 {
-            Mode::Thread(p) => f.debug_tuple("AsyncStd::Thread").field(p).finish(),
+            Mode::Thread(lease) => f.debug_tuple("AsyncStd::Thread").field(lease).finish(),
             Mode::Executor(_) => f.write_str("AsyncStd::Executor"),
         }
     }
 }
 
-/// A client's TCP connection: on its own poller, or on async-io's reactor.
+/// A client's TCP connection, on async-io's reactor.
 #[derive(Debug)]
-pub struct Socket(SocketKind);
-
-#[derive(Debug)]
-enum SocketKind {
-    Polled(nsq_client::poller::Socket),
-    Reactor {
-        stream: async_io::Async<TcpStream>,
-        /// Zeroed space read into at its front; what is read is split off.
-        buf: BytesMut,
-        /// Whether a read may find bytes: false once a read came back short (drained the
-        /// socket) or would block, until the reactor reports the socket readable.
-        readable: bool,
-        /// Likewise for writes (false once a write was short or would block).
-        writable: bool,
-    },
+pub struct Socket {
+    stream: async_io::Async<TcpStream>,
+    /// Zeroed space read into at its front; what is read is split off.
+    buf: BytesMut,
+    /// Whether a read may find bytes: false once a read came back short (drained the
+    /// socket) or would block, until the reactor reports the socket readable.
+    readable: bool,
+    /// Likewise for writes (false once a write was short or would block).
+    writable: bool,
 }
 
 impl nsq_client::Socket for Socket {
     fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<BytesMut>> {
-        let (stream, buf, readable) = match &mut self.0 {
-            SocketKind::Polled(s) => return s.poll_read(cx),
-            SocketKind::Reactor {
-                stream,
-                buf,
-                readable,
-                ..
-            } => (stream, buf, readable),
-        };
+        let Socket {
+            stream,
+            buf,
+            readable,
+            ..
+        } = self;
         loop {
             if !*readable {
                 // Drained: wait for the reactor's word (no `recv` that returns EAGAIN).
@@ -132,12 +127,9 @@ impl nsq_client::Socket for Socket {
     }
 
     fn poll_write(&mut self, cx: &mut Context<'_>, data: &Bytes) -> Poll<io::Result<usize>> {
-        let (stream, writable) = match &mut self.0 {
-            SocketKind::Polled(s) => return s.poll_write(cx, data),
-            SocketKind::Reactor {
-                stream, writable, ..
-            } => (stream, writable),
-        };
+        let Socket {
+            stream, writable, ..
+        } = self;
         loop {
             if !*writable {
                 std::task::ready!(stream.poll_writable(cx))?;
@@ -156,11 +148,8 @@ impl nsq_client::Socket for Socket {
         }
     }
 
-    fn poll_close(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let stream = match &mut self.0 {
-            SocketKind::Polled(s) => return s.poll_close(cx),
-            SocketKind::Reactor { stream, .. } => stream,
-        };
+    fn poll_close(&mut self, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let stream = &self.stream;
         // Everything was written (the driver closes once its queue is empty): send FIN.
         Poll::Ready(match stream.get_ref().shutdown(Shutdown::Write) {
             Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(()),
@@ -169,29 +158,17 @@ impl nsq_client::Socket for Socket {
     }
 }
 
-/// The driver's timer: the poller's, or async-io's.
+/// The driver's timer: async-io's.
 #[derive(Debug)]
-pub struct Timer(TimerKind);
-
-#[derive(Debug)]
-enum TimerKind {
-    Polled(PollerTimer),
-    Reactor(async_io::Timer),
-}
+pub struct Timer(async_io::Timer);
 
 impl nsq_client::Timer for Timer {
     fn reset(&mut self, at: Instant) {
-        match &mut self.0 {
-            TimerKind::Polled(t) => t.reset(at),
-            TimerKind::Reactor(t) => t.set_at(at),
-        }
+        self.0.set_at(at);
     }
 
     fn poll_expired(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        match &mut self.0 {
-            TimerKind::Polled(t) => t.poll_expired(cx),
-            TimerKind::Reactor(t) => std::future::Future::poll(Pin::new(t), cx).map(drop),
-        }
+        std::future::Future::poll(Pin::new(&mut self.0), cx).map(drop)
     }
 }
 
@@ -200,34 +177,51 @@ impl Runtime for AsyncStd {
     type Timer = Timer;
 
     fn connect(&self, addr: &str, options: SocketOptions) -> BoxFuture<io::Result<Socket>> {
-        match &self.0 {
-            Mode::Thread(p) => {
-                let connecting = p.connect(addr, options);
-                Box::pin(async move { Ok(Socket(SocketKind::Polled(connecting.await?))) })
-            }
-            Mode::Executor(_) => Box::pin(connect_on_reactor(addr.to_owned(), options)),
-        }
+        Box::pin(connect_on_reactor(addr.to_owned(), options))
     }
 
     fn timer(&self, at: Instant) -> Timer {
-        Timer(match &self.0 {
-            Mode::Thread(_) => TimerKind::Polled(PollerTimer::new(at)),
-            Mode::Executor(_) => TimerKind::Reactor(async_io::Timer::at(at)),
-        })
+        Timer(async_io::Timer::at(at))
     }
 
     fn spawn(&self, name: &str, driver: BoxFuture<()>) -> io::Result<()> {
         match &self.0 {
-            Mode::Thread(p) => p.spawn(name, driver),
+            Mode::Thread(lease) => {
+                let (lease, run) = match lease.start(driver) {
+                    Ok(()) => (Some(lease.clone()), None),
+                    // A second driver on this runtime value: a thread of its own, no callers.
+                    Err(driver) => (None, Some(driver)),
+                };
+                std::thread::Builder::new()
+                    .name(name.to_owned())
+                    .spawn(move || match (lease, run) {
+                        (Some(lease), _) => lease.run(),
+                        (None, Some(driver)) => nsq_client::blocking::block_on(driver),
+                        (None, None) => {}
+                    })
+                    .map(drop)
+            }
             Mode::Executor(spawn) => {
                 spawn(driver);
                 Ok(())
             }
         }
     }
+
+    fn look_again_after_work(&self) -> bool {
+        // With callers driving, the tasks a poll woke drive the client themselves.
+        matches!(self.0, Mode::Executor(_))
+    }
 }
 
 impl Adapter for AsyncStd {
+    fn lease(&self) -> Option<&Lease> {
+        match &self.0 {
+            Mode::Thread(lease) => Some(lease),
+            Mode::Executor(_) => None,
+        }
+    }
+
     fn current() -> Result<Self, Error> {
         if let Some(spawn) = EXECUTOR
             .read()
@@ -236,9 +230,7 @@ impl Adapter for AsyncStd {
         {
             return Ok(AsyncStd(Mode::Executor(spawn)));
         }
-        Poller::new()
-            .map(|p| AsyncStd(Mode::Thread(p)))
-            .map_err(|e| Error::Spawn(format!("could not create a poller: {e}")))
+        Ok(AsyncStd(Mode::Thread(Lease::new())))
     }
 }
 
@@ -262,12 +254,12 @@ async fn connect_on_reactor(addr: String, options: SocketOptions) -> io::Result<
             Ok(stream) => {
                 // Nagle off: the driver writes once per wake-up, and waits for nothing more.
                 stream.get_ref().set_nodelay(true)?;
-                return Ok(Socket(SocketKind::Reactor {
+                return Ok(Socket {
                     stream,
                     buf: BytesMut::new(),
                     readable: true,
                     writable: true,
-                }));
+                });
             }
             Err(e) => last = e,
         }
