@@ -8,6 +8,7 @@
 //!   thread of the client's own, and no thread hop between a task and its client's driver
 //!   when they share an executor thread.
 
+use atomic_waker::AtomicWaker;
 use bytes::{Bytes, BytesMut};
 use nsq_client::lease::Lease;
 use nsq_client::poller;
@@ -16,8 +17,9 @@ use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::Instant;
 
 /// Bytes zeroed per read buffer (std's `Read` wants initialised memory); a read never offers
@@ -93,6 +95,72 @@ pub struct Socket {
     readable: bool,
     /// Likewise for writes (false once a write was short or would block).
     writable: bool,
+    /// What the reactor said, and who to tell.
+    ready: Arc<Readiness>,
+    /// The wakers this socket registers with the reactor, one per direction: each notes
+    /// that its direction is ready, then wakes the driver.
+    read_waker: Waker,
+    write_waker: Waker,
+}
+
+/// A socket's readiness as the reactor reported it through the socket's own wakers.
+///
+/// async-io's `poll_readable` can answer `Pending` after the reactor has woken it for that
+/// very readiness: it drops an event delivered in the reactor tick during which it was
+/// registered (it cannot tell whether the event came before the registration), and
+/// re-arms. A socket polled from a thread other than the one waiting in the reactor (the
+/// lease's, or another worker's) registers during the reactor's wait, so that can happen at
+/// every wake-up: the client stalls until some other wake-up lands between two of the
+/// reactor's waits (seconds, in a PublishAsync loop). The socket's own wakers record the
+/// reactor's word, so a direction it reported ready is tried.
+#[derive(Debug, Default)]
+struct Readiness {
+    read: AtomicBool,
+    write: AtomicBool,
+    driver: AtomicWaker,
+}
+
+/// One direction's waker ([`Readiness`]).
+struct DirectionWaker {
+    ready: Arc<Readiness>,
+    write: bool,
+}
+
+impl Wake for DirectionWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let flag = if self.write {
+            &self.ready.write
+        } else {
+            &self.ready.read
+        };
+        flag.store(true, Ordering::SeqCst);
+        self.ready.driver.wake();
+    }
+}
+
+impl Socket {
+    fn new(stream: async_io::Async<TcpStream>) -> Socket {
+        let ready = Arc::new(Readiness::default());
+        let waker = |write| {
+            Waker::from(Arc::new(DirectionWaker {
+                ready: ready.clone(),
+                write,
+            }))
+        };
+        Socket {
+            stream,
+            buf: BytesMut::new(),
+            readable: true,
+            writable: true,
+            read_waker: waker(false),
+            write_waker: waker(true),
+            ready,
+        }
+    }
 }
 
 impl nsq_client::Socket for Socket {
@@ -101,12 +169,18 @@ impl nsq_client::Socket for Socket {
             stream,
             buf,
             readable,
+            ready,
+            read_waker,
             ..
         } = self;
         loop {
             if !*readable {
                 // Drained: wait for the reactor's word (no `recv` that returns EAGAIN).
-                std::task::ready!(stream.poll_readable(cx))?;
+                ready.driver.register(cx.waker());
+                if !ready.read.swap(false, Ordering::SeqCst) {
+                    let mut own = Context::from_waker(read_waker);
+                    std::task::ready!(stream.poll_readable(&mut own))?;
+                }
                 *readable = true;
             }
             if buf.len() < MIN_READ {
@@ -128,11 +202,19 @@ impl nsq_client::Socket for Socket {
 
     fn poll_write(&mut self, cx: &mut Context<'_>, data: &Bytes) -> Poll<io::Result<usize>> {
         let Socket {
-            stream, writable, ..
+            stream,
+            writable,
+            ready,
+            write_waker,
+            ..
         } = self;
         loop {
             if !*writable {
-                std::task::ready!(stream.poll_writable(cx))?;
+                ready.driver.register(cx.waker());
+                if !ready.write.swap(false, Ordering::SeqCst) {
+                    let mut own = Context::from_waker(write_waker);
+                    std::task::ready!(stream.poll_writable(&mut own))?;
+                }
                 *writable = true;
             }
             match stream.get_ref().write(data) {
@@ -254,12 +336,7 @@ async fn connect_on_reactor(addr: String, options: SocketOptions) -> io::Result<
             Ok(stream) => {
                 // Nagle off: the driver writes once per wake-up, and waits for nothing more.
                 stream.get_ref().set_nodelay(true)?;
-                return Ok(Socket {
-                    stream,
-                    buf: BytesMut::new(),
-                    readable: true,
-                    writable: true,
-                });
+                return Ok(Socket::new(stream));
             }
             Err(e) => last = e,
         }
