@@ -28,6 +28,7 @@ use crate::runtime::BoxFuture;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::Thread;
@@ -93,7 +94,7 @@ struct State {
     /// Who `woken` was told to.
     told: Told,
     /// Callers waiting for the client, each told of at most one wake-up: the last first.
-    callers: Vec<(u64, Waker)>,
+    callers: Vec<Waiting>,
     next_id: u64,
     /// Turns taken so far (the thread's sign of callers at work).
     turns: u64,
@@ -101,6 +102,23 @@ struct State {
     parked_long: bool,
     /// The driver has completed.
     done: bool,
+}
+
+/// A caller in the list of those waiting.
+struct Waiting {
+    id: u64,
+    waker: Waker,
+    /// Whether it is in the list (its [`Caller`] skips the lock while it is, with the same
+    /// waker).
+    listed: Arc<AtomicBool>,
+}
+
+impl Waiting {
+    /// Out of the list: its waker.
+    fn unlist(self) -> Waker {
+        self.listed.store(false, Ordering::SeqCst);
+        self.waker
+    }
 }
 
 /// What a wake-up asks for, done once the state's lock is released.
@@ -117,9 +135,9 @@ impl State {
     /// thread (unparking it if it sleeps; a ticking thread sees it at its next tick).
     fn tell(&mut self) -> Tell {
         match self.callers.pop() {
-            Some((id, waker)) => {
-                self.told = Told::Caller(id);
-                Tell::Caller(waker, std::mem::take(&mut self.parked_long))
+            Some(caller) => {
+                self.told = Told::Caller(caller.id);
+                Tell::Caller(caller.unlist(), std::mem::take(&mut self.parked_long))
             }
             None if self.parked_long => {
                 self.parked_long = false;
@@ -199,12 +217,23 @@ impl Shared {
         }
     }
 
-    /// A turn, if the lease is free.
+    /// A turn, if the lease is free and the driver has been woken since it was last polled
+    /// (else there is nothing for it to do: every source wakes it).
     fn turn(self: &Arc<Self>) -> Turn {
-        match self.try_hold() {
-            Turn::Polled => self.turn_held(),
-            other => other,
+        {
+            let mut s = lock(&self.state);
+            if s.done {
+                return Turn::Done;
+            }
+            if s.holding {
+                return Turn::Busy;
+            }
+            if !s.woken {
+                return Turn::Polled;
+            }
+            s.holding = true;
         }
+        self.turn_held()
     }
 
     /// Polls the driver (the lease held) until no wake-up arrives during a poll, at most
@@ -258,37 +287,39 @@ impl Shared {
 
     /// The driver completed: everyone who waits is told.
     fn complete(&self) {
-        let callers: Vec<(u64, Waker)> = {
+        let callers: Vec<Waiting> = {
             let mut s = lock(&self.state);
             s.done = true;
             s.holding = false;
             std::mem::take(&mut s.callers)
         };
-        for (_, waker) in callers {
-            waker.wake();
+        for caller in callers {
+            caller.unlist().wake();
         }
         self.unpark_thread();
     }
 
-    /// Registers caller `id` (a new one if `None`) with `waker`, as the next to be told;
-    /// returns whether other callers wait too.
-    fn wait(&self, id: &mut Option<u64>, waker: &Waker) -> bool {
+    /// Lists caller `id` (a new one if `None`, with its `listed` flag) with `waker`, as the
+    /// next to be told; returns whether other callers wait too.
+    fn wait(&self, id: &mut Option<(u64, Arc<AtomicBool>)>, waker: &Waker) -> bool {
         let mut s = lock(&self.state);
         if s.done {
             return false;
         }
-        let me = *id.get_or_insert_with(|| {
+        let (me, listed) = id.get_or_insert_with(|| {
             s.next_id += 1;
-            s.next_id
+            (s.next_id, Arc::new(AtomicBool::new(false)))
         });
-        let waker = match s.callers.iter().position(|(c, _)| *c == me) {
-            Some(i) => {
-                let (_, w) = s.callers.remove(i);
-                if w.will_wake(waker) { w } else { waker.clone() }
-            }
-            None => waker.clone(),
-        };
-        s.callers.push((me, waker));
+        let me = *me;
+        if listed.swap(true, Ordering::SeqCst) {
+            // Listed already (its waker changed): moved to the end with the new one.
+            s.callers.retain(|c| c.id != me);
+        }
+        s.callers.push(Waiting {
+            id: me,
+            waker: waker.clone(),
+            listed: listed.clone(),
+        });
         s.callers.len() > 1
     }
 
@@ -296,7 +327,9 @@ impl Shared {
     fn leave(&self, id: u64) {
         let tell = {
             let mut s = lock(&self.state);
-            s.callers.retain(|(c, _)| *c != id);
+            if let Some(i) = s.callers.iter().rposition(|c| c.id == id) {
+                s.callers.remove(i).unlist();
+            }
             if s.told == Told::Caller(id) && s.woken && !s.holding && !s.done {
                 s.told = Told::Nobody;
                 s.tell()
@@ -404,6 +437,8 @@ impl Lease {
             return Err(driver);
         }
         *slot = Some(driver);
+        // Its first poll is due.
+        lock(&self.0.state).woken = true;
         Ok(())
     }
 
@@ -456,7 +491,10 @@ impl Drop for Held {
 #[derive(Default)]
 pub(crate) struct Caller {
     lease: Option<Arc<Shared>>,
-    id: Option<u64>,
+    /// Its id and whether it is listed, once it has waited.
+    id: Option<(u64, Arc<AtomicBool>)>,
+    /// The waker it was listed with.
+    waker: Option<Waker>,
 }
 
 impl fmt::Debug for Caller {
@@ -473,6 +511,7 @@ impl Caller {
         Caller {
             lease: lease.map(|l| l.0.clone()),
             id: None,
+            waker: None,
         }
     }
 
@@ -500,7 +539,16 @@ impl Caller {
                 return Poll::Ready(v);
             }
         }
-        let others = lease.wait(&mut self.id, cx.waker());
+        // Listed already with this waker (a handle polled again among many): no lock.
+        let listed = self
+            .id
+            .as_ref()
+            .is_some_and(|(_, l)| l.load(Ordering::SeqCst))
+            && self.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker()));
+        let others = !listed && lease.wait(&mut self.id, cx.waker());
+        if !listed {
+            self.waker = Some(cx.waker().clone());
+        }
         match held {
             // Given back: the command's wake-up is told to the last caller, this one.
             Some(held) if others => drop(held),
@@ -516,7 +564,7 @@ impl Caller {
     }
 
     fn leave(&mut self) {
-        if let (Some(lease), Some(id)) = (&self.lease, self.id.take()) {
+        if let (Some(lease), Some((id, _))) = (&self.lease, self.id.take()) {
             lease.leave(id);
         }
     }
@@ -563,7 +611,7 @@ mod tests {
     //! The lease's rules, with a driver that counts its polls and wakers that count their
     //! wake-ups; the thread's decisions through [`Ticks`] (no thread, no clock).
     use super::*;
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::atomic::AtomicUsize;
 
     /// A waker that counts its wake-ups.
     struct Count(AtomicUsize);
@@ -677,7 +725,11 @@ mod tests {
         let ((ca, wa), (cb, wb)) = (counting(), counting());
         wait(a, None, &wa);
         wait(b, None, &wb);
-        assert_eq!(probe.polls(), 3, "each took a turn");
+        assert_eq!(
+            probe.polls(),
+            1,
+            "nothing woke the driver: no turn polls it"
+        );
         probe.fire();
         probe.fire(); // a second wake-up before b polls: one tell is enough
         assert_eq!((wakes(&ca), wakes(&cb)), (0, 1));
@@ -685,8 +737,31 @@ mod tests {
         done(b, &wb);
         assert_eq!((wakes(&ca), wakes(&cb)), (1, 1));
         wait(a, None, &wa);
-        assert_eq!(probe.polls(), 4, "a took the turn");
+        assert_eq!(probe.polls(), 2, "a took the turn");
         assert!(!lock(&lease.0.state).woken);
+    }
+
+    #[test]
+    fn a_caller_polled_again_is_listed_once() {
+        let (lease, probe) = started();
+        let (a, b) = (
+            &mut Caller::new(Some(&lease)),
+            &mut Caller::new(Some(&lease)),
+        );
+        let ((ca, wa), (cb, wb)) = (counting(), counting());
+        wait(a, None, &wa);
+        wait(b, None, &wb);
+        wait(a, None, &wa); // polled again, same waker: stays where it is
+        assert_eq!(lock(&lease.0.state).callers.len(), 2);
+        probe.fire();
+        assert_eq!(
+            (wakes(&ca), wakes(&cb)),
+            (0, 1),
+            "b is still the last listed"
+        );
+        // Told, b is off the list; polled again it is listed anew.
+        wait(b, None, &wb);
+        assert_eq!(lock(&lease.0.state).callers.len(), 2);
     }
 
     #[test]
@@ -718,7 +793,9 @@ mod tests {
         let mut me = Caller::new(Some(&lease));
         let (count, waker) = counting();
         probe.wake_self_once.store(true, Ordering::SeqCst);
-        wait(&mut me, None, &waker);
+        let held = lease.hold().expect("free");
+        probe.fire();
+        wait(&mut me, Some(held), &waker);
         assert_eq!(probe.polls(), 3, "polled again in the same turn");
         assert_eq!(wakes(&count), 0);
     }
@@ -746,12 +823,12 @@ mod tests {
         let ((ca, wa), (cb, wb)) = (counting(), counting());
         wait(a, None, &wa);
         probe.complete.store(true, Ordering::SeqCst);
-        wait(b, None, &wb); // its turn completes the driver
-        assert_eq!(
-            (wakes(&ca), wakes(&cb)),
-            (1, 1),
-            "both hear (their results are Closed)"
-        );
+        let held = lease.hold().expect("free");
+        probe.fire();
+        assert_eq!(held.turn(), Turn::Done, "this turn completes the driver");
+        wait(b, None, &wb);
+        // a, waiting, hears (its result is Closed by then); b, after the end, is not listed.
+        assert_eq!((wakes(&ca), wakes(&cb)), (1, 0));
         assert_eq!(lease.0.turn(), Turn::Done);
         assert!(lease.hold().is_none());
         assert!(lock(&lease.0.driver).is_none(), "the driver is dropped");
@@ -799,8 +876,12 @@ mod tests {
         assert!(!s.parked_long && s.told == Told::Thread);
         // And one told to a caller also sets it ticking (to take over if the caller does not).
         s.parked_long = true;
-        let (_, w) = counting();
-        s.callers.push((1, w));
+        let (_, waker) = counting();
+        s.callers.push(Waiting {
+            id: 1,
+            waker,
+            listed: Arc::new(AtomicBool::new(true)),
+        });
         assert!(matches!(s.tell(), Tell::Caller(_, true)));
     }
 }

@@ -7,7 +7,7 @@ use logic::{Input, Place, ProducerLogic, Reply};
 
 use super::builder::{BuildProducer, sealed};
 use super::driver::{self, Net};
-use super::lease::{Driven, Lease};
+use super::lease::{Caller, Driven, Lease};
 use super::runtime::{Adapter, Ended, SocketOptions};
 use super::sync::{Inbox, ReplyRx, oneshot};
 use super::{Backpressure, Error, IntoTopic, ProducerSetup, PublishRequest};
@@ -112,6 +112,8 @@ pub struct PendingPublish {
     rx: ReplyRx<Result<(), Error>>,
     /// The result, once received (`try_result` may look before the future is polled).
     result: Option<Result<(), Error>>,
+    /// Drives the client while the result is awaited, when it has a lease.
+    caller: Caller,
 }
 
 impl fmt::Debug for PendingPublish {
@@ -123,8 +125,12 @@ impl fmt::Debug for PendingPublish {
 }
 
 impl PendingPublish {
-    fn new(rx: ReplyRx<Result<(), Error>>) -> Self {
-        PendingPublish { rx, result: None }
+    fn new(rx: ReplyRx<Result<(), Error>>, lease: Option<&Lease>) -> Self {
+        PendingPublish {
+            rx,
+            result: None,
+            caller: Caller::new(lease),
+        }
     }
 
     /// The result if it is known, without waiting (the future still resolves with it).
@@ -147,8 +153,9 @@ impl Future for PendingPublish {
         if let Some(result) = this.result.take() {
             return Poll::Ready(result);
         }
-        this.rx
-            .poll_recv(cx)
+        let rx = &mut this.rx;
+        this.caller
+            .poll(None, cx, |cx| rx.poll_recv(cx))
             .map(|r| r.unwrap_or_else(|_| Err(Error::Closed)))
     }
 }
@@ -189,10 +196,13 @@ impl<R: Adapter> Producer<R> {
     }
 
     /// Hands `input` to the driver; its reply comes through the returned receiver.
+    /// The handle drives the client through `lease` while it is awaited (`None`: it does
+    /// not, as when a [`Driven`] wraps it).
     fn start_input(
         &self,
         place: Option<Place>,
         input: impl FnOnce(Reply) -> Input,
+        lease: Option<&Lease>,
     ) -> Result<PendingPublish, Error> {
         let (tx, rx) = oneshot();
         let reply = Reply::new(tx, place);
@@ -200,13 +210,13 @@ impl<R: Adapter> Producer<R> {
             .inbox
             .send(input(reply))
             .map_err(|_| Error::Closed)?;
-        Ok(PendingPublish::new(rx))
+        Ok(PendingPublish::new(rx, lease))
     }
 
     async fn send(&self, input: impl FnOnce(Reply) -> Input) -> Result<(), Error> {
         let lease = self.inner.runtime.lease();
         let held = lease.and_then(Lease::hold);
-        let pending = self.start_input(None, input)?;
+        let pending = self.start_input(None, input, None)?;
         Driven::new(lease, held, pending).await
     }
 
@@ -224,14 +234,17 @@ impl<R: Adapter> Producer<R> {
         Ok(place)
     }
 
-    /// Hands a publish to the driver; `bounded` as for [`place`](Self::place).
+    /// Hands a publish to the driver; `bounded` as for [`place`](Self::place). The handle
+    /// drives the client while it is awaited (when the client has a lease) if `driving`.
     fn start_request(
         &self,
         request: PublishRequest,
         bounded: bool,
+        driving: bool,
     ) -> Result<PendingPublish, Error> {
         let place = self.place(bounded)?;
-        self.start_input(Some(place), |reply| Input::Request(request, reply))
+        let lease = self.inner.runtime.lease().filter(|_| driving);
+        self.start_input(Some(place), |reply| Input::Request(request, reply), lease)
     }
 
     /// Publishes and waits for the result, driving the client meanwhile when it has a lease:
@@ -240,7 +253,7 @@ impl<R: Adapter> Producer<R> {
     async fn request(&self, request: PublishRequest) -> Result<(), Error> {
         let lease = self.inner.runtime.lease();
         let held = lease.and_then(Lease::hold);
-        let pending = self.start_request(request, false)?;
+        let pending = self.start_request(request, false, false)?;
         Driven::new(lease, held, pending).await
     }
 
@@ -292,7 +305,7 @@ impl<R: Adapter> Producer<R> {
         topic: impl IntoTopic,
         body: impl Into<Bytes>,
     ) -> Result<PendingPublish, Error> {
-        self.start_request(PublishRequest::publish(topic, body)?, true)
+        self.start_request(PublishRequest::publish(topic, body)?, true, true)
     }
 
     /// Publishes several messages atomically (MPUB) and returns at once (see
@@ -307,7 +320,7 @@ impl<R: Adapter> Producer<R> {
         B: AsRef<[u8]>,
     {
         let request = PublishRequest::multi_publish(topic, bodies, &self.inner.limits)?;
-        self.start_request(request, true)
+        self.start_request(request, true, true)
     }
 
     /// Publishes one message delivered after `delay` (DPUB) and returns at once (see
@@ -318,7 +331,11 @@ impl<R: Adapter> Producer<R> {
         delay: Duration,
         body: impl Into<Bytes>,
     ) -> Result<PendingPublish, Error> {
-        self.start_request(PublishRequest::deferred_publish(topic, delay, body)?, true)
+        self.start_request(
+            PublishRequest::deferred_publish(topic, delay, body)?,
+            true,
+            true,
+        )
     }
 
     /// Resolves once a connection is ready (at once if one is); fails fast with
@@ -379,7 +396,7 @@ mod tests {
     #[test]
     fn a_result_looked_at_early_is_still_the_future_s() {
         let (tx, rx) = oneshot();
-        let mut p = PendingPublish::new(rx);
+        let mut p = PendingPublish::new(rx, None);
         assert!(p.try_result().is_none());
         assert!(poll_now(&mut p).is_pending());
         tx.send(Err(Error::Backpressure(Backpressure::Unanswered {
@@ -394,7 +411,7 @@ mod tests {
         // A driver that stopped without answering: the client is closed.
         let (tx, rx) = oneshot::<Result<(), Error>>();
         drop(tx);
-        let mut p = PendingPublish::new(rx);
+        let mut p = PendingPublish::new(rx, None);
         assert!(matches!(poll_now(&mut p), Poll::Ready(Err(Error::Closed))));
     }
 }
