@@ -112,7 +112,8 @@ pub struct Socket {
 /// lease's, or another worker's) registers during the reactor's wait, so that can happen at
 /// every wake-up: the client stalls until some other wake-up lands between two of the
 /// reactor's waits (seconds, in a PublishAsync loop). The socket's own wakers record the
-/// reactor's word, so a direction it reported ready is tried.
+/// reactor's word, so a direction it reported ready is tried even when `poll_readable`
+/// (still asked first, so that it takes the event as seen) says `Pending`.
 #[derive(Debug, Default)]
 struct Readiness {
     read: AtomicBool,
@@ -177,9 +178,13 @@ impl nsq_client::Socket for Socket {
             if !*readable {
                 // Drained: wait for the reactor's word (no `recv` that returns EAGAIN).
                 ready.driver.register(cx.waker());
-                if !ready.read.swap(false, Ordering::SeqCst) {
-                    let mut own = Context::from_waker(read_waker);
-                    std::task::ready!(stream.poll_readable(&mut own))?;
+                let polled = stream.poll_readable(&mut Context::from_waker(read_waker));
+                // Reported ready (even if async-io took the event for a stale one).
+                let reported = ready.read.swap(false, Ordering::SeqCst);
+                match polled {
+                    Poll::Ready(r) => r?,
+                    Poll::Pending if reported => {}
+                    Poll::Pending => return Poll::Pending,
                 }
                 *readable = true;
             }
@@ -211,9 +216,12 @@ impl nsq_client::Socket for Socket {
         loop {
             if !*writable {
                 ready.driver.register(cx.waker());
-                if !ready.write.swap(false, Ordering::SeqCst) {
-                    let mut own = Context::from_waker(write_waker);
-                    std::task::ready!(stream.poll_writable(&mut own))?;
+                let polled = stream.poll_writable(&mut Context::from_waker(write_waker));
+                let reported = ready.write.swap(false, Ordering::SeqCst);
+                match polled {
+                    Poll::Ready(r) => r?,
+                    Poll::Pending if reported => {}
+                    Poll::Pending => return Poll::Pending,
                 }
                 *writable = true;
             }
