@@ -39,8 +39,9 @@ const USAGE: Usage = Usage {
         value(
             "drivers",
             "thread|executor",
-            "where each client's driver runs, not a Go flag: a thread of its own, or a task on \
-             the executor (nsq_async_std::set_executor) (default: thread)",
+            "who drives each client, not a Go flag: the tasks that wait for it and a thread of \
+             its own (the default mode), or a task on the executor \
+             (nsq_async_std::set_executor) (default: thread)",
         )
     ),
 };

@@ -15,9 +15,11 @@
 //! 3. the runtime shims: each adapter implements [`Runtime`] (a socket type, a timer, how
 //!    the driver is started, the clock: IO only) and [`Adapter`] (where `build` finds the
 //!    runtime, and what it returns), and names the types here for its users
-//!    (`nsq_tokio::Consumer` is [`Consumer<Tokio>`](Consumer), ...). nsq-async-std and
-//!    nsq-blocking run the same driver on a thread of its own ([`poller`]); the blocking API
-//!    ([`blocking`]) wraps the async one in blocking calls.
+//!    (`nsq_tokio::Consumer` is [`Consumer<Tokio>`](Consumer), ...). In nsq-blocking and
+//!    nsq-async-std the call that waits drives its client, with a thread of the client's own
+//!    for the rest: over a poller of the client's own for blocking calls ([`poller`]), over
+//!    the runtime's reactor for async ones ([`lease`]). The blocking API ([`blocking`])
+//!    wraps the async one in blocking calls.
 //!
 //! The driver's rules: per wake-up it takes every queued command, reads every socket until
 //! it would block (message bodies are slices of the read buffer: zero-copy), fires its one

@@ -1,5 +1,5 @@
 //! A client's IO over a poller of its own, for runtimes that have no reactor to lend
-//! (`nsq-blocking`) or whose reactor costs more than it gives (`nsq-async-std`): a
+//! (`nsq-blocking`): a
 //! [`Poller`] per client over the client's non-blocking sockets ([`Socket`]), with the
 //! driver's [`PollerTimer`] as the wait's deadline. Other threads wake whoever waits in it
 //! through the poller, once per batch of commands and only when it waits.
