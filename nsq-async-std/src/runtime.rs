@@ -351,3 +351,70 @@ async fn connect_on_reactor(addr: String, options: SocketOptions) -> io::Result<
     }
     Err(last)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nsq_client::Socket as _;
+    use std::net::TcpListener;
+    use std::sync::{Mutex, mpsc};
+    use std::time::Duration;
+
+    /// A waker that reports each wake-up on a channel.
+    struct Report(Mutex<mpsc::Sender<()>>);
+
+    impl Wake for Report {
+        fn wake(self: Arc<Self>) {
+            let _ = self
+                .0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .send(());
+        }
+    }
+
+    /// The socket is registered while another thread waits in async-io's reactor, and its
+    /// bytes arrive during that same wait: async-io's own check takes the event for a stale
+    /// one (it cannot tell it from one that came before the registration); the socket's own
+    /// waker does not. Before the socket had wakers of its own, the poll after the wake-up
+    /// was `Pending` and the bytes were not read until some other wake-up.
+    #[test]
+    fn bytes_reported_during_the_reactor_wait_that_registered_the_socket_are_read() {
+        // Another thread waits in the reactor while the test runs (its timer ends each
+        // wait after 50 ms; each round below takes far less).
+        let stop = Arc::new(AtomicBool::new(false));
+        let reactor = std::thread::spawn({
+            let stop = stop.clone();
+            move || {
+                async_io::block_on(async move {
+                    while !stop.load(Ordering::SeqCst) {
+                        async_io::Timer::after(Duration::from_millis(50)).await;
+                    }
+                });
+            }
+        });
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        for round in 0..20 {
+            // A connection of its own per round: the one wake-up its waker sees is the
+            // reactor's word for the byte written below.
+            let mut peer = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+            let (ours, _) = listener.accept().unwrap();
+            let mut socket = Socket::new(async_io::Async::new(ours).unwrap());
+            let (tx, rx) = mpsc::channel();
+            let waker = Waker::from(Arc::new(Report(Mutex::new(tx))));
+            let mut cx = Context::from_waker(&waker);
+            // Nothing to read: this poll registers with the reactor, which waits on another
+            // thread.
+            assert!(socket.poll_read(&mut cx).is_pending(), "round {round}");
+            peer.write_all(b"x").unwrap();
+            rx.recv_timeout(Duration::from_secs(10))
+                .expect("the reactor reports the socket readable");
+            match socket.poll_read(&mut cx) {
+                Poll::Ready(Ok(bytes)) => assert_eq!(&bytes[..], b"x", "round {round}"),
+                other => panic!("round {round}: woken for bytes but not read: {other:?}"),
+            }
+        }
+        stop.store(true, Ordering::SeqCst);
+        reactor.join().unwrap();
+    }
+}
