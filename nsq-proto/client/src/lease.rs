@@ -611,21 +611,8 @@ mod tests {
     //! The lease's rules, with a driver that counts its polls and wakers that count their
     //! wake-ups; the thread's decisions through [`Ticks`] (no thread, no clock).
     use super::*;
+    use crate::sync::counting::{Count, waker as counting};
     use std::sync::atomic::AtomicUsize;
-
-    /// A waker that counts its wake-ups.
-    struct Count(AtomicUsize);
-
-    impl Wake for Count {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-
-    fn counting() -> (Arc<Count>, Waker) {
-        let c = Arc::new(Count(AtomicUsize::new(0)));
-        (c.clone(), Waker::from(c))
-    }
 
     fn wakes(c: &Count) -> usize {
         c.0.load(Ordering::SeqCst)

@@ -332,12 +332,15 @@ pub(crate) fn pop_front<T>(queue: &mut VecDeque<T>) -> Option<T> {
     item
 }
 
+/// A waker that counts its wake-ups, for this crate's tests.
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::task::Wake;
+pub(crate) mod counting {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::{Wake, Waker};
 
-    struct Count(AtomicUsize);
+    /// How many times its waker was woken (`.0`).
+    pub(crate) struct Count(pub(crate) AtomicUsize);
 
     impl Wake for Count {
         fn wake(self: Arc<Self>) {
@@ -345,10 +348,17 @@ mod tests {
         }
     }
 
-    fn waker() -> (Arc<Count>, Waker) {
+    /// A counting waker, and its count.
+    pub(crate) fn waker() -> (Arc<Count>, Waker) {
         let count = Arc::new(Count(AtomicUsize::new(0)));
         (count.clone(), Waker::from(count))
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::counting::waker;
+    use super::*;
 
     fn poll_once<F: std::future::Future>(f: F) -> Poll<F::Output> {
         let (_, w) = waker();
