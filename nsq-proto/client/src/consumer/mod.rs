@@ -334,14 +334,23 @@ impl MessageReceiver {
         MessageReceiver::new(self.mailbox.clone(), self.shared.clone(), false)
     }
 
-    fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Message>> {
+    /// What `poll_recv` answers without waiting (a message taken earlier, or the end once the
+    /// consumer stops); `Pending` when that needs the mailbox.
+    fn at_hand(&mut self) -> Poll<Option<Message>> {
         if self.shared.stopping.load(Ordering::Acquire) {
             // Messages not taken yet are requeued at once so the drain is quick.
             self.discard();
             return Poll::Ready(None);
         }
-        if let Some(m) = super::sync::pop_front(&mut self.local) {
-            return Poll::Ready(Some(m));
+        match super::sync::pop_front(&mut self.local) {
+            Some(m) => Poll::Ready(Some(m)),
+            None => Poll::Pending,
+        }
+    }
+
+    fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Message>> {
+        if let Poll::Ready(at_hand) = self.at_hand() {
+            return Poll::Ready(at_hand);
         }
         if !self.batch {
             return self.mailbox.poll_recv(cx);
@@ -486,6 +495,10 @@ impl<R: Adapter> Consumer<R> {
 
     /// The next message; `None` once the consumer is stopped.
     pub async fn recv(&mut self) -> Option<Message> {
+        // Most calls find a message of the last batch at hand.
+        if let Poll::Ready(at_hand) = self.receiver.at_hand() {
+            return at_hand;
+        }
         // This call's own caller: dropped with the future, it waits no more.
         let mut caller = Caller::new(self.handle.guard.runtime.lease());
         let receiver = &mut self.receiver;
