@@ -25,11 +25,12 @@
 //! every 2 ms meanwhile.
 
 use crate::runtime::BoxFuture;
+use crate::sync::lock;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::Thread;
 use std::time::Duration;
@@ -42,10 +43,6 @@ pub const TICK: Duration = Duration::from_millis(2);
 
 /// How many ticks without a turn or a wake-up before the lease's thread sleeps until woken.
 pub const IDLE_TICKS: u32 = 8;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// One client's lease: its driver, who drives it, and who is told when it has work. Cheap to
 /// clone (an `Arc`). An adapter makes one per client, runs [`run`](Self::run) on a thread of
@@ -199,41 +196,35 @@ enum Turn {
     Polled,
     /// Someone else holds the lease: what wakes the driver meanwhile is theirs.
     Busy,
+    /// Nothing woke the driver since its last poll: not polled.
+    Idle,
     /// The driver has completed.
     Done,
 }
 
 impl Shared {
-    /// Takes the lease if it is free.
-    fn try_hold(&self) -> Turn {
+    /// Takes the lease if it is free (and, `if_woken`, only if the driver was woken since
+    /// it was last polled: else there is nothing for a turn to do, every source wakes it).
+    fn take(&self, if_woken: bool) -> Turn {
         let mut s = lock(&self.state);
         if s.done {
             Turn::Done
         } else if s.holding {
             Turn::Busy
+        } else if if_woken && !s.woken {
+            Turn::Idle
         } else {
             s.holding = true;
             Turn::Polled
         }
     }
 
-    /// A turn, if the lease is free and the driver has been woken since it was last polled
-    /// (else there is nothing for it to do: every source wakes it).
+    /// A turn, if the lease is free and the driver has something to do.
     fn turn(self: &Arc<Self>) -> Turn {
-        {
-            let mut s = lock(&self.state);
-            if s.done {
-                return Turn::Done;
-            }
-            if s.holding {
-                return Turn::Busy;
-            }
-            if !s.woken {
-                return Turn::Polled;
-            }
-            s.holding = true;
+        match self.take(true) {
+            Turn::Polled => self.turn_held(),
+            other => other,
         }
-        self.turn_held()
     }
 
     /// Polls the driver (the lease held) until no wake-up arrives during a poll, at most
@@ -454,7 +445,7 @@ impl Lease {
     /// Takes the lease for a caller about to hand its client a command, so the wake-up the
     /// command makes is kept for the caller's own poll instead of waking another thread.
     pub(crate) fn hold(&self) -> Option<Held> {
-        (self.0.try_hold() == Turn::Polled).then(|| Held(Some(self.0.clone())))
+        (self.0.take(false) == Turn::Polled).then(|| Held(Some(self.0.clone())))
     }
 }
 

@@ -18,6 +18,7 @@
 //! wait.
 
 use super::runtime::{BoxFuture, SocketOptions};
+use super::sync::lock;
 use bytes::{Bytes, BytesMut};
 use mio::net::TcpStream;
 use mio::{Events, Interest, Registry, Token};
@@ -29,7 +30,7 @@ use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::Thread;
 use std::time::Duration;
@@ -41,10 +42,6 @@ const READ_CHUNK: usize = 64 * 1024;
 const MIN_READ: usize = 8 * 1024;
 /// The token of the poller's waker (sockets count up from 1).
 const WAKER: Token = Token(0);
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 // ----------------------------------------------------------------------------------- reactor
 

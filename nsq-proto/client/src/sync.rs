@@ -9,8 +9,14 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
+
+/// Locks `m`, through a poisoned lock too (what it guards is left consistent between
+/// statements: a panic elsewhere does not make it unusable).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// Commands from the handles to the driver: a vector under a lock, taken by the driver all at
 /// once (swapped for its empty one), and the driver's waker, woken by the command that finds
