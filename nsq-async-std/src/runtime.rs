@@ -121,6 +121,29 @@ struct Readiness {
     driver: AtomicWaker,
 }
 
+impl Readiness {
+    /// Whether the reactor says one direction is ready: `poll` asks async-io with that
+    /// direction's own waker `own` (taking the event as seen), and `flag`, which `own` sets,
+    /// overrides a `Pending` that follows the reactor's word. The driver's waker (`cx`) is
+    /// woken by `own`.
+    fn poll(
+        &self,
+        flag: &AtomicBool,
+        cx: &Context<'_>,
+        own: &Waker,
+        poll: impl FnOnce(&mut Context<'_>) -> Poll<io::Result<()>>,
+    ) -> Poll<io::Result<()>> {
+        self.driver.register(cx.waker());
+        let polled = poll(&mut Context::from_waker(own));
+        // Reported ready (even if async-io took the event for a stale one).
+        let reported = flag.swap(false, Ordering::SeqCst);
+        match polled {
+            Poll::Pending if reported => Poll::Ready(Ok(())),
+            other => other,
+        }
+    }
+}
+
 /// One direction's waker ([`Readiness`]).
 struct DirectionWaker {
     ready: Arc<Readiness>,
@@ -177,15 +200,9 @@ impl nsq_client::Socket for Socket {
         loop {
             if !*readable {
                 // Drained: wait for the reactor's word (no `recv` that returns EAGAIN).
-                ready.driver.register(cx.waker());
-                let polled = stream.poll_readable(&mut Context::from_waker(read_waker));
-                // Reported ready (even if async-io took the event for a stale one).
-                let reported = ready.read.swap(false, Ordering::SeqCst);
-                match polled {
-                    Poll::Ready(r) => r?,
-                    Poll::Pending if reported => {}
-                    Poll::Pending => return Poll::Pending,
-                }
+                std::task::ready!(ready.poll(&ready.read, cx, read_waker, |own| {
+                    stream.poll_readable(own)
+                }))?;
                 *readable = true;
             }
             if buf.len() < MIN_READ {
@@ -215,14 +232,9 @@ impl nsq_client::Socket for Socket {
         } = self;
         loop {
             if !*writable {
-                ready.driver.register(cx.waker());
-                let polled = stream.poll_writable(&mut Context::from_waker(write_waker));
-                let reported = ready.write.swap(false, Ordering::SeqCst);
-                match polled {
-                    Poll::Ready(r) => r?,
-                    Poll::Pending if reported => {}
-                    Poll::Pending => return Poll::Pending,
-                }
+                std::task::ready!(ready.poll(&ready.write, cx, write_waker, |own| {
+                    stream.poll_writable(own)
+                }))?;
                 *writable = true;
             }
             match stream.get_ref().write(data) {
@@ -277,19 +289,16 @@ impl Runtime for AsyncStd {
     fn spawn(&self, name: &str, driver: BoxFuture<()>) -> io::Result<()> {
         match &self.0 {
             Mode::Thread(lease) => {
-                let (lease, run) = match lease.start(driver) {
-                    Ok(()) => (Some(lease.clone()), None),
+                let thread = std::thread::Builder::new().name(name.to_owned());
+                match lease.start(driver) {
+                    Ok(()) => {
+                        let lease = lease.clone();
+                        thread.spawn(move || lease.run())
+                    }
                     // A second driver on this runtime value: a thread of its own, no callers.
-                    Err(driver) => (None, Some(driver)),
-                };
-                std::thread::Builder::new()
-                    .name(name.to_owned())
-                    .spawn(move || match (lease, run) {
-                        (Some(lease), _) => lease.run(),
-                        (None, Some(driver)) => nsq_client::blocking::block_on(driver),
-                        (None, None) => {}
-                    })
-                    .map(drop)
+                    Err(driver) => thread.spawn(move || nsq_client::blocking::block_on(driver)),
+                }
+                .map(drop)
             }
             Mode::Executor(spawn) => {
                 spawn(driver);
