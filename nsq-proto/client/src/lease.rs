@@ -17,8 +17,10 @@
 //!   waits), which polls the driver when its executor polls it;
 //! * else left for the lease's thread, which looks every [`TICK`] while callers are at work
 //!   (so a caller that is told and does not come back, its task busy with something else,
-//!   delays its client by a tick or two, not forever), and sleeps until it is woken once
-//!   they have left the client alone for [`IDLE_TICKS`] ticks.
+//!   delays its client by a tick or two, not forever), less often while every look finds
+//!   that callers took turns and left it nothing (up to [`MAX_TICK`]: a thread that wakes
+//!   500 times a second per client for nothing is a cost of its own), and sleeps until it
+//!   is woken once they have left the client alone for [`IDLE_TICKS`] ticks.
 //!
 //! The same shape as the blocking adapter's poller lease ([`poller`](crate::poller)): a
 //! thread that waits for its reply drives the client there, with the driver thread ticking
@@ -40,6 +42,12 @@ const POLLS_PER_TURN: usize = 4;
 
 /// How often the lease's thread looks while callers are at work.
 pub const TICK: Duration = Duration::from_millis(2);
+
+/// The longest the lease's thread waits between looks while callers keep taking turns and
+/// leave it nothing to do: each such look doubles the wait, from [`TICK`] up to this; any
+/// other look brings it back to [`TICK`]. Work left when callers stop waits at most this
+/// long (plus a tick), once.
+pub const MAX_TICK: Duration = Duration::from_millis(16);
 
 /// How many ticks without a turn or a wake-up before the lease's thread sleeps until woken.
 pub const IDLE_TICKS: u32 = 8;
@@ -331,8 +339,9 @@ impl Shared {
         self.act(tell);
     }
 
-    /// The lease's thread: drives what no caller does, looking every [`TICK`] while callers
-    /// are at work, and sleeping until woken once they have left the client alone.
+    /// The lease's thread: drives what no caller does, looking every [`TICK`] to
+    /// [`MAX_TICK`] while callers are at work, and sleeping until woken once they have left
+    /// the client alone.
     fn run(self: &Arc<Self>) {
         let mut ticks = Ticks::default();
         loop {
@@ -354,14 +363,14 @@ impl Shared {
             if long {
                 std::thread::park();
             } else {
-                std::thread::park_timeout(TICK);
+                std::thread::park_timeout(ticks.wait);
             }
         }
     }
 }
 
 /// What the lease's thread saw at its last look, and what it makes of what it sees now.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Ticks {
     /// The turns counted at the last look (`None` before the first: the thread's first look
     /// starts the driver).
@@ -370,6 +379,19 @@ struct Ticks {
     told: Told,
     /// Looks in a row that found no turn and no wake-up.
     idle: u32,
+    /// How long to wait before the next look ([`TICK`] to [`MAX_TICK`]).
+    wait: Duration,
+}
+
+impl Default for Ticks {
+    fn default() -> Self {
+        Ticks {
+            turns: None,
+            told: Told::Nobody,
+            idle: 0,
+            wait: TICK,
+        }
+    }
 }
 
 impl Ticks {
@@ -391,6 +413,13 @@ impl Ticks {
         };
         let drive = s.woken && !s.holding && stale;
         self.idle = if quiet && !s.woken { self.idle + 1 } else { 0 };
+        // Callers took turns and left nothing: look again later. Anything else (quiet
+        // callers, work to take): soon.
+        self.wait = if quiet || drive {
+            TICK
+        } else {
+            (self.wait * 2).min(MAX_TICK)
+        };
         self.turns = Some(s.turns);
         self.told = s.told;
         if !drive && self.idle >= IDLE_TICKS {
@@ -407,6 +436,7 @@ impl Ticks {
     fn turned(&mut self, turns: u64) {
         self.turns = Some(turns);
         self.idle = 0;
+        self.wait = TICK;
     }
 }
 
@@ -834,6 +864,47 @@ mod tests {
         // While someone holds the lease, never.
         s.holding = true;
         assert!(!t.look(&mut s));
+    }
+
+    #[test]
+    fn the_thread_looks_less_often_while_callers_take_turns_and_soon_after_they_stop() {
+        let mut s = State::default();
+        let mut t = Ticks::default();
+        assert!(t.look(&mut s));
+        t.turned(s.turns);
+        assert_eq!(t.wait, TICK);
+        // Callers take turns between looks, their wake-ups told to them: 4, 8, 16, 16 ms.
+        let mut waits = Vec::new();
+        for id in 0..4 {
+            s.turns += 1;
+            s.woken = true;
+            s.told = Told::Caller(id);
+            assert!(!t.look(&mut s));
+            waits.push(t.wait);
+        }
+        assert_eq!(waits, [2 * TICK, 4 * TICK, MAX_TICK, MAX_TICK]);
+        // They stop, a wake-up told to the last of them before the last look: the next
+        // look takes it.
+        assert!(t.look(&mut s), "told a whole wait ago, still not acted on");
+        assert_eq!(t.wait, TICK);
+        t.turned(s.turns);
+        // Told, with no turn since the last look: looked at again a tick later, and taken
+        // then.
+        s.told = Told::Caller(9);
+        assert!(!t.look(&mut s), "told since the last look");
+        assert_eq!(t.wait, TICK);
+        assert!(t.look(&mut s));
+        t.turned(s.turns);
+        // Busy again, then a look that finds work left to the thread.
+        s.turns += 1;
+        s.woken = false;
+        assert!(!t.look(&mut s));
+        assert_eq!(t.wait, 2 * TICK);
+        s.turns += 1;
+        s.woken = true;
+        s.told = Told::Thread;
+        assert!(t.look(&mut s));
+        assert_eq!(t.wait, TICK);
     }
 
     #[test]

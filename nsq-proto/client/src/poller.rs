@@ -8,8 +8,9 @@
 //! ([`Poller::wait`]) takes it when it is free and drives the client on its own thread until
 //! its own future is ready, so a call's round trip to nsqd wakes no other thread. The
 //! driver thread ([`Poller::spawn`]) drives whenever no caller does: it takes the lease once
-//! callers have left it alone for 2 ms, or when a deadline of the driver is due, and gives
-//! it back to the first caller that asks. Callers that wait at once take turns; each
+//! callers have left it alone for 2 ms (up to 16 ms after a run of looks that each found
+//! them at work), or when a deadline of the driver is due, and gives it back to the first
+//! caller that asks. Callers that wait at once take turns; each
 //! release wakes the next.
 //!
 //! The poller is mio's (epoll, kqueue or IOCP). Sockets are registered once, edge-triggered,
@@ -128,7 +129,13 @@ const CALLER: u8 = 2;
 /// How long the driver thread leaves the lease to callers: it takes it back when no caller
 /// has taken it for this long (or a deadline of the driver is due). A caller that waits
 /// again within it finds the lease free, and drives without waking any thread.
-const CALLERS_GRACE: Duration = Duration::from_millis(2);
+const CALLERS_GRACE: Duration = crate::lease::TICK;
+
+/// The longest grace: each look that finds that callers took the lease since the last one
+/// doubles the grace, up to this (a thread that wakes 500 times a second per client to find
+/// callers at work is a cost of its own); the thread's own turn brings it back to
+/// [`CALLERS_GRACE`].
+const MAX_CALLERS_GRACE: Duration = crate::lease::MAX_TICK;
 
 impl Reactor {
     fn new() -> io::Result<Reactor> {
@@ -273,6 +280,7 @@ impl Reactor {
         let waker = Waker::from(self.clone());
         let mut cx = Context::from_waker(&waker);
         let mut seen = self.sessions.load(Ordering::SeqCst);
+        let mut grace = CALLERS_GRACE;
         while !self.done.load(Ordering::SeqCst) {
             let sessions = self.sessions.load(Ordering::SeqCst);
             let free = self.holder.load(Ordering::SeqCst) == NOBODY;
@@ -284,6 +292,7 @@ impl Reactor {
                     self.put_back(drive);
                     driven?;
                     seen = self.sessions.load(Ordering::SeqCst);
+                    grace = CALLERS_GRACE;
                     if !self.done.load(Ordering::SeqCst) {
                         // A caller asked for the lease: leave it to callers for a while.
                         std::thread::park_timeout(CALLERS_GRACE);
@@ -304,13 +313,14 @@ impl Reactor {
                 self.parked_long.store(false, Ordering::SeqCst);
                 continue;
             }
-            // Callers drive: look again after the grace, or at the driver's deadline if the
-            // lease is free.
+            // Callers drive: look again after the grace (longer while they keep at it), or at
+            // the driver's deadline if the lease is free.
             seen = sessions;
+            grace = (grace * 2).min(MAX_CALLERS_GRACE);
             let wait = if free && deadline != u64::MAX {
-                Duration::from_nanos(deadline.saturating_sub(now)).min(CALLERS_GRACE)
+                Duration::from_nanos(deadline.saturating_sub(now)).min(grace)
             } else {
-                CALLERS_GRACE
+                grace
             };
             std::thread::park_timeout(wait);
         }
