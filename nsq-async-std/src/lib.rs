@@ -21,7 +21,8 @@
 //!     message reads the socket itself, on the task's own thread; the reactor wakes the
 //!     task that waits, not another thread. A thread of the client's own drives what no
 //!     task does (heartbeats, reconnections, an idle client): it looks every 2 ms while
-//!     tasks are at work and sleeps until woken once they leave the client alone. Tasks
+//!     tasks are at work (less often, up to 16 ms, while they keep driving) and sleeps
+//!     until woken once they leave the client alone. Tasks
 //!     that publish at the same moment still leave as one write (the first lets the others
 //!     queue before it drives). It needs nothing from the application and works under any
 //!     executor;

@@ -23,9 +23,10 @@
 //!   its own thread, so a round trip to nsqd wakes no other thread (go-nsq's own goroutines
 //!   hop twice per publish). When no call waits, the client's driver thread (`nsqb-consumer`,
 //!   `nsqb-producer`) drives: it takes over once callers have left the client alone for 2 ms
-//!   (or when a deadline of the driver is due: heartbeats, timeouts, reconnects), and hands
-//!   the poller back to the next call that waits. Several threads waiting at once take turns:
-//!   one drives, the others sleep until their own reply or message is ready.
+//!   (up to 16 ms while they keep driving), or when a deadline of the driver is due
+//!   (heartbeats, timeouts, reconnects), and hands the poller back to the next call that
+//!   waits. Several threads waiting at once take turns: one drives, the others sleep until
+//!   their own reply or message is ready.
 //! * Bytes read are decoded, delivered and answered by whoever drives; message bodies are
 //!   slices of the read buffer. What the core emits during one wake-up leaves in one write
 //!   per connection; a blocked write never stops reading. lookupd queries use the same poller.

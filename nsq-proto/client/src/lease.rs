@@ -23,8 +23,8 @@
 //!   is woken once they have left the client alone for [`IDLE_TICKS`] ticks.
 //!
 //! The same shape as the blocking adapter's poller lease ([`poller`](crate::poller)): a
-//! thread that waits for its reply drives the client there, with the driver thread ticking
-//! every 2 ms meanwhile.
+//! thread that waits for its reply drives the client there, with the driver thread looking
+//! every 2 to 16 ms meanwhile.
 
 use crate::runtime::BoxFuture;
 use crate::sync::lock;

@@ -544,7 +544,8 @@ impl Poller {
     /// poller) if no other thread does, so a call's round trip to nsqd wakes no other thread;
     /// otherwise it parks until its future is woken or the lease comes back to it. The
     /// driver thread takes the lease back once callers have left it alone for a moment
-    /// (2 ms), or when one of the driver's deadlines is due.
+    /// (2 ms, up to 16 ms while they keep driving), or when one of the driver's deadlines is
+    /// due.
     pub fn wait<F: Future>(
         &self,
         future: Pin<&mut F>,
