@@ -22,10 +22,9 @@
 //!     task that waits, not another thread. A thread of the client's own drives what no
 //!     task does (heartbeats, reconnections, an idle client): it looks every 2 ms while
 //!     tasks are at work (less often, up to 16 ms, while they keep driving) and sleeps
-//!     until woken once they leave the client alone. Tasks
-//!     that publish at the same moment still leave as one write (the first lets the others
-//!     queue before it drives). It needs nothing from the application and works under any
-//!     executor;
+//!     until woken once they leave the client alone. Tasks that publish at the same moment
+//!     still leave as one write (the first lets the others queue before it drives). It
+//!     needs nothing from the application and works under any executor;
 //!   - **after [`set_executor`], a task on the application's executor**: no thread of the
 //!     client's own, and a task that waits for a reply or a message is woken on the
 //!     executor's thread. The driver then runs only while that executor runs.

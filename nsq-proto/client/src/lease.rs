@@ -49,6 +49,13 @@ pub const TICK: Duration = Duration::from_millis(2);
 /// long (plus a tick), once.
 pub const MAX_TICK: Duration = Duration::from_millis(16);
 
+/// The wait after `wait` for a thread whose look found callers at work and nothing for it:
+/// twice as long, up to [`MAX_TICK`] (the lease's thread, and the blocking poller's driver
+/// thread).
+pub(crate) fn longer(wait: Duration) -> Duration {
+    (wait * 2).min(MAX_TICK)
+}
+
 /// How many ticks without a turn or a wake-up before the lease's thread sleeps until woken.
 pub const IDLE_TICKS: u32 = 8;
 
@@ -418,7 +425,7 @@ impl Ticks {
         self.wait = if quiet || drive {
             TICK
         } else {
-            (self.wait * 2).min(MAX_TICK)
+            longer(self.wait)
         };
         self.turns = Some(s.turns);
         self.told = s.told;

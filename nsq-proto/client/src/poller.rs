@@ -10,8 +10,7 @@
 //! driver thread ([`Poller::spawn`]) drives whenever no caller does: it takes the lease once
 //! callers have left it alone for 2 ms (up to 16 ms after a run of looks that each found
 //! them at work), or when a deadline of the driver is due, and gives it back to the first
-//! caller that asks. Callers that wait at once take turns; each
-//! release wakes the next.
+//! caller that asks. Callers that wait at once take turns; each release wakes the next.
 //!
 //! The poller is mio's (epoll, kqueue or IOCP). Sockets are registered once, edge-triggered,
 //! for both directions; what the events said is kept per socket, so a socket with nothing to
@@ -129,13 +128,12 @@ const CALLER: u8 = 2;
 /// How long the driver thread leaves the lease to callers: it takes it back when no caller
 /// has taken it for this long (or a deadline of the driver is due). A caller that waits
 /// again within it finds the lease free, and drives without waking any thread.
+///
+/// Each look that finds that callers took the lease since the last one doubles the grace,
+/// up to 16 ms ([`lease::longer`](crate::lease::longer)): a thread that wakes 500 times a
+/// second per client to find callers at work is a cost of its own. The thread's own turn
+/// brings it back to this.
 const CALLERS_GRACE: Duration = crate::lease::TICK;
-
-/// The longest grace: each look that finds that callers took the lease since the last one
-/// doubles the grace, up to this (a thread that wakes 500 times a second per client to find
-/// callers at work is a cost of its own); the thread's own turn brings it back to
-/// [`CALLERS_GRACE`].
-const MAX_CALLERS_GRACE: Duration = crate::lease::MAX_TICK;
 
 impl Reactor {
     fn new() -> io::Result<Reactor> {
@@ -316,7 +314,7 @@ impl Reactor {
             // Callers drive: look again after the grace (longer while they keep at it), or at
             // the driver's deadline if the lease is free.
             seen = sessions;
-            grace = (grace * 2).min(MAX_CALLERS_GRACE);
+            grace = crate::lease::longer(grace);
             let wait = if free && deadline != u64::MAX {
                 Duration::from_nanos(deadline.saturating_sub(now)).min(grace)
             } else {
