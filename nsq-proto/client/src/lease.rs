@@ -694,6 +694,14 @@ mod tests {
         (lease, probe)
     }
 
+    /// Two callers of `lease`, each with a counting waker.
+    fn two_callers(lease: &Lease) -> [(Caller, Arc<Count>, Waker); 2] {
+        [(), ()].map(|()| {
+            let (count, waker) = counting();
+            (Caller::new(Some(lease)), count, waker)
+        })
+    }
+
     /// Polls `caller` for a result that is not there.
     fn wait(caller: &mut Caller, held: Option<Held>, waker: &Waker) {
         let mut cx = Context::from_waker(waker);
@@ -733,11 +741,8 @@ mod tests {
     #[test]
     fn a_wake_up_is_told_to_the_last_caller_once_and_passed_on_if_it_leaves() {
         let (lease, probe) = started();
-        let (a, b) = (
-            &mut Caller::new(Some(&lease)),
-            &mut Caller::new(Some(&lease)),
-        );
-        let ((ca, wa), (cb, wb)) = (counting(), counting());
+        let [(mut a, ca, wa), (mut b, cb, wb)] = two_callers(&lease);
+        let (a, b) = (&mut a, &mut b);
         wait(a, None, &wa);
         wait(b, None, &wb);
         assert_eq!(
@@ -759,11 +764,8 @@ mod tests {
     #[test]
     fn a_caller_polled_again_is_listed_once() {
         let (lease, probe) = started();
-        let (a, b) = (
-            &mut Caller::new(Some(&lease)),
-            &mut Caller::new(Some(&lease)),
-        );
-        let ((ca, wa), (cb, wb)) = (counting(), counting());
+        let [(mut a, ca, wa), (mut b, cb, wb)] = two_callers(&lease);
+        let (a, b) = (&mut a, &mut b);
         wait(a, None, &wa);
         wait(b, None, &wb);
         wait(a, None, &wa); // polled again, same waker: stays where it is
@@ -782,11 +784,8 @@ mod tests {
     #[test]
     fn a_holder_among_waiting_callers_lets_them_send_first() {
         let (lease, probe) = started();
-        let (a, c) = (
-            &mut Caller::new(Some(&lease)),
-            &mut Caller::new(Some(&lease)),
-        );
-        let ((ca, wa), (cc, wc)) = (counting(), counting());
+        let [(mut a, ca, wa), (mut c, cc, wc)] = two_callers(&lease);
+        let (a, c) = (&mut a, &mut c);
         wait(a, None, &wa);
         let polls = probe.polls();
         let held = lease.hold().expect("free");
@@ -831,11 +830,8 @@ mod tests {
     #[test]
     fn completion_wakes_every_caller() {
         let (lease, probe) = started();
-        let (a, b) = (
-            &mut Caller::new(Some(&lease)),
-            &mut Caller::new(Some(&lease)),
-        );
-        let ((ca, wa), (cb, wb)) = (counting(), counting());
+        let [(mut a, ca, wa), (mut b, cb, wb)] = two_callers(&lease);
+        let (a, b) = (&mut a, &mut b);
         wait(a, None, &wa);
         probe.complete.store(true, Ordering::SeqCst);
         let held = lease.hold().expect("free");
