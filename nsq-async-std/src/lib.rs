@@ -16,7 +16,7 @@
 //! * Each [`Consumer`] and each [`Producer`] (shared by its clones) has one driver that owns
 //!   the core state machine and every socket of its client, on async-io's reactor (the one
 //!   async-std and smol share). Who polls it is the application's choice:
-//!   - **by default, the tasks that wait for the client** ([`nsq_client::lease`]): a
+//!   - **by default, the tasks that wait for the client**: a
 //!     publish writes its own command and reads its own reply, and a `recv` that finds no
 //!     message reads the socket itself, on the task's own thread; the reactor wakes the
 //!     task that waits, not another thread. A thread of the client's own drives what no
@@ -146,6 +146,7 @@
 //!
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod lease;
 mod runtime;
 
 /// A client of one nsqd's or nsqlookupd's HTTP API ([`nsq_client::HttpClient`] on [`AsyncStd`]): make

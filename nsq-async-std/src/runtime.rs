@@ -1,17 +1,18 @@
 //! [`AsyncStd`]: the client layer's [`Runtime`] for async-std, smol and any other executor,
 //! over async-io's reactor (the one async-std and smol share), in one of two modes:
 //!
-//! * by default the tasks that wait for a client drive it themselves ([`Lease`]), and a
+//! * by default the tasks that wait for a client drive it themselves ([`Lease`], through
+//!   each call's [`Caller`]), and a
 //!   thread of the client's own drives it when none does. It needs nothing from the
 //!   application and works under any executor;
 //! * after [`set_executor`], drivers are tasks spawned on the application's executor: no
 //!   thread of the client's own, and no thread hop between a task and its client's driver
 //!   when they share an executor thread.
 
+use crate::lease::{Caller, Lease};
 use atomic_waker::AtomicWaker;
 use bytes::{Bytes, BytesMut};
-use nsq_client::lease::Lease;
-use nsq_client::poller;
+use nsq_client::dial;
 use nsq_client::{Adapter, BoxFuture, Error, Runtime, SocketOptions};
 use std::fmt;
 use std::io::{self, Read, Write};
@@ -262,9 +263,9 @@ impl nsq_client::Socket for Socket {
 
 /// The driver's timer: async-io's.
 #[derive(Debug)]
-pub struct Timer(async_io::Timer);
+pub struct ReactorTimer(async_io::Timer);
 
-impl nsq_client::Timer for Timer {
+impl nsq_client::Timer for ReactorTimer {
     fn reset(&mut self, at: Instant) {
         self.0.set_at(at);
     }
@@ -276,14 +277,14 @@ impl nsq_client::Timer for Timer {
 
 impl Runtime for AsyncStd {
     type Socket = Socket;
-    type Timer = Timer;
+    type Timer = ReactorTimer;
 
     fn connect(&self, addr: &str, options: SocketOptions) -> BoxFuture<io::Result<Socket>> {
         Box::pin(connect_on_reactor(addr.to_owned(), options))
     }
 
-    fn timer(&self, at: Instant) -> Timer {
-        Timer(async_io::Timer::at(at))
+    fn timer(&self, at: Instant) -> ReactorTimer {
+        ReactorTimer(async_io::Timer::at(at))
     }
 
     fn spawn(&self, name: &str, driver: BoxFuture<()>) -> io::Result<()> {
@@ -314,10 +315,14 @@ impl Runtime for AsyncStd {
 }
 
 impl Adapter for AsyncStd {
-    fn lease(&self) -> Option<&Lease> {
+    type Waiter = Caller;
+
+    /// A call drives its client while it waits, when the client has a lease (the default
+    /// mode).
+    fn waiter(&self) -> Caller {
         match &self.0 {
-            Mode::Thread(lease) => Some(lease),
-            Mode::Executor(_) => None,
+            Mode::Thread(lease) => Caller::new(Some(lease)),
+            Mode::Executor(_) => Caller::new(None),
         }
     }
 
@@ -337,14 +342,14 @@ impl Adapter for AsyncStd {
 /// address it resolves to in turn, from `options.local_addr` when set.
 async fn connect_on_reactor(addr: String, options: SocketOptions) -> io::Result<Socket> {
     let mut last = io::Error::new(io::ErrorKind::NotFound, "address resolved to nothing");
-    for a in poller::resolve(&addr).await? {
+    for a in dial::resolve(&addr).await? {
         let connected = match options.local_addr {
             None => async_io::Async::<TcpStream>::connect(a).await,
             Some(local) if local.is_ipv4() != a.is_ipv4() => Err(io::Error::new(
                 io::ErrorKind::AddrNotAvailable,
                 format!("local_addr {local} cannot reach {a}"),
             )),
-            Some(local) => match poller::connect_from(local, a, options.dial).await {
+            Some(local) => match dial::connect_from(local, a, options.dial).await {
                 Ok(stream) => async_io::Async::new(stream),
                 Err(e) => Err(e),
             },

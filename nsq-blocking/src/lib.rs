@@ -133,6 +133,7 @@
 //!
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod poller;
 mod runtime;
 
 /// A consumer of one topic/channel ([`nsq_client::blocking::Consumer`] on

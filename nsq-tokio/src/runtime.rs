@@ -2,7 +2,7 @@
 //! driver (and `Consumer::run`'s workers) as tasks of the runtime `build` was called in.
 
 use bytes::{Bytes, BytesMut};
-use nsq_client::{self as client, Adapter, BoxFuture, Error, Runtime, SocketOptions};
+use nsq_client::{self as client, Adapter, BoxFuture, Direct, Error, Runtime, SocketOptions};
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -160,6 +160,12 @@ impl Runtime for Tokio {
 }
 
 impl Adapter for Tokio {
+    type Waiter = Direct;
+
+    fn waiter(&self) -> Direct {
+        Direct
+    }
+
     fn current() -> Result<Self, Error> {
         let handle = Handle::try_current().map_err(|_| {
             Error::NoRuntime(

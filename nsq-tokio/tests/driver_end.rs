@@ -62,6 +62,12 @@ impl Runtime for Panicky {
 }
 
 impl Adapter for Panicky {
+    type Waiter = client::Direct;
+
+    fn waiter(&self) -> client::Direct {
+        client::Direct
+    }
+
     fn current() -> Result<Self, Error> {
         Ok(Panicky(Tokio::current()?, trigger()))
     }

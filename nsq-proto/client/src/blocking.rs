@@ -6,7 +6,6 @@
 
 use super::ClusterReport;
 use super::builder::{BuildConsumer, BuildProducer, sealed};
-use super::poller::Poller;
 use super::runtime::{Adapter, Ended};
 use super::{Error, Event, HandlerError, IntoChannel, IntoTopic, Message, Outcome, StopReport};
 use bytes::Bytes;
@@ -16,6 +15,7 @@ use nsq_proto::producer::ProducerStats;
 use nsq_proto::{Channel, Topic};
 use std::fmt;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
@@ -48,73 +48,31 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
 /// Runs `future` on this thread until it completes (`Some`) or `deadline` passes (`None`).
 /// The thread parks between polls, until a waker calls or the deadline passes.
 pub fn block_on_until<F: Future>(future: F, deadline: Option<Instant>) -> Option<F::Output> {
-    block_on_with(future, || deadline)
+    park_on(std::pin::pin!(future), deadline)
 }
 
 /// Runs `future` on this thread until it completes (`Some`) or `timeout` has passed since
 /// it first had to wait (`None`). A future that is ready at once costs no clock read.
 pub(crate) fn block_on_for<F: Future>(future: F, timeout: Duration) -> Option<F::Output> {
-    block_on_with(future, || Some(Instant::now() + timeout))
-}
-
-/// [`block_on_until`] with the deadline asked for when the future first has to wait.
-fn block_on_with<F: Future>(
-    future: F,
-    deadline: impl FnOnce() -> Option<Instant>,
-) -> Option<F::Output> {
-    wait_with(None, future, deadline)
-}
-
-/// A blocking call of a client on runtime `rt`: runs `future` to completion on this thread,
-/// driving the client while it waits when `rt` has a poller of its own ([`Adapter::poller`]).
-fn call<R: Adapter, F: Future>(rt: &R, future: F) -> F::Output {
-    match wait_with(rt.poller(), future, || None) {
-        Some(v) => v,
-        None => unreachable!("no deadline"),
-    }
-}
-
-/// [`call`] for at most `timeout` from when the future first has to wait (`None` after it).
-fn call_for<R: Adapter, F: Future>(rt: &R, future: F, timeout: Duration) -> Option<F::Output> {
-    wait_with(rt.poller(), future, || Some(Instant::now() + timeout))
-}
-
-/// Waits until the client's driver has ended, driving it meanwhile on a poller runtime.
-fn wait_ended<R: Adapter>(rt: &R, ended: &Ended) {
-    if ended.is_current() {
-        return;
-    }
-    if let Some(poller) = rt.poller() {
-        let until_ended = std::future::poll_fn(|_| {
-            if ended.is_set() {
-                Poll::Ready(())
-            } else {
-                Poll::Pending
-            }
-        });
-        poller.wait(std::pin::pin!(until_ended), None);
-    }
-    ended.wait();
-}
-
-/// Runs `future` on this thread until it completes (`Some`) or the deadline (asked for when
-/// it first has to wait) passes: through `poller` ([`Poller::wait`]) if there is one, else
-/// parking between polls.
-fn wait_with<F: Future>(
-    poller: Option<&Poller>,
-    future: F,
-    deadline: impl FnOnce() -> Option<Instant>,
-) -> Option<F::Output> {
     let mut future = std::pin::pin!(future);
-    // The common case, a reply or message already there: no waker, no clock.
-    let mut cx = Context::from_waker(Waker::noop());
-    if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
+    if let Some(v) = poll_now(future.as_mut()) {
         return Some(v);
     }
-    let deadline = deadline();
-    if let Some(poller) = poller {
-        return poller.wait(future.as_mut(), deadline);
-    }
+    park_on(future, Some(now() + timeout))
+}
+
+/// The thread's clock, for a deadline of a thread that parks.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a thread parks for real time; the driver's clock is the runtime's"
+)]
+fn now() -> Instant {
+    Instant::now()
+}
+
+/// [`Adapter::block_on`]'s default: polls `future` on this thread, parking between polls until
+/// it is woken, until it completes (`Some`) or `deadline` passes (`None`).
+pub fn park_on<F: Future>(mut future: Pin<&mut F>, deadline: Option<Instant>) -> Option<F::Output> {
     let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
     let mut cx = Context::from_waker(&waker);
     loop {
@@ -124,7 +82,7 @@ fn wait_with<F: Future>(
         match deadline {
             None => std::thread::park(),
             Some(d) => {
-                let now = Instant::now();
+                let now = now();
                 if d <= now {
                     return None;
                 }
@@ -132,6 +90,52 @@ fn wait_with<F: Future>(
             }
         }
     }
+}
+
+/// Polls `future` once with a waker that does nothing: the common case of a blocking call, a
+/// reply or message already there, costs no waker and no clock read.
+fn poll_now<F: Future>(future: Pin<&mut F>) -> Option<F::Output> {
+    match future.poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(v) => Some(v),
+        Poll::Pending => None,
+    }
+}
+
+/// A blocking call of a client on runtime `rt`: runs `future` to completion on this thread
+/// ([`Adapter::block_on`]: driving the client while it waits where the runtime does).
+fn call<R: Adapter, F: Future>(rt: &R, future: F) -> F::Output {
+    match wait_on(rt, future, || None) {
+        Some(v) => v,
+        None => unreachable!("no deadline"),
+    }
+}
+
+/// [`call`] for at most `timeout` from when the future first has to wait (`None` after it).
+fn call_for<R: Adapter, F: Future>(rt: &R, future: F, timeout: Duration) -> Option<F::Output> {
+    wait_on(rt, future, || Some(rt.now() + timeout))
+}
+
+/// Runs `future` on this thread through `rt` until it completes (`Some`) or the deadline
+/// (asked for when it first has to wait) passes.
+fn wait_on<R: Adapter, F: Future>(
+    rt: &R,
+    future: F,
+    deadline: impl FnOnce() -> Option<Instant>,
+) -> Option<F::Output> {
+    let mut future = std::pin::pin!(future);
+    if let Some(v) = poll_now(future.as_mut()) {
+        return Some(v);
+    }
+    rt.block_on(future, deadline())
+}
+
+/// Waits until the client's driver has ended (driving it meanwhile where the runtime's
+/// blocking calls do); at once from inside the driver.
+fn wait_ended<R: Adapter>(rt: &R, ended: &Ended) {
+    if ended.is_current() {
+        return;
+    }
+    call(rt, std::future::poll_fn(|cx| ended.poll_ended(cx)));
 }
 
 // ---------------------------------------------------------------------------------- handle
@@ -540,7 +544,7 @@ impl<R: Adapter> Producer<R> {
         &self,
         topic: impl IntoTopic,
         body: impl Into<Bytes>,
-    ) -> Result<PendingPublish, Error> {
+    ) -> Result<PendingPublish<R>, Error> {
         self.p().publish_async(topic, body).map(|p| self.pending(p))
     }
 
@@ -550,7 +554,7 @@ impl<R: Adapter> Producer<R> {
         &self,
         topic: impl IntoTopic,
         bodies: I,
-    ) -> Result<PendingPublish, Error>
+    ) -> Result<PendingPublish<R>, Error>
     where
         I: IntoIterator<Item = B>,
         B: AsRef<[u8]>,
@@ -567,14 +571,14 @@ impl<R: Adapter> Producer<R> {
         topic: impl IntoTopic,
         delay: Duration,
         body: impl Into<Bytes>,
-    ) -> Result<PendingPublish, Error> {
+    ) -> Result<PendingPublish<R>, Error> {
         self.p()
             .deferred_publish_async(topic, delay, body)
             .map(|p| self.pending(p))
     }
 
-    fn pending(&self, publish: super::PendingPublish) -> PendingPublish {
-        PendingPublish(publish, self.p().runtime().poller().cloned())
+    fn pending(&self, publish: super::PendingPublish<R>) -> PendingPublish<R> {
+        PendingPublish(publish, self.p().runtime().clone())
     }
 
     /// See the async [`Producer::ping`](super::Producer::ping).
@@ -604,20 +608,20 @@ impl<R: Adapter> Producer<R> {
 /// variants). Dropping it does not cancel the publish, whose result is then not known.
 #[derive(Debug)]
 #[must_use = "a publish's result is only known through its PendingPublish"]
-pub struct PendingPublish(super::PendingPublish, Option<Poller>);
+pub struct PendingPublish<R: Adapter>(super::PendingPublish<R>, R);
 
-impl PendingPublish {
+impl<R: Adapter> PendingPublish<R> {
     /// Waits for the publish's result.
     pub fn wait(self) -> Result<(), Error> {
-        wait_with(self.1.as_ref(), self.0, || None).unwrap_or_else(|| unreachable!("no deadline"))
+        let PendingPublish(publish, rt) = self;
+        call(&rt, publish)
     }
 
     /// Waits at most `timeout` for the publish's result: `None` if it is not known by then
     /// (the publish goes on; wait again later).
     pub fn wait_timeout(&mut self, timeout: Duration) -> Option<Result<(), Error>> {
-        wait_with(self.1.as_ref(), &mut self.0, || {
-            Some(Instant::now() + timeout)
-        })
+        let PendingPublish(publish, rt) = self;
+        call_for(rt, publish, timeout)
     }
 
     /// The result if it is known, without waiting.
@@ -785,6 +789,10 @@ mod tests {
     use super::*;
 
     #[test]
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "a test of real waits: another thread wakes the parked one"
+    )]
     fn block_on_runs_to_completion_or_to_the_deadline() {
         assert_eq!(block_on(async { 7 }), 7);
         let start = Instant::now();

@@ -144,13 +144,6 @@
 //! ```
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
-#![allow(
-    clippy::disallowed_methods,
-    clippy::disallowed_types,
-    reason = "the client layer is above the sans-IO core: it reads TLS files, the OS \
-              hostname and the OS random source (the clock and the sockets come from the \
-              Runtime)"
-)]
 
 mod answer;
 pub mod blocking;
@@ -158,12 +151,12 @@ mod builder;
 mod cluster;
 mod consumer;
 mod delivery;
+pub mod dial;
 mod driver;
 mod error;
 mod events;
 mod handler;
 mod http;
-pub mod lease;
 mod link;
 mod logging;
 mod message;
@@ -171,7 +164,6 @@ mod metrics;
 mod net;
 mod os;
 mod outbox;
-pub mod poller;
 pub mod prelude;
 mod producer;
 mod publish;
@@ -191,7 +183,7 @@ pub use handler::{HandlerError, Outcome, StopReport};
 pub use http::{HttpClient, HttpConfig, HttpFailure, PendingCall};
 pub use message::{GiveUpHook, Message};
 pub use producer::{PendingPublish, Producer};
-pub use runtime::{Adapter, BoxFuture, Runtime, Socket, SocketOptions, Timer};
+pub use runtime::{Adapter, BoxFuture, Direct, Runtime, Socket, SocketOptions, Timer, Waiter};
 
 pub(crate) use logging::{
     connection_span, log_consumer_event, log_max_in_flight, log_producer_event, lookupd_span,

@@ -137,6 +137,10 @@ mod on {
             let wall = match self.wall {
                 Some((round, wall)) if round == now => wall,
                 _ => {
+                    #[allow(
+                        clippy::disallowed_methods,
+                        reason = "a message's age is nsqd's wall-clock timestamp against ours"
+                    )]
                     let wall = std::time::SystemTime::now()
                         .duration_since(std::time::UNIX_EPOCH)
                         .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
@@ -270,6 +274,10 @@ mod on {
 
     impl PublishMeta {
         /// A publish called now.
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "a publish's duration as its caller sees it, from the call on"
+        )]
         pub(crate) fn now() -> PublishMeta {
             PublishMeta {
                 started: Instant::now(),

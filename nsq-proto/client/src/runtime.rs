@@ -1,7 +1,10 @@
 //! What a runtime shim supplies to the one driver: the [`Runtime`] trait (clock, connect,
 //! timer, spawn), its [`Socket`] and its [`Timer`]; and, apart from that IO, the [`Adapter`]
-//! trait (which runtime `build` uses, and what it returns). Everything else, the driver loop
-//! included, is written once in this module's parent.
+//! trait: where `build` finds the runtime, and how a client's calls wait for its driver (the
+//! [`Waiter`] of an async call, [`Adapter::block_on`] for a blocking one), the hook through
+//! which a call that waits may drive its client. Everything else, the driver loop included,
+//! is written once in this module's parent; a runtime strategy (a poller of a client's own,
+//! callers that drive) lives in the shim that uses it.
 
 use super::Error;
 use bytes::{Bytes, BytesMut};
@@ -10,8 +13,8 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
-use std::task::{Context, Poll};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 /// A boxed, sendable future: what a [`Runtime`] connects with and spawns.
@@ -20,7 +23,8 @@ pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 /// The IO a runtime lends the client layer: sockets, a timer, a place to run the driver, and
 /// the clock. Nothing else: what a shim's clients look like is its [`Adapter`].
 ///
-/// Each adapter crate implements it once, on a small value (a runtime handle, or a poller);
+/// Each adapter crate implements it once, on a small value (a runtime handle, or what one
+/// client's driver runs on);
 /// the driver owns every socket of its client in one task:
 ///
 /// * [`connect`](Self::connect) opens a TCP connection with `TCP_NODELAY` set; the
@@ -28,7 +32,7 @@ pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 /// * [`timer`](Self::timer) makes the driver's one timer, armed for a first deadline and
 ///   re-armed when the core's `poll_timeout` changes;
 /// * [`spawn`](Self::spawn) starts the driver (a task on the caller's runtime, or a thread
-///   waiting on a poller of its own);
+///   of the client's own);
 /// * [`now`](Self::now) is the clock (the core never reads one).
 pub trait Runtime: Clone + Send + Sync + 'static {
     /// The socket type.
@@ -38,6 +42,10 @@ pub trait Runtime: Clone + Send + Sync + 'static {
 
     /// The current time: the system's monotonic clock unless the runtime has its own (tokio's
     /// can be paused in tests).
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the default clock of a runtime without one of its own"
+    )]
     fn now(&self) -> Instant {
         Instant::now()
     }
@@ -62,22 +70,34 @@ pub trait Runtime: Clone + Send + Sync + 'static {
     /// what the tasks it woke send at once (a producer's callers publish again as soon as
     /// their replies arrive) is then taken in the same wake-up. True by default: on a thread
     /// of its own, or a current-thread runtime, that costs one more poll and no wake-up.
-    /// False where a task that wakes itself is rescheduled through other threads (tokio's
-    /// multi-threaded runtime, whose writer cost 0.60x go-nsq's CPU per message with it and
-    /// 0.43x without).
+    /// False where a task that wakes itself is rescheduled through other threads (a
+    /// multi-threaded executor), or where the tasks the driver woke drive it themselves.
     fn look_again_after_work(&self) -> bool {
         true
     }
 }
 
 /// What an adapter crate adds to its [`Runtime`] for its clients: where
-/// [`build`](super::ConsumerBuilder::build) finds the runtime, and how
-/// [`Consumer::run`](super::Consumer::run)'s workers run. Implemented once per adapter
-/// crate, on its runtime; the adapter's type aliases name the client types it yields.
+/// [`build`](super::ConsumerBuilder::build) finds the runtime, how
+/// [`Consumer::run`](super::Consumer::run)'s workers run, and how a client's calls wait for
+/// its driver. Implemented once per adapter crate, on its runtime.
+///
+/// The waiting is the general hook through which a call that waits may drive its client
+/// (poll its driver on the caller's own task or thread, so that a round trip to nsqd wakes
+/// no other thread): an async call waits through its [`Waiter`], a blocking call through
+/// [`block_on`](Self::block_on). A runtime whose driver runs on a task or thread of its own
+/// and is never driven by callers (tokio) takes the defaults: [`Direct`] waiters, and a
+/// `block_on` that parks the thread between polls.
 pub trait Adapter: Runtime {
+    /// How one async call of a client on this runtime waits ([`Direct`]: it only polls).
+    type Waiter: Waiter;
+
     /// The runtime to start a client on, from where `build` is called: [`Error::NoRuntime`]
     /// when there is none (tokio outside a runtime).
     fn current() -> Result<Self, Error>;
+
+    /// The waiter of a new call of this runtime value's client.
+    fn waiter(&self) -> Self::Waiter;
 
     /// Runs the handler workers of [`Consumer::run`](super::Consumer::run) to completion.
     /// By default they are polled concurrently inside the returned future (so they run on
@@ -87,22 +107,63 @@ pub trait Adapter: Runtime {
         Box::pin(join_all(workers))
     }
 
-    /// The poller of this client's driver, if it waits on one of its own
-    /// ([`poller`](super::poller)). A blocking call ([`blocking`](super::blocking)) then
-    /// drives its client while it waits ([`Poller::wait`](super::poller::Poller::wait)), so
-    /// its round trip to nsqd wakes no other thread; without one (the default) the calling
-    /// thread parks until the driver wakes it.
-    fn poller(&self) -> Option<&super::poller::Poller> {
-        None
+    /// Runs `future` on the calling thread until it completes (`Some`) or `deadline` passes
+    /// (`None`): how a blocking call ([`blocking`](super::blocking)) of this runtime value's
+    /// client waits. By default the thread parks between polls until its future is woken; a
+    /// runtime whose blocking calls drive their client (nsq-blocking, over a poller of the
+    /// client's own) polls the driver and waits for readiness meanwhile.
+    fn block_on<F: Future>(
+        &self,
+        future: Pin<&mut F>,
+        deadline: Option<Instant>,
+    ) -> Option<F::Output> {
+        super::blocking::park_on(future, deadline)
     }
+}
 
-    /// The lease of this client's driver, if its calls drive it while they wait
-    /// ([`lease`](super::lease)): a publish or a `recv` then polls the driver on its own
-    /// task, and the client's own thread polls it only for what no call does. None by
-    /// default (the driver's task or thread alone polls it).
-    fn lease(&self) -> Option<&super::lease::Lease> {
-        None
+/// How one async call of a client (a publish awaiting its reply, a `recv` awaiting a message,
+/// `Consumer::run`'s workers) waits for what it asked of the client's driver. Made by
+/// [`Adapter::waiter`], one per call; dropped, the call waits no more.
+///
+/// A runtime may let the call drive its client while it waits (nsq-async-std's default
+/// mode): [`poll`](Self::poll) then polls the client's driver on the caller's own task
+/// before and after it polls the call's own result.
+pub trait Waiter: Send + Unpin + 'static {
+    /// Called before the call hands the driver its command: a waiter that drives may take
+    /// the driver here, so that the wake-up the command makes is kept for this call's own
+    /// poll instead of waking another task or thread. Nothing by default.
+    fn hold(&mut self) {}
+
+    /// Polls `ready` (the call's own result) for the call's task `cx`; a waiter that drives
+    /// polls the client's driver meanwhile while `ready` is pending.
+    fn poll<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        ready: impl FnMut(&mut Context<'_>) -> Poll<T>,
+    ) -> Poll<T>;
+}
+
+/// The [`Waiter`] of a runtime whose calls never drive their client: it polls the call's own
+/// result, and the driver's task or thread wakes it.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Direct;
+
+impl Waiter for Direct {
+    fn poll<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        mut ready: impl FnMut(&mut Context<'_>) -> Poll<T>,
+    ) -> Poll<T> {
+        ready(cx)
     }
+}
+
+/// Awaits `future` through `waiter` (driving the client meanwhile where the runtime does).
+pub(crate) async fn wait_for<W: Waiter, F: Future + Unpin>(
+    mut waiter: W,
+    mut future: F,
+) -> F::Output {
+    std::future::poll_fn(|cx| waiter.poll(cx, |cx| Pin::new(&mut future).poll(cx))).await
 }
 
 /// A client's socket-level settings (go-nsq's `dial_timeout`, `write_timeout` and
@@ -210,8 +271,13 @@ thread_local! {
 /// That a client's driver has ended (every socket closed), for the blocking API to wait on.
 #[derive(Debug, Default)]
 pub(crate) struct Ended {
-    ended: Mutex<bool>,
-    changed: Condvar,
+    state: Mutex<EndedState>,
+}
+
+#[derive(Debug, Default)]
+struct EndedState {
+    ended: bool,
+    waiters: Vec<Waker>,
 }
 
 impl Ended {
@@ -219,9 +285,17 @@ impl Ended {
         std::ptr::from_ref(self) as usize
     }
 
+    fn lock(&self) -> MutexGuard<'_, EndedState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn set(&self) {
-        *self.ended.lock().unwrap_or_else(PoisonError::into_inner) = true;
-        self.changed.notify_all();
+        let waiters = {
+            let mut state = self.lock();
+            state.ended = true;
+            std::mem::take(&mut state.waiters)
+        };
+        waiters.into_iter().for_each(Waker::wake);
     }
 
     /// Whether the caller runs inside this driver (a give-up hook does): it must not wait
@@ -230,22 +304,75 @@ impl Ended {
         POLLING.with(Cell::get) == self.id()
     }
 
-    /// Whether the driver has ended.
-    pub(crate) fn is_set(&self) -> bool {
-        *self.ended.lock().unwrap_or_else(PoisonError::into_inner)
+    /// `Ready` once the driver has ended; `Pending` until then, waking `cx` when it ends.
+    pub(crate) fn poll_ended(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut state = self.lock();
+        if state.ended {
+            return Poll::Ready(());
+        }
+        if !state.waiters.iter().any(|w| w.will_wake(cx.waker())) {
+            state.waiters.push(cx.waker().clone());
+        }
+        Poll::Pending
+    }
+}
+
+/// A runtime for this crate's unit tests: its connects never finish, its timer never fires,
+/// its calls never drive.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+
+    /// The runtime.
+    #[derive(Debug, Clone, Copy)]
+    pub(crate) struct Idle;
+
+    /// A socket that never connects.
+    pub(crate) struct NoSocket;
+
+    /// A timer that never fires.
+    pub(crate) struct NoTimer;
+
+    impl Socket for NoSocket {
+        fn poll_read(&mut self, _: &mut Context<'_>) -> Poll<io::Result<BytesMut>> {
+            Poll::Pending
+        }
+        fn poll_write(&mut self, _: &mut Context<'_>, _: &Bytes) -> Poll<io::Result<usize>> {
+            Poll::Pending
+        }
+        fn poll_close(&mut self, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Pending
+        }
     }
 
-    /// Waits until the driver has ended (at once from inside it).
-    pub(crate) fn wait(&self) {
-        if self.is_current() {
-            return;
+    impl Timer for NoTimer {
+        fn reset(&mut self, _: Instant) {}
+        fn poll_expired(&mut self, _: &mut Context<'_>) -> Poll<()> {
+            Poll::Pending
         }
-        let mut ended = self.ended.lock().unwrap_or_else(PoisonError::into_inner);
-        while !*ended {
-            ended = self
-                .changed
-                .wait(ended)
-                .unwrap_or_else(PoisonError::into_inner);
+    }
+
+    impl Runtime for Idle {
+        type Socket = NoSocket;
+        type Timer = NoTimer;
+        fn connect(&self, _: &str, _: SocketOptions) -> BoxFuture<io::Result<NoSocket>> {
+            Box::pin(std::future::pending())
+        }
+        fn timer(&self, _: Instant) -> NoTimer {
+            NoTimer
+        }
+        fn spawn(&self, _: &str, _: BoxFuture<()>) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Adapter for Idle {
+        type Waiter = Direct;
+        fn current() -> Result<Self, Error> {
+            Ok(Idle)
+        }
+        fn waiter(&self) -> Direct {
+            Direct
         }
     }
 }

@@ -8,9 +8,8 @@ use crate::builder::{BuildConsumer, sealed};
 use crate::driver::{self, Net};
 use crate::events::Events;
 use crate::handler::Outcome;
-use crate::lease::{Caller, Driven};
 use crate::message::Message;
-use crate::runtime::{Adapter, BoxFuture, Ended, SocketOptions};
+use crate::runtime::{Adapter, BoxFuture, Ended, SocketOptions, Waiter, wait_for};
 use crate::sync::{Inbox, Mailbox, oneshot};
 use crate::{ConsumerSetup, Error, HandlerError, IntoChannel, IntoTopic, StopReport};
 use logic::{Bridge, ConsumerLogic, Control, Input, Reply};
@@ -68,7 +67,7 @@ pub(crate) fn start<R: Adapter>(setup: ConsumerSetup) -> Result<Consumer<R>, Err
         }),
     };
     Ok(Consumer {
-        caller: Caller::new(handle.guard.runtime.lease()),
+        waiter: handle.guard.runtime.waiter(),
         receiver: MessageReceiver::new(mailbox, shared, true),
         handle,
     })
@@ -415,8 +414,9 @@ impl Drop for MessageReceiver {
 pub struct Consumer<R: Adapter> {
     receiver: MessageReceiver,
     handle: ConsumerHandle<R>,
-    /// What [`poll_recv`](Consumer::poll_recv) drives the client through, when it has a lease.
-    caller: Caller,
+    /// How [`poll_recv`](Consumer::poll_recv) waits (driving the client meanwhile where the
+    /// runtime does).
+    waiter: R::Waiter,
 }
 
 impl<R: Adapter> fmt::Debug for Consumer<R> {
@@ -499,16 +499,16 @@ impl<R: Adapter> Consumer<R> {
         if let Poll::Ready(at_hand) = self.receiver.at_hand() {
             return at_hand;
         }
-        // This call's own caller: dropped with the future, it waits no more.
-        let mut caller = Caller::new(self.handle.guard.runtime.lease());
+        // This call's own waiter: dropped with the future, it waits no more.
+        let mut waiter = self.handle.guard.runtime.waiter();
         let receiver = &mut self.receiver;
-        std::future::poll_fn(|cx| caller.poll(None, cx, |cx| receiver.poll_recv(cx))).await
+        std::future::poll_fn(|cx| waiter.poll(cx, |cx| receiver.poll_recv(cx))).await
     }
 
     /// Polls for the next message (`Stream::poll_next` semantics): `Ready(None)` once stopped.
     pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Message>> {
         let receiver = &mut self.receiver;
-        self.caller.poll(None, cx, |cx| receiver.poll_recv(cx))
+        self.waiter.poll(cx, |cx| receiver.poll_recv(cx))
     }
 
     /// See [`ConsumerHandle::stop`]. Messages received but not yet taken with
@@ -561,9 +561,8 @@ impl<R: Adapter> Consumer<R> {
         let Consumer {
             receiver,
             handle,
-            caller,
+            waiter,
         } = self;
-        drop(caller);
         let handler = Arc::new(handler);
         let mut receivers: Vec<MessageReceiver> =
             (1..concurrency.max(1)).map(|_| receiver.worker()).collect();
@@ -583,9 +582,8 @@ impl<R: Adapter> Consumer<R> {
                 }) as BoxFuture<()>
             })
             .collect();
-        // The workers drive the client while they wait, when it has a lease.
-        let runtime = &handle.guard.runtime;
-        Driven::new(runtime.lease(), None, runtime.run_workers(workers)).await;
+        // The workers drive the client while they wait, where the runtime lets calls drive.
+        wait_for(waiter, handle.guard.runtime.run_workers(workers)).await;
         // The workers end once the consumer stops: its report follows.
         handle.stop().await
     }

@@ -7,8 +7,7 @@ use logic::{Input, Place, ProducerLogic, Reply};
 
 use super::builder::{BuildProducer, sealed};
 use super::driver::{self, Net};
-use super::lease::{Caller, Driven, Lease};
-use super::runtime::{Adapter, Ended, SocketOptions};
+use super::runtime::{Adapter, Ended, SocketOptions, Waiter};
 use super::sync::{Inbox, ReplyRx, oneshot};
 use super::{Backpressure, Error, IntoTopic, ProducerSetup, PublishRequest};
 use bytes::Bytes;
@@ -108,15 +107,15 @@ pub(crate) fn start<R: Adapter>(setup: ProducerSetup) -> Result<Producer<R>, Err
 /// `deferred_` variants): a future of the publish's result. Dropping it does not cancel the
 /// publish, whose result is then not known.
 #[must_use = "a publish's result is only known through its PendingPublish"]
-pub struct PendingPublish {
+pub struct PendingPublish<R: Adapter> {
     rx: ReplyRx<Result<(), Error>>,
     /// The result, once received (`try_result` may look before the future is polled).
     result: Option<Result<(), Error>>,
-    /// Drives the client while the result is awaited, when it has a lease.
-    caller: Caller,
+    /// How the result is awaited (driving the client meanwhile where the runtime does).
+    waiter: R::Waiter,
 }
 
-impl fmt::Debug for PendingPublish {
+impl<R: Adapter> fmt::Debug for PendingPublish<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PendingPublish")
             .field("result", &self.result)
@@ -124,12 +123,12 @@ impl fmt::Debug for PendingPublish {
     }
 }
 
-impl PendingPublish {
-    fn new(rx: ReplyRx<Result<(), Error>>, lease: Option<&Lease>) -> Self {
+impl<R: Adapter> PendingPublish<R> {
+    fn new(rx: ReplyRx<Result<(), Error>>, waiter: R::Waiter) -> Self {
         PendingPublish {
             rx,
             result: None,
-            caller: Caller::new(lease),
+            waiter,
         }
     }
 
@@ -145,7 +144,7 @@ impl PendingPublish {
     }
 }
 
-impl Future for PendingPublish {
+impl<R: Adapter> Future for PendingPublish<R> {
     type Output = Result<(), Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
@@ -154,8 +153,8 @@ impl Future for PendingPublish {
             return Poll::Ready(result);
         }
         let rx = &mut this.rx;
-        this.caller
-            .poll(None, cx, |cx| rx.poll_recv(cx))
+        this.waiter
+            .poll(cx, |cx| rx.poll_recv(cx))
             .map(|r| r.unwrap_or_else(|_| Err(Error::Closed)))
     }
 }
@@ -195,29 +194,30 @@ impl<R: Adapter> Producer<R> {
         )
     }
 
-    /// Hands `input` to the driver; its reply comes through the returned receiver.
-    /// The handle drives the client through `lease` while it is awaited (`None`: it does
-    /// not, as when a [`Driven`] wraps it).
+    /// Hands `input` to the driver; its reply comes through the returned future, awaited
+    /// through `waiter`.
     fn start_input(
         &self,
         place: Option<Place>,
         input: impl FnOnce(Reply) -> Input,
-        lease: Option<&Lease>,
-    ) -> Result<PendingPublish, Error> {
+        waiter: R::Waiter,
+    ) -> Result<PendingPublish<R>, Error> {
         let (tx, rx) = oneshot();
         let reply = Reply::new(tx, place);
         self.inner
             .inbox
             .send(input(reply))
             .map_err(|_| Error::Closed)?;
-        Ok(PendingPublish::new(rx, lease))
+        Ok(PendingPublish::new(rx, waiter))
     }
 
+    /// Hands `input` to the driver and waits for its reply. The waiter holds the driver (where
+    /// the runtime lets calls drive) before the command is handed over, so the command's
+    /// wake-up is kept for this task's own turn.
     async fn send(&self, input: impl FnOnce(Reply) -> Input) -> Result<(), Error> {
-        let lease = self.inner.runtime.lease();
-        let held = lease.and_then(Lease::hold);
-        let pending = self.start_input(None, input, None)?;
-        Driven::new(lease, held, pending).await
+        let mut waiter = self.inner.runtime.waiter();
+        waiter.hold();
+        self.start_input(None, input, waiter)?.await
     }
 
     /// Counts a publish as unanswered; `bounded`: refused when `max_pending_publishes`
@@ -234,27 +234,28 @@ impl<R: Adapter> Producer<R> {
         Ok(place)
     }
 
-    /// Hands a publish to the driver; `bounded` as for [`place`](Self::place). The handle
-    /// drives the client while it is awaited (when the client has a lease) if `driving`.
+    /// Hands a publish to the driver; `bounded` as for [`place`](Self::place).
     fn start_request(
         &self,
         request: PublishRequest,
         bounded: bool,
-        driving: bool,
-    ) -> Result<PendingPublish, Error> {
+        waiter: R::Waiter,
+    ) -> Result<PendingPublish<R>, Error> {
         let place = self.place(bounded)?;
-        let lease = self.inner.runtime.lease().filter(|_| driving);
-        self.start_input(Some(place), |reply| Input::Request(request, reply), lease)
+        self.start_input(Some(place), |reply| Input::Request(request, reply), waiter)
     }
 
-    /// Publishes and waits for the result, driving the client meanwhile when it has a lease:
-    /// the lease is taken before the publish is handed over, so the command's wake-up is kept
-    /// for this task's own turn.
+    /// Hands a publish to the driver and returns at once.
+    fn start_async(&self, request: PublishRequest) -> Result<PendingPublish<R>, Error> {
+        self.start_request(request, true, self.inner.runtime.waiter())
+    }
+
+    /// Publishes and waits for the result (the waiter holds the driver first, as in
+    /// [`send`](Self::send)).
     async fn request(&self, request: PublishRequest) -> Result<(), Error> {
-        let lease = self.inner.runtime.lease();
-        let held = lease.and_then(Lease::hold);
-        let pending = self.start_request(request, false, false)?;
-        Driven::new(lease, held, pending).await
+        let mut waiter = self.inner.runtime.waiter();
+        waiter.hold();
+        self.start_request(request, false, waiter)?.await
     }
 
     /// Publishes one message (PUB) and waits for nsqd's answer.
@@ -304,8 +305,8 @@ impl<R: Adapter> Producer<R> {
         &self,
         topic: impl IntoTopic,
         body: impl Into<Bytes>,
-    ) -> Result<PendingPublish, Error> {
-        self.start_request(PublishRequest::publish(topic, body)?, true, true)
+    ) -> Result<PendingPublish<R>, Error> {
+        self.start_async(PublishRequest::publish(topic, body)?)
     }
 
     /// Publishes several messages atomically (MPUB) and returns at once (see
@@ -314,13 +315,16 @@ impl<R: Adapter> Producer<R> {
         &self,
         topic: impl IntoTopic,
         bodies: I,
-    ) -> Result<PendingPublish, Error>
+    ) -> Result<PendingPublish<R>, Error>
     where
         I: IntoIterator<Item = B>,
         B: AsRef<[u8]>,
     {
-        let request = PublishRequest::multi_publish(topic, bodies, &self.inner.limits)?;
-        self.start_request(request, true, true)
+        self.start_async(PublishRequest::multi_publish(
+            topic,
+            bodies,
+            &self.inner.limits,
+        )?)
     }
 
     /// Publishes one message delivered after `delay` (DPUB) and returns at once (see
@@ -330,12 +334,8 @@ impl<R: Adapter> Producer<R> {
         topic: impl IntoTopic,
         delay: Duration,
         body: impl Into<Bytes>,
-    ) -> Result<PendingPublish, Error> {
-        self.start_request(
-            PublishRequest::deferred_publish(topic, delay, body)?,
-            true,
-            true,
-        )
+    ) -> Result<PendingPublish<R>, Error> {
+        self.start_async(PublishRequest::deferred_publish(topic, delay, body)?)
     }
 
     /// Resolves once a connection is ready (at once if one is); fails fast with
@@ -388,15 +388,16 @@ impl<R: Adapter> Producer<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::{Direct, testing::Idle};
 
-    fn poll_now(p: &mut PendingPublish) -> Poll<Result<(), Error>> {
+    fn poll_now(p: &mut PendingPublish<Idle>) -> Poll<Result<(), Error>> {
         Pin::new(p).poll(&mut Context::from_waker(std::task::Waker::noop()))
     }
 
     #[test]
     fn a_result_looked_at_early_is_still_the_future_s() {
         let (tx, rx) = oneshot();
-        let mut p = PendingPublish::new(rx, None);
+        let mut p = PendingPublish::<Idle>::new(rx, Direct);
         assert!(p.try_result().is_none());
         assert!(poll_now(&mut p).is_pending());
         tx.send(Err(Error::Backpressure(Backpressure::Unanswered {
@@ -411,7 +412,7 @@ mod tests {
         // A driver that stopped without answering: the client is closed.
         let (tx, rx) = oneshot::<Result<(), Error>>();
         drop(tx);
-        let mut p = PendingPublish::new(rx, None);
+        let mut p = PendingPublish::<Idle>::new(rx, Direct);
         assert!(matches!(poll_now(&mut p), Poll::Ready(Err(Error::Closed))));
     }
 }

@@ -22,49 +22,51 @@
 //!   500 times a second per client for nothing is a cost of its own), and sleeps until it
 //!   is woken once they have left the client alone for [`IDLE_TICKS`] ticks.
 //!
-//! The same shape as the blocking adapter's poller lease ([`poller`](crate::poller)): a
-//! thread that waits for its reply drives the client there, with the driver thread looking
-//! every 2 to 16 ms meanwhile.
+//! Through the client layer's general hook ([`nsq_client::Waiter`]): each async call of a
+//! client waits through a [`Caller`] of the client's lease.
 
-use crate::runtime::BoxFuture;
-use crate::sync::lock;
+use nsq_client::BoxFuture;
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::Thread;
 use std::time::Duration;
+
+/// Locks `m`, through a poisoned lock too (what it guards is left consistent between
+/// statements).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// How many times one turn polls the driver while wake-ups keep arriving during its polls.
 const POLLS_PER_TURN: usize = 4;
 
 /// How often the lease's thread looks while callers are at work.
-pub const TICK: Duration = Duration::from_millis(2);
+pub(crate) const TICK: Duration = Duration::from_millis(2);
 
 /// The longest the lease's thread waits between looks while callers keep taking turns and
 /// leave it nothing to do: each such look doubles the wait, from [`TICK`] up to this; any
 /// other look brings it back to [`TICK`]. Work left when callers stop waits at most this
 /// long (plus a tick), once.
-pub const MAX_TICK: Duration = Duration::from_millis(16);
+pub(crate) const MAX_TICK: Duration = Duration::from_millis(16);
 
 /// The wait after `wait` for a thread whose look found callers at work and nothing for it:
-/// twice as long, up to [`MAX_TICK`] (the lease's thread, and the blocking poller's driver
-/// thread).
-pub(crate) fn longer(wait: Duration) -> Duration {
+/// twice as long, up to [`MAX_TICK`].
+fn longer(wait: Duration) -> Duration {
     (wait * 2).min(MAX_TICK)
 }
 
 /// How many ticks without a turn or a wake-up before the lease's thread sleeps until woken.
-pub const IDLE_TICKS: u32 = 8;
+pub(crate) const IDLE_TICKS: u32 = 8;
 
 /// One client's lease: its driver, who drives it, and who is told when it has work. Cheap to
 /// clone (an `Arc`). An adapter makes one per client, runs [`run`](Self::run) on a thread of
 /// the client's own with the driver, and returns the lease from
-/// [`Adapter::lease`](crate::Adapter::lease) so that the client's calls drive while they wait.
+/// its calls' [`Caller`]s from [`Adapter::waiter`](nsq_client::Adapter::waiter), so that the
+/// client's calls drive while they wait.
 #[derive(Clone)]
-pub struct Lease(Arc<Shared>);
+pub(crate) struct Lease(Arc<Leased>);
 
 impl fmt::Debug for Lease {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -77,7 +79,7 @@ impl fmt::Debug for Lease {
     }
 }
 
-struct Shared {
+struct Leased {
     /// The driver, from [`Lease::run`] until it completes; locked by the holder only.
     driver: Mutex<Option<BoxFuture<()>>>,
     state: Mutex<State>,
@@ -161,7 +163,7 @@ impl State {
     }
 }
 
-impl Shared {
+impl Leased {
     fn act(&self, tell: Tell) {
         match tell {
             Tell::Caller(waker, unpark) => {
@@ -183,7 +185,7 @@ impl Shared {
 }
 
 /// The driver's waker.
-impl Wake for Shared {
+impl Wake for Leased {
     fn wake(self: Arc<Self>) {
         self.wake_by_ref();
     }
@@ -217,7 +219,7 @@ enum Turn {
     Done,
 }
 
-impl Shared {
+impl Leased {
     /// Takes the lease if it is free (and, `if_woken`, only if the driver was woken since
     /// it was last polled: else there is nothing for a turn to do, every source wakes it).
     fn take(&self, if_woken: bool) -> Turn {
@@ -232,6 +234,12 @@ impl Shared {
             s.holding = true;
             Turn::Polled
         }
+    }
+
+    /// Takes the lease for a caller about to hand its client a command ([`Caller`]'s
+    /// `hold`).
+    fn hold(self: &Arc<Self>) -> Option<Held> {
+        (self.take(false) == Turn::Polled).then(|| Held(Some(self.clone())))
     }
 
     /// A turn, if the lease is free and the driver has something to do.
@@ -449,8 +457,8 @@ impl Ticks {
 
 impl Lease {
     /// A lease with no driver yet.
-    pub fn new() -> Lease {
-        Lease(Arc::new(Shared {
+    pub(crate) fn new() -> Lease {
+        Lease(Arc::new(Leased {
             driver: Mutex::new(None),
             state: Mutex::new(State::default()),
             thread: OnceLock::new(),
@@ -459,7 +467,7 @@ impl Lease {
 
     /// Takes `driver`, to be run by [`run`](Self::run) and by the client's calls. A lease
     /// takes one driver: given another, it gives it back.
-    pub fn start(&self, driver: BoxFuture<()>) -> Result<(), BoxFuture<()>> {
+    pub(crate) fn start(&self, driver: BoxFuture<()>) -> Result<(), BoxFuture<()>> {
         let mut slot = lock(&self.0.driver);
         if slot.is_some() || lock(&self.0.state).done {
             return Err(driver);
@@ -472,7 +480,7 @@ impl Lease {
 
     /// The lease's thread (a thread of the client's own): drives the driver given to
     /// [`start`](Self::start) until it completes, whenever no call of the client does.
-    pub fn run(&self) {
+    pub(crate) fn run(&self) {
         if self.0.thread.set(std::thread::current()).is_err() {
             return; // another thread runs it
         }
@@ -481,8 +489,9 @@ impl Lease {
 
     /// Takes the lease for a caller about to hand its client a command, so the wake-up the
     /// command makes is kept for the caller's own poll instead of waking another thread.
-    pub(crate) fn hold(&self) -> Option<Held> {
-        (self.0.take(false) == Turn::Polled).then(|| Held(Some(self.0.clone())))
+    #[cfg(test)]
+    fn hold(&self) -> Option<Held> {
+        Leased::hold(&self.0)
     }
 }
 
@@ -492,9 +501,9 @@ impl Default for Lease {
     }
 }
 
-/// The lease taken by [`Lease::hold`]: the first poll of its [`Driven`] uses it; dropped
+/// The lease taken by [`Lease::hold`]: the first poll of its [`Caller`] uses it; dropped
 /// unused, it is given back.
-pub(crate) struct Held(Option<Arc<Shared>>);
+struct Held(Option<Arc<Leased>>);
 
 impl Held {
     /// Polls the driver with the lease held.
@@ -514,11 +523,13 @@ impl Drop for Held {
     }
 }
 
-/// A caller of a client: drives the client while what it waits for is pending, when the
-/// client has a lease. Dropped, it waits no more.
+/// One async call's wait for its client ([`nsq_client::Waiter`]): drives the client while
+/// what it waits for is pending, when the client has a lease. Dropped, it waits no more.
 #[derive(Default)]
-pub(crate) struct Caller {
-    lease: Option<Arc<Shared>>,
+pub struct Caller {
+    lease: Option<Arc<Leased>>,
+    /// The lease taken before the call sent its command ([`Lease::hold`]), for its first poll.
+    held: Option<Held>,
     /// Its id and whether it is listed, once it has waited.
     id: Option<(u64, Arc<AtomicBool>)>,
     /// The waker it was listed with.
@@ -533,11 +544,29 @@ impl fmt::Debug for Caller {
     }
 }
 
+impl nsq_client::Waiter for Caller {
+    fn hold(&mut self) {
+        if self.held.is_none() {
+            self.held = self.lease.as_ref().and_then(Leased::hold);
+        }
+    }
+
+    fn poll<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        f: impl FnMut(&mut Context<'_>) -> Poll<T>,
+    ) -> Poll<T> {
+        let held = self.held.take();
+        self.poll_with(held, cx, f)
+    }
+}
+
 impl Caller {
     /// A caller of the client of `lease` (none: polling never drives).
     pub(crate) fn new(lease: Option<&Lease>) -> Caller {
         Caller {
             lease: lease.map(|l| l.0.clone()),
+            held: None,
             id: None,
             waker: None,
         }
@@ -550,7 +579,7 @@ impl Caller {
     /// A caller that holds the lease while other callers wait does not poll the driver yet:
     /// it gives the lease back and is told (woken) at once, so that its executor polls the
     /// other tasks first and what they send leaves with its command, in one write.
-    pub(crate) fn poll<T>(
+    fn poll_with<T>(
         &mut self,
         held: Option<Held>,
         cx: &mut Context<'_>,
@@ -604,42 +633,27 @@ impl Drop for Caller {
     }
 }
 
-/// A call's future that drives its client while it waits ([`Caller`]).
-pub(crate) struct Driven<F> {
-    caller: Caller,
-    held: Option<Held>,
-    inner: F,
-}
-
-impl<F> Driven<F> {
-    /// `inner`, driving through `lease` while it is pending; `held` when the caller took the
-    /// lease before sending its command ([`Lease::hold`]).
-    pub(crate) fn new(lease: Option<&Lease>, held: Option<Held>, inner: F) -> Self {
-        Driven {
-            caller: Caller::new(lease),
-            held,
-            inner,
-        }
-    }
-}
-
-impl<F: Future + Unpin> Future for Driven<F> {
-    type Output = F::Output;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let this = self.get_mut();
-        let inner = &mut this.inner;
-        this.caller
-            .poll(this.held.take(), cx, |cx| Pin::new(&mut *inner).poll(cx))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     //! The lease's rules, with a driver that counts its polls and wakers that count their
     //! wake-ups; the thread's decisions through [`Ticks`] (no thread, no clock).
     use super::*;
-    use crate::sync::counting::{Count, waker as counting};
+    use std::sync::atomic::AtomicUsize as Counter;
+
+    /// How many times its waker was woken (`.0`).
+    struct Count(Counter);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// A counting waker, and its count.
+    fn counting() -> (Arc<Count>, Waker) {
+        let count = Arc::new(Count(Counter::new(0)));
+        (count.clone(), Waker::from(count))
+    }
     use std::sync::atomic::AtomicUsize;
 
     fn wakes(c: &Count) -> usize {
@@ -707,7 +721,7 @@ mod tests {
         let mut cx = Context::from_waker(waker);
         assert!(
             caller
-                .poll(held, &mut cx, |_| Poll::<()>::Pending)
+                .poll_with(held, &mut cx, |_| Poll::<()>::Pending)
                 .is_pending()
         );
     }
@@ -715,7 +729,11 @@ mod tests {
     /// Polls `caller` for a result that is there.
     fn done(caller: &mut Caller, waker: &Waker) {
         let mut cx = Context::from_waker(waker);
-        assert!(caller.poll(None, &mut cx, |_| Poll::Ready(())).is_ready());
+        assert!(
+            caller
+                .poll_with(None, &mut cx, |_| Poll::Ready(()))
+                .is_ready()
+        );
     }
 
     #[test]

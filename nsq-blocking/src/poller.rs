@@ -17,20 +17,20 @@
 //! read is not read (no `recv` that returns `EAGAIN`) and no registration is re-armed per
 //! wait.
 
-use super::runtime::{BoxFuture, SocketOptions};
-use super::sync::lock;
 use bytes::{Bytes, BytesMut};
 use mio::net::TcpStream;
 use mio::{Events, Interest, Registry, Token};
+use nsq_client::dial::{connect_from, resolve};
+use nsq_client::{BoxFuture, SocketOptions};
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
+use std::net::{Shutdown, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::Thread;
 use std::time::Duration;
@@ -130,10 +130,24 @@ const CALLER: u8 = 2;
 /// again within it finds the lease free, and drives without waking any thread.
 ///
 /// Each look that finds that callers took the lease since the last one doubles the grace,
-/// up to 16 ms ([`lease::longer`](crate::lease::longer)): a thread that wakes 500 times a
-/// second per client to find callers at work is a cost of its own. The thread's own turn
-/// brings it back to this.
-const CALLERS_GRACE: Duration = crate::lease::TICK;
+/// up to [`MAX_GRACE`] ([`longer`]): a thread that wakes 500 times a second per client to
+/// find callers at work is a cost of its own. The thread's own turn brings it back to this.
+const CALLERS_GRACE: Duration = Duration::from_millis(2);
+
+/// The longest grace: work left when callers stop waits at most this long, once.
+const MAX_GRACE: Duration = Duration::from_millis(16);
+
+/// The grace after `grace` for a driver thread whose look found callers at work: twice as
+/// long, up to [`MAX_GRACE`].
+fn longer(grace: Duration) -> Duration {
+    (grace * 2).min(MAX_GRACE)
+}
+
+/// Locks `m`, through a poisoned lock too (what it guards is left consistent between
+/// statements).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 impl Reactor {
     fn new() -> io::Result<Reactor> {
@@ -314,7 +328,7 @@ impl Reactor {
             // Callers drive: look again after the grace (longer while they keep at it), or at
             // the driver's deadline if the lease is free.
             seen = sessions;
-            grace = crate::lease::longer(grace);
+            grace = longer(grace);
             let wait = if free && deadline != u64::MAX {
                 Duration::from_nanos(deadline.saturating_sub(now)).min(grace)
             } else {
@@ -436,7 +450,7 @@ impl PollerTimer {
     }
 }
 
-impl super::Timer for PollerTimer {
+impl nsq_client::Timer for PollerTimer {
     fn reset(&mut self, at: Instant) {
         self.at = at;
     }
@@ -454,17 +468,17 @@ impl super::Timer for PollerTimer {
 // ------------------------------------------------------------------------------------ poller
 
 /// One client's poller, and what a runtime shim implements
-/// [`Runtime`](super::Runtime) with: [`connect`](Self::connect) a [`Socket`],
+/// [`Runtime`](nsq_client::Runtime) with: [`connect`](Self::connect) a [`Socket`],
 /// [`spawn`](Self::spawn) the driver on a thread that waits on the poller, and the
 /// [`PollerTimer`] that bounds the wait. Cheap to clone (one poller per client, shared).
 #[derive(Debug, Clone)]
-pub struct Poller {
+pub(crate) struct Poller {
     reactor: Arc<Reactor>,
 }
 
 impl Poller {
     /// A poller of its own (an epoll instance and an eventfd on Linux).
-    pub fn new() -> io::Result<Poller> {
+    pub(crate) fn new() -> io::Result<Poller> {
         Ok(Poller {
             reactor: Arc::new(Reactor::new()?),
         })
@@ -473,7 +487,11 @@ impl Poller {
     /// Opens a non-blocking TCP connection to `addr` (`host:port`) with `TCP_NODELAY` on, its
     /// readiness reported by this poller, from `options.local_addr` when set. The future is
     /// ready once connected (or failed); the driver bounds it with the dial timeout.
-    pub fn connect(&self, addr: &str, options: SocketOptions) -> BoxFuture<io::Result<Socket>> {
+    pub(crate) fn connect(
+        &self,
+        addr: &str,
+        options: SocketOptions,
+    ) -> BoxFuture<io::Result<Socket>> {
         let (reactor, addr) = (self.reactor.clone(), addr.to_owned());
         Box::pin(async move {
             let addrs = resolve(&addr).await?;
@@ -501,7 +519,7 @@ impl Poller {
 
     /// Runs `driver` on a new thread named `name`, which waits on this poller between polls
     /// and ends with it.
-    pub fn spawn(&self, name: &str, driver: BoxFuture<()>) -> io::Result<()> {
+    pub(crate) fn spawn(&self, name: &str, driver: BoxFuture<()>) -> io::Result<()> {
         {
             let mut lease = lock(&self.reactor.drive);
             let drive = lease
@@ -544,7 +562,7 @@ impl Poller {
     /// driver thread takes the lease back once callers have left it alone for a moment
     /// (2 ms, up to 16 ms while they keep driving), or when one of the driver's deadlines is
     /// due.
-    pub fn wait<F: Future>(
+    pub(crate) fn wait<F: Future>(
         &self,
         future: Pin<&mut F>,
         deadline: Option<Instant>,
@@ -572,20 +590,20 @@ impl Poller {
             if !r.done.load(Ordering::SeqCst) {
                 if let Some(drive) = r.take(CALLER) {
                     // Put back however the turn ends (a panic in `future` included).
-                    let mut lease = Lease {
+                    let mut turn = Turn {
                         reactor: r,
                         drive: Some(drive),
                     };
-                    let drive = lease.drive.as_mut().expect("just taken");
+                    let drive = turn.drive.as_mut().expect("just taken");
                     me.driving.store(true, Ordering::SeqCst);
                     let driven =
                         r.drive_for(drive, &mut driver_cx, future.as_mut(), &mut cx, deadline);
                     me.driving.store(false, Ordering::SeqCst);
-                    drop(lease);
+                    drop(turn);
                     match driven {
-                        Ok(Driven::Output(v)) => return Some(v),
-                        Ok(Driven::Deadline) => return None,
-                        Ok(Driven::Ended) => continue,
+                        Ok(TurnEnd::Output(v)) => return Some(v),
+                        Ok(TurnEnd::Deadline) => return None,
+                        Ok(TurnEnd::Ended) => continue,
                         Err(e) => {
                             tracing::error!(error = %e, "the client's poller failed");
                             r.fail();
@@ -628,13 +646,13 @@ fn park_until(deadline: Option<Instant>) {
     }
 }
 
-/// A caller's lease, put back when dropped.
-struct Lease<'a> {
+/// A caller's turn at driving: the lease it took, put back when dropped.
+struct Turn<'a> {
     reactor: &'a Reactor,
     drive: Option<Drive>,
 }
 
-impl Drop for Lease<'_> {
+impl Drop for Turn<'_> {
     fn drop(&mut self) {
         if let Some(drive) = self.drive.take() {
             self.reactor.put_back(drive);
@@ -643,7 +661,7 @@ impl Drop for Lease<'_> {
 }
 
 /// How a caller's turn at driving ended.
-enum Driven<T> {
+enum TurnEnd<T> {
     /// Its future completed.
     Output(T),
     /// Its deadline passed.
@@ -662,21 +680,21 @@ impl Reactor {
         mut future: Pin<&mut F>,
         cx: &mut Context<'_>,
         deadline: Option<Instant>,
-    ) -> io::Result<Driven<F::Output>> {
+    ) -> io::Result<TurnEnd<F::Output>> {
         loop {
             self.poll_driver(drive, driver_cx);
             if let Poll::Ready(v) = future.as_mut().poll(cx) {
-                return Ok(Driven::Output(v));
+                return Ok(TurnEnd::Output(v));
             }
             if drive.driver.is_none() {
-                return Ok(Driven::Ended);
+                return Ok(TurnEnd::Ended);
             }
             let until = match (drive.next_timer, deadline) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
             if deadline.is_some_and(|d| d <= Instant::now()) {
-                return Ok(Driven::Deadline);
+                return Ok(TurnEnd::Deadline);
             }
             self.sleep(drive, until, || false)?;
         }
@@ -712,74 +730,6 @@ impl Poller {
     fn block_on<F: Future>(&self, future: F) -> F::Output {
         self.reactor.block_on(future).expect("the poller works")
     }
-}
-
-/// The addresses of `addr` (`host:port`): at once for an IP address, else resolved on a
-/// short-lived thread of its own (the system resolver blocks; the polling task must not).
-/// For any runtime: the thread wakes whoever polls the future.
-pub async fn resolve(addr: &str) -> io::Result<Vec<SocketAddr>> {
-    if let Ok(a) = addr.parse::<SocketAddr>() {
-        return Ok(vec![a]);
-    }
-    let addr = addr.to_owned();
-    on_thread("nsqb-resolve", move || {
-        addr.to_socket_addrs().map(Iterator::collect)
-    })
-    .await
-}
-
-/// A non-blocking TCP stream to `addr` from `local` (bound first), connected on a short-lived
-/// thread of its own: std has no portable way to tell a non-blocking connect in progress from
-/// one that failed, so the connect blocks there, for at most `dial`. For any runtime, which
-/// then registers the stream with its reactor.
-pub async fn connect_from(
-    local: SocketAddr,
-    addr: SocketAddr,
-    dial: std::time::Duration,
-) -> io::Result<std::net::TcpStream> {
-    use socket2::{Domain, Protocol, Type};
-    on_thread("nsqb-connect", move || {
-        let s = socket2::Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-        s.bind(&local.into())?;
-        s.connect_timeout(&addr.into(), dial)?;
-        s.set_nonblocking(true)?;
-        Ok(std::net::TcpStream::from(s))
-    })
-    .await
-}
-
-/// Runs the blocking `work` on a short-lived thread named `name` and waits for its result
-/// without blocking the polling task: the thread wakes the last waker that polled.
-async fn on_thread<T: Send + 'static>(
-    name: &str,
-    work: impl FnOnce() -> io::Result<T> + Send + 'static,
-) -> io::Result<T> {
-    type Slot<T> = Mutex<(Option<io::Result<T>>, Option<Waker>)>;
-    let slot: Arc<Slot<T>> = Arc::default();
-    let theirs = slot.clone();
-    std::thread::Builder::new()
-        .name(name.to_owned())
-        .spawn(move || {
-            let done = work();
-            let waker = {
-                let mut s = lock(&theirs);
-                s.0 = Some(done);
-                s.1.take()
-            };
-            if let Some(w) = waker {
-                w.wake();
-            }
-        })?;
-    std::future::poll_fn(|cx| {
-        let mut s = lock(&slot);
-        if let Some(done) = s.0.take() {
-            Poll::Ready(done)
-        } else {
-            s.1 = Some(cx.waker().clone());
-            Poll::Pending
-        }
-    })
-    .await
 }
 
 /// Connects to `addr` from `local` ([`connect_from`]), then registers the stream with the
@@ -860,7 +810,7 @@ pub struct Socket {
 /// same). Not on Windows, whose poller is emulated and reports only what it was asked.
 const SHORT_MEANS_DRAINED: bool = cfg!(not(windows));
 
-impl super::Socket for Socket {
+impl nsq_client::Socket for Socket {
     fn poll_read(&mut self, _cx: &mut Context<'_>) -> Poll<io::Result<BytesMut>> {
         let s = &mut self.socket;
         loop {
@@ -916,16 +866,16 @@ impl super::Socket for Socket {
 
 #[cfg(test)]
 mod tests {
-    fn opts() -> super::SocketOptions {
-        super::SocketOptions::new(
+    fn opts() -> SocketOptions {
+        SocketOptions::new(
             std::time::Duration::from_secs(5),
             std::time::Duration::from_secs(5),
         )
     }
 
-    use super::super::Socket as _;
-    use super::super::Timer as _;
     use super::*;
+    use nsq_client::Socket as _;
+    use nsq_client::Timer as _;
     use std::net::TcpListener;
     use std::time::Duration;
 
