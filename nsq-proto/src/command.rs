@@ -167,9 +167,9 @@ pub(crate) fn check_publish(
     check_body(0, body, limits)
 }
 
-/// Appends one MPUB entry: u32 length + body. Into a `Vec`, not a `BytesMut`, whose
-/// `put_slice` checks and advances twice per entry: 3.7 against 6.3 ns per 200-byte entry
-/// (BENCHMARKS.md, issue 21's third round).
+/// Appends one MPUB entry: u32 length + body.
+// Into a `Vec`, not a `BytesMut`, whose `put_slice` checks and advances twice per entry
+// (measured: see BENCHMARKS-HISTORY.md, the third round's MPUB encoding).
 pub(crate) fn put_entry(buf: &mut Vec<u8>, body: &[u8]) {
     buf.extend_from_slice(&(body.len() as u32).to_be_bytes());
     buf.extend_from_slice(body);

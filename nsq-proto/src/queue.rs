@@ -5,8 +5,9 @@ use std::collections::VecDeque;
 /// `queue.pop_front()`, and once the queue is empty, its next push starts again at the front
 /// of its buffer. A queue that is filled and emptied in bursts (the events of one read, the
 /// messages of one wake-up) then keeps reusing the same, cache-warm, slots instead of cycling
-/// through its whole capacity; `clear` on an empty queue resets its head (measured: a store
-/// to a cold slot was the hottest instruction of a consumer's read path).
+/// through its whole capacity; `clear` on an empty queue resets its head.
+// Measured: a store to a cold slot was the hottest instruction of a consumer's read path
+// (BENCHMARKS-HISTORY.md, issue 13).
 pub(crate) fn pop_front<T>(queue: &mut VecDeque<T>) -> Option<T> {
     let item = queue.pop_front();
     if queue.is_empty() {

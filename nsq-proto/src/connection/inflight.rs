@@ -86,8 +86,9 @@ struct SortedSlot {
 /// 7-bit tag of the hash matched): with thousands of messages in flight, the random probe per
 /// delivery and per answer then touches far less memory than a map of 88-byte buckets, and
 /// entry slots are reused last-freed-first, so the slot a new delivery takes is usually the
-/// one an answer just freed (measured: with `max_in_flight` 2,500 the probes into the wide
-/// map were the consumer's costliest cache misses).
+/// one an answer just freed.
+// Measured: with `max_in_flight` 2,500 the random probes into a map of 88-byte buckets
+// stalled the reader (BENCHMARKS-HISTORY.md, issue 13's second session).
 #[derive(Debug, Default)]
 pub(crate) struct InFlight {
     map: HashTable<u32>,

@@ -27,9 +27,9 @@ use std::time::{Duration, Instant};
 ///
 /// It owns a [`Connection`] per nsqd, distributes RDY over them, applies backoff, the attempts
 /// policy and requeue delays, discovers nsqd through nsqlookupd (the HTTP exchange is sans-IO as
-/// well), reconnects, and shuts down gracefully. It does no IO: the driver opens and closes
-/// sockets as [`Action`]s say, feeds bytes and timeouts in, and drains the outputs after every
-/// call.
+/// well), reconnects, and shuts down gracefully. It does no IO: it is driven by the crate's
+/// [driver contract](crate::driver), opening and closing sockets as its [`Action`]s say, and
+/// the [module docs](super) drive one from the start.
 ///
 /// Methods, in the house order: **queries** ([`stats`](Self::stats),
 /// [`is_starved`](Self::is_starved), [`connection`](Self::connection), ...), **inputs**
@@ -43,99 +43,58 @@ use std::time::{Duration, Instant};
 /// **outputs** ([`poll_action`](Self::poll_action), [`poll_event`](Self::poll_event),
 /// [`poll_timeout`](Self::poll_timeout)).
 ///
+/// # max_in_flight bounds what the application holds
+/// Messages handed out and not yet answered never exceed `max_in_flight`, through joins,
+/// leaves, rotation, backoff, [`set_max_in_flight`](Self::set_max_in_flight) and reconnects
+/// (go-nsq bounds only the sum of RDY). Each connection holds a share, `max(RDY, messages
+/// delivered on it and not yet answered)`, and the shares never sum above `max_in_flight`:
+/// lowerings go out before raises, RDY is raised only out of budget no connection holds, and
+/// a lowered RDY stays committed until the messages nsqd may already have written arrive or a
+/// settle time passes. A message whose connection was lost, or which expired, keeps its share
+/// until the application answers it (the answer then fails). One case stays uncounted: a
+/// message that expired and came back on the same connection, answered twice. What no client
+/// controls: a FIN and a RDY sent to two different nsqd may be read in either order.
+///
 /// # RDY
 /// With `max_in_flight >= connections`, every ready connection gets `max_in_flight / n`
-/// (capped at its max_rdy_count) and the remainder is handed out round-robin, so the total
-/// reaches `max_in_flight`. A new connection starts at RDY 1 (other connections are lowered
-/// first to make room for its share) and gets its share after its first message or after
-/// `rdy_redistribute_interval`, whichever comes first: connections discovered together all get
-/// a chance before one of them takes everything. A connection's RDY is re-sent when its
-/// remaining count drops to <= 1 or under 25% of the last value.
+/// (capped at its max_rdy_count), the remainder round-robin, each connection's unanswered
+/// messages counting in its share. A new connection starts at RDY 1 and gets its share after
+/// its first message or after `rdy_redistribute_interval`, so connections discovered together
+/// all get a chance. A connection's RDY is re-sent when its remaining count drops to <= 1 or
+/// under 25% of the last value.
 ///
-/// # max_in_flight bounds messages in flight, not only RDY
-/// Each connection holds a share of `max_in_flight`: `max(RDY, messages delivered on it and
-/// not yet answered)`. The sum of the shares never exceeds `max_in_flight`, through joins,
-/// leaves, rotation, backoff, [`set_max_in_flight`](Self::set_max_in_flight) and reconnects:
-/// lowerings go out before raises, and RDY is raised only out of budget no connection holds,
-/// so RDY taken from a connection whose message is still in its handler passes on when that
-/// message is answered (expires, or its connection ends), not before. When more messages are
-/// unanswered than `max_in_flight` allows (after lowering it), no RDY opens room for a
-/// delivery: an answer on such a connection is preceded by a lower RDY. go-nsq bounds only
-/// the sum of RDY, so with RDY rotating it lets more messages into handlers than
-/// `max_in_flight` (measured on nsqd v1.3.0: 3 in flight with `max_in_flight` 2).
-/// Messages nsqd wrote before it read a lower RDY may still be on the wire (or in nsqd's
-/// output buffer): after lowering RDY on a connection with fewer messages in flight than its
-/// RDY, the difference stays committed until those messages arrive or a settle time passes
-/// (the negotiated output_buffer_timeout plus the handshake's duration, at least two round
-/// trips). The rotation below mostly avoids the case: it takes RDY from a busy holder (its
-/// message in the handler, so nsqd sends nothing more) or from one idle for
-/// `low_rdy_idle_timeout`, never right after an answer. What no client controls: a FIN and
-/// a RDY sent to two different nsqd may be read in either order, for microseconds.
-///
-/// The bound holds for the application, not only for nsqd: a message whose connection was
-/// lost, or which expired before it was answered, is requeued by nsqd, but the application
-/// still holds it, so it keeps its share until the application answers it (the answer
-/// itself then fails: unknown connection, or not in flight). A handler pool sized to
-/// `max_in_flight` is never handed more. (One case stays uncounted: a message that expired
-/// and came back on the same connection, answered twice by the application.)
-///
-/// # Fewer max_in_flight than connections: a rotation in seconds
-/// Connections hold RDY 1 in turns. A turn lasts `low_rdy_timeout` (default **2 s**), or ends
-/// earlier when the holder had nothing in flight and no message or answer for
-/// `low_rdy_idle_timeout` (default **1 s**; sooner on a short round trip: twice the
-/// connection's handshake, at least 100 ms, so a rotation over many idle nsqd takes
-/// seconds, not tens of seconds); a holder whose turn ends just after an answer
-/// (its next message may be on the wire) passes RDY on at its next message. The freed turn
-/// goes to the connection that has had the fewest turns (a new one counts as having had as
-/// few as the others), then the one that has waited longest, random among equals, so the
-/// rotation is round-robin: with `w` connections waiting and
-/// `m = max_in_flight` turns running, a connection with messages waits at most about
-/// `ceil(w / m)` turns. Turns end one at a time, at least `low_rdy_timeout / m` apart, so
-/// they stay staggered and every connection holds RDY about as long as the others (turns
-/// that ended together let one connection in and the other straight back). Turn ends are
-/// exact timers, not a periodic tick, and a turn change looks only at the holder concerned
-/// and the first in line (O(log connections), whatever their number).
-///
-/// The rotation also serves connections in turns when `max_in_flight` is not below their
-/// number but shares held where no RDY can use them (messages of lost connections, expired
-/// ones, ones beyond a lowered RDY, each connection's unanswered messages past its first)
-/// leave too few for all of them: a connection then waits a turn, not for a slow handler.
-/// Otherwise RDY is split over what those shares leave, each connection's unanswered
-/// messages counting in its own share.
-///
-/// go-nsq's defaults (30 s and 10 s, checked every 5 s) let the third of 3 nsqd wait 30 s
-/// with `max_in_flight` 2 (measured on nsqd v1.3.0: 30.0 s, every run). The option names are
-/// go-nsq's, the defaults are not: with 3 nsqd and `max_in_flight` 2 every nsqd now gets its
-/// first message within 2.0 s to 2.1 s on a real nsqd v1.3.0 (a 300 ms handler), and a busy
-/// handler (10 ms per message) keeps 0.97x of the old throughput while all three nsqd are
-/// served instead of two (BENCHMARKS.md, "Consumer flow control on real nsqd"). A turn change
-/// costs about one round trip of idle budget: the busy holder keeps working on its last
-/// message while its successor's RDY waits for that answer.
+/// # Fewer max_in_flight than connections: a rotation
+/// Connections hold RDY 1 in turns, round-robin (the fewest turns first, then the longest
+/// waiting), so a connection with messages waits at most about `ceil(w / m)` turns (`w`
+/// waiting, `m = max_in_flight`). A turn lasts `low_rdy_timeout` (default 2 s; go-nsq's 30 s
+/// let an nsqd wait half a minute for its first message), or less when the holder is idle for
+/// `low_rdy_idle_timeout`; turns end one at a time, by exact timers, and a turn change looks
+/// at the holder and the first in line only. A turn change costs about one round trip of
+/// idle budget (the busy holder's last message keeps its share until answered). The same
+/// rotation serves the connections when shares held where no RDY can use them leave too few
+/// for all.
 ///
 /// # Backoff
 /// A requeue with backoff raises the level and queues RDY 0 on every connection before the
 /// REQ; after `multiplier x 2^level` (capped; optionally fully jittered) one connection gets
-/// RDY 1: one that received a message since it last held this probe (the latest first: its
-/// nsqd has shown it has messages), else the one that held it longest ago. A probe idle for
-/// the idle wait above moves on (go-nsq picks at random every 5 s, which with hundreds of
-/// nsqd and a few busy ones kept a consumer in backoff for minutes). The next result decides: a success lowers the level (a new window
-/// if still above 0, full RDY at 0), a failure raises it. Results inside a window are ignored.
-/// A message given up on (attempts above `max_attempts`, finished automatically) counts as a
-/// success, as in go-nsq. A burst of answers nsqd rejects because the messages had already
-/// timed out (`E_FIN_FAILED`, `E_REQ_FAILED`, `E_TOUCH_FAILED`: [`ANSWER_FAILURE_BURST`]
-/// within [`ANSWER_FAILURE_WINDOW`]) counts as one failure, logged once with the count: a
-/// consumer whose handler is slower than msg_timeout slows its intake instead of pulling more
-/// messages it would also lose.
+/// RDY 1 (one that received a message since it last held this probe, the latest first, else
+/// the one that held it longest ago; an idle probe moves on). Its next result decides: a
+/// success lowers the level, a failure raises it; results inside a window are ignored. A
+/// message given up on (attempts above `max_attempts`, finished automatically) counts as a
+/// success, as in go-nsq. A burst of answers nsqd rejects as timed out ([`ANSWER_FAILURE_BURST`]
+/// within [`ANSWER_FAILURE_WINDOW`]) counts as one failure, logged once.
 ///
 /// # Discovery
 /// Every lookupd is polled each round; the producers they list are unioned and new ones are
-/// connected. Directly added nsqd are reconnected on an exponential schedule; a discovered
-/// nsqd is reconnected only when an answer to a request sent after its connection ended still
-/// lists it. A discovered nsqd is forgotten once it has no connection and no lookupd's latest
-/// *successful* answer lists it: a connected one is kept until its connection ends, and a
-/// lookupd that fails to answer keeps what it last listed, so a lookupd being down never makes
-/// the consumer forget an nsqd. Directly added nsqd are never forgotten.
-/// [`ConsumerStats::known_nsqd`] counts what is kept.
+/// connected. Directly added nsqd are reconnected on an exponential schedule and never
+/// forgotten; a discovered nsqd is reconnected only when a lookupd answer sent after its
+/// connection ended still lists it, and forgotten once it has no connection and no lookupd's
+/// latest *successful* answer lists it (a lookupd that is down never makes the consumer forget
+/// an nsqd). [`ConsumerStats::known_nsqd`] counts what is kept.
+///
+/// Figures (flow control on a real nsqd against go-nsq's rules, the reader's cost) are in the
+/// repository's BENCHMARKS.md; the invariants above are checked by the simulator
+/// (SIMULATION.md).
 #[derive(Debug)]
 pub struct Consumer {
     topic: Topic,

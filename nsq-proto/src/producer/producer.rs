@@ -47,11 +47,9 @@ impl Queued {
 /// The producer-level state machine: publishing over one connection per nsqd, with routing,
 /// failover, reconnection, a bounded wait for a connection, and graceful close.
 ///
-/// It does no IO. The driver opens and closes sockets as [`Action`]s say (the same vocabulary
-/// as the consumer's, so one driver loop serves both), feeds bytes and timeouts in, and after
-/// every call drains the outputs: first [`poll_action`](Self::poll_action) until `None`, then
-/// [`poll_event`](Self::poll_event), then re-arms its timer with
-/// [`poll_timeout`](Self::poll_timeout).
+/// It does no IO: it is driven by the crate's [driver contract](crate::driver), opening and
+/// closing sockets as its [`Action`]s say (the consumer's vocabulary, so one driver loop
+/// serves both).
 ///
 /// Methods, in the house order: **queries** ([`stats`](Self::stats),
 /// [`is_closed`](Self::is_closed), [`healthy_connections`](Self::healthy_connections), ...),
