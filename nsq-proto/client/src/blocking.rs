@@ -6,7 +6,7 @@
 
 use super::ClusterReport;
 use super::builder::{BuildConsumer, BuildProducer, sealed};
-use super::runtime::{Adapter, Ended};
+use super::runtime::{Adapter, Ended, park_on};
 use super::{Error, Event, HandlerError, IntoChannel, IntoTopic, Message, Outcome, StopReport};
 use bytes::Bytes;
 use nsq_proto::Config;
@@ -18,24 +18,10 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll, Wake, Waker};
-use std::thread::Thread;
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 // ---------------------------------------------------------------------------------- executor
-
-/// Wakes a parked thread.
-struct Unpark(Thread);
-
-impl Wake for Unpark {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.0.unpark();
-    }
-}
 
 /// Runs `future` on this thread to completion.
 pub fn block_on<F: Future>(future: F) -> F::Output {
@@ -68,28 +54,6 @@ pub(crate) fn block_on_for<F: Future>(future: F, timeout: Duration) -> Option<F:
 )]
 fn now() -> Instant {
     Instant::now()
-}
-
-/// [`Adapter::block_on`]'s default: polls `future` on this thread, parking between polls until
-/// it is woken, until it completes (`Some`) or `deadline` passes (`None`).
-pub fn park_on<F: Future>(mut future: Pin<&mut F>, deadline: Option<Instant>) -> Option<F::Output> {
-    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    loop {
-        if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
-            return Some(v);
-        }
-        match deadline {
-            None => std::thread::park(),
-            Some(d) => {
-                let now = now();
-                if d <= now {
-                    return None;
-                }
-                std::thread::park_timeout(d - now);
-            }
-        }
-    }
 }
 
 /// Polls `future` once with a waker that does nothing: the common case of a blocking call, a

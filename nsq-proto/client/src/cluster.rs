@@ -5,7 +5,7 @@
 //! ([`ClusterReport::failures`]), never hidden.
 
 use super::runtime::Adapter;
-use super::{Error, HttpClient, HttpConfig};
+use super::{Error, HttpClient, HttpConfig, NodeFailure};
 use nsq_proto::http::nsqd::{ChannelStats, E2eLatency, StatsQuery, TopicStats};
 use nsq_proto::http::{Call, lookupd, nsqd};
 use nsq_proto::{Channel, LookupProducer, Topic};
@@ -35,22 +35,6 @@ impl<T> ClusterReport<T> {
         } else {
             Err(Error::Cluster(self.failures))
         }
-    }
-}
-
-/// One node of a [`ClusterReport`] that failed.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct NodeFailure {
-    /// The node's HTTP address.
-    pub node: String,
-    /// Why it failed.
-    pub error: Error,
-}
-
-impl fmt::Display for NodeFailure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.node, self.error)
     }
 }
 

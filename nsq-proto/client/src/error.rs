@@ -6,10 +6,12 @@ use nsq_proto::config::OptionError;
 use nsq_proto::connection::{CloseReason, ConfigError, ConnectionError, Misconfiguration};
 use nsq_proto::consumer::ConsumerError;
 use nsq_proto::consumer::{LookupdAddressError, LookupdError};
+use nsq_proto::http::{ApiError, ExchangeError};
 use nsq_proto::producer::{ProducerError, PublishFailure};
 use nsq_proto::{Channel, NameError, Topic};
 use nsq_proto::{ErrorCode, ServerError};
 use std::fmt;
+use std::time::Duration;
 
 /// Why an operation of an adapter failed.
 ///
@@ -127,13 +129,13 @@ pub enum Error {
     /// A configuration option is unknown, malformed or out of range.
     Config(OptionError),
     /// A cluster operation failed on these nodes ([`ClusterReport::into_result`](super::ClusterReport::into_result)).
-    Cluster(Vec<super::NodeFailure>),
+    Cluster(Vec<NodeFailure>),
     /// A call of an nsqd's or nsqlookupd's HTTP API failed.
     Http {
         /// The server's HTTP address (`host:port`).
         server: String,
         /// Why.
-        failure: super::HttpFailure,
+        failure: HttpFailure,
     },
 }
 
@@ -441,5 +443,70 @@ impl IntoChannel for Channel {
 impl IntoChannel for &Channel {
     fn into_channel(self) -> Result<Channel, Error> {
         Ok(self.clone())
+    }
+}
+
+/// Why an HTTP API call failed ([`Error::Http`]).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum HttpFailure {
+    /// No TCP connection (refused, unreachable, no such host), or none within the connect
+    /// timeout.
+    Connect(String),
+    /// No complete answer within the timeout.
+    Timeout(Duration),
+    /// The connection failed during the exchange.
+    Io(String),
+    /// TLS failed (a certificate refused, a handshake failure, an invalid server name).
+    Tls(String),
+    /// The server answered, but not with the reply: not HTTP (the wrong port), an error
+    /// message of the server (`TOPIC_NOT_FOUND`, ...), another status, or an unexpected body.
+    Api(ApiError),
+}
+
+impl fmt::Display for HttpFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HttpFailure::Connect(e) => write!(f, "could not connect: {e}"),
+            HttpFailure::Timeout(t) => write!(f, "no complete answer within {t:?}"),
+            HttpFailure::Io(e) => write!(f, "connection failed: {e}"),
+            HttpFailure::Tls(e) => e.fmt(f),
+            HttpFailure::Api(e) => e.fmt(f),
+        }
+    }
+}
+
+impl HttpFailure {
+    /// The API error, when the server answered.
+    pub fn api_error(&self) -> Option<&ApiError> {
+        match self {
+            HttpFailure::Api(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<ExchangeError> for HttpFailure {
+    fn from(e: ExchangeError) -> HttpFailure {
+        match e {
+            ExchangeError::Http(e) => HttpFailure::Api(ApiError::Http(e)),
+            other => HttpFailure::Tls(other.to_string()),
+        }
+    }
+}
+
+/// One node of a [`ClusterReport`](crate::ClusterReport) that failed.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct NodeFailure {
+    /// The node's HTTP address.
+    pub node: String,
+    /// Why it failed.
+    pub error: Error,
+}
+
+impl fmt::Display for NodeFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.node, self.error)
     }
 }

@@ -3,13 +3,13 @@
 //! with a connect timeout, a timeout for the whole exchange, and HTTPS through the same
 //! rustls configuration as the TCP protocol ([`HttpConfig::from_config`]).
 
-use super::Error;
 use super::runtime::{Adapter, Runtime, Socket, SocketOptions, Timer};
 use super::sync::{ReplyRx, oneshot};
+use super::{Error, HttpFailure};
 use bytes::{Buf, Bytes};
 use nsq_proto::Config;
 use nsq_proto::connection::TlsConfig;
-use nsq_proto::http::{ApiError, Call, Exchange, ExchangeError, Response};
+use nsq_proto::http::{Call, Exchange, Response};
 use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
@@ -92,55 +92,6 @@ impl HttpConfig {
         self.connect_timeout = connect;
         self.timeout = whole;
         self
-    }
-}
-
-/// Why an HTTP API call failed ([`Error::Http`]).
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub enum HttpFailure {
-    /// No TCP connection (refused, unreachable, no such host), or none within the connect
-    /// timeout.
-    Connect(String),
-    /// No complete answer within the timeout.
-    Timeout(Duration),
-    /// The connection failed during the exchange.
-    Io(String),
-    /// TLS failed (a certificate refused, a handshake failure, an invalid server name).
-    Tls(String),
-    /// The server answered, but not with the reply: not HTTP (the wrong port), an error
-    /// message of the server (`TOPIC_NOT_FOUND`, ...), another status, or an unexpected body.
-    Api(ApiError),
-}
-
-impl fmt::Display for HttpFailure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            HttpFailure::Connect(e) => write!(f, "could not connect: {e}"),
-            HttpFailure::Timeout(t) => write!(f, "no complete answer within {t:?}"),
-            HttpFailure::Io(e) => write!(f, "connection failed: {e}"),
-            HttpFailure::Tls(e) => e.fmt(f),
-            HttpFailure::Api(e) => e.fmt(f),
-        }
-    }
-}
-
-impl HttpFailure {
-    /// The API error, when the server answered.
-    pub fn api_error(&self) -> Option<&ApiError> {
-        match self {
-            HttpFailure::Api(e) => Some(e),
-            _ => None,
-        }
-    }
-}
-
-impl From<ExchangeError> for HttpFailure {
-    fn from(e: ExchangeError) -> HttpFailure {
-        match e {
-            ExchangeError::Http(e) => HttpFailure::Api(ApiError::Http(e)),
-            other => HttpFailure::Tls(other.to_string()),
-        }
     }
 }
 

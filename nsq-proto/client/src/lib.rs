@@ -174,16 +174,20 @@ mod sync;
 pub(crate) use answer::Answer;
 pub use answer::AnswerKind;
 pub use builder::{BuildConsumer, BuildProducer, ConsumerBuilder, ProducerBuilder};
-pub use cluster::{ChannelStatsReport, Cluster, ClusterReport, NodeFailure, TopicStatsReport};
+pub use cluster::{ChannelStatsReport, Cluster, ClusterReport, TopicStatsReport};
 pub use consumer::{Consumer, ConsumerHandle};
 pub(crate) use delivery::{AnswerSink, Delivery, Origin};
-pub use error::{Backpressure, Error, InputError, IntoChannel, IntoTopic};
+pub use error::{
+    Backpressure, Error, HttpFailure, InputError, IntoChannel, IntoTopic, NodeFailure,
+};
 pub use events::{EVENTS_CAPACITY, Event, Events};
 pub use handler::{HandlerError, Outcome, StopReport};
-pub use http::{HttpClient, HttpConfig, HttpFailure, PendingCall};
+pub use http::{HttpClient, HttpConfig, PendingCall};
 pub use message::{GiveUpHook, Message};
 pub use producer::{PendingPublish, Producer};
-pub use runtime::{Adapter, BoxFuture, Direct, Runtime, Socket, SocketOptions, Timer, Waiter};
+pub use runtime::{
+    Adapter, BoxFuture, Direct, Runtime, Socket, SocketOptions, Timer, Waiter, park_on,
+};
 
 pub(crate) use logging::{
     connection_span, log_consumer_event, log_max_in_flight, log_producer_event, lookupd_span,
@@ -266,7 +270,7 @@ mod tests {
         })
         .unwrap();
         assert_eq!(
-            c.core.connection.hostname.as_deref(),
+            c.machine.connection.hostname.as_deref(),
             Some("box.example.com")
         );
         let named = Config {
@@ -277,13 +281,13 @@ mod tests {
             Err(std::io::Error::other("no files"))
         })
         .unwrap();
-        assert_eq!(p.core.connection.hostname.as_deref(), Some("mine"));
+        assert_eq!(p.machine.connection.hostname.as_deref(), Some("mine"));
         assert_eq!(p.dial_timeout, Config::default().dial_timeout);
         let none = consumer_config(&Config::default(), None, |_| {
             Err(std::io::Error::other("no files"))
         })
         .unwrap();
-        assert_eq!(none.core.connection.hostname, None);
+        assert_eq!(none.machine.connection.hostname, None);
     }
 
     #[test]
@@ -296,16 +300,16 @@ mod tests {
         let mut setup = ProducerSetup::default();
         setup.nsqd.push("127.0.0.1:4150".into());
         setup.seed = Some(7);
-        let mut core = setup.start(now, || unreachable!("seeded")).unwrap().core;
+        let mut machine = setup.start(now, || unreachable!("seeded")).unwrap().machine;
         let mut replies = Replies::default();
         let topic = Topic::new("t").unwrap();
         let publish = PublishRequest::Publish {
             topic: topic.clone(),
             body: Bytes::from_static(b"x"),
         };
-        replies.submit(&mut core, now, publish, 1).unwrap();
+        replies.submit(&mut machine, now, publish, 1).unwrap();
         replies
-            .submit(&mut core, now, PublishRequest::Ping, 2)
+            .submit(&mut machine, now, PublishRequest::Ping, 2)
             .unwrap();
         // An MPUB encoded under limits higher than the core's is refused by the core.
         let roomy = nsq_proto::Limits {
@@ -314,7 +318,7 @@ mod tests {
         };
         let bodies = vec![vec![b'x'; 1 << 20]; 6];
         let big = PublishRequest::multi_publish("t", &bodies, &roomy).unwrap();
-        let (r, e) = replies.submit(&mut core, now, big, 3).unwrap_err();
+        let (r, e) = replies.submit(&mut machine, now, big, 3).unwrap_err();
         assert_eq!(r, 3);
         assert!(
             matches!(
@@ -334,15 +338,15 @@ mod tests {
         assert_eq!(replies.len(), 2);
         // The only nsqd cannot be reached: both fail fast.
         let conn = loop {
-            match core.poll_action() {
+            match machine.poll_action() {
                 Some(nsq_proto::driver::Action::Connect { conn, .. }) => break conn,
                 Some(_) => {}
                 None => panic!("no connect"),
             }
         };
-        core.handle_connect_failed(now, conn, "refused");
+        machine.handle_connect_failed(now, conn, "refused");
         let mut resolved = Vec::new();
-        while let Some(ev) = core.poll_event() {
+        while let Some(ev) = machine.poll_event() {
             replies.resolve(&ev);
         }
         for (r, result) in replies.take_resolved() {
@@ -385,7 +389,7 @@ mod tests {
             let started = b.into_setup().start(now, || 1).unwrap();
             assert_eq!(started.dial_timeout, ours);
             assert_eq!(started.write_timeout, ours);
-            assert_eq!(started.core.max_in_flight(), 3);
+            assert_eq!(started.machine.max_in_flight(), 3);
         }
         // Not set by name: the configuration's.
         let started = B::new("t", "c")
@@ -394,7 +398,7 @@ mod tests {
             .start(now, || 1)
             .unwrap();
         assert_eq!(started.dial_timeout, Duration::from_secs(9));
-        assert_eq!(started.core.max_in_flight(), 7);
+        assert_eq!(started.machine.max_in_flight(), 7);
         for p in [
             ProducerBuilder::<()>::new()
                 .write_timeout(ours)
@@ -436,7 +440,7 @@ mod tests {
         setup.max_in_flight = Some(9);
         setup.nsqd.push("127.0.0.1:4150".into());
         let started = setup.start(now, || 1).unwrap();
-        assert_eq!(started.core.max_in_flight(), 9);
+        assert_eq!(started.machine.max_in_flight(), 9);
     }
 
     #[derive(Default)]
@@ -552,17 +556,17 @@ mod tests {
             reason = "origin of virtual time in a test"
         )]
         let now = Instant::now();
-        let closed_retry = |core: &mut Consumer| {
+        let closed_retry = |machine: &mut Consumer| {
             let mut retry = None;
-            while let Some(ev) = core.poll_event() {
+            while let Some(ev) = machine.poll_event() {
                 if let ConsumerEvent::ConnectionClosed { retry_in, .. } = ev {
                     retry = Some(retry_in);
                 }
             }
             retry.expect("no ConnectionClosed")
         };
-        let connect = |core: &mut Consumer| loop {
-            match core.poll_action() {
+        let connect = |machine: &mut Consumer| loop {
+            match machine.poll_action() {
                 Some(nsq_proto::driver::Action::Connect { conn, .. }) => break conn,
                 Some(_) => {}
                 None => panic!("no connect"),
@@ -570,23 +574,23 @@ mod tests {
         };
         let mut setup = ConsumerSetup::new("t", "c");
         setup.nsqd.push("127.0.0.1:4150".into());
-        let mut core = setup.start(now, || 3).unwrap().core;
-        let conn = connect(&mut core);
-        core.handle_connect_failed(now, conn, "refused");
-        let retry = closed_retry(&mut core).expect("a direct nsqd is retried");
+        let mut machine = setup.start(now, || 3).unwrap().machine;
+        let conn = connect(&mut machine);
+        machine.handle_connect_failed(now, conn, "refused");
+        let retry = closed_retry(&mut machine).expect("a direct nsqd is retried");
         assert!(retry > Duration::ZERO);
 
         let later = now + retry;
-        core.handle_timeout(later);
-        let conn = connect(&mut core);
-        core.close(later);
-        core.handle_connect_failed(later, conn, "refused");
-        assert_eq!(closed_retry(&mut core), None, "closing: no retry");
+        machine.handle_timeout(later);
+        let conn = connect(&mut machine);
+        machine.close(later);
+        machine.handle_connect_failed(later, conn, "refused");
+        assert_eq!(closed_retry(&mut machine), None, "closing: no retry");
 
         let mut setup = ProducerSetup::default();
         setup.nsqd.push("127.0.0.1:4150".into());
         setup.seed = Some(3);
-        let mut producer = setup.start(now, || unreachable!("seeded")).unwrap().core;
+        let mut producer = setup.start(now, || unreachable!("seeded")).unwrap().machine;
         let conn = loop {
             match producer.poll_action() {
                 Some(nsq_proto::driver::Action::Connect { conn, .. }) => break conn,

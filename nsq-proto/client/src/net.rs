@@ -255,15 +255,16 @@ mod tests {
 
     #[test]
     fn one_write_per_round_and_nothing_after_a_disconnect() {
-        let mut core = nsq_proto::Producer::new(nsq_proto::producer::ProducerConfig::default(), 1)
-            .expect("default config");
+        let mut machine =
+            nsq_proto::Producer::new(nsq_proto::producer::ProducerConfig::default(), 1)
+                .expect("default config");
         #[allow(
             clippy::disallowed_methods,
             reason = "origin of virtual time in a test"
         )]
         let now = Instant::now();
-        core.add_nsqd(now, "127.0.0.1:4150").expect("address");
-        let Some(Action::Connect { conn, addr }) = core.poll_action() else {
+        machine.add_nsqd(now, "127.0.0.1:4150").expect("address");
+        let Some(Action::Connect { conn, addr }) = machine.poll_action() else {
             panic!("the producer connects first");
         };
         let options = SocketOptions::new(Duration::from_secs(1), Duration::from_secs(1));

@@ -118,19 +118,19 @@ impl<R> Replies<R> {
     /// (nothing was queued), the reply comes back with the error.
     pub(crate) fn submit(
         &mut self,
-        core: &mut Producer,
+        machine: &mut Producer,
         now: Instant,
         request: PublishRequest,
         reply: R,
     ) -> Result<(), (R, Error)> {
         let result = match request {
-            PublishRequest::Publish { topic, body } => core.publish(now, &topic, &body),
-            PublishRequest::MultiPublish(batch) => core.multi_publish_batch(now, batch),
+            PublishRequest::Publish { topic, body } => machine.publish(now, &topic, &body),
+            PublishRequest::MultiPublish(batch) => machine.multi_publish_batch(now, batch),
             PublishRequest::DeferredPublish { topic, delay, body } => {
-                core.deferred_publish(now, &topic, delay, &body)
+                machine.deferred_publish(now, &topic, delay, &body)
             }
             PublishRequest::Ping => {
-                return match core.ping(now) {
+                return match machine.ping(now) {
                     Ok(id) => {
                         self.pings.insert(id, reply);
                         Ok(())

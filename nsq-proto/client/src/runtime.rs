@@ -117,7 +117,46 @@ pub trait Adapter: Runtime {
         future: Pin<&mut F>,
         deadline: Option<Instant>,
     ) -> Option<F::Output> {
-        super::blocking::park_on(future, deadline)
+        park_on(future, deadline)
+    }
+}
+
+/// [`Adapter::block_on`]'s default: polls `future` on this thread, parking between polls
+/// until it is woken, until it completes (`Some`) or `deadline` passes (`None`).
+pub fn park_on<F: Future>(mut future: Pin<&mut F>, deadline: Option<Instant>) -> Option<F::Output> {
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    loop {
+        if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
+            return Some(v);
+        }
+        match deadline {
+            None => std::thread::park(),
+            Some(d) => {
+                #[allow(
+                    clippy::disallowed_methods,
+                    reason = "a thread parks for real time; the driver's clock is the runtime's"
+                )]
+                let now = Instant::now();
+                if d <= now {
+                    return None;
+                }
+                std::thread::park_timeout(d - now);
+            }
+        }
+    }
+}
+
+/// Wakes a parked thread.
+struct Unpark(std::thread::Thread);
+
+impl std::task::Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
     }
 }
 

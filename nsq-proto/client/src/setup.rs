@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 #[non_exhaustive]
 pub(crate) struct AdapterConfig<C> {
     /// The core's configuration ([`ConsumerConfig`] or [`ProducerConfig`]).
-    pub core: C,
+    pub machine: C,
     /// How long a TCP connect may take (go-nsq `dial_timeout`).
     pub dial_timeout: Duration,
     /// How long one socket write may take before the connection is dropped (go-nsq
@@ -32,7 +32,7 @@ impl<C: Default> Default for AdapterConfig<C> {
     fn default() -> Self {
         let defaults = Config::default();
         AdapterConfig {
-            core: C::default(),
+            machine: C::default(),
             dial_timeout: defaults.dial_timeout,
             write_timeout: defaults.write_timeout,
             local_addr: defaults.local_addr,
@@ -60,7 +60,7 @@ pub(crate) fn consumer_config(
     let filled = with_hostname(config, os_hostname);
     let config = filled.as_ref().unwrap_or(config);
     Ok(AdapterConfig {
-        core: config.consumer_config(read_file)?,
+        machine: config.consumer_config(read_file)?,
         dial_timeout: config.dial_timeout,
         write_timeout: config.write_timeout,
         local_addr: config.local_addr,
@@ -77,7 +77,7 @@ pub(crate) fn producer_config(
     let filled = with_hostname(config, os_hostname);
     let config = filled.as_ref().unwrap_or(config);
     Ok(AdapterConfig {
-        core: config.producer_config(read_file)?,
+        machine: config.producer_config(read_file)?,
         dial_timeout: config.dial_timeout,
         write_timeout: config.write_timeout,
         local_addr: config.local_addr,
@@ -145,7 +145,7 @@ impl fmt::Debug for ConsumerSetup {
 #[non_exhaustive]
 pub(crate) struct ConsumerStart {
     /// The core, with its nsqd and lookupd addresses added.
-    pub core: Consumer,
+    pub machine: Consumer,
     /// The give-up hook.
     pub give_up: Option<GiveUpHook>,
     /// TCP connect timeout.
@@ -167,7 +167,7 @@ impl ConsumerSetup {
         ConsumerSetup {
             topic: topic.into_topic(),
             channel: channel.into_channel(),
-            config: Ok(defaults.core),
+            config: Ok(defaults.machine),
             max_in_flight: None,
             give_up: None,
             nsqd: Vec::new(),
@@ -189,7 +189,7 @@ impl ConsumerSetup {
     ) {
         match consumer_config(config, os_hostname, read_file) {
             Ok(c) => {
-                self.config = Ok(c.core);
+                self.config = Ok(c.machine);
                 self.dial_timeout = c.dial_timeout;
                 self.write_timeout = c.write_timeout;
                 self.local_addr = c.local_addr;
@@ -215,15 +215,15 @@ impl ConsumerSetup {
         if config.max_in_flight == 0 {
             span.in_scope(|| log_max_in_flight(0));
         }
-        let mut core = Consumer::new(config, topic, channel, self.seed.unwrap_or_else(seed));
+        let mut machine = Consumer::new(config, topic, channel, self.seed.unwrap_or_else(seed));
         for a in &self.nsqd {
-            core.add_nsqd(now, a)?;
+            machine.add_nsqd(now, a)?;
         }
         for a in &self.lookupd {
-            core.add_lookupd(now, a)?;
+            machine.add_lookupd(now, a)?;
         }
         Ok(ConsumerStart {
-            core,
+            machine,
             give_up: self.give_up,
             dial_timeout: self.set.dial_timeout.unwrap_or(self.dial_timeout),
             write_timeout: self.set.write_timeout.unwrap_or(self.write_timeout),
@@ -256,7 +256,7 @@ impl Default for ProducerSetup {
     fn default() -> Self {
         let defaults = AdapterConfig::<ProducerConfig>::default();
         ProducerSetup {
-            config: Ok(defaults.core),
+            config: Ok(defaults.machine),
             nsqd: Vec::new(),
             seed: None,
             write_timeout: defaults.write_timeout,
@@ -271,7 +271,7 @@ impl Default for ProducerSetup {
 #[non_exhaustive]
 pub(crate) struct ProducerStart {
     /// The core, with its nsqd addresses added (connecting).
-    pub core: Producer,
+    pub machine: Producer,
     /// TCP connect timeout for the sockets: the core's own connect timeout plus a second
     /// (the core abandons a slow attempt itself; this only bounds the socket's).
     pub dial_timeout: Duration,
@@ -298,7 +298,7 @@ impl ProducerSetup {
     ) {
         match producer_config(config, os_hostname, read_file) {
             Ok(c) => {
-                self.config = Ok(c.core);
+                self.config = Ok(c.machine);
                 self.write_timeout = c.write_timeout;
                 self.local_addr = c.local_addr;
             }
@@ -317,12 +317,12 @@ impl ProducerSetup {
         let dial_timeout = config.connect_timeout + Duration::from_secs(1);
         let max_unanswered = config.max_pending;
         let limits = config.connection.limits;
-        let mut core = Producer::new(config, self.seed.unwrap_or_else(seed))?;
+        let mut machine = Producer::new(config, self.seed.unwrap_or_else(seed))?;
         for a in &self.nsqd {
-            core.add_nsqd(now, a)?;
+            machine.add_nsqd(now, a)?;
         }
         Ok(ProducerStart {
-            core,
+            machine,
             dial_timeout,
             write_timeout: self.set.write_timeout.unwrap_or(self.write_timeout),
             local_addr: self.local_addr,

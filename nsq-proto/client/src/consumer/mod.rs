@@ -44,9 +44,9 @@ pub(crate) fn start<R: Adapter>(setup: ConsumerSetup) -> Result<Consumer<R>, Err
     let start = setup.start(runtime.now(), super::random_seed)?;
     let inbox = Inbox::new();
     let mailbox = Mailbox::new();
-    let shared = Arc::new(Bridge::new(inbox.clone(), start.core.max_in_flight()));
+    let shared = Arc::new(Bridge::new(inbox.clone(), start.machine.max_in_flight()));
     let logic = ConsumerLogic::new(
-        start.core,
+        start.machine,
         shared.clone(),
         mailbox.clone(),
         start.give_up,

@@ -64,9 +64,9 @@ pub(super) struct ProducerLogic {
 }
 
 impl ProducerLogic {
-    pub(super) fn new(core: nsq_proto::Producer, stats: Arc<Mutex<ProducerStats>>) -> Self {
+    pub(super) fn new(machine: nsq_proto::Producer, stats: Arc<Mutex<ProducerStats>>) -> Self {
         ProducerLogic {
-            machine: core,
+            machine: machine,
             replies: Replies::default(),
             close_waiters: Vec::new(),
             stats,
