@@ -66,7 +66,7 @@ pub(super) struct ProducerLogic {
 impl ProducerLogic {
     pub(super) fn new(machine: nsq_proto::Producer, stats: Arc<Mutex<ProducerStats>>) -> Self {
         ProducerLogic {
-            machine: machine,
+            machine,
             replies: Replies::default(),
             close_waiters: Vec::new(),
             stats,
