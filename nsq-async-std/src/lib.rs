@@ -148,33 +148,15 @@
 
 mod runtime;
 
-/// A client of one nsqd's or nsqlookupd's HTTP API ([`nsq_client::HttpClient`] on [`AsyncStd`]): make
-/// the typed calls of [`http::nsqd`] and [`http::lookupd`] with it.
-pub type HttpClient = nsq_client::HttpClient<AsyncStd>;
-
-/// nsqadmin's operations over a cluster ([`nsq_client::Cluster`] on [`AsyncStd`]).
-pub type Cluster = nsq_client::Cluster<AsyncStd>;
-pub use nsq_client::PendingCall;
 pub use nsq_client::prelude::*;
-pub use nsq_client::{Events, PendingPublish};
+pub use nsq_client::{Events, PendingCall, PendingPublish};
 pub use nsq_proto as proto;
 pub use runtime::{AsyncStd, clear_executor, set_executor};
 
-/// A consumer of one topic/channel ([`nsq_client::Consumer`] on [`AsyncStd`]).
-/// [`Consumer::builder`] makes one; `build` starts its driver (a thread, or a task after
-/// [`set_executor`]), from any thread, inside or outside an async runtime.
-pub type Consumer = nsq_client::Consumer<AsyncStd>;
-
-/// A cloneable control handle of a [`Consumer`] ([`nsq_client::ConsumerHandle`]).
-pub type ConsumerHandle = nsq_client::ConsumerHandle<AsyncStd>;
-
-/// Publishes to one or more nsqd ([`nsq_client::Producer`] on [`AsyncStd`]); `build`
-/// and `connect` start its driver (a thread, or a task after [`set_executor`]), from any
-/// thread.
-pub type Producer = nsq_client::Producer<AsyncStd>;
-
-/// Builds a [`Consumer`] (made by [`Consumer::builder`]).
-pub type ConsumerBuilder = nsq_client::ConsumerBuilder<Consumer>;
-
-/// Builds a [`Producer`] with several nsqd addresses (made by [`Producer::builder`]).
-pub type ProducerBuilder = nsq_client::ProducerBuilder<Producer>;
+nsq_client::async_api! {
+    runtime: AsyncStd,
+    starts: "Works from any thread, inside or outside an async runtime: the client's driver \
+             is a thread of its own, or a task on the executor given to [`set_executor`].",
+    run: "The handlers run concurrently inside the future this returns: poll it on the \
+          executor of your choice (spawn CPU-heavy work onto a thread pool yourself).",
+}

@@ -135,35 +135,12 @@
 
 mod runtime;
 
-/// A consumer of one topic/channel ([`nsq_client::blocking::Consumer`] on
-/// [`Blocking`]); [`Consumer::builder`] makes one, and `build` starts its driver thread.
-pub type Consumer = nsq_client::blocking::Consumer<Blocking>;
-
-/// A cloneable control handle of a [`Consumer`].
-pub type ConsumerHandle = nsq_client::blocking::ConsumerHandle<Blocking>;
-
-/// Publishes to one or more nsqd ([`nsq_client::blocking::Producer`] on [`Blocking`]).
-pub type Producer = nsq_client::blocking::Producer<Blocking>;
-
-/// Builds a [`Consumer`] (made by [`Consumer::builder`]).
-pub type ConsumerBuilder = nsq_client::ConsumerBuilder<Consumer>;
-
-/// Builds a [`Producer`] with several nsqd addresses (made by [`Producer::builder`]).
-pub type ProducerBuilder = nsq_client::ProducerBuilder<Producer>;
-
-/// The iterator of [`Consumer::iter`].
-pub type Iter<'a> = nsq_client::blocking::Iter<'a, Blocking>;
-
-/// The owning iterator of a [`Consumer`] (`for msg in consumer`).
-pub type IntoIter = nsq_client::blocking::IntoIter<Blocking>;
 pub use nsq_client::blocking::{Events, PendingPublish};
-/// A client of one nsqd's or nsqlookupd's HTTP API ([`nsq_client::blocking::HttpClient`] on [`Blocking`]): make
-/// the typed calls of [`http::nsqd`] and [`http::lookupd`] with it.
-pub type HttpClient = nsq_client::blocking::HttpClient<Blocking>;
-
-/// nsqadmin's operations over a cluster ([`nsq_client::blocking::Cluster`] on [`Blocking`]).
-pub type Cluster = nsq_client::blocking::Cluster<Blocking>;
 pub use nsq_client::prelude::*;
 pub use nsq_proto as proto;
 pub use runtime::Blocking;
-pub use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
+
+nsq_client::blocking_api! {
+    runtime: Blocking,
+    starts: "Works from any thread; starts the client's driver thread.",
+}

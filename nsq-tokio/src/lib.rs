@@ -160,32 +160,16 @@
 
 mod runtime;
 
-/// A client of one nsqd's or nsqlookupd's HTTP API ([`nsq_client::HttpClient`] on [`Tokio`]): make
-/// the typed calls of [`http::nsqd`] and [`http::lookupd`] with it.
-pub type HttpClient = nsq_client::HttpClient<Tokio>;
-
-/// nsqadmin's operations over a cluster ([`nsq_client::Cluster`] on [`Tokio`]).
-pub type Cluster = nsq_client::Cluster<Tokio>;
-pub use nsq_client::PendingCall;
 pub use nsq_client::prelude::*;
-pub use nsq_client::{Events, PendingPublish};
+pub use nsq_client::{Events, PendingCall, PendingPublish};
 pub use nsq_proto as proto;
 pub use runtime::Tokio;
 
-/// A consumer of one topic/channel ([`nsq_client::Consumer`] on [`Tokio`]).
-/// [`Consumer::builder`] makes one; `build` starts its driver task on the current tokio
-/// runtime (else [`Error::NoRuntime`]).
-pub type Consumer = nsq_client::Consumer<Tokio>;
-
-/// A cloneable control handle of a [`Consumer`] ([`nsq_client::ConsumerHandle`]).
-pub type ConsumerHandle = nsq_client::ConsumerHandle<Tokio>;
-
-/// Publishes to one or more nsqd ([`nsq_client::Producer`] on [`Tokio`]); `build` and
-/// `connect` start its driver task on the current tokio runtime (else [`Error::NoRuntime`]).
-pub type Producer = nsq_client::Producer<Tokio>;
-
-/// Builds a [`Consumer`] (made by [`Consumer::builder`]).
-pub type ConsumerBuilder = nsq_client::ConsumerBuilder<Consumer>;
-
-/// Builds a [`Producer`] with several nsqd addresses (made by [`Producer::builder`]).
-pub type ProducerBuilder = nsq_client::ProducerBuilder<Producer>;
+nsq_client::async_api! {
+    runtime: Tokio,
+    starts: "Must be called within a tokio runtime with its time and IO drivers enabled \
+             (`#[tokio::main]` has them; the client's driver is a task on it), else it fails \
+             with [`Error::NoRuntime`].",
+    run: "Each of the `concurrency` workers is a tokio task of its own, so handlers run in \
+          parallel on a multi-threaded runtime.",
+}

@@ -153,6 +153,7 @@
 )]
 
 mod answer;
+mod api;
 pub mod blocking;
 mod builder;
 mod cluster;
@@ -203,6 +204,15 @@ pub(crate) use setup::{ConsumerSetup, ProducerSetup};
 use setup::{consumer_config, producer_config};
 
 pub(crate) use os::{os_hostname, random_seed};
+
+/// What the code [`async_api!`] and [`blocking_api!`] generate names, reachable from the
+/// crate that invokes them. Not a public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use bytes::Bytes;
+    pub use futures_core;
+    pub use nsq_proto;
+}
 
 /// What a caught panic said (its `&str` or `String` payload), for the log line.
 pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
