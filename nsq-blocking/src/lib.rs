@@ -42,20 +42,23 @@
 //! # What is here
 //!
 //! * **Clients**: [`Producer`] ([`ProducerBuilder`], [`PendingPublish`]), [`Consumer`]
-//!   ([`ConsumerBuilder`], [`ConsumerHandle`], [`Message`], [`Events`] of [`Event`]s,
-//!   [`StopReport`], [`Iter`], [`IntoIter`]).
+//!   ([`ConsumerBuilder`], [`ConsumerHandle`], [`Message`] with its [`MessageId`], [`Events`]
+//!   of [`Event`]s, [`StopReport`], [`Iter`], [`IntoIter`]).
 //! * **Configuration**: [`Config`] (go-nsq's options), [`TlsConfig`], [`Compression`],
-//!   [`BackoffStrategy`], [`Routing`]; [`ConsumerConfig`] and [`ProducerConfig`] for the
-//!   core's own settings.
+//!   [`BackoffStrategy`], [`Routing`], [`Secret`]. The core's own settings, for the builders'
+//!   `core_config`: [`proto::ConsumerConfig`], [`proto::ProducerConfig`],
+//!   [`proto::ConnectionConfig`].
 //! * **Errors**: [`Error`] and what it carries ([`InputError`], [`Backpressure`],
-//!   [`Misconfiguration`], [`ServerError`] with its [`ErrorCode`], [`CloseReason`], ...);
-//!   [`HandlerError`] for message handlers.
+//!   [`Misconfiguration`], [`ServerError`] with its [`ErrorCode`], [`CloseReason`],
+//!   [`HttpFailure`]; the core's own error types are in [`proto`]); [`HandlerError`] for
+//!   message handlers.
 //! * **Stats**: [`ConsumerStats`] ([`NsqdStats`], [`NsqdState`]), [`ProducerStats`]; with the
 //!   `metrics` feature, the client's metrics through the `metrics` facade.
 //! * **Administration**: [`HttpClient`] (the typed calls of [`http::nsqd`] and
-//!   [`http::lookupd`]), [`Cluster`] ([`ClusterReport`], [`TopicStatsReport`],
-//!   [`ChannelStatsReport`]), [`HttpConfig`], [`HttpFailure`].
+//!   [`http::lookupd`]), [`Cluster`] ([`ClusterReport`], [`NodeFailure`],
+//!   [`TopicStatsReport`], [`ChannelStatsReport`]), [`HttpConfig`].
 //! * **Names**: [`Topic`], [`Channel`] ([`IntoTopic`], [`IntoChannel`], [`NameError`]).
+//! * **The runtime**: [`Blocking`], the [`Runtime`](nsq_client::Runtime) the types above run on.
 //! * **The protocol core**, for what a program rarely needs: [`proto`] (`nsq_proto`).
 //!
 //! # Configuration, errors, logging

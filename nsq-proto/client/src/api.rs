@@ -172,12 +172,18 @@ macro_rules! async_api {
 
             /// Adds an nsqd TCP address (`host:port`) to consume from directly, as
             /// [`ConsumerHandle::connect_to_nsqd`].
-            pub async fn connect_to_nsqd(&self, addr: &str) -> ::core::result::Result<(), $crate::Error> {
+            pub async fn connect_to_nsqd(
+                &self,
+                addr: &str,
+            ) -> ::core::result::Result<(), $crate::Error> {
                 self.0.as_handle().connect_to_nsqd(addr).await
             }
 
             /// Adds several nsqd TCP addresses, as [`ConsumerHandle::connect_to_nsqds`].
-            pub async fn connect_to_nsqds<I, S>(&self, addrs: I) -> ::core::result::Result<(), $crate::Error>
+            pub async fn connect_to_nsqds<I, S>(
+                &self,
+                addrs: I,
+            ) -> ::core::result::Result<(), $crate::Error>
             where
                 I: IntoIterator<Item = S>,
                 S: AsRef<str>,
@@ -187,13 +193,19 @@ macro_rules! async_api {
 
             /// Adds an nsqlookupd HTTP address to discover nsqd with, as
             /// [`ConsumerHandle::connect_to_lookupd`].
-            pub async fn connect_to_lookupd(&self, addr: &str) -> ::core::result::Result<(), $crate::Error> {
+            pub async fn connect_to_lookupd(
+                &self,
+                addr: &str,
+            ) -> ::core::result::Result<(), $crate::Error> {
                 self.0.as_handle().connect_to_lookupd(addr).await
             }
 
             /// Adds several nsqlookupd HTTP addresses, as
             /// [`ConsumerHandle::connect_to_lookupds`].
-            pub async fn connect_to_lookupds<I, S>(&self, addrs: I) -> ::core::result::Result<(), $crate::Error>
+            pub async fn connect_to_lookupds<I, S>(
+                &self,
+                addrs: I,
+            ) -> ::core::result::Result<(), $crate::Error>
             where
                 I: IntoIterator<Item = S>,
                 S: AsRef<str>,
@@ -203,13 +215,19 @@ macro_rules! async_api {
 
             /// Stops consuming from an nsqd (go-nsq's `DisconnectFromNSQD`), as
             /// [`ConsumerHandle::disconnect_from_nsqd`].
-            pub async fn disconnect_from_nsqd(&self, addr: &str) -> ::core::result::Result<(), $crate::Error> {
+            pub async fn disconnect_from_nsqd(
+                &self,
+                addr: &str,
+            ) -> ::core::result::Result<(), $crate::Error> {
                 self.0.as_handle().disconnect_from_nsqd(addr).await
             }
 
             /// Stops polling an nsqlookupd (go-nsq's `DisconnectFromNSQLookupd`), as
             /// [`ConsumerHandle::disconnect_from_lookupd`].
-            pub async fn disconnect_from_lookupd(&self, addr: &str) -> ::core::result::Result<(), $crate::Error> {
+            pub async fn disconnect_from_lookupd(
+                &self,
+                addr: &str,
+            ) -> ::core::result::Result<(), $crate::Error> {
                 self.0.as_handle().disconnect_from_lookupd(addr).await
             }
 
@@ -269,13 +287,19 @@ macro_rules! async_api {
             ///   ...): the consumer keeps the address and reconnects to it with backoff.
             ///
             /// [`disconnect_from_nsqd`](Self::disconnect_from_nsqd) gives an address up.
-            pub async fn connect_to_nsqd(&self, addr: &str) -> ::core::result::Result<(), $crate::Error> {
+            pub async fn connect_to_nsqd(
+                &self,
+                addr: &str,
+            ) -> ::core::result::Result<(), $crate::Error> {
                 self.0.connect_to_nsqd(addr).await
             }
 
             /// Adds several nsqd TCP addresses (see [`connect_to_nsqd`](Self::connect_to_nsqd)),
             /// one after the other; the first error is returned.
-            pub async fn connect_to_nsqds<I, S>(&self, addrs: I) -> ::core::result::Result<(), $crate::Error>
+            pub async fn connect_to_nsqds<I, S>(
+                &self,
+                addrs: I,
+            ) -> ::core::result::Result<(), $crate::Error>
             where
                 I: IntoIterator<Item = S>,
                 S: AsRef<str>,
@@ -290,14 +314,20 @@ macro_rules! async_api {
             /// nsqlookupd's HTTP port (nsqd's ports, nsqlookupd's TCP port) is not polled
             /// again until it is added again; any other failure is polled again on schedule.
             /// For a lookupd already added, the last outcome is returned at once.
-            pub async fn connect_to_lookupd(&self, addr: &str) -> ::core::result::Result<(), $crate::Error> {
+            pub async fn connect_to_lookupd(
+                &self,
+                addr: &str,
+            ) -> ::core::result::Result<(), $crate::Error> {
                 self.0.connect_to_lookupd(addr).await
             }
 
             /// Adds several nsqlookupd HTTP addresses (see
             /// [`connect_to_lookupd`](Self::connect_to_lookupd)), one after the other; the
             /// first error is returned.
-            pub async fn connect_to_lookupds<I, S>(&self, addrs: I) -> ::core::result::Result<(), $crate::Error>
+            pub async fn connect_to_lookupds<I, S>(
+                &self,
+                addrs: I,
+            ) -> ::core::result::Result<(), $crate::Error>
             where
                 I: IntoIterator<Item = S>,
                 S: AsRef<str>,
@@ -321,7 +351,10 @@ macro_rules! async_api {
             /// one known only through nsqlookupd (disconnect from the lookupd instead);
             /// [`Error::InvalidInput`] for an address that is not `host:port`;
             /// [`Error::Closed`] once the consumer is stopping.
-            pub async fn disconnect_from_nsqd(&self, addr: &str) -> ::core::result::Result<(), $crate::Error> {
+            pub async fn disconnect_from_nsqd(
+                &self,
+                addr: &str,
+            ) -> ::core::result::Result<(), $crate::Error> {
                 self.0.disconnect_from_nsqd(addr).await
             }
 
@@ -338,7 +371,10 @@ macro_rules! async_api {
             /// only one configured (as go-nsq: discovery would stop; connect its replacement
             /// first); [`Error::InvalidInput`] for an address that does not parse;
             /// [`Error::Closed`] once the consumer is stopping.
-            pub async fn disconnect_from_lookupd(&self, addr: &str) -> ::core::result::Result<(), $crate::Error> {
+            pub async fn disconnect_from_lookupd(
+                &self,
+                addr: &str,
+            ) -> ::core::result::Result<(), $crate::Error> {
                 self.0.disconnect_from_lookupd(addr).await
             }
 
@@ -413,9 +449,10 @@ macro_rules! async_api {
                 #[doc = $starts]
                 pub fn connect(
                     self,
-                ) -> impl ::core::future::Future<Output = ::core::result::Result<Consumer, $crate::Error>>
-                       + Send
-                       + 'static {
+                ) -> impl ::core::future::Future<
+                    Output = ::core::result::Result<Consumer, $crate::Error>,
+                > + Send
+                + 'static {
                     let connecting = self.0.connect();
                     async move { connecting.await.map(Consumer) }
                 }
@@ -471,7 +508,9 @@ macro_rules! async_api {
                 addr: &str,
                 config: &$crate::__private::nsq_proto::Config,
             ) -> ::core::result::Result<Producer, $crate::Error> {
-                $crate::Producer::<$rt>::connect(addr, config).await.map(Producer)
+                $crate::Producer::<$rt>::connect(addr, config)
+                    .await
+                    .map(Producer)
             }
 
             /// Publishes one message (PUB) and waits for nsqd's answer.
@@ -559,7 +598,10 @@ macro_rules! async_api {
 
             /// Adds an nsqd TCP address at runtime (connected at once; last in failover
             /// order).
-            pub async fn connect_to_nsqd(&self, addr: &str) -> ::core::result::Result<(), $crate::Error> {
+            pub async fn connect_to_nsqd(
+                &self,
+                addr: &str,
+            ) -> ::core::result::Result<(), $crate::Error> {
                 self.0.connect_to_nsqd(addr).await
             }
 
@@ -766,7 +808,10 @@ macro_rules! blocking_api {
             }
 
             /// Adds several nsqd TCP addresses, as [`ConsumerHandle::connect_to_nsqds`].
-            pub fn connect_to_nsqds<I, S>(&self, addrs: I) -> ::core::result::Result<(), $crate::Error>
+            pub fn connect_to_nsqds<I, S>(
+                &self,
+                addrs: I,
+            ) -> ::core::result::Result<(), $crate::Error>
             where
                 I: IntoIterator<Item = S>,
                 S: AsRef<str>,
@@ -776,13 +821,19 @@ macro_rules! blocking_api {
 
             /// Adds an nsqlookupd HTTP address to discover nsqd with, as
             /// [`ConsumerHandle::connect_to_lookupd`].
-            pub fn connect_to_lookupd(&self, addr: &str) -> ::core::result::Result<(), $crate::Error> {
+            pub fn connect_to_lookupd(
+                &self,
+                addr: &str,
+            ) -> ::core::result::Result<(), $crate::Error> {
                 self.0.as_handle().connect_to_lookupd(addr)
             }
 
             /// Adds several nsqlookupd HTTP addresses, as
             /// [`ConsumerHandle::connect_to_lookupds`].
-            pub fn connect_to_lookupds<I, S>(&self, addrs: I) -> ::core::result::Result<(), $crate::Error>
+            pub fn connect_to_lookupds<I, S>(
+                &self,
+                addrs: I,
+            ) -> ::core::result::Result<(), $crate::Error>
             where
                 I: IntoIterator<Item = S>,
                 S: AsRef<str>,
@@ -792,13 +843,19 @@ macro_rules! blocking_api {
 
             /// Stops consuming from an nsqd (go-nsq's `DisconnectFromNSQD`), as
             /// [`ConsumerHandle::disconnect_from_nsqd`].
-            pub fn disconnect_from_nsqd(&self, addr: &str) -> ::core::result::Result<(), $crate::Error> {
+            pub fn disconnect_from_nsqd(
+                &self,
+                addr: &str,
+            ) -> ::core::result::Result<(), $crate::Error> {
                 self.0.as_handle().disconnect_from_nsqd(addr)
             }
 
             /// Stops polling an nsqlookupd (go-nsq's `DisconnectFromNSQLookupd`), as
             /// [`ConsumerHandle::disconnect_from_lookupd`].
-            pub fn disconnect_from_lookupd(&self, addr: &str) -> ::core::result::Result<(), $crate::Error> {
+            pub fn disconnect_from_lookupd(
+                &self,
+                addr: &str,
+            ) -> ::core::result::Result<(), $crate::Error> {
                 self.0.as_handle().disconnect_from_lookupd(addr)
             }
 
@@ -910,7 +967,10 @@ macro_rules! blocking_api {
 
             /// Adds several nsqd TCP addresses (see [`connect_to_nsqd`](Self::connect_to_nsqd)),
             /// one after the other; the first error is returned.
-            pub fn connect_to_nsqds<I, S>(&self, addrs: I) -> ::core::result::Result<(), $crate::Error>
+            pub fn connect_to_nsqds<I, S>(
+                &self,
+                addrs: I,
+            ) -> ::core::result::Result<(), $crate::Error>
             where
                 I: IntoIterator<Item = S>,
                 S: AsRef<str>,
@@ -925,14 +985,20 @@ macro_rules! blocking_api {
             /// nsqlookupd's HTTP port (nsqd's ports, nsqlookupd's TCP port) is not polled
             /// again until it is added again; any other failure is polled again on schedule.
             /// For a lookupd already added, the last outcome is returned at once.
-            pub fn connect_to_lookupd(&self, addr: &str) -> ::core::result::Result<(), $crate::Error> {
+            pub fn connect_to_lookupd(
+                &self,
+                addr: &str,
+            ) -> ::core::result::Result<(), $crate::Error> {
                 self.0.connect_to_lookupd(addr)
             }
 
             /// Adds several nsqlookupd HTTP addresses (see
             /// [`connect_to_lookupd`](Self::connect_to_lookupd)), one after the other; the
             /// first error is returned.
-            pub fn connect_to_lookupds<I, S>(&self, addrs: I) -> ::core::result::Result<(), $crate::Error>
+            pub fn connect_to_lookupds<I, S>(
+                &self,
+                addrs: I,
+            ) -> ::core::result::Result<(), $crate::Error>
             where
                 I: IntoIterator<Item = S>,
                 S: AsRef<str>,
@@ -956,7 +1022,10 @@ macro_rules! blocking_api {
             /// one known only through nsqlookupd (disconnect from the lookupd instead);
             /// [`Error::InvalidInput`] for an address that is not `host:port`;
             /// [`Error::Closed`] once the consumer is stopping.
-            pub fn disconnect_from_nsqd(&self, addr: &str) -> ::core::result::Result<(), $crate::Error> {
+            pub fn disconnect_from_nsqd(
+                &self,
+                addr: &str,
+            ) -> ::core::result::Result<(), $crate::Error> {
                 self.0.disconnect_from_nsqd(addr)
             }
 
@@ -973,7 +1042,10 @@ macro_rules! blocking_api {
             /// only one configured (as go-nsq: discovery would stop; connect its replacement
             /// first); [`Error::InvalidInput`] for an address that does not parse;
             /// [`Error::Closed`] once the consumer is stopping.
-            pub fn disconnect_from_lookupd(&self, addr: &str) -> ::core::result::Result<(), $crate::Error> {
+            pub fn disconnect_from_lookupd(
+                &self,
+                addr: &str,
+            ) -> ::core::result::Result<(), $crate::Error> {
                 self.0.disconnect_from_lookupd(addr)
             }
 
@@ -1286,7 +1358,10 @@ macro_rules! __consumer_builder {
             /// has already been finished. It runs on the driver (its task or thread), so keep
             /// it short. It receives the same [`Message`] type the consumer hands out
             /// everywhere else (answering it does nothing: it is already finished).
-            pub fn on_give_up(self, hook: impl Fn(&$crate::Message) + Send + Sync + 'static) -> Self {
+            pub fn on_give_up(
+                self,
+                hook: impl Fn(&$crate::Message) + Send + Sync + 'static,
+            ) -> Self {
                 ConsumerBuilder(self.0.on_give_up(hook))
             }
 
@@ -1504,7 +1579,9 @@ macro_rules! __cluster {
 
         impl Cluster {
             /// The cluster its nsqlookupd know, at their HTTP addresses (`host:port`).
-            pub fn new<I, S>(lookupd_http_addresses: I) -> ::core::result::Result<Cluster, $crate::Error>
+            pub fn new<I, S>(
+                lookupd_http_addresses: I,
+            ) -> ::core::result::Result<Cluster, $crate::Error>
             where
                 I: IntoIterator<Item = S>,
                 S: AsRef<str>,

@@ -14,8 +14,9 @@
 //!    [`HandlerError`], [`StopReport`]) and the `tracing` output;
 //! 3. the runtime shims: each adapter implements [`Runtime`] (a socket type, a timer, how
 //!    the driver is started, the clock: IO only) and [`Adapter`] (where `build` finds the
-//!    runtime, and what it returns), and names the types here for its users
-//!    (`nsq_tokio::Consumer` is [`Consumer<Tokio>`](Consumer), ...). In nsq-blocking and
+//!    runtime, and what it returns), and generates its users' types with one macro
+//!    ([`async_api!`], [`blocking_api!`]: `nsq_tokio::Consumer` wraps
+//!    [`Consumer<Tokio>`](Consumer), ...). In nsq-blocking and
 //!    nsq-async-std the call that waits drives its client, with a thread of the client's own
 //!    for the rest: over a poller of the client's own for blocking calls ([`poller`]), over
 //!    the runtime's reactor for async ones ([`lease`]). The blocking API ([`blocking`])
