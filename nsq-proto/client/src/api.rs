@@ -161,10 +161,13 @@ macro_rules! async_api {
             #[doc = $run]
             pub async fn run<H, Fut>(self, concurrency: usize, handler: H) -> $crate::StopReport
             where
-                H: Fn($crate::Message) -> Fut + Send + Sync + 'static,
+                H: ::core::ops::Fn($crate::Message) -> Fut
+                    + ::core::marker::Send
+                    + ::core::marker::Sync
+                    + 'static,
                 Fut: ::core::future::Future<
                         Output = ::core::result::Result<(), $crate::HandlerError>,
-                    > + Send
+                    > + ::core::marker::Send
                     + 'static,
             {
                 self.0.run(concurrency, handler).await
@@ -185,8 +188,8 @@ macro_rules! async_api {
                 addrs: I,
             ) -> ::core::result::Result<(), $crate::Error>
             where
-                I: IntoIterator<Item = S>,
-                S: AsRef<str>,
+                I: ::core::iter::IntoIterator<Item = S>,
+                S: ::core::convert::AsRef<str>,
             {
                 self.0.as_handle().connect_to_nsqds(addrs).await
             }
@@ -207,8 +210,8 @@ macro_rules! async_api {
                 addrs: I,
             ) -> ::core::result::Result<(), $crate::Error>
             where
-                I: IntoIterator<Item = S>,
-                S: AsRef<str>,
+                I: ::core::iter::IntoIterator<Item = S>,
+                S: ::core::convert::AsRef<str>,
             {
                 self.0.as_handle().connect_to_lookupds(addrs).await
             }
@@ -266,7 +269,7 @@ macro_rules! async_api {
         /// A cloneable control handle of a [`Consumer`] (stop it, change max_in_flight, add
         /// or remove servers), usable while another task reads the messages. Made by
         /// [`Consumer::handle`]; cheap to clone, `Send + Sync`.
-        #[derive(Clone)]
+        #[derive(::core::clone::Clone)]
         pub struct ConsumerHandle($crate::ConsumerHandle<$rt>);
 
         impl ::core::fmt::Debug for ConsumerHandle {
@@ -301,8 +304,8 @@ macro_rules! async_api {
                 addrs: I,
             ) -> ::core::result::Result<(), $crate::Error>
             where
-                I: IntoIterator<Item = S>,
-                S: AsRef<str>,
+                I: ::core::iter::IntoIterator<Item = S>,
+                S: ::core::convert::AsRef<str>,
             {
                 self.0.connect_to_nsqds(addrs).await
             }
@@ -329,8 +332,8 @@ macro_rules! async_api {
                 addrs: I,
             ) -> ::core::result::Result<(), $crate::Error>
             where
-                I: IntoIterator<Item = S>,
-                S: AsRef<str>,
+                I: ::core::iter::IntoIterator<Item = S>,
+                S: ::core::convert::AsRef<str>,
             {
                 self.0.connect_to_lookupds(addrs).await
             }
@@ -451,7 +454,7 @@ macro_rules! async_api {
                     self,
                 ) -> impl ::core::future::Future<
                     Output = ::core::result::Result<Consumer, $crate::Error>,
-                > + Send
+                > + ::core::marker::Send
                 + 'static {
                     let connecting = self.0.connect();
                     async move { connecting.await.map(Consumer) }
@@ -479,7 +482,7 @@ macro_rules! async_api {
         ///
         /// [`Producer::connect`] connects to one nsqd; [`Producer::builder`] takes several.
         /// [`close`](Self::close) flushes what is outstanding.
-        #[derive(Clone)]
+        #[derive(::core::clone::Clone)]
         pub struct Producer($crate::Producer<$rt>);
 
         impl ::core::fmt::Debug for Producer {
@@ -517,7 +520,7 @@ macro_rules! async_api {
             pub async fn publish(
                 &self,
                 topic: impl $crate::IntoTopic,
-                body: impl Into<$crate::__private::Bytes>,
+                body: impl ::core::convert::Into<$crate::__private::Bytes>,
             ) -> ::core::result::Result<(), $crate::Error> {
                 self.0.publish(topic, body).await
             }
@@ -529,8 +532,8 @@ macro_rules! async_api {
                 bodies: I,
             ) -> ::core::result::Result<(), $crate::Error>
             where
-                I: IntoIterator<Item = B>,
-                B: AsRef<[u8]>,
+                I: ::core::iter::IntoIterator<Item = B>,
+                B: ::core::convert::AsRef<[u8]>,
             {
                 self.0.multi_publish(topic, bodies).await
             }
@@ -541,7 +544,7 @@ macro_rules! async_api {
                 &self,
                 topic: impl $crate::IntoTopic,
                 delay: ::core::time::Duration,
-                body: impl Into<$crate::__private::Bytes>,
+                body: impl ::core::convert::Into<$crate::__private::Bytes>,
             ) -> ::core::result::Result<(), $crate::Error> {
                 self.0.deferred_publish(topic, delay, body).await
             }
@@ -560,7 +563,7 @@ macro_rules! async_api {
             pub fn publish_async(
                 &self,
                 topic: impl $crate::IntoTopic,
-                body: impl Into<$crate::__private::Bytes>,
+                body: impl ::core::convert::Into<$crate::__private::Bytes>,
             ) -> ::core::result::Result<$crate::PendingPublish, $crate::Error> {
                 self.0.publish_async(topic, body)
             }
@@ -573,8 +576,8 @@ macro_rules! async_api {
                 bodies: I,
             ) -> ::core::result::Result<$crate::PendingPublish, $crate::Error>
             where
-                I: IntoIterator<Item = B>,
-                B: AsRef<[u8]>,
+                I: ::core::iter::IntoIterator<Item = B>,
+                B: ::core::convert::AsRef<[u8]>,
             {
                 self.0.multi_publish_async(topic, bodies)
             }
@@ -585,7 +588,7 @@ macro_rules! async_api {
                 &self,
                 topic: impl $crate::IntoTopic,
                 delay: ::core::time::Duration,
-                body: impl Into<$crate::__private::Bytes>,
+                body: impl ::core::convert::Into<$crate::__private::Bytes>,
             ) -> ::core::result::Result<$crate::PendingPublish, $crate::Error> {
                 self.0.deferred_publish_async(topic, delay, body)
             }
@@ -634,7 +637,7 @@ macro_rules! async_api {
                 /// typed reply.
                 ///
                 #[doc = $starts]
-                pub async fn call<T: Send + 'static>(
+                pub async fn call<T: ::core::marker::Send + 'static>(
                     &self,
                     call: $crate::__private::nsq_proto::http::Call<T>,
                 ) -> ::core::result::Result<T, $crate::Error> {
@@ -645,7 +648,7 @@ macro_rules! async_api {
                 /// [`PendingCall`] resolves with its reply. Many can be under way together.
                 ///
                 #[doc = $starts]
-                pub fn start<T: Send + 'static>(
+                pub fn start<T: ::core::marker::Send + 'static>(
                     &self,
                     call: $crate::__private::nsq_proto::http::Call<T>,
                 ) -> ::core::result::Result<$crate::PendingCall<T>, $crate::Error> {
@@ -796,7 +799,10 @@ macro_rules! blocking_api {
             /// The handler need not be `'static`: the pool is scoped to this call.
             pub fn run<H>(self, concurrency: usize, handler: H) -> $crate::StopReport
             where
-                H: Fn($crate::Message) -> ::core::result::Result<(), $crate::HandlerError> + Sync,
+                H: ::core::ops::Fn(
+                        $crate::Message,
+                    ) -> ::core::result::Result<(), $crate::HandlerError>
+                    + ::core::marker::Sync,
             {
                 self.0.run(concurrency, handler)
             }
@@ -813,8 +819,8 @@ macro_rules! blocking_api {
                 addrs: I,
             ) -> ::core::result::Result<(), $crate::Error>
             where
-                I: IntoIterator<Item = S>,
-                S: AsRef<str>,
+                I: ::core::iter::IntoIterator<Item = S>,
+                S: ::core::convert::AsRef<str>,
             {
                 self.0.as_handle().connect_to_nsqds(addrs)
             }
@@ -835,8 +841,8 @@ macro_rules! blocking_api {
                 addrs: I,
             ) -> ::core::result::Result<(), $crate::Error>
             where
-                I: IntoIterator<Item = S>,
-                S: AsRef<str>,
+                I: ::core::iter::IntoIterator<Item = S>,
+                S: ::core::convert::AsRef<str>,
             {
                 self.0.as_handle().connect_to_lookupds(addrs)
             }
@@ -898,7 +904,7 @@ macro_rules! blocking_api {
             }
         }
 
-        impl Iterator for Iter<'_> {
+        impl ::core::iter::Iterator for Iter<'_> {
             type Item = $crate::Message;
 
             fn next(&mut self) -> ::core::option::Option<$crate::Message> {
@@ -917,7 +923,7 @@ macro_rules! blocking_api {
             }
         }
 
-        impl Iterator for IntoIter {
+        impl ::core::iter::Iterator for IntoIter {
             type Item = $crate::Message;
 
             fn next(&mut self) -> ::core::option::Option<$crate::Message> {
@@ -925,7 +931,7 @@ macro_rules! blocking_api {
             }
         }
 
-        impl IntoIterator for Consumer {
+        impl ::core::iter::IntoIterator for Consumer {
             type Item = $crate::Message;
             type IntoIter = IntoIter;
 
@@ -940,7 +946,7 @@ macro_rules! blocking_api {
         /// thread (or [`Consumer::run`]'s pool) reads messages. Made by
         /// [`Consumer::handle`]; cheap to clone, `Send + Sync`. Each call blocks the calling
         /// thread until its result is known.
-        #[derive(Clone)]
+        #[derive(::core::clone::Clone)]
         pub struct ConsumerHandle($crate::blocking::ConsumerHandle<$rt>);
 
         impl ::core::fmt::Debug for ConsumerHandle {
@@ -972,8 +978,8 @@ macro_rules! blocking_api {
                 addrs: I,
             ) -> ::core::result::Result<(), $crate::Error>
             where
-                I: IntoIterator<Item = S>,
-                S: AsRef<str>,
+                I: ::core::iter::IntoIterator<Item = S>,
+                S: ::core::convert::AsRef<str>,
             {
                 self.0.connect_to_nsqds(addrs)
             }
@@ -1000,8 +1006,8 @@ macro_rules! blocking_api {
                 addrs: I,
             ) -> ::core::result::Result<(), $crate::Error>
             where
-                I: IntoIterator<Item = S>,
-                S: AsRef<str>,
+                I: ::core::iter::IntoIterator<Item = S>,
+                S: ::core::convert::AsRef<str>,
             {
                 self.0.connect_to_lookupds(addrs)
             }
@@ -1141,7 +1147,7 @@ macro_rules! blocking_api {
         /// [`Producer::connect`] connects to one nsqd; [`Producer::builder`] takes several.
         /// Dropping the last clone closes the producer like [`close`](Self::close) (flushing
         /// what is outstanding) and waits for its threads.
-        #[derive(Clone)]
+        #[derive(::core::clone::Clone)]
         pub struct Producer($crate::blocking::Producer<$rt>);
 
         impl ::core::fmt::Debug for Producer {
@@ -1177,7 +1183,7 @@ macro_rules! blocking_api {
             pub fn publish(
                 &self,
                 topic: impl $crate::IntoTopic,
-                body: impl Into<$crate::__private::Bytes>,
+                body: impl ::core::convert::Into<$crate::__private::Bytes>,
             ) -> ::core::result::Result<(), $crate::Error> {
                 self.0.publish(topic, body)
             }
@@ -1189,8 +1195,8 @@ macro_rules! blocking_api {
                 bodies: I,
             ) -> ::core::result::Result<(), $crate::Error>
             where
-                I: IntoIterator<Item = B>,
-                B: AsRef<[u8]>,
+                I: ::core::iter::IntoIterator<Item = B>,
+                B: ::core::convert::AsRef<[u8]>,
             {
                 self.0.multi_publish(topic, bodies)
             }
@@ -1201,7 +1207,7 @@ macro_rules! blocking_api {
                 &self,
                 topic: impl $crate::IntoTopic,
                 delay: ::core::time::Duration,
-                body: impl Into<$crate::__private::Bytes>,
+                body: impl ::core::convert::Into<$crate::__private::Bytes>,
             ) -> ::core::result::Result<(), $crate::Error> {
                 self.0.deferred_publish(topic, delay, body)
             }
@@ -1218,7 +1224,7 @@ macro_rules! blocking_api {
             pub fn publish_async(
                 &self,
                 topic: impl $crate::IntoTopic,
-                body: impl Into<$crate::__private::Bytes>,
+                body: impl ::core::convert::Into<$crate::__private::Bytes>,
             ) -> ::core::result::Result<$crate::blocking::PendingPublish, $crate::Error> {
                 self.0.publish_async(topic, body)
             }
@@ -1231,8 +1237,8 @@ macro_rules! blocking_api {
                 bodies: I,
             ) -> ::core::result::Result<$crate::blocking::PendingPublish, $crate::Error>
             where
-                I: IntoIterator<Item = B>,
-                B: AsRef<[u8]>,
+                I: ::core::iter::IntoIterator<Item = B>,
+                B: ::core::convert::AsRef<[u8]>,
             {
                 self.0.multi_publish_async(topic, bodies)
             }
@@ -1243,7 +1249,7 @@ macro_rules! blocking_api {
                 &self,
                 topic: impl $crate::IntoTopic,
                 delay: ::core::time::Duration,
-                body: impl Into<$crate::__private::Bytes>,
+                body: impl ::core::convert::Into<$crate::__private::Bytes>,
             ) -> ::core::result::Result<$crate::blocking::PendingPublish, $crate::Error> {
                 self.0.deferred_publish_async(topic, delay, body)
             }
@@ -1288,7 +1294,7 @@ macro_rules! blocking_api {
             calls: {
                 /// Makes `call` (one exchange, on a short-lived thread and a connection of
                 /// its own) and returns its typed reply, blocking until it is known.
-                pub fn call<T: Send + 'static>(
+                pub fn call<T: ::core::marker::Send + 'static>(
                     &self,
                     call: $crate::__private::nsq_proto::http::Call<T>,
                 ) -> ::core::result::Result<T, $crate::Error> {
@@ -1360,27 +1366,30 @@ macro_rules! __consumer_builder {
             /// everywhere else (answering it does nothing: it is already finished).
             pub fn on_give_up(
                 self,
-                hook: impl Fn(&$crate::Message) + Send + Sync + 'static,
+                hook: impl ::core::ops::Fn(&$crate::Message)
+                    + ::core::marker::Send
+                    + ::core::marker::Sync
+                    + 'static,
             ) -> Self {
                 ConsumerBuilder(self.0.on_give_up(hook))
             }
 
             /// An nsqd TCP address (`host:port`) to connect to directly.
-            pub fn nsqd(self, addr: impl Into<String>) -> Self {
+            pub fn nsqd(self, addr: impl ::core::convert::Into<::std::string::String>) -> Self {
                 ConsumerBuilder(self.0.nsqd(addr))
             }
 
             /// An nsqlookupd HTTP address (`host:port` or `http://host:port`) to discover
             /// nsqd with.
-            pub fn lookupd(self, addr: impl Into<String>) -> Self {
+            pub fn lookupd(self, addr: impl ::core::convert::Into<::std::string::String>) -> Self {
                 ConsumerBuilder(self.0.lookupd(addr))
             }
 
             /// Several nsqd TCP addresses.
             pub fn nsqds<I, S>(self, addrs: I) -> Self
             where
-                I: IntoIterator<Item = S>,
-                S: Into<String>,
+                I: ::core::iter::IntoIterator<Item = S>,
+                S: ::core::convert::Into<::std::string::String>,
             {
                 ConsumerBuilder(self.0.nsqds(addrs))
             }
@@ -1388,8 +1397,8 @@ macro_rules! __consumer_builder {
             /// Several nsqlookupd HTTP addresses.
             pub fn lookupds<I, S>(self, addrs: I) -> Self
             where
-                I: IntoIterator<Item = S>,
-                S: Into<String>,
+                I: ::core::iter::IntoIterator<Item = S>,
+                S: ::core::convert::Into<::std::string::String>,
             {
                 ConsumerBuilder(self.0.lookupds(addrs))
             }
@@ -1437,7 +1446,7 @@ macro_rules! __producer_builder {
         /// Builds a [`Producer`] with several nsqd addresses (made by [`Producer::builder`]).
         /// Every setter is infallible; invalid options and addresses are reported by
         /// [`build`](Self::build).
-        #[derive(Default)]
+        #[derive(::core::default::Default)]
         pub struct ProducerBuilder($crate::ProducerBuilder<$inner>);
 
         impl ::core::fmt::Debug for ProducerBuilder {
@@ -1477,15 +1486,15 @@ macro_rules! __producer_builder {
 
             /// An nsqd TCP address (`host:port`); the order of addition is the failover
             /// order.
-            pub fn nsqd(self, addr: impl Into<String>) -> Self {
+            pub fn nsqd(self, addr: impl ::core::convert::Into<::std::string::String>) -> Self {
                 ProducerBuilder(self.0.nsqd(addr))
             }
 
             /// Several nsqd TCP addresses.
             pub fn nsqds<I, S>(self, addrs: I) -> Self
             where
-                I: IntoIterator<Item = S>,
-                S: Into<String>,
+                I: ::core::iter::IntoIterator<Item = S>,
+                S: ::core::convert::Into<::std::string::String>,
             {
                 ProducerBuilder(self.0.nsqds(addrs))
             }
@@ -1518,7 +1527,7 @@ macro_rules! __http_client {
         /// A client of one nsqd's or nsqlookupd's HTTP address (`host:port`): make the typed
         /// calls of [`http::nsqd`] and [`http::lookupd`] with [`call`](Self::call). Each
         /// call makes one exchange on a connection of its own. Cheap to clone.
-        #[derive(Clone)]
+        #[derive(::core::clone::Clone)]
         pub struct HttpClient($inner);
 
         impl ::core::fmt::Debug for HttpClient {
@@ -1568,7 +1577,7 @@ macro_rules! __cluster {
         /// failures of the others. Cheap to clone.
         ///
         #[doc = $each]
-        #[derive(Clone)]
+        #[derive(::core::clone::Clone)]
         pub struct Cluster($inner);
 
         impl ::core::fmt::Debug for Cluster {
@@ -1583,8 +1592,8 @@ macro_rules! __cluster {
                 lookupd_http_addresses: I,
             ) -> ::core::result::Result<Cluster, $crate::Error>
             where
-                I: IntoIterator<Item = S>,
-                S: AsRef<str>,
+                I: ::core::iter::IntoIterator<Item = S>,
+                S: ::core::convert::AsRef<str>,
             {
                 <$inner>::new(lookupd_http_addresses).map(Cluster)
             }
@@ -1596,8 +1605,8 @@ macro_rules! __cluster {
                 config: $crate::HttpConfig,
             ) -> ::core::result::Result<Cluster, $crate::Error>
             where
-                I: IntoIterator<Item = S>,
-                S: AsRef<str>,
+                I: ::core::iter::IntoIterator<Item = S>,
+                S: ::core::convert::AsRef<str>,
             {
                 <$inner>::with_config(lookupd_http_addresses, config).map(Cluster)
             }
@@ -1609,15 +1618,17 @@ macro_rules! __cluster {
                 config: $crate::HttpConfig,
             ) -> ::core::result::Result<Cluster, $crate::Error>
             where
-                I: IntoIterator<Item = S>,
-                S: AsRef<str>,
+                I: ::core::iter::IntoIterator<Item = S>,
+                S: ::core::convert::AsRef<str>,
             {
                 <$inner>::from_nsqds(nsqd_http_addresses, config).map(Cluster)
             }
 
             /// Every topic: the union of each nsqlookupd's `/topics` (or of each nsqd's
             /// stats).
-            pub $($asyncness)? fn topics(&self) -> $crate::ClusterReport<Vec<String>> {
+            pub $($asyncness)? fn topics(
+                &self,
+            ) -> $crate::ClusterReport<::std::vec::Vec<::std::string::String>> {
                 self.0.topics() $($await)*
             }
 
@@ -1626,7 +1637,7 @@ macro_rules! __cluster {
             pub $($asyncness)? fn channels(
                 &self,
                 topic: &$crate::__private::nsq_proto::Topic,
-            ) -> $crate::ClusterReport<Vec<String>> {
+            ) -> $crate::ClusterReport<::std::vec::Vec<::std::string::String>> {
                 self.0.channels(topic) $($await)*
             }
 
@@ -1634,7 +1645,9 @@ macro_rules! __cluster {
             /// its topics and tombstones as the first lookupd to list it says.
             pub $($asyncness)? fn nodes(
                 &self,
-            ) -> $crate::ClusterReport<Vec<$crate::__private::nsq_proto::http::lookupd::Node>> {
+            ) -> $crate::ClusterReport<
+                ::std::vec::Vec<$crate::__private::nsq_proto::http::lookupd::Node>,
+            > {
                 self.0.nodes() $($await)*
             }
 
@@ -1643,7 +1656,8 @@ macro_rules! __cluster {
             pub $($asyncness)? fn producers(
                 &self,
                 topic: &$crate::__private::nsq_proto::Topic,
-            ) -> $crate::ClusterReport<Vec<$crate::__private::nsq_proto::LookupProducer>> {
+            ) -> $crate::ClusterReport<::std::vec::Vec<$crate::__private::nsq_proto::LookupProducer>>
+            {
                 self.0.producers(topic) $($await)*
             }
 
