@@ -10,7 +10,8 @@ mod scenario_adapter;
 
 use common::{AsyncStd, Runtime, Smol, eventually, timeout};
 use glue::fast_config;
-use nsq_async_std::{Consumer, ConsumerConfig, Error, Message, Producer};
+use nsq_async_std::proto::ConsumerConfig;
+use nsq_async_std::{Consumer, Error, Message, Producer};
 use nsq_test_broker::Nsqd;
 use nsq_test_broker::scenarios::{WAIT, start};
 use std::collections::BTreeSet;

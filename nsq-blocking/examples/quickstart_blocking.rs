@@ -18,7 +18,8 @@
 #[path = "../../nsq-tokio/examples/support/cli.rs"]
 mod support;
 
-use nsq_blocking::{Config, Consumer, Producer, RecvTimeoutError};
+use nsq_blocking::{Config, Consumer, Producer};
+use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 use support::{Flags, Usage, fatal, init_logging, value};
 

@@ -42,20 +42,23 @@
 //! # What is here
 //!
 //! * **Clients**: [`Producer`] ([`ProducerBuilder`], [`PendingPublish`]), [`Consumer`]
-//!   ([`ConsumerBuilder`], [`ConsumerHandle`], [`Message`], [`Events`] of [`Event`]s,
-//!   [`StopReport`], [`Iter`], [`IntoIter`]).
+//!   ([`ConsumerBuilder`], [`ConsumerHandle`], [`Message`] with its [`MessageId`], [`Events`]
+//!   of [`Event`]s, [`StopReport`], [`Iter`], [`IntoIter`]).
 //! * **Configuration**: [`Config`] (go-nsq's options), [`TlsConfig`], [`Compression`],
-//!   [`BackoffStrategy`], [`Routing`]; [`ConsumerConfig`] and [`ProducerConfig`] for the
-//!   core's own settings.
+//!   [`BackoffStrategy`], [`Routing`], [`Secret`]. The core's own settings, for the builders'
+//!   `core_config`: [`proto::ConsumerConfig`], [`proto::ProducerConfig`],
+//!   [`proto::ConnectionConfig`].
 //! * **Errors**: [`Error`] and what it carries ([`InputError`], [`Backpressure`],
-//!   [`Misconfiguration`], [`ServerError`] with its [`ErrorCode`], [`CloseReason`], ...);
-//!   [`HandlerError`] for message handlers.
+//!   [`Misconfiguration`], [`ServerError`] with its [`ErrorCode`], [`CloseReason`],
+//!   [`HttpFailure`]; the core's own error types are in [`proto`]); [`HandlerError`] for
+//!   message handlers.
 //! * **Stats**: [`ConsumerStats`] ([`NsqdStats`], [`NsqdState`]), [`ProducerStats`]; with the
 //!   `metrics` feature, the client's metrics through the `metrics` facade.
 //! * **Administration**: [`HttpClient`] (the typed calls of [`http::nsqd`] and
-//!   [`http::lookupd`]), [`Cluster`] ([`ClusterReport`], [`TopicStatsReport`],
-//!   [`ChannelStatsReport`]), [`HttpConfig`], [`HttpFailure`].
+//!   [`http::lookupd`]), [`Cluster`] ([`ClusterReport`], [`NodeFailure`],
+//!   [`TopicStatsReport`], [`ChannelStatsReport`]), [`HttpConfig`].
 //! * **Names**: [`Topic`], [`Channel`] ([`IntoTopic`], [`IntoChannel`], [`NameError`]).
+//! * **The runtime**: [`Blocking`], the [`Runtime`](nsq_client::Runtime) the types above run on.
 //! * **The protocol core**, for what a program rarely needs: [`proto`] (`nsq_proto`).
 //!
 //! # Configuration, errors, logging
@@ -136,35 +139,36 @@
 mod poller;
 mod runtime;
 
-/// A consumer of one topic/channel ([`nsq_client::blocking::Consumer`] on
-/// [`Blocking`]); [`Consumer::builder`] makes one, and `build` starts its driver thread.
-pub type Consumer = nsq_client::blocking::Consumer<Blocking>;
-
-/// A cloneable control handle of a [`Consumer`].
-pub type ConsumerHandle = nsq_client::blocking::ConsumerHandle<Blocking>;
-
-/// Publishes to one or more nsqd ([`nsq_client::blocking::Producer`] on [`Blocking`]).
-pub type Producer = nsq_client::blocking::Producer<Blocking>;
-
-/// Builds a [`Consumer`] (made by [`Consumer::builder`]).
-pub type ConsumerBuilder = nsq_client::ConsumerBuilder<Consumer>;
-
-/// Builds a [`Producer`] with several nsqd addresses (made by [`Producer::builder`]).
-pub type ProducerBuilder = nsq_client::ProducerBuilder<Producer>;
-
-/// The iterator of [`Consumer::iter`].
-pub type Iter<'a> = nsq_client::blocking::Iter<'a, Blocking>;
-
-/// The owning iterator of a [`Consumer`] (`for msg in consumer`).
-pub type IntoIter = nsq_client::blocking::IntoIter<Blocking>;
 pub use nsq_client::blocking::{Events, PendingPublish};
-/// A client of one nsqd's or nsqlookupd's HTTP API ([`nsq_client::blocking::HttpClient`] on [`Blocking`]): make
-/// the typed calls of [`http::nsqd`] and [`http::lookupd`] with it.
-pub type HttpClient = nsq_client::blocking::HttpClient<Blocking>;
-
-/// nsqadmin's operations over a cluster ([`nsq_client::blocking::Cluster`] on [`Blocking`]).
-pub type Cluster = nsq_client::blocking::Cluster<Blocking>;
 pub use nsq_client::prelude::*;
 pub use nsq_proto as proto;
 pub use runtime::Blocking;
-pub use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
+
+nsq_client::blocking_api! {
+    runtime: Blocking,
+    starts: "Works from any thread; starts the client's driver thread.",
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fmt::Debug;
+
+    /// The generated types keep what the client types they wrap have: sendable across
+    /// threads, shared handles cloneable, the consumer an iterator of messages.
+    #[test]
+    fn generated_types_keep_their_traits() {
+        fn shared<T: Send + Sync + Clone + Debug>() {}
+        fn owned<T: Send + Debug>() {}
+        fn messages<T: IntoIterator<Item = Message>>() {}
+        shared::<ConsumerHandle>();
+        shared::<Producer>();
+        shared::<HttpClient>();
+        shared::<Cluster>();
+        owned::<Consumer>();
+        owned::<ConsumerBuilder>();
+        owned::<ProducerBuilder>();
+        owned::<IntoIter>();
+        messages::<Consumer>();
+    }
+}

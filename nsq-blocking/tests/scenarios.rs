@@ -7,9 +7,8 @@
 mod glue;
 
 use glue::{fast_config, map};
-use nsq_blocking::{
-    Config, Consumer, ConsumerConfig, ConsumerHandle, Error, Message, Producer, Topic,
-};
+use nsq_blocking::proto::ConsumerConfig;
+use nsq_blocking::{Config, Consumer, ConsumerHandle, Error, Message, Producer, Topic};
 use nsq_test_broker::scenarios::{self as s, WAIT, eventually, run_within as run, start};
 use nsq_test_broker::{Nsqd, adapter_scenario_tests};
 use std::collections::BTreeSet;
@@ -214,8 +213,8 @@ impl s::EventStream for BlockingEvents {
     fn next(&mut self, within: Duration) -> s::NextEvent {
         match self.0.recv_timeout(within) {
             Ok(e) => s::NextEvent::Event(glue::event(e)),
-            Err(nsq_blocking::RecvTimeoutError::Disconnected) => s::NextEvent::Ended,
-            Err(nsq_blocking::RecvTimeoutError::Timeout) => s::NextEvent::Timeout,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => s::NextEvent::Ended,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => s::NextEvent::Timeout,
         }
     }
 }
@@ -289,7 +288,7 @@ fn recv_timeout_iter_and_end_of_stream() {
         let mut c = consumer(&nsqd, "iter", fast_config(5));
         assert!(matches!(
             c.recv_timeout(Duration::from_millis(100)),
-            Err(nsq_blocking::RecvTimeoutError::Timeout)
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout)
         ));
         for i in 0..3 {
             nsqd.publish("iter", format!("{i}").as_bytes());
@@ -311,7 +310,7 @@ fn recv_timeout_iter_and_end_of_stream() {
         assert!(c.recv().is_none());
         assert!(matches!(
             c.recv_timeout(Duration::from_millis(10)),
-            Err(nsq_blocking::RecvTimeoutError::Disconnected)
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected)
         ));
         assert_eq!(c.iter().count(), 0);
         assert!(matches!(

@@ -1,7 +1,8 @@
 //! Every thread nsq-blocking starts ends on stop / close / drop. Its own test binary
 //! (one test) so no other test's threads are counted.
 
-use nsq_blocking::{Config, Consumer, ConsumerConfig, HandlerError, Message, Producer};
+use nsq_blocking::proto::ConsumerConfig;
+use nsq_blocking::{Config, Consumer, HandlerError, Message, Producer};
 use nsq_test_broker::{Lookupd, Nsqd};
 use std::time::Duration;
 

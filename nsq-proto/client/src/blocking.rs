@@ -204,8 +204,8 @@ impl<R: Adapter> ConsumerHandle<R> {
 /// Read messages with [`recv`](Self::recv), [`recv_timeout`](Self::recv_timeout) or
 /// [`iter`](Self::iter) (or `for msg in consumer`), or hand them to a handler on a pool of
 /// threads with [`run`](Self::run). Control it from other threads through a
-/// [`ConsumerHandle`] ([`handle`](Self::handle)); the consumer itself derefs to its handle, so
-/// each of the handle's methods works on it too.
+/// [`ConsumerHandle`] ([`handle`](Self::handle)); [`as_handle`](Self::as_handle) reaches the
+/// handle's methods without a clone.
 ///
 /// Dropping it stops it like [`stop`](Self::stop) and waits for that (messages still held by
 /// the application are waited for, up to `drain_timeout`).
@@ -237,19 +237,9 @@ impl<R: Adapter> sealed::BuildConsumer for Consumer<R> {
     fn connect(setup: sealed::ConsumerParts) -> <Self as BuildConsumer>::Connecting {
         let (nsqd, lookupd) = (setup.0.nsqd.clone(), setup.0.lookupd.clone());
         let consumer = Self::build(setup)?;
-        consumer.connect_to_nsqds(&nsqd)?;
-        consumer.connect_to_lookupds(&lookupd)?;
+        consumer.handle.connect_to_nsqds(&nsqd)?;
+        consumer.handle.connect_to_lookupds(&lookupd)?;
         Ok(consumer)
-    }
-}
-
-/// A consumer is also its control handle: every method of [`ConsumerHandle`] (connect,
-/// disconnect, `set_max_in_flight`, `stats`, `events`, ...) works on it.
-impl<R: Adapter> std::ops::Deref for Consumer<R> {
-    type Target = ConsumerHandle<R>;
-
-    fn deref(&self) -> &ConsumerHandle<R> {
-        &self.handle
     }
 }
 
@@ -284,6 +274,12 @@ impl<R: Adapter> Consumer<R> {
     /// A cloneable control handle.
     pub fn handle(&self) -> ConsumerHandle<R> {
         self.handle.clone()
+    }
+
+    /// Its control handle, borrowed: the handle's methods (connect, disconnect,
+    /// `set_max_in_flight`, `stats`, `events`, ...) without a clone.
+    pub fn as_handle(&self) -> &ConsumerHandle<R> {
+        &self.handle
     }
 
     /// The next message, waiting as long as it takes; `None` once the consumer is stopped.

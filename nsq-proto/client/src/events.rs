@@ -230,7 +230,7 @@ impl EventHub {
 /// ```no_run
 /// # async fn f(consumer: nsq_client::Consumer<impl nsq_client::Adapter>) {
 /// use nsq_client::Event;
-/// let mut events = consumer.events();
+/// let mut events = consumer.as_handle().events();
 /// while let Some(event) = events.recv().await {
 ///     match event {
 ///         Event::Disconnected { misconfigured: Some(problem), nsqd, .. } => {

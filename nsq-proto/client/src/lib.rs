@@ -14,8 +14,9 @@
 //!    [`HandlerError`], [`StopReport`]) and the `tracing` output;
 //! 3. the runtime shims: each adapter implements [`Runtime`] (a socket type, a timer, how
 //!    the driver is started, the clock: IO only) and [`Adapter`] (where `build` finds the
-//!    runtime, and what it returns), and names the types here for its users
-//!    (`nsq_tokio::Consumer` is [`Consumer<Tokio>`](Consumer), ...). In nsq-blocking and
+//!    runtime, and what it returns), and generates its users' types with one macro
+//!    ([`async_api!`], [`blocking_api!`]: `nsq_tokio::Consumer` wraps
+//!    [`Consumer<Tokio>`](Consumer), ...). In nsq-blocking and
 //!    nsq-async-std the call that waits drives its client, with a thread of the client's own
 //!    for the rest: over a poller of the client's own for blocking calls ([`poller`]), over
 //!    the runtime's reactor for async ones ([`lease`]). The blocking API ([`blocking`])
@@ -146,6 +147,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod answer;
+mod api;
 pub mod blocking;
 mod builder;
 mod cluster;
@@ -199,6 +201,15 @@ pub(crate) use setup::{ConsumerSetup, ProducerSetup};
 use setup::{consumer_config, producer_config};
 
 pub(crate) use os::{os_hostname, random_seed};
+
+/// What the code [`async_api!`] and [`blocking_api!`] generate names, reachable from the
+/// crate that invokes them. Not a public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use bytes::Bytes;
+    pub use futures_core;
+    pub use nsq_proto;
+}
 
 /// What a caught panic said (its `&str` or `String` payload), for the log line.
 pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {

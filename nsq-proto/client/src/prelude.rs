@@ -1,22 +1,17 @@
 //! What every adapter crate re-exports at its root (`pub use nsq_client::prelude::*;`):
-//! the types its API names, so a program needs only the adapter crate.
+//! the types a program names, so it needs only the adapter crate. What it rarely needs
+//! (the core's own configuration structs and error types) is in `nsq_proto`, which each
+//! adapter re-exports as `proto`.
 
 pub use super::{
-    Backpressure, ChannelStatsReport, ClusterReport, EVENTS_CAPACITY, Error, Event, GiveUpHook,
-    HandlerError, HttpConfig, HttpFailure, InputError, IntoChannel, IntoTopic, Message,
-    NodeFailure, Outcome, StopReport, TopicStatsReport,
+    Backpressure, ChannelStatsReport, ClusterReport, Error, Event, HandlerError, HttpConfig,
+    HttpFailure, InputError, IntoChannel, IntoTopic, Message, NodeFailure, StopReport,
+    TopicStatsReport,
 };
-pub use bytes::Bytes;
-pub use nsq_proto::config::OptionError;
-pub use nsq_proto::consumer::{
-    BackoffStrategy, ConsumerConfig, ConsumerError, ConsumerStats, LookupdAddressError, NsqdState,
-    NsqdStats,
-};
+pub use nsq_proto::consumer::{BackoffStrategy, ConsumerStats, NsqdState, NsqdStats};
 pub use nsq_proto::http;
-pub use nsq_proto::producer::{ProducerConfig, ProducerStats, Routing};
+pub use nsq_proto::producer::{ProducerStats, Routing};
 pub use nsq_proto::{
-    Channel, CloseReason, CommandError, Compression, Config, ConfigError, ConnectionConfig,
-    ConnectionError, ErrorCode, MessageId, Misconfiguration, NameError, Secret, ServerError,
-    TlsConfig, Topic,
+    Channel, CloseReason, Compression, Config, ErrorCode, MessageId, Misconfiguration, NameError,
+    Secret, ServerError, TlsConfig, Topic,
 };
-pub use serde_json;

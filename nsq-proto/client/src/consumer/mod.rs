@@ -394,8 +394,8 @@ impl Drop for MessageReceiver {
 ///
 /// Read messages with [`recv`](Self::recv) or as a [`Stream`](futures_core::Stream), or hand
 /// them to a handler with [`run`](Self::run). Control it from other tasks through a
-/// [`ConsumerHandle`] ([`handle`](Self::handle)); the consumer itself
-/// derefs to its handle, so each of the handle's methods works on it too.
+/// [`ConsumerHandle`] ([`handle`](Self::handle)); [`as_handle`](Self::as_handle) reaches
+/// the handle's methods without a clone.
 ///
 /// As with go-nsq, servers can be added and removed while it runs:
 /// [`connect_to_nsqd`](ConsumerHandle::connect_to_nsqd) / [`connect_to_lookupd`](ConsumerHandle::connect_to_lookupd),
@@ -441,20 +441,10 @@ impl<R: Adapter> sealed::BuildConsumer for Consumer<R> {
         let consumer = start::<R>(setup.0);
         Box::pin(async move {
             let consumer = consumer?;
-            consumer.connect_to_nsqds(&nsqd).await?;
-            consumer.connect_to_lookupds(&lookupd).await?;
+            consumer.handle.connect_to_nsqds(&nsqd).await?;
+            consumer.handle.connect_to_lookupds(&lookupd).await?;
             Ok(consumer)
         })
-    }
-}
-
-/// A consumer is also its control handle: every method of [`ConsumerHandle`] (connect,
-/// disconnect, `set_max_in_flight`, `stats`, `events`, ...) works on it.
-impl<R: Adapter> std::ops::Deref for Consumer<R> {
-    type Target = ConsumerHandle<R>;
-
-    fn deref(&self) -> &ConsumerHandle<R> {
-        &self.handle
     }
 }
 
@@ -491,6 +481,12 @@ impl<R: Adapter> Consumer<R> {
     /// A cloneable control handle.
     pub fn handle(&self) -> ConsumerHandle<R> {
         self.handle.clone()
+    }
+
+    /// Its control handle, borrowed: the handle's methods (connect, disconnect,
+    /// `set_max_in_flight`, `stats`, `events`, ...) without a clone.
+    pub fn as_handle(&self) -> &ConsumerHandle<R> {
+        &self.handle
     }
 
     /// The next message; `None` once the consumer is stopped.
