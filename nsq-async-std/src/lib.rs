@@ -155,7 +155,7 @@ mod lease;
 mod runtime;
 
 pub use nsq_client::prelude::*;
-pub use nsq_client::{Events, PendingCall, PendingPublish};
+pub use nsq_client::{Events, PendingCall};
 pub use nsq_proto as proto;
 pub use runtime::{AsyncStd, clear_executor, set_executor};
 

@@ -139,7 +139,7 @@
 mod poller;
 mod runtime;
 
-pub use nsq_client::blocking::{Events, PendingPublish};
+pub use nsq_client::blocking::Events;
 pub use nsq_client::prelude::*;
 pub use nsq_proto as proto;
 pub use runtime::Blocking;

@@ -164,7 +164,7 @@
 mod runtime;
 
 pub use nsq_client::prelude::*;
-pub use nsq_client::{Events, PendingCall, PendingPublish};
+pub use nsq_client::{Events, PendingCall};
 pub use nsq_proto as proto;
 pub use runtime::Tokio;
 

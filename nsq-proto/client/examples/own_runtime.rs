@@ -17,7 +17,7 @@
 //! in-process test broker; `-- 127.0.0.1:4150` uses a real nsqd.
 
 use bytes::{Bytes, BytesMut};
-use nsq_client::{Adapter, BoxFuture, Direct, Error, Runtime, Socket, SocketOptions, Timer};
+use nsq_client::{Adapter, BoxFuture, Direct, Runtime, Socket, SocketOptions, Timer};
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::sync::Arc;
@@ -145,6 +145,7 @@ impl Adapter for Ticking {
 
 // The user-facing types on this runtime, as the workspace's async adapters have them.
 pub use nsq_client::prelude::*;
+#[allow(unused_imports, reason = "what the generated documentation links to")]
 pub use nsq_proto as proto;
 nsq_client::async_api! {
     runtime: Ticking,
@@ -153,19 +154,25 @@ nsq_client::async_api! {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    // An nsqd's TCP address, or an in-process test broker.
+    round_trip(std::env::args().nth(1))
+}
+
+/// Publishes three messages to nsqd `addr` (an in-process test broker when `None`) on this
+/// runtime, then consumes and finishes them.
+pub fn round_trip(addr: Option<String>) -> Result<(), Box<dyn std::error::Error>> {
     let broker;
-    let addr = match std::env::args().nth(1) {
-        Some(addr) => addr,
-        None => {
-            broker = nsq_test_broker::Nsqd::start()?;
-            broker.tcp_address().to_string()
-        }
+    let addr = if let Some(addr) = addr {
+        addr
+    } else {
+        broker = nsq_test_broker::Nsqd::start()?;
+        broker.tcp_address().to_string()
     };
     let topic = format!("own_runtime_{}", std::process::id());
     nsq_client::blocking::block_on(async {
         let producer = Producer::connect(&addr, &Config::default()).await?;
-        producer.multi_publish(topic.as_str(), ["one", "two", "three"]).await?;
+        producer
+            .multi_publish(topic.as_str(), ["one", "two", "three"])
+            .await?;
         producer.close().await;
 
         let mut consumer = Consumer::builder(topic.as_str(), "example")

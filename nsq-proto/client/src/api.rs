@@ -13,8 +13,8 @@
 //! `crate::proto::...` (each adapter has `pub use nsq_proto as proto;`).
 
 /// The async shims' user-facing types, generated in the invoking crate's module: `Consumer`,
-/// `ConsumerHandle`, `ConsumerBuilder`, `Producer`, `ProducerBuilder`, `HttpClient` and
-/// `Cluster`, concrete newtypes over [`Consumer<R>`](crate::Consumer),
+/// `ConsumerHandle`, `ConsumerBuilder`, `Producer`, `ProducerBuilder`, `PendingPublish`,
+/// `HttpClient` and `Cluster`, concrete newtypes over [`Consumer<R>`](crate::Consumer),
 /// [`ConsumerHandle<R>`](crate::ConsumerHandle), ... on the runtime `R` given.
 ///
 /// ```ignore
@@ -31,7 +31,7 @@
 /// * `run`: documentation appended to `Consumer::run`: where its handlers run.
 ///
 /// The invoking crate must re-export at its root what the generated documentation links to:
-/// `nsq_client::prelude::*`, `Events`, `PendingPublish`, `PendingCall`, and `nsq_proto` as
+/// `nsq_client::prelude::*`, `Events`, `PendingCall`, and `nsq_proto` as
 /// `proto`.
 #[macro_export]
 macro_rules! async_api {
@@ -564,8 +564,8 @@ macro_rules! async_api {
                 &self,
                 topic: impl $crate::IntoTopic,
                 body: impl ::core::convert::Into<$crate::__private::Bytes>,
-            ) -> ::core::result::Result<$crate::PendingPublish, $crate::Error> {
-                self.0.publish_async(topic, body)
+            ) -> ::core::result::Result<PendingPublish, $crate::Error> {
+                self.0.publish_async(topic, body).map(PendingPublish)
             }
 
             /// Publishes several messages atomically (MPUB) and returns at once (see
@@ -574,12 +574,14 @@ macro_rules! async_api {
                 &self,
                 topic: impl $crate::IntoTopic,
                 bodies: I,
-            ) -> ::core::result::Result<$crate::PendingPublish, $crate::Error>
+            ) -> ::core::result::Result<PendingPublish, $crate::Error>
             where
                 I: ::core::iter::IntoIterator<Item = B>,
                 B: ::core::convert::AsRef<[u8]>,
             {
-                self.0.multi_publish_async(topic, bodies)
+                self.0
+                    .multi_publish_async(topic, bodies)
+                    .map(PendingPublish)
             }
 
             /// Publishes one message delivered after `delay` (DPUB) and returns at once (see
@@ -589,8 +591,10 @@ macro_rules! async_api {
                 topic: impl $crate::IntoTopic,
                 delay: ::core::time::Duration,
                 body: impl ::core::convert::Into<$crate::__private::Bytes>,
-            ) -> ::core::result::Result<$crate::PendingPublish, $crate::Error> {
-                self.0.deferred_publish_async(topic, delay, body)
+            ) -> ::core::result::Result<PendingPublish, $crate::Error> {
+                self.0
+                    .deferred_publish_async(topic, delay, body)
+                    .map(PendingPublish)
             }
 
             /// Resolves once a connection is ready (at once if one is); fails fast with
@@ -618,6 +622,41 @@ macro_rules! async_api {
             /// and answered (bounded by `drain_timeout`); then every connection is closed.
             pub async fn close(&self) {
                 self.0.close().await;
+            }
+        }
+
+        // ------------------------------------------------------------------ PendingPublish
+
+        /// A publish under way, made by [`Producer::publish_async`] (or its `multi_` and
+        /// `deferred_` variants): a future of the publish's result. Dropping it does not
+        /// cancel the publish, whose result is then not known.
+        #[must_use = "a publish's result is only known through its PendingPublish"]
+        pub struct PendingPublish($crate::PendingPublish<$rt>);
+
+        impl ::core::fmt::Debug for PendingPublish {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                ::core::fmt::Debug::fmt(&self.0, f)
+            }
+        }
+
+        impl PendingPublish {
+            /// The result if it is known, without waiting (the future still resolves with
+            /// it).
+            pub fn try_result(
+                &mut self,
+            ) -> ::core::option::Option<::core::result::Result<(), $crate::Error>> {
+                self.0.try_result()
+            }
+        }
+
+        impl ::core::future::Future for PendingPublish {
+            type Output = ::core::result::Result<(), $crate::Error>;
+
+            fn poll(
+                self: ::core::pin::Pin<&mut Self>,
+                cx: &mut ::core::task::Context<'_>,
+            ) -> ::core::task::Poll<Self::Output> {
+                ::core::future::Future::poll(::core::pin::Pin::new(&mut self.get_mut().0), cx)
             }
         }
 
@@ -669,7 +708,7 @@ macro_rules! async_api {
 
 /// The blocking shim's user-facing types, generated in the invoking crate's module:
 /// `Consumer`, `ConsumerHandle`, `ConsumerBuilder`, `Producer`, `ProducerBuilder`,
-/// `HttpClient`, `Cluster`, `Iter` and `IntoIter`, concrete newtypes over
+/// `PendingPublish`, `HttpClient`, `Cluster`, `Iter` and `IntoIter`, concrete newtypes over
 /// [`blocking::Consumer<R>`](crate::blocking::Consumer), ... on the runtime `R` given.
 ///
 /// ```ignore
@@ -684,7 +723,7 @@ macro_rules! async_api {
 ///   `connect`, `Consumer::new`): what it requires and does.
 ///
 /// The invoking crate must re-export at its root what the generated documentation links to:
-/// `nsq_client::prelude::*`, `nsq_client::blocking::{Events, PendingPublish}`, and
+/// `nsq_client::prelude::*`, `nsq_client::blocking::Events`, and
 /// `nsq_proto` as `proto`.
 #[macro_export]
 macro_rules! blocking_api {
@@ -1225,8 +1264,8 @@ macro_rules! blocking_api {
                 &self,
                 topic: impl $crate::IntoTopic,
                 body: impl ::core::convert::Into<$crate::__private::Bytes>,
-            ) -> ::core::result::Result<$crate::blocking::PendingPublish, $crate::Error> {
-                self.0.publish_async(topic, body)
+            ) -> ::core::result::Result<PendingPublish, $crate::Error> {
+                self.0.publish_async(topic, body).map(PendingPublish)
             }
 
             /// Publishes several messages atomically (MPUB) and returns at once (see
@@ -1235,12 +1274,14 @@ macro_rules! blocking_api {
                 &self,
                 topic: impl $crate::IntoTopic,
                 bodies: I,
-            ) -> ::core::result::Result<$crate::blocking::PendingPublish, $crate::Error>
+            ) -> ::core::result::Result<PendingPublish, $crate::Error>
             where
                 I: ::core::iter::IntoIterator<Item = B>,
                 B: ::core::convert::AsRef<[u8]>,
             {
-                self.0.multi_publish_async(topic, bodies)
+                self.0
+                    .multi_publish_async(topic, bodies)
+                    .map(PendingPublish)
             }
 
             /// Publishes one message delivered after `delay` (DPUB) and returns at once (see
@@ -1250,8 +1291,10 @@ macro_rules! blocking_api {
                 topic: impl $crate::IntoTopic,
                 delay: ::core::time::Duration,
                 body: impl ::core::convert::Into<$crate::__private::Bytes>,
-            ) -> ::core::result::Result<$crate::blocking::PendingPublish, $crate::Error> {
-                self.0.deferred_publish_async(topic, delay, body)
+            ) -> ::core::result::Result<PendingPublish, $crate::Error> {
+                self.0
+                    .deferred_publish_async(topic, delay, body)
+                    .map(PendingPublish)
             }
 
             /// Returns once a connection is ready (at once if one is); fails fast with
@@ -1277,6 +1320,44 @@ macro_rules! blocking_api {
             /// Returns once the driver has ended.
             pub fn close(&self) {
                 self.0.close();
+            }
+        }
+
+        // ------------------------------------------------------------------ PendingPublish
+
+        /// A publish under way, made by [`Producer::publish_async`] (or its `multi_` and
+        /// `deferred_` variants). Dropping it does not cancel the publish, whose result is
+        /// then not known.
+        #[must_use = "a publish's result is only known through its PendingPublish"]
+        pub struct PendingPublish($crate::blocking::PendingPublish<$rt>);
+
+        impl ::core::fmt::Debug for PendingPublish {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                ::core::fmt::Debug::fmt(&self.0, f)
+            }
+        }
+
+        impl PendingPublish {
+            /// Waits for the publish's result (driving the client meanwhile, as every
+            /// blocking call does).
+            pub fn wait(self) -> ::core::result::Result<(), $crate::Error> {
+                self.0.wait()
+            }
+
+            /// Waits at most `timeout` for the publish's result: `None` if it is not known by
+            /// then (the publish goes on; wait again later).
+            pub fn wait_timeout(
+                &mut self,
+                timeout: ::core::time::Duration,
+            ) -> ::core::option::Option<::core::result::Result<(), $crate::Error>> {
+                self.0.wait_timeout(timeout)
+            }
+
+            /// The result if it is known, without waiting.
+            pub fn try_result(
+                &mut self,
+            ) -> ::core::option::Option<::core::result::Result<(), $crate::Error>> {
+                self.0.try_result()
             }
         }
 
