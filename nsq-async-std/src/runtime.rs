@@ -61,7 +61,7 @@ pub fn clear_executor() {
 }
 
 /// The client layer's runtime for async-std, smol and any executor, over async-io's
-/// reactor: by default a client is driven by the tasks that wait for it ([`Lease`]) and a
+/// reactor: by default a client is driven by the tasks that wait for it (through a lease) and a
 /// thread of its own when none does; after [`set_executor`], by a task on the application's
 /// executor.
 #[derive(Clone)]

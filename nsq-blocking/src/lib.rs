@@ -8,16 +8,11 @@
 //!
 //! # Model
 //!
-//! The client itself (the driver, the handles, the builders, the errors) is written once in
-//! [`nsq_client`]; this crate is its runtime shim for plain threads: [`Blocking`]
-//! implements [`Runtime`](nsq_client::Runtime), and [`Consumer`], [`ConsumerHandle`]
-//! and [`Producer`] run the client layer's calls to completion on the calling thread.
+//! The client is written once in [`nsq_client`]; this crate is its shim for plain threads:
+//! [`Blocking`] lends it non-blocking sockets on a readiness poller of each client's own
+//! (epoll, kqueue or IOCP, through mio), and the types below run the client's calls to
+//! completion on the calling thread.
 //!
-//! * Each [`Consumer`] / [`Producer`] runs the client layer's one driver (the same code as on
-//!   tokio and nsq-async-std, batching included), which owns every socket of its client and
-//!   waits on a readiness poller of its own (epoll, kqueue or IOCP, through mio) over
-//!   non-blocking sockets, with the driver's timer as the wait's deadline. There is no thread
-//!   per connection: a consumer of twelve nsqd runs as many threads as a consumer of one.
 //! * **A blocking call drives its client while it waits.** A `publish` waiting for nsqd's
 //!   reply, or a `recv` waiting for a message, polls the driver and waits in the poller on
 //!   its own thread, so a round trip to nsqd wakes no other thread (go-nsq's own goroutines
@@ -27,17 +22,11 @@
 //!   (heartbeats, timeouts, reconnects), and hands the poller back to the next call that
 //!   waits. Several threads waiting at once take turns: one drives, the others sleep until
 //!   their own reply or message is ready.
-//! * Bytes read are decoded, delivered and answered by whoever drives; message bodies are
-//!   slices of the read buffer. What the core emits during one wake-up leaves in one write
-//!   per connection; a blocked write never stops reading. lookupd queries use the same poller.
-//! * Calls from other threads reach the driver as small commands, many per lock; the first
-//!   command of a batch wakes the driver through the poller (once, and only if it waits), and
-//!   a caller's thread is woken only when its own reply or message is ready.
-//! * A host name is resolved on a short-lived thread (the system resolver blocks); IP
-//!   addresses need none.
+//! * There is no thread per connection: a consumer of twelve nsqd runs as many threads as a
+//!   consumer of one. A host name is resolved on a short-lived thread (the system resolver
+//!   blocks); IP addresses need none.
 //! * The driver is waited for (and driven to its end) by [`ConsumerHandle::stop`] /
 //!   [`Consumer::stop`] / [`Producer::close`] and on drop; nothing blocks without a bound.
-//!   Logs go to `tracing`.
 //!
 //! # What is here
 //!
@@ -59,14 +48,15 @@
 //!   [`TopicStatsReport`], [`ChannelStatsReport`]), [`HttpConfig`].
 //! * **Names**: [`Topic`], [`Channel`] ([`IntoTopic`], [`IntoChannel`], [`NameError`]).
 //! * **The runtime**: [`Blocking`], the [`Runtime`](nsq_client::Runtime) the types above run on.
+//! * **The guide**: [`guide`] (how a client runs, configuration and errors, logs, metrics).
 //! * **The protocol core**, for what a program rarely needs: [`proto`] (`nsq_proto`).
 //!
-//! # Configuration, errors, logging
+//! # How a client runs, logs and records metrics
 //!
-//! The same in every adapter, and documented once with the client layer:
-//! [configuration](nsq_client#configuration) ([`Config`], go-nsq's option names),
-//! [errors](nsq_client#errors) ([`Error`], one line each, variants to match on) and
-//! [logging](nsq_client#logging) (`tracing` spans per client and connection).
+//! The same in every adapter, and in the [`guide`] of this crate: one driver per client owns
+//! its state machine and sockets, the [configuration](guide#configuration-and-errors) takes
+//! go-nsq's option names, every error is one [`Error`], and everything is logged through
+//! `tracing` with a span per client and connection.
 //!
 //! # Example
 //!

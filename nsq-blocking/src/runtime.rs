@@ -45,7 +45,7 @@ impl Adapter for Blocking {
         Direct
     }
 
-    /// A blocking call drives its client while it waits ([`Poller::wait`]): no thread hop per
+    /// A blocking call drives its client while it waits (over the client's poller): no thread hop per
     /// round trip.
     fn block_on<F: Future>(
         &self,

@@ -2,134 +2,34 @@
 //!
 //! Everything between the protocol and a runtime, written once for every adapter
 //! (`nsq-tokio`, `nsq-async-std`, `nsq-blocking`), on nsq-proto's public API only.
+//! Applications use an adapter, whose documentation is the user's; this crate is for adapter
+//! authors.
 //!
 //! Three layers make a client:
 //!
 //! 1. the protocol: the sans-IO [`Consumer`](nsq_proto::Consumer) and
 //!    [`Producer`](nsq_proto::Producer) state machines (the `nsq-proto` crate);
 //! 2. this layer: one driver, generic over a small [`Runtime`] trait (clock, connect, read,
-//!    write, one timer, spawn), that owns a client's core and the reading and writing of all
-//!    its sockets in one task, plus the user-facing API on top of it ([`Consumer`],
+//!    write, one timer, spawn), that owns a client's state machine and the reading and
+//!    writing of all its sockets in one task, plus the API on top of it ([`Consumer`],
 //!    [`ConsumerHandle`], [`Producer`], the builders, [`Message`], [`Error`],
-//!    [`HandlerError`], [`StopReport`]) and the `tracing` output;
+//!    [`HandlerError`], [`StopReport`], the [`blocking`] API) and the `tracing` output;
 //! 3. the runtime shims: each adapter implements [`Runtime`] (a socket type, a timer, how
 //!    the driver is started, the clock: IO only) and [`Adapter`] (where `build` finds the
-//!    runtime, and what it returns), and generates its users' types with one macro
-//!    ([`async_api!`], [`blocking_api!`]: `nsq_tokio::Consumer` wraps
-//!    [`Consumer<Tokio>`](Consumer), ...). In nsq-blocking and
-//!    nsq-async-std the call that waits drives its client, with a thread of the client's own
-//!    for the rest: over a poller of the client's own for blocking calls ([`poller`]), over
-//!    the runtime's reactor for async ones ([`lease`]). The blocking API ([`blocking`])
-//!    wraps the async one in blocking calls.
+//!    runtime, and how a client's calls wait for its driver), and generates its users' types
+//!    with one macro ([`async_api!`], [`blocking_api!`]: `nsq_tokio::Consumer` wraps
+//!    [`Consumer<Tokio>`](Consumer), ...), with a `guide` module of how a client
+//!    runs, logs and records metrics.
 //!
-//! The driver's rules: per wake-up it takes every queued command, reads every socket until
-//! it would block (message bodies are slices of the read buffer: zero-copy), fires its one
-//! timer, drains the core, hands the wake-up's messages to the application at once, and
-//! gives each connection at most one write (a blocked write never stops reading). Messages
-//! answer themselves with a small `Copy` answer queued for the driver (a push under a
-//! short lock, many per wake-up of the driver; no allocation per answer).
+//! The one hook through which a runtime shapes how its clients are driven is how a call
+//! waits: an async call through its [`Waiter`], a blocking one through
+//! [`Adapter::block_on`]. A runtime whose calls never drive takes [`Direct`] and the
+//! default `block_on`; nsq-async-std's calls drive their client through a lease of its own,
+//! and nsq-blocking's through a poller of the client's own. `examples/own_runtime.rs` plugs in
+//! a runtime from outside the workspace in about a hundred lines; [`dial`] has the name
+//! resolution and bound connect a shim over `std` sockets needs.
 //!
-//! ## Configuration
-//!
-//! Consumers and producers take a [`Config`](nsq_proto::Config): one struct with go-nsq's option
-//! names and defaults, buildable in code, option by option
-//! (`config.set_str("max_in_flight", "100")`, like go-nsq's `Config.Set`), or deserialised
-//! from JSON/TOML/... so existing go-nsq configurations port. It is the one configuration type
-//! a program needs. [`ConsumerConfig`](nsq_proto::ConsumerConfig),
-//! [`ProducerConfig`](nsq_proto::ProducerConfig) and [`ConnectionConfig`](nsq_proto::ConnectionConfig)
-//! are the core's own structs, taken by the builders' `core_config` for settings `Config`
-//! does not expose; most programs never name them.
-//!
-//! ## Errors
-//!
-//! Every fallible call returns [`Error`], whose variants a program can match on: which name
-//! was invalid and its value (`InvalidTopic`/`InvalidChannel`), nsqd's refusal with its
-//! [`ErrorCode`](nsq_proto::ErrorCode) (`Server`), input refused before sending ([`InputError`]),
-//! `ConnectionLost` and `Timeout` (the message may have been published: [`Error::maybe_published`]),
-//! `NoServerAvailable` (none reachable now; the client keeps trying), `Misconfigured` (the
-//! wrong port, a TLS mismatch, refused credentials: not retried), `Connect` and `Lookupd` (a
-//! consumer's first connection or query), [`Backpressure`], `Closed`, `NoRuntime`, `Config`.
-//! Its `Display` says everything
-//! once, on one line, and no error also returns from `source()` a cause it already shows, so
-//! `{}` and anyhow's or eyre's `{:#}` print each cause once.
-//!
-//! ```
-//! use nsq_client::prelude::{Error, ErrorCode, InputError, IntoTopic, NameError};
-//!
-//! /// Whether a failed publish is worth retrying later.
-//! fn retry_later(e: &Error) -> bool {
-//!     match e {
-//!         // nsqd refused the message itself: retrying cannot help.
-//!         Error::Server(s) if s.code() == ErrorCode::BadMessage => false,
-//!         Error::InvalidTopic { .. } | Error::InvalidInput(InputError::Publish(_)) => false,
-//!         // Perhaps published already: a retry may deliver it twice (NSQ is at-least-once).
-//!         e if e.maybe_published() => true,
-//!         Error::NoServerAvailable(_) | Error::Backpressure(_) => true,
-//!         _ => false,
-//!     }
-//! }
-//!
-//! let e = "bad topic!".into_topic().unwrap_err();
-//! assert!(matches!(
-//!     &e,
-//!     Error::InvalidTopic { name, reason: NameError::InvalidChar { ch: ' ', .. } } if name == "bad topic!"
-//! ));
-//! assert_eq!(
-//!     e.to_string(),
-//!     "invalid topic name \"bad topic!\": invalid character ' ' at byte 3: \
-//!      names use only [.a-zA-Z0-9_-] with an optional #ephemeral suffix"
-//! );
-//! assert!(!retry_later(&e));
-//! ```
-//!
-//! A message handler returns `Result<(), HandlerError>`, and `?` works on any error (a
-//! `std::error::Error`, a `Box<dyn Error + Send + Sync>`, an `anyhow::Error`): the error and
-//! its chain are kept and logged (see below).
-//!
-//! ## Logging
-//!
-//! Everything goes through `tracing`; install any subscriber (`tracing_subscriber::fmt()` with
-//! `RUST_LOG`, as the examples do). Every line of a consumer is inside its span
-//! `consumer{id=.. topic=.. channel=..}`, every line of a producer inside `producer{id=..}`
-//! (ids unique in the process), and lines about a connection carry `conn` and `nsqd` (its
-//! address). Every line's target is under `nsq_client` (this layer) or `nsq_proto` (the
-//! protocol: `nsq_proto::connection`, `nsq_proto::consumer`, ...), whichever adapter runs
-//! it, so `RUST_LOG=nsq_client=debug,nsq_proto=debug` selects them all. Each event is logged
-//! once. At INFO a
-//! consumer's session reads (targets omitted):
-//!
-//! ```text
-//! INFO consumer{id=2 topic=orders channel=billing}: connecting to nsqd conn=conn#1 nsqd=127.0.0.1:4150
-//! INFO consumer{id=2 topic=orders channel=billing}: connected to nsqd conn=conn#1 nsqd=127.0.0.1:4150
-//! WARN consumer{id=2 topic=orders channel=billing}: nsqd connection failed; retrying in 508.7ms conn=conn#2 nsqd=127.0.0.1:4151 reason=Connection refused (os error 111) retry_in=508.7ms
-//! WARN consumer{id=2 topic=orders channel=billing}: handler failed: requeueing the message msg_id=0eac97ff46d5a930 attempts=1 nsqd=127.0.0.1:4150 error=No such file or directory (os error 2)
-//! INFO consumer{id=2 topic=orders channel=billing}: max_in_flight is 0: the consumer is paused (RDY 0) until it is raised max_in_flight=0
-//! INFO consumer{id=2 topic=orders channel=billing}: nsqd connection closed conn=conn#1 nsqd=127.0.0.1:4150 reason=connection closed
-//! ```
-//!
-//! A handler error is logged at WARN with the message id, attempts and the error's whole
-//! chain; a panicking handler at ERROR with the panic's message; a message dropped
-//! unanswered, a message given up on (`max_attempts`), an nsqlookupd that does not answer (or
-//! answers with something other than HTTP: the wrong port), entering backoff (with its level
-//! and window: messages wait meanwhile) and more `run` handlers than `max_in_flight` at WARN;
-//! the end of backoff at INFO. DEBUG adds the protocol's details (upgrades, RDY, each step
-//! out of backoff, each lookupd query) inside `connection{conn=.. nsqd=..}` spans.
-//!
-//! Each handler of `Consumer::run` runs inside a `message{id=.. attempts=.. nsqd=..}` span, a
-//! child of its consumer's: what a handler logs says which message it is about.
-//!
-//! ## Metrics
-//!
-//! With the `metrics` cargo feature the client records through the `metrics` facade, into
-//! whatever recorder the application installs: `nsq_consumer_*` (received, finished,
-//! requeued, given up, handler errors, reconnects and backoffs counters; in-flight, RDY per
-//! nsqd, connections and backoff level gauges; handler duration and message age histograms,
-//! labelled with the topic and channel) and `nsq_producer_*` (messages, publishes by result
-//! and error kind, reconnects; pending; publish duration and batch size). The consumer's
-//! counters follow the core's [`ConsumerStats`](nsq_proto::consumer::ConsumerStats), once per
-//! round of its driver. Without the feature nothing is compiled in.
-//!
-//! ## Handler outcomes
+//! A handler's result is an [`Outcome`], and each outcome one answer:
 //!
 //! ```
 //! use nsq_client::{AnswerKind, HandlerError, Outcome};
