@@ -5,10 +5,7 @@
 use nsq_async_std::{Consumer, HandlerError, Message, Producer};
 use nsq_test_broker::Nsqd;
 
-#[path = "../../tests/glue/log_capture.rs"]
-mod log_capture;
-
-use log_capture::{Capture, field};
+use nsq_test_support::log_capture::{Capture, field};
 
 #[test]
 fn consumer_and_producer_lines() {

@@ -3,9 +3,6 @@
 //! a thread of its own. A test binary of its own: the executor is chosen process-wide.
 
 mod common;
-#[path = "../../tests/glue/nsq_proto.rs"]
-#[allow(unused, reason = "this binary uses part of the glue")]
-mod glue;
 mod scenario_adapter;
 
 use common::AsyncStdExecutor;

@@ -4,15 +4,13 @@
 //! nothing hangs.
 
 mod common;
-#[path = "../../tests/glue/nsq_proto.rs"]
-mod glue;
 mod scenario_adapter;
 
 use common::{AsyncStd, Runtime, Smol, eventually, timeout};
-use glue::fast_config;
 use nsq_async_std::{Consumer, ConsumerConfig, Error, Message, Producer};
 use nsq_test_broker::Nsqd;
 use nsq_test_broker::scenarios::{WAIT, start};
+use nsq_test_support::glue::fast_config;
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::time::Duration;
@@ -59,7 +57,7 @@ async fn next(consumer: &mut Consumer, within: Duration) -> Option<Message> {
 }
 
 fn consumer(nsqd: &Nsqd, topic: &str, config: ConsumerConfig) -> Consumer {
-    glue::consumer!(Consumer, nsqd, topic, config)
+    nsq_test_support::consumer!(Consumer, nsqd, topic, config)
 }
 
 both!(consumer_is_a_stream, 20);

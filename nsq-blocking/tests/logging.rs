@@ -4,10 +4,7 @@
 use nsq_blocking::{Consumer, HandlerError, Message};
 use nsq_test_broker::Nsqd;
 
-#[path = "../../tests/glue/log_capture.rs"]
-mod log_capture;
-
-use log_capture::{Capture, field};
+use nsq_test_support::log_capture::{Capture, field};
 
 fn store(body: &[u8]) -> Result<(), std::io::Error> {
     Err(std::io::Error::other(format!(

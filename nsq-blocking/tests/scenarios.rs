@@ -3,15 +3,12 @@
 //! adapter has (threads, `recv_timeout`/`iter`, handler panics ...). Every test runs under a
 //! timeout so nothing hangs.
 
-#[path = "../../tests/glue/nsq_proto.rs"]
-mod glue;
-
-use glue::{fast_config, map};
 use nsq_blocking::{
     Config, Consumer, ConsumerConfig, ConsumerHandle, Error, Message, Producer, Topic,
 };
 use nsq_test_broker::scenarios::{self as s, WAIT, eventually, run_within as run, start};
 use nsq_test_broker::{Nsqd, adapter_scenario_tests};
+use nsq_test_support::glue::{self, fast_config, map};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -50,7 +47,7 @@ impl s::Factory for Blocking {
         nsqd: &[String],
         options: Option<&s::ProducerOptions>,
     ) -> s::ClientResult<Box<dyn s::Producer>> {
-        let b = glue::producer_builder!(Producer::builder(), nsqd, options);
+        let b = glue::producer_builder(Producer::builder(), nsqd, options);
         Ok(Box::new(BlockingProducer(map(b.build())?)))
     }
 
@@ -60,7 +57,7 @@ impl s::Factory for Blocking {
         channel: &str,
         setup: &s::ConsumerSetup,
     ) -> s::ClientResult<Box<dyn s::Consumer>> {
-        let b = glue::consumer_builder!(Consumer::builder(topic, channel), setup);
+        let b = glue::consumer_builder(Consumer::builder(topic, channel), setup)?;
         let c = map(b.build())?;
         Ok(Box::new(BlockingConsumer(c)))
     }
@@ -71,7 +68,7 @@ impl s::Factory for Blocking {
         channel: &str,
         setup: &s::ConsumerSetup,
     ) -> s::ClientResult<Box<dyn s::Consumer>> {
-        let b = glue::consumer_builder!(Consumer::builder(topic, channel), setup);
+        let b = glue::consumer_builder(Consumer::builder(topic, channel), setup)?;
         Ok(Box::new(BlockingConsumer(map(b.connect())?)))
     }
 
@@ -244,7 +241,7 @@ impl s::Runner for BlockingRunner {
 // ------------------------------------------------------------- nsq-blocking's own tests
 
 fn consumer(nsqd: &Nsqd, topic: &str, config: ConsumerConfig) -> Consumer {
-    glue::consumer!(Consumer, nsqd, topic, config)
+    nsq_test_support::consumer!(Consumer, nsqd, topic, config)
 }
 
 fn producer(nsqd: &Nsqd) -> Producer {

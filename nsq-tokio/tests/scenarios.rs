@@ -2,12 +2,9 @@
 //! (`nsq_test_broker::scenarios`, one `#[test]` each), plus the tests only tokio has.
 //! Every test runs under a timeout so nothing hangs.
 
-#[path = "../../tests/glue/nsq_proto.rs"]
-mod glue;
-
-use glue::map;
 use nsq_test_broker::scenarios::{self as s, WAIT, eventually, start};
 use nsq_test_broker::{Nsqd, adapter_scenario_tests};
+use nsq_test_support::glue::{self, map};
 use nsq_tokio::{Consumer, ConsumerHandle, Error, Message, Producer, Topic};
 use std::collections::BTreeSet;
 use std::future::Future;
@@ -72,7 +69,7 @@ impl s::Factory for Tokio {
         options: Option<&s::ProducerOptions>,
     ) -> s::ClientResult<Box<dyn s::Producer>> {
         let _in_runtime = self.rt.enter();
-        let b = glue::producer_builder!(Producer::builder(), nsqd, options);
+        let b = glue::producer_builder(Producer::builder(), nsqd, options);
         Ok(Box::new(TokioProducer {
             rt: self.rt.handle().clone(),
             p: map(b.build())?,
@@ -86,7 +83,7 @@ impl s::Factory for Tokio {
         setup: &s::ConsumerSetup,
     ) -> s::ClientResult<Box<dyn s::Consumer>> {
         let _in_runtime = self.rt.enter();
-        let b = glue::consumer_builder!(Consumer::builder(topic, channel), setup);
+        let b = glue::consumer_builder(Consumer::builder(topic, channel), setup)?;
         let c = map(b.build())?;
         Ok(Box::new(TokioConsumer {
             rt: self.rt.handle().clone(),
@@ -101,7 +98,7 @@ impl s::Factory for Tokio {
         setup: &s::ConsumerSetup,
     ) -> s::ClientResult<Box<dyn s::Consumer>> {
         let _in_runtime = self.rt.enter();
-        let b = glue::consumer_builder!(Consumer::builder(topic, channel), setup);
+        let b = glue::consumer_builder(Consumer::builder(topic, channel), setup)?;
         let c = map(self.rt.block_on(b.connect()))?;
         Ok(Box::new(TokioConsumer {
             rt: self.rt.handle().clone(),
@@ -324,7 +321,7 @@ fn consumer_is_a_stream() {
         for i in 0..20 {
             nsqd.publish("stream", format!("{i}").as_bytes());
         }
-        let c = glue::consumer!(Consumer, &nsqd, "stream", glue::fast_config(5));
+        let c = nsq_test_support::consumer!(Consumer, &nsqd, "stream", glue::fast_config(5));
         let handle = c.handle();
         // Stream combinators: each message is finished inside `map`.
         let mut bodies = c.map(|m| {
@@ -367,7 +364,7 @@ fn a_dropped_receiver_stops_instead_of_looping() {
         for i in 0..5 {
             nsqd.publish("droprx", format!("{i}").as_bytes());
         }
-        let mut c = glue::consumer!(Consumer, &nsqd, "droprx", glue::fast_config(1));
+        let mut c = nsq_test_support::consumer!(Consumer, &nsqd, "droprx", glue::fast_config(1));
         let handle = c.handle();
         tokio::time::timeout(WAIT, c.recv())
             .await

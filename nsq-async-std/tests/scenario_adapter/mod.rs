@@ -3,9 +3,9 @@
 //! (drivers on threads of their own) and `on_executor_*` (drivers on the executor).
 
 use crate::common::{Join, Runtime, timeout};
-use crate::glue::{self, map};
 use nsq_async_std::{Consumer, ConsumerHandle, Error, Message, Producer, Topic};
 use nsq_test_broker::scenarios as s;
+use nsq_test_support::glue::{self, map};
 use std::marker::PhantomData;
 use std::time::Duration;
 
@@ -55,7 +55,7 @@ impl<R: Runtime> s::Factory for AsyncStdAdapter<R> {
         nsqd: &[String],
         options: Option<&s::ProducerOptions>,
     ) -> s::ClientResult<Box<dyn s::Producer>> {
-        let b = glue::producer_builder!(Producer::builder(), nsqd, options);
+        let b = glue::producer_builder(Producer::builder(), nsqd, options);
         let p = map(b.build())?;
         Ok(Box::new(AsyncProducer::<R> { p, rt: PhantomData }))
     }
@@ -66,7 +66,7 @@ impl<R: Runtime> s::Factory for AsyncStdAdapter<R> {
         channel: &str,
         setup: &s::ConsumerSetup,
     ) -> s::ClientResult<Box<dyn s::Consumer>> {
-        let b = glue::consumer_builder!(Consumer::builder(topic, channel), setup);
+        let b = glue::consumer_builder(Consumer::builder(topic, channel), setup)?;
         let c = map(b.build())?;
         Ok(Box::new(AsyncConsumer::<R> { c, rt: PhantomData }))
     }
@@ -77,7 +77,7 @@ impl<R: Runtime> s::Factory for AsyncStdAdapter<R> {
         channel: &str,
         setup: &s::ConsumerSetup,
     ) -> s::ClientResult<Box<dyn s::Consumer>> {
-        let b = glue::consumer_builder!(Consumer::builder(topic, channel), setup);
+        let b = glue::consumer_builder(Consumer::builder(topic, channel), setup)?;
         let c = map(R::block_on(b.connect()))?;
         Ok(Box::new(AsyncConsumer::<R> { c, rt: PhantomData }))
     }
