@@ -4,10 +4,11 @@
 //! nothing hangs.
 
 mod common;
-mod scenario_adapter;
 
 use common::{AsyncStd, Runtime, Smol, eventually, timeout};
-use nsq_async_std::{Consumer, ConsumerConfig, Error, Message, Producer};
+use nsq_async_std::{Consumer, Producer};
+use nsq_client::{Error, Message};
+use nsq_proto::consumer::ConsumerConfig;
 use nsq_test_broker::Nsqd;
 use nsq_test_broker::scenarios::{WAIT, start};
 use nsq_test_support::glue::fast_config;
@@ -18,11 +19,11 @@ use std::time::Duration;
 // ------------------------------------------------------------------- the shared scenarios
 
 mod on_async_std {
-    nsq_test_broker::adapter_scenario_tests!(crate::scenario_adapter::adapter::<crate::AsyncStd>);
+    nsq_test_broker::adapter_scenario_tests!(crate::common::clients::<crate::AsyncStd>);
 }
 
 mod on_smol {
-    nsq_test_broker::adapter_scenario_tests!(crate::scenario_adapter::adapter::<crate::Smol>);
+    nsq_test_broker::adapter_scenario_tests!(crate::common::clients::<crate::Smol>);
 }
 
 // ----------------------------------------------------------- nsq-async-std's own tests

@@ -7,11 +7,20 @@
 //! * [`log_capture`]: captured `tracing` output for the adapters' log tests.
 //! * With the `client` feature, over nsq-client's generic types (`R: nsq_client::Adapter`,
 //!   the adapter's runtime): [`glue`] (the scenarios' nsq-proto side), the adapters' shared
-//!   test bodies ([`http_api`], [`metrics`] with its [`recorder`]).
+//!   test bodies ([`http_api`], [`metrics`] with its [`recorder`]), the shared scenarios'
+//!   clients ([`scenarios`]), the conformance suite's ([`conformance`]), the driver-end
+//!   runtime and test ([`driver_end`]), all blocking on an [`exec::Exec`] (the adapter's way
+//!   to run a future).
 
 pub mod log_capture;
 pub mod sim;
 
+#[cfg(feature = "client")]
+pub mod conformance;
+#[cfg(feature = "client")]
+pub mod driver_end;
+#[cfg(feature = "client")]
+pub mod exec;
 #[cfg(feature = "client")]
 pub mod glue;
 #[cfg(feature = "client")]
@@ -24,3 +33,5 @@ pub mod http_api;
 pub mod metrics;
 #[cfg(feature = "client")]
 pub mod recorder;
+#[cfg(feature = "client")]
+pub mod scenarios;

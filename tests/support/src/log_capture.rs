@@ -102,3 +102,32 @@ pub fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
     let end = rest.find([' ', '}']).unwrap_or(rest.len());
     Some(&rest[..end])
 }
+
+/// The lines of a consumer of `topic`/`ch` on nsqd `addr` whose handler logs `handler_line`
+/// and fails its first message: the consumer connects at INFO in `consumer{id topic
+/// channel}` naming the nsqd, the handler's own line is in its message's span (attempts 1),
+/// and the failure comes at WARN with the message's id and attempts. Returns that line.
+pub fn consumer_lines(capture: &Capture, topic: &str, addr: &str, handler_line: &str) -> String {
+    let ready = capture.wait_for(topic, "connected", |l| l.contains("connected to nsqd"));
+    assert!(
+        ready.contains(" INFO ") && ready.contains("consumer{id="),
+        "{ready}"
+    );
+    assert!(
+        ready.contains(&format!("topic={topic} channel=ch}}")),
+        "{ready}"
+    );
+    assert_eq!(field(&ready, "nsqd"), Some(addr), "{ready}");
+    // The handler's own line is in its message's span, in the consumer's.
+    let own = capture.wait_for(topic, "the handler's line", |l| l.contains(handler_line));
+    assert!(
+        own.contains("consumer{id=") && own.contains(":message{id="),
+        "{own}"
+    );
+    assert_eq!(field(&own, "attempts"), Some("1"), "{own}");
+    let failed = capture.wait_for(topic, "handler failed", |l| l.contains("handler failed"));
+    assert!(failed.contains(" WARN "), "{failed}");
+    assert_eq!(field(&failed, "msg_id").map(str::len), Some(16), "{failed}");
+    assert_eq!(field(&failed, "attempts"), Some("1"), "{failed}");
+    failed
+}
