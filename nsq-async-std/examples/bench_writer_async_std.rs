@@ -14,8 +14,7 @@
 //! ```
 
 mod drivers;
-#[path = "../../nsq-tokio/examples/support/cli.rs"]
-mod support;
+use nsq_example_cli as support;
 
 use bytes::Bytes;
 use nsq_async_std::{Config, Producer, Topic};

@@ -17,8 +17,7 @@
     reason = "an example that shows what happened"
 )]
 
-#[path = "../../nsq-tokio/examples/support/cli.rs"]
-mod support;
+use nsq_example_cli as support;
 
 use nsq_async_std::{Config, Consumer, Producer};
 use std::time::{Duration, Instant};

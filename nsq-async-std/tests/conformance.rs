@@ -2,10 +2,8 @@
 //! call inside `async_std::task::block_on`, then inside `smol::block_on`.
 
 mod common;
-mod conformance_adapter;
 
-use common::{AsyncStd, Smol};
-use conformance_adapter::conformance;
+use common::{AsyncStd, Smol, conformance};
 
 #[test]
 fn conformance_async_std() {

@@ -3,12 +3,11 @@
 //! the executor is chosen process-wide.
 
 mod common;
-mod conformance_adapter;
 
 use common::{Runtime, SmolExecutor};
 
 #[test]
 fn conformance_smol_executor() {
     SmolExecutor::setup();
-    conformance_adapter::conformance::<SmolExecutor>();
+    common::conformance::<SmolExecutor>();
 }

@@ -1,14 +1,8 @@
 //! nsqd's and nsqlookupd's HTTP APIs and the cluster operations on async-std and smol,
-//! against the test broker (the same tests as nsq-tokio's).
-
-#[path = "../../nsq-tokio/tests/support/http_api.rs"]
-#[allow(
-    clippy::many_single_char_names,
-    reason = "t, c: the topic and channel; n, l: the nsqd and lookupd clients"
-)]
-mod http_api;
+//! against the test broker (the same tests as nsq-tokio's, from nsq-test-support).
 
 use nsq_async_std::AsyncStd;
+use nsq_test_support::http_api;
 use std::future::Future;
 use std::time::Duration;
 

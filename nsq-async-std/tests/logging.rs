@@ -5,10 +5,7 @@
 use nsq_async_std::{Consumer, HandlerError, Message, Producer};
 use nsq_test_broker::Nsqd;
 
-#[path = "../../tests/glue/log_capture.rs"]
-mod log_capture;
-
-use log_capture::{Capture, field};
+use nsq_test_support::log_capture::{Capture, consumer_lines, field};
 
 #[test]
 fn consumer_and_producer_lines() {
@@ -30,30 +27,8 @@ fn consumer_and_producer_lines() {
         producer.publish("async_logs", "hello").await.unwrap();
         producer.close().await;
     });
-    let ready = capture.wait_for("async_logs", "connected", |l| {
-        l.contains("connected to nsqd")
-    });
-    assert!(
-        ready.contains(" INFO ") && ready.contains("consumer{id="),
-        "{ready}"
-    );
-    assert!(ready.contains("topic=async_logs channel=ch}"), "{ready}");
-    assert_eq!(field(&ready, "nsqd"), Some(addr.as_str()), "{ready}");
-    // The handler's own line is in its message's span, in the consumer's.
-    let own = capture.wait_for("async_logs", "the handler's line", |l| {
-        l.contains("async handler at work")
-    });
-    assert!(
-        own.contains("consumer{id=") && own.contains(":message{id="),
-        "{own}"
-    );
-    assert_eq!(field(&own, "attempts"), Some("1"), "{own}");
-    let failed = capture.wait_for("async_logs", "handler failed", |l| {
-        l.contains("handler failed")
-    });
-    assert!(failed.contains(" WARN "), "{failed}");
-    assert_eq!(field(&failed, "msg_id").map(str::len), Some(16), "{failed}");
-    assert_eq!(field(&failed, "attempts"), Some("1"), "{failed}");
+    // The consumer's lines, its handler's own line and the failure (nsq-test-support).
+    let failed = consumer_lines(&capture, "async_logs", &addr, "async handler at work");
     assert!(failed.contains("error=no handler for hello"), "{failed}");
     let all = capture.text();
     let producer = all

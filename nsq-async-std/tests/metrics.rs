@@ -1,13 +1,8 @@
 //! The `metrics` feature on async-std and smol: every counter, gauge and histogram of a
-//! scripted consumer and producer, read back from a capturing recorder (nsq-tokio's test).
-
-#[path = "../../nsq-tokio/tests/support/recorder.rs"]
-mod recorder;
-
-#[path = "../../nsq-tokio/tests/support/metrics.rs"]
-mod metrics;
+//! scripted consumer and producer, read back from a capturing recorder (the test bodies of nsq-test-support).
 
 use nsq_async_std::AsyncStd;
+use nsq_test_support::metrics;
 use std::time::Duration;
 
 async fn sleep(d: Duration) {

@@ -3,17 +3,11 @@
 //! a thread of its own. A test binary of its own: the executor is chosen process-wide.
 
 mod common;
-#[path = "../../tests/glue/nsq_proto.rs"]
-#[allow(unused, reason = "this binary uses part of the glue")]
-mod glue;
-mod scenario_adapter;
 
 use common::AsyncStdExecutor;
 
 mod on_executor {
-    nsq_test_broker::adapter_scenario_tests!(
-        crate::scenario_adapter::adapter::<crate::AsyncStdExecutor>
-    );
+    nsq_test_broker::adapter_scenario_tests!(crate::common::clients::<crate::AsyncStdExecutor>);
 }
 
 /// A client built after `set_executor` runs no thread of its own: its driver is a task.

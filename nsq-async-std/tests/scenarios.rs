@@ -4,16 +4,14 @@
 //! nothing hangs.
 
 mod common;
-#[path = "../../tests/glue/nsq_proto.rs"]
-mod glue;
-mod scenario_adapter;
 
 use common::{AsyncStd, Runtime, Smol, eventually, timeout};
-use glue::fast_config;
-use nsq_async_std::proto::ConsumerConfig;
-use nsq_async_std::{Consumer, Error, Message, Producer};
+use nsq_async_std::{Consumer, Producer};
+use nsq_client::{Error, Message};
+use nsq_proto::consumer::ConsumerConfig;
 use nsq_test_broker::Nsqd;
 use nsq_test_broker::scenarios::{WAIT, start};
+use nsq_test_support::glue::fast_config;
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::time::Duration;
@@ -21,11 +19,11 @@ use std::time::Duration;
 // ------------------------------------------------------------------- the shared scenarios
 
 mod on_async_std {
-    nsq_test_broker::adapter_scenario_tests!(crate::scenario_adapter::adapter::<crate::AsyncStd>);
+    nsq_test_broker::adapter_scenario_tests!(crate::common::clients::<crate::AsyncStd>);
 }
 
 mod on_smol {
-    nsq_test_broker::adapter_scenario_tests!(crate::scenario_adapter::adapter::<crate::Smol>);
+    nsq_test_broker::adapter_scenario_tests!(crate::common::clients::<crate::Smol>);
 }
 
 // ----------------------------------------------------------- nsq-async-std's own tests
@@ -60,7 +58,7 @@ async fn next(consumer: &mut Consumer, within: Duration) -> Option<Message> {
 }
 
 fn consumer(nsqd: &Nsqd, topic: &str, config: ConsumerConfig) -> Consumer {
-    glue::consumer!(Consumer, nsqd, topic, config)
+    nsq_test_support::consumer!(Consumer, nsqd, topic, config)
 }
 
 both!(consumer_is_a_stream, 20);

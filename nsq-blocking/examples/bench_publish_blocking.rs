@@ -11,8 +11,7 @@
 //!     --nsqd-tcp-address=127.0.0.1:4150 --topic=sub_bench --size=200 --concurrency=100 --runfor=3s
 //! ```
 
-#[path = "../../nsq-tokio/examples/support/cli.rs"]
-mod support;
+use nsq_example_cli as support;
 
 use nsq_blocking::{Config, Producer, Topic};
 use std::time::{Duration, Instant};

@@ -11,8 +11,7 @@
 //!     --nsqd-tcp-address=127.0.0.1:4150 --topic=sub_bench --channel=ch --rdy=2500 --runfor=10s
 //! ```
 
-#[path = "../../nsq-tokio/examples/support/cli.rs"]
-mod support;
+use nsq_example_cli as support;
 
 use nsq_blocking::{Config, Consumer};
 use std::time::{Duration, Instant};

@@ -10,8 +10,7 @@
 //!     --nsqd-tcp-address=127.0.0.1:4150 --topic=sub_bench --size=200 --batch-size=200 --runfor=10s
 //! ```
 
-#[path = "../../nsq-tokio/examples/support/cli.rs"]
-mod support;
+use nsq_example_cli as support;
 
 use bytes::Bytes;
 use nsq_blocking::{Config, Producer, Topic};

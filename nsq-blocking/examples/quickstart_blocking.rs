@@ -15,8 +15,7 @@
     reason = "an example that shows what happened"
 )]
 
-#[path = "../../nsq-tokio/examples/support/cli.rs"]
-mod support;
+use nsq_example_cli as support;
 
 use nsq_blocking::{Config, Consumer, Producer};
 use std::sync::mpsc::RecvTimeoutError;

@@ -4,10 +4,7 @@
 use nsq_blocking::{Consumer, HandlerError, Message};
 use nsq_test_broker::Nsqd;
 
-#[path = "../../tests/glue/log_capture.rs"]
-mod log_capture;
-
-use log_capture::{Capture, field};
+use nsq_test_support::log_capture::{Capture, consumer_lines, field};
 
 fn store(body: &[u8]) -> Result<(), std::io::Error> {
     Err(std::io::Error::other(format!(
@@ -35,30 +32,8 @@ fn consumer_lines_name_topic_channel_and_nsqd() {
             Ok(())
         })
     });
-    let ready = capture.wait_for("blocking_logs", "connected", |l| {
-        l.contains("connected to nsqd")
-    });
-    assert!(
-        ready.contains(" INFO ") && ready.contains("consumer{id="),
-        "{ready}"
-    );
-    assert!(ready.contains("topic=blocking_logs channel=ch}"), "{ready}");
-    assert_eq!(field(&ready, "nsqd"), Some(addr.as_str()), "{ready}");
-    // The handler's own line is in its message's span, in the consumer's.
-    let own = capture.wait_for("blocking_logs", "the handler's line", |l| {
-        l.contains("blocking handler at work")
-    });
-    assert!(
-        own.contains("consumer{id=") && own.contains(":message{id="),
-        "{own}"
-    );
-    assert_eq!(field(&own, "attempts"), Some("1"), "{own}");
-    let failed = capture.wait_for("blocking_logs", "handler failed", |l| {
-        l.contains("handler failed")
-    });
-    assert!(failed.contains(" WARN "), "{failed}");
-    assert_eq!(field(&failed, "msg_id").map(str::len), Some(16), "{failed}");
-    assert_eq!(field(&failed, "attempts"), Some("1"), "{failed}");
+    // The consumer's lines, its handler's own line and the failure (nsq-test-support).
+    let failed = consumer_lines(&capture, "blocking_logs", &addr, "blocking handler at work");
     assert_eq!(field(&failed, "nsqd"), Some(addr.as_str()), "{failed}");
     assert!(failed.contains("error=cannot store 4 bytes"), "{failed}");
     handle.stop();

@@ -1,11 +1,9 @@
 //! The `metrics` feature with blocking calls: every counter, gauge and histogram of a
 //! scripted consumer and producer, read back from a capturing recorder.
 
-#[path = "../../nsq-tokio/tests/support/recorder.rs"]
-mod recorder;
-
 use nsq_blocking::{Config, Consumer, HandlerError, Message, Producer};
 use nsq_test_broker::Nsqd;
+use nsq_test_support::recorder;
 use std::time::{Duration, Instant};
 
 #[test]

@@ -26,8 +26,7 @@
 
 #[path = "std_driver/mod.rs"]
 mod std_driver;
-#[path = "../../nsq-tokio/examples/support/cli.rs"]
-mod support;
+use nsq_example_cli as support;
 
 use nsq_proto::consumer::{Consumer, ConsumerConfig, ConsumerEvent};
 use nsq_proto::{Channel, Topic};

@@ -2,8 +2,7 @@
 //! scale the scripted worlds of `consumer_sim.rs` do not reach, on the same nsqd model the
 //! socket test broker runs. The campaigns are the `simulate` example's (SIMULATION.md).
 
-#[path = "../../tests/glue/sim_nsq_proto.rs"]
-mod sim_glue;
+use nsq_test_support::sim as sim_glue;
 
 use nsq_test_broker::sim::{self, SimConfig};
 

@@ -1,16 +1,10 @@
 //! nsqd's and nsqlookupd's HTTP APIs and the cluster operations on tokio (both schedulers),
 //! against the test broker.
 
-#[path = "support/http_api.rs"]
-#[allow(
-    clippy::many_single_char_names,
-    reason = "t, c: the topic and channel; n, l: the nsqd and lookupd clients"
-)]
-mod http_api;
-
 #[path = "support/runtime.rs"]
 mod runtime;
 
+use nsq_test_support::http_api;
 use nsq_tokio::Tokio;
 use runtime::run;
 

@@ -8,10 +8,7 @@ use std::time::Duration;
 use nsq_test_broker::Nsqd;
 use nsq_tokio::{Consumer, HandlerError, Message, Producer};
 
-#[path = "../../tests/glue/log_capture.rs"]
-mod log_capture;
-
-use log_capture::{Capture, field};
+use nsq_test_support::log_capture::{Capture, field};
 
 /// Waiting for a line without blocking the runtime the clients run on.
 trait WaitLine {

@@ -1,15 +1,10 @@
 //! The `metrics` feature on tokio: every counter, gauge and histogram of a scripted consumer
 //! and producer, read back from a capturing recorder.
 
-#[path = "support/recorder.rs"]
-mod recorder;
-
-#[path = "support/metrics.rs"]
-mod metrics;
-
 #[path = "support/runtime.rs"]
 mod runtime;
 
+use nsq_test_support::metrics;
 use nsq_tokio::Tokio;
 use runtime::run;
 

@@ -24,8 +24,7 @@
     reason = "a command-line tool"
 )]
 
-#[path = "../glue/sim_nsq_proto.rs"]
-mod sim_glue;
+use nsq_test_support::sim as sim_glue;
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};

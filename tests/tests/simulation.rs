@@ -3,8 +3,7 @@
 //! bugs in the core (each a regression test now). The long campaigns are the `simulate`
 //! example's (SIMULATION.md).
 
-#[path = "../glue/sim_nsq_proto.rs"]
-mod sim_glue;
+use nsq_test_support::sim as sim_glue;
 
 use nsq_test_broker::sim::{self, Report, SimConfig};
 

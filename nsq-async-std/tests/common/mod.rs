@@ -1,12 +1,13 @@
-//! The two runtimes every test runs under, and timeouts that work under both.
+//! The runtimes every test runs under (async-std, smol, and each with the drivers on its
+//! executor), as nsq-test-support's `Exec` too, and timeouts that work under all of them.
 #![allow(dead_code, reason = "each test binary uses a part of it")]
 
+use nsq_test_support::conformance::AsyncFactory;
+use nsq_test_support::exec::{Exec, Join};
+use nsq_test_support::scenarios::AsyncClients;
 use std::future::Future;
-use std::pin::Pin;
+use std::marker::PhantomData;
 use std::time::{Duration, Instant};
-
-/// A boxed join handle.
-pub(crate) type Join<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 /// An executor to run a test under.
 pub(crate) trait Runtime: 'static {
@@ -18,6 +19,48 @@ pub(crate) trait Runtime: 'static {
     fn spawn<T: Send + 'static>(f: impl Future<Output = T> + Send + 'static) -> Join<T>;
     /// Before a test's first client is built.
     fn setup() {}
+}
+
+/// Runtime `R` as nsq-test-support's [`Exec`] (the shared scenarios, conformance and
+/// driver-end tests block on it).
+pub(crate) struct On<R>(PhantomData<fn() -> R>);
+
+impl<R> Clone for On<R> {
+    fn clone(&self) -> Self {
+        On(PhantomData)
+    }
+}
+
+impl<R: Runtime> Exec for On<R> {
+    fn name(&self) -> &'static str {
+        R::NAME
+    }
+    fn block_on<F: Future>(&self, f: F) -> F::Output {
+        R::block_on(f)
+    }
+    fn spawn<T: Send + 'static>(&self, f: impl Future<Output = T> + Send + 'static) -> Join<T> {
+        R::spawn(f)
+    }
+    fn sleep(&self, d: Duration) -> Join<()> {
+        Box::pin(sleep(d))
+    }
+}
+
+/// Runtime `R` as an [`Exec`], after its `setup`.
+pub(crate) fn on<R: Runtime>() -> On<R> {
+    R::setup();
+    On(PhantomData)
+}
+
+/// The shared adapter scenarios' clients: nsq-async-std, every call blocking on `R`.
+pub(crate) fn clients<R: Runtime>() -> AsyncClients<nsq_async_std::AsyncStd, On<R>> {
+    AsyncClients::new(on::<R>())
+}
+
+/// The conformance suite's clients: nsq-async-std, every call blocking on `R`.
+pub(crate) fn conformance<R: Runtime>() {
+    let factory = AsyncFactory::<nsq_async_std::AsyncStd, _>::new(on::<R>());
+    nsq_test_support::conformance::run_conformance(factory, 60);
 }
 
 /// async-std's runtime.
@@ -121,7 +164,8 @@ pub(crate) fn driver_threads() -> Vec<String> {
 /// runtime `R` (whose `setup` chose its executor).
 #[cfg(target_os = "linux")]
 pub(crate) fn drivers_are_tasks_not_threads<R: Runtime>() {
-    use nsq_async_std::{Config, Consumer, Producer};
+    use nsq_async_std::{Consumer, Producer};
+    use nsq_proto::Config;
     R::setup();
     let nsqd = nsq_test_broker::Nsqd::start().unwrap();
     let addr = nsqd.tcp_address().to_string();

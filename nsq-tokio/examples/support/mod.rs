@@ -1,16 +1,15 @@
-//! Shared helpers of nsq-tokio's example tools: the runtime-free ones in `cli.rs` (flags,
-//! logging, Go durations and output, also used by the other adapters' tools), plus go-nsq
-//! style option flags and signal handling on tokio.
+//! Shared helpers of nsq-tokio's example tools: the runtime-free ones of `nsq-example-cli`
+//! (flags, logging, Go durations and output, also used by the other packages' tools), plus
+//! go-nsq style option flags and signal handling on tokio.
 #![allow(
     dead_code,
     unreachable_pub,
     reason = "each example uses a different subset of these helpers"
 )]
 
-mod cli;
 pub mod recording;
 
-pub use cli::*;
+pub use nsq_example_cli::*;
 
 /// Applies go-nsq style `--consumer-opt` / `--producer-opt` values (`name,value`; a bare
 /// `name` means `true`, like go-nsq's `ConfigFlag`).

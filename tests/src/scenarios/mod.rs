@@ -5,8 +5,9 @@
 //! runtime inside) and expands [`adapter_scenario_tests!`](crate::adapter_scenario_tests),
 //! which generates one `#[test]` per scenario, each under its own time limit. The traits are
 //! the seam: this crate knows nothing of nsq-proto or the adapters. The mapping of the
-//! harness's settings, errors and messages onto nsq-proto's types is shared by the adapters'
-//! test crates through `tests/glue/nsq_proto.rs` (included with `#[path]`).
+//! harness's settings, errors and messages onto nsq-proto's types, and the implementations of
+//! these traits over nsq-client's generic clients, are written once in the repository-only
+//! `nsq-test-support` package (`tests/support/`), which the adapters' test crates depend on.
 //!
 //! Unlike [`crate::conformance`], these scenarios always use the in-process broker: they
 //! need its introspection and fault injection.

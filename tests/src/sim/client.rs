@@ -1,6 +1,6 @@
 //! The client under simulation, as the world sees it: a sans-IO consumer or producer driven
 //! with bytes, connection results and instants. The world does not know which client it
-//! drives; `tests/glue/sim_nsq_proto.rs` binds nsq-proto's `Consumer` and `Producer` to these
+//! drives; `nsq_test_support::sim` (`tests/support/src/sim.rs`) binds nsq-proto's `Consumer` and `Producer` to these
 //! traits (the test broker does not depend on the client it tests).
 
 use std::time::Instant;

@@ -1,14 +1,9 @@
-//! The runtime-free helpers of the example tools, shared by all three adapters' tools
-//! (nsq-async-std's and nsq-blocking's include this file by path): command-line flags (parsed
-//! with `lexopt`, accepting the Go tools' `-name value`, `--name=value` forms, with `--help`),
-//! the `tracing` subscriber, Go duration parsing/formatting and Go `log`-style output, so the
-//! tools behave like the official ones.
-#![allow(
-    dead_code,
-    unused_macros,
-    unreachable_pub,
-    reason = "each example uses a different subset of these helpers"
-)]
+//! The runtime-free helpers of the example tools, shared by every package's tools (nsq-proto's
+//! `std_*` examples, nsq-tokio's, nsq-async-std's and nsq-blocking's tools, as a
+//! dev-dependency): command-line flags (parsed with `lexopt`, accepting the Go tools'
+//! `-name value`, `--name=value` forms, with `--help`), the `tracing` subscriber, Go duration
+//! parsing/formatting and Go `log`-style output, so the tools behave like the official ones.
+//! Not published: a dev-dependency of this repository's packages only.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -412,48 +407,44 @@ pub fn cpus() -> usize {
 /// The flags of the Go bench tools, shared by every adapter's bench tools: `bench_flags!(reader)`,
 /// `bench_flags!(writer)` or `bench_flags!(publish)`, then the tool's own extra flags (its
 /// runtime choice, ...), as a `&'static [Flag]` for [`Usage::flags`].
+#[macro_export]
 macro_rules! bench_flags {
     (@common $what:literal, $runfor:literal, [$($middle:expr),*], [$($extra:expr),*]) => {
         &[
-            $crate::support::value(
+            $crate::value(
                 "nsqd-tcp-address",
                 "ADDR",
                 "nsqd TCP address (default: 127.0.0.1:4150)",
             ),
-            $crate::support::value("topic", "TOPIC", $what),
+            $crate::value("topic", "TOPIC", $what),
             $($middle,)*
-            $crate::support::value("runfor", "DURATION", $runfor),
+            $crate::value("runfor", "DURATION", $runfor),
             $($extra),*
         ]
     };
     (reader $(, $extra:expr)* $(,)?) => {
-        bench_flags!(@common "topic to consume (default: sub_bench)",
+        $crate::bench_flags!(@common "topic to consume (default: sub_bench)",
             "duration of the run (default: 10s)", [
-            $crate::support::value("channel", "CHANNEL", "channel to consume (default: ch)"),
-            $crate::support::value("size", "BYTES", "size of each message, for the rate (default: 200)"),
-            $crate::support::value("rdy", "N", "RDY count of each consumer (default: 2500)")
+            $crate::value("channel", "CHANNEL", "channel to consume (default: ch)"),
+            $crate::value("size", "BYTES", "size of each message, for the rate (default: 200)"),
+            $crate::value("rdy", "N", "RDY count of each consumer (default: 2500)")
         ], [$($extra),*])
     };
     (writer $(, $extra:expr)* $(,)?) => {
-        bench_flags!(@common "topic to publish to (default: sub_bench)",
+        $crate::bench_flags!(@common "topic to publish to (default: sub_bench)",
             "duration of the run (default: 10s)", [
-            $crate::support::value("size", "BYTES", "size of each message (default: 200)"),
-            $crate::support::value("batch-size", "N", "messages per MPUB batch (default: 200)")
+            $crate::value("size", "BYTES", "size of each message (default: 200)"),
+            $crate::value("batch-size", "N", "messages per MPUB batch (default: 200)")
         ], [$($extra),*])
     };
     (publish $(, $extra:expr)* $(,)?) => {
-        bench_flags!(@common "topic to publish to (default: sub_bench)",
+        $crate::bench_flags!(@common "topic to publish to (default: sub_bench)",
             "duration of the run (default: 3s)", [
-            $crate::support::value("size", "BYTES", "size of each message (default: 200)"),
-            $crate::support::value("concurrency", "N", "concurrent publishers (default: 100)")
+            $crate::value("size", "BYTES", "size of each message (default: 200)"),
+            $crate::value("concurrency", "N", "concurrent publishers (default: 100)")
         ], [$($extra),*])
     };
 }
-#[allow(
-    unused_imports,
-    reason = "each example includes this file; only the bench tools use the macro"
-)]
-pub(crate) use bench_flags;
 
 /// The values of the Go bench tools' flags (those a tool does not define keep their defaults).
 #[derive(Debug, Clone)]
@@ -507,19 +498,15 @@ pub const METRICS_NOT_BUILT: &str =
     "built without the `metrics` feature: rebuild with --features metrics";
 
 /// The flags of the bench_publish tools' PublishAsync mode (after `bench_flags!(publish, ..)`).
+#[macro_export]
 macro_rules! async_publish_flags {
     () => {
-        $crate::support::switch(
+        $crate::switch(
             "async",
             "publish from one task with publish_async, --window under way (go-nsq's PublishAsync)",
         )
     };
 }
-#[allow(
-    unused_imports,
-    reason = "each example includes this file; only the bench_publish tools use the macro"
-)]
-pub(crate) use async_publish_flags;
 
 /// `--window`: publishes under way at once in the PublishAsync mode.
 pub const WINDOW_FLAG: Flag = value(

@@ -1,8 +1,6 @@
-//! Captured `tracing` output for the adapters' log tests, written once: each adapter's
-//! `tests/logging.rs` includes this file with
-//! `#[path = "../../tests/glue/log_capture.rs"] mod log_capture;`. The lines are formatted by
-//! tracing-subscriber's `fmt` layer, as an application would print them.
-#![allow(dead_code, reason = "each adapter's log tests use a different subset")]
+//! Captured `tracing` output for the adapters' log tests (each adapter's `tests/logging.rs`),
+//! written once. The lines are formatted by tracing-subscriber's `fmt` layer, as an
+//! application would print them.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -12,13 +10,13 @@ use tracing_subscriber::fmt::MakeWriter;
 
 /// Bytes logged through a subscriber whose writer is this capture.
 #[derive(Clone, Default)]
-pub(crate) struct Capture(Arc<Mutex<Vec<u8>>>);
+pub struct Capture(Arc<Mutex<Vec<u8>>>);
 
 impl Capture {
     /// Every line logged in this test binary at INFO and above, through the global default
     /// subscriber (for drivers that run on threads of their own; each test then uses its own
     /// topic, and reads its lines with [`Capture::lines_of`]).
-    pub(crate) fn global() -> Capture {
+    pub fn global() -> Capture {
         static CAPTURE: OnceLock<Capture> = OnceLock::new();
         CAPTURE
             .get_or_init(|| {
@@ -34,10 +32,7 @@ impl Capture {
     }
 
     /// A subscriber writing into this capture, filtered by `filter` (`"info"`, ...).
-    pub(crate) fn subscriber(
-        &self,
-        filter: &str,
-    ) -> impl tracing::Subscriber + Send + Sync + use<> {
+    pub fn subscriber(&self, filter: &str) -> impl tracing::Subscriber + Send + Sync + use<> {
         tracing_subscriber::fmt()
             .with_writer(self.clone())
             .with_ansi(false)
@@ -46,7 +41,7 @@ impl Capture {
     }
 
     /// Every captured line.
-    pub(crate) fn lines(&self) -> Vec<String> {
+    pub fn lines(&self) -> Vec<String> {
         String::from_utf8_lossy(&self.0.lock().unwrap())
             .lines()
             .map(str::to_owned)
@@ -54,7 +49,7 @@ impl Capture {
     }
 
     /// The captured lines of the consumer of `topic`.
-    pub(crate) fn lines_of(&self, topic: &str) -> Vec<String> {
+    pub fn lines_of(&self, topic: &str) -> Vec<String> {
         let needle = format!("topic={topic} ");
         self.lines()
             .into_iter()
@@ -64,7 +59,7 @@ impl Capture {
 
     /// Waits (bounded, about 10 s) until a line of the consumer of `topic` satisfies `pred`;
     /// returns it.
-    pub(crate) fn wait_for(&self, topic: &str, what: &str, pred: impl Fn(&str) -> bool) -> String {
+    pub fn wait_for(&self, topic: &str, what: &str, pred: impl Fn(&str) -> bool) -> String {
         for _ in 0..1000 {
             if let Some(l) = self.lines_of(topic).into_iter().find(|l| pred(l)) {
                 return l;
@@ -78,7 +73,7 @@ impl Capture {
     }
 
     /// Everything captured, as text.
-    pub(crate) fn text(&self) -> String {
+    pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
     }
 }
@@ -101,9 +96,38 @@ impl<'a> MakeWriter<'a> for Capture {
 }
 
 /// The value of field `name` in a formatted line (`name=value`, up to a space or `}`).
-pub(crate) fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+pub fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
     let start = line.find(&format!("{name}="))? + name.len() + 1;
     let rest = &line[start..];
     let end = rest.find([' ', '}']).unwrap_or(rest.len());
     Some(&rest[..end])
+}
+
+/// The lines of a consumer of `topic`/`ch` on nsqd `addr` whose handler logs `handler_line`
+/// and fails its first message: the consumer connects at INFO in `consumer{id topic
+/// channel}` naming the nsqd, the handler's own line is in its message's span (attempts 1),
+/// and the failure comes at WARN with the message's id and attempts. Returns that line.
+pub fn consumer_lines(capture: &Capture, topic: &str, addr: &str, handler_line: &str) -> String {
+    let ready = capture.wait_for(topic, "connected", |l| l.contains("connected to nsqd"));
+    assert!(
+        ready.contains(" INFO ") && ready.contains("consumer{id="),
+        "{ready}"
+    );
+    assert!(
+        ready.contains(&format!("topic={topic} channel=ch}}")),
+        "{ready}"
+    );
+    assert_eq!(field(&ready, "nsqd"), Some(addr), "{ready}");
+    // The handler's own line is in its message's span, in the consumer's.
+    let own = capture.wait_for(topic, "the handler's line", |l| l.contains(handler_line));
+    assert!(
+        own.contains("consumer{id=") && own.contains(":message{id="),
+        "{own}"
+    );
+    assert_eq!(field(&own, "attempts"), Some("1"), "{own}");
+    let failed = capture.wait_for(topic, "handler failed", |l| l.contains("handler failed"));
+    assert!(failed.contains(" WARN "), "{failed}");
+    assert_eq!(field(&failed, "msg_id").map(str::len), Some(16), "{failed}");
+    assert_eq!(field(&failed, "attempts"), Some("1"), "{failed}");
+    failed
 }

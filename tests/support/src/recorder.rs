@@ -5,7 +5,7 @@ use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 /// The process's recorder (installed once; tests tell their metrics apart by topic).
-pub(crate) fn snapshotter() -> &'static Snapshotter {
+pub fn snapshotter() -> &'static Snapshotter {
     static SNAPSHOTTER: OnceLock<Snapshotter> = OnceLock::new();
     SNAPSHOTTER.get_or_init(|| {
         let recorder = DebuggingRecorder::new();
@@ -21,14 +21,15 @@ pub(crate) fn snapshotter() -> &'static Snapshotter {
 /// One metric: its name, its labels but `topic`, its value.
 type Entry = (String, Vec<(String, String)>, DebugValue);
 
-pub(crate) struct Recorded(Vec<Entry>);
+/// What the recorder holds for one topic.
+pub struct Recorded(Vec<Entry>);
 
 impl Recorded {
     /// What was recorded for `topic` since the process started. A snapshot of the debugging
     /// recorder resets every metric (counters to 0, histograms drained), and tests run in
     /// parallel: every snapshot is folded into one store that adds counters, keeps each
     /// gauge's last value and gathers histogram observations.
-    pub(crate) fn take(topic: &str) -> Recorded {
+    pub fn take(topic: &str) -> Recorded {
         static STORE: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
         let mut store = STORE.lock().unwrap_or_else(PoisonError::into_inner);
         for (key, _, _, value) in snapshotter().snapshot().into_vec() {
@@ -80,7 +81,8 @@ impl Recorded {
         })
     }
 
-    pub(crate) fn counter(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
+    /// A counter's total.
+    pub fn counter(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
         match self.find(name, labels) {
             Some(DebugValue::Counter(n)) => *n,
             other => panic!("no counter {name} {labels:?}: {other:?}"),
@@ -88,7 +90,7 @@ impl Recorded {
     }
 
     /// A gauge that holds a count.
-    pub(crate) fn gauge(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
+    pub fn gauge(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
         match self.find(name, labels) {
             Some(DebugValue::Gauge(g)) => {
                 let v = g.into_inner();
@@ -105,7 +107,8 @@ impl Recorded {
         }
     }
 
-    pub(crate) fn observations(&self, name: &str) -> usize {
+    /// How many values a histogram observed.
+    pub fn observations(&self, name: &str) -> usize {
         match self.find(name, &[]) {
             Some(DebugValue::Histogram(v)) => v.len(),
             other => panic!("no histogram {name}: {other:?}"),
@@ -124,7 +127,7 @@ fn copy(value: &DebugValue) -> DebugValue {
 
 /// What the scripted scenario (6 publishes of 10 messages to `topic`, consumed with 2
 /// handler failures, from the nsqd at `addr`) must have recorded, on every adapter.
-pub(crate) fn check_scripted(topic: &str, addr: &str) {
+pub fn check_scripted(topic: &str, addr: &str) {
     let r = Recorded::take(topic);
     let ch = [("channel", "metrics")];
     assert_eq!(r.counter("nsq_consumer_messages_received_total", &ch), 12);

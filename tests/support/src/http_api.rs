@@ -24,11 +24,12 @@ fn message(e: &Error) -> Option<&ServerMessage> {
 }
 
 /// A broker nsqd with its HTTP API, registered with `lookupd`.
-pub(crate) fn nsqd_with(lookupd: &Lookupd) -> Nsqd {
+pub fn nsqd_with(lookupd: &Lookupd) -> Nsqd {
     Nsqd::builder().http(true).lookupd(lookupd).start().unwrap()
 }
 
-pub(crate) async fn every_endpoint<R: Adapter>() {
+/// Every endpoint of nsqd and nsqlookupd through `HttpClient<R>`.
+pub async fn every_endpoint<R: Adapter>() {
     let lookupd = Lookupd::start().unwrap();
     let broker = nsqd_with(&lookupd);
     let n = HttpClient::<R>::new(&broker.http_address().unwrap().to_string()).unwrap();
@@ -157,7 +158,8 @@ pub(crate) async fn every_endpoint<R: Adapter>() {
     assert_eq!(message(&deleted), Some(&ServerMessage::TopicNotFound));
 }
 
-pub(crate) async fn wrong_addresses_are_typed_errors<R: Adapter>() {
+/// Wrong addresses (refused, not HTTP, not found ...) are typed errors.
+pub async fn wrong_addresses_are_typed_errors<R: Adapter>() {
     let lookupd = Lookupd::start().unwrap();
     let broker = nsqd_with(&lookupd);
     // nsqd's TCP port for its HTTP port.
@@ -222,7 +224,8 @@ pub(crate) async fn wrong_addresses_are_typed_errors<R: Adapter>() {
     assert!(HttpClient::<R>::new("http://host:1/path").is_err());
 }
 
-pub(crate) async fn cluster_operations<R: Adapter>() {
+/// The cluster operations through `Cluster<R>`.
+pub async fn cluster_operations<R: Adapter>() {
     let lookupd = Lookupd::start().unwrap();
     let a = nsqd_with(&lookupd);
     let b = nsqd_with(&lookupd);
@@ -337,7 +340,8 @@ pub(crate) async fn cluster_operations<R: Adapter>() {
     assert!(direct.topics().await.into_result().unwrap().is_empty());
 }
 
-pub(crate) async fn configured_headers_are_sent<R: Adapter>() {
+/// The configured headers are sent with every call.
+pub async fn configured_headers_are_sent<R: Adapter>() {
     use std::io::{Read, Write};
     let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = server.local_addr().unwrap().to_string();

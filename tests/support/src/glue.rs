@@ -1,12 +1,11 @@
 //! The nsq-proto side of the adapter scenarios (`nsq_test_broker::scenarios`): settings,
-//! errors, statistics and messages, which every adapter shares through nsq-proto, mapped
-//! once. Each adapter's `tests/scenarios.rs` includes this file with
-//! `#[path = "../../tests/glue/nsq_proto.rs"] mod glue;` (the test broker itself must not
-//! depend on nsq-proto, so it is not a module of that crate).
+//! errors, statistics and messages, which every adapter shares through nsq-client and
+//! nsq-proto, mapped once (the test broker itself must not depend on nsq-proto, so this is
+//! not a module of that crate).
 
 use std::time::Duration;
 
-use nsq_client::{Error, HandlerError, Message, StopReport};
+use nsq_client::{ConsumerBuilder, Error, HandlerError, Message, ProducerBuilder, StopReport};
 use nsq_proto::consumer::{ConsumerConfig, ConsumerStats, NsqdState};
 use nsq_proto::producer::{ProducerConfig, ProducerStats};
 use nsq_proto::{Compression, Config, ConnectionConfig, Misconfiguration, TlsConfig};
@@ -14,7 +13,7 @@ use nsq_test_broker::TestPki;
 use nsq_test_broker::scenarios as s;
 
 /// The harness's view of an adapter error.
-pub(crate) fn error(e: &Error) -> s::ClientError {
+pub fn error(e: &Error) -> s::ClientError {
     let kind = match e {
         Error::InvalidTopic { .. } | Error::InvalidChannel { .. } => s::ErrorKind::InvalidName,
         Error::InvalidInput(_) => s::ErrorKind::InvalidInput,
@@ -41,7 +40,7 @@ pub(crate) fn error(e: &Error) -> s::ClientError {
 }
 
 /// The harness's view of a misconfiguration.
-pub(crate) fn problem(p: &Misconfiguration) -> s::Problem {
+pub fn problem(p: &Misconfiguration) -> s::Problem {
     match p {
         Misconfiguration::HttpPort => s::Problem::HttpPort,
         Misconfiguration::LookupdTcpPort => s::Problem::LookupdTcpPort,
@@ -54,45 +53,40 @@ pub(crate) fn problem(p: &Misconfiguration) -> s::Problem {
     }
 }
 
-/// An adapter's `ConsumerBuilder` (the same API in every adapter) set up as the
-/// `&ConsumerSetup` says: `consumer_builder!(Consumer::builder(topic, channel), setup)`.
-/// Returns early with the error of an invalid go-nsq configuration.
-macro_rules! consumer_builder {
-    ($builder:expr, $setup:expr) => {{
-        let setup: &nsq_test_broker::scenarios::ConsumerSetup = $setup;
-        let mut b = $builder;
-        if let Some(c) = &setup.config {
-            b = b.config(&crate::glue::go_config(c)?);
-        }
-        if let Some(o) = &setup.options {
-            b = b.core_config(crate::glue::consumer_config(o));
-        }
-        if let Some(hook) = setup.on_give_up.clone() {
-            // The hook takes the adapter's own `Message` (the caller's `Message` in scope),
-            // like its handlers and streams.
-            b = b.on_give_up(move |m: &Message| hook(m.attempts(), m.body()));
-        }
-        b.nsqds(&setup.nsqd).lookupds(&setup.lookupd)
-    }};
+/// A consumer builder set up as the `&ConsumerSetup` says (its nsqd and lookupd, and the
+/// configuration it names). Fails with the error of an invalid go-nsq configuration.
+pub fn consumer_builder<C>(
+    mut b: ConsumerBuilder<C>,
+    setup: &s::ConsumerSetup,
+) -> s::ClientResult<ConsumerBuilder<C>> {
+    if let Some(c) = &setup.config {
+        b = b.config(&go_config(c)?);
+    }
+    if let Some(o) = &setup.options {
+        b = b.core_config(consumer_config(o));
+    }
+    if let Some(hook) = setup.on_give_up.clone() {
+        b = b.on_give_up(move |m: &Message| hook(m.attempts(), m.body()));
+    }
+    Ok(b.nsqds(&setup.nsqd).lookupds(&setup.lookupd))
 }
-pub(crate) use consumer_builder;
 
-/// An adapter's `ProducerBuilder` with `nsqd` (`&[String]`), and `core_config` if the
-/// `Option<&ProducerOptions>` is set.
-macro_rules! producer_builder {
-    ($builder:expr, $nsqd:expr, $options:expr) => {{
-        let options: Option<&nsq_test_broker::scenarios::ProducerOptions> = $options;
-        let mut b = $builder.nsqds($nsqd);
-        if let Some(o) = options {
-            b = b.core_config(crate::glue::producer_config(o));
-        }
-        b
-    }};
+/// A producer builder with `nsqd`, and `core_config` if `options` are set.
+pub fn producer_builder<P>(
+    b: ProducerBuilder<P>,
+    nsqd: &[String],
+    options: Option<&s::ProducerOptions>,
+) -> ProducerBuilder<P> {
+    let mut b = b.nsqds(nsqd);
+    if let Some(o) = options {
+        b = b.core_config(producer_config(o));
+    }
+    b
 }
-pub(crate) use producer_builder;
 
 /// A consumer of `topic`/`ch` on `nsqd` (a `&Nsqd`) with the `ConsumerConfig`, for an
 /// adapter's own tests: `consumer!(Consumer, &nsqd, "topic", fast_config(1))`.
+#[macro_export]
 macro_rules! consumer {
     ($consumer:ty, $nsqd:expr, $topic:expr, $config:expr) => {
         <$consumer>::builder($topic, "ch")
@@ -102,20 +96,19 @@ macro_rules! consumer {
             .unwrap()
     };
 }
-pub(crate) use consumer;
 
 /// [`s::fast_config`] as nsq-proto's `ConsumerConfig`.
-pub(crate) fn fast_config(max_in_flight: u32) -> ConsumerConfig {
+pub fn fast_config(max_in_flight: u32) -> ConsumerConfig {
     consumer_config(&s::fast_config(max_in_flight))
 }
 
 /// `result` with its error mapped.
-pub(crate) fn map<T>(result: Result<T, Error>) -> s::ClientResult<T> {
+pub fn map<T>(result: Result<T, Error>) -> s::ClientResult<T> {
     result.map_err(|e| error(&e))
 }
 
 /// `Config::default()` with the options set (an invalid one is an `ErrorKind::Config`).
-pub(crate) fn go_config(c: &s::GoConfig) -> s::ClientResult<Config> {
+pub fn go_config(c: &s::GoConfig) -> s::ClientResult<Config> {
     let mut config = Config::default();
     for (option, value) in &c.options {
         map(config.set_str(option, value).map_err(Error::Config))?;
@@ -130,7 +123,7 @@ pub(crate) fn go_config(c: &s::GoConfig) -> s::ClientResult<Config> {
 }
 
 /// Whether `Config::set_str` accepts `value` for `option`.
-pub(crate) fn check_option(option: &str, value: &str) -> s::ClientResult<()> {
+pub fn check_option(option: &str, value: &str) -> s::ClientResult<()> {
     map(Config::default()
         .set_str(option, value)
         .map_err(Error::Config))
@@ -168,7 +161,7 @@ fn set<T: Copy>(field: &mut T, value: Option<T>) {
 }
 
 /// `ConsumerConfig::default()` with the options set.
-pub(crate) fn consumer_config(o: &s::ConsumerOptions) -> ConsumerConfig {
+pub fn consumer_config(o: &s::ConsumerOptions) -> ConsumerConfig {
     let mut c = ConsumerConfig::default();
     set(&mut c.max_in_flight, o.max_in_flight);
     set(&mut c.max_attempts, o.max_attempts);
@@ -186,14 +179,15 @@ pub(crate) fn consumer_config(o: &s::ConsumerOptions) -> ConsumerConfig {
 }
 
 /// `ProducerConfig::default()` with the options set.
-pub(crate) fn producer_config(o: &s::ProducerOptions) -> ProducerConfig {
+pub fn producer_config(o: &s::ProducerOptions) -> ProducerConfig {
     let mut c = ProducerConfig::default();
     set(&mut c.publish_timeout, o.publish_timeout);
     connection(&mut c.connection, &o.connection);
     c
 }
 
-pub(crate) fn consumer_stats(st: &ConsumerStats) -> s::ConsumerStats {
+/// The harness's view of a consumer's statistics.
+pub fn consumer_stats(st: &ConsumerStats) -> s::ConsumerStats {
     s::ConsumerStats {
         gave_up: st.gave_up,
         connections: st.connections,
@@ -227,7 +221,8 @@ pub(crate) fn consumer_stats(st: &ConsumerStats) -> s::ConsumerStats {
     }
 }
 
-pub(crate) fn producer_stats(st: &ProducerStats) -> s::ProducerStats {
+/// The harness's view of a producer's statistics.
+pub fn producer_stats(st: &ProducerStats) -> s::ProducerStats {
     s::ProducerStats {
         published: st.published,
         failed: st.failed,
@@ -237,14 +232,15 @@ pub(crate) fn producer_stats(st: &ProducerStats) -> s::ProducerStats {
     }
 }
 
-pub(crate) fn stop_report(r: StopReport) -> s::StopReport {
+/// The harness's view of a stop report.
+pub fn stop_report(r: StopReport) -> s::StopReport {
     s::StopReport {
         unanswered: r.unanswered,
     }
 }
 
 /// The handler's result as the adapter's handlers return it.
-pub(crate) fn handled(result: Result<(), s::HandlerFailure>) -> Result<(), HandlerError> {
+pub fn handled(result: Result<(), s::HandlerFailure>) -> Result<(), HandlerError> {
     result.map_err(|f| {
         let mut e = HandlerError::msg(f.message);
         if !f.backoff {
@@ -258,15 +254,15 @@ pub(crate) fn handled(result: Result<(), s::HandlerFailure>) -> Result<(), Handl
 }
 
 /// Runs the harness handler on an adapter message.
-pub(crate) fn handle(handler: &s::Handler, message: Message) -> Result<(), HandlerError> {
+pub fn handle(handler: &s::Handler, message: Message) -> Result<(), HandlerError> {
     handled(handler(&Msg(message)))
 }
 
 /// Every adapter's message: nsq-client's `Message`.
-pub(crate) struct Msg(pub(crate) Message);
+pub struct Msg(pub Message);
 
 /// The boxed harness message.
-pub(crate) fn message(m: Message) -> Box<dyn s::Message> {
+pub fn message(m: Message) -> Box<dyn s::Message> {
     Box::new(Msg(m))
 }
 
@@ -296,7 +292,7 @@ impl s::Message for Msg {
 
 /// The scenarios' `Producer::publish_async_window`, for any adapter: `publish` starts one
 /// `publish_async`, `wait` waits for a started one's result.
-pub(crate) fn publish_async_window<P>(
+pub fn publish_async_window<P>(
     bodies: Vec<Vec<u8>>,
     window: usize,
     drop_every: usize,
@@ -321,7 +317,7 @@ pub(crate) fn publish_async_window<P>(
 /// The scenarios' `Producer::publish_async_burst`, for any adapter: up to `count` calls of
 /// `publish`, stopping at the first refusal; `try_result` on the first; `between`; then
 /// `wait` on each accepted publish (with its position), in order.
-pub(crate) fn publish_async_burst<P>(
+pub fn publish_async_burst<P>(
     count: usize,
     mut publish: impl FnMut() -> Result<P, Error>,
     try_result: impl FnOnce(&mut P) -> bool,
@@ -354,7 +350,7 @@ pub(crate) fn publish_async_burst<P>(
 }
 
 /// The harness's view of a consumer event.
-pub(crate) fn event(e: nsq_client::Event) -> s::ClientEvent {
+pub fn event(e: nsq_client::Event) -> s::ClientEvent {
     use nsq_client::Event;
     match e {
         Event::Connected { nsqd } => s::ClientEvent::Connected { nsqd },

@@ -2,7 +2,7 @@
 //! types: a scripted consumer and producer against the test broker, then every counter,
 //! gauge and histogram read back from a capturing recorder.
 
-use super::recorder::{self, Recorded, snapshotter};
+use crate::recorder::{self, Recorded, snapshotter};
 use nsq_client::{Adapter, Consumer, HandlerError, Message, Producer};
 use nsq_proto::Config;
 use nsq_test_broker::Nsqd;
@@ -12,7 +12,7 @@ use std::time::Duration;
 /// Publishes 5 single messages and one MPUB of 5 to `topic`, then consumes them with a
 /// handler that fails the first delivery of 2 of them (no backoff, no delay): every figure
 /// of the consumer and the producer is then known. `sleep` is the runtime's timer.
-pub(crate) async fn scripted<R: Adapter, S: Future<Output = ()>>(
+pub async fn scripted<R: Adapter, S: Future<Output = ()>>(
     topic: &str,
     sleep: impl Fn(Duration) -> S,
 ) {
@@ -60,7 +60,7 @@ pub(crate) async fn scripted<R: Adapter, S: Future<Output = ()>>(
 
 /// A message that always fails (with backoff) until the consumer gives up on it, then a
 /// dropped connection: the given-up, backoff and reconnect figures.
-pub(crate) async fn faults<R: Adapter, S: Future<Output = ()>>(
+pub async fn faults<R: Adapter, S: Future<Output = ()>>(
     topic: &str,
     sleep: impl Fn(Duration) -> S,
 ) {

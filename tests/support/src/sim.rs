@@ -1,7 +1,7 @@
 //! nsq-proto's sans-IO `Consumer` and `Producer` as the simulator's client under test
-//! (`nsq_test_broker::sim`). Included by the `simulate` example and the simulation tests
-//! with `#[path = "../glue/sim_nsq_proto.rs"] mod sim_glue;` (the test broker itself does not
-//! depend on nsq-proto).
+//! (`nsq_test_broker::sim`), for the test broker's `simulate` example and simulation tests
+//! and nsq-proto's `simulated_world` tests (the test broker itself does not depend on
+//! nsq-proto).
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -42,7 +42,7 @@ fn act(a: Action) -> Act {
 }
 
 /// The consumer, with the connection handles the world knows by number.
-pub(crate) struct SimNsqConsumer {
+pub struct SimNsqConsumer {
     consumer: Consumer,
     buf: BytesMut,
     handles: Handles,
@@ -227,7 +227,7 @@ impl SimConsumer for SimNsqConsumer {
 }
 
 /// The producer.
-pub(crate) struct SimNsqProducer {
+pub struct SimNsqProducer {
     producer: Producer,
     buf: BytesMut,
     handles: Handles,
@@ -299,11 +299,11 @@ impl SimProducer for SimNsqProducer {
 
 /// Makes nsq-proto clients with their default settings (TLS and compression off).
 #[derive(Default)]
-pub(crate) struct NsqProtoFactory {
+pub struct NsqProtoFactory {
     /// Also do, at the end of every drain of the consumer, what the client layer's driver
     /// does after every round (a stats snapshot and the starvation check), so its cost counts
     /// in the core's time.
-    pub(crate) client_rounds: bool,
+    pub client_rounds: bool,
 }
 
 impl ClientFactory for NsqProtoFactory {
