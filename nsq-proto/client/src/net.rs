@@ -193,49 +193,8 @@ impl<R: Runtime> Net<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::{BoxFuture, Socket, Timer};
-    use bytes::{Bytes, BytesMut};
-    use std::io;
-    use std::task::Poll;
-
-    /// A runtime whose connects never finish: what is sent stays queued on the link.
-    #[derive(Clone)]
-    struct Never;
-    struct NoSocket;
-    struct NoTimer;
-
-    impl Socket for NoSocket {
-        fn poll_read(&mut self, _: &mut Context<'_>) -> Poll<io::Result<BytesMut>> {
-            Poll::Pending
-        }
-        fn poll_write(&mut self, _: &mut Context<'_>, _: &Bytes) -> Poll<io::Result<usize>> {
-            Poll::Pending
-        }
-        fn poll_close(&mut self, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-            Poll::Pending
-        }
-    }
-
-    impl Timer for NoTimer {
-        fn reset(&mut self, _: Instant) {}
-        fn poll_expired(&mut self, _: &mut Context<'_>) -> Poll<()> {
-            Poll::Pending
-        }
-    }
-
-    impl Runtime for Never {
-        type Socket = NoSocket;
-        type Timer = NoTimer;
-        fn connect(&self, _: &str, _: SocketOptions) -> BoxFuture<io::Result<NoSocket>> {
-            Box::pin(std::future::pending())
-        }
-        fn timer(&self, _: Instant) -> NoTimer {
-            NoTimer
-        }
-        fn spawn(&self, _: &str, _: BoxFuture<()>) -> io::Result<()> {
-            Ok(())
-        }
-    }
+    use crate::runtime::testing::Idle as Never;
+    use bytes::Bytes;
 
     fn transmit(conn: ConnId, data: &'static [u8]) -> Action {
         Action::Transmit {
