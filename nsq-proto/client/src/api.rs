@@ -127,8 +127,12 @@ macro_rules! async_api {
             }
 
             /// The next message; `None` once the consumer is stopped.
-            pub async fn recv(&mut self) -> ::core::option::Option<$crate::Message> {
-                self.0.recv().await
+            pub fn recv(
+                &mut self,
+            ) -> impl ::core::future::Future<Output = ::core::option::Option<$crate::Message>> {
+                // The inner future itself, not one more state machine around it: a message
+                // is not moved once more per call.
+                self.0.recv()
             }
 
             /// Polls for the next message (`Stream::poll_next` semantics): `Ready(None)` once
@@ -519,36 +523,38 @@ macro_rules! async_api {
             }
 
             /// Publishes one message (PUB) and waits for nsqd's answer.
-            pub async fn publish(
+            pub fn publish(
                 &self,
                 topic: impl $crate::IntoTopic,
                 body: impl ::core::convert::Into<$crate::__private::Bytes>,
-            ) -> ::core::result::Result<(), $crate::Error> {
-                self.0.publish(topic, body).await
+            ) -> impl ::core::future::Future<Output = ::core::result::Result<(), $crate::Error>>
+            {
+                self.0.publish(topic, body)
             }
 
             /// Publishes several messages atomically (MPUB) and waits for nsqd's answer.
-            pub async fn multi_publish<I, B>(
+            pub fn multi_publish<I, B>(
                 &self,
                 topic: impl $crate::IntoTopic,
                 bodies: I,
-            ) -> ::core::result::Result<(), $crate::Error>
+            ) -> impl ::core::future::Future<Output = ::core::result::Result<(), $crate::Error>>
             where
                 I: ::core::iter::IntoIterator<Item = B>,
                 B: ::core::convert::AsRef<[u8]>,
             {
-                self.0.multi_publish(topic, bodies).await
+                self.0.multi_publish(topic, bodies)
             }
 
             /// Publishes one message delivered after `delay` (DPUB) and waits for nsqd's
             /// answer.
-            pub async fn deferred_publish(
+            pub fn deferred_publish(
                 &self,
                 topic: impl $crate::IntoTopic,
                 delay: ::core::time::Duration,
                 body: impl ::core::convert::Into<$crate::__private::Bytes>,
-            ) -> ::core::result::Result<(), $crate::Error> {
-                self.0.deferred_publish(topic, delay, body).await
+            ) -> impl ::core::future::Future<Output = ::core::result::Result<(), $crate::Error>>
+            {
+                self.0.deferred_publish(topic, delay, body)
             }
 
             /// Publishes one message (PUB) and returns at once, without waiting for nsqd's

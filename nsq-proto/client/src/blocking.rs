@@ -104,8 +104,7 @@ fn wait_ended<R: Adapter>(rt: &R, ended: &Ended) {
 
 // ---------------------------------------------------------------------------------- handle
 
-/// A cloneable control handle of a [`Consumer`], usable from other threads while one thread
-/// (or [`Consumer::run`]'s pool) reads messages. See the async [`ConsumerHandle`](super::ConsumerHandle).
+/// The blocking API's control handle of a [`Consumer`], on runtime `R`.
 #[derive(Debug)]
 pub struct ConsumerHandle<R: Adapter>(super::ConsumerHandle<R>);
 
@@ -179,11 +178,6 @@ impl<R: Adapter> ConsumerHandle<R> {
 
     /// Graceful shutdown (see the async [`ConsumerHandle::stop`](super::ConsumerHandle::stop)); returns once every
     /// connection has drained or `drain_timeout` passed and the driver has ended.
-    ///
-    /// Called from inside a [`Consumer::run`] handler it also waits for that handler's own
-    /// message (until `drain_timeout`): answer the message first, or stop from another thread.
-    /// Called from a give-up hook (which runs on the driver's thread) it starts the stop and
-    /// returns at once, with an empty report.
     pub fn stop(&self) -> StopReport {
         let ended = self.0.ended();
         if ended.is_current() {
@@ -198,17 +192,9 @@ impl<R: Adapter> ConsumerHandle<R> {
 
 // -------------------------------------------------------------------------------- consumer
 
-/// A consumer of one topic/channel over any number of nsqd connections (see
-/// the async [`Consumer`](super::Consumer)).
-///
-/// Read messages with [`recv`](Self::recv), [`recv_timeout`](Self::recv_timeout) or
-/// [`iter`](Self::iter) (or `for msg in consumer`), or hand them to a handler on a pool of
-/// threads with [`run`](Self::run). Control it from other threads through a
-/// [`ConsumerHandle`] ([`handle`](Self::handle)); [`as_handle`](Self::as_handle) reaches the
-/// handle's methods without a clone.
-///
-/// Dropping it stops it like [`stop`](Self::stop) and waits for that (messages still held by
-/// the application are waited for, up to `drain_timeout`).
+/// The blocking API's consumer on runtime `R` (the async [`Consumer`](super::Consumer) run
+/// to completion on the calling thread): nsq-blocking's `Consumer`
+/// ([`blocking_api!`](crate::blocking_api)) wraps it, and documents it for its users.
 pub struct Consumer<R: Adapter> {
     inner: super::Consumer<R>,
     handle: ConsumerHandle<R>,
@@ -315,12 +301,6 @@ impl<R: Adapter> Consumer<R> {
     /// Runs `handler` on every message, on a pool of `concurrency` threads, until the consumer
     /// is stopped (through a [`ConsumerHandle`]); returns once every handler has returned and
     /// the consumer has stopped.
-    ///
-    /// `Ok(())` finishes the message; an `Err` requeues it (with backoff unless
-    /// [`HandlerError::without_backoff`], after [`HandlerError::with_delay`] or the default
-    /// delay); a panic requeues it with backoff. The handler may also answer or `touch` the
-    /// message itself (a later answer of the same message is ignored). The handler need not
-    /// be `'static`: the pool is scoped to this call.
     pub fn run<H>(mut self, concurrency: usize, handler: H) -> StopReport
     where
         H: Fn(Message) -> Result<(), HandlerError> + Sync,
@@ -406,12 +386,7 @@ impl<R: Adapter> IntoIterator for Consumer<R> {
 
 // -------------------------------------------------------------------------------- producer
 
-/// Publishes to one or more nsqd (see the async [`Producer`](super::Producer)): each call blocks until its own
-/// result is known.
-///
-/// Cheap to clone (`Send + Sync`): clones share one driver thread and its connections.
-/// Dropping the last clone closes the producer like [`close`](Self::close) (flushing what is
-/// outstanding) and waits for its threads.
+/// The blocking API's producer on runtime `R`: nsq-blocking's `Producer` wraps it.
 #[derive(Debug)]
 pub struct Producer<R: Adapter> {
     inner: Arc<LastClone<R>>,
@@ -564,8 +539,7 @@ impl<R: Adapter> Producer<R> {
     }
 }
 
-/// A publish under way, made by [`Producer::publish_async`] (or its `multi_` and `deferred_`
-/// variants). Dropping it does not cancel the publish, whose result is then not known.
+/// The blocking API's publish under way, on runtime `R`.
 #[derive(Debug)]
 #[must_use = "a publish's result is only known through its PendingPublish"]
 pub struct PendingPublish<R: Adapter>(super::PendingPublish<R>, R);
@@ -592,9 +566,7 @@ impl<R: Adapter> PendingPublish<R> {
 
 // ------------------------------------------------------------------------------- HTTP APIs
 
-/// A client of one nsqd's or nsqlookupd's HTTP address (see the async
-/// [`HttpClient`](super::HttpClient)); each [`call`](Self::call) blocks for its exchange,
-/// which runs on a short-lived thread of its own.
+/// The blocking API's HTTP client, on runtime `R`.
 #[derive(Debug, Clone)]
 pub struct HttpClient<R>(super::HttpClient<R>);
 
@@ -620,8 +592,7 @@ impl<R: Adapter> HttpClient<R> {
     }
 }
 
-/// nsqadmin's operations over a cluster (see the async [`Cluster`](super::Cluster)); each
-/// blocks until every node has answered or failed.
+/// The blocking API's cluster operations, on runtime `R`.
 #[derive(Debug, Clone)]
 pub struct Cluster<R>(super::Cluster<R>);
 

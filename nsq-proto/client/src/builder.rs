@@ -161,12 +161,6 @@ impl<C: BuildConsumer> ConsumerBuilder<C> {
     /// the first error ([`Error::Misconfigured`] for an nsqd that cannot work as configured,
     /// [`Error::Connect`] for one that is unreachable now, [`Error::Lookupd`] for a lookupd),
     /// and the consumer is dropped.
-    ///
-    /// An async adapter returns a future (`.connect().await?`); nsq-blocking returns the
-    /// result. The nsqd a lookupd lists are being connected to when it returns, not waited
-    /// for; watch [`events`](super::ConsumerHandle::events) for them. To keep a consumer
-    /// whose servers are partly down, use `build`, then `connect_to_nsqd` /
-    /// `connect_to_lookupd` per address.
     pub fn connect(self) -> C::Connecting {
         C::connect(sealed::ConsumerParts(self.setup))
     }

@@ -59,22 +59,7 @@ pub struct ChannelStatsReport {
     pub nodes: Vec<(String, ChannelStats)>,
 }
 
-/// nsqadmin's view of a cluster: its nsqlookupd ([`new`](Self::new)), or, without any, a
-/// fixed set of nsqd ([`from_nsqds`](Self::from_nsqds)). Each adapter names it `Cluster`.
-///
-/// ```no_run
-/// # async fn f(cluster: nsq_client::Cluster<impl nsq_client::Adapter>) -> Result<(), nsq_client::Error> {
-/// use nsq_proto::{Channel, Topic};
-///
-/// let topic = Topic::new("orders").expect("a valid name");
-/// let stats = cluster.topic_stats(&topic).await.into_result()?;
-/// println!("depth {} over {} nsqd", stats.total.depth, stats.nodes.len());
-/// let paused = cluster.pause_channel(&topic, &Channel::new("billing").expect("valid")).await;
-/// for failure in &paused.failures {
-///     eprintln!("not paused on {failure}");
-/// }
-/// # Ok(()) }
-/// ```
+/// nsqadmin's operations over a cluster, on runtime `R`: each adapter's `Cluster` wraps it.
 pub struct Cluster<R> {
     lookupds: Vec<HttpClient<R>>,
     nsqds: Vec<HttpClient<R>>,

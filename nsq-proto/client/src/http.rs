@@ -95,21 +95,9 @@ impl HttpConfig {
     }
 }
 
-/// A client of one nsqd's or nsqlookupd's HTTP address (`host:port`), on runtime `R`
-/// (each adapter names it `HttpClient`). Each [`call`](Self::call) makes one exchange on a
-/// connection of its own.
-///
-/// ```no_run
-/// # async fn f(nsqd: nsq_client::HttpClient<impl nsq_client::Adapter>) -> Result<(), nsq_client::Error> {
-/// use nsq_proto::http::nsqd;
-/// use nsq_proto::Topic;
-///
-/// let topic = Topic::new("orders").expect("a valid name");
-/// nsqd.call(nsqd::create_topic(&topic)).await?;
-/// let stats = nsqd.call(nsqd::stats(&nsqd::StatsQuery::new().topic(&topic))).await?;
-/// println!("depth {}", stats.topics[0].depth);
-/// # Ok(()) }
-/// ```
+/// A client of one nsqd's or nsqlookupd's HTTP address, on runtime `R`: each adapter's
+/// `HttpClient` wraps it. Each [`call`](Self::call) makes one exchange on a connection of its
+/// own.
 pub struct HttpClient<R> {
     addr: String,
     config: HttpConfig,

@@ -6,11 +6,10 @@
 //! * [`sim`]: nsq-proto's sans-IO clients as the test broker's simulated client.
 //! * [`log_capture`]: captured `tracing` output for the adapters' log tests.
 //! * With the `client` feature, over nsq-client's generic types (`R: nsq_client::Adapter`,
-//!   the adapter's runtime): [`glue`] (the scenarios' nsq-proto side), the adapters' shared
-//!   test bodies ([`http_api`], [`metrics`] with its [`recorder`]), the shared scenarios'
-//!   clients ([`scenarios`]), the conformance suite's ([`conformance`]), the driver-end
-//!   runtime and test ([`driver_end`]), all blocking on an [`exec::Exec`] (the adapter's way
-//!   to run a future).
+//!   the adapter's runtime): `glue` (the scenarios' nsq-proto side), the adapters' shared
+//!   test bodies (`http_api`, `metrics` with its `recorder`), the shared scenarios' clients
+//!   (`scenarios`), the conformance suite's (`conformance`), the driver-end runtime and test
+//!   (`driver_end`), all blocking on an `exec::Exec` (the adapter's way to run a future).
 
 pub mod log_capture;
 pub mod sim;

@@ -75,8 +75,8 @@ pub(crate) fn start<R: Adapter>(setup: ConsumerSetup) -> Result<Consumer<R>, Err
 
 // ---------------------------------------------------------------------------------- handles
 
-/// A cloneable control handle of a [`Consumer`] (stop it, change max_in_flight, add or remove
-/// servers), usable while another task reads the messages.
+/// A cloneable control handle of a [`Consumer`], on runtime `R`: each adapter's
+/// `ConsumerHandle` wraps it.
 pub struct ConsumerHandle<R: Adapter> {
     guard: Arc<HandleGuard<R>>,
 }
@@ -129,8 +129,6 @@ impl<R: Adapter> ConsumerHandle<R> {
     ///   own; calling `connect_to_nsqd` again tries once more.
     /// - [`Error::Connect`] with the reason otherwise (refused, timed out, reset, ...): the
     ///   consumer keeps the address and reconnects to it with backoff.
-    ///
-    /// [`disconnect_from_nsqd`](Self::disconnect_from_nsqd) gives an address up.
     pub async fn connect_to_nsqd(&self, addr: &str) -> Result<(), Error> {
         let (tx, rx) = oneshot();
         self.control(Control::AddNsqd(addr.to_owned(), tx))?;
@@ -181,13 +179,6 @@ impl<R: Adapter> ConsumerHandle<R> {
     /// other connections at once, and it is not reconnected. Resolves once the command is
     /// applied, not when the connection has drained: [`stats`](Self::stats) shows it as
     /// [`NsqdState::Closing`](nsq_proto::consumer::NsqdState::Closing) until it has drained.
-    ///
-    /// Errors: [`Error::Consumer`] with
-    /// [`NsqdNotConfigured`](nsq_proto::consumer::ConsumerError::NsqdNotConfigured) for an
-    /// address not configured (or already disconnected from), or
-    /// [`NsqdDiscovered`](nsq_proto::consumer::ConsumerError::NsqdDiscovered) for one known only
-    /// through nsqlookupd (disconnect from the lookupd instead); [`Error::InvalidInput`] for an
-    /// address that is not `host:port`; [`Error::Closed`] once the consumer is stopping.
     pub async fn disconnect_from_nsqd(&self, addr: &str) -> Result<(), Error> {
         self.ask(|tx| Control::DisconnectNsqd(addr.to_owned(), tx))
             .await
@@ -197,14 +188,6 @@ impl<R: Adapter> ConsumerHandle<R> {
     /// or the builder's `lookupd` (go-nsq's `DisconnectFromNSQLookupd`); `addr` is matched as
     /// `connect_to_lookupd` reads it. The nsqd that only it listed stay connected until their
     /// connection ends, and are not reconnected.
-    ///
-    /// Errors: [`Error::Consumer`] with
-    /// [`LookupdNotConfigured`](nsq_proto::consumer::ConsumerError::LookupdNotConfigured) for
-    /// a lookupd not configured, or
-    /// [`LastLookupd`](nsq_proto::consumer::ConsumerError::LastLookupd) for the only one
-    /// configured (as go-nsq: discovery would stop; connect its replacement first);
-    /// [`Error::InvalidInput`] for an address that does not parse; [`Error::Closed`] once the
-    /// consumer is stopping.
     pub async fn disconnect_from_lookupd(&self, addr: &str) -> Result<(), Error> {
         self.ask(|tx| Control::DisconnectLookupd(addr.to_owned(), tx))
             .await
@@ -389,28 +372,8 @@ impl Drop for MessageReceiver {
 
 // ---------------------------------------------------------------------------------- consumer
 
-/// A consumer of one topic/channel over any number of nsqd connections, on runtime `R`
-/// (each adapter names it `Consumer`).
-///
-/// Read messages with [`recv`](Self::recv) or as a [`Stream`](futures_core::Stream), or hand
-/// them to a handler with [`run`](Self::run). Control it from other tasks through a
-/// [`ConsumerHandle`] ([`handle`](Self::handle)); [`as_handle`](Self::as_handle) reaches
-/// the handle's methods without a clone.
-///
-/// As with go-nsq, servers can be added and removed while it runs:
-/// [`connect_to_nsqd`](ConsumerHandle::connect_to_nsqd) / [`connect_to_lookupd`](ConsumerHandle::connect_to_lookupd),
-/// and [`disconnect_from_nsqd`](ConsumerHandle::disconnect_from_nsqd) (CLS is sent, the messages in
-/// flight on that nsqd can still be answered, its RDY goes to the other connections, and it
-/// is not reconnected) / [`disconnect_from_lookupd`](ConsumerHandle::disconnect_from_lookupd) (the nsqd
-/// only that lookupd listed are dropped once their connection ends; the last lookupd cannot
-/// be removed). [`stats`](ConsumerHandle::stats) is a [`ConsumerStats`] snapshot: totals (received,
-/// finished, requeued, in flight, reconnects, RDY, backoff level) and one
-/// [`NsqdStats`](nsq_proto::consumer::NsqdStats) per nsqd (state, RDY, in flight, its own
-/// counters).
-///
-/// One driver task owns the core and every socket of the consumer: bytes read from a socket
-/// are decoded, delivered and answered without a hop between tasks other than the hand-off
-/// to the application, which takes every message of a wake-up of the driver at once.
+/// The client layer's consumer of one topic/channel, on runtime `R`: each adapter's `Consumer`
+/// ([`async_api!`](crate::async_api)) wraps it, and documents it for its users.
 pub struct Consumer<R: Adapter> {
     receiver: MessageReceiver,
     handle: ConsumerHandle<R>,
@@ -538,16 +501,6 @@ impl<R: Adapter> Consumer<R> {
     /// Runs `handler` on every message, `concurrency` at a time, until the consumer is
     /// stopped (through a [`ConsumerHandle`]); returns, with the stop's report (as
     /// [`stop`](Self::stop) gives it), once every handler has returned.
-    ///
-    /// On tokio each of the `concurrency` workers is a task of its own, so handlers run in
-    /// parallel on a multi-threaded runtime; elsewhere they run concurrently inside the future
-    /// this returns (poll it on the executor of your choice; spawn CPU-heavy work onto a
-    /// thread pool yourself).
-    ///
-    /// `Ok(())` finishes the message; an `Err` requeues it (with backoff unless
-    /// [`HandlerError::without_backoff`], after [`HandlerError::with_delay`] or the default
-    /// delay); a panic requeues it with backoff. The handler may also answer or `touch` the
-    /// message itself (a later answer of the same message is ignored).
     pub async fn run<H, Fut>(self, concurrency: usize, handler: H) -> StopReport
     where
         H: Fn(Message) -> Fut + Send + Sync + 'static,

@@ -41,20 +41,8 @@ impl<R: Adapter> Drop for Inner<R> {
     }
 }
 
-/// Publishes to one or more nsqd, on runtime `R` (each adapter names it `Producer`).
-///
-/// Cheap to clone (`Send + Sync`): clones share one driver and its connections. Each call
-/// resolves with its own result; publishes issued concurrently from many tasks are pipelined
-/// and leave in one write per wake-up of the driver. Single publishes to one topic that wait at
-/// the same moment (made concurrently, or while the connection awaits replies) leave as one
-/// MPUB, each still with its own result (natural batching; `producer_batching` turns it off). A
-/// publish nsqd refuses (too big, say) fails alone: the connection nsqd then closes is replaced
-/// at once, and publishes made meanwhile wait for it (at most `publish_timeout`). A size limit
-/// nsqd states in such a refusal is kept: a later PUB, DPUB or MPUB over it fails before it is
-/// sent ([`Error::InvalidInput`], with the limit), costing no connection. With several
-/// nsqd addresses, publishes go to a healthy one (failover by default, round-robin with
-/// [`Routing::RoundRobin`](nsq_proto::producer::Routing)); while no nsqd is reachable they fail
-/// fast with [`Error::NoServerAvailable`].
+/// The client layer's producer, on runtime `R`: each adapter's `Producer`
+/// ([`async_api!`](crate::async_api)) wraps it, and documents it for its users.
 pub struct Producer<R: Adapter> {
     inner: Arc<Inner<R>>,
 }
@@ -103,9 +91,8 @@ pub(crate) fn start<R: Adapter>(setup: ProducerSetup) -> Result<Producer<R>, Err
     })
 }
 
-/// A publish under way, made by [`Producer::publish_async`] (or its `multi_` and
-/// `deferred_` variants): a future of the publish's result. Dropping it does not cancel the
-/// publish, whose result is then not known.
+/// A publish under way ([`Producer::publish_async`]), on runtime `R`: a future of its result.
+/// Each adapter's `PendingPublish` wraps it.
 #[must_use = "a publish's result is only known through its PendingPublish"]
 pub struct PendingPublish<R: Adapter> {
     rx: ReplyRx<Result<(), Error>>,
@@ -297,10 +284,6 @@ impl<R: Adapter> Producer<R> {
     /// can keep thousands of publishes under way this way, and concurrent ones leave
     /// together, as with [`publish`](Self::publish). Results come in publish order per nsqd.
     /// Dropping the handle does not cancel the publish.
-    ///
-    /// Refused at once with [`Backpressure::Unanswered`] while `max_pending_publishes`
-    /// publishes of this producer await their result (and with the errors of the name or
-    /// [`Error::Closed`]); every other error comes through the handle.
     pub fn publish_async(
         &self,
         topic: impl IntoTopic,
