@@ -428,6 +428,12 @@ macro_rules! async_api {
             /// answered; resolves once every connection has drained or the consumer's
             /// `drain_timeout` passed, with the number of messages left unanswered (nsqd
             /// redelivers them).
+            ///
+            /// Awaited inside a handler of this consumer's [`Consumer::run`] (as go-nsq's
+            /// `Stop` from `HandleMessage`), it begins the stop and resolves at once with an
+            /// empty report: the drain cannot finish before that handler returns. The
+            /// handler's own message is then answered by its result, and `run` returns the
+            /// stop's report once every handler has returned.
             pub async fn stop(&self) -> $crate::StopReport {
                 self.0.stop().await
             }
@@ -1143,10 +1149,12 @@ macro_rules! blocking_api {
             /// connection has drained or `drain_timeout` passed and the driver has ended,
             /// with the number of messages left unanswered (nsqd redelivers them).
             ///
-            /// Called from inside a [`Consumer::run`] handler it also waits for that
-            /// handler's own message (until `drain_timeout`): answer the message first, or
-            /// stop from another thread. Called from a give-up hook (which runs on the
-            /// driver's thread) it starts the stop and returns at once, with an empty report.
+            /// Called from inside a handler of this consumer's [`Consumer::run`] (as go-nsq's
+            /// `Stop` from `HandleMessage`), or from a give-up hook (which runs on the
+            /// driver's thread), it begins the stop and returns at once with an empty report:
+            /// the drain cannot finish before the caller returns. The handler's own message
+            /// is then answered by its result, and `run` returns the stop's report once every
+            /// handler has returned.
             pub fn stop(&self) -> $crate::StopReport {
                 self.0.stop()
             }

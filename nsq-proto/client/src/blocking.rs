@@ -180,7 +180,9 @@ impl<R: Adapter> ConsumerHandle<R> {
     /// connection has drained or `drain_timeout` passed and the driver has ended.
     pub fn stop(&self) -> StopReport {
         let ended = self.0.ended();
-        if ended.is_current() {
+        if ended.is_current() || self.0.in_own_handler() {
+            // A give-up hook runs on the driver, and a `run` handler's own message is only
+            // answered once it returns: neither can wait for the drain. Begin the stop.
             self.0.request_stop();
             return StopReport::default();
         }
@@ -305,7 +307,9 @@ impl<R: Adapter> Consumer<R> {
     where
         H: Fn(Message) -> Result<(), HandlerError> + Sync,
     {
-        self.inner.handle().warn_if_handlers_would_wait(concurrency);
+        let handle = self.inner.handle();
+        handle.warn_if_handlers_would_wait(concurrency);
+        let handle = &handle;
         let shared = Mutex::new(&mut self);
         std::thread::scope(|scope| {
             for i in 0..concurrency.max(1) {
@@ -320,9 +324,11 @@ impl<R: Adapter> Consumer<R> {
                             // In its message's span: the handler's own lines name it.
                             let span = msg.span();
                             let run = span.in_scope(|| {
-                                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                                    handler(msg)
-                                }))
+                                handle.as_handler(|| {
+                                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                        handler(msg)
+                                    }))
+                                })
                             });
                             pending.answer(&Outcome::caught(run));
                         }

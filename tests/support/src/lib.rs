@@ -9,7 +9,7 @@
 //!   the adapter's runtime): `glue` (the scenarios' nsq-proto side), the adapters' shared
 //!   test bodies (`http_api`, `metrics` with its `recorder`), the shared scenarios' clients
 //!   (`scenarios`), the conformance suite's (`conformance`), the driver-end runtime and test
-//!   (`driver_end`), all blocking on an `exec::Exec` (the adapter's way to run a future).
+//!   (`driver_end`), `stop()` inside a handler (`stop_inside`), all blocking on an `exec::Exec` (the adapter's way to run a future).
 
 pub mod log_capture;
 pub mod sim;
@@ -34,3 +34,5 @@ pub mod metrics;
 pub mod recorder;
 #[cfg(feature = "client")]
 pub mod scenarios;
+#[cfg(feature = "client")]
+pub mod stop_inside;

@@ -15,6 +15,7 @@ use crate::{ConsumerSetup, Error, HandlerError, IntoChannel, IntoTopic, StopRepo
 use logic::{Bridge, ConsumerLogic, Control, Input, Reply};
 use nsq_proto::Config;
 use nsq_proto::consumer::{ConsumerError, ConsumerStats};
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
@@ -238,6 +239,12 @@ impl<R: Adapter> ConsumerHandle<R> {
     /// once every connection has drained or the consumer's `drain_timeout` passed, with the
     /// number of messages left unanswered (nsqd redelivers them).
     pub async fn stop(&self) -> StopReport {
+        if self.in_own_handler() {
+            // The drain waits for every message handed out, this handler's own included,
+            // which is answered once the handler returns: begin the stop and return.
+            self.request_stop();
+            return StopReport::default();
+        }
         let (tx, rx) = oneshot();
         if self.control(Control::Stop(Some(tx))).is_ok() {
             if let Ok(report) = rx.recv().await {
@@ -245,6 +252,22 @@ impl<R: Adapter> ConsumerHandle<R> {
             }
         }
         self.final_report()
+    }
+
+    /// This consumer's identity for [`HANDLING`].
+    fn id(&self) -> usize {
+        Arc::as_ptr(&self.guard.shared) as usize
+    }
+
+    /// Whether the caller is a handler of this consumer's `run` (on this thread).
+    pub(crate) fn in_own_handler(&self) -> bool {
+        HANDLING.with(Cell::get) == self.id()
+    }
+
+    /// Runs `f` as a handler of this consumer's `run`: a [`stop`](Self::stop) inside it begins
+    /// the stop without waiting for the drain.
+    pub(crate) fn as_handler<T>(&self, f: impl FnOnce() -> T) -> T {
+        as_handler_of(self.id(), f)
     }
 
     /// The report of a driver that has stopped.
@@ -513,6 +536,7 @@ impl<R: Adapter> Consumer<R> {
             waiter,
         } = self;
         let handler = Arc::new(handler);
+        let id = handle.id();
         let mut receivers: Vec<MessageReceiver> =
             (1..concurrency.max(1)).map(|_| receiver.worker()).collect();
         // The consumer's own receiver becomes a worker too; what it took at once is handed
@@ -526,7 +550,7 @@ impl<R: Adapter> Consumer<R> {
                 let handler = handler.clone();
                 Box::pin(async move {
                     while let Some(msg) = receiver.recv().await {
-                        handle_one(&*handler, msg).await;
+                        handle_one(&*handler, id, msg).await;
                     }
                 }) as BoxFuture<()>
             })
@@ -538,8 +562,27 @@ impl<R: Adapter> Consumer<R> {
     }
 }
 
-/// Runs the handler on one message and answers it.
-async fn handle_one<H, Fut>(handler: &H, mut msg: Message)
+thread_local! {
+    /// The consumer (its [`ConsumerHandle::id`]) whose `run` handler this thread is running, or
+    /// 0.
+    static HANDLING: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Runs `f` as a handler of the consumer `id` ([`ConsumerHandle::as_handler`]).
+fn as_handler_of<T>(id: usize, f: impl FnOnce() -> T) -> T {
+    /// Puts the outer value back however `f` ends.
+    struct Restore(usize);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            HANDLING.with(|h| h.set(self.0));
+        }
+    }
+    let _restore = Restore(HANDLING.with(|h| h.replace(id)));
+    f()
+}
+
+/// Runs the handler on one message (as a handler of the consumer `id`) and answers it.
+async fn handle_one<H, Fut>(handler: &H, id: usize, mut msg: Message)
 where
     H: Fn(Message) -> Fut,
     Fut: Future<Output = Result<(), HandlerError>>,
@@ -550,7 +593,8 @@ where
     let mut fut = std::pin::pin!(span.in_scope(|| handler(msg)));
     let outcome = std::future::poll_fn(|cx| {
         span.in_scope(|| {
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fut.as_mut().poll(cx)))
+            let poll = || as_handler_of(id, || fut.as_mut().poll(cx));
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(poll))
                 .map_or_else(|panic| Poll::Ready(Err(panic)), |p| p.map(Ok))
         })
     })
