@@ -215,8 +215,9 @@ fn a_refused_message_fails_alone_and_costs_no_outage() {
     assert!(connects.iter().all(|t| *t == start), "{connects:?}");
     // The batch was refused, then the big one alone (2 reconnects); then nothing more.
     assert_eq!(connects.len(), 1 + 2);
+    // The 12 refused before they were sent count as failed too.
     let s = w.producer.stats();
-    assert_eq!((s.failed, s.published), (1, 1020 + 4 * 10));
+    assert_eq!((s.failed, s.published), (1 + 12, 1020 + 4 * 10));
 }
 
 #[test]
@@ -227,6 +228,16 @@ fn publishes_wait_while_a_rejected_connection_is_replaced() {
     w.server(0).hold_connects = true;
     let bad = w.publish(&[0; 200]);
     assert!(matches!(w.outcome(bad), Err(PublishFailure::Server(_))));
+    // The limit nsqd stated applies at once, before the replacement connection is ready: a
+    // second oversize publish fails before it is sent, and costs no connection.
+    let topic = topic();
+    assert!(matches!(
+        w.producer.publish(w.now, &topic, &[0; 200]),
+        Err(ProducerError::Invalid(CommandError::BodyTooLarge {
+            max: 100,
+            ..
+        }))
+    ));
     // The replacement connection is being made: publishes wait for it instead of failing.
     let ids = w.publish_together(&refs(&bodies(20, "w")));
     assert!(ids.iter().all(|id| !w.is_resolved(*id)));
@@ -234,6 +245,8 @@ fn publishes_wait_while_a_rejected_connection_is_replaced() {
     w.complete_connects();
     assert_eq!(w.assert_resolved_once(&ids), 0);
     assert_eq!(w.servers[&addr(0)].commands.last(), Some(&("MPUB", 20)));
+    assert_eq!(w.servers[&addr(0)].connects.len(), 2);
+    assert_eq!(w.producer.stats().failed, 2);
 }
 
 #[test]

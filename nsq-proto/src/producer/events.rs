@@ -204,7 +204,8 @@ pub enum ProducerEvent {
 pub struct ProducerStats {
     /// Publishes confirmed by nsqd.
     pub published: u64,
-    /// Publishes that failed.
+    /// Publishes that failed: refused by nsqd, lost with their connection, timed out, or
+    /// refused before they were sent (over a size limit nsqd stated, malformed).
     pub failed: u64,
     /// Publishes unresolved: sent and awaiting a reply, or waiting for a connection.
     pub outstanding: usize,

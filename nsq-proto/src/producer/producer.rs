@@ -3,7 +3,7 @@
 use super::batch::Batch;
 use super::config::{ProducerConfig, Routing};
 use crate::addr::valid_host_port;
-use crate::command::{self};
+use crate::command::{self, CommandError};
 use crate::connection::{
     CloseReason, Connection, ConnectionError, ConnectionState, PublishToken, Role,
 };
@@ -98,6 +98,10 @@ pub struct Producer {
     // stats
     pub(super) published: u64,
     pub(super) failed: u64,
+    /// The lowest size limits any nsqd has stated in a refusal (`... too big N > MAX`),
+    /// starting at the configured ones: every later publish is checked against them, on any
+    /// connection, from the moment the refusal is read.
+    pub(super) learned: crate::Limits,
     pub(super) batches: u64,
     pub(super) batched_messages: u64,
     // outputs
@@ -116,6 +120,7 @@ impl Producer {
             .map_err(ProducerError::Config)?;
         let mut config = config;
         config.connection.max_outstanding_publishes = None;
+        let learned = config.connection.limits;
         Ok(Producer {
             config,
             rng: Rng::new(seed),
@@ -134,6 +139,7 @@ impl Producer {
             closed_emitted: false,
             published: 0,
             failed: 0,
+            learned,
             batches: 0,
             batched_messages: 0,
             actions: VecDeque::new(),
@@ -402,7 +408,8 @@ impl Producer {
     ) -> Result<PublishId, ProducerError> {
         let now = self.tick(now);
         self.admit()?;
-        command::check_publish(body, None, &self.limits_now()).map_err(ProducerError::Invalid)?;
+        let checked = command::check_publish(body, None, &self.limits_now());
+        self.refused_locally(checked)?;
         self.submit(now, topic, Item::One { body, solo: false })
     }
 
@@ -413,8 +420,8 @@ impl Producer {
         topic: &Topic,
         bodies: &[B],
     ) -> Result<PublishId, ProducerError> {
-        let batch = Batch::new(topic, bodies, &self.config.connection.limits)
-            .map_err(ProducerError::Invalid)?;
+        let batch = Batch::new(topic, bodies, &self.config.connection.limits);
+        let batch = self.refused_locally(batch)?;
         self.multi_publish_batch(now, batch)
     }
 
@@ -428,9 +435,8 @@ impl Producer {
     ) -> Result<PublishId, ProducerError> {
         let now = self.tick(now);
         self.admit()?;
-        batch
-            .check(&self.limits_now())
-            .map_err(ProducerError::Invalid)?;
+        let checked = batch.check(&self.limits_now());
+        self.refused_locally(checked)?;
         let (topic, data, count) = batch.into_parts();
         self.submit(now, &topic, Item::Entries { data, count })
     }
@@ -445,8 +451,8 @@ impl Producer {
     ) -> Result<PublishId, ProducerError> {
         let now = self.tick(now);
         self.admit()?;
-        command::check_publish(body, Some(delay), &self.limits_now())
-            .map_err(ProducerError::Invalid)?;
+        let checked = command::check_publish(body, Some(delay), &self.limits_now());
+        self.refused_locally(checked)?;
         self.submit(now, topic, Item::Deferred(delay, body))
     }
 
@@ -596,17 +602,21 @@ impl Producer {
             .any(|n| n.link.as_ref().is_some_and(|l| l.ready_at.is_none()))
     }
 
-    /// The ready node the next publish goes to.
-    /// The limits a publish must fit now: the configured ones, lowered to what the nsqd it
-    /// would go to has said in a refusal (`... too big N > MAX`). A publish over them fails
-    /// before it is sent: sent, nsqd would refuse it and close the connection.
+    /// The limits a publish must fit now: the configured ones, lowered to what any nsqd has
+    /// said in a refusal (`... too big N > MAX`), from the moment it was read: even before
+    /// the connection nsqd closed is replaced, on whichever connection the publish would
+    /// take. A publish over them fails before it is sent: sent, nsqd would refuse it and
+    /// close the connection.
     fn limits_now(&self) -> crate::Limits {
-        let mut limits = self.config.connection.limits;
-        if let Some(node) = self.next_route().map(|i| &self.nodes[i]) {
-            limits.max_msg_size = limits.max_msg_size.min(node.max_msg);
-            limits.max_body_size = limits.max_body_size.min(node.max_body);
-        }
-        limits
+        self.learned
+    }
+
+    /// A publish refused before it was sent (over a limit, or malformed) counts as failed.
+    fn refused_locally<T>(&mut self, checked: Result<T, CommandError>) -> Result<T, ProducerError> {
+        checked.map_err(|e| {
+            self.failed += 1;
+            ProducerError::Invalid(e)
+        })
     }
 
     /// The ready node the next publish goes to, without taking the turn.

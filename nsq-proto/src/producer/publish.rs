@@ -353,7 +353,8 @@ impl Producer {
         }
     }
 
-    /// Lowers node `i`'s size limits to what nsqd said in a refusal (`... too big N > MAX`).
+    /// Lowers the producer's size limits, and node `i`'s, to what nsqd said in a refusal
+    /// (`... too big N > MAX`).
     pub(super) fn learn_limits(&mut self, i: usize, e: &ServerError) {
         let description = e.description();
         let Some((_, max)) = description.split_once(" too big ") else {
@@ -366,6 +367,13 @@ impl Producer {
         else {
             return;
         };
+        match e.code() {
+            ErrorCode::BadMessage => {
+                self.learned.max_msg_size = self.learned.max_msg_size.min(max);
+            }
+            ErrorCode::BadBody => self.learned.max_body_size = self.learned.max_body_size.min(max),
+            _ => {}
+        }
         let node = &mut self.nodes[i];
         match e.code() {
             ErrorCode::BadMessage if max < node.max_msg => {

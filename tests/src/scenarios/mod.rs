@@ -169,6 +169,9 @@ pub enum ErrorKind {
     NoRuntime,
     /// A consumer's first connection to an nsqd it was asked to connect to failed.
     Connect,
+    /// A consumer was asked to connect to an nsqd it is already connected or connecting to
+    /// (go-nsq's `ErrAlreadyConnected`).
+    AlreadyConnected,
     /// A consumer's first query to a lookupd it was asked to poll failed; `misconfigured`:
     /// the address is no nsqlookupd's HTTP port.
     Lookupd {
@@ -631,6 +634,7 @@ scenario_list! {
     producer_fails_fast_when_no_broker_is_up: 20,
     server_errors_are_typed: 20,
     a_refused_message_costs_no_outage: 60,
+    a_limit_nsqd_stated_applies_at_once: 20,
     concurrent_publishes_leave_in_batches: 60,
     publish_async_keeps_thousands_under_way: 60,
     publish_async_is_refused_beyond_max_pending_publishes: 30,
@@ -788,13 +792,13 @@ use flow::{
     stats_rows_catch_up_over_many_brokers,
 };
 use publish::{
-    a_refused_message_costs_no_outage, concurrent_publishes_leave_in_batches,
-    deferred_publish_honours_the_delay, go_nsq_style_config, local_addr_is_bound,
-    multi_publish_delivers_every_body, producer_fails_fast_when_no_broker_is_up,
-    producer_fails_over_when_a_broker_dies, pub_sub_round_trip,
-    publish_async_is_refused_beyond_max_pending_publishes, publish_async_keeps_thousands_under_way,
-    server_errors_are_typed, ten_thousand_concurrent_publishes_from_100_tasks,
-    topic_arguments_are_validated,
+    a_limit_nsqd_stated_applies_at_once, a_refused_message_costs_no_outage,
+    concurrent_publishes_leave_in_batches, deferred_publish_honours_the_delay, go_nsq_style_config,
+    local_addr_is_bound, multi_publish_delivers_every_body,
+    producer_fails_fast_when_no_broker_is_up, producer_fails_over_when_a_broker_dies,
+    pub_sub_round_trip, publish_async_is_refused_beyond_max_pending_publishes,
+    publish_async_keeps_thousands_under_way, server_errors_are_typed,
+    ten_thousand_concurrent_publishes_from_100_tasks, topic_arguments_are_validated,
 };
 use security::{
     auth, deflate, lookupd_misconfiguration_is_typed, misconfigurations_are_typed_errors, snappy,

@@ -244,11 +244,52 @@ pub(super) fn a_refused_message_costs_no_outage(f: &dyn Factory) {
         }
     }
     let s = p.stats();
-    assert_eq!((s.published, s.failed), (5000, 1));
+    // The four refused before they were sent count as failed too.
+    assert_eq!((s.published, s.failed), (5000, 5));
     assert!(eventually(WAIT, || nsqd
         .topic("refused")
         .is_some_and(|t| t.message_count == 5000)));
     // One connection was replaced, once: two IDENTIFYs in all.
+    let identifies = nsqd
+        .commands()
+        .iter()
+        .filter(|c| c.name() == "IDENTIFY")
+        .count();
+    assert_eq!(identifies, 2);
+    p.close();
+}
+
+pub(super) fn a_limit_nsqd_stated_applies_at_once(f: &dyn Factory) {
+    // Two oversize publishes back to back: nsqd refuses the first and closes the connection;
+    // the second, made before the connection is back, fails before it is sent, with nsqd's
+    // limit in the error, and costs no connection. So do a DPUB and an MPUB over it.
+    let nsqd = start(Nsqd::builder().max_msg_size(1000));
+    let p = producer(f, &nsqd);
+    let first = p.publish("limit", &[b'x'; 2000]).unwrap_err();
+    assert_eq!(
+        first.kind,
+        ErrorKind::Server("E_BAD_MESSAGE".into()),
+        "{first}"
+    );
+    let second = p.publish("limit", &[b'x'; 2000]).unwrap_err();
+    assert_eq!(second.kind, ErrorKind::InvalidInput, "{second}");
+    assert!(second.message.contains("1000"), "{second}");
+    let deferred = p
+        .deferred_publish("limit", Duration::from_millis(10), &[b'x'; 2000])
+        .unwrap_err();
+    assert_eq!(deferred.kind, ErrorKind::InvalidInput, "{deferred}");
+    let multi = p
+        .multi_publish("limit", vec![b"fits".to_vec(), vec![b'x'; 2000]])
+        .unwrap_err();
+    assert_eq!(multi.kind, ErrorKind::InvalidInput, "{multi}");
+    p.publish("limit", b"fits").unwrap();
+    let s = p.stats();
+    assert_eq!(
+        (s.published, s.failed),
+        (1, 4),
+        "local refusals count as failed"
+    );
+    // The one refusal nsqd made replaced the connection once: two IDENTIFYs in all.
     let identifies = nsqd
         .commands()
         .iter()
@@ -307,7 +348,7 @@ pub(super) fn concurrent_publishes_leave_in_batches(f: &dyn Factory) {
         .topic("batched")
         .is_some_and(|t| t.message_count == 11_000)));
     let s = p.stats();
-    assert_eq!((s.published, s.failed), (11_000, refused_by_nsqd));
+    assert_eq!((s.published, s.failed), (11_000, 5));
     p.close();
 }
 
