@@ -287,8 +287,9 @@ macro_rules! async_api {
         impl ConsumerHandle {
             /// Adds an nsqd TCP address (`host:port`) to consume from directly, and resolves
             /// with its first connection's outcome (go-nsq's `ConnectToNSQD` returns the
-            /// dial's error too): `Ok` once connected and subscribed (at once if it already
-            /// is), else:
+            /// dial's error too): `Ok` once connected and subscribed, else:
+            /// - [`Error::AlreadyConnected`] when a connection to it is open or being opened
+            ///   (go-nsq's `ErrAlreadyConnected`): nothing changes.
             /// - [`Error::Misconfigured`] when the address cannot work as configured (not
             ///   nsqd's TCP port, a TLS mismatch, refused credentials). The consumer does not
             ///   retry it on its own; calling `connect_to_nsqd` again tries once more.
@@ -1013,8 +1014,9 @@ macro_rules! blocking_api {
         impl ConsumerHandle {
             /// Adds an nsqd TCP address (`host:port`) to consume from directly, and returns
             /// its first connection's outcome (go-nsq's `ConnectToNSQD` returns the dial's
-            /// error too): `Ok` once connected and subscribed (at once if it already is),
-            /// else:
+            /// error too): `Ok` once connected and subscribed, else:
+            /// - [`Error::AlreadyConnected`] when a connection to it is open or being opened
+            ///   (go-nsq's `ErrAlreadyConnected`): nothing changes.
             /// - [`Error::Misconfigured`] when the address cannot work as configured (not
             ///   nsqd's TCP port, a TLS mismatch, refused credentials). The consumer does not
             ///   retry it on its own; calling `connect_to_nsqd` again tries once more.

@@ -225,7 +225,10 @@ impl<R: Adapter> sealed::BuildConsumer for Consumer<R> {
     fn connect(setup: sealed::ConsumerParts) -> <Self as BuildConsumer>::Connecting {
         let (nsqd, lookupd) = (setup.0.nsqd.clone(), setup.0.lookupd.clone());
         let consumer = Self::build(setup)?;
-        consumer.handle.connect_to_nsqds(&nsqd)?;
+        call(
+            consumer.handle.0.runtime(),
+            consumer.handle.0.await_nsqds(&nsqd),
+        )?;
         consumer.handle.connect_to_lookupds(&lookupd)?;
         Ok(consumer)
     }

@@ -102,6 +102,9 @@ pub enum Error {
     /// The producer or consumer has been closed (stopped, closed, every handle dropped, or its
     /// driver ended).
     Closed,
+    /// `connect_to_nsqd` named an nsqd the consumer is already connected or connecting to
+    /// (go-nsq's `ErrAlreadyConnected`): nothing changed.
+    AlreadyConnected(String),
     /// Not called from within the runtime the adapter needs, or that runtime lacks a driver
     /// the client needs (nsq-tokio: a tokio runtime with its IO and time drivers). The text
     /// says which, naming the `enable_*` call that is missing.
@@ -193,6 +196,9 @@ impl fmt::Display for Error {
             Error::Closed => f.write_str(
                 "the client is closed (it was stopped or closed, or its driver ended: see the log)",
             ),
+            Error::AlreadyConnected(nsqd) => {
+                write!(f, "already connected or connecting to nsqd {nsqd}")
+            }
             Error::NoRuntime(why) => f.write_str(why),
             Error::Spawn(e) => write!(f, "could not start the driver: {e}"),
             Error::Connect { nsqd, reason } => write!(

@@ -415,8 +415,11 @@ pub(super) fn connect_to_nsqd_says_whether_it_connected(f: &dyn Factory) {
     assert!(e.message.contains("HTTP"), "{e}");
     c.connect_to_nsqd(&addr(&nsqd)).unwrap();
     assert_eq!(c.stats().connections, 1, "subscribed when it returns");
-    // Already connected: at once.
-    c.connect_to_nsqd(&addr(&nsqd)).unwrap();
+    // Already connected: refused at once, as go-nsq's ErrAlreadyConnected, nothing changed.
+    let e = c.connect_to_nsqd(&addr(&nsqd)).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::AlreadyConnected, "{e}");
+    assert!(e.message.contains(&addr(&nsqd)), "{e}");
+    assert_eq!(c.stats().connections, 1);
     nsqd.publish("cn", b"hi");
     let mut c = c;
     let m = c.next(WAIT).expect("a message");

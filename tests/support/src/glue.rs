@@ -25,6 +25,7 @@ pub fn error(e: &Error) -> s::ClientError {
         Error::Backpressure(_) => s::ErrorKind::Backpressure,
         Error::Consumer(_) => s::ErrorKind::Consumer,
         Error::Closed => s::ErrorKind::Closed,
+        Error::AlreadyConnected(_) => s::ErrorKind::AlreadyConnected,
         Error::NoRuntime(_) => s::ErrorKind::NoRuntime,
         Error::Connect { .. } => s::ErrorKind::Connect,
         Error::Lookupd { error, .. } => s::ErrorKind::Lookupd {

@@ -29,7 +29,10 @@ pub(super) type ConnectReply = Reply<Result<(), Error>>;
 
 pub(super) enum Control {
     /// Replied to once the nsqd's first connection is ready or has failed.
-    AddNsqd(String, ConnectReply),
+    /// `true`: refused with [`Error::AlreadyConnected`](crate::Error::AlreadyConnected) when
+    /// a connection to the address is open or being opened (`connect_to_nsqd`); `false`: the
+    /// outcome of an address the builder added is waited for.
+    AddNsqd(String, bool, ConnectReply),
     /// Replied to once the lookupd has answered a query, or failed to (at once when its
     /// last outcome is known).
     AddLookupd(String, ConnectReply),
@@ -301,12 +304,30 @@ impl Logic for ConsumerLogic {
                 let _ = a.apply(&mut self.machine, now);
             }
             Input::Control(c) => match c {
-                Control::AddNsqd(a, reply) => {
+                Control::AddNsqd(a, strict, reply) => {
+                    let addr = a.trim();
+                    let open = |conn| {
+                        self.machine.connection(conn).is_none_or(|c| {
+                            matches!(
+                                c.state(),
+                                nsq_proto::connection::ConnectionState::Handshaking
+                                    | nsq_proto::connection::ConnectionState::Ready
+                            )
+                        })
+                    };
+                    if strict
+                        && self
+                            .machine
+                            .connections()
+                            .any(|(conn, at)| at == addr && open(conn))
+                    {
+                        reply.send(Err(crate::Error::AlreadyConnected(addr.to_owned())));
+                        return;
+                    }
                     if let Err(e) = self.machine.add_nsqd(now, &a) {
                         reply.send(Err(e.into()));
                         return;
                     }
-                    let addr = a.trim();
                     let ready = self.machine.connections().any(|(conn, at)| {
                         at == addr
                             && self.machine.connection(conn).is_some_and(|c| {

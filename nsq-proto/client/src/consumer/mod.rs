@@ -131,9 +131,23 @@ impl<R: Adapter> ConsumerHandle<R> {
     /// - [`Error::Connect`] with the reason otherwise (refused, timed out, reset, ...): the
     ///   consumer keeps the address and reconnects to it with backoff.
     pub async fn connect_to_nsqd(&self, addr: &str) -> Result<(), Error> {
+        self.add_nsqd(addr, true).await
+    }
+
+    /// Adds `addr` and waits for its first outcome; `strict`: refused when a connection to it
+    /// is open or being opened.
+    async fn add_nsqd(&self, addr: &str, strict: bool) -> Result<(), Error> {
         let (tx, rx) = oneshot();
-        self.control(Control::AddNsqd(addr.to_owned(), tx))?;
+        self.control(Control::AddNsqd(addr.to_owned(), strict, tx))?;
         rx.recv().await.map_err(|_| Error::Closed)?
+    }
+
+    /// Waits for the first outcome of each nsqd the builder added (`ConsumerBuilder::connect`).
+    pub(crate) async fn await_nsqds(&self, addrs: &[String]) -> Result<(), Error> {
+        for a in addrs {
+            self.add_nsqd(a, false).await?;
+        }
+        Ok(())
     }
 
     /// Adds several nsqd TCP addresses.
@@ -427,7 +441,7 @@ impl<R: Adapter> sealed::BuildConsumer for Consumer<R> {
         let consumer = start::<R>(setup.0);
         Box::pin(async move {
             let consumer = consumer?;
-            consumer.handle.connect_to_nsqds(&nsqd).await?;
+            consumer.handle.await_nsqds(&nsqd).await?;
             consumer.handle.connect_to_lookupds(&lookupd).await?;
             Ok(consumer)
         })
