@@ -178,6 +178,25 @@ fn our_own_options_parse_and_derive() {
     assert_eq!(consumer.close_timeout, 10 * SEC);
 }
 
+/// go-nsq's own default user agent, which every configuration go-nsq marshals carries, is
+/// replaced by this client's; a user's own stays.
+#[test]
+fn a_ported_go_nsq_user_agent_becomes_ours() {
+    for (ua, sent) in [
+        ("go-nsq/1.1.0", nsq_proto::connection::DEFAULT_USER_AGENT),
+        ("go-nsq/1.0.8", nsq_proto::connection::DEFAULT_USER_AGENT),
+        ("go-nsq/custom", "go-nsq/custom"),
+        ("my-app/2.0", "my-app/2.0"),
+    ] {
+        let c: Config = serde_json::from_str(&format!(r#"{{"user_agent": "{ua}"}}"#)).unwrap();
+        assert_eq!(
+            c.connection_config(no_files).unwrap().user_agent,
+            sent,
+            "{ua}"
+        );
+    }
+}
+
 #[test]
 fn defaults_equal_go_nsq_and_the_core_defaults() {
     let c = Config::default();

@@ -99,7 +99,8 @@ impl fmt::Display for Event {
                 ..
             } => write!(
                 f,
-                "nsqd {nsqd} disconnected ({reason}); retrying in {delay:.1?}"
+                "nsqd {nsqd} disconnected ({reason}); retrying {}",
+                crate::logging::RetryIn(*delay)
             ),
             Event::Disconnected { nsqd, reason, .. } => {
                 write!(f, "nsqd {nsqd} disconnected ({reason})")

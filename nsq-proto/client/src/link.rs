@@ -246,7 +246,9 @@ impl<S: Socket> Link<S> {
                 }
                 Poll::Ready(Ok(data)) => report(SocketEvent::Data(data)),
                 Poll::Ready(Err(e)) => {
-                    span.in_scope(|| tracing::warn!(error = %e, "read failed"));
+                    // The connection's end is logged once, with this reason, where the
+                    // client acts on it (a retry, or a misconfiguration): DEBUG here.
+                    span.in_scope(|| tracing::debug!(error = %e, "read failed"));
                     self.read_done = true;
                     again = true;
                     if !self.failed {

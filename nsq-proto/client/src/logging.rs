@@ -67,12 +67,13 @@ fn log_connection_closed(
              the address, then add it again)"
         );
     } else if let Some(retry_in) = retry_in {
+        let when = RetryIn(retry_in);
         tracing::warn!(
             %conn,
             nsqd = %addr,
             %reason,
             retry_in = format_args!("{retry_in:.1?}"),
-            "nsqd connection failed; retrying in {retry_in:.1?}"
+            "nsqd connection failed; retrying {when}"
         );
     } else {
         tracing::info!(%conn, nsqd = %addr, %reason, "nsqd connection closed");
@@ -182,5 +183,19 @@ pub(crate) fn log_producer_event(event: &ProducerEvent) {
         } => log_connection_closed(*conn, addr, reason, *retry_in, misconfigured.as_ref()),
         #[allow(unreachable_patterns, reason = "ProducerEvent is non_exhaustive")]
         other => tracing::debug!(?other, "producer event"),
+    }
+}
+
+/// When a connection is tried again, for a log line or an event: "in 508.7ms", or "at once"
+/// (a reconnect with no delay, as after nsqd refused one publish).
+pub(crate) struct RetryIn(pub(crate) std::time::Duration);
+
+impl std::fmt::Display for RetryIn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0.is_zero() {
+            f.write_str("at once")
+        } else {
+            write!(f, "in {:.1?}", self.0)
+        }
     }
 }

@@ -45,6 +45,7 @@ impl Config {
             user_agent: self
                 .user_agent
                 .clone()
+                .filter(|ua| !is_go_nsq_default_user_agent(ua))
                 .unwrap_or_else(|| DEFAULT_USER_AGENT.to_owned()),
             heartbeat_interval: self.heartbeat_interval,
             read_timeout: self.read_timeout,
@@ -213,4 +214,13 @@ impl Config {
             .map_err(|e| setup_error("tls_cert", &e))?;
         Ok(Some(named(tls)))
     }
+}
+
+/// Whether `ua` is go-nsq's own default `user_agent` (`go-nsq/<version>`), which every
+/// configuration marshalled by go-nsq carries: a ported configuration then sends this
+/// client's name, not go-nsq's (nsqd shows it in `/stats`). Any other value is the user's.
+fn is_go_nsq_default_user_agent(ua: &str) -> bool {
+    ua.strip_prefix("go-nsq/").is_some_and(|version| {
+        !version.is_empty() && version.chars().all(|c| c.is_ascii_digit() || c == '.')
+    })
 }

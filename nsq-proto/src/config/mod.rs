@@ -125,7 +125,9 @@ pub struct Config {
     pub client_id: Option<String>,
     /// Sent in IDENTIFY (go-nsq `hostname`; adapters fill in the OS hostname when unset).
     pub hostname: Option<String>,
-    /// Sent in IDENTIFY (go-nsq `user_agent`; default `nsq-rs/<version>`).
+    /// Sent in IDENTIFY (go-nsq `user_agent`; default `nsq-rs/<version>`). go-nsq's own
+    /// default (`go-nsq/<version>`), which a configuration marshalled by go-nsq carries, counts
+    /// as unset: a ported configuration sends this client's name.
     pub user_agent: Option<String>,
     /// Server heartbeat interval (go-nsq `heartbeat_interval`, default 30 s; nsqd accepts
     /// 1 s ..= 60 s).
@@ -216,6 +218,10 @@ pub struct Config {
     pub producer_batching: bool,
     /// How long a graceful stop/close waits for in-flight messages or publishes (default 30 s).
     pub drain_timeout: Duration,
+    /// With the client's `metrics` feature: whether its histograms (handler duration,
+    /// message age, publish duration, batch size) are recorded too, or only its counters and
+    /// gauges, the cheaper setting for very hot consumers (default `true`).
+    pub metrics_histograms: bool,
 }
 
 impl Default for Config {
@@ -276,6 +282,7 @@ impl Default for Config {
             max_pending_publishes: producer.max_pending,
             producer_batching: producer.batching,
             drain_timeout: Duration::from_secs(30),
+            metrics_histograms: true,
         }
     }
 }
@@ -336,6 +343,7 @@ pub const OPTION_NAMES: &[&str] = &[
     "producer_batching",
     "lookupd_authorization",
     "drain_timeout",
+    "metrics_histograms",
 ];
 
 impl Config {
@@ -520,6 +528,7 @@ impl Config {
                 let _ = s.boolean()?;
             }
             "producer_batching" => self.producer_batching = s.boolean()?,
+            "metrics_histograms" => self.metrics_histograms = s.boolean()?,
             _ => return Err(OptionError::Unknown { option: name }),
         }
         self.check(&name)
