@@ -9,9 +9,11 @@
 //! avoids cross-core reference-count traffic; `multi`: one worker thread per CPU).
 //!
 //! `--metrics` (not in the Go tool; needs nsq-tokio's `metrics` feature, refused otherwise)
-//! installs a Prometheus recorder (`PrometheusBuilder::new().install_recorder()`) before the
+//! installs a Prometheus recorder (`PrometheusBuilder`, as the README's recipe) before the
 //! first consumer exists, runs its upkeep every second and renders it once at the end, printing
 //! `metrics: N lines rendered (...)` before the final line: what recording costs, end to end.
+//! Its histograms have the client's buckets (`HISTOGRAM_BUCKETS`); `--no-histograms` records
+//! the counters and gauges only (`metrics_histograms = false`).
 //!
 //! ```text
 //! cargo run --release -p nsq-tokio --example bench_reader -- \
@@ -23,7 +25,7 @@ mod support;
 use nsq_tokio::{Config, Consumer};
 use std::time::{Duration, Instant};
 use support::{
-    BenchArgs, Flags, METRICS_FLAG, Usage, bench_flags, bench_line, cpus, fatal, init_logging, log,
+    BenchArgs, Flags, METRICS_FLAG, NO_HISTOGRAMS_FLAG, Usage, bench_flags, bench_line, cpus, fatal, init_logging, log,
     value,
 };
 
@@ -39,7 +41,8 @@ const USAGE: Usage = Usage {
             "current|multi",
             "tokio scheduler, not a Go flag (default: current)",
         ),
-        METRICS_FLAG
+        METRICS_FLAG,
+        NO_HISTOGRAMS_FLAG
     ),
 };
 
@@ -64,6 +67,7 @@ fn main() {
         }
         // Not a Go flag: `--metrics` records into a Prometheus recorder, installed now.
         let recording = support::recording::Recording::start(flags.boolean("metrics")?)?;
+        let no_histograms = flags.boolean("no-histograms")?;
         let rt = if runtime == "current" {
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -84,6 +88,7 @@ fn main() {
                 let consumer = Consumer::builder(topic.as_str(), channel.as_str())
                     .config(&Config {
                         max_in_flight: 0,
+                        metrics_histograms: !no_histograms,
                         ..Config::default()
                     })
                     .nsqd(addr.as_str())

@@ -15,8 +15,8 @@
 
 mod support;
 
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use nsq_tokio::{Config, Consumer, Message, Producer};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use nsq_tokio::{Config, Consumer, HISTOGRAM_BUCKETS, Message, Producer};
 use std::time::Duration;
 use support::{Flags, Usage, fatal, init_logging, log, terminated, value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -75,7 +75,15 @@ async fn run(flags: &Flags) -> Result<(), String> {
     let publish: u64 = flags.number("publish", 0)?;
     let listen = flags.string("metrics-address", "127.0.0.1:9102");
 
-    let handle = PrometheusBuilder::new()
+    // Real histograms (buckets Prometheus can aggregate across instances), not the
+    // exporter's default summaries.
+    let mut builder = PrometheusBuilder::new();
+    for (name, buckets) in HISTOGRAM_BUCKETS {
+        builder = builder
+            .set_buckets_for_metric(Matcher::Full((*name).to_owned()), buckets)
+            .map_err(|e| format!("buckets of {name}: {e}"))?;
+    }
+    let handle = builder
         .install_recorder()
         .map_err(|e| format!("installing the Prometheus recorder: {e}"))?;
     let listener = tokio::net::TcpListener::bind(&listen)

@@ -86,6 +86,7 @@ pub use events::{EVENTS_CAPACITY, Event, Events};
 pub use handler::{HandlerError, Outcome, StopReport};
 pub use http::{HttpClient, HttpConfig, PendingCall};
 pub use message::{GiveUpHook, Message};
+pub use metrics::HISTOGRAM_BUCKETS;
 pub use producer::{PendingPublish, Producer};
 pub use runtime::{
     Adapter, BoxFuture, Direct, Runtime, Socket, SocketOptions, Timer, Waiter, park_on,
@@ -369,7 +370,7 @@ mod tests {
         let origin = Origin::new(
             "127.0.0.1:4150",
             sink.clone(),
-            crate::metrics::ConsumerMetrics::new("t", "c").answers(),
+            crate::metrics::ConsumerMetrics::new("t", "c", true).answers(),
         );
         let conn = {
             #[allow(

@@ -17,6 +17,51 @@ pub(crate) use on::*;
 #[cfg(not(feature = "metrics"))]
 pub(crate) use off::*;
 
+/// Bucket bounds for each histogram the client records (the `metrics` feature), by metric
+/// name: give them to the recorder so that it renders real histograms, which Prometheus can
+/// aggregate across instances (metrics-exporter-prometheus renders summaries unless told
+/// buckets):
+///
+/// ```ignore
+/// let mut builder = metrics_exporter_prometheus::PrometheusBuilder::new();
+/// for (name, buckets) in nsq_tokio::HISTOGRAM_BUCKETS {
+///     builder = builder.set_buckets_for_metric(Matcher::Full((*name).to_owned()), buckets)?;
+/// }
+/// let handle = builder.install_recorder()?;
+/// ```
+///
+/// Handler and publish durations span 100 µs to a minute, a message's age (from nsqd's
+/// timestamp to its receipt) 1 ms to a day, a batch's size 1 to 5,000 messages.
+pub const HISTOGRAM_BUCKETS: &[(&str, &[f64])] = &[
+    (
+        "nsq_consumer_handler_duration_seconds",
+        &[
+            0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+            2.5, 5.0, 10.0, 30.0, 60.0,
+        ],
+    ),
+    (
+        "nsq_consumer_message_age_seconds",
+        &[
+            0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
+            21600.0, 86400.0,
+        ],
+    ),
+    (
+        "nsq_producer_publish_duration_seconds",
+        &[
+            0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+            2.5, 5.0, 10.0, 30.0, 60.0,
+        ],
+    ),
+    (
+        "nsq_producer_batch_size",
+        &[
+            1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0,
+        ],
+    ),
+];
+
 /// The label value of an error kind (bounded: no error text).
 #[cfg_attr(
     not(feature = "metrics"),
@@ -100,8 +145,17 @@ mod on {
     }
 
     impl ConsumerMetrics {
-        pub(crate) fn new(topic: &str, channel: &str) -> ConsumerMetrics {
+        /// The metrics of a consumer of `topic`/`channel`; its histograms record nothing
+        /// unless `histograms`.
+        pub(crate) fn new(topic: &str, channel: &str, histograms: bool) -> ConsumerMetrics {
             let labels = [("topic", topic.to_owned()), ("channel", channel.to_owned())];
+            let histogram = |name: &'static str| {
+                if histograms {
+                    histogram!(name, &labels)
+                } else {
+                    Histogram::noop()
+                }
+            };
             ConsumerMetrics {
                 topic: topic.to_owned(),
                 channel: channel.to_owned(),
@@ -114,8 +168,8 @@ mod on {
                 in_flight: gauge!("nsq_consumer_in_flight", &labels),
                 connections: gauge!("nsq_consumer_connections", &labels),
                 backoff_level: gauge!("nsq_consumer_backoff_level", &labels),
-                message_age: histogram!("nsq_consumer_message_age_seconds", &labels),
-                handler_duration: histogram!("nsq_consumer_handler_duration_seconds", &labels),
+                message_age: histogram("nsq_consumer_message_age_seconds"),
+                handler_duration: histogram("nsq_consumer_handler_duration_seconds"),
                 answers: AnswerMetrics {
                     handler_errors: counter!("nsq_consumer_handler_errors_total", &labels),
                 },
@@ -292,14 +346,27 @@ mod on {
         topics: HashMap<Arc<str>, TopicMetrics>,
         reconnects: HashMap<String, (Counter, bool)>,
         pending: Gauge,
+        /// Whether the histograms record.
+        histograms: bool,
     }
 
     impl ProducerMetrics {
-        pub(crate) fn new() -> ProducerMetrics {
+        /// A producer's metrics; its histograms record nothing unless `histograms`.
+        pub(crate) fn new(histograms: bool) -> ProducerMetrics {
             ProducerMetrics {
                 topics: HashMap::new(),
                 reconnects: HashMap::new(),
                 pending: gauge!("nsq_producer_pending"),
+                histograms,
+            }
+        }
+
+        /// The histogram `name` with `labels`, or one that records nothing.
+        fn histogram(&self, name: &'static str, labels: &[(&'static str, String)]) -> Histogram {
+            if self.histograms {
+                histogram!(name, labels)
+            } else {
+                Histogram::noop()
             }
         }
 
@@ -319,8 +386,8 @@ mod on {
                             &[("topic", topic.to_owned()), ("result", "ok".to_owned())]
                         ),
                         errors: HashMap::new(),
-                        duration: histogram!("nsq_producer_publish_duration_seconds", &labels),
-                        batch_size: histogram!("nsq_producer_batch_size", &labels),
+                        duration: self.histogram("nsq_producer_publish_duration_seconds", &labels),
+                        batch_size: self.histogram("nsq_producer_batch_size", &labels),
                     },
                 );
                 k
@@ -433,7 +500,7 @@ mod off {
 
     impl ConsumerMetrics {
         #[inline]
-        pub(crate) fn new(_: &str, _: &str) -> ConsumerMetrics {
+        pub(crate) fn new(_: &str, _: &str, _: bool) -> ConsumerMetrics {
             ConsumerMetrics
         }
         #[inline]
@@ -467,7 +534,7 @@ mod off {
 
     impl ProducerMetrics {
         #[inline]
-        pub(crate) fn new() -> ProducerMetrics {
+        pub(crate) fn new(_: bool) -> ProducerMetrics {
             ProducerMetrics
         }
         #[inline]

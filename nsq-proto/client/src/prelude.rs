@@ -4,8 +4,8 @@
 //! adapter re-exports as `proto`.
 
 pub use super::{
-    Backpressure, ChannelStatsReport, ClusterReport, Error, Event, HandlerError, HttpConfig,
-    HttpFailure, InputError, IntoChannel, IntoTopic, Message, NodeFailure, StopReport,
+    Backpressure, ChannelStatsReport, ClusterReport, Error, Event, HISTOGRAM_BUCKETS, HandlerError,
+    HttpConfig, HttpFailure, InputError, IntoChannel, IntoTopic, Message, NodeFailure, StopReport,
     TopicStatsReport,
 };
 pub use nsq_proto::consumer::{BackoffStrategy, ConsumerStats, NsqdState, NsqdStats};

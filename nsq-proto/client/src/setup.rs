@@ -26,6 +26,8 @@ pub(crate) struct AdapterConfig<C> {
     pub write_timeout: Duration,
     /// The local address to connect from (go-nsq `local_addr`).
     pub local_addr: Option<std::net::SocketAddr>,
+    /// Whether the client's metrics include its histograms (`metrics_histograms`).
+    pub histograms: bool,
 }
 
 impl<C: Default> Default for AdapterConfig<C> {
@@ -36,6 +38,7 @@ impl<C: Default> Default for AdapterConfig<C> {
             dial_timeout: defaults.dial_timeout,
             write_timeout: defaults.write_timeout,
             local_addr: defaults.local_addr,
+            histograms: defaults.metrics_histograms,
         }
     }
 }
@@ -64,6 +67,7 @@ pub(crate) fn consumer_config(
         dial_timeout: config.dial_timeout,
         write_timeout: config.write_timeout,
         local_addr: config.local_addr,
+        histograms: config.metrics_histograms,
     })
 }
 
@@ -81,6 +85,7 @@ pub(crate) fn producer_config(
         dial_timeout: config.dial_timeout,
         write_timeout: config.write_timeout,
         local_addr: config.local_addr,
+        histograms: config.metrics_histograms,
     })
 }
 
@@ -112,6 +117,8 @@ pub(crate) struct ConsumerSetup {
     pub write_timeout: Duration,
     /// The local address to connect from (go-nsq `local_addr`).
     pub local_addr: Option<std::net::SocketAddr>,
+    /// Whether its metrics include histograms (`metrics_histograms`).
+    pub histograms: bool,
     /// The builder's own settings, which win over the configuration's whatever the order
     /// they were given in.
     pub set: SetByBuilder,
@@ -176,6 +183,7 @@ impl ConsumerSetup {
             dial_timeout: defaults.dial_timeout,
             write_timeout: defaults.write_timeout,
             local_addr: defaults.local_addr,
+            histograms: defaults.histograms,
             set: SetByBuilder::default(),
         }
     }
@@ -193,6 +201,7 @@ impl ConsumerSetup {
                 self.dial_timeout = c.dial_timeout;
                 self.write_timeout = c.write_timeout;
                 self.local_addr = c.local_addr;
+                self.histograms = c.histograms;
             }
             Err(e) => self.config = Err(e.into()),
         }
@@ -211,7 +220,8 @@ impl ConsumerSetup {
             config.max_in_flight = n;
         }
         let span = consumer_span(&topic, &channel);
-        let metrics = crate::metrics::ConsumerMetrics::new(topic.as_str(), channel.as_str());
+        let metrics =
+            crate::metrics::ConsumerMetrics::new(topic.as_str(), channel.as_str(), self.histograms);
         if config.max_in_flight == 0 {
             span.in_scope(|| log_max_in_flight(0));
         }
@@ -248,6 +258,8 @@ pub(crate) struct ProducerSetup {
     pub write_timeout: Duration,
     /// The local address to connect from (go-nsq `local_addr`).
     pub local_addr: Option<std::net::SocketAddr>,
+    /// Whether its metrics include histograms (`metrics_histograms`).
+    pub histograms: bool,
     /// The builder's own settings (see [`ConsumerSetup::set`]).
     pub set: SetByBuilder,
 }
@@ -261,6 +273,7 @@ impl Default for ProducerSetup {
             seed: None,
             write_timeout: defaults.write_timeout,
             local_addr: defaults.local_addr,
+            histograms: defaults.histograms,
             set: SetByBuilder::default(),
         }
     }
@@ -286,6 +299,8 @@ pub(crate) struct ProducerStart {
     pub max_unanswered: usize,
     /// The core's limits (MPUB bodies are checked against them where they are encoded).
     pub limits: nsq_proto::Limits,
+    /// Whether its metrics include histograms (`metrics_histograms`).
+    pub histograms: bool,
 }
 
 impl ProducerSetup {
@@ -301,6 +316,7 @@ impl ProducerSetup {
                 self.config = Ok(c.machine);
                 self.write_timeout = c.write_timeout;
                 self.local_addr = c.local_addr;
+                self.histograms = c.histograms;
             }
             Err(e) => self.config = Err(e.into()),
         }
@@ -329,6 +345,7 @@ impl ProducerSetup {
             span,
             max_unanswered,
             limits,
+            histograms: self.histograms,
         })
     }
 }

@@ -7,7 +7,7 @@
 /// once at the end: the whole recording path, paid inside the measured process.
 #[cfg(feature = "metrics")]
 mod imp {
-    use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+    use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
     use std::time::Duration;
 
     /// An installed recorder.
@@ -19,7 +19,14 @@ mod imp {
             if !enabled {
                 return Ok(None);
             }
-            PrometheusBuilder::new()
+            // As the README's recipe: the client's histograms with their buckets.
+            let mut builder = PrometheusBuilder::new();
+            for (name, buckets) in nsq_tokio::HISTOGRAM_BUCKETS {
+                builder = builder
+                    .set_buckets_for_metric(Matcher::Full((*name).to_owned()), buckets)
+                    .map_err(|e| format!("buckets of {name}: {e}"))?;
+            }
+            builder
                 .install_recorder()
                 .map(|handle| Some(Recording(handle)))
                 .map_err(|e| format!("installing the Prometheus recorder: {e}"))

@@ -493,6 +493,14 @@ pub const METRICS_FLAG: Flag = switch(
      not a Go flag (needs the `metrics` feature)",
 );
 
+/// `--no-histograms`, with `--metrics`: the client records its counters and gauges only
+/// (`metrics_histograms = false`), the cheaper setting for very hot consumers.
+pub const NO_HISTOGRAMS_FLAG: Flag = switch(
+    "no-histograms",
+    "with --metrics: record counters and gauges only (metrics_histograms = false); not a Go \
+     flag",
+);
+
 /// What `--metrics` answers in a build without the `metrics` feature.
 pub const METRICS_NOT_BUILT: &str =
     "built without the `metrics` feature: rebuild with --features metrics";

@@ -9,7 +9,8 @@
 //!   the adapter's runtime): `glue` (the scenarios' nsq-proto side), the adapters' shared
 //!   test bodies (`http_api`, `metrics` with its `recorder`), the shared scenarios' clients
 //!   (`scenarios`), the conformance suite's (`conformance`), the driver-end runtime and test
-//!   (`driver_end`), `stop()` inside a handler (`stop_inside`), all blocking on an `exec::Exec` (the adapter's way to run a future).
+//!   (`driver_end`), `stop()` inside a handler (`stop_inside`), the Prometheus rendering of
+//!   the client's histograms (`prometheus`), all blocking on an `exec::Exec` (the adapter's way to run a future).
 
 pub mod log_capture;
 pub mod sim;
@@ -30,6 +31,8 @@ pub mod glue;
 pub mod http_api;
 #[cfg(feature = "client")]
 pub mod metrics;
+#[cfg(feature = "client")]
+pub mod prometheus;
 #[cfg(feature = "client")]
 pub mod recorder;
 #[cfg(feature = "client")]

@@ -64,14 +64,18 @@ pub(super) struct ProducerLogic {
 }
 
 impl ProducerLogic {
-    pub(super) fn new(machine: nsq_proto::Producer, stats: Arc<Mutex<ProducerStats>>) -> Self {
+    pub(super) fn new(
+        machine: nsq_proto::Producer,
+        stats: Arc<Mutex<ProducerStats>>,
+        histograms: bool,
+    ) -> Self {
         ProducerLogic {
             machine,
             replies: Replies::default(),
             close_waiters: Vec::new(),
             stats,
             closed: false,
-            metrics: ProducerMetrics::new(),
+            metrics: ProducerMetrics::new(histograms),
         }
     }
 }

@@ -70,7 +70,7 @@ pub(crate) fn start<R: Adapter>(setup: ProducerSetup) -> Result<Producer<R>, Err
     let start = setup.start(runtime.now(), super::random_seed)?;
     let inbox = Inbox::new();
     let stats = Arc::new(Mutex::new(start.machine.stats()));
-    let logic = ProducerLogic::new(start.machine, stats.clone());
+    let logic = ProducerLogic::new(start.machine, stats.clone(), start.histograms);
     let net = Net::new(
         runtime.clone(),
         SocketOptions::new(start.dial_timeout, start.write_timeout)
