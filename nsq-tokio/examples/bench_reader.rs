@@ -25,8 +25,8 @@ mod support;
 use nsq_tokio::{Config, Consumer};
 use std::time::{Duration, Instant};
 use support::{
-    BenchArgs, Flags, METRICS_FLAG, NO_HISTOGRAMS_FLAG, Usage, bench_flags, bench_line, cpus, fatal, init_logging, log,
-    value,
+    BenchArgs, Flags, METRICS_FLAG, NO_HISTOGRAMS_FLAG, Usage, bench_flags, bench_line, cpus,
+    fatal, init_logging, log, value,
 };
 
 const PREFIX: &str = "bench_reader";

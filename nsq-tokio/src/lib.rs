@@ -10,7 +10,11 @@
 //!
 //! * Each client's driver is a task on the tokio runtime `build()` (or `Producer::connect`)
 //!   is called in; that runtime needs its IO and time drivers (`#[tokio::main]` has them),
-//!   else the call fails with [`Error::NoRuntime`].
+//!   else the call fails with [`Error::NoRuntime`], naming the `enable_*` call to add.
+//!   tokio 1.x cannot be asked whether a runtime has them (tokio-rs/tokio#8361): the call
+//!   probes each under `catch_unwind` with the panic hook silenced for its thread, so nothing
+//!   is printed; under `panic = "abort"` nothing can be caught, and a runtime without them
+//!   aborts the process there, as tokio would at the client's first timer.
 //! * [`Consumer::run`]'s workers are tasks of their own, so handlers run in parallel on a
 //!   multi-threaded runtime.
 //! * On a current-thread runtime a driver that did work looks once more before it parks

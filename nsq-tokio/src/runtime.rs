@@ -75,13 +75,18 @@ async fn connect_from(local: std::net::SocketAddr, addr: &str) -> io::Result<Tcp
     Err(last)
 }
 
-/// Whether `handle`'s runtime has the time and IO drivers the client needs. tokio offers no
-/// way to ask, and panics when one is missing: each probe is made under `catch_unwind` (the
-/// panic hook still prints tokio's own message, which names the call to add).
+/// Whether `handle`'s runtime has the time and IO drivers the client needs.
+///
+/// tokio 1.x offers no way to ask (`Handle::has_time_driver` is proposed upstream, in
+/// tokio-rs/tokio#8361): making a timer or registering a socket on a runtime without the
+/// driver panics. So each probe is made under `catch_unwind`, with the panic hook silenced
+/// for this thread meanwhile ([`quietly`]): nothing is printed, and the caller gets
+/// [`Error::NoRuntime`] naming the call to add. Under `panic = "abort"` no panic can be
+/// caught: a runtime without a driver then aborts the process here, as tokio itself would at
+/// the client's first timer.
 fn check_drivers(handle: &Handle) -> Result<(), Error> {
-    use std::panic::{AssertUnwindSafe, catch_unwind};
     let _in_runtime = handle.enter();
-    if catch_unwind(|| drop(tokio::time::sleep(Duration::ZERO))).is_err() {
+    if quietly(|| drop(tokio::time::sleep(Duration::ZERO))).is_err() {
         return Err(Error::NoRuntime(
             "the tokio runtime has no time driver: build it with enable_time() (or \
              enable_all())",
@@ -90,11 +95,11 @@ fn check_drivers(handle: &Handle) -> Result<(), Error> {
     // A socket that cannot be made (no loopback) says nothing about the runtime: then the
     // probe is skipped.
     if let Ok(udp) = std::net::UdpSocket::bind(("127.0.0.1", 0)) {
-        let registered = catch_unwind(AssertUnwindSafe(|| {
+        let registered = quietly(|| {
             let _ = udp
                 .set_nonblocking(true)
                 .and_then(|()| tokio::net::UdpSocket::from_std(udp));
-        }));
+        });
         if registered.is_err() {
             return Err(Error::NoRuntime(
                 "the tokio runtime has no IO driver: build it with enable_io() (or \
@@ -103,6 +108,32 @@ fn check_drivers(handle: &Handle) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+/// Runs `probe` under `catch_unwind` with the panic hook silenced for this thread: a panic of
+/// the probe prints nothing; one of another thread meanwhile goes to the hook as before, and
+/// the hook is given back as it was. Probes run one at a time.
+fn quietly(probe: impl FnOnce()) -> std::thread::Result<()> {
+    use std::panic::{AssertUnwindSafe, catch_unwind, set_hook, take_hook};
+    use std::sync::{Arc, Mutex, PoisonError};
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let _probing = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+    let prober = std::thread::current().id();
+    let previous = Arc::new(take_hook());
+    let others = Arc::clone(&previous);
+    set_hook(Box::new(move |info| {
+        if std::thread::current().id() != prober {
+            others(info);
+        }
+    }));
+    let caught = catch_unwind(AssertUnwindSafe(probe));
+    // Dropping the silencing hook drops its share of the previous one.
+    drop(take_hook());
+    match Arc::try_unwrap(previous) {
+        Ok(hook) => set_hook(hook),
+        Err(shared) => set_hook(Box::new(move |info| shared(info))),
+    }
+    caught
 }
 
 /// tokio's timer.
