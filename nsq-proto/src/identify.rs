@@ -43,6 +43,15 @@ pub struct Identify {
     pub user_agent: String,
     /// Server-side message timeout in milliseconds: `0` default, else at least 1000.
     pub msg_timeout: i64,
+    /// The client's region (go-nsq's `topology_region`; nsqd after v1.3.0): with nsqd's
+    /// `topology-aware-consumption` experiment, a consumer in nsqd's own region is preferred
+    /// over others. Not sent when empty.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub topology_region: String,
+    /// The client's zone (go-nsq's `topology_zone`): a consumer in nsqd's own zone is
+    /// preferred over any other. Not sent when empty.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub topology_zone: String,
 }
 
 impl Identify {
@@ -143,6 +152,10 @@ pub struct IdentifyResponse {
     pub output_buffer_size: i64,
     /// The output buffer timeout in force, in milliseconds.
     pub output_buffer_timeout: i64,
+    /// nsqd's `--topology-region` (nsqd after v1.3.0; empty otherwise).
+    pub topology_region: String,
+    /// nsqd's `--topology-zone` (nsqd after v1.3.0; empty otherwise).
+    pub topology_zone: String,
 }
 
 impl Default for IdentifyResponse {
@@ -161,6 +174,8 @@ impl Default for IdentifyResponse {
             auth_required: false,
             output_buffer_size: 16 * 1024,
             output_buffer_timeout: 250,
+            topology_region: String::new(),
+            topology_zone: String::new(),
         }
     }
 }

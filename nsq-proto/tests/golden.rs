@@ -56,6 +56,9 @@ fn identify_header_length_and_fields() {
         sample_rate: 10,
         user_agent: "nsq-rs/0.1.0".into(),
         msg_timeout: 60_000,
+        // Empty: not sent (nsqd v1.3.0 has no such fields).
+        topology_region: String::new(),
+        topology_zone: String::new(),
     };
     let out = encode(|b| command::identify(b, &identify).unwrap());
     assert_eq!(&out[..9], b"IDENTIFY\n");

@@ -77,6 +77,26 @@ pub struct Options {
     pub command_log_limit: usize,
     /// How many bytes of each command's body the log keeps (default 64 KiB).
     pub command_log_body_limit: usize,
+    /// `--topology-region` (nsqd after v1.3.0; default none).
+    pub topology_region: String,
+    /// `--topology-zone` (nsqd after v1.3.0; default none).
+    pub topology_zone: String,
+    /// `--enable-experiment=topology-aware-consumption` (nsqd after v1.3.0): a channel
+    /// hands a message to a subscriber in nsqd's own zone when one is ready for it, else to
+    /// one in its own region, else to any; and counts zone-local, region-local and global
+    /// deliveries.
+    pub topology_aware_consumption: bool,
+}
+
+impl Options {
+    /// Whether the broker behaves as nsqd after v1.3.0 does with topology: a zone, a region or
+    /// the experiment set (its IDENTIFY reply, `/info` and `/stats` then carry the topology
+    /// fields; otherwise they are v1.3.0's).
+    pub fn topology(&self) -> bool {
+        self.topology_aware_consumption
+            || !self.topology_region.is_empty()
+            || !self.topology_zone.is_empty()
+    }
 }
 
 impl Default for Options {
@@ -112,6 +132,9 @@ impl Default for Options {
             nsqlookupd_tcp_addresses: Vec::new(),
             command_log_limit: 100_000,
             command_log_body_limit: 64 * 1024,
+            topology_region: String::new(),
+            topology_zone: String::new(),
+            topology_aware_consumption: false,
         }
     }
 }

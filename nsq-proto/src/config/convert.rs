@@ -47,6 +47,8 @@ impl Config {
                 .clone()
                 .filter(|ua| !is_go_nsq_default_user_agent(ua))
                 .unwrap_or_else(|| DEFAULT_USER_AGENT.to_owned()),
+            topology_region: self.topology_region.clone().filter(|r| !r.is_empty()),
+            topology_zone: self.topology_zone.clone().filter(|z| !z.is_empty()),
             heartbeat_interval: self.heartbeat_interval,
             read_timeout: self.read_timeout,
             msg_timeout: (!self.msg_timeout.is_zero()).then_some(self.msg_timeout),

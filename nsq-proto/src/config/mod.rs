@@ -129,6 +129,14 @@ pub struct Config {
     /// default (`go-nsq/<version>`), which a configuration marshalled by go-nsq carries, counts
     /// as unset: a ported configuration sends this client's name.
     pub user_agent: Option<String>,
+    /// The client's region, sent in IDENTIFY (go-nsq `topology_region`, nsqd after v1.3.0):
+    /// with nsqd's `topology-aware-consumption` experiment, consumers in nsqd's own region are
+    /// preferred; with [`Routing::Topology`](crate::producer::Routing::Topology), a producer
+    /// prefers nsqd in its own region. Default: none.
+    pub topology_region: Option<String>,
+    /// The client's zone, sent in IDENTIFY (go-nsq `topology_zone`): as `topology_region`,
+    /// one level closer (same zone first, then same region, then any). Default: none.
+    pub topology_zone: Option<String>,
     /// Server heartbeat interval (go-nsq `heartbeat_interval`, default 30 s; nsqd accepts
     /// 1 s ..= 60 s).
     pub heartbeat_interval: Duration,
@@ -201,8 +209,9 @@ pub struct Config {
     /// How long a consumer's lookupd query may take (default 30 s; also accepted as
     /// `lookupd_poll_timeout`).
     pub lookupd_timeout: Duration,
-    /// Producer routing, `failover` (first healthy nsqd in the given order, default) or
-    /// `round_robin` (option name `producer_routing`).
+    /// Producer routing, `failover` (first healthy nsqd in the given order, default),
+    /// `round_robin`, or `topology` (the nearest healthy nsqd: same zone, then same region,
+    /// then any) (option name `producer_routing`).
     pub producer_routing: Routing,
     /// Longest wait of a publish for a ready connection (default 5 s).
     pub publish_timeout: Duration,
@@ -248,6 +257,8 @@ impl Default for Config {
             client_id: None,
             hostname: None,
             user_agent: None,
+            topology_region: None,
+            topology_zone: None,
             heartbeat_interval: Duration::from_secs(30),
             sample_rate: 0,
             tls_v1: false,
@@ -307,6 +318,8 @@ pub const OPTION_NAMES: &[&str] = &[
     "client_id",
     "hostname",
     "user_agent",
+    "topology_region",
+    "topology_zone",
     "heartbeat_interval",
     "sample_rate",
     "tls_v1",
@@ -481,6 +494,8 @@ impl Config {
             "client_id" => self.client_id = s.string()?,
             "hostname" => self.hostname = s.string()?,
             "user_agent" => self.user_agent = s.string()?,
+            "topology_region" => self.topology_region = s.string()?,
+            "topology_zone" => self.topology_zone = s.string()?,
             "heartbeat_interval" => self.heartbeat_interval = s.duration()?,
             "sample_rate" => self.sample_rate = s.int_in("within 0..=99")?,
             "tls_v1" => self.tls_v1 = s.boolean()?,
@@ -510,7 +525,7 @@ impl Config {
             "reconnect_reset_after" => self.reconnect_reset_after = s.duration()?,
             "lookupd_timeout" | "lookupd_poll_timeout" => self.lookupd_timeout = s.duration()?,
             "producer_routing" => {
-                self.producer_routing = s.named("\"failover\" or \"round_robin\"")?;
+                self.producer_routing = s.named("\"failover\", \"round_robin\" or \"topology\"")?;
             }
             "publish_timeout" => self.publish_timeout = s.duration()?,
             "reply_timeout" => self.reply_timeout = s.duration()?,

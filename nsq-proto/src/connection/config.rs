@@ -103,6 +103,13 @@ pub struct ConnectionConfig {
     pub hostname: Option<String>,
     /// Sent as IDENTIFY's `user_agent`. Default [`DEFAULT_USER_AGENT`].
     pub user_agent: String,
+    /// Sent as IDENTIFY's `topology_region` (go-nsq's option): the client's region, for
+    /// nsqd's `topology-aware-consumption` experiment and the producer's
+    /// [`Routing::Topology`](crate::producer::Routing::Topology). Default: none.
+    pub topology_region: Option<String>,
+    /// Sent as IDENTIFY's `topology_zone` (go-nsq's option): the client's zone. Default:
+    /// none.
+    pub topology_zone: Option<String>,
     /// How often nsqd sends heartbeats: 1 s ..= 60 s. Default 30 s.
     pub heartbeat_interval: Duration,
     /// Silence after which the connection is declared dead. `None`: 2 x `heartbeat_interval`.
@@ -144,6 +151,8 @@ impl Default for ConnectionConfig {
             client_id: None,
             hostname: None,
             user_agent: DEFAULT_USER_AGENT.to_owned(),
+            topology_region: None,
+            topology_zone: None,
             heartbeat_interval: Duration::from_secs(30),
             read_timeout: None,
             msg_timeout: None,
@@ -267,6 +276,8 @@ impl ConnectionConfig {
             sample_rate: i64::from(self.sample_rate),
             user_agent: self.user_agent.clone(),
             msg_timeout: self.msg_timeout.map_or(0, millis),
+            topology_region: self.topology_region.clone().unwrap_or_default(),
+            topology_zone: self.topology_zone.clone().unwrap_or_default(),
         };
         identify.validate().map_err(|e| match e {
             crate::command::CommandError::InvalidIdentify(why) => ConfigError::Invalid(why),

@@ -171,17 +171,32 @@ impl Discovery {
                 gave_up: counts.gave_up,
                 reconnects: p.attempts.saturating_sub(1),
                 reconnect_at: p.next_attempt.filter(|_| p.conn.is_none()),
+                topology_zone: String::new(),
+                topology_region: String::new(),
             };
-            match out.get_mut(i) {
-                Some(old) => {
-                    let mut address = std::mem::take(&mut old.address);
-                    address.clone_from(addr);
-                    *old = NsqdStats { address, ..entry };
-                }
-                None => out.push(NsqdStats {
+            if let Some(old) = out.get_mut(i) {
+                let mut address = std::mem::take(&mut old.address);
+                address.clone_from(addr);
+                let zone = std::mem::take(&mut old.topology_zone);
+                let region = std::mem::take(&mut old.topology_region);
+                *old = NsqdStats {
+                    address,
+                    topology_zone: zone,
+                    topology_region: region,
+                    ..entry
+                };
+            } else {
+                out.push(NsqdStats {
                     address: addr.clone(),
                     ..entry
-                }),
+                });
+            }
+            // nsqd's topology, once a connection has heard it (kept after it ends); the
+            // strings' allocations are reused.
+            if let Some(n) = c.and_then(Connection::negotiated) {
+                let row = &mut out[i];
+                row.topology_zone.clone_from(&n.identify.topology_zone);
+                row.topology_region.clone_from(&n.identify.topology_region);
             }
         }
     }

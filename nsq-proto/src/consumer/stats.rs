@@ -102,6 +102,11 @@ pub struct NsqdStats {
     pub reconnects: u64,
     /// When the next reconnect attempt is due (directly added nsqd whose connection ended).
     pub reconnect_at: Option<Instant>,
+    /// nsqd's `--topology-zone`, as its IDENTIFY reply last said (nsqd after v1.3.0; empty
+    /// for older ones, or before the first connection was ready).
+    pub topology_zone: String,
+    /// nsqd's `--topology-region`, likewise.
+    pub topology_region: String,
 }
 
 impl NsqdStats {
@@ -134,6 +139,8 @@ impl fmt::Debug for NsqdStats {
             .field("gave_up", &self.gave_up)
             .field("reconnects", &self.reconnects)
             .field("reconnect_at", &self.reconnect_at.map(|_| Scheduled))
+            .field("topology_zone", &self.topology_zone)
+            .field("topology_region", &self.topology_region)
             .finish()
     }
 }

@@ -14,6 +14,14 @@ pub enum Routing {
     Failover,
     /// Ready connections in turn, spreading the load over every healthy nsqd.
     RoundRobin,
+    /// The nearest ready connection by topology: an nsqd in the producer's own zone first
+    /// (the connection's `topology_zone` as nsqd's IDENTIFY reply states it, against
+    /// [`ConnectionConfig::topology_zone`](crate::ConnectionConfig::topology_zone)), then one in
+    /// its own region, then any; the order the addresses were added breaks ties, as with
+    /// [`Failover`](Routing::Failover). Cross-zone traffic is what a multi-zone deployment
+    /// pays for. nsqd states its topology from after v1.3.0 (`--topology-zone`,
+    /// `--topology-region`); without it, this is [`Failover`](Routing::Failover).
+    Topology,
 }
 
 /// Configuration of a [`Producer`](super::Producer).

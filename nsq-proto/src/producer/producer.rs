@@ -623,10 +623,46 @@ impl Producer {
     fn next_route(&self) -> Option<usize> {
         let n = self.nodes.len();
         let start = match self.config.routing {
-            Routing::Failover => 0,
             Routing::RoundRobin => self.rr_next % n.max(1),
+            _ => 0,
         };
-        (0..n).map(|k| (start + k) % n).find(|&i| self.ready(i))
+        let mut ready = (0..n).map(|k| (start + k) % n).filter(|&i| self.ready(i));
+        if self.config.routing != Routing::Topology {
+            return ready.next();
+        }
+        // The nearest: same zone (2), same region (1), any (0); the first of the nearest.
+        let (zone, region) = (
+            self.config.connection.topology_zone.as_deref(),
+            self.config.connection.topology_region.as_deref(),
+        );
+        let nearness = |i: usize| {
+            let Some(reply) = self.nodes[i]
+                .link
+                .as_ref()
+                .and_then(|l| l.conn.as_ref())
+                .and_then(Connection::negotiated)
+                .map(|n| &n.identify)
+            else {
+                return 0;
+            };
+            let same = |ours: Option<&str>, theirs: &str| ours.is_some_and(|o| o == theirs);
+            if same(zone, &reply.topology_zone) {
+                2
+            } else {
+                u8::from(same(region, &reply.topology_region))
+            }
+        };
+        let mut best: Option<(usize, u8)> = None;
+        for i in ready {
+            let near = nearness(i);
+            if best.is_none_or(|(_, b)| near > b) {
+                best = Some((i, near));
+                if near == 2 {
+                    break;
+                }
+            }
+        }
+        best.map(|(i, _)| i)
     }
 
     /// The ready node the next publish goes to; with round-robin, the turn passes on.

@@ -27,6 +27,12 @@ pub(crate) struct IdentifyReply<'a> {
     pub(crate) auth_required: bool,
     pub(crate) output_buffer_size: i64,
     pub(crate) output_buffer_timeout: i64,
+    /// nsqd after v1.3.0 only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) topology_region: Option<&'a str>,
+    /// nsqd after v1.3.0 only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) topology_zone: Option<&'a str>,
 }
 
 /// A command's failure: the error frame's text, and whether nsqd closes the connection.

@@ -404,6 +404,8 @@ impl Nsqd {
                 auth_required: false,
                 output_buffer_size: 16384,
                 output_buffer_timeout: 250,
+                topology_region: None,
+                topology_zone: None,
             };
             let json = serde_json::to_vec(&reply).unwrap_or_default();
             self.respond(id, &json);

@@ -121,6 +121,12 @@ pub struct Channel {
     pub in_flight_log: VecDeque<(Instant, usize)>,
     /// `/channel/pause`: nothing is delivered until unpaused.
     pub paused: bool,
+    /// Deliveries to zone-local subscribers (with [`Queues::topology`]).
+    pub zone_local_msg_count: u64,
+    /// Deliveries to region-local subscribers that are not zone-local.
+    pub region_local_msg_count: u64,
+    /// Deliveries to any other subscriber.
+    pub global_msg_count: u64,
 }
 
 impl Channel {
@@ -206,6 +212,10 @@ pub struct Flow {
     pub requeued: u64,
     /// Its messages that timed out.
     pub timed_out: u64,
+    /// In nsqd's zone (the topology experiment on): preferred for the channel's messages.
+    pub zone_local: bool,
+    /// In nsqd's region (the experiment on): preferred after zone-local subscribers.
+    pub region_local: bool,
 }
 
 impl Flow {
@@ -222,6 +232,8 @@ impl Flow {
             finished: 0,
             requeued: 0,
             timed_out: 0,
+            zone_local: false,
+            region_local: false,
         }
     }
 
@@ -281,6 +293,12 @@ pub struct Queues {
     pub flows: BTreeMap<ClientId, Flow>,
     /// Keep each channel's [`Channel::in_flight_log`].
     pub log_in_flight: bool,
+    /// nsqd after v1.3.0 with a topology: deliveries are counted as zone-local, region-local
+    /// or global; with `topology_aware`, zone-local subscribers are preferred, then
+    /// region-local ones.
+    pub topology: bool,
+    /// The `topology-aware-consumption` experiment.
+    pub topology_aware: bool,
     next_msg: u64,
 }
 
@@ -291,6 +309,8 @@ impl Queues {
             topics: BTreeMap::new(),
             flows: BTreeMap::new(),
             log_in_flight: false,
+            topology: false,
+            topology_aware: false,
             next_msg: first_id,
         }
     }
@@ -609,14 +629,29 @@ impl Queues {
     /// Sends queued messages to subscribers with `in_flight < rdy`, round robin.
     pub fn dispatch(&mut self, now: Instant, out: &mut Vec<Push>) {
         let log = self.log_in_flight;
+        let (topology, topology_aware) = (self.topology, self.topology_aware);
         let Queues { topics, flows, .. } = self;
         for topic in topics.values_mut() {
             for ch in topic.channels.values_mut().filter(|ch| !ch.paused) {
                 while !ch.queue.is_empty() {
                     let n = ch.clients.len();
-                    let chosen = (0..n)
-                        .map(|k| (ch.rr + k) % n)
-                        .find(|&i| flows.get(&ch.clients[i]).is_some_and(Flow::is_ready));
+                    let ready = |i: &usize, want: fn(&Flow) -> bool| {
+                        flows
+                            .get(&ch.clients[*i])
+                            .is_some_and(|f| f.is_ready() && want(f))
+                    };
+                    let next = |want: fn(&Flow) -> bool| {
+                        (0..n).map(|k| (ch.rr + k) % n).find(|i| ready(i, want))
+                    };
+                    // nsqd's channel hands a message to a waiting zone-local pump first, then
+                    // a region-local one, then any.
+                    let chosen = if topology_aware {
+                        next(|f| f.zone_local)
+                            .or_else(|| next(|f| f.region_local))
+                            .or_else(|| next(|_| true))
+                    } else {
+                        next(|_| true)
+                    };
                     let Some(i) = chosen else { break };
                     ch.rr = (i + 1) % n;
                     let cid = ch.clients[i];
@@ -629,6 +664,15 @@ impl Queues {
                     msg.attempts = msg.attempts.saturating_add(1);
                     c.in_flight += 1;
                     c.delivered += 1;
+                    if topology {
+                        if c.zone_local {
+                            ch.zone_local_msg_count += 1;
+                        } else if c.region_local {
+                            ch.region_local_msg_count += 1;
+                        } else {
+                            ch.global_msg_count += 1;
+                        }
+                    }
                     out.push(Push::Message(cid, msg.clone()));
                     if c.in_flight >= c.rdy {
                         // nsqd's message pump flushes once the client is not ready.

@@ -109,6 +109,25 @@ impl NsqdBuilder {
         self
     }
 
+    /// `--topology-zone` (nsqd after v1.3.0).
+    pub fn topology_zone(mut self, zone: &str) -> Self {
+        zone.clone_into(&mut self.opts.topology_zone);
+        self
+    }
+
+    /// `--topology-region` (nsqd after v1.3.0).
+    pub fn topology_region(mut self, region: &str) -> Self {
+        region.clone_into(&mut self.opts.topology_region);
+        self
+    }
+
+    /// `--enable-experiment=topology-aware-consumption` (nsqd after v1.3.0; see
+    /// [`Options::topology_aware_consumption`](crate::Options::topology_aware_consumption)).
+    pub fn topology_aware_consumption(mut self, on: bool) -> Self {
+        self.opts.topology_aware_consumption = on;
+        self
+    }
+
     /// Also serve nsqd's HTTP API (`/ping`, `/info`, `/pub`, `/mpub`, `/stats`,
     /// `/topic/{create,delete,empty,pause,unpause}`,
     /// `/channel/{create,delete,empty,pause,unpause}`, `/config/:opt`).
@@ -137,13 +156,16 @@ impl NsqdBuilder {
         let listener = TcpListener::bind("127.0.0.1:0")?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
+        let mut state = State::default();
+        state.queues.topology = opts.topology();
+        state.queues.topology_aware = opts.topology_aware_consumption;
         let inner = Arc::new(Inner {
             opts,
             tls,
             addr,
             listener: Mutex::new(Some(listener)),
             ignore_accepts: AtomicBool::new(false),
-            state: Mutex::new(State::default()),
+            state: Mutex::new(state),
             wake: Condvar::new(),
             shutdown: AtomicBool::new(false),
             faults: Arc::default(),

@@ -122,6 +122,22 @@ struct ChannelJson {
     clients: Option<Vec<ClientJson>>,
     paused: bool,
     e2e_processing_latency: LatencyResult,
+    /// nsqd after v1.3.0 (`omitempty`): deliveries by the consumer's topology.
+    #[serde(skip_serializing_if = "is_zero")]
+    zone_local_msg_count: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    region_local_msg_count: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    global_msg_count: u64,
+}
+
+/// Go's `omitempty` for a count.
+#[allow(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde's skip_serializing_if passes a reference"
+)]
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// nsqd's `PubCount`.
@@ -421,6 +437,8 @@ impl Inner {
                 max_output_buffer_size: o.max_output_buffer_size,
                 max_output_buffer_timeout: nanos(o.max_output_buffer_timeout),
                 max_deflate_level: o.max_deflate_level,
+                topology_zone: o.topology().then_some(o.topology_zone.as_str()),
+                topology_region: o.topology().then_some(o.topology_region.as_str()),
             },
         )
     }
@@ -695,6 +713,9 @@ impl Inner {
                     clients: client_list,
                     paused: ch.paused,
                     e2e_processing_latency: e2e,
+                    zone_local_msg_count: ch.zone_local_msg_count,
+                    region_local_msg_count: ch.region_local_msg_count,
+                    global_msg_count: ch.global_msg_count,
                 });
             }
             // The topic's quantiles merge all its channels' (nil without channels).

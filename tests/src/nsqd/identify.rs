@@ -30,6 +30,8 @@ pub(super) struct IdentifyData {
     pub(super) client_id: String,
     pub(super) hostname: String,
     pub(super) user_agent: String,
+    pub(super) topology_region: String,
+    pub(super) topology_zone: String,
 }
 
 /// A JSON document's top-level object entries in document order (`None` for `null`), which
@@ -99,6 +101,8 @@ impl IdentifyData {
                 "client_id" => value.as_str()?.clone_into(&mut d.client_id),
                 "hostname" => value.as_str()?.clone_into(&mut d.hostname),
                 "user_agent" => value.as_str()?.clone_into(&mut d.user_agent),
+                "topology_region" => value.as_str()?.clone_into(&mut d.topology_region),
+                "topology_zone" => value.as_str()?.clone_into(&mut d.topology_zone),
                 "heartbeat_interval" => d.heartbeat_interval = int(value, i64::MIN, i64::MAX)?,
                 "output_buffer_size" => d.output_buffer_size = int(value, i64::MIN, i64::MAX)?,
                 "output_buffer_timeout" => {
@@ -230,6 +234,12 @@ impl Conn {
             f.msg_timeout = msg_timeout;
             if first {
                 f.pump_msg_timeout = msg_timeout;
+                // nsqd's message pump compares the client's topology with its own once, with
+                // the experiment on (empty equals empty, as in Go).
+                if opts.topology_aware_consumption {
+                    f.zone_local = data.topology_zone == opts.topology_zone;
+                    f.region_local = data.topology_region == opts.topology_region;
+                }
             }
             c.identify = Some(json);
         })?;
@@ -281,6 +291,8 @@ impl Conn {
             auth_required,
             output_buffer_size: obuf_size,
             output_buffer_timeout: millis(obuf_timeout),
+            topology_region: opts.topology().then_some(opts.topology_region.as_str()),
+            topology_zone: opts.topology().then_some(opts.topology_zone.as_str()),
         })
         .map_err(|e| fatal("E_IDENTIFY_FAILED", format!("IDENTIFY failed {e}")))?;
         // The frame that precedes the next upgrade (or goes out last).

@@ -180,6 +180,11 @@ struct InfoReply<'a> {
     max_output_buffer_size: i64,
     max_output_buffer_timeout: u64,
     max_deflate_level: i64,
+    /// nsqd after v1.3.0 only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    topology_zone: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    topology_region: Option<&'a str>,
 }
 
 /// A strict in-process nsqd v1.3.0 stand-in on `127.0.0.1` (ephemeral port).

@@ -36,6 +36,12 @@ pub struct ChannelStats {
     pub clients: Vec<ClientId>,
     /// Paused (`/channel/pause`): nothing is delivered.
     pub paused: bool,
+    /// Deliveries to subscribers in the broker's zone (with a topology: nsqd after v1.3.0).
+    pub zone_local_msg_count: u64,
+    /// Deliveries to subscribers in its region, not its zone.
+    pub region_local_msg_count: u64,
+    /// Deliveries to any other subscriber.
+    pub global_msg_count: u64,
 }
 
 /// Counters of a topic.
@@ -166,6 +172,9 @@ impl Inner {
                         timed_out: ch.timed_out,
                         clients: ch.clients.clone(),
                         paused: ch.paused,
+                        zone_local_msg_count: ch.zone_local_msg_count,
+                        region_local_msg_count: ch.region_local_msg_count,
+                        global_msg_count: ch.global_msg_count,
                     })
                     .collect(),
             })

@@ -47,6 +47,8 @@ pub struct Connection {
     pub msg_timeout: Option<Duration>,
     /// Touch unanswered messages on their own, for at most this long (`auto_touch`).
     pub auto_touch: Option<Duration>,
+    /// The client's zone and region, sent in IDENTIFY (`topology_zone`, `topology_region`).
+    pub topology: Option<(String, String)>,
 }
 
 /// Consumer settings (a part of nsq-proto's `ConsumerConfig`, given to the builder's
@@ -79,6 +81,8 @@ pub struct ConsumerOptions {
 pub struct ProducerOptions {
     /// How long a publish waits for a connection.
     pub publish_timeout: Option<Duration>,
+    /// Route to the nearest nsqd by topology (nsq-proto's `Routing::Topology`).
+    pub routing_topology: bool,
     /// Connection settings.
     pub connection: Connection,
 }
@@ -294,6 +298,8 @@ pub struct NsqdStats {
     pub requeued: u64,
     /// Reconnect attempts.
     pub reconnects: u64,
+    /// The nsqd's zone, as its IDENTIFY reply said (empty if it said none).
+    pub topology_zone: String,
 }
 
 /// The producer statistics the scenarios look at.
@@ -635,6 +641,8 @@ scenario_list! {
     server_errors_are_typed: 20,
     a_refused_message_costs_no_outage: 60,
     a_limit_nsqd_stated_applies_at_once: 20,
+    topology_aware_consumption_prefers_the_same_zone: 20,
+    producer_routing_by_topology_prefers_the_nearest_nsqd: 30,
     concurrent_publishes_leave_in_batches: 60,
     publish_async_keeps_thousands_under_way: 60,
     publish_async_is_refused_beyond_max_pending_publishes: 30,
@@ -769,6 +777,7 @@ mod faults;
 mod flow;
 mod publish;
 mod security;
+mod topology;
 
 use consume::{
     a_panicking_handler_requeues_with_backoff, dropped_message_is_requeued,
@@ -803,6 +812,10 @@ use publish::{
 use security::{
     auth, deflate, lookupd_misconfiguration_is_typed, misconfigurations_are_typed_errors, snappy,
     tls, tls_required_is_reported_by_connect,
+};
+use topology::{
+    producer_routing_by_topology_prefers_the_nearest_nsqd,
+    topology_aware_consumption_prefers_the_same_zone,
 };
 
 #[cfg(test)]

@@ -93,6 +93,7 @@ pub(super) fn auth(f: &dyn Factory) {
             auth_secret: Some("wrong".into()),
             ..Connection::default()
         },
+        ..ProducerOptions::default()
     };
     let p = f.producer(&[addr(&nsqd)], Some(&bad)).unwrap();
     assert!(p.publish("auth", b"x").is_err());

@@ -153,6 +153,10 @@ fn connection(config: &mut ConnectionConfig, c: &s::Connection) {
     if let Some(limit) = c.auto_touch {
         config.auto_touch = Some(limit);
     }
+    if let Some((zone, region)) = &c.topology {
+        config.topology_zone = Some(zone.clone());
+        config.topology_region = Some(region.clone());
+    }
 }
 
 fn set<T: Copy>(field: &mut T, value: Option<T>) {
@@ -184,6 +188,9 @@ pub fn producer_config(o: &s::ProducerOptions) -> ProducerConfig {
     let mut c = ProducerConfig::default();
     set(&mut c.publish_timeout, o.publish_timeout);
     connection(&mut c.connection, &o.connection);
+    if o.routing_topology {
+        c.routing = nsq_proto::producer::Routing::Topology;
+    }
     c
 }
 
@@ -217,6 +224,7 @@ pub fn consumer_stats(st: &ConsumerStats) -> s::ConsumerStats {
                 finished: n.finished,
                 requeued: n.requeued,
                 reconnects: n.reconnects,
+                topology_zone: n.topology_zone.clone(),
             })
             .collect(),
     }
