@@ -350,5 +350,16 @@ mod tests {
             e.to_string(),
             "nsqd 127.0.0.1:4150 disconnected (connection refused); retrying in 1.5s"
         );
+        // A reconnect without delay (after nsqd refused one publish) says so.
+        let e = Event::Disconnected {
+            nsqd: "127.0.0.1:4150".into(),
+            reason: "E_BAD_MESSAGE".into(),
+            retry_in: Some(Duration::ZERO),
+            misconfigured: None,
+        };
+        assert_eq!(
+            e.to_string(),
+            "nsqd 127.0.0.1:4150 disconnected (E_BAD_MESSAGE); retrying at once"
+        );
     }
 }

@@ -131,7 +131,7 @@ pub struct Config {
     pub user_agent: Option<String>,
     /// The client's region, sent in IDENTIFY (go-nsq `topology_region`, nsqd after v1.3.0):
     /// with nsqd's `topology-aware-consumption` experiment, consumers in nsqd's own region are
-    /// preferred; with [`Routing::Topology`](crate::producer::Routing::Topology), a producer
+    /// preferred; with [`Routing::Topology`], a producer
     /// prefers nsqd in its own region. Default: none.
     pub topology_region: Option<String>,
     /// The client's zone, sent in IDENTIFY (go-nsq `topology_zone`): as `topology_region`,
