@@ -138,27 +138,3 @@ nsq_client::blocking_api! {
     runtime: Blocking,
     starts: "Works from any thread; starts the client's driver thread.",
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::fmt::Debug;
-
-    /// The generated types keep what the client types they wrap have: sendable across
-    /// threads, shared handles cloneable, the consumer an iterator of messages.
-    #[test]
-    fn generated_types_keep_their_traits() {
-        fn shared<T: Send + Sync + Clone + Debug>() {}
-        fn owned<T: Send + Debug>() {}
-        fn messages<T: IntoIterator<Item = Message>>() {}
-        shared::<ConsumerHandle>();
-        shared::<Producer>();
-        shared::<HttpClient>();
-        shared::<Cluster>();
-        owned::<Consumer>();
-        owned::<ConsumerBuilder>();
-        owned::<ProducerBuilder>();
-        owned::<IntoIter>();
-        messages::<Consumer>();
-    }
-}

@@ -172,26 +172,3 @@ nsq_client::async_api! {
     run: "Each of the `concurrency` workers is a tokio task of its own, so handlers run in \
           parallel on a multi-threaded runtime.",
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::fmt::Debug;
-
-    /// The generated types keep what the client types they wrap have: sendable across tasks,
-    /// shared handles cloneable, the consumer a `Stream` of messages.
-    #[test]
-    fn generated_types_keep_their_traits() {
-        fn shared<T: Send + Sync + Clone + Debug>() {}
-        fn owned<T: Send + Debug>() {}
-        fn stream<T: futures_lite::Stream<Item = Message> + Unpin>() {}
-        shared::<ConsumerHandle>();
-        shared::<Producer>();
-        shared::<HttpClient>();
-        shared::<Cluster>();
-        owned::<Consumer>();
-        owned::<ConsumerBuilder>();
-        owned::<ProducerBuilder>();
-        stream::<Consumer>();
-    }
-}

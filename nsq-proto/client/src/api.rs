@@ -41,6 +41,35 @@ macro_rules! async_api {
         run: $run:literal $(,)?
     ) => {
         $crate::__guide!();
+        // The generated types keep what the client types they wrap have: sendable, the
+        // shared handles cloneable, all of them `Debug` (checked where they are generated).
+        #[allow(dead_code, reason = "a compile-time check, never called")]
+        const _: () = {
+            fn shared<
+                T: ::core::marker::Send
+                    + ::core::marker::Sync
+                    + ::core::clone::Clone
+                    + ::core::fmt::Debug,
+            >() {
+            }
+            fn owned<T: ::core::marker::Send + ::core::fmt::Debug>() {}
+            fn stream<
+                T: $crate::__private::futures_core::Stream<Item = $crate::Message>
+                    + ::core::marker::Unpin,
+            >() {
+            }
+            fn check() {
+                shared::<ConsumerHandle>();
+                shared::<Producer>();
+                shared::<HttpClient>();
+                shared::<Cluster>();
+                owned::<Consumer>();
+                owned::<ConsumerBuilder>();
+                owned::<ProducerBuilder>();
+                owned::<PendingPublish>();
+                stream::<Consumer>();
+            }
+        };
 
         // ------------------------------------------------------------------------ Consumer
 
@@ -747,6 +776,31 @@ macro_rules! blocking_api {
         starts: $starts:literal $(,)?
     ) => {
         $crate::__guide!();
+        // The generated types keep what the client types they wrap have: sendable, the
+        // shared handles cloneable, all of them `Debug` (checked where they are generated).
+        #[allow(dead_code, reason = "a compile-time check, never called")]
+        const _: () = {
+            fn shared<
+                T: ::core::marker::Send
+                    + ::core::marker::Sync
+                    + ::core::clone::Clone
+                    + ::core::fmt::Debug,
+            >() {
+            }
+            fn owned<T: ::core::marker::Send + ::core::fmt::Debug>() {}
+            fn messages<T: ::core::iter::IntoIterator<Item = $crate::Message>>() {}
+            fn check() {
+                shared::<ConsumerHandle>();
+                shared::<Producer>();
+                shared::<HttpClient>();
+                shared::<Cluster>();
+                owned::<Consumer>();
+                owned::<ConsumerBuilder>();
+                owned::<ProducerBuilder>();
+                owned::<PendingPublish>();
+                messages::<Consumer>();
+            }
+        };
 
         // ------------------------------------------------------------------------ Consumer
 
