@@ -50,11 +50,6 @@ pub(super) struct Node {
     pub(super) link: Option<Session>,
     pub(super) schedule: ReconnectSchedule,
     pub(super) next_attempt: Option<Instant>,
-    /// The largest message this nsqd takes, as configured or as learned from its refusals
-    /// (`E_BAD_MESSAGE ... too big N > MAX`); larger ones are not put in batches.
-    pub(super) max_msg: u32,
-    /// The largest MPUB body, likewise (`E_BAD_BODY ... too big N > MAX`).
-    pub(super) max_body: u32,
     /// Its last connection showed a misconfiguration (the wrong port, a TLS mismatch,
     /// refused credentials): not connected to again until it is added again.
     pub(super) parked: Option<Misconfiguration>,

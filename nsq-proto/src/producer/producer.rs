@@ -387,8 +387,6 @@ impl Producer {
                 self.config.reconnect_max_delay,
             ),
             next_attempt: None,
-            max_msg: self.config.connection.limits.max_msg_size,
-            max_body: self.config.connection.limits.max_body_size,
             parked: None,
         });
         self.connect(now, self.nodes.len() - 1);

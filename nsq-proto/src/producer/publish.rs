@@ -80,11 +80,14 @@ impl Producer {
 
     /// Gathers a publish for node `i`'s next write (`i` is ready). A single publish joins the
     /// batch of its topic gathered last, when batching is on, the batch is not closed to
-    /// merging and the MPUB body stays within the nsqd's limit.
+    /// merging and the MPUB body stays within the limit nsqd stated (or the configured one).
     pub(super) fn enqueue(&mut self, i: usize, id: PublishId, topic: &Topic, item: Item<'_>) {
         let batching = self.config.batching;
+        let (max_msg, max_body) = (
+            self.learned.max_msg_size as usize,
+            self.learned.max_body_size as usize,
+        );
         let node = &mut self.nodes[i];
-        let (max_msg, max_body) = (node.max_msg as usize, node.max_body as usize);
         let Some(link) = node.link.as_mut() else {
             // Not reached: `route` only returns ready nodes.
             let failure = self.unavailable();
@@ -353,7 +356,7 @@ impl Producer {
         }
     }
 
-    /// Lowers the producer's size limits, and node `i`'s, to what nsqd said in a refusal
+    /// Lowers the producer's size limits to what nsqd `i` said in a refusal
     /// (`... too big N > MAX`).
     pub(super) fn learn_limits(&mut self, i: usize, e: &ServerError) {
         let description = e.description();
@@ -367,32 +370,18 @@ impl Producer {
         else {
             return;
         };
-        match e.code() {
-            ErrorCode::BadMessage => {
-                self.learned.max_msg_size = self.learned.max_msg_size.min(max);
-            }
-            ErrorCode::BadBody => self.learned.max_body_size = self.learned.max_body_size.min(max),
-            _ => {}
-        }
-        let node = &mut self.nodes[i];
-        match e.code() {
-            ErrorCode::BadMessage if max < node.max_msg => {
-                tracing::info!(
-                    addr = node.addr,
-                    max,
-                    "nsqd's max-msg-size is lower than configured"
-                );
-                node.max_msg = max;
-            }
-            ErrorCode::BadBody if max < node.max_body => {
-                tracing::info!(
-                    addr = node.addr,
-                    max,
-                    "nsqd's max-body-size is lower than configured"
-                );
-                node.max_body = max;
-            }
-            _ => {}
+        let (limit, learned) = match e.code() {
+            ErrorCode::BadMessage => ("max-msg-size", &mut self.learned.max_msg_size),
+            ErrorCode::BadBody => ("max-body-size", &mut self.learned.max_body_size),
+            _ => return,
+        };
+        if max < *learned {
+            *learned = max;
+            tracing::info!(
+                addr = self.nodes[i].addr,
+                max,
+                "nsqd's {limit} is lower than configured"
+            );
         }
     }
 }
