@@ -4,6 +4,8 @@
 
 #[path = "support/exec.rs"]
 mod exec;
+#[path = "support/no_driver.rs"]
+mod no_driver;
 
 use nsq_client::Error;
 use nsq_proto::Config;
@@ -62,21 +64,7 @@ fn every_call_returns_when_the_driver_panics_or_its_runtime_is_dropped() {
 fn a_runtime_without_timers_or_io_is_an_error_naming_what_to_enable() {
     let nsqd = Nsqd::start().unwrap();
     let addr = nsqd.tcp_address().to_string();
-    for (missing, build) in [
-        (
-            "enable_time()",
-            tokio::runtime::Builder::new_current_thread()
-                .enable_io()
-                .build(),
-        ),
-        (
-            "enable_io()",
-            tokio::runtime::Builder::new_current_thread()
-                .enable_time()
-                .build(),
-        ),
-    ] {
-        let rt = build.unwrap();
+    for (missing, rt) in no_driver::runtimes_missing_a_driver() {
         let (tx, rx) = std::sync::mpsc::channel();
         let addr = addr.clone();
         let t = std::thread::spawn(move || {

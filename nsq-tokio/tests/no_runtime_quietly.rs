@@ -2,6 +2,9 @@
 //! from the panic hook (tokio panics when asked for a driver it lacks; the probe is silent),
 //! and the application's hook is left as it was. A binary of its own: it sets the hook.
 
+#[path = "support/no_driver.rs"]
+mod no_driver;
+
 use nsq_tokio::Error;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -13,23 +16,9 @@ fn no_runtime_is_reported_without_a_panic_message() {
     std::panic::set_hook(Box::new(move |_| {
         counted.fetch_add(1, Ordering::SeqCst);
     }));
-    for (missing, rt) in [
-        (
-            "enable_time()",
-            tokio::runtime::Builder::new_current_thread()
-                .enable_io()
-                .build(),
-        ),
-        (
-            "enable_io()",
-            tokio::runtime::Builder::new_current_thread()
-                .enable_time()
-                .build(),
-        ),
-    ] {
-        let built = rt
-            .unwrap()
-            .block_on(async { nsq_tokio::Producer::builder().nsqd("127.0.0.1:1").build() });
+    for (missing, rt) in no_driver::runtimes_missing_a_driver() {
+        let built =
+            rt.block_on(async { nsq_tokio::Producer::builder().nsqd("127.0.0.1:1").build() });
         match built {
             Err(Error::NoRuntime(why)) => assert!(why.contains(missing), "{why}"),
             other => panic!("expected NoRuntime naming {missing}, got {other:?}"),

@@ -250,12 +250,7 @@ pub(super) fn a_refused_message_costs_no_outage(f: &dyn Factory) {
         .topic("refused")
         .is_some_and(|t| t.message_count == 5000)));
     // One connection was replaced, once: two IDENTIFYs in all.
-    let identifies = nsqd
-        .commands()
-        .iter()
-        .filter(|c| c.name() == "IDENTIFY")
-        .count();
-    assert_eq!(identifies, 2);
+    assert_eq!(identifies(&nsqd), 2);
     p.close();
 }
 
@@ -290,12 +285,7 @@ pub(super) fn a_limit_nsqd_stated_applies_at_once(f: &dyn Factory) {
         "local refusals count as failed"
     );
     // The one refusal nsqd made replaced the connection once: two IDENTIFYs in all.
-    let identifies = nsqd
-        .commands()
-        .iter()
-        .filter(|c| c.name() == "IDENTIFY")
-        .count();
-    assert_eq!(identifies, 2);
+    assert_eq!(identifies(&nsqd), 2);
     p.close();
 }
 
@@ -439,4 +429,12 @@ pub(super) fn local_addr_is_bound(f: &dyn Factory) {
         ..GoConfig::default()
     };
     assert!(f.producer_connect(&addr(&nsqd), &v6).is_err());
+}
+
+/// The IDENTIFYs `nsqd` read: one per connection made.
+fn identifies(nsqd: &Nsqd) -> usize {
+    nsqd.commands()
+        .iter()
+        .filter(|c| c.name() == "IDENTIFY")
+        .count()
 }
