@@ -71,6 +71,16 @@ pub enum Event {
         /// added again.
         misconfigured: bool,
     },
+    /// The adaptive in-flight limit moved (`max_in_flight_mode = adaptive`): the consumer
+    /// now lets at most `limit` messages be in flight.
+    InFlightLimit {
+        /// The new limit.
+        limit: u32,
+        /// The median handling latency that moved it (zero when an expired message did).
+        latency: Duration,
+        /// The uncongested latency it is measured against, once measured.
+        uncongested: Option<Duration>,
+    },
     /// This stream fell behind by more than [`EVENTS_CAPACITY`] events: the oldest `missed`
     /// events were dropped before this one.
     Lagged {
@@ -116,6 +126,7 @@ impl fmt::Display for Event {
             Event::LookupdFailed { lookupd, error, .. } => {
                 write!(f, "nsqlookupd {lookupd} query failed: {error}")
             }
+            Event::InFlightLimit { limit, .. } => write!(f, "in-flight limit now {limit}"),
             Event::Lagged { missed } => write!(f, "{missed} events were dropped (lagging)"),
         }
     }

@@ -140,6 +140,18 @@ pub(crate) fn log_consumer_event<'a>(
         ConsumerEvent::LookupdAnswered { addr, producers } => {
             tracing::debug!(lookupd = %addr, producers, "nsqlookupd answered");
         }
+        ConsumerEvent::InFlightLimitChanged {
+            limit,
+            latency,
+            uncongested,
+        } => {
+            tracing::debug!(
+                limit,
+                latency = ?latency,
+                uncongested = ?uncongested.unwrap_or_default(),
+                "adaptive in-flight limit changed"
+            );
+        }
         #[allow(unreachable_patterns, reason = "ConsumerEvent is non_exhaustive")]
         other => tracing::debug!(?other, "consumer event"),
     }

@@ -135,6 +135,7 @@ mod on {
         in_flight: Gauge,
         connections: Gauge,
         backoff_level: Gauge,
+        in_flight_limit: Gauge,
         message_age: Histogram,
         handler_duration: Histogram,
         answers: AnswerMetrics,
@@ -168,6 +169,7 @@ mod on {
                 in_flight: gauge!("nsq_consumer_in_flight", &labels),
                 connections: gauge!("nsq_consumer_connections", &labels),
                 backoff_level: gauge!("nsq_consumer_backoff_level", &labels),
+                in_flight_limit: gauge!("nsq_consumer_in_flight_limit", &labels),
                 message_age: histogram("nsq_consumer_message_age_seconds"),
                 handler_duration: histogram("nsq_consumer_handler_duration_seconds"),
                 answers: AnswerMetrics {
@@ -247,6 +249,9 @@ mod on {
             if stats.backoff_level != last.backoff_level {
                 self.backoff_level.set(f64::from(stats.backoff_level));
             }
+            if stats.in_flight_limit != last.in_flight_limit || !last.set {
+                self.in_flight_limit.set(f64::from(stats.in_flight_limit));
+            }
             for n in stats.nsqd.iter().filter(|_| rows) {
                 if !self.rdy.contains_key(&n.address) {
                     let labels = [
@@ -276,6 +281,8 @@ mod on {
                 backoff_level: stats.backoff_level,
                 in_flight: stats.in_flight,
                 connections: stats.connections,
+                in_flight_limit: stats.in_flight_limit,
+                set: true,
             };
         }
 
@@ -284,6 +291,7 @@ mod on {
             self.in_flight.set(0.0);
             self.connections.set(0.0);
             self.backoff_level.set(0.0);
+            self.in_flight_limit.set(0.0);
             for (gauge, _) in self.rdy.values() {
                 gauge.set(0.0);
             }
@@ -301,6 +309,9 @@ mod on {
         backoff_level: u32,
         in_flight: usize,
         connections: usize,
+        in_flight_limit: u32,
+        /// The gauges were set once.
+        set: bool,
     }
 
     #[allow(clippy::cast_precision_loss, reason = "a count as a gauge value")]

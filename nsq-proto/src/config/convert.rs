@@ -78,6 +78,8 @@ impl Config {
         Ok(ConsumerConfig {
             connection: self.connection_config(read_file)?,
             max_in_flight: self.max_in_flight,
+            max_in_flight_mode: self.max_in_flight_mode,
+            min_in_flight: self.min_in_flight,
             max_attempts: self.max_attempts,
             default_requeue_delay: self.default_requeue_delay,
             max_requeue_delay: self.max_requeue_delay,

@@ -51,7 +51,7 @@
 
 use crate::command::Limits;
 use crate::connection::{Secret, TlsConfig};
-use crate::consumer::{BackoffStrategy, ConsumerConfig};
+use crate::consumer::{BackoffStrategy, ConsumerConfig, InFlightMode};
 use crate::producer::{ProducerConfig, Routing};
 use serde_json::Value;
 use std::net::SocketAddr;
@@ -179,6 +179,11 @@ pub struct Config {
     pub output_buffer_timeout: Duration,
     /// Most messages in flight over all connections (go-nsq `max_in_flight`, default 1).
     pub max_in_flight: u32,
+    /// `static` (the default: `max_in_flight` is the limit) or `adaptive` (`max_in_flight`
+    /// is the ceiling of a limit that follows the handlers' latencies).
+    pub max_in_flight_mode: InFlightMode,
+    /// The adaptive limit's floor (default 1).
+    pub min_in_flight: u32,
     /// Server-side message timeout for this client; 0 leaves nsqd's default (go-nsq
     /// `msg_timeout`; nsqd needs at least 1 s).
     pub msg_timeout: Duration,
@@ -275,6 +280,8 @@ impl Default for Config {
             output_buffer_size: 16384,
             output_buffer_timeout: Duration::from_millis(250),
             max_in_flight: 1,
+            max_in_flight_mode: InFlightMode::Static,
+            min_in_flight: 1,
             msg_timeout: Duration::ZERO,
             auto_touch: false,
             auto_touch_limit: Duration::from_secs(15 * 60),
@@ -336,6 +343,8 @@ pub const OPTION_NAMES: &[&str] = &[
     "output_buffer_size",
     "output_buffer_timeout",
     "max_in_flight",
+    "max_in_flight_mode",
+    "min_in_flight",
     "msg_timeout",
     "auto_touch",
     "auto_touch_limit",
@@ -513,6 +522,10 @@ impl Config {
             "output_buffer_size" => self.output_buffer_size = s.int_in("-1, 0 or at least 64")?,
             "output_buffer_timeout" => self.output_buffer_timeout = s.duration()?,
             "max_in_flight" => self.max_in_flight = s.int_in("within 0..=4294967295")?,
+            "max_in_flight_mode" => {
+                self.max_in_flight_mode = s.named("\"static\" or \"adaptive\"")?;
+            }
+            "min_in_flight" => self.min_in_flight = s.int_in("within 1..=4294967295")?,
             "msg_timeout" => self.msg_timeout = s.duration()?,
             "auto_touch" => self.auto_touch = s.boolean()?,
             "auto_touch_limit" => self.auto_touch_limit = s.duration()?,

@@ -291,6 +291,12 @@ impl Connection {
         self.inflight.contains(id)
     }
 
+    /// When an in-flight message was delivered (`None` if it is not in flight).
+    #[must_use]
+    pub fn delivered_at(&self, id: &MessageId) -> Option<Instant> {
+        self.inflight.get(id).map(|(_, delivered)| delivered)
+    }
+
     /// When the last message was delivered.
     #[must_use]
     pub fn last_message_at(&self) -> Option<Instant> {

@@ -4,6 +4,20 @@ use super::policy::BackoffStrategy;
 use crate::connection::ConnectionConfig;
 use std::time::Duration;
 
+/// How the consumer's in-flight limit is set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum InFlightMode {
+    /// `max_in_flight` is the limit, changed only by `set_max_in_flight` (go-nsq's way).
+    #[default]
+    Static,
+    /// `max_in_flight` is a ceiling; the limit below it follows the handlers' latencies: it
+    /// settles where the handlers' downstream is busy without a queue, and follows its
+    /// capacity as it changes (see [`Consumer`](super::Consumer#an-adaptive-limit)).
+    Adaptive,
+}
+
 /// Configuration of a [`Consumer`](super::Consumer).
 ///
 /// A plain struct with public fields and [`Default`], so `..Default::default()` works:
@@ -20,6 +34,13 @@ pub struct ConsumerConfig {
     /// The most messages in flight over all connections together (go-nsq `max_in_flight`,
     /// default 1). 0 pauses the consumer.
     pub max_in_flight: u32,
+    /// Whether `max_in_flight` is the limit ([`InFlightMode::Static`], the default) or the
+    /// ceiling of a limit the consumer finds from the handlers' latencies
+    /// ([`InFlightMode::Adaptive`]; go-style option `max_in_flight_mode`).
+    pub max_in_flight_mode: InFlightMode,
+    /// The adaptive limit's floor (option `min_in_flight`, default 1; capped by
+    /// `max_in_flight`). Unused in the static mode.
+    pub min_in_flight: u32,
     /// Messages delivered more often than this are finished and reported as
     /// [`ConsumerEvent::GaveUp`](super::ConsumerEvent::GaveUp) (go-nsq `max_attempts`, default
     /// 5). 0 means unlimited.
@@ -77,6 +98,8 @@ impl Default for ConsumerConfig {
         ConsumerConfig {
             connection: ConnectionConfig::default(),
             max_in_flight: 1,
+            max_in_flight_mode: InFlightMode::Static,
+            min_in_flight: 1,
             max_attempts: 5,
             default_requeue_delay: Duration::from_secs(90),
             max_requeue_delay: Duration::from_secs(15 * 60),

@@ -2,7 +2,8 @@
 //! connection it names and to the parts that act on it ([`FlowControl`] for RDY and backoff,
 //! [`Discovery`] for the nsqd and lookupd sets), which share the state in [`Shared`].
 
-use super::config::ConsumerConfig;
+use super::adaptive::{Adaptive, Change};
+use super::config::{ConsumerConfig, InFlightMode};
 use super::discovery::Discovery;
 use super::events::{ConsumerError, ConsumerEvent};
 use super::flow::FlowControl;
@@ -103,6 +104,10 @@ pub struct Consumer {
     shared: Shared,
     /// RDY distribution and backoff.
     flow: FlowControl,
+    /// `max_in_flight` as configured or last set: the limit, or the adaptive limit's ceiling.
+    ceiling: u32,
+    /// The adaptive limit ([`InFlightMode::Adaptive`]).
+    adaptive: Option<Adaptive>,
     /// The nsqd and lookupd sets, reconnects.
     discovery: Discovery,
     closed_emitted: bool,
@@ -122,8 +127,15 @@ impl Consumer {
     /// drawn from a generator seeded with `seed`. It does nothing until nsqd or lookupd
     /// addresses are added.
     pub fn new(config: ConsumerConfig, topic: Topic, channel: Channel, seed: u64) -> Consumer {
+        let adaptive = (config.max_in_flight_mode == InFlightMode::Adaptive)
+            .then(|| Adaptive::new(config.min_in_flight, config.max_in_flight, seed));
+        let limit = adaptive
+            .as_ref()
+            .map_or(config.max_in_flight, Adaptive::limit);
         Consumer {
-            flow: FlowControl::new(config.max_in_flight),
+            flow: FlowControl::new(limit),
+            ceiling: config.max_in_flight,
+            adaptive,
             topic,
             channel,
             shared: Shared::new(config, seed),
@@ -145,10 +157,24 @@ impl Consumer {
         &self.shared.config
     }
 
-    /// The current `max_in_flight` (changed by [`set_max_in_flight`](Self::set_max_in_flight)).
+    /// The current `max_in_flight` (changed by [`set_max_in_flight`](Self::set_max_in_flight)):
+    /// the limit, or in the adaptive mode its ceiling.
     #[inline]
     pub fn max_in_flight(&self) -> u32 {
+        self.ceiling
+    }
+
+    /// The in-flight limit in force: `max_in_flight`, or in the adaptive mode the limit it
+    /// found (between `min_in_flight` and `max_in_flight`).
+    #[inline]
+    pub fn in_flight_limit(&self) -> u32 {
         self.flow.max_in_flight()
+    }
+
+    /// In the adaptive mode, the handling latency the limit is measured against (the median
+    /// at a limit where nothing queues), once measured.
+    pub fn uncongested_latency(&self) -> Option<Duration> {
+        self.adaptive.as_ref().and_then(Adaptive::baseline)
     }
 
     /// Counters and the current flow-control state, in total and per nsqd.
@@ -180,6 +206,7 @@ impl Consumer {
         out.unanswered_elsewhere = count(self.shared.ghost_shares);
         out.connections = count(live.ready);
         out.backoff_level = self.flow.backoff_level();
+        out.in_flight_limit = self.flow.max_in_flight();
         out.total_rdy = live.rdy;
         out.known_nsqd = self.discovery.known();
         out.in_flight = count(live.in_flight);
@@ -365,12 +392,14 @@ impl Consumer {
         id: &MessageId,
     ) -> Result<(), ConsumerError> {
         self.forget_ghost(now, conn, id);
+        let handed = self.handed_at(conn, id);
         self.flow.before_answer(now, conn, id, &mut self.shared);
         self.connection_mut(conn)?.finish(now, id)?;
         self.finished += 1;
         self.answered(conn, |c| c.finished += 1);
         // Backoff first: leaving backoff re-plans RDY, which makes a refill unnecessary.
         self.flow.on_success(now, &mut self.shared);
+        self.adapt(now, handed, true);
         self.after_answer(now, conn);
         Ok(())
     }
@@ -423,6 +452,7 @@ impl Consumer {
             self.after_answer(now, conn);
             return Ok(());
         }
+        let handed = self.handed_at(conn, id);
         if backoff {
             // RDY 0 everywhere is queued before the REQ that caused it.
             self.flow.on_failure(now, &mut self.shared);
@@ -431,6 +461,7 @@ impl Consumer {
         self.connection_mut(conn)?.requeue(now, id, delay)?;
         self.requeued += 1;
         self.answered(conn, |c| c.requeued += 1);
+        self.adapt(now, handed, false);
         self.after_answer(now, conn);
         Ok(())
     }
@@ -447,10 +478,56 @@ impl Consumer {
         Ok(())
     }
 
-    /// Changes `max_in_flight` at runtime; 0 pauses the consumer (RDY 0 everywhere).
+    /// Changes `max_in_flight` at runtime; 0 pauses the consumer (RDY 0 everywhere). In the
+    /// adaptive mode it is the ceiling: the limit stays where it was if it is below.
     pub fn set_max_in_flight(&mut self, now: Instant, max_in_flight: u32) {
+        self.ceiling = max_in_flight;
+        let limit = match self.adaptive.as_mut() {
+            Some(a) => {
+                a.set_ceiling(now, max_in_flight);
+                a.limit()
+            }
+            None => max_in_flight,
+        };
+        self.flow.set_max_in_flight(now, limit, &mut self.shared);
+    }
+
+    /// When the message `id` of `conn` was handed out, if the adaptive limit wants it.
+    fn handed_at(&self, conn: ConnId, id: &MessageId) -> Option<Instant> {
+        self.adaptive.as_ref()?;
+        self.shared
+            .slots
+            .get(conn)
+            .and_then(|s| s.conn.as_ref())
+            .and_then(|c| c.delivered_at(id))
+    }
+
+    /// Feeds an answer to the adaptive limit (`handed`: from [`Consumer::handed_at`]).
+    fn adapt(&mut self, now: Instant, handed: Option<Instant>, ok: bool) {
+        let (Some(handed), Some(a)) = (handed, self.adaptive.as_mut()) else {
+            return;
+        };
+        if self.flow.backoff_level() > 0 || self.shared.closing {
+            a.hold();
+            return;
+        }
+        a.resume(now);
+        let held = self.shared.handed_total + self.shared.ghost_shares + 1;
+        if let Some(change) = a.on_answer(now, handed, held, ok) {
+            self.limit_changed(now, change);
+        }
+    }
+
+    fn limit_changed(&mut self, now: Instant, change: Change) {
         self.flow
-            .set_max_in_flight(now, max_in_flight, &mut self.shared);
+            .set_max_in_flight(now, change.limit, &mut self.shared);
+        self.shared
+            .events
+            .push_back(ConsumerEvent::InFlightLimitChanged {
+                limit: change.limit,
+                latency: change.latency,
+                uncongested: change.baseline,
+            });
     }
 
     /// Adds an nsqd TCP address (`host:port`) to connect to directly; it is reconnected with
@@ -670,6 +747,9 @@ impl Consumer {
                     let Some(slot) = self.shared.slots.get(id) else {
                         return;
                     };
+                    if let Some(a) = self.adaptive.as_mut() {
+                        a.note_handshake(slot.handshake);
+                    }
                     let addr = slot.addr.clone();
                     self.shared
                         .events
@@ -688,6 +768,9 @@ impl Consumer {
                     }
                 }
                 ConnectionEvent::MessageExpired(mid) => {
+                    if let Some(change) = self.adaptive.as_mut().and_then(|a| a.on_expired(now)) {
+                        self.limit_changed(now, change);
+                    }
                     // nsqd has requeued it, but the application still holds it.
                     if self.shared.ghosts.insert((id, mid)) {
                         self.shared.ghost_shares += 1;

@@ -87,6 +87,17 @@ pub enum ConsumerEvent {
         /// Why.
         error: LookupdError,
     },
+    /// The adaptive in-flight limit moved
+    /// ([`InFlightMode::Adaptive`](super::InFlightMode::Adaptive)); RDY follows it.
+    InFlightLimitChanged {
+        /// The new limit.
+        limit: u32,
+        /// The median handling latency of the window that moved it (zero when a message's
+        /// expiry moved it).
+        latency: Duration,
+        /// The uncongested latency it was measured against.
+        uncongested: Option<Duration>,
+    },
     /// The consumer has shut down: every connection is closed. Emitted once, after
     /// [`Consumer::close`](super::Consumer::close).
     Closed {

@@ -53,11 +53,12 @@
 // queues), `slots.rs` the connections (`Slots`, `Slot`), `timers.rs` the consumer-wide timer
 // table, `events.rs` and `stats.rs` the types the application sees. No part imports the
 // coordinator.
-mod config;
 #[expect(
     clippy::module_inception,
     reason = "the coordinator lives in a file named for it, beside the parts it drives"
 )]
+mod adaptive;
+mod config;
 mod consumer;
 mod discovery;
 mod events;
@@ -69,7 +70,7 @@ mod slots;
 mod stats;
 mod timers;
 
-pub use config::ConsumerConfig;
+pub use config::{ConsumerConfig, InFlightMode};
 pub use consumer::Consumer;
 pub use events::{ConsumerError, ConsumerEvent};
 pub use flow::{ANSWER_FAILURE_BURST, ANSWER_FAILURE_WINDOW};

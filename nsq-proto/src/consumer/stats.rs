@@ -29,6 +29,8 @@ pub struct ConsumerStats {
     pub connections: usize,
     /// The current backoff level (0 = full speed).
     pub backoff_level: u32,
+    /// The in-flight limit in force: `max_in_flight`, or the adaptive limit below it.
+    pub in_flight_limit: u32,
     /// Sum of the RDY counts last sent on ready connections.
     pub total_rdy: u64,
     /// nsqd addresses the consumer keeps track of, connected or not: every directly added

@@ -235,6 +235,15 @@ impl ConsumerLogic {
                 error: error.to_string(),
                 misconfigured: error.is_misconfiguration(),
             },
+            ConsumerEvent::InFlightLimitChanged {
+                limit,
+                latency,
+                uncongested,
+            } => Event::InFlightLimit {
+                limit: *limit,
+                latency: *latency,
+                uncongested: *uncongested,
+            },
             _ => return None,
         })
     }

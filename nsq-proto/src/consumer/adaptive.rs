@@ -1,0 +1,609 @@
+//! The adaptive in-flight limit ([`Adaptive`]): `max_in_flight` as a ceiling, and below it a
+//! limit that follows what the handlers' downstream can take, from each message's handling
+//! latency (hand-out to answer) and outcome.
+//!
+//! # The model
+//!
+//! A handler's downstream (a database, a service, a disk) serves some number of operations at
+//! once at its service time; beyond that, operations queue, and the handling latency grows
+//! with the queue while the throughput does not. The best limit is the knee: as many messages
+//! as keep the downstream busy, and no queue.
+//!
+//! # The algorithm: a gradient over a re-measured minimum latency
+//!
+//! * **Windows.** Latencies are gathered per window (a log-scale histogram: O(1) per answer)
+//!   from the messages handed out after the window began, so a window measures the limit it
+//!   was opened with. A window closes once it holds enough samples (and at least
+//!   [`MIN_WINDOW`]); its median is the window's latency.
+//! * **Start-up.** From the floor, the limit doubles each window while the median stays
+//!   within [`STARTUP_EXIT`] of the lowest median seen, which is the baseline (the
+//!   uncongested latency).
+//! * **The gradient.** When a window's median exceeds the baseline by more than
+//!   [`TOLERANCE`], the application holds more than the downstream serves: by Little's law it
+//!   holds `rate x median` on average, of which `rate x baseline` are served, so the rest,
+//!   `rate x (median - baseline)`, queues. The limit drops by that much (at most by half),
+//!   leaving [`TOLERANCE`] of headroom. With nothing in transit this is the gradient of Envoy
+//!   and Gradient2, `limit x baseline / median`; counting what the application holds makes it
+//!   exact when nsqd is far away and much of the limit is on the wire.
+//! * **Growth.** Below the last congestion the limit climbs back quickly; near it, slowly
+//!   (probing); once clearly past it without queueing, faster and faster (the capacity grew).
+//!   It grows only while the limit is used: a consumer with little to do keeps its limit.
+//! * **Re-measuring the baseline.** Every [`REMEASURE_EVERY`] (jittered, and at least
+//!   [`REMEASURE_LATENCIES`] baselines), one window runs at half the limit, where nothing
+//!   queues: its median is the new baseline, which may be higher or lower than the old one.
+//!   The baseline is also taken afresh when lowering the limit stopped lowering the latency
+//!   (the service itself became slower).
+//! * **Failures and timeouts.** A message that expired (nsqd's msg_timeout) halves the limit;
+//!   a window in which more than [`FAILURE_SHARE`] of the answers were failures shrinks it by
+//!   [`FAILURE_CUT`]. Backoff is left alone: while the consumer backs off the controller is
+//!   paused (its windows are dropped), so the two never act on the same failures twice.
+//!
+//! Everything is deterministic: the only randomness (the re-measure jitter) is drawn from the
+//! consumer's seeded generator.
+
+use std::time::{Duration, Instant};
+
+/// The tolerated queueing: the limit settles where the median latency is this much above the
+/// baseline.
+const TOLERANCE: f64 = 0.1;
+
+/// Start-up ends at the first window whose median exceeds the baseline by this much.
+const STARTUP_EXIT: f64 = 0.25;
+
+/// The shortest window.
+const MIN_WINDOW: Duration = Duration::from_millis(50);
+
+/// Samples in a window in steady state (start-up's windows take at most this many, fewer
+/// at a small limit).
+const WINDOW_SAMPLES: u32 = 16;
+
+/// The baseline is re-measured this often (with up to 25% jitter).
+const REMEASURE_EVERY: Duration = Duration::from_secs(30);
+
+/// ... but no more often than once in this many baselines.
+const REMEASURE_LATENCIES: u32 = 60;
+
+/// The re-measuring window runs at this share of the limit (at least one less), which takes
+/// away the tolerated queue and stays within 25% of the limit.
+const REMEASURE_DIP: f64 = 0.8;
+
+/// Below this limit the baseline is not re-measured by a dip (see `Adaptive::end_window`).
+const REMEASURE_ABOVE: f64 = 5.0;
+
+/// A window with more failures (requeues) than this share of its answers shrinks the limit.
+const FAILURE_SHARE: f64 = 0.1;
+
+/// How much such a window shrinks it.
+const FAILURE_CUT: f64 = 0.9;
+
+/// Histogram resolution: buckets per doubling of the latency (about 2% apart).
+const PER_OCTAVE: u32 = 32;
+
+/// Latencies are counted from 2^10 ns (1 us) to 2^42 ns (about 73 minutes).
+const LOW_OCTAVE: u32 = 10;
+const OCTAVES: u32 = 32;
+const BUCKETS: usize = (OCTAVES * PER_OCTAVE) as usize;
+
+/// Where the controller is.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Phase {
+    /// Doubling from the floor; the baseline is the lowest median so far.
+    Startup,
+    /// Following the gradient.
+    Steady,
+    /// One window at a lowered limit to re-measure the baseline; then back to `restore`.
+    Remeasure { restore: f64 },
+    /// Backing off or paused: nothing is measured.
+    Held,
+}
+
+/// One window's latencies.
+#[derive(Debug)]
+struct Window {
+    /// When it began (`None`: at the first answer, with everything handed out before).
+    start: Option<Instant>,
+    /// Samples: answers to messages handed out in this window.
+    count: u32,
+    /// Every answer in it (for the rate).
+    answers: u32,
+    failures: u32,
+    /// The most messages the application held at an answer.
+    peak_held: u64,
+    hist: Vec<u32>,
+    /// Buckets touched (`lo..=hi`), so the scan and the reset stay short.
+    lo: usize,
+    hi: usize,
+}
+
+impl Window {
+    fn new() -> Window {
+        Window {
+            start: None,
+            count: 0,
+            answers: 0,
+            failures: 0,
+            peak_held: 0,
+            hist: vec![0; BUCKETS],
+            lo: BUCKETS,
+            hi: 0,
+        }
+    }
+
+    fn reset(&mut self, start: Instant) {
+        if self.lo <= self.hi {
+            if let Some(s) = self.hist.get_mut(self.lo..=self.hi) {
+                s.fill(0);
+            }
+        }
+        self.start = Some(start);
+        self.count = 0;
+        self.answers = 0;
+        self.failures = 0;
+        self.peak_held = 0;
+        self.lo = BUCKETS;
+        self.hi = 0;
+    }
+
+    fn add(&mut self, latency: Duration) {
+        let i = bucket(latency);
+        if let Some(b) = self.hist.get_mut(i) {
+            *b = b.saturating_add(1);
+        }
+        self.lo = self.lo.min(i);
+        self.hi = self.hi.max(i);
+        self.count += 1;
+    }
+
+    /// The median of the window's latencies (the middle of its bucket).
+    fn median(&self) -> Duration {
+        let want = self.count.div_ceil(2).max(1);
+        let mut seen = 0;
+        for i in self.lo..=self.hi.min(BUCKETS - 1) {
+            seen += self.hist.get(i).copied().unwrap_or(0);
+            if seen >= want {
+                return bucket_value(i);
+            }
+        }
+        bucket_value(self.hi)
+    }
+}
+
+/// The histogram bucket of a latency.
+fn bucket(latency: Duration) -> usize {
+    let ns = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX).max(1);
+    let octave = 63 - ns.leading_zeros();
+    if octave < LOW_OCTAVE {
+        return 0;
+    }
+    let sub = (ns >> (octave - 5)) & u64::from(PER_OCTAVE - 1);
+    let i = (octave - LOW_OCTAVE) * PER_OCTAVE + sub as u32;
+    (i as usize).min(BUCKETS - 1)
+}
+
+/// The latency in the middle of bucket `i`.
+fn bucket_value(i: usize) -> Duration {
+    let i = i as u32;
+    let octave = LOW_OCTAVE + i / PER_OCTAVE;
+    let sub = f64::from(i % PER_OCTAVE);
+    let ns = (1u64 << octave) as f64 * (1.0 + (sub + 0.5) / f64::from(PER_OCTAVE));
+    Duration::from_nanos(ns as u64)
+}
+
+/// The adaptive limit's state (see the module docs).
+#[derive(Debug)]
+pub(super) struct Adaptive {
+    floor: u32,
+    ceiling: u32,
+    limit: f64,
+    phase: Phase,
+    /// The phase to return to when a backoff ends.
+    held_from: Phase,
+    /// The uncongested latency.
+    baseline: Option<Duration>,
+    window: Window,
+    /// The limit measured as the knee at the last congestion (0: none yet).
+    knee: f64,
+    /// Windows in a row past the knee without queueing.
+    calm: u32,
+    /// Lowering the limit window after window began at this limit and median (`None` once
+    /// a window did not lower it).
+    falling_from: Option<(f64, Duration)>,
+    remeasure_at: Option<Instant>,
+    /// A round trip to nsqd, as the handshakes showed it.
+    rtt: Duration,
+    /// Handshakes averaged into `rtt` (at most 16).
+    rtt_samples: u32,
+    /// The re-measure jitter's generator (xorshift, from the consumer's seed).
+    seed: u64,
+}
+
+/// Why the limit changed ([`Adaptive`]'s answer to an input).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Change {
+    /// The new effective limit.
+    pub(super) limit: u32,
+    /// The uncongested latency it was measured against.
+    pub(super) baseline: Option<Duration>,
+    /// The latency of the window that moved it.
+    pub(super) latency: Duration,
+}
+
+impl Adaptive {
+    /// A controller between `floor` and `ceiling`, starting at the floor.
+    pub(super) fn new(floor: u32, ceiling: u32, seed: u64) -> Adaptive {
+        let floor = floor.max(1);
+        Adaptive {
+            floor,
+            ceiling,
+            limit: f64::from(floor.min(ceiling)),
+            phase: Phase::Startup,
+            held_from: Phase::Startup,
+            baseline: None,
+            window: Window::new(),
+            knee: 0.0,
+            calm: 0,
+            falling_from: None,
+            remeasure_at: None,
+            rtt: Duration::ZERO,
+            rtt_samples: 0,
+            seed: seed | 1,
+        }
+    }
+
+    /// A connection's handshake took `handshake` (a few round trips): the round-trip
+    /// estimate moves toward half of it.
+    pub(super) fn note_handshake(&mut self, handshake: Duration) {
+        let n = self.rtt_samples.min(15);
+        let sample = handshake / 2;
+        self.rtt = (self.rtt * n + sample) / (n + 1);
+        self.rtt_samples = n + 1;
+    }
+
+    /// The effective limit: an integer between the floor and the ceiling (0 while the
+    /// ceiling is 0: paused).
+    pub(super) fn limit(&self) -> u32 {
+        if self.ceiling == 0 {
+            return 0;
+        }
+        let lo = f64::from(self.floor.min(self.ceiling));
+        // Truncation intended: the limit is clamped to 1..=u32::MAX first.
+        (self.limit.clamp(lo, f64::from(self.ceiling)).floor()) as u32
+    }
+
+    /// The uncongested latency measured so far.
+    pub(super) fn baseline(&self) -> Option<Duration> {
+        self.baseline
+    }
+
+    /// `max_in_flight` changed: the ceiling moves, the limit stays inside it.
+    pub(super) fn set_ceiling(&mut self, now: Instant, ceiling: u32) {
+        self.ceiling = ceiling;
+        if ceiling > 0 {
+            self.limit = self.limit.min(f64::from(ceiling));
+        }
+        self.window.reset(now);
+    }
+
+    /// Backing off (or paused): windows are dropped until [`Adaptive::resume`].
+    pub(super) fn hold(&mut self) {
+        if self.phase != Phase::Held {
+            self.held_from = match self.phase {
+                Phase::Remeasure { restore } => {
+                    self.limit = restore;
+                    Phase::Steady
+                }
+                p => p,
+            };
+            self.phase = Phase::Held;
+        }
+    }
+
+    /// Backoff is over: measuring starts afresh with the next messages.
+    pub(super) fn resume(&mut self, now: Instant) {
+        if self.phase == Phase::Held {
+            self.phase = self.held_from;
+            self.window.reset(now);
+        }
+    }
+
+    /// A message handed out at `handed` was answered at `now` (`ok`: finished; otherwise
+    /// requeued), while the application held `held` messages (this one included). Returns
+    /// the change of the effective limit, if any. O(1) but at the end of a window.
+    pub(super) fn on_answer(
+        &mut self,
+        now: Instant,
+        handed: Instant,
+        held: u64,
+        ok: bool,
+    ) -> Option<Change> {
+        if self.phase == Phase::Held || self.ceiling == 0 {
+            return None;
+        }
+        let w = &mut self.window;
+        w.peak_held = w.peak_held.max(held);
+        w.answers = w.answers.saturating_add(1);
+        let start = *w.start.get_or_insert(handed);
+        if handed < start {
+            // Handed out under an earlier limit.
+            return None;
+        }
+        if !ok {
+            w.failures += 1;
+        }
+        w.add(now.saturating_duration_since(handed));
+        // A window sees the whole limit cycle once (the first answers of a window are the
+        // messages that queued least).
+        let cycle = self.limit as u32;
+        let enough = match self.phase {
+            Phase::Startup => w.count >= cycle.max(2),
+            _ => w.count >= cycle.max(WINDOW_SAMPLES),
+        };
+        if !enough || now.saturating_duration_since(start) < MIN_WINDOW {
+            return None;
+        }
+        self.end_window(now, start)
+    }
+
+    /// A message expired (nsqd timed it out while the application held it): the limit halves.
+    pub(super) fn on_expired(&mut self, now: Instant) -> Option<Change> {
+        if self.phase == Phase::Held || self.ceiling == 0 {
+            return None;
+        }
+        let before = self.limit();
+        if let Phase::Remeasure { restore } = self.phase {
+            self.limit = restore;
+        }
+        self.knee = self.limit;
+        self.limit = (self.limit * 0.5).max(f64::from(self.floor));
+        self.phase = Phase::Steady;
+        self.calm = 0;
+        self.window.reset(now);
+        self.changed(before, Duration::ZERO)
+    }
+
+    fn changed(&self, before: u32, latency: Duration) -> Option<Change> {
+        let limit = self.limit();
+        (limit != before).then_some(Change {
+            limit,
+            baseline: self.baseline,
+            latency,
+        })
+    }
+
+    fn end_window(&mut self, now: Instant, start: Instant) -> Option<Change> {
+        let before = self.limit();
+        let w = &self.window;
+        let median = w.median();
+        let elapsed = now.saturating_duration_since(start).as_secs_f64();
+        // Answers per second.
+        let rate = f64::from(w.answers) / elapsed.max(1e-9);
+        let failed = f64::from(w.failures) > FAILURE_SHARE * f64::from(w.count);
+        // Is the limit used? The application held at least half of it, or the answers come
+        // about as fast as the limit allows (each share cycles through the application and
+        // a round trip to nsqd).
+        let cycle = median.as_secs_f64() + self.rtt.as_secs_f64();
+        let used = w.peak_held as f64 >= 0.5 * self.limit || rate * cycle >= 0.7 * self.limit;
+        let floor = f64::from(self.floor);
+        let ceiling = f64::from(self.ceiling.max(1));
+        match self.phase {
+            Phase::Held => {}
+            Phase::Startup => {
+                let base = self.baseline.map_or(median, |b| b.min(median));
+                self.baseline = Some(base);
+                if failed {
+                    self.knee = self.limit;
+                    self.limit = (self.limit * FAILURE_CUT).max(floor);
+                    self.enter_steady(now);
+                } else if median.as_secs_f64() > base.as_secs_f64() * (1.0 + STARTUP_EXIT) {
+                    // The doubling overshot: straight to the estimate, however far.
+                    let queued = rate * (median.as_secs_f64() - base.as_secs_f64());
+                    let headroom = rate * base.as_secs_f64() * TOLERANCE;
+                    self.limit = (self.limit - queued + headroom).clamp(floor, self.limit);
+                    self.knee = self.limit;
+                    self.enter_steady(now);
+                } else if used {
+                    if self.limit >= ceiling {
+                        self.enter_steady(now);
+                    } else {
+                        self.limit = (self.limit * 2.0).min(ceiling);
+                    }
+                }
+            }
+            Phase::Remeasure { restore } => {
+                // Measured at a limit where nothing queues: the uncongested latency, whether
+                // higher or lower than before.
+                self.baseline = Some(median);
+                self.limit = restore;
+                self.phase = Phase::Steady;
+                self.schedule_remeasure(now);
+            }
+            Phase::Steady => {
+                // A faster service shows at once; a slower one is re-measured.
+                let base = self.baseline.map_or(median, |b| b.min(median));
+                self.baseline = Some(base);
+                let target = base.as_secs_f64() * (1.0 + TOLERANCE);
+                if failed {
+                    self.knee = self.limit;
+                    self.limit = (self.limit * FAILURE_CUT).max(floor);
+                    self.calm = 0;
+                } else if median.as_secs_f64() > target {
+                    let cut = self.cut(rate, median, base).max(floor);
+                    self.knee = cut;
+                    // Lowering the limit by a third did not lower the latency: the service
+                    // itself is slower now, and the baseline is stale.
+                    let (from, at) = *self.falling_from.get_or_insert((self.limit, median));
+                    if self.limit <= from * 0.67 && median.as_secs_f64() >= at.as_secs_f64() * 0.9 {
+                        self.baseline = Some(median);
+                        self.falling_from = None;
+                    } else {
+                        self.limit = cut;
+                    }
+                    self.calm = 0;
+                } else {
+                    self.falling_from = None;
+                    if used {
+                        let quiet =
+                            median.as_secs_f64() <= base.as_secs_f64() * (1.0 + TOLERANCE / 2.0);
+                        self.grow(ceiling, quiet);
+                    }
+                    if self.remeasure_at.is_some_and(|at| now >= at) {
+                        if self.limit >= REMEASURE_ABOVE {
+                            let restore = self.limit;
+                            self.limit = (self.limit * REMEASURE_DIP).max(self.limit - 1.0);
+                            self.phase = Phase::Remeasure { restore };
+                        } else {
+                            // Nothing can queue unseen at so small a limit: the median of
+                            // any window shows the baseline going up (see `falling_from`).
+                            self.schedule_remeasure(now);
+                        }
+                    }
+                }
+            }
+        }
+        self.limit = self.limit.clamp(floor.min(ceiling), ceiling);
+        self.window.reset(now);
+        self.changed(before, median)
+    }
+
+    /// The limit after a congested window: less what queues, with [`TOLERANCE`] of headroom,
+    /// and at most halved.
+    fn cut(&self, rate: f64, median: Duration, base: Duration) -> f64 {
+        let queued = rate * (median.as_secs_f64() - base.as_secs_f64()).max(0.0);
+        let headroom = rate * base.as_secs_f64() * TOLERANCE;
+        (self.limit - queued + headroom).clamp(self.limit * 0.5, self.limit)
+    }
+
+    /// Growth in an uncongested window that used the limit (`quiet`: well within the
+    /// tolerance, nothing queues).
+    fn grow(&mut self, ceiling: f64, quiet: bool) {
+        let l = self.limit;
+        let next = if self.knee <= 0.0 || l < self.knee * 0.9 {
+            // Below the last congestion (or none yet): back quickly.
+            let to = if self.knee > 0.0 {
+                (l * 1.25).min(self.knee)
+            } else {
+                l * 1.25
+            };
+            to.max(l + 0.05)
+        } else if l < self.knee * 1.1 || !quiet {
+            // Near it: probe slowly.
+            self.calm = 0;
+            l + (l * 0.03).max(0.05)
+        } else {
+            // Clearly past it without queueing: the capacity grew.
+            self.calm = (self.calm + 1).min(3);
+            l * (1.0 + 0.05 * f64::from(1u32 << self.calm))
+        };
+        self.limit = next.min(ceiling);
+    }
+
+    fn enter_steady(&mut self, now: Instant) {
+        self.phase = Phase::Steady;
+        self.calm = 0;
+        self.schedule_remeasure(now);
+    }
+
+    fn schedule_remeasure(&mut self, now: Instant) {
+        let base = self.baseline.unwrap_or(Duration::ZERO);
+        let every = REMEASURE_EVERY.max(base.saturating_mul(REMEASURE_LATENCIES));
+        // Up to 25% more (xorshift64 from the consumer's seed).
+        self.seed ^= self.seed << 13;
+        self.seed ^= self.seed >> 7;
+        self.seed ^= self.seed << 17;
+        let jitter = every.mul_f64((self.seed % 1024) as f64 / 4096.0);
+        self.remeasure_at = now.checked_add(every + jitter);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_monotone_and_close() {
+        let mut last = 0;
+        for us in [2u64, 3, 10, 100, 999, 1_000, 5_000, 1_000_000, 60_000_000] {
+            let d = Duration::from_micros(us);
+            let i = bucket(d);
+            assert!(i >= last);
+            last = i;
+            let v = bucket_value(i).as_secs_f64();
+            let err = (v - d.as_secs_f64()).abs() / d.as_secs_f64();
+            assert!(err < 0.05, "{us}us -> {v}s");
+        }
+        assert_eq!(bucket(Duration::ZERO), 0);
+        assert_eq!(bucket(Duration::MAX), BUCKETS - 1);
+    }
+
+    /// A downstream of `capacity` at `service`, nothing in transit, for `rounds` rounds: in
+    /// each, the limit's messages are handed out together and answered a service time later
+    /// (more, in proportion, beyond the capacity).
+    fn drive(a: &mut Adaptive, t: &mut Instant, capacity: f64, service: Duration, rounds: usize) {
+        for _ in 0..rounds {
+            let l = a.limit();
+            assert!(l >= a.floor.min(a.ceiling) && l <= a.ceiling, "{l}");
+            let latency = service.mul_f64((f64::from(l) / capacity).max(1.0));
+            let handed = *t;
+            *t += latency;
+            for _ in 0..l {
+                if let Some(c) = a.on_answer(*t, handed, u64::from(l), true) {
+                    if std::env::var("ADEBUG").is_ok() {
+                        eprintln!("{c:?} {:?} knee {}", a.phase, a.knee);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn converges_to_the_knee_and_follows_it() {
+        let t0 = Instant::now();
+        let mut t = t0;
+        let mut a = Adaptive::new(1, 10_000, 7);
+        drive(&mut a, &mut t, 100.0, Duration::from_millis(5), 400);
+        let l = a.limit();
+        assert!((90..=125).contains(&l), "{l}");
+        assert_eq!(a.baseline().map(|b| b.as_millis()), Some(5));
+        // The capacity halves.
+        drive(&mut a, &mut t, 50.0, Duration::from_millis(5), 100);
+        let l = a.limit();
+        assert!((40..=63).contains(&l), "{l}");
+        // And doubles.
+        drive(&mut a, &mut t, 200.0, Duration::from_millis(5), 600);
+        let l = a.limit();
+        assert!((150..=250).contains(&l), "{l}");
+    }
+
+    #[test]
+    fn stays_within_floor_and_ceiling() {
+        let mut t = Instant::now();
+        let mut a = Adaptive::new(3, 20, 7);
+        assert_eq!(a.limit(), 3);
+        drive(&mut a, &mut t, 1_000.0, Duration::from_millis(1), 500);
+        assert_eq!(a.limit(), 20);
+        drive(&mut a, &mut t, 2.0, Duration::from_millis(1), 500);
+        assert!(a.limit() <= 4, "{}", a.limit());
+        a.set_ceiling(t, 2);
+        assert_eq!(a.limit(), 2);
+        a.set_ceiling(t, 0);
+        assert_eq!(a.limit(), 0);
+    }
+
+    #[test]
+    fn expiry_halves_and_backoff_holds() {
+        let mut t = Instant::now();
+        let mut a = Adaptive::new(1, 1_000, 7);
+        drive(&mut a, &mut t, 64.0, Duration::from_millis(2), 500);
+        let l = a.limit();
+        let c = a.on_expired(t).map(|c| c.limit);
+        assert_eq!(c, Some(l / 2));
+        a.hold();
+        let before = a.limit();
+        drive(&mut a, &mut t, 1_000.0, Duration::from_millis(2), 100);
+        assert_eq!(a.limit(), before, "no change while backing off");
+        a.resume(t);
+        drive(&mut a, &mut t, 64.0, Duration::from_millis(2), 500);
+        let l = a.limit();
+        assert!((58..=85).contains(&l), "{l}");
+    }
+}
