@@ -182,6 +182,9 @@ fn us_per_msg(t: Duration, msgs: u64) -> f64 {
 }
 
 fn main() -> ExitCode {
+    if std::env::args().any(|a| a == "--downstream") {
+        return downstream();
+    }
     let a = match parse() {
         Ok(a) => a,
         Err(e) => {
@@ -318,4 +321,164 @@ fn campaign(a: &Args, n: u64) -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// `--downstream`: the adaptive in-flight limit against a modelled downstream, over seeds and
+/// worlds (capacities x service times); see `nsq_test_broker::sim::evaluate_downstream`.
+///
+/// ```text
+/// simulate --downstream [--seeds N] [--first-seed N] [--capacities 1,10,100,1000]
+///          [--service-times 1ms,10ms,100ms,1s] [--collapse 0.5] [--nsqd N] [--quiet]
+/// ```
+fn downstream() -> ExitCode {
+    let mut seeds = 3u64;
+    let mut first = 1u64;
+    let mut capacities = vec![1u32, 10, 100, 1000];
+    let mut services: Vec<Duration> = ["1ms", "10ms", "100ms", "1s"]
+        .iter()
+        .filter_map(|s| duration(s).ok())
+        .collect();
+    let mut collapse = 0.5f64;
+    let mut nsqd = 1usize;
+    let mut quiet = false;
+    let mut it = std::env::args().skip(1);
+    let parsed = (|| -> Result<(), String> {
+        while let Some(flag) = it.next() {
+            let (name, inline) = match flag.split_once('=') {
+                Some((n, v)) => (n.to_owned(), Some(v.to_owned())),
+                None => (flag.clone(), None),
+            };
+            match name.as_str() {
+                "--downstream" => continue,
+                "--quiet" => {
+                    quiet = true;
+                    continue;
+                }
+                _ => {}
+            }
+            let value = inline
+                .or_else(|| it.next())
+                .ok_or_else(|| format!("{name} needs a value"))?;
+            let bad = |_| format!("{name}: cannot read {value:?}");
+            match name.as_str() {
+                "--seeds" => seeds = value.parse().map_err(bad)?,
+                "--first-seed" => first = value.parse().map_err(bad)?,
+                "--nsqd" => nsqd = value.parse::<usize>().map_err(bad)?.clamp(1, 100),
+                "--collapse" => {
+                    collapse = value
+                        .parse()
+                        .map_err(|_| format!("--collapse: cannot read {value:?}"))?;
+                }
+                "--capacities" => {
+                    capacities = value
+                        .split(',')
+                        .map(|c| c.trim().parse::<u32>().map(|c| c.clamp(1, 1000)))
+                        .collect::<Result<_, _>>()
+                        .map_err(|_| format!("--capacities: cannot read {value:?}"))?;
+                }
+                "--service-times" => {
+                    services = value
+                        .split(',')
+                        .map(|d| duration(d.trim()))
+                        .collect::<Result<_, _>>()
+                        .map_err(|e| format!("--service-times: {e}"))?;
+                }
+                other => return Err(format!("unknown flag {other} (with --downstream)")),
+            }
+        }
+        Ok(())
+    })();
+    if let Err(e) = parsed {
+        eprintln!("{e}");
+        return ExitCode::from(2);
+    }
+    let start = Instant::now();
+    let mut factory = sim_glue::NsqProtoFactory::default();
+    let (mut worlds, mut violations) = (0u64, 0u64);
+    let mut worst_converge = 0f64;
+    let mut worst_tp = f64::INFINITY;
+    let mut worst_p99 = 0f64;
+    let mut worst_reconverge = 0f64;
+    let mut worst_collapse = f64::INFINITY;
+    let mut static4x_collapse = 0f64;
+    // Never converging counts as the longest possible: the whole window.
+    let secs = |d: Option<Duration>, whole: Duration| d.unwrap_or(whole).as_secs_f64();
+    for &c in &capacities {
+        for &s in &services {
+            worlds += 1;
+            for seed in first..first + seeds {
+                let world = sim::DownstreamWorld {
+                    capacity: c,
+                    service: s,
+                };
+                let v = sim::evaluate_downstream(world, seed, nsqd, collapse, &mut factory);
+                violations += v.violations.len() as u64;
+                for x in &v.violations {
+                    println!("VIOLATION capacity={c} service={s:?} seed={seed}: {x}");
+                }
+                let conv = secs(v.converge, Duration::from_secs(3600));
+                // The bound is 10 s or 20 service times: reported against 10 s.
+                let scaled = conv * 10.0 / v.converge_bound.as_secs_f64();
+                worst_converge = worst_converge.max(scaled);
+                worst_tp = worst_tp.min(v.throughput_vs_best);
+                worst_p99 = worst_p99.max(v.p99_vs_uncongested);
+                for r in &v.reconverge {
+                    worst_reconverge = worst_reconverge.max(secs(*r, Duration::from_secs(3600)));
+                }
+                if collapse > 0.0 {
+                    worst_collapse = worst_collapse.min(v.collapse_vs_best);
+                    static4x_collapse = static4x_collapse.max(v.static4x_collapse_vs_best);
+                }
+                if !quiet {
+                    let re: Vec<String> = v
+                        .reconverge
+                        .iter()
+                        .map(|r| r.map_or("never".into(), |d| format!("{:.1}s", d.as_secs_f64())))
+                        .collect();
+                    println!(
+                        "world capacity={c} service={s:?} seed={seed}: best_static={} ({:.0}/s) limit={} converge={} (bound {:.0}s) throughput_vs_best={:.3} p50={:.2}x p99={:.2}x static4x_p99={:.2}x reconverge=[{}] collapse: adaptive={:.3} static4x={:.3} virtual_s={:.0}",
+                        v.best,
+                        v.best_throughput,
+                        v.limit,
+                        v.converge
+                            .map_or("never".into(), |d| format!("{:.1}s", d.as_secs_f64())),
+                        v.converge_bound.as_secs_f64(),
+                        v.throughput_vs_best,
+                        v.p50_vs_uncongested,
+                        v.p99_vs_uncongested,
+                        v.static4x_p99_vs_uncongested,
+                        re.join(", "),
+                        v.collapse_vs_best,
+                        v.static4x_collapse_vs_best,
+                        v.virtual_s
+                    );
+                }
+            }
+        }
+    }
+    println!("downstream: wall_s={:.0}", start.elapsed().as_secs_f64());
+    println!(
+        "downstream: seeds={seeds} worlds={worlds} worst_converge_s={worst_converge:.1} worst_throughput_vs_best={worst_tp:.3} worst_p99_vs_uncongested={worst_p99:.2} worst_reconverge_s={worst_reconverge:.1} worst_collapse_throughput_vs_best={worst_collapse:.3} static4x_collapse_throughput_vs_best={static4x_collapse:.3} violations={violations}"
+    );
+    if violations == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// `250us`, `5ms`, `1.5s`.
+fn duration(text: &str) -> Result<Duration, String> {
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (n, unit) = text.split_at(split);
+    let n: f64 = n.parse().map_err(|_| format!("not a duration: {text:?}"))?;
+    let scale = match unit {
+        "us" => 1e-6,
+        "ms" => 1e-3,
+        "s" => 1.0,
+        _ => return Err(format!("not a duration (us, ms, s): {text:?}")),
+    };
+    Duration::try_from_secs_f64(n * scale).map_err(|e| format!("{text:?}: {e}"))
 }

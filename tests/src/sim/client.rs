@@ -138,6 +138,11 @@ pub trait SimConsumer: Machine {
     fn close(&mut self, now: Instant);
     /// The current backoff level (0: not backing off).
     fn backoff_level(&self) -> u32;
+    /// The in-flight limit in force (below max_in_flight when adaptive), if the consumer
+    /// says.
+    fn in_flight_limit(&self) -> Option<u32> {
+        None
+    }
     /// Sizes of the consumer's state.
     fn footprint(&self) -> Footprint;
     /// The consumer's view of one connection, in words, for a violation's report.
@@ -181,6 +186,8 @@ pub struct ConsumerSpec<'a> {
     pub max_attempts: u16,
     /// The lookupds to discover nsqd through (`http://host:port`).
     pub lookupds: &'a [String],
+    /// `Some(floor)`: an adaptive in-flight limit between `floor` and `max_in_flight`.
+    pub adaptive: Option<u32>,
 }
 
 /// Makes the clients a run drives.

@@ -23,6 +23,7 @@
 //! * nothing panics.
 
 mod client;
+mod downstream;
 mod faults;
 mod rng;
 mod world;
@@ -30,6 +31,10 @@ mod world;
 pub use client::{
     Act, Answer, ClientFactory, ConnRef, ConsumerNote, ConsumerSpec, Delivery, Footprint, Machine,
     PublishResult, SimConsumer, SimProducer,
+};
+pub use downstream::{
+    DownstreamConfig, DownstreamReport, DownstreamVerdict, DownstreamWorld, evaluate_downstream,
+    run_downstream,
 };
 pub use faults::{Fault, FaultKind, schedule};
 pub use rng::Rng;
@@ -73,6 +78,9 @@ pub struct SimConfig {
     /// The consumer's `low_rdy_timeout` (nsq-proto's default, 2 s): how long one turn of RDY
     /// lasts when nsqd outnumber max_in_flight.
     pub low_rdy_turn: Duration,
+    /// `Some(floor)`: the consumer's in-flight limit is adaptive, between `floor` and
+    /// max_in_flight (the invariants then hold against the limit in force).
+    pub adaptive: Option<u32>,
 }
 
 impl SimConfig {
@@ -94,6 +102,7 @@ impl SimConfig {
             msg_timeout: Duration::from_secs(60),
             starvation_bound: Duration::from_secs(10),
             low_rdy_turn: Duration::from_secs(2),
+            adaptive: None,
         }
     }
 

@@ -522,11 +522,16 @@ impl<'f> World<'f> {
         let Some(c) = &self.consumer else {
             return false;
         };
-        // Judged under the configured max_in_flight only (not while a fault changed it).
+        // Judged under the configured max_in_flight only (not while a fault changed it), and
+        // the adaptive limit in force below it.
+        let limit = c
+            .machine
+            .in_flight_limit()
+            .map_or(self.max_in_flight, |l| l.min(self.max_in_flight));
         !c.closing
             && self.mif_faults == 0
-            && self.max_in_flight > 0
-            && (c.held.len() as u64) < u64::from(self.max_in_flight)
+            && limit > 0
+            && (c.held.len() as u64) < u64::from(limit)
             && c.machine.backoff_level() == 0
             && self.lookupd_up.contains(&0)
     }
@@ -619,6 +624,7 @@ impl<'f> World<'f> {
             max_in_flight: self.max_in_flight,
             max_attempts: self.cfg.max_attempts,
             lookupds: &lookupds,
+            adaptive: self.cfg.adaptive,
         };
         let (now, factory) = (self.now, &mut *self.factory);
         let machine = timed(&mut self.report.core_time, || factory.consumer(now, &spec));

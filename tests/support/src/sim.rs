@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use bytes::BytesMut;
-use nsq_proto::consumer::{Consumer, ConsumerConfig, ConsumerEvent, ConsumerStats};
+use nsq_proto::consumer::{Consumer, ConsumerConfig, ConsumerEvent, ConsumerStats, InFlightMode};
 use nsq_proto::driver::{Action, ConnId, LookupdRequestId};
 use nsq_proto::producer::{Producer, ProducerConfig, ProducerEvent, PublishFailure};
 use nsq_proto::{Channel, Message, MessageId, Topic};
@@ -200,6 +200,9 @@ impl SimConsumer for SimNsqConsumer {
     fn backoff_level(&self) -> u32 {
         self.consumer.backoff_level()
     }
+    fn in_flight_limit(&self) -> Option<u32> {
+        Some(self.consumer.in_flight_limit())
+    }
     fn describe(&self, conn: ConnRef) -> String {
         let id = self.handles.conns.get(&conn).copied();
         let s = self.consumer.stats();
@@ -311,6 +314,12 @@ impl ClientFactory for NsqProtoFactory {
         let config = ConsumerConfig {
             max_in_flight: spec.max_in_flight,
             max_attempts: spec.max_attempts,
+            max_in_flight_mode: if spec.adaptive.is_some() {
+                InFlightMode::Adaptive
+            } else {
+                InFlightMode::Static
+            },
+            min_in_flight: spec.adaptive.unwrap_or(1),
             ..ConsumerConfig::default()
         };
         let mut consumer = Consumer::new(
