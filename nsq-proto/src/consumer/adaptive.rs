@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 
 /// The tolerated queueing: the limit settles where the median latency is this much above the
 /// baseline.
-const TOLERANCE: f64 = 0.1;
+const TOLERANCE: f64 = 0.05;
 
 /// Start-up ends at the first window whose median exceeds the baseline by this much.
 const STARTUP_EXIT: f64 = 0.25;
@@ -55,7 +55,7 @@ const MIN_WINDOW: Duration = Duration::from_millis(50);
 
 /// Samples in a window in steady state (start-up's windows take at most this many, fewer
 /// at a small limit).
-const WINDOW_SAMPLES: u32 = 16;
+const WINDOW_SAMPLES: u32 = 8;
 
 /// The baseline is re-measured this often (with up to 25% jitter).
 const REMEASURE_EVERY: Duration = Duration::from_secs(30);
@@ -68,7 +68,14 @@ const REMEASURE_LATENCIES: u32 = 60;
 const REMEASURE_DIP: f64 = 0.8;
 
 /// Below this limit the baseline is not re-measured by a dip (see `Adaptive::end_window`).
-const REMEASURE_ABOVE: f64 = 5.0;
+const REMEASURE_ABOVE: f64 = 10.0;
+
+/// Below this limit one more message is a big step (a third or more): after a failed probe,
+/// the next one waits (twice as many windows each time, at most [`MAX_PROBE_HOLD`]).
+const SMALL: f64 = 3.0;
+
+/// The longest wait between probes at a small limit, in windows.
+const MAX_PROBE_HOLD: u32 = 64;
 
 /// A window with more failures (requeues) than this share of its answers shrinks the limit.
 const FAILURE_SHARE: f64 = 0.1;
@@ -203,7 +210,7 @@ pub(super) struct Adaptive {
     window: Window,
     /// The limit measured as the knee at the last congestion (0: none yet).
     knee: f64,
-    /// Windows in a row past the knee without queueing.
+    /// Windows in a row past the knee without congestion.
     calm: u32,
     /// Lowering the limit window after window began at this limit and median (`None` once
     /// a window did not lower it).
@@ -215,6 +222,10 @@ pub(super) struct Adaptive {
     rtt_samples: u32,
     /// The re-measure jitter's generator (xorshift, from the consumer's seed).
     seed: u64,
+    /// Windows to wait before the next probe of one more message at a small limit, and
+    /// the wait after the next failed one.
+    probe_hold: u32,
+    probe_hold_next: u32,
 }
 
 /// Why the limit changed ([`Adaptive`]'s answer to an input).
@@ -247,6 +258,8 @@ impl Adaptive {
             rtt: Duration::ZERO,
             rtt_samples: 0,
             seed: seed | 1,
+            probe_hold: 0,
+            probe_hold_next: 0,
         }
     }
 
@@ -335,7 +348,8 @@ impl Adaptive {
         // messages that queued least).
         let cycle = self.limit as u32;
         let enough = match self.phase {
-            Phase::Startup => w.count >= cycle.max(2),
+            // Start-up: the half the last doubling added is the test.
+            Phase::Startup => w.count >= (cycle / 2).max(2),
             _ => w.count >= cycle.max(WINDOW_SAMPLES),
         };
         if !enough || now.saturating_duration_since(start) < MIN_WINDOW {
@@ -395,10 +409,12 @@ impl Adaptive {
                     self.limit = (self.limit * FAILURE_CUT).max(floor);
                     self.enter_steady(now);
                 } else if median.as_secs_f64() > base.as_secs_f64() * (1.0 + STARTUP_EXIT) {
-                    // The doubling overshot: straight to the estimate, however far.
+                    // The doubling overshot: straight to the estimate, however far, and no
+                    // higher than before the doubling.
                     let queued = rate * (median.as_secs_f64() - base.as_secs_f64());
                     let headroom = rate * base.as_secs_f64() * TOLERANCE;
-                    self.limit = (self.limit - queued + headroom).clamp(floor, self.limit);
+                    let before = (self.limit * 0.5).max(floor);
+                    self.limit = (self.limit - queued + headroom).clamp(floor, before);
                     self.knee = self.limit;
                     self.enter_steady(now);
                 } else if used {
@@ -418,8 +434,11 @@ impl Adaptive {
                 self.schedule_remeasure(now);
             }
             Phase::Steady => {
-                // A faster service shows at once; a slower one is re-measured.
-                let base = self.baseline.map_or(median, |b| b.min(median));
+                // A faster service shows at once (halfway per window, as a window's median
+                // is noisy); a slower one is re-measured.
+                let base = self
+                    .baseline
+                    .map_or(median, |b| if median < b { (b + median) / 2 } else { b });
                 self.baseline = Some(base);
                 let target = base.as_secs_f64() * (1.0 + TOLERANCE);
                 if failed {
@@ -427,24 +446,32 @@ impl Adaptive {
                     self.limit = (self.limit * FAILURE_CUT).max(floor);
                     self.calm = 0;
                 } else if median.as_secs_f64() > target {
-                    let cut = self.cut(rate, median, base).max(floor);
-                    self.knee = cut;
-                    // Lowering the limit by a third did not lower the latency: the service
-                    // itself is slower now, and the baseline is stale.
+                    let (cut, estimate) = self.cut(rate, median, base);
+                    let cut = cut.max(floor);
+                    // Between the limit that queued and the estimate (which a service that
+                    // slows down under load makes low): where probing slows down again.
+                    self.knee = ((self.limit + estimate) / 2.0).max(floor);
+                    // Lowering the limit by 60% did not lower the latency: the service itself
+                    // is slower now, and the baseline is stale.
                     let (from, at) = *self.falling_from.get_or_insert((self.limit, median));
-                    if self.limit <= from * 0.67 && median.as_secs_f64() >= at.as_secs_f64() * 0.9 {
+                    if self.limit <= from * 0.4 && median.as_secs_f64() >= at.as_secs_f64() * 0.9 {
                         self.baseline = Some(median);
                         self.falling_from = None;
                     } else {
+                        if self.limit < SMALL {
+                            // A probe of one more message at a small limit failed: the next
+                            // waits twice as long.
+                            self.probe_hold_next =
+                                (self.probe_hold_next * 2).clamp(1, MAX_PROBE_HOLD);
+                            self.probe_hold = self.probe_hold_next;
+                        }
                         self.limit = cut;
                     }
                     self.calm = 0;
                 } else {
                     self.falling_from = None;
                     if used {
-                        let quiet =
-                            median.as_secs_f64() <= base.as_secs_f64() * (1.0 + TOLERANCE / 2.0);
-                        self.grow(ceiling, quiet);
+                        self.grow(ceiling);
                     }
                     if self.remeasure_at.is_some_and(|at| now >= at) {
                         if self.limit >= REMEASURE_ABOVE {
@@ -466,33 +493,40 @@ impl Adaptive {
     }
 
     /// The limit after a congested window: less what queues, with [`TOLERANCE`] of headroom,
-    /// and at most halved.
-    fn cut(&self, rate: f64, median: Duration, base: Duration) -> f64 {
+    /// at most halved; and the estimate itself (the knee), however far.
+    fn cut(&self, rate: f64, median: Duration, base: Duration) -> (f64, f64) {
         let queued = rate * (median.as_secs_f64() - base.as_secs_f64()).max(0.0);
         let headroom = rate * base.as_secs_f64() * TOLERANCE;
-        (self.limit - queued + headroom).clamp(self.limit * 0.5, self.limit)
+        let estimate = (self.limit - queued + headroom).min(self.limit);
+        (estimate.max(self.limit * 0.5), estimate)
     }
 
-    /// Growth in an uncongested window that used the limit (`quiet`: well within the
-    /// tolerance, nothing queues).
-    fn grow(&mut self, ceiling: f64, quiet: bool) {
+    /// Growth in an uncongested window that used the limit: quickly back up to the last
+    /// congestion; near it, probing by 3% of the limit a window; clearly past it without
+    /// congestion (the capacity grew), by twice as much with each window in a row.
+    fn grow(&mut self, ceiling: f64) {
         let l = self.limit;
         let next = if self.knee <= 0.0 || l < self.knee * 0.9 {
-            // Below the last congestion (or none yet): back quickly.
             let to = if self.knee > 0.0 {
                 (l * 1.25).min(self.knee)
             } else {
                 l * 1.25
             };
             to.max(l + 0.05)
-        } else if l < self.knee * 1.1 || !quiet {
-            // Near it: probe slowly.
-            self.calm = 0;
-            l + (l * 0.03).max(0.05)
         } else {
-            // Clearly past it without queueing: the capacity grew.
-            self.calm = (self.calm + 1).min(3);
-            l * (1.0 + 0.05 * f64::from(1u32 << self.calm))
+            if l >= self.knee * 1.1 {
+                self.calm = (self.calm + 1).min(3);
+                self.probe_hold_next = 0;
+            }
+            let step = 0.03 * f64::from(1u32 << self.calm);
+            let next = l + (l * step).max(0.1);
+            // At a small limit, one more message is a big step: as often as the failed
+            // probes allow.
+            if l < SMALL && next.floor() > l.floor() && self.probe_hold > 0 {
+                self.probe_hold -= 1;
+                return;
+            }
+            next
         };
         self.limit = next.min(ceiling);
     }
@@ -546,11 +580,7 @@ mod tests {
             let handed = *t;
             *t += latency;
             for _ in 0..l {
-                if let Some(c) = a.on_answer(*t, handed, u64::from(l), true) {
-                    if std::env::var("ADEBUG").is_ok() {
-                        eprintln!("{c:?} {:?} knee {}", a.phase, a.knee);
-                    }
-                }
+                let _ = a.on_answer(*t, handed, u64::from(l), true);
             }
         }
     }

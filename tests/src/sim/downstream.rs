@@ -704,17 +704,6 @@ pub fn evaluate_downstream(
         ..base.clone()
     };
     let r = run_downstream(&adaptive, factory);
-    if std::env::var_os("DOWNSTREAM_TRACE").is_some() {
-        let t: Vec<String> = r
-            .limits
-            .iter()
-            .map(|(t, l)| format!("{:.2}:{l}", t.as_secs_f64()))
-            .collect();
-        eprintln!(
-            "trace best={best} half_best={best_half} t1={t1:?} t2={t2:?}: {}",
-            t.join(" ")
-        );
-    }
     v.virtual_s += adaptive.duration.as_secs_f64();
     if let Some(x) = &r.violation {
         v.violations.push(format!("adaptive: {x}"));
