@@ -341,6 +341,7 @@ fn downstream() -> ExitCode {
     let mut collapse = 0.5f64;
     let mut nsqd = 1usize;
     let mut quiet = false;
+    let mut trace = false;
     let mut it = std::env::args().skip(1);
     let parsed = (|| -> Result<(), String> {
         while let Some(flag) = it.next() {
@@ -352,6 +353,10 @@ fn downstream() -> ExitCode {
                 "--downstream" => continue,
                 "--quiet" => {
                     quiet = true;
+                    continue;
+                }
+                "--trace" => {
+                    trace = true;
                     continue;
                 }
                 _ => {}
@@ -428,6 +433,18 @@ fn downstream() -> ExitCode {
                 if collapse > 0.0 {
                     worst_collapse = worst_collapse.min(v.collapse_vs_best);
                     static4x_collapse = static4x_collapse.max(v.static4x_collapse_vs_best);
+                }
+                if trace {
+                    let t: Vec<String> = v
+                        .limits
+                        .iter()
+                        .map(|(t, l)| format!("{:.2}:{l}", t.as_secs_f64()))
+                        .collect();
+                    println!(
+                        "trace capacity={c} service={s:?} seed={seed} changes={:?}: {}",
+                        v.changes,
+                        t.join(" ")
+                    );
                 }
                 if !quiet {
                     let re: Vec<String> = v

@@ -350,7 +350,7 @@ impl Adaptive {
         let enough = match self.phase {
             // Start-up: the half the last doubling added is the test.
             Phase::Startup => w.count >= (cycle / 2).max(2),
-            _ => w.count >= cycle.max(WINDOW_SAMPLES),
+            _ => w.count >= (cycle / 2).max(WINDOW_SAMPLES),
         };
         if !enough || now.saturating_duration_since(start) < MIN_WINDOW {
             return None;
@@ -519,7 +519,7 @@ impl Adaptive {
                 self.probe_hold_next = 0;
             }
             let step = 0.03 * f64::from(1u32 << self.calm);
-            let next = l + (l * step).max(0.1);
+            let next = l + (l * step).max(0.5);
             // At a small limit, one more message is a big step: as often as the failed
             // probes allow.
             if l < SMALL && next.floor() > l.floor() && self.probe_hold > 0 {

@@ -585,6 +585,11 @@ pub struct DownstreamVerdict {
     pub static4x_collapse_vs_best: f64,
     /// Violations of the invariants in any of the runs.
     pub violations: Vec<String>,
+    /// The adaptive run's limit over time (see [`DownstreamReport::limits`]), and the times
+    /// the capacity changed.
+    pub limits: Vec<(Duration, u32)>,
+    /// When the capacity halved and doubled back.
+    pub changes: Vec<Duration>,
     /// Virtual seconds simulated, in every run together.
     pub virtual_s: f64,
 }
@@ -709,6 +714,8 @@ pub fn evaluate_downstream(
         v.violations.push(format!("adaptive: {x}"));
     }
     v.converge_bound = bound;
+    v.limits.clone_from(&r.limits);
+    v.changes = adaptive.changes.iter().map(|c| c.0).collect();
     let band = |b: u32| (f64::from(b) * 0.75, f64::from(b) * 1.25);
     let (lo, hi) = band(best);
     v.converge = r.settled(Duration::ZERO, t1, lo, hi);
