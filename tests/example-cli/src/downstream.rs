@@ -160,19 +160,25 @@ pub struct Downstream {
     args: DownstreamArgs,
     /// Operations waiting for a permit now.
     waiting: AtomicUsize,
-    /// Operations that waited behind at least one other.
+    /// Of the messages counted, those whose operation found others waiting for a permit.
     queued: AtomicU64,
     /// Messages finished by `end`.
     handled: AtomicU64,
+    /// Of the messages counted, the time their operations held a permit, in nanoseconds: the
+    /// service time as the runtime's timer kept it.
+    held_nanos: AtomicU64,
     end: Instant,
     samples: Mutex<Reservoir>,
 }
 
-/// An operation under way: when its handler started.
+/// An operation under way: when its handler started, whether it found others waiting, how
+/// long it held its permit.
 #[derive(Debug)]
 #[must_use = "an operation ends with Downstream::done"]
 pub struct Operation {
     started: Instant,
+    queued: bool,
+    held: Duration,
 }
 
 impl Downstream {
@@ -183,6 +189,7 @@ impl Downstream {
             waiting: AtomicUsize::new(0),
             queued: AtomicU64::new(0),
             handled: AtomicU64::new(0),
+            held_nanos: AtomicU64::new(0),
             end,
             samples: Mutex::new(Reservoir::default()),
         }
@@ -195,11 +202,11 @@ impl Downstream {
 
     /// A handler starts: from now on its operation waits for a permit.
     pub fn arrive(&self) -> Operation {
-        if self.waiting.fetch_add(1, Ordering::AcqRel) > 0 {
-            self.queued.fetch_add(1, Ordering::Relaxed);
-        }
+        let queued = self.waiting.fetch_add(1, Ordering::AcqRel) > 0;
         Operation {
             started: Instant::now(),
+            queued,
+            held: Duration::ZERO,
         }
     }
 
@@ -221,6 +228,10 @@ impl Downstream {
             return;
         }
         self.handled.fetch_add(1, Ordering::Relaxed);
+        self.queued
+            .fetch_add(u64::from(op.queued), Ordering::Relaxed);
+        self.held_nanos
+            .fetch_add(op.held.as_nanos() as u64, Ordering::Relaxed);
         let nanos = now.duration_since(op.started).as_nanos() as u64;
         self.samples
             .lock()
@@ -238,20 +249,26 @@ impl Downstream {
     ) where
         S: Future<Output = ()>,
     {
-        let op = self.arrive();
+        let mut op = self.arrive();
         let permit = acquire.await;
-        sleep(self.admitted()).await;
+        let service = self.admitted();
+        let admitted = Instant::now();
+        sleep(service).await;
         drop(permit);
+        op.held = admitted.elapsed();
         finish();
         self.done(op);
     }
 
     /// [`serve`](Self::serve) on a thread: `std::thread::sleep` holds the permit.
     pub fn serve_blocking(&self, semaphore: &FifoSemaphore, finish: impl FnOnce()) {
-        let op = self.arrive();
+        let mut op = self.arrive();
         let permit = semaphore.acquire();
-        std::thread::sleep(self.admitted());
+        let service = self.admitted();
+        let admitted = Instant::now();
+        std::thread::sleep(service);
         drop(permit);
+        op.held = admitted.elapsed();
         finish();
         self.done(op);
     }
@@ -286,12 +303,16 @@ impl Downstream {
         [
             format!(
                 "downstream: capacity {} - service time {} - collapse {} - max_in_flight {} \
-                 ({mode}) - RDY at end {rdy_at_end} - {} of {handled} waited for a permit",
+                 ({mode}) - RDY at end {rdy_at_end} - {} of {handled} queued for a permit - \
+                 permit held {} on average",
                 a.capacity,
                 go_duration(a.service),
                 a.collapse,
                 max_in_flight,
                 self.queued.load(Ordering::Relaxed),
+                micros(Duration::from_nanos(
+                    self.held_nanos.load(Ordering::Relaxed) / handled.max(1)
+                )),
             ),
             format!(
                 "downstream: {:.1} msg/s - latency p50 {} - p99 {} - max {} ({} samples) - \
