@@ -19,11 +19,29 @@
 //! cargo run --release -p nsq-tokio --example bench_reader -- \
 //!     --nsqd-tcp-address=127.0.0.1:4150 --topic=sub_bench --channel=ch --rdy=2500 --runfor=10s
 //! ```
+//!
+//! `--downstream-capacity=C` (not in the Go tool) models a downstream service in the handler
+//! instead ([`support::downstream`]): one consumer with max_in_flight `--rdy`, run with as many
+//! concurrent handlers; each waits for one of `C` permits of a `tokio::sync::Semaphore` (FIFO),
+//! holds it for `--service-time` (`tokio::time::sleep`, with `--collapse`), then finishes its
+//! message. Two `downstream:` lines before the final one report the rate and the handling
+//! latency. `--max-in-flight-mode`, `--min-in-flight` and `--consumer-option=name=value` set
+//! consumer options by name (`Config::set_str`), in either mode.
+//!
+//! ```text
+//! cargo run --release -p nsq-tokio --example bench_reader -- --topic=sub_bench --channel=ch \
+//!     --rdy=50 --downstream-capacity=50 --service-time=5ms --runfor=10s
+//! ```
 
 mod support;
 
 use nsq_tokio::{Config, Consumer};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+use support::downstream::{
+    ConsumerOption, Downstream, DownstreamArgs, apply_consumer_options, consumer_options,
+    max_in_flight_mode,
+};
 use support::{
     BenchArgs, Flags, METRICS_FLAG, NO_HISTOGRAMS_FLAG, Usage, bench_flags, bench_line, cpus,
     fatal, init_logging, log, value,
@@ -33,9 +51,11 @@ const PREFIX: &str = "bench_reader";
 
 const USAGE: Usage = Usage {
     name: "bench_reader",
-    about: "Consumes with one consumer per CPU for a while, finishing every message; prints the rate.",
+    about: "Consumes with one consumer per CPU for a while, finishing every message; prints the rate. \
+            With --downstream-capacity, one consumer whose handlers model a downstream service.",
     flags: bench_flags!(
         reader,
+        downstream,
         value(
             "runtime",
             "current|multi",
@@ -45,6 +65,68 @@ const USAGE: Usage = Usage {
         NO_HISTOGRAMS_FLAG
     ),
 };
+
+/// The `--downstream-capacity` mode: one consumer, its handlers through the modelled
+/// downstream until `--runfor` has passed. Returns the run's duration, the messages finished in
+/// it and the report's lines.
+async fn downstream(
+    args: &BenchArgs,
+    model: DownstreamArgs,
+    options: &[ConsumerOption],
+    no_histograms: bool,
+) -> Result<(Duration, u64, [String; 2]), String> {
+    let mut config = Config {
+        max_in_flight: args.rdy,
+        metrics_histograms: !no_histograms,
+        ..Config::default()
+    };
+    apply_consumer_options(options, |name, value| config.set_str(name, value))?;
+    // The ceiling: as many handlers as messages may be in flight.
+    let max_in_flight = config.max_in_flight;
+    if max_in_flight == 0 {
+        return Err("-downstream-capacity needs a max_in_flight (-rdy) of at least 1".to_owned());
+    }
+    let consumer = Consumer::builder(args.topic.as_str(), args.channel.as_str())
+        .config(&config)
+        .nsqd(args.addr.as_str())
+        .build()
+        .map_err(|e| e.to_string())?;
+    let ready_by = Instant::now() + Duration::from_secs(5);
+    while consumer.stats().connections == 0 {
+        if Instant::now() > ready_by {
+            return Err(format!("could not subscribe on {}", args.addr));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let end = Instant::now() + args.runfor;
+    let model = Arc::new(Downstream::new(model, end));
+    let permits = Arc::new(tokio::sync::Semaphore::new(model.args().capacity));
+    let handle = consumer.handle();
+    let stopper = async {
+        tokio::time::sleep_until(end.into()).await;
+        let rdy = handle.stats().total_rdy;
+        handle.stop().await;
+        rdy
+    };
+    let handled = model.clone();
+    let run = consumer.run(max_in_flight as usize, move |m| {
+        let (model, permits) = (handled.clone(), permits.clone());
+        async move {
+            model
+                .serve(permits.acquire(), tokio::time::sleep, || m.finish())
+                .await;
+            Ok(())
+        }
+    });
+    let (_, rdy_at_end) = tokio::join!(run, stopper);
+    let report = model.report(
+        args.runfor,
+        max_in_flight,
+        &max_in_flight_mode(options),
+        rdy_at_end,
+    );
+    Ok((args.runfor, model.handled(), report))
+}
 
 fn main() {
     let flags = Flags::parse(&USAGE);
@@ -68,6 +150,9 @@ fn main() {
         // Not a Go flag: `--metrics` records into a Prometheus recorder, installed now.
         let recording = support::recording::Recording::start(flags.boolean("metrics")?)?;
         let no_histograms = flags.boolean("no-histograms")?;
+        // Not Go flags: the modelled downstream, the consumer options.
+        let model = DownstreamArgs::parse(&flags)?;
+        let options = consumer_options(&flags)?;
         let rt = if runtime == "current" {
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -82,15 +167,29 @@ fn main() {
         if let Some(r) = &recording {
             r.spawn_upkeep(&rt);
         }
+        if let Some(model) = model {
+            let (duration, total, report) =
+                rt.block_on(downstream(&args, model, &options, no_histograms))?;
+            if let Some(r) = &recording {
+                log(PREFIX, &r.summary("nsq_consumer_messages_received_total"));
+            }
+            for line in report {
+                log(PREFIX, &line);
+            }
+            log(PREFIX, &bench_line(duration, total, size));
+            return Ok(());
+        }
         let (duration, total) = rt.block_on(async {
             let mut consumers = Vec::with_capacity(workers);
             for _ in 0..workers {
+                let mut config = Config {
+                    max_in_flight: 0,
+                    metrics_histograms: !no_histograms,
+                    ..Config::default()
+                };
+                apply_consumer_options(&options, |name, value| config.set_str(name, value))?;
                 let consumer = Consumer::builder(topic.as_str(), channel.as_str())
-                    .config(&Config {
-                        max_in_flight: 0,
-                        metrics_histograms: !no_histograms,
-                        ..Config::default()
-                    })
+                    .config(&config)
                     .nsqd(addr.as_str())
                     .build()
                     .map_err(|e| e.to_string())?;

@@ -10,6 +10,8 @@ use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+pub mod downstream;
+
 /// One command-line flag of a tool.
 #[derive(Debug, Clone, Copy)]
 pub struct Flag {
@@ -407,6 +409,8 @@ pub fn cpus() -> usize {
 /// The flags of the Go bench tools, shared by every adapter's bench tools: `bench_flags!(reader)`,
 /// `bench_flags!(writer)` or `bench_flags!(publish)`, then the tool's own extra flags (its
 /// runtime choice, ...), as a `&'static [Flag]` for [`Usage::flags`].
+/// `bench_flags!(reader, downstream, ..)` adds the flags of the bench readers' modelled
+/// downstream and consumer options ([`downstream`]).
 #[macro_export]
 macro_rules! bench_flags {
     (@common $what:literal, $runfor:literal, [$($middle:expr),*], [$($extra:expr),*]) => {
@@ -421,6 +425,45 @@ macro_rules! bench_flags {
             $crate::value("runfor", "DURATION", $runfor),
             $($extra),*
         ]
+    };
+    // The reader's flags, the modelled downstream's and the consumer options'
+    // ([`downstream`]).
+    (reader, downstream $(, $extra:expr)* $(,)?) => {
+        $crate::bench_flags!(reader,
+            $crate::value(
+                "downstream-capacity",
+                "C",
+                "model a downstream of C slots in the handler: one consumer, handlers run \
+                 max_in_flight (--rdy) at a time; not a Go flag",
+            ),
+            $crate::value(
+                "service-time",
+                "DURATION",
+                "with --downstream-capacity: how long the downstream holds a slot \
+                 (default: 5ms)",
+            ),
+            $crate::value(
+                "collapse",
+                "F",
+                "with --downstream-capacity: service time s x (1 + F x waiting / C) \
+                 (default: 0, no collapse)",
+            ),
+            $crate::value(
+                "max-in-flight-mode",
+                "static|adaptive",
+                "the consumer option max_in_flight_mode (default: the core's)",
+            ),
+            $crate::value(
+                "min-in-flight",
+                "N",
+                "the consumer option min_in_flight (default: the core's)",
+            ),
+            $crate::value(
+                "consumer-option",
+                "NAME=VALUE",
+                "a consumer option by its Config name, as Config::set_str takes it (repeatable)",
+            )
+            $(, $extra)*)
     };
     (reader $(, $extra:expr)* $(,)?) => {
         $crate::bench_flags!(@common "topic to consume (default: sub_bench)",
