@@ -11,26 +11,29 @@
 //!
 //! # The algorithm: a gradient over a re-measured minimum latency
 //!
-//! * **Windows.** Latencies are gathered per window (a log-scale histogram: O(1) per answer)
-//!   from the messages handed out after the window began, so a window measures the limit it
-//!   was opened with. A window closes once it holds enough samples (and at least
-//!   [`MIN_WINDOW`]); its median is the window's latency.
-//! * **Start-up.** From the floor, the limit doubles each window while the median stays
-//!   within [`STARTUP_EXIT`] of the lowest median seen, which is the baseline (the
+//! * **Windows.** Latencies are summed per window (O(1) per answer) from the messages handed
+//!   out after the window began, so a window measures the limit it was opened with. A window
+//!   closes once it holds half the limit's messages, at least [`WINDOW_SAMPLES`] (and lasts
+//!   at least [`MIN_WINDOW`]); its mean is the window's latency. The mean, not a percentile:
+//!   with the rate of answers it is what the application holds (Little's law), and a few
+//!   messages that wait a whole service time move it (each sample counts at most
+//!   [`SAMPLE_CAP`] baselines, so one stuck handler does not).
+//! * **Start-up.** From the floor, the limit doubles each window while the mean stays
+//!   within [`STARTUP_EXIT`] of the lowest mean seen, which is the baseline (the
 //!   uncongested latency).
-//! * **The gradient.** When a window's median exceeds the baseline by more than
+//! * **The gradient.** When a window's mean exceeds the baseline by more than
 //!   [`TOLERANCE`], the application holds more than the downstream serves: by Little's law it
-//!   holds `rate x median` on average, of which `rate x baseline` are served, so the rest,
-//!   `rate x (median - baseline)`, queues. The limit drops by that much (at most by half),
+//!   holds `rate x mean` on average, of which `rate x baseline` are served, so the rest,
+//!   `rate x (mean - baseline)`, queues. The limit drops by that much (at most by half),
 //!   leaving [`TOLERANCE`] of headroom. With nothing in transit this is the gradient of Envoy
-//!   and Gradient2, `limit x baseline / median`; counting what the application holds makes it
+//!   and Gradient2, `limit x baseline / mean`; counting what the application holds makes it
 //!   exact when nsqd is far away and much of the limit is on the wire.
 //! * **Growth.** Below the last congestion the limit climbs back quickly; near it, slowly
 //!   (probing); once clearly past it without queueing, faster and faster (the capacity grew).
 //!   It grows only while the limit is used: a consumer with little to do keeps its limit.
 //! * **Re-measuring the baseline.** Every [`REMEASURE_EVERY`] (jittered, and at least
 //!   [`REMEASURE_LATENCIES`] baselines), one window runs at half the limit, where nothing
-//!   queues: its median is the new baseline, which may be higher or lower than the old one.
+//!   queues: its mean is the new baseline, which may be higher or lower than the old one.
 //!   The baseline is also taken afresh when lowering the limit stopped lowering the latency
 //!   (the service itself became slower).
 //! * **Failures and timeouts.** A message that expired (nsqd's msg_timeout) halves the limit;
@@ -43,11 +46,11 @@
 
 use std::time::{Duration, Instant};
 
-/// The tolerated queueing: the limit settles where the median latency is this much above the
+/// The tolerated queueing: the limit settles where the mean latency is this much above the
 /// baseline.
 const TOLERANCE: f64 = 0.05;
 
-/// Start-up ends at the first window whose median exceeds the baseline by this much.
+/// Start-up ends at the first window whose mean exceeds the baseline by this much.
 const STARTUP_EXIT: f64 = 0.25;
 
 /// The shortest window.
@@ -83,18 +86,14 @@ const FAILURE_SHARE: f64 = 0.1;
 /// How much such a window shrinks it.
 const FAILURE_CUT: f64 = 0.9;
 
-/// Histogram resolution: buckets per doubling of the latency (about 2% apart).
-const PER_OCTAVE: u32 = 32;
-
-/// Latencies are counted from 2^10 ns (1 us) to 2^42 ns (about 73 minutes).
-const LOW_OCTAVE: u32 = 10;
-const OCTAVES: u32 = 32;
-const BUCKETS: usize = (OCTAVES * PER_OCTAVE) as usize;
+/// A sample counts at most this many baselines in a window's mean (one stuck handler must
+/// not read as a queue of them).
+const SAMPLE_CAP: f64 = 4.0;
 
 /// Where the controller is.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Phase {
-    /// Doubling from the floor; the baseline is the lowest median so far.
+    /// Doubling from the floor; the baseline is the lowest mean so far.
     Startup,
     /// Following the gradient.
     Steady,
@@ -116,10 +115,9 @@ struct Window {
     failures: u32,
     /// The most messages the application held at an answer.
     peak_held: u64,
-    hist: Vec<u32>,
-    /// Buckets touched (`lo..=hi`), so the scan and the reset stay short.
-    lo: usize,
-    hi: usize,
+    /// The samples' sum, in seconds, each at most `cap`.
+    sum: f64,
+    cap: f64,
 }
 
 impl Window {
@@ -130,70 +128,30 @@ impl Window {
             answers: 0,
             failures: 0,
             peak_held: 0,
-            hist: vec![0; BUCKETS],
-            lo: BUCKETS,
-            hi: 0,
+            sum: 0.0,
+            cap: f64::INFINITY,
         }
     }
 
-    fn reset(&mut self, start: Instant) {
-        if self.lo <= self.hi {
-            if let Some(s) = self.hist.get_mut(self.lo..=self.hi) {
-                s.fill(0);
-            }
-        }
-        self.start = Some(start);
-        self.count = 0;
-        self.answers = 0;
-        self.failures = 0;
-        self.peak_held = 0;
-        self.lo = BUCKETS;
-        self.hi = 0;
+    /// A new window from `start`, its samples capped at [`SAMPLE_CAP`] baselines.
+    fn reset(&mut self, start: Instant, baseline: Option<Duration>) {
+        *self = Window {
+            start: Some(start),
+            cap: baseline.map_or(f64::INFINITY, |b| b.as_secs_f64() * SAMPLE_CAP),
+            ..Window::new()
+        };
     }
 
     fn add(&mut self, latency: Duration) {
-        let i = bucket(latency);
-        if let Some(b) = self.hist.get_mut(i) {
-            *b = b.saturating_add(1);
-        }
-        self.lo = self.lo.min(i);
-        self.hi = self.hi.max(i);
+        self.sum += latency.as_secs_f64().min(self.cap);
         self.count += 1;
     }
 
-    /// The median of the window's latencies (the middle of its bucket).
-    fn median(&self) -> Duration {
-        let want = self.count.div_ceil(2).max(1);
-        let mut seen = 0;
-        for i in self.lo..=self.hi.min(BUCKETS - 1) {
-            seen += self.hist.get(i).copied().unwrap_or(0);
-            if seen >= want {
-                return bucket_value(i);
-            }
-        }
-        bucket_value(self.hi)
+    /// The mean of the window's latencies: by Little's law, with the rate, what the
+    /// application holds on average.
+    fn mean(&self) -> Duration {
+        Duration::from_secs_f64(self.sum / f64::from(self.count.max(1)))
     }
-}
-
-/// The histogram bucket of a latency.
-fn bucket(latency: Duration) -> usize {
-    let ns = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX).max(1);
-    let octave = 63 - ns.leading_zeros();
-    if octave < LOW_OCTAVE {
-        return 0;
-    }
-    let sub = (ns >> (octave - 5)) & u64::from(PER_OCTAVE - 1);
-    let i = (octave - LOW_OCTAVE) * PER_OCTAVE + sub as u32;
-    (i as usize).min(BUCKETS - 1)
-}
-
-/// The latency in the middle of bucket `i`.
-fn bucket_value(i: usize) -> Duration {
-    let i = i as u32;
-    let octave = LOW_OCTAVE + i / PER_OCTAVE;
-    let sub = f64::from(i % PER_OCTAVE);
-    let ns = (1u64 << octave) as f64 * (1.0 + (sub + 0.5) / f64::from(PER_OCTAVE));
-    Duration::from_nanos(ns as u64)
 }
 
 /// The adaptive limit's state (see the module docs).
@@ -212,7 +170,7 @@ pub(super) struct Adaptive {
     knee: f64,
     /// Windows in a row past the knee without congestion.
     calm: u32,
-    /// Lowering the limit window after window began at this limit and median (`None` once
+    /// Lowering the limit window after window began at this limit and mean (`None` once
     /// a window did not lower it).
     falling_from: Option<(f64, Duration)>,
     remeasure_at: Option<Instant>,
@@ -294,7 +252,7 @@ impl Adaptive {
         if ceiling > 0 {
             self.limit = self.limit.min(f64::from(ceiling));
         }
-        self.window.reset(now);
+        self.window.reset(now, self.baseline);
     }
 
     /// Backing off (or paused): windows are dropped until [`Adaptive::resume`].
@@ -315,7 +273,7 @@ impl Adaptive {
     pub(super) fn resume(&mut self, now: Instant) {
         if self.phase == Phase::Held {
             self.phase = self.held_from;
-            self.window.reset(now);
+            self.window.reset(now, self.baseline);
         }
     }
 
@@ -371,7 +329,7 @@ impl Adaptive {
         self.limit = (self.limit * 0.5).max(f64::from(self.floor));
         self.phase = Phase::Steady;
         self.calm = 0;
-        self.window.reset(now);
+        self.window.reset(now, self.baseline);
         self.changed(before, Duration::ZERO)
     }
 
@@ -387,7 +345,7 @@ impl Adaptive {
     fn end_window(&mut self, now: Instant, start: Instant) -> Option<Change> {
         let before = self.limit();
         let w = &self.window;
-        let median = w.median();
+        let mean = w.mean();
         let elapsed = now.saturating_duration_since(start).as_secs_f64();
         // Answers per second.
         let rate = f64::from(w.answers) / elapsed.max(1e-9);
@@ -395,23 +353,23 @@ impl Adaptive {
         // Is the limit used? The application held at least half of it, or the answers come
         // about as fast as the limit allows (each share cycles through the application and
         // a round trip to nsqd).
-        let cycle = median.as_secs_f64() + self.rtt.as_secs_f64();
+        let cycle = mean.as_secs_f64() + self.rtt.as_secs_f64();
         let used = w.peak_held as f64 >= 0.5 * self.limit || rate * cycle >= 0.7 * self.limit;
         let floor = f64::from(self.floor);
         let ceiling = f64::from(self.ceiling.max(1));
         match self.phase {
             Phase::Held => {}
             Phase::Startup => {
-                let base = self.baseline.map_or(median, |b| b.min(median));
+                let base = self.baseline.map_or(mean, |b| b.min(mean));
                 self.baseline = Some(base);
                 if failed {
                     self.knee = self.limit;
                     self.limit = (self.limit * FAILURE_CUT).max(floor);
                     self.enter_steady(now);
-                } else if median.as_secs_f64() > base.as_secs_f64() * (1.0 + STARTUP_EXIT) {
+                } else if mean.as_secs_f64() > base.as_secs_f64() * (1.0 + STARTUP_EXIT) {
                     // The doubling overshot: straight to the estimate, however far, and no
                     // higher than before the doubling.
-                    let queued = rate * (median.as_secs_f64() - base.as_secs_f64());
+                    let queued = rate * (mean.as_secs_f64() - base.as_secs_f64());
                     let headroom = rate * base.as_secs_f64() * TOLERANCE;
                     let before = (self.limit * 0.5).max(floor);
                     self.limit = (self.limit - queued + headroom).clamp(floor, before);
@@ -428,34 +386,34 @@ impl Adaptive {
             Phase::Remeasure { restore } => {
                 // Measured at a limit where nothing queues: the uncongested latency, whether
                 // higher or lower than before.
-                self.baseline = Some(median);
+                self.baseline = Some(mean);
                 self.limit = restore;
                 self.phase = Phase::Steady;
                 self.schedule_remeasure(now);
             }
             Phase::Steady => {
-                // A faster service shows at once (halfway per window, as a window's median
+                // A faster service shows at once (halfway per window, as a window's mean
                 // is noisy); a slower one is re-measured.
                 let base = self
                     .baseline
-                    .map_or(median, |b| if median < b { (b + median) / 2 } else { b });
+                    .map_or(mean, |b| if mean < b { (b + mean) / 2 } else { b });
                 self.baseline = Some(base);
                 let target = base.as_secs_f64() * (1.0 + TOLERANCE);
                 if failed {
                     self.knee = self.limit;
                     self.limit = (self.limit * FAILURE_CUT).max(floor);
                     self.calm = 0;
-                } else if median.as_secs_f64() > target {
-                    let (cut, estimate) = self.cut(rate, median, base);
+                } else if mean.as_secs_f64() > target {
+                    let (cut, estimate) = self.cut(rate, mean, base);
                     let cut = cut.max(floor);
                     // Between the limit that queued and the estimate (which a service that
                     // slows down under load makes low): where probing slows down again.
                     self.knee = ((self.limit + estimate) / 2.0).max(floor);
                     // Lowering the limit by 60% did not lower the latency: the service itself
                     // is slower now, and the baseline is stale.
-                    let (from, at) = *self.falling_from.get_or_insert((self.limit, median));
-                    if self.limit <= from * 0.4 && median.as_secs_f64() >= at.as_secs_f64() * 0.9 {
-                        self.baseline = Some(median);
+                    let (from, at) = *self.falling_from.get_or_insert((self.limit, mean));
+                    if self.limit <= from * 0.4 && mean.as_secs_f64() >= at.as_secs_f64() * 0.9 {
+                        self.baseline = Some(mean);
                         self.falling_from = None;
                     } else {
                         if self.limit < SMALL {
@@ -479,7 +437,7 @@ impl Adaptive {
                             self.limit = (self.limit * REMEASURE_DIP).max(self.limit - 1.0);
                             self.phase = Phase::Remeasure { restore };
                         } else {
-                            // Nothing can queue unseen at so small a limit: the median of
+                            // Nothing can queue unseen at so small a limit: the mean of
                             // any window shows the baseline going up (see `falling_from`).
                             self.schedule_remeasure(now);
                         }
@@ -488,14 +446,14 @@ impl Adaptive {
             }
         }
         self.limit = self.limit.clamp(floor.min(ceiling), ceiling);
-        self.window.reset(now);
-        self.changed(before, median)
+        self.window.reset(now, self.baseline);
+        self.changed(before, mean)
     }
 
     /// The limit after a congested window: less what queues, with [`TOLERANCE`] of headroom,
     /// at most halved; and the estimate itself (the knee), however far.
-    fn cut(&self, rate: f64, median: Duration, base: Duration) -> (f64, f64) {
-        let queued = rate * (median.as_secs_f64() - base.as_secs_f64()).max(0.0);
+    fn cut(&self, rate: f64, mean: Duration, base: Duration) -> (f64, f64) {
+        let queued = rate * (mean.as_secs_f64() - base.as_secs_f64()).max(0.0);
         let headroom = rate * base.as_secs_f64() * TOLERANCE;
         let estimate = (self.limit - queued + headroom).min(self.limit);
         (estimate.max(self.limit * 0.5), estimate)
@@ -552,22 +510,6 @@ impl Adaptive {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn buckets_are_monotone_and_close() {
-        let mut last = 0;
-        for us in [2u64, 3, 10, 100, 999, 1_000, 5_000, 1_000_000, 60_000_000] {
-            let d = Duration::from_micros(us);
-            let i = bucket(d);
-            assert!(i >= last);
-            last = i;
-            let v = bucket_value(i).as_secs_f64();
-            let err = (v - d.as_secs_f64()).abs() / d.as_secs_f64();
-            assert!(err < 0.05, "{us}us -> {v}s");
-        }
-        assert_eq!(bucket(Duration::ZERO), 0);
-        assert_eq!(bucket(Duration::MAX), BUCKETS - 1);
-    }
 
     /// A downstream of `capacity` at `service`, nothing in transit, for `rounds` rounds: in
     /// each, the limit's messages are handed out together and answered a service time later
