@@ -392,11 +392,16 @@ impl Adaptive {
                 self.schedule_remeasure(now);
             }
             Phase::Steady => {
-                // A faster service shows at once (halfway per window, as a window's mean
-                // is noisy); a slower one is re-measured.
-                let base = self
-                    .baseline
-                    .map_or(mean, |b| if mean < b { (b + mean) / 2 } else { b });
+                // A clearly faster service shows at once (halfway per window: a window's
+                // mean is noisy, and a baseline pulled low by noise would shrink the limit);
+                // a slower one is re-measured.
+                let base = self.baseline.map_or(mean, |b| {
+                    if mean.as_secs_f64() < b.as_secs_f64() * (1.0 - TOLERANCE) {
+                        (b + mean) / 2
+                    } else {
+                        b
+                    }
+                });
                 self.baseline = Some(base);
                 let target = base.as_secs_f64() * (1.0 + TOLERANCE);
                 if failed {
