@@ -102,3 +102,46 @@ fn seeds_that_found_bugs() {
         assert_clean(&sim::run(&cfg, &mut sim_glue::NsqProtoFactory::default()));
     }
 }
+
+/// The adaptive in-flight limit (`max_in_flight_mode = adaptive`) in the faulty world: every
+/// invariant holds against the limit in force (the application never holds more, RDY never
+/// sums above max_in_flight, no starvation while the consumer has room under its limit, at
+/// least once, graceful stops).
+#[test]
+fn the_adaptive_limit_breaks_no_invariant() {
+    for (nsqd, max_in_flight, bound) in [(1, 100, 10), (5, 100, 10), (10, 100, 10), (10, 4, 60)] {
+        for seed in 1..=3 {
+            let mut cfg = SimConfig::new(seed, nsqd, max_in_flight);
+            cfg.adaptive = Some(1);
+            cfg.starvation_bound = std::time::Duration::from_secs(bound);
+            assert_clean(&sim::run(&cfg, &mut sim_glue::NsqProtoFactory::default()));
+        }
+    }
+}
+
+/// One world of `simulate --downstream` (SIMULATION.md), against the bounds the adaptive limit
+/// is built to: a service of 10 operations at once and 10 ms each, nsqd a round trip of
+/// 0.2-4 ms away.
+#[test]
+fn the_adaptive_limit_finds_and_follows_a_modelled_downstream() {
+    let world = sim::DownstreamWorld {
+        capacity: 10,
+        service: std::time::Duration::from_millis(10),
+    };
+    let v = sim::evaluate_downstream(world, 1, 1, 0.5, &mut sim_glue::NsqProtoFactory::default());
+    assert!(v.violations.is_empty(), "{:?}", v.violations);
+    let converged = v
+        .converge
+        .expect("the limit settles near the best static setting");
+    assert!(converged <= v.converge_bound, "{v:?}");
+    assert!(v.throughput_vs_best >= 0.95, "{v:?}");
+    assert!(v.p99_vs_uncongested <= 1.5, "{v:?}");
+    assert!(v.static4x_p99_vs_uncongested >= 4.0, "{v:?}");
+    assert_eq!(v.reconverge.len(), 2, "halved, then doubled back");
+    for r in &v.reconverge {
+        let r = r.expect("the limit settles again");
+        assert!(r <= std::time::Duration::from_secs(10), "{v:?}");
+    }
+    assert!(v.collapse_vs_best >= 0.9, "{v:?}");
+    assert!(v.static4x_collapse_vs_best < 0.5, "{v:?}");
+}

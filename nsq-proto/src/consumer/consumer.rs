@@ -85,6 +85,42 @@ use std::time::{Duration, Instant};
 /// success, as in go-nsq. A burst of answers nsqd rejects as timed out ([`ANSWER_FAILURE_BURST`]
 /// within [`ANSWER_FAILURE_WINDOW`]) counts as one failure, logged once.
 ///
+/// # An adaptive limit
+/// With [`InFlightMode::Adaptive`] (go-style option `max_in_flight_mode = adaptive`),
+/// `max_in_flight` is a ceiling and `min_in_flight` a floor; between them the consumer finds
+/// the limit itself, from each message's handling latency (hand-out to answer: the
+/// handler's time, including any wait for what it calls) and outcome. Everything above
+/// (the exact bound, RDY, the rotation) then holds against that limit
+/// ([`in_flight_limit`](Self::in_flight_limit), [`ConsumerStats::in_flight_limit`],
+/// [`ConsumerEvent::InFlightLimitChanged`]).
+///
+/// * **When to use it**: the handlers call something of limited capacity (a database, a
+///   service, a disk) whose capacity you do not know, or which changes (deploys, noisy
+///   neighbours, time of day). Beyond that capacity more messages in flight only queue in
+///   front of it: latency grows, messages time out on nsqd and come back as duplicates, and
+///   a service that slows down under load collapses.
+/// * **What it converges to**: the knee, where the handlers' downstream is kept busy and
+///   nothing queues in front of it (a window's mean latency within 5% of the uncongested
+///   latency): about the capacity, plus what is on the wire to and from nsqd when its round
+///   trip is not small beside the service time. It starts at the floor and doubles until
+///   latency grows, so it gets there within a few latencies; it follows the capacity when
+///   it halves or doubles, and re-measures the uncongested latency now and then (one window
+///   at 80% of the limit).
+/// * **Backoff** stays as it is and the two do not fight: while the consumer backs off the
+///   limit is frozen and nothing is measured. A message that expires (nsqd's msg_timeout)
+///   halves the limit; a window in which more than 10% of the answers are requeues lowers it
+///   by 10%.
+/// * **Below the number of connections** the rotation serves them with the limit as
+///   `max_in_flight`; the limit only moves by what the handlers' latency says.
+/// * **Handlers that do not wait on anything** (CPU-bound): latency then grows with the
+///   number of handlers the runtime runs at once, and the limit settles where that begins.
+///   Without such a bound, a static `max_in_flight` is the better choice.
+///
+/// The limit's algorithm (a gradient over a re-measured minimum latency, as Envoy's adaptive
+/// concurrency filter and Netflix's Gradient2 do, computed on what the application holds by
+/// Little's law) is O(1) per answer and deterministic; the simulator's `--downstream` mode
+/// measures it (SIMULATION.md).
+///
 /// # Discovery
 /// Every lookupd is polled each round; the producers they list are unioned and new ones are
 /// connected. Directly added nsqd are reconnected on an exponential schedule and never
