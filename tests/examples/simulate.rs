@@ -45,6 +45,7 @@ struct Args {
     max_nsqd: usize,
     messages_per_nsqd: Option<usize>,
     client_rounds: bool,
+    busy: bool,
 }
 
 fn parse() -> Result<Args, String> {
@@ -62,6 +63,7 @@ fn parse() -> Result<Args, String> {
         max_nsqd: 1000,
         messages_per_nsqd: None,
         client_rounds: false,
+        busy: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -81,8 +83,12 @@ fn parse() -> Result<Args, String> {
             a.client_rounds = true;
             continue;
         }
+        if name == "--busy" {
+            a.busy = true;
+            continue;
+        }
         if name == "--help" || name == "-h" {
-            return Err("usage: simulate [--nsqd N] [--max-in-flight N] [--seeds N] [--first-seed N] [--seed N] [--faults N] [--starvation-bound SECONDS] [--messages-per-nsqd N] [--client-rounds] [--campaign N [--max-nsqd N]] [--quiet] [--no-shrink]".into());
+            return Err("usage: simulate [--nsqd N] [--max-in-flight N] [--seeds N] [--first-seed N] [--seed N] [--faults N] [--starvation-bound SECONDS] [--messages-per-nsqd N] [--client-rounds] [--busy] [--campaign N [--max-nsqd N]] [--quiet] [--no-shrink]".into());
         }
         let value = inline
             .or_else(|| it.next())
@@ -124,6 +130,7 @@ fn config(a: &Args, seed: u64, nsqd: usize) -> SimConfig {
     if let Some(k) = a.messages_per_nsqd {
         c.messages = (nsqd * k).max(2_000);
     }
+    c.busy = a.busy;
     c
 }
 
@@ -154,8 +161,9 @@ fn one(a: &Args, seed: u64, nsqd: usize) -> Report {
             println!("    at {:>8.3}s {:?}", f.at.as_secs_f64(), f.kind);
         }
         println!(
-            "  replay: cargo run --release -p nsq-test-broker --example simulate -- --seed {seed} --nsqd {nsqd} --max-in-flight {}",
-            a.max_in_flight
+            "  replay: cargo run --release -p nsq-test-broker --example simulate -- --seed {seed} --nsqd {nsqd} --max-in-flight {}{}",
+            a.max_in_flight,
+            if a.busy { " --busy" } else { "" }
         );
     } else if !a.quiet {
         println!(

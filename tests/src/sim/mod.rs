@@ -73,6 +73,10 @@ pub struct SimConfig {
     /// The consumer's `low_rdy_timeout` (nsq-proto's default, 2 s): how long one turn of RDY
     /// lasts when nsqd outnumber max_in_flight.
     pub low_rdy_turn: Duration,
+    /// A busy world: besides [`SimConfig::messages`], publishers keep every nsqd that is up
+    /// holding messages during the fault phase (topped up to 20 ready whenever under 10), so
+    /// every connection waiting for a low-RDY turn has messages to deliver.
+    pub busy: bool,
 }
 
 impl SimConfig {
@@ -94,6 +98,7 @@ impl SimConfig {
             msg_timeout: Duration::from_secs(60),
             starvation_bound: Duration::from_secs(10),
             low_rdy_turn: Duration::from_secs(2),
+            busy: false,
         }
     }
 

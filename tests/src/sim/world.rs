@@ -17,6 +17,9 @@ use crate::model::{ClientId, ClientState, Nsqd, NsqdOptions};
 
 const TOPIC: &str = "sim";
 const CHANNEL: &str = "c";
+/// In a busy world, what every nsqd is topped up to (messages ready) whenever it falls
+/// under half of it, during the fault phase.
+const BUSY_DEPTH: usize = 20;
 /// A graceful stop completes within the consumer's close_timeout (30 s) and a few round trips.
 const CLOSE_BOUND: Duration = Duration::from_secs(35);
 
@@ -116,6 +119,8 @@ enum Ev {
     Heal(usize),
     Publish(u64),
     ProducerPublish(u64),
+    /// Tops nsqd `i` up in a busy world ([`SimConfig::busy`]).
+    Refill(usize),
     Tick,
     StartConsumer,
 }
@@ -158,6 +163,8 @@ struct Node {
     by_server: HashMap<ClientId, Key>,
     /// Since when (on the eligible clock) it has waited with messages and a subscriber.
     waiting_since: Option<Duration>,
+    /// A busy world's top-up of it is scheduled.
+    refill_pending: bool,
 }
 
 struct ConsumerSlot {
@@ -218,6 +225,8 @@ struct World<'f> {
     violation: Option<Violation>,
     publishes_left: u64,
     producer_left: u64,
+    /// Messages a busy world's top-ups published.
+    refills: u64,
     end_of_faults: Instant,
     drained: bool,
     final_close: bool,
@@ -328,6 +337,7 @@ impl<'f> World<'f> {
                 timer_at: None,
                 by_server: HashMap::new(),
                 waiting_since: None,
+                refill_pending: false,
             });
         }
         let end_of_faults = t0 + cfg.fault_phase;
@@ -346,6 +356,7 @@ impl<'f> World<'f> {
             closed_requests: HashSet::new(),
             publishes_left: cfg.messages as u64,
             producer_left: cfg.producer_messages as u64,
+            refills: 0,
             lookupd_up: vec![0; cfg.lookupds.max(1)],
             r_app: Rng::new(cfg.seed, 3),
             r_pub: Rng::new(cfg.seed, 4),
@@ -454,6 +465,12 @@ impl<'f> World<'f> {
         for n in 0..self.cfg.producer_messages as u64 {
             let at = self.t0 + Duration::from_micros(self.r_pub.below(phase.max(1)));
             self.push(at, Ev::ProducerPublish(n));
+        }
+        if self.cfg.busy {
+            for i in 0..self.nodes.len() {
+                self.nodes[i].refill_pending = true;
+                self.push(self.t0, Ev::Refill(i));
+            }
         }
         self.push(self.t0 + Duration::from_secs(1), Ev::Tick);
         let limit = self.end_of_faults + self.cfg.drain_limit;
@@ -599,6 +616,7 @@ impl<'f> World<'f> {
             Ev::Heal(k) => self.fault(k, false),
             Ev::Publish(n) => self.publish(n),
             Ev::ProducerPublish(n) => self.producer_publish(n),
+            Ev::Refill(i) => self.refill(i),
             Ev::Tick => self.tick(),
             Ev::StartConsumer => self.start_consumer(),
         }
@@ -1234,6 +1252,7 @@ impl<'f> World<'f> {
                 self.push(at, Ev::NsqdTimer(i));
             }
         }
+        self.refill_soon(i);
         // Starvation: messages ready and a subscriber, since when?
         let waiting = self.node_waiting(i);
         let node = &mut self.nodes[i];
@@ -1336,6 +1355,53 @@ impl<'f> World<'f> {
             .publish(now, TOPIC, vec![format!("w{n}").into_bytes()]);
         self.after_node(i);
         self.collect_published(i);
+    }
+
+    /// In a busy world, during the fault phase: once nsqd `i` (up) has fewer than half of
+    /// [`BUSY_DEPTH`] messages ready, a top-up is scheduled (now, as an event of its own).
+    fn refill_soon(&mut self, i: usize) {
+        if !self.cfg.busy || self.now >= self.end_of_faults {
+            return;
+        }
+        let queued = self.queued(i);
+        let node = &mut self.nodes[i];
+        if node.refill_pending || node.down > 0 || queued >= BUSY_DEPTH / 2 {
+            return;
+        }
+        node.refill_pending = true;
+        let now = self.now;
+        self.push(now, Ev::Refill(i));
+    }
+
+    /// Publishes to nsqd `i` (if it is up) what it takes to have [`BUSY_DEPTH`] messages ready.
+    fn refill(&mut self, i: usize) {
+        self.nodes[i].refill_pending = false;
+        if self.nodes[i].down > 0 || self.now >= self.end_of_faults {
+            return;
+        }
+        let want = BUSY_DEPTH.saturating_sub(self.queued(i));
+        if want == 0 {
+            return;
+        }
+        let bodies: Vec<Vec<u8>> = (0..want)
+            .map(|k| format!("b{}", self.refills + k as u64).into_bytes())
+            .collect();
+        self.refills += want as u64;
+        let now = self.now;
+        self.nodes[i].model.publish(now, TOPIC, bodies);
+        self.collect_published(i);
+        self.after_node(i);
+    }
+
+    /// Messages ready on nsqd `i`'s channel (not in flight, not deferred).
+    fn queued(&self, i: usize) -> usize {
+        self.nodes[i]
+            .model
+            .queues
+            .topics
+            .get(TOPIC)
+            .and_then(|t| t.channels.get(CHANNEL))
+            .map_or(0, |ch| ch.queue.len())
     }
 
     fn collect_published(&mut self, i: usize) {
