@@ -62,6 +62,13 @@ pub struct ConsumerConfig {
     /// `low_rdy_timeout`; default 2 s here, 30 s in go-nsq: see the
     /// [`Consumer`](super::Consumer) docs for why and what it costs).
     pub low_rdy_timeout: Duration,
+    /// With more connections waiting for a low-RDY turn than `max_in_flight` holds: the
+    /// starvation bound the turns are sized for (default 10 s; not in go-nsq). Turns last
+    /// `min(low_rdy_timeout, low_rdy_max_wait / 2 x seats / ready connections)` (at least
+    /// 10 ms, and always one message), so that every connection with messages gets a turn
+    /// within it, as far as the handlers' speed allows: see the [`Consumer`](super::Consumer)
+    /// docs.
+    pub low_rdy_max_wait: Duration,
     /// First reconnect delay for directly configured nsqd (default 1 s), doubling per failure.
     pub reconnect_initial_delay: Duration,
     /// Longest reconnect delay (default 60 s).
@@ -91,6 +98,7 @@ impl Default for ConsumerConfig {
             rdy_redistribute_interval: Duration::from_secs(5),
             low_rdy_idle_timeout: Duration::from_secs(1),
             low_rdy_timeout: Duration::from_secs(2),
+            low_rdy_max_wait: Duration::from_secs(10),
             reconnect_initial_delay: Duration::from_secs(1),
             reconnect_max_delay: Duration::from_secs(60),
             reconnect_reset_after: Duration::from_secs(30),
