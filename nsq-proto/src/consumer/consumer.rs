@@ -666,7 +666,8 @@ impl Consumer {
             match event {
                 ConnectionEvent::Ready(negotiated) => {
                     let output_buffer_timeout = negotiated.identify.output_buffer_timeout;
-                    FlowControl::connection_ready(now, id, output_buffer_timeout, &mut self.shared);
+                    self.flow
+                        .connection_ready(now, id, output_buffer_timeout, &mut self.shared);
                     let Some(slot) = self.shared.slots.get(id) else {
                         return;
                     };
@@ -684,7 +685,10 @@ impl Consumer {
                     self.received += 1;
                     if let Some(slot) = self.shared.slots.get_mut(id) {
                         slot.counts.received += 1;
-                        let _ = FlowControl::on_message(slot);
+                        let after = self.flow.on_message(now, slot);
+                        if after.turn_over {
+                            self.flow.after_message(now, id, after, &mut self.shared);
+                        }
                     }
                 }
                 ConnectionEvent::MessageExpired(mid) => {
@@ -740,7 +744,9 @@ impl Consumer {
             return;
         };
         let mut received = 0;
-        while slot.fresh_until.is_none() && !slot.yield_pending {
+        // A message that ends the connection's low-RDY turn (its share delivered) takes the
+        // way that re-plans.
+        while slot.fresh_until.is_none() && !slot.yield_pending && slot.turn_quota != 1 {
             let Some(message) = slot.conn.as_mut().and_then(|c| c.poll_message(plain)) else {
                 break;
             };
@@ -748,7 +754,7 @@ impl Consumer {
                 // nsqd timed it out and sent it again while the application still holds it:
                 // the application's answer will answer this delivery. Nothing to hand out.
                 self.shared.ghost_shares = self.shared.ghost_shares.saturating_sub(1);
-                let _ = FlowControl::on_message(slot);
+                let _ = self.flow.on_message(now, slot);
                 slot.counts.received += 1;
                 received += 1;
                 slot.handed += 1;
@@ -758,7 +764,7 @@ impl Consumer {
             let covered = slot.covers_next()
                 && self.shared.handed_total + self.shared.ghost_shares < max_in_flight;
             // (false, false) under this loop's condition: nothing to re-plan.
-            let _ = FlowControl::on_message(slot);
+            let _ = self.flow.on_message(now, slot);
             slot.counts.received += 1;
             received += 1;
             if covered {
@@ -808,7 +814,7 @@ impl Consumer {
         if !self.shared.ghosts.is_empty() && self.shared.ghosts.remove(&(id, message.id)) {
             // As in pump_deliveries: the application still holds it.
             self.shared.ghost_shares = self.shared.ghost_shares.saturating_sub(1);
-            let after = FlowControl::on_message(slot);
+            let after = self.flow.on_message(now, slot);
             slot.handed += 1;
             self.shared.handed_total += 1;
             if after.replan() {
@@ -819,7 +825,7 @@ impl Consumer {
         let covered = slot.covers_next()
             && self.shared.handed_total + self.shared.ghost_shares
                 < u64::from(self.flow.max_in_flight());
-        let after = FlowControl::on_message(slot);
+        let after = self.flow.on_message(now, slot);
         if !gives_up(max_attempts, &message) && !covered {
             Self::send_back(now, id, slot, &message);
             self.returned += 1;
