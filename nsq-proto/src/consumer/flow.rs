@@ -63,9 +63,10 @@ pub(super) struct FlowControl {
     /// How many turns the rotation has granted: the next turn's ticket is one more (see
     /// [`Slot::ticket`]).
     tickets: u64,
-    /// How long a busy low-RDY turn takes per message (handler and round trip), averaged
-    /// over the intervals between consecutive messages of a turn: what a turn's share of
-    /// messages is counted from.
+    /// How long a busy low-RDY turn takes per message (handler and round trip), from the
+    /// intervals between consecutive messages of a turn (following a faster one at once, a
+    /// slower one by a sixteenth per sample): what a turn's share of messages is counted
+    /// from.
     pace: Option<Duration>,
     /// The last plan over every connection was the low-RDY rotation (more connections than
     /// max_in_flight, no backoff): while that holds, turns end and start one connection at a
@@ -193,8 +194,13 @@ impl FlowControl {
         if slot.turn_until.is_some() {
             if let Some(last) = slot.turn_msg_at {
                 let sample = now.saturating_duration_since(last).min(MAX_PACE_SAMPLE);
+                // Quick down, slow up: a share counted from a pace slower than the usual
+                // one (after slow handlers, say) would end turns after a message or two
+                // while few turns bring samples to correct it; one counted from a faster
+                // pace only leaves the turn to end at its length.
                 self.pace = Some(match self.pace {
-                    Some(p) => p.saturating_mul(7).saturating_add(sample) / 8,
+                    Some(p) if sample < p => sample,
+                    Some(p) => p.saturating_mul(15).saturating_add(sample) / 16,
                     None => sample,
                 });
             }
