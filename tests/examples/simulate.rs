@@ -167,7 +167,7 @@ fn one(a: &Args, seed: u64, nsqd: usize) -> Report {
         );
     } else if !a.quiet {
         println!(
-            "seed={seed} nsqd={nsqd} published={} delivered={} gave_up={} producer_ok={} producer_failed={} consumers={} worst_starvation_s={:.2} virtual_s={:.0} steps={} rdy_per_msg={:.2} core_us_per_msg={:.2} trace={:016x}",
+            "seed={seed} nsqd={nsqd} published={} delivered={} gave_up={} producer_ok={} producer_failed={} consumers={} worst_starvation_s={:.2} bound_s={:.1} virtual_s={:.0} steps={} rdy_per_msg={:.2} core_us_per_msg={:.2} trace={:016x}",
             report.published,
             report.delivered,
             report.gave_up,
@@ -175,6 +175,7 @@ fn one(a: &Args, seed: u64, nsqd: usize) -> Report {
             report.producer_failed,
             report.consumers,
             report.worst_starvation.as_secs_f64(),
+            report.starvation_bound.as_secs_f64(),
             report.virtual_time.as_secs_f64(),
             report.steps,
             report.rdy_commands as f64 / report.delivered.max(1) as f64,
@@ -208,6 +209,7 @@ fn main() -> ExitCode {
     let (mut t_big, mut m_big, mut t_small, mut m_small) =
         (Duration::ZERO, 0u64, Duration::ZERO, 0u64);
     let (mut rdy_big, mut rdy_small) = (0u64, 0u64);
+    let (mut phase_rdy, mut phase_msgs) = (0u64, 0u64);
     for &seed in &seeds {
         let r = one(&a, seed, a.nsqd);
         violations += u64::from(r.violation.is_some());
@@ -216,6 +218,8 @@ fn main() -> ExitCode {
         t_big += r.core_time;
         m_big += r.delivered;
         rdy_big += r.rdy_commands;
+        phase_rdy += r.fault_phase_rdy_commands;
+        phase_msgs += r.fault_phase_delivered;
         let r = one(&a, seed, 10);
         violations += u64::from(r.violation.is_some());
         worst = worst.max(r.worst_starvation);
@@ -227,10 +231,12 @@ fn main() -> ExitCode {
     // (two per turn), and the core's CPU per RDY command (every input counted).
     let per = |n: u64, d: u64| n as f64 / d.max(1) as f64;
     println!(
-        "simulate: rdy_per_msg_10={:.2} rdy_per_msg_{}={:.2} cpu_per_rdy_{}={:.2}us",
+        "simulate: rdy_per_msg_10={:.2} rdy_per_msg_{}={:.2} rdy_per_msg_{}_fault_phase={:.2} cpu_per_rdy_{}={:.2}us",
         per(rdy_small, m_small),
         a.nsqd,
         per(rdy_big, m_big),
+        a.nsqd,
+        per(phase_rdy, phase_msgs),
         a.nsqd,
         t_big.as_secs_f64() * 1e6 / rdy_big.max(1) as f64
     );

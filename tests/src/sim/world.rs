@@ -72,6 +72,9 @@ pub struct Report {
     pub violation: Option<Violation>,
     /// The longest an nsqd with messages waited while the consumer had room.
     pub worst_starvation: Duration,
+    /// The starvation bound the run checked ([`SimConfig::effective_starvation_bound`] of
+    /// its links).
+    pub starvation_bound: Duration,
     /// Real time spent inside the client under test.
     pub core_time: Duration,
     /// Events processed.
@@ -86,6 +89,12 @@ pub struct Report {
     pub consumers: u32,
     /// RDY commands the consumers sent (two per low-RDY turn: the grant and the release).
     pub rdy_commands: u64,
+    /// Of [`Report::rdy_commands`] and [`Report::delivered`], those during the fault phase
+    /// (in a busy world, while every nsqd has messages; the drain after it is the sparse
+    /// world's probing of mostly empty nsqd).
+    pub fault_phase_rdy_commands: u64,
+    /// See [`Report::fault_phase_rdy_commands`].
+    pub fault_phase_delivered: u64,
 }
 
 /// Who owns a connection.
@@ -201,7 +210,8 @@ struct World<'f> {
 
     /// When the current consumer was asked to close.
     closing_since: Option<Instant>,
-    /// The starvation bound checked ([`SimConfig::effective_starvation_bound`]).
+    /// The starvation bound checked ([`SimConfig::effective_starvation_bound`] of the
+    /// world's links).
     bound: Duration,
     /// Lookupd exchanges the consumer closed before their reply arrived.
     closed_requests: HashSet<(u32, ConnRef)>,
@@ -341,7 +351,20 @@ impl<'f> World<'f> {
             });
         }
         let end_of_faults = t0 + cfg.fault_phase;
+        // An idle low-RDY turn's seat time per nsqd: its idle wait (twice the handshake of
+        // two round trips, within 100 ms ..= 1 s) and the settle time of its RDY 0 (the
+        // handshake), over max_in_flight seats.
+        let probes: Duration = nodes
+            .iter()
+            .map(|n| {
+                let handshake = n.latency * 4;
+                (handshake * 2).clamp(Duration::from_millis(100), Duration::from_secs(1))
+                    + handshake
+            })
+            .sum();
+        let probe_round = probes / cfg.max_in_flight.max(1);
         let report = Report {
+            starvation_bound: cfg.effective_starvation_bound(probe_round),
             seed: cfg.seed,
             nsqd: cfg.nsqd,
             faults: faults.clone(),
@@ -352,7 +375,7 @@ impl<'f> World<'f> {
             max_in_flight_ever: cfg.max_in_flight,
 
             closing_since: None,
-            bound: cfg.effective_starvation_bound(),
+            bound: cfg.effective_starvation_bound(probe_round),
             closed_requests: HashSet::new(),
             publishes_left: cfg.messages as u64,
             producer_left: cfg.producer_messages as u64,
@@ -528,10 +551,40 @@ impl<'f> World<'f> {
     /// Moves virtual time, keeping the eligible clock.
     fn advance(&mut self, to: Instant) {
         if self.has_room() {
-            self.eligible += to.saturating_duration_since(self.eligible_mark);
+            let dt = to.saturating_duration_since(self.eligible_mark);
+            self.eligible += self.at_rotation_speed(dt);
         }
         self.eligible_mark = to;
         self.now = to;
+    }
+
+    /// `dt` at the speed the low-RDY rotation can go (with more nsqd than max_in_flight):
+    /// in proportion to its seats, the shares of max_in_flight not held by messages outside
+    /// turns (the application still handling a message of a connection whose turn is over:
+    /// a slow handler). With one seat of four, a round takes four times as long, whatever
+    /// the consumer does; the starvation bound is judged in rotation time. Messages of the
+    /// connections holding turns are the rotation's own work and slow nothing down.
+    fn at_rotation_speed(&self, dt: Duration) -> Duration {
+        let m = self.max_in_flight;
+        let Some(c) = &self.consumer else {
+            return dt;
+        };
+        if self.nodes.len() as u64 <= u64::from(m) || c.held.is_empty() {
+            return dt;
+        }
+        let epoch = c.epoch;
+        let outside = c
+            .held
+            .keys()
+            .filter(|(conn, _)| {
+                self.conns
+                    .get(&(Who::Consumer(epoch), *conn))
+                    .is_none_or(|k| k.rdy == 0)
+            })
+            .count();
+        let seats = u64::from(m).saturating_sub(outside as u64);
+        let nanos = dt.as_nanos() * u128::from(seats) / u128::from(m.max(1));
+        Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
     }
 
     /// The consumer has room for more messages: starvation counts now.
@@ -820,6 +873,9 @@ impl<'f> World<'f> {
                 }
                 c.held.insert((d.conn, d.id), d);
                 self.report.delivered += 1;
+                if self.now < self.end_of_faults {
+                    self.report.fault_phase_delivered += 1;
+                }
                 if let Some(n) = self.conn_node(Who::Consumer(epoch), d.conn) {
                     self.handed.insert((n, d.id));
                 }
@@ -1165,6 +1221,9 @@ impl<'f> World<'f> {
                 }
                 if let Some(n) = line.strip_prefix(b"RDY ") {
                     self.report.rdy_commands += 1;
+                    if self.now < self.end_of_faults {
+                        self.report.fault_phase_rdy_commands += 1;
+                    }
                     new_rdy = std::str::from_utf8(n)
                         .ok()
                         .and_then(|s| s.parse::<u64>().ok());
