@@ -114,9 +114,9 @@ pub struct Config {
     /// up (go-nsq `low_rdy_idle_timeout`, default 1 s (go-nsq: 10 s), 1 s ..= 5 min); sooner
     /// on a connection with a short round trip (twice its handshake, at least 100 ms).
     pub low_rdy_idle_timeout: Duration,
-    /// ... and one holding RDY this long (one turn) passes it on anyway (go-nsq
-    /// `low_rdy_timeout`, default 2 s (go-nsq: 30 s, which let an nsqd wait half a minute),
-    /// 1 s ..= 5 min).
+    /// ... and one holding RDY this long (the longest turn; shorter when many nsqd wait, see
+    /// `low_rdy_max_wait`) passes it on anyway (go-nsq `low_rdy_timeout`, default 2 s
+    /// (go-nsq: 30 s, which let an nsqd wait half a minute), 1 s ..= 5 min).
     pub low_rdy_timeout: Duration,
     /// With more nsqd waiting for a turn than max_in_flight holds: the starvation bound turns
     /// are sized for, so every nsqd with messages gets a turn within it as far as the
