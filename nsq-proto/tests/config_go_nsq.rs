@@ -138,6 +138,7 @@ fn our_own_options_parse_and_derive() {
             "reconnect_initial_delay": "250ms",
             "reconnect_max_delay": "30s",
             "reconnect_reset_after": "1m",
+            "low_rdy_max_wait": "30s",
             "lookupd_poll_timeout": "5s",
             "max_msg_size": 2097152,
             "max_req_timeout": "2h",
@@ -173,6 +174,7 @@ fn our_own_options_parse_and_derive() {
         "max_backoff_duration 0 disables backoff"
     );
     assert_eq!(consumer.lookupd_timeout, 5 * SEC);
+    assert_eq!(consumer.low_rdy_max_wait, 30 * SEC);
     assert_eq!(consumer.reconnect_max_delay, 30 * SEC);
     assert_eq!(consumer.reconnect_reset_after, 60 * SEC);
     assert_eq!(consumer.close_timeout, 10 * SEC);
@@ -223,6 +225,7 @@ fn defaults_equal_go_nsq_and_the_core_defaults() {
     // Deliberately shorter than go-nsq's 10 s / 30 s: no nsqd waits half a minute for RDY.
     assert_eq!(c.low_rdy_idle_timeout, SEC);
     assert_eq!(c.low_rdy_timeout, 2 * SEC);
+    assert_eq!(c.low_rdy_max_wait, 10 * SEC);
     assert_eq!(c.rdy_redistribute_interval, 5 * SEC);
     assert_eq!(c.heartbeat_interval, 30 * SEC);
     assert_eq!(c.sample_rate, 0);
@@ -253,6 +256,7 @@ fn defaults_equal_go_nsq_and_the_core_defaults() {
     );
     assert_eq!(derived.low_rdy_idle_timeout, core.low_rdy_idle_timeout);
     assert_eq!(derived.low_rdy_timeout, core.low_rdy_timeout);
+    assert_eq!(derived.low_rdy_max_wait, core.low_rdy_max_wait);
     assert_eq!(
         derived.reconnect_initial_delay,
         core.reconnect_initial_delay
@@ -314,6 +318,7 @@ fn invalid_values_name_the_option() {
             "low_rdy_idle_timeout",
         ),
         (r#"{"low_rdy_timeout": "10m"}"#, "low_rdy_timeout"),
+        (r#"{"low_rdy_max_wait": "500ms"}"#, "low_rdy_max_wait"),
         (
             r#"{"rdy_redistribute_interval": "6s"}"#,
             "rdy_redistribute_interval",

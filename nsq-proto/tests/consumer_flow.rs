@@ -393,3 +393,67 @@ fn a_lowered_rdy_keeps_what_nsqd_may_still_send() {
         assert!(w.received_per_addr.get(&addr(1)).is_some_and(|&n| n > 0));
     }
 }
+
+/// RDY commands every server read, in total.
+fn rdy_commands(w: &World) -> usize {
+    w.conns
+        .values()
+        .map(|c| c.log.iter().filter(|c| matches!(c, Cmd::Rdy(_))).count())
+        .sum()
+}
+
+#[test]
+fn turns_are_sized_so_every_busy_nsqd_is_served_within_the_bound() {
+    // Issue 39: 40 nsqd that always have messages, max_in_flight 4, handlers of 20 ms. With
+    // 2 s turns ending 0.5 s apart the last nsqd was first served after about 20 s; turns
+    // sized to low_rdy_max_wait (10 s) bring every one round within it.
+    let mut w = world(40, config(4), 50, Handler::FinishAfter(MS * 20));
+    let from = w.now;
+    w.run_for(SEC * 60);
+    w.assert_clean();
+    let first = first_served(&w, from);
+    assert_eq!(first.len(), 40, "{first:?}");
+    for (a, t) in &first {
+        assert!(*t < SEC * 10, "{a} first served after {t:?}");
+    }
+    for i in 0..40 {
+        let gap = w.max_service_gap(&addr(i), from);
+        assert!(gap < SEC * 10, "{} waited {gap:?}", addr(i));
+    }
+    // Every turn delivers at least one message: at most two RDY per message (RDY 1 and 0).
+    let received: u64 = w.received_per_addr.values().sum();
+    assert!(
+        rdy_commands(&w) as u64 <= 2 * received,
+        "{} RDY for {received} messages",
+        rdy_commands(&w)
+    );
+    // The handlers stay busy: about 4 x 60 s / 20 ms, less the turn changes.
+    assert!(received >= 9_000, "{received} messages");
+}
+
+#[test]
+fn low_rdy_max_wait_is_the_bound_turns_are_sized_for() {
+    // The same world with a bound of 40 s: turns are longer (fewer RDY commands), and the
+    // last nsqd is first served later than with 10 s, within 40 s.
+    let run = |max_wait: Duration| {
+        let cfg = ConsumerConfig {
+            low_rdy_max_wait: max_wait,
+            ..config(4)
+        };
+        let mut w = world(40, cfg, 50, Handler::FinishAfter(MS * 20));
+        let from = w.now;
+        w.run_for(SEC * 60);
+        w.assert_clean();
+        let first = first_served(&w, from);
+        assert_eq!(first.len(), 40, "{first:?}");
+        let last = first.values().copied().max().unwrap_or_default();
+        (last, rdy_commands(&w))
+    };
+    let (last_10, rdy_10) = run(SEC * 10);
+    let (last_40, rdy_40) = run(SEC * 40);
+    assert!(
+        last_40 < SEC * 40 && last_40 > last_10,
+        "{last_10:?} {last_40:?}"
+    );
+    assert!(rdy_40 < rdy_10, "{rdy_10} {rdy_40}");
+}

@@ -45,6 +45,7 @@ struct Args {
     max_nsqd: usize,
     messages_per_nsqd: Option<usize>,
     client_rounds: bool,
+    busy: bool,
 }
 
 fn parse() -> Result<Args, String> {
@@ -62,6 +63,7 @@ fn parse() -> Result<Args, String> {
         max_nsqd: 1000,
         messages_per_nsqd: None,
         client_rounds: false,
+        busy: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -81,8 +83,12 @@ fn parse() -> Result<Args, String> {
             a.client_rounds = true;
             continue;
         }
+        if name == "--busy" {
+            a.busy = true;
+            continue;
+        }
         if name == "--help" || name == "-h" {
-            return Err("usage: simulate [--nsqd N] [--max-in-flight N] [--seeds N] [--first-seed N] [--seed N] [--faults N] [--starvation-bound SECONDS] [--messages-per-nsqd N] [--client-rounds] [--campaign N [--max-nsqd N]] [--quiet] [--no-shrink]".into());
+            return Err("usage: simulate [--nsqd N] [--max-in-flight N] [--seeds N] [--first-seed N] [--seed N] [--faults N] [--starvation-bound SECONDS] [--messages-per-nsqd N] [--client-rounds] [--busy] [--campaign N [--max-nsqd N]] [--quiet] [--no-shrink]".into());
         }
         let value = inline
             .or_else(|| it.next())
@@ -124,6 +130,7 @@ fn config(a: &Args, seed: u64, nsqd: usize) -> SimConfig {
     if let Some(k) = a.messages_per_nsqd {
         c.messages = (nsqd * k).max(2_000);
     }
+    c.busy = a.busy;
     c
 }
 
@@ -154,12 +161,13 @@ fn one(a: &Args, seed: u64, nsqd: usize) -> Report {
             println!("    at {:>8.3}s {:?}", f.at.as_secs_f64(), f.kind);
         }
         println!(
-            "  replay: cargo run --release -p nsq-test-broker --example simulate -- --seed {seed} --nsqd {nsqd} --max-in-flight {}",
-            a.max_in_flight
+            "  replay: cargo run --release -p nsq-test-broker --example simulate -- --seed {seed} --nsqd {nsqd} --max-in-flight {}{}",
+            a.max_in_flight,
+            if a.busy { " --busy" } else { "" }
         );
     } else if !a.quiet {
         println!(
-            "seed={seed} nsqd={nsqd} published={} delivered={} gave_up={} producer_ok={} producer_failed={} consumers={} worst_starvation_s={:.2} virtual_s={:.0} steps={} rdy_per_msg={:.2} core_us_per_msg={:.2} trace={:016x}",
+            "seed={seed} nsqd={nsqd} published={} delivered={} gave_up={} producer_ok={} producer_failed={} consumers={} worst_starvation_s={:.2} bound_s={:.1} virtual_s={:.0} steps={} rdy_per_msg={:.2} core_us_per_msg={:.2} trace={:016x}",
             report.published,
             report.delivered,
             report.gave_up,
@@ -167,6 +175,7 @@ fn one(a: &Args, seed: u64, nsqd: usize) -> Report {
             report.producer_failed,
             report.consumers,
             report.worst_starvation.as_secs_f64(),
+            report.starvation_bound.as_secs_f64(),
             report.virtual_time.as_secs_f64(),
             report.steps,
             report.rdy_commands as f64 / report.delivered.max(1) as f64,
@@ -203,6 +212,7 @@ fn main() -> ExitCode {
     let (mut t_big, mut m_big, mut t_small, mut m_small) =
         (Duration::ZERO, 0u64, Duration::ZERO, 0u64);
     let (mut rdy_big, mut rdy_small) = (0u64, 0u64);
+    let (mut phase_rdy, mut phase_msgs) = (0u64, 0u64);
     for &seed in &seeds {
         let r = one(&a, seed, a.nsqd);
         violations += u64::from(r.violation.is_some());
@@ -211,6 +221,8 @@ fn main() -> ExitCode {
         t_big += r.core_time;
         m_big += r.delivered;
         rdy_big += r.rdy_commands;
+        phase_rdy += r.fault_phase_rdy_commands;
+        phase_msgs += r.fault_phase_delivered;
         let r = one(&a, seed, 10);
         violations += u64::from(r.violation.is_some());
         worst = worst.max(r.worst_starvation);
@@ -222,10 +234,12 @@ fn main() -> ExitCode {
     // (two per turn), and the core's CPU per RDY command (every input counted).
     let per = |n: u64, d: u64| n as f64 / d.max(1) as f64;
     println!(
-        "simulate: rdy_per_msg_10={:.2} rdy_per_msg_{}={:.2} cpu_per_rdy_{}={:.2}us",
+        "simulate: rdy_per_msg_10={:.2} rdy_per_msg_{}={:.2} rdy_per_msg_{}_fault_phase={:.2} cpu_per_rdy_{}={:.2}us",
         per(rdy_small, m_small),
         a.nsqd,
         per(rdy_big, m_big),
+        a.nsqd,
+        per(phase_rdy, phase_msgs),
         a.nsqd,
         t_big.as_secs_f64() * 1e6 / rdy_big.max(1) as f64
     );

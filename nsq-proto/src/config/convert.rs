@@ -93,6 +93,7 @@ impl Config {
             rdy_redistribute_interval: self.rdy_redistribute_interval,
             low_rdy_idle_timeout: self.low_rdy_idle_timeout,
             low_rdy_timeout: self.low_rdy_timeout,
+            low_rdy_max_wait: self.low_rdy_max_wait,
             reconnect_initial_delay: self.reconnect_initial_delay,
             reconnect_max_delay: self.reconnect_max_delay,
             reconnect_reset_after: self.reconnect_reset_after,

@@ -114,10 +114,14 @@ pub struct Config {
     /// up (go-nsq `low_rdy_idle_timeout`, default 1 s (go-nsq: 10 s), 1 s ..= 5 min); sooner
     /// on a connection with a short round trip (twice its handshake, at least 100 ms).
     pub low_rdy_idle_timeout: Duration,
-    /// ... and one holding RDY this long (one turn) passes it on anyway (go-nsq
-    /// `low_rdy_timeout`, default 2 s (go-nsq: 30 s, which let an nsqd wait half a minute),
-    /// 1 s ..= 5 min).
+    /// ... and one holding RDY this long (the longest turn; shorter when many nsqd wait, see
+    /// `low_rdy_max_wait`) passes it on anyway (go-nsq `low_rdy_timeout`, default 2 s
+    /// (go-nsq: 30 s, which let an nsqd wait half a minute), 1 s ..= 5 min).
     pub low_rdy_timeout: Duration,
+    /// With more nsqd waiting for a turn than max_in_flight holds: the starvation bound turns
+    /// are sized for, so every nsqd with messages gets a turn within it as far as the
+    /// handlers' speed allows (not in go-nsq; default 10 s, 1 s ..= 1 h).
+    pub low_rdy_max_wait: Duration,
     /// How often RDY is redistributed (go-nsq `rdy_redistribute_interval`, default 5 s,
     /// 1 ms ..= 5 s).
     pub rdy_redistribute_interval: Duration,
@@ -258,6 +262,7 @@ impl Default for Config {
             max_attempts: 5,
             low_rdy_idle_timeout: Duration::from_secs(1),
             low_rdy_timeout: Duration::from_secs(2),
+            low_rdy_max_wait: consumer.low_rdy_max_wait,
             rdy_redistribute_interval: Duration::from_secs(5),
             client_id: None,
             hostname: None,
@@ -321,6 +326,7 @@ pub const OPTION_NAMES: &[&str] = &[
     "max_attempts",
     "low_rdy_idle_timeout",
     "low_rdy_timeout",
+    "low_rdy_max_wait",
     "rdy_redistribute_interval",
     "client_id",
     "hostname",
@@ -499,6 +505,7 @@ impl Config {
             "max_attempts" => self.max_attempts = s.int_in("within 0..=65535")?,
             "low_rdy_idle_timeout" => self.low_rdy_idle_timeout = s.duration()?,
             "low_rdy_timeout" => self.low_rdy_timeout = s.duration()?,
+            "low_rdy_max_wait" => self.low_rdy_max_wait = s.duration()?,
             "rdy_redistribute_interval" => self.rdy_redistribute_interval = s.duration()?,
             "client_id" => self.client_id = s.string()?,
             "hostname" => self.hostname = s.string()?,
@@ -693,6 +700,9 @@ impl Config {
             }
             "low_rdy_timeout" => {
                 check_duration(name, self.low_rdy_timeout, SEC, 5 * MIN, "1s ..= 5m")
+            }
+            "low_rdy_max_wait" => {
+                check_duration(name, self.low_rdy_max_wait, SEC, 60 * MIN, "1s ..= 1h")
             }
             "rdy_redistribute_interval" => check_duration(
                 name,

@@ -78,11 +78,20 @@ pub struct ConsumerConfig {
     /// handshake (four round trips), at least 100 ms, since a message nsqd has ready arrives
     /// one round trip after the RDY. The backoff probe moves on after the same wait.
     pub low_rdy_idle_timeout: Duration,
-    /// With fewer `max_in_flight` than connections: the length of one connection's turn
+    /// With fewer `max_in_flight` than connections: the longest turn of a connection
     /// holding RDY, after which it passes RDY on even when busy, so others get served (go-nsq
     /// `low_rdy_timeout`; default 2 s here, 30 s in go-nsq: see the
-    /// [`Consumer`](super::Consumer) docs for why and what it costs).
+    /// [`Consumer`](super::Consumer) docs for why and what it costs). Turns are shorter when
+    /// many connections wait (see `low_rdy_max_wait`).
     pub low_rdy_timeout: Duration,
+    /// With fewer `max_in_flight` than connections: the starvation bound turns are sized for
+    /// (default 10 s; not in go-nsq). A round of turns is to take half of it, so every
+    /// connection with messages gets a turn within it, as far as the handlers' speed allows;
+    /// with every nsqd busy a turn lasts `low_rdy_max_wait / 2 x max_in_flight / connections`,
+    /// capped at `low_rdy_timeout`, at least 10 ms and one message (see the
+    /// [`Consumer`](super::Consumer) docs). Longer: longer turns, fewer RDY commands per
+    /// message, longer waits.
+    pub low_rdy_max_wait: Duration,
     /// First reconnect delay for directly configured nsqd (default 1 s), doubling per failure.
     pub reconnect_initial_delay: Duration,
     /// Longest reconnect delay (default 60 s).
@@ -114,6 +123,7 @@ impl Default for ConsumerConfig {
             rdy_redistribute_interval: Duration::from_secs(5),
             low_rdy_idle_timeout: Duration::from_secs(1),
             low_rdy_timeout: Duration::from_secs(2),
+            low_rdy_max_wait: Duration::from_secs(10),
             reconnect_initial_delay: Duration::from_secs(1),
             reconnect_max_delay: Duration::from_secs(60),
             reconnect_reset_after: Duration::from_secs(30),

@@ -65,15 +65,31 @@ use std::time::{Duration, Instant};
 /// under 25% of the last value.
 ///
 /// # Fewer max_in_flight than connections: a rotation
-/// Connections hold RDY 1 in turns, round-robin (the fewest turns first, then the longest
-/// waiting), so a connection with messages waits at most about `ceil(w / m)` turns (`w`
-/// waiting, `m = max_in_flight`). A turn lasts `low_rdy_timeout` (default 2 s; go-nsq's 30 s
-/// let an nsqd wait half a minute for its first message), or less when the holder is idle for
-/// `low_rdy_idle_timeout`; turns end one at a time, by exact timers, and a turn change looks
-/// at the holder and the first in line only. A turn change costs about one round trip of
-/// idle budget (the busy holder's last message keeps its share until answered). The same
-/// rotation serves the connections when shares held where no RDY can use them leave too few
-/// for all.
+/// Connections hold RDY 1 in turns, round-robin: the line is served in the order of the
+/// connections' last turns (granted longest ago first, then released longest ago), and a
+/// connection joins it at its head's place. Turns are sized so that every connection with
+/// messages gets one within `low_rdy_max_wait` (default 10 s), as far as the handlers allow:
+/// a round (each ready connection one turn, over the seats, max_in_flight less the shares
+/// held by messages outside turns) is to take half of it, the other half being slack for turn
+/// changes. A connection whose last turn found its nsqd empty counts for its idle wait, a busy
+/// one for a turn, so a turn lasts `(low_rdy_max_wait / 2 x seats - idle time) / busy` (with
+/// every nsqd busy, `low_rdy_max_wait / 2 x seats / connections`), never longer than
+/// `low_rdy_timeout` (default 2 s), never shorter than 10 ms; when probing the idle ones
+/// takes the whole round, busy turns still get as much seat time as the probes. Turns that
+/// are over end one at a time, a turn's length over the seats apart, by exact timers.
+///
+/// A turn ends sooner when its holder is idle for `low_rdy_idle_timeout` (less on a short
+/// round trip), or, while others wait, once it has delivered its share: as many messages as
+/// a busy turn delivers in the turn's length at the pace measured between a holder's
+/// messages, at least one, so a holder served faster than the others passes on sooner. A
+/// busy turn ends at a message, so it costs at most two RDY commands per message it delivers
+/// (RDY 1 and RDY 0, and a RDY 1 re-sent after each answer in between). A turn change looks at the holder and the first in line only, and costs
+/// about one round trip of idle budget (the busy holder's last message keeps its share until
+/// answered). The bound holds only as far as the handlers allow: a turn cannot be shorter
+/// than its first message's round trip and handler, nor an idle one than its idle wait, so
+/// with very many nsqd per max_in_flight the handlers' and the round trips' speed set the
+/// wait. The same rotation serves the connections when shares held where no RDY can use
+/// them leave too few for all.
 ///
 /// # Backoff
 /// A requeue with backoff raises the level and queues RDY 0 on every connection before the
@@ -779,7 +795,8 @@ impl Consumer {
             match event {
                 ConnectionEvent::Ready(negotiated) => {
                     let output_buffer_timeout = negotiated.identify.output_buffer_timeout;
-                    FlowControl::connection_ready(now, id, output_buffer_timeout, &mut self.shared);
+                    self.flow
+                        .connection_ready(now, id, output_buffer_timeout, &mut self.shared);
                     let Some(slot) = self.shared.slots.get(id) else {
                         return;
                     };
@@ -800,7 +817,10 @@ impl Consumer {
                     self.received += 1;
                     if let Some(slot) = self.shared.slots.get_mut(id) {
                         slot.counts.received += 1;
-                        let _ = FlowControl::on_message(slot);
+                        let after = self.flow.on_message(now, slot);
+                        if after.turn_over {
+                            self.flow.after_message(now, id, after, &mut self.shared);
+                        }
                     }
                 }
                 ConnectionEvent::MessageExpired(mid) => {
@@ -859,7 +879,9 @@ impl Consumer {
             return;
         };
         let mut received = 0;
-        while slot.fresh_until.is_none() && !slot.yield_pending {
+        // A message that ends the connection's low-RDY turn (its share delivered) takes the
+        // way that re-plans.
+        while slot.fresh_until.is_none() && !slot.yield_pending && slot.turn_quota != 1 {
             let Some(message) = slot.conn.as_mut().and_then(|c| c.poll_message(plain)) else {
                 break;
             };
@@ -867,7 +889,7 @@ impl Consumer {
                 // nsqd timed it out and sent it again while the application still holds it:
                 // the application's answer will answer this delivery. Nothing to hand out.
                 self.shared.ghost_shares = self.shared.ghost_shares.saturating_sub(1);
-                let _ = FlowControl::on_message(slot);
+                let _ = self.flow.on_message(now, slot);
                 slot.counts.received += 1;
                 received += 1;
                 slot.handed += 1;
@@ -877,7 +899,7 @@ impl Consumer {
             let covered = slot.covers_next()
                 && self.shared.handed_total + self.shared.ghost_shares < max_in_flight;
             // (false, false) under this loop's condition: nothing to re-plan.
-            let _ = FlowControl::on_message(slot);
+            let _ = self.flow.on_message(now, slot);
             slot.counts.received += 1;
             received += 1;
             if covered {
@@ -927,7 +949,7 @@ impl Consumer {
         if !self.shared.ghosts.is_empty() && self.shared.ghosts.remove(&(id, message.id)) {
             // As in pump_deliveries: the application still holds it.
             self.shared.ghost_shares = self.shared.ghost_shares.saturating_sub(1);
-            let after = FlowControl::on_message(slot);
+            let after = self.flow.on_message(now, slot);
             slot.handed += 1;
             self.shared.handed_total += 1;
             if after.replan() {
@@ -938,7 +960,7 @@ impl Consumer {
         let covered = slot.covers_next()
             && self.shared.handed_total + self.shared.ghost_shares
                 < u64::from(self.flow.max_in_flight());
-        let after = FlowControl::on_message(slot);
+        let after = self.flow.on_message(now, slot);
         if !gives_up(max_attempts, &message) && !covered {
             Self::send_back(now, id, slot, &message);
             self.returned += 1;

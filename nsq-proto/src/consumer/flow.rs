@@ -20,6 +20,15 @@ const MAX_SETTLE: Duration = Duration::from_secs(5);
 /// The shortest idle wait of a RDY holder (see `FlowControl::idle_timeout`).
 const MIN_IDLE: Duration = Duration::from_millis(100);
 
+/// The shortest low-RDY turn (see [`FlowControl::turn_shape`]). A turn still lasts until its
+/// first message whatever its length, so this only keeps turn ends (and the timers that make
+/// them) from crowding together.
+const MIN_TURN: Duration = Duration::from_millis(10);
+
+/// The longest interval between two messages of one turn taken as a sample of how long a
+/// busy turn takes per message (a handler slower than this says nothing about the others).
+const MAX_PACE_SAMPLE: Duration = Duration::from_secs(1);
+
 /// Above this many ready connections, the plans that a connection's arrival or the end of its
 /// bootstrap calls for are gathered into one, [`COALESCE`] later (see
 /// [`FlowControl::replan_soon`]).
@@ -48,8 +57,17 @@ pub(super) struct FlowControl {
     /// messages: the next answer re-plans.
     owed: bool,
     /// When a low-RDY turn last ended for its length (not idleness): turns end one at a
-    /// time, `low_rdy_timeout / max_in_flight` apart, so they stay staggered.
+    /// time, a turn's length divided by the rotation's seats apart (see
+    /// [`FlowControl::turn_shape`]), so they stay staggered.
     last_turn_end: Option<Instant>,
+    /// How many turns the rotation has granted: the next turn's ticket is one more (see
+    /// [`Slot::ticket`]).
+    tickets: u64,
+    /// How long a busy low-RDY turn takes per message (handler and round trip), from the
+    /// intervals between consecutive messages of a turn (following a faster one at once, a
+    /// slower one by a sixteenth per sample): what a turn's share of messages is counted
+    /// from.
+    pace: Option<Duration>,
     /// The last plan over every connection was the low-RDY rotation (more connections than
     /// max_in_flight, no backoff): while that holds, turns end and start one connection at a
     /// time ([`FlowControl::rotate`], [`FlowControl::fill`]), with no look at the others.
@@ -94,6 +112,8 @@ impl FlowControl {
             rr_offset: 0,
             owed: false,
             last_turn_end: None,
+            tickets: 0,
+            pace: None,
             low_mode: false,
             over_budget: false,
             cut_by_full: false,
@@ -126,10 +146,12 @@ impl FlowControl {
     }
 
     /// Connection `id` finished its handshake: it is bootstrapped with RDY 1 (until its first
-    /// message or `rdy_redistribute_interval`) and joins the rotation with as few turns as
-    /// the first in line for a turn (so it neither waits for nor overtakes a whole round).
-    /// The caller re-plans.
+    /// message or `rdy_redistribute_interval`) and joins the rotation's line with the ticket
+    /// of the first in line, or with nobody in line (every connection holding RDY: the
+    /// rotation is not running) the latest ticket, so it neither waits for nor overtakes a
+    /// whole round. The caller re-plans.
     pub(super) fn connection_ready(
+        &self,
         now: Instant,
         id: ConnId,
         output_buffer_timeout: i64,
@@ -137,11 +159,11 @@ impl FlowControl {
     ) {
         // The line as it is, without this connection (not ready yet, so not in it).
         sh.slots.sync();
-        let fewest = sh
+        let first = sh
             .slots
             .ordered()
             .next()
-            .map_or(0, |((turns, _, _), _)| turns);
+            .map_or(self.tickets, |((ticket, _, _), _)| ticket);
         let salt = sh.rng.next_u64();
         let idle_cap = sh.config.low_rdy_idle_timeout;
         let bootstrap = later(now, sh.config.rdy_redistribute_interval);
@@ -156,16 +178,45 @@ impl FlowControl {
         slot.idle_wait = Self::idle_timeout(slot.handshake, idle_cap);
         slot.salt = salt;
         slot.ready_at = Some(now);
-        slot.turns = fewest;
+        slot.ticket = first;
         slot.fresh_until = Some(bootstrap);
     }
 
-    /// A message arrived on `slot`'s connection: its RDY count and transit are updated.
-    /// Says whether that calls for a re-plan.
-    pub(super) fn on_message(slot: &mut Slot) -> AfterMessage {
+    /// A message arrived on `slot`'s connection at `now`: its RDY count and transit are
+    /// updated, the pace of busy turns is sampled, and a low-RDY turn that has delivered its
+    /// share ends here. Says whether that calls for a re-plan.
+    pub(super) fn on_message(&mut self, now: Instant, slot: &mut Slot) -> AfterMessage {
         slot.received_since_rdy = slot.received_since_rdy.saturating_add(1);
         // One of the messages that may have been on the wire arrived.
         slot.transit = slot.transit.saturating_sub(1);
+        // Its nsqd has messages: its next turn counts as a whole one.
+        slot.idle_last = false;
+        if slot.turn_until.is_some() {
+            if let Some(last) = slot.turn_msg_at {
+                let sample = now.saturating_duration_since(last).min(MAX_PACE_SAMPLE);
+                // Quick down, slow up: a share counted from a pace slower than the usual
+                // one (after slow handlers, say) would end turns after a message or two
+                // while few turns bring samples to correct it; one counted from a faster
+                // pace only leaves the turn to end at its length.
+                self.pace = Some(match self.pace {
+                    Some(p) if sample < p => sample,
+                    Some(p) => p.saturating_mul(15).saturating_add(sample) / 16,
+                    None => sample,
+                });
+            }
+            if slot.turn_quota > 0 {
+                slot.turn_quota -= 1;
+                if slot.turn_quota == 0 {
+                    // Its share is delivered and others wait: the turn ends at this message
+                    // (it gives RDY up before the answer goes out).
+                    slot.turn_until = None;
+                    slot.yield_pending = true;
+                }
+            }
+        }
+        if slot.holds_turn() {
+            slot.turn_msg_at = Some(now);
+        }
         AfterMessage {
             bootstrap_over: slot.fresh_until.take().is_some(),
             turn_over: slot.yield_pending,
@@ -460,8 +511,7 @@ impl FlowControl {
             // The rotation is over: nobody holds a turn any more.
             for id in sh.slots.ids_where(Slot::holds_turn) {
                 if let Some(slot) = sh.slots.get_mut(id) {
-                    slot.turn_until = None;
-                    slot.yield_pending = false;
+                    slot.end_turn();
                 }
             }
         }
@@ -619,19 +669,22 @@ impl FlowControl {
     }
 
     /// The low-RDY rotation (max_in_flight < connections), one step: RDY 1 is held in turns
-    /// of `low_rdy_timeout`, shorter when the holder is idle for its `idle_wait`. `due` are
-    /// holders with a deadline due (or whose turn ends at the message that just arrived).
-    /// Idle holders give RDY up; turns that are over end one at a time, `low_rdy_timeout /
-    /// max_in_flight` apart, the longest held first (a busy holder gives up at once, so its
-    /// RDY 0 goes out before its answer; one that has just answered, at its next message, so
-    /// that message and the next holder's cannot overlap). Then the free shares go to the
-    /// next in line ([`FlowControl::fill`]). Only the connections named are looked at.
+    /// of [`FlowControl::turn_shape`]'s length, shorter when the holder is idle for its
+    /// `idle_wait` or has delivered its share of messages. `due` are holders with a deadline
+    /// due (or whose turn ends at the message that just arrived). Idle holders and those
+    /// whose share is delivered give RDY up; turns that are over end one at a time, a turn's
+    /// length divided by the seats apart, the longest held first (a busy holder gives up at
+    /// once, so its RDY 0 goes out before its answer; one that has just answered, at its next
+    /// message, so that message and the next holder's cannot overlap). Then the free shares
+    /// go to the next in line ([`FlowControl::fill`]). Only the connections named are looked
+    /// at.
     fn rotate(&mut self, now: Instant, due: &[ConnId], sh: &mut Shared) {
         sh.slots.sync();
-        let timeout = sh.config.low_rdy_timeout;
-        let spacing = timeout / self.max_in_flight.max(1);
+        let shape = self.turn_shape(sh);
+        let spacing = shape.spacing();
         let mut release = sh.take_ids();
         let mut over = sh.take_ids();
+        let mut idle = sh.take_ids();
         for &id in due {
             let Some(slot) = sh.slots.get(id) else {
                 continue;
@@ -645,6 +698,7 @@ impl FlowControl {
                 release.push(id);
             } else if slot.idle_deadline().is_some_and(|t| t <= now) {
                 release.push(id);
+                idle.push(id);
             } else if slot.turn_until.is_some_and(|t| t <= now) {
                 over.push(id);
             }
@@ -684,6 +738,13 @@ impl FlowControl {
                 }
             }
         }
+        for &id in &idle {
+            if let Some(slot) = sh.slots.get_mut(id) {
+                // Idle with nothing delivered in its turn: its nsqd has nothing to send.
+                slot.idle_last = slot.turn_msg_at.is_none();
+            }
+        }
+        sh.give_ids(idle);
         if !release.is_empty() {
             // Nobody else in line: a new turn starts for the same holder, with no RDY 0 and 1
             // on the wire.
@@ -693,15 +754,12 @@ impl FlowControl {
                     continue;
                 };
                 if nobody_waits {
-                    slot.granted_at = Some(now);
-                    slot.turns += 1;
-                    slot.yield_pending = false;
-                    slot.turn_until = Some(later(now, timeout));
+                    self.tickets += 1;
+                    slot.start_turn(now, self.tickets, later(now, shape.length), 0);
                 } else {
                     slot.lower_rdy(now, id, 0);
                     // Its turn is over even if the RDY 0 could not be sent.
-                    slot.turn_until = None;
-                    slot.yield_pending = false;
+                    slot.end_turn();
                     sh.queue_transmit(id);
                 }
             }
@@ -711,8 +769,73 @@ impl FlowControl {
         self.fill(now, sh);
     }
 
-    /// The rotation's free shares go to the connections waiting longest for a turn (fewest
-    /// turns, then released longest ago, then at random: the order of the waiting line,
+    /// How long a low-RDY turn lasts now, and over how many seats the rotation runs.
+    ///
+    /// The seats are max_in_flight less the shares held outside the turns (messages of
+    /// connections whose turn is over, lost or expired ones), at least one. Every ready
+    /// connection has a turn per round, and a round takes the seat time of all of them over
+    /// the seats: a connection whose last turn found its nsqd empty ([`Slot::idle_last`])
+    /// takes its idle wait and settle time, each of the `busy` others a whole turn. Turns are
+    /// as long as lets a round take at most half of `low_rdy_max_wait`,
+    /// `(low_rdy_max_wait / 2 x seats - idle seat time) / busy`, so every connection with
+    /// messages is served within the bound, the other half being slack for what a turn change
+    /// costs beyond the turn (the next holder's round trip, the last message's handler) and
+    /// for idle nsqd that have messages again. With all of them busy that is
+    /// `low_rdy_max_wait / 2 x seats / ready`. When probing the idle ones takes more than
+    /// half of that round, the busy turns together still get as much seat time as the probes
+    /// (`idle seat time / busy` each): the round cannot be shorter than the probes, and
+    /// shrinking the busy turns further would starve their nsqd of throughput (one message
+    /// per round) for little gain in latency. Never longer than `low_rdy_timeout`, never
+    /// shorter than [`MIN_TURN`] (and a turn lasts until its first message, or until its
+    /// holder counts as idle, whatever its length): with so many connections that turns
+    /// would be shorter than the handlers and the round trips take, the handlers' speed sets
+    /// the bound, not the configuration. O(1): the sums are kept as connections change.
+    fn turn_shape(&self, sh: &mut Shared) -> TurnShape {
+        let m = u64::from(self.max_in_flight).max(1);
+        let (ready, holders) = sh.slots.ready_counts();
+        let reserved = sh.slots.budget_totals().1 + sh.ghost_shares;
+        let seats = m
+            .saturating_sub(reserved.saturating_sub(holders))
+            .clamp(1, m);
+        let (busy, idle_us) = sh.slots.rotation_load();
+        let cap = sh.config.low_rdy_timeout;
+        let length = if busy == 0 {
+            cap
+        } else {
+            let round = (sh.config.low_rdy_max_wait / 2).as_nanos() * u128::from(seats);
+            let idle = u128::from(idle_us) * 1_000;
+            // Probing the idle ones may take most of the round, or more: the busy ones
+            // still get as much seat time as the probes.
+            let left = round.saturating_sub(idle).max(idle);
+            let sized =
+                Duration::from_nanos(u64::try_from(left / u128::from(busy)).unwrap_or(u64::MAX));
+            sized.max(MIN_TURN).min(cap)
+        };
+        TurnShape {
+            length,
+            seats,
+            crowded: ready > seats,
+        }
+    }
+
+    /// A turn's share of messages: while others wait, as many as a busy turn delivers in
+    /// the turn's length at the measured pace, at least one (so a turn costs at most two RDY
+    /// commands per message). A holder served faster than the pace (a near nsqd, quick
+    /// handlers) passes its turn on early, so the round comes sooner; one served slower keeps
+    /// its turn for its length. 0 (no share, the turn ends by time) until the pace is known
+    /// or when nobody waits.
+    fn quota(&self, shape: &TurnShape) -> u32 {
+        match self.pace {
+            Some(pace) if shape.crowded && !pace.is_zero() => {
+                let n = shape.length.as_nanos() / pace.as_nanos();
+                u32::try_from(n).unwrap_or(u32::MAX).max(1)
+            }
+            _ => 0,
+        }
+    }
+
+    /// The rotation's free shares go to the connections waiting longest for a turn (granted
+    /// longest ago, then released longest ago, then at random: the order of the waiting line,
     /// [`Slot::wait_key`], kept indexed), as many as max_in_flight has room for among the
     /// holders and the budget allows. Looks at the line's first few only.
     fn fill(&mut self, now: Instant, sh: &mut Shared) {
@@ -756,7 +879,8 @@ impl FlowControl {
         self.owed = owed || self.over_budget;
         self.cut_by_full = full && owed;
         self.full_at_plan = full;
-        let timeout = sh.config.low_rdy_timeout;
+        let shape = self.turn_shape(sh);
+        let quota = self.quota(&shape);
         for &id in &grants {
             let Some(slot) = sh.slots.get_mut(id) else {
                 continue;
@@ -767,10 +891,8 @@ impl FlowControl {
             match c.set_rdy(now, 1) {
                 Ok(()) => {
                     slot.received_since_rdy = 0;
-                    slot.granted_at = Some(now);
-                    slot.turns += 1;
-                    slot.yield_pending = false;
-                    slot.turn_until = Some(later(now, timeout));
+                    self.tickets += 1;
+                    slot.start_turn(now, self.tickets, later(now, shape.length), quota);
                 }
                 Err(e) => tracing::debug!(conn = %id, error = %e, "RDY not sent"),
             }
@@ -785,7 +907,7 @@ impl FlowControl {
     /// longest held give up first), and the free seats go to the first in line.
     fn plan_low(&mut self, now: Instant, ready: &[ConnId], targets: &mut [u32], sh: &mut Shared) {
         let m = self.max_in_flight as usize;
-        let timeout = sh.config.low_rdy_timeout;
+        let turn = self.turn_shape(sh).length;
         let mut holders: Vec<(Option<Instant>, usize)> = Vec::new();
         for (i, id) in ready.iter().enumerate() {
             let slot = &sh.slots[id];
@@ -796,7 +918,7 @@ impl FlowControl {
             holders.push((slot.granted_at, i));
             if !slot.holds_turn() {
                 // Granted before the rotation started: its turn counts from its grant.
-                let until = later(slot.granted_at.unwrap_or(now), timeout);
+                let until = later(slot.granted_at.unwrap_or(now), turn);
                 if let Some(slot) = sh.slots.get_mut(*id) {
                     slot.turn_until = Some(until);
                 }
@@ -842,7 +964,12 @@ impl FlowControl {
         low: bool,
         sh: &mut Shared,
     ) {
-        let timeout = sh.config.low_rdy_timeout;
+        let (turn, quota) = if low {
+            let shape = self.turn_shape(sh);
+            (shape.length, self.quota(&shape))
+        } else {
+            (Duration::ZERO, 0)
+        };
         let m = u64::from(self.max_in_flight);
         // A lowered RDY frees nothing yet: what nsqd may have sent under it stays committed
         // (`Slot::transit`), so the budget counts every connection's current RDY.
@@ -918,10 +1045,16 @@ impl FlowControl {
                     Ok(()) => {
                         slot.received_since_rdy = 0;
                         if current == 0 {
-                            slot.granted_at = Some(now);
-                            slot.turns += 1;
-                            slot.yield_pending = false;
-                            slot.turn_until = low.then(|| later(now, timeout));
+                            if low {
+                                self.tickets += 1;
+                                slot.start_turn(now, self.tickets, later(now, turn), quota);
+                            } else {
+                                // Not a turn of the rotation (a share, the backoff probe):
+                                // it does not count among its turns, or a connection often
+                                // chosen as the probe would wait at the end of the line.
+                                slot.granted_at = Some(now);
+                                slot.end_turn();
+                            }
                         }
                     }
                     Err(e) => tracing::debug!(conn = %id, error = %e, "RDY not sent"),
@@ -962,5 +1095,24 @@ impl FlowControl {
         }
         let lower = u32::try_from(f - 1).unwrap_or(0).min(rdy);
         slot.lower_rdy(now, conn, lower);
+    }
+}
+
+/// The low-RDY rotation's current shape (see [`FlowControl::turn_shape`]).
+#[derive(Debug, Clone, Copy)]
+struct TurnShape {
+    /// How long a turn lasts.
+    length: Duration,
+    /// Over how many seats turns run (at least 1).
+    seats: u64,
+    /// More connections take turns than there are seats: some wait.
+    crowded: bool,
+}
+
+impl TurnShape {
+    /// How far apart turns that are over end, so they stay staggered: a turn's length over
+    /// the seats.
+    fn spacing(&self) -> Duration {
+        self.length / u32::try_from(self.seats).unwrap_or(u32::MAX).max(1)
     }
 }

@@ -28,7 +28,10 @@ pub(crate) trait Indexed {
 }
 
 /// The weights of an entry (see [`Indexed::weight`]).
-pub(crate) type Weight = [u64; 8];
+pub(crate) type Weight = [u64; WEIGHTS];
+
+/// How many weights an entry has.
+pub(crate) const WEIGHTS: usize = 10;
 
 /// One entry of [`Slots`].
 #[derive(Debug)]
@@ -83,7 +86,7 @@ impl<T: Indexed> Default for Slots<T> {
             scratch: Vec::new(),
             index: BTreeSet::new(),
             order: BTreeSet::new(),
-            total: [0; 8],
+            total: [0; WEIGHTS],
         }
     }
 }
@@ -159,7 +162,7 @@ impl<T: Indexed> Slots<T> {
                         dirty_weight: true,
                         indexed: None,
                         key: None,
-                        weight: [0; 8],
+                        weight: [0; WEIGHTS],
                     },
                 );
                 self.dirty.push(id);
@@ -274,7 +277,7 @@ impl<T: Indexed> Slots<T> {
             if !e.dirty_weight {
                 continue;
             }
-            let now = e.value.as_ref().map_or([0; 8], T::weight);
+            let now = e.value.as_ref().map_or([0; WEIGHTS], T::weight);
             for ((t, old), new) in total.iter_mut().zip(e.weight).zip(now) {
                 *t = *t - old + new;
             }
@@ -345,6 +348,15 @@ impl Slots<Slot> {
         }
     }
 
+    /// What a round of the low-RDY rotation costs, over the ready connections: how many of
+    /// them deliver messages in their turns (all but those whose last turn ended idle), and
+    /// the seat time the others take, in microseconds (each its idle wait and the settle time
+    /// of its RDY 0). See [`Slot::idle_last`].
+    pub(crate) fn rotation_load(&mut self) -> (u64, u64) {
+        let t = self.totals();
+        (t[8], t[9])
+    }
+
     /// Shares of max_in_flight held beyond one per ready connection, over every connection:
     /// a ready connection's unanswered messages after the first, and everything a connection
     /// that is not ready (closing) still holds. Every ready connection can have a seat (RDY
@@ -387,10 +399,14 @@ pub(super) struct Slot {
     pub(super) released_at: Option<Instant>,
     /// When the application last answered a message on it (for the idle rule).
     pub(super) answered_at: Option<Instant>,
-    /// How many turns it had (RDY from 0 to more, or a turn renewed): the rotation serves
-    /// fewer turns first, then the longest waiting. A new connection starts at the fewest
-    /// turns of the others, so it neither waits for nor overtakes a whole round.
-    pub(super) turns: u64,
+    /// Its ticket in the low-RDY rotation's line: the number of turns the rotation had
+    /// granted when it was last granted one (or its turn renewed), so the line serves the
+    /// connection granted longest ago first, and a turn sends its holder to the back of the
+    /// line however long it held it. A new connection starts with the ticket of the first in
+    /// line (the rotation's count with nobody in line), so it neither waits for nor
+    /// overtakes a whole round. (Counting each connection's own turns instead let one that
+    /// held a turn for long, or joined while nobody was in line, take many turns in a row.)
+    pub(super) ticket: u64,
     /// When it last became the backoff probe.
     pub(super) probed_at: Option<Instant>,
     /// Its low-RDY turn is over but it had just answered: it gives RDY up at its next
@@ -399,6 +415,15 @@ pub(super) struct Slot {
     /// When its low-RDY turn ends (`Some` only while it holds a turn of the rotation, which
     /// then also ends when it is idle for `idle_wait`).
     pub(super) turn_until: Option<Instant>,
+    /// Messages its low-RDY turn may still deliver before it ends early, its share of the
+    /// turn delivered (0: no such limit, the turn ends by time only).
+    pub(super) turn_quota: u32,
+    /// When the last message of its current low-RDY turn arrived (the interval to the next
+    /// one is a sample of how long a busy turn takes per message).
+    pub(super) turn_msg_at: Option<Instant>,
+    /// Its last low-RDY turn ended idle, without a message: its nsqd had nothing to send.
+    /// The rotation counts its next turn as costing its idle wait, not a whole turn.
+    pub(super) idle_last: bool,
     /// How long a holder of a low-RDY turn waits for a message with nothing in flight before
     /// it counts as idle (set when it becomes ready, from its round trip).
     pub(super) idle_wait: Duration,
@@ -439,10 +464,13 @@ impl Slot {
             granted_at: None,
             released_at: None,
             answered_at: None,
-            turns: 0,
+            ticket: 0,
             probed_at: None,
             yield_pending: false,
             turn_until: None,
+            turn_quota: 0,
+            turn_msg_at: None,
+            idle_last: false,
             idle_wait: Duration::ZERO,
             salt: 0,
             connected_at: None,
@@ -481,6 +509,25 @@ impl Slot {
         self.turn_until.is_some() || self.yield_pending
     }
 
+    /// A low-RDY turn starts (or is renewed) at `now` with `ticket`: it ends at `until`, or
+    /// early once it delivered `quota` messages (0: by time only).
+    pub(super) fn start_turn(&mut self, now: Instant, ticket: u64, until: Instant, quota: u32) {
+        self.granted_at = Some(now);
+        self.ticket = ticket;
+        self.yield_pending = false;
+        self.turn_until = Some(until);
+        self.turn_quota = quota;
+        self.turn_msg_at = None;
+    }
+
+    /// It holds no low-RDY turn any more.
+    pub(super) fn end_turn(&mut self) {
+        self.yield_pending = false;
+        self.turn_until = None;
+        self.turn_quota = 0;
+        self.turn_msg_at = None;
+    }
+
     /// When it counts as idle: `idle_wait` after its last message, its last answer or its
     /// grant, whichever is latest. `None` while it has messages in flight (busy, not idle).
     pub(super) fn idle_deadline(&self) -> Option<Instant> {
@@ -495,14 +542,14 @@ impl Slot {
         Some(later(since, self.idle_wait))
     }
 
-    /// Its place in the line for a low-RDY turn while it is ready with RDY 0: fewer turns
-    /// first, then released longest ago (never released first), then at random.
+    /// Its place in the line for a low-RDY turn while it is ready with RDY 0: the oldest
+    /// ticket first, then released longest ago (never released first), then at random.
     pub(super) fn wait_key(&self) -> Option<WaitKey> {
         (self.is_ready() && self.rdy() == 0).then(|| {
             (
-                self.turns,
+                self.ticket,
                 self.released_at,
-                mix(self.salt ^ self.turns.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+                mix(self.salt ^ self.ticket.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
             )
         })
     }
@@ -546,11 +593,13 @@ impl Slot {
         !self.is_ready() || self.transit > 0 || self.handed < u64::from(self.rdy())
     }
 
-    /// `[committed, share, ready, holder, beyond, rdy, unanswered, starved]`: what it has
-    /// committed, the share of max_in_flight it reserves, `max(committed, RDY)`, 1 if it is
-    /// ready, 1 if it is ready with RDY above 0, what it holds beyond a seat (see
+    /// `[committed, share, ready, holder, beyond, rdy, unanswered, starved, busy, idle]`:
+    /// what it has committed, the share of max_in_flight it reserves, `max(committed, RDY)`,
+    /// 1 if it is ready, 1 if it is ready with RDY above 0, what it holds beyond a seat (see
     /// [`Slots::held_beyond_seats`]), its RDY if ready, its messages delivered and not
-    /// answered, and 1 if it is ready and starved (see [`Slots::live_counts`]).
+    /// answered, 1 if it is ready and starved (see [`Slots::live_counts`]), and for the
+    /// rotation's round (see [`Slots::rotation_load`]), if it is ready, 1 if its last turn was
+    /// not idle, or else its idle wait and settle time in microseconds.
     pub(super) fn budget(&self) -> Weight {
         let c = self.committed();
         let ready = self.is_ready();
@@ -567,6 +616,12 @@ impl Slot {
         };
         let starved =
             ready && policy::is_starved(usize::try_from(unanswered).unwrap_or(usize::MAX), rdy);
+        let idle_cost = if ready && self.idle_last {
+            let cost = self.idle_wait.saturating_add(self.handshake).as_micros();
+            u64::try_from(cost).unwrap_or(u64::MAX)
+        } else {
+            0
+        };
         [
             c,
             c.max(u64::from(rdy)),
@@ -576,6 +631,8 @@ impl Slot {
             u64::from(rdy),
             unanswered,
             u64::from(starved),
+            u64::from(ready && !self.idle_last),
+            idle_cost,
         ]
     }
 
@@ -613,8 +670,7 @@ impl Slot {
                 self.received_since_rdy = 0;
                 if target == 0 {
                     self.released_at = Some(now);
-                    self.yield_pending = false;
-                    self.turn_until = None;
+                    self.end_turn();
                 }
             }
             Err(e) => {
@@ -706,6 +762,8 @@ mod tests {
                 self.0 % 13,
                 self.0 % 17,
                 self.0 % 19,
+                self.0 % 23,
+                self.0 % 29,
             ]
         }
         fn key(&self) -> Option<u64> {
@@ -746,7 +804,7 @@ mod tests {
         let sums = slots
             .values()
             .map(V::weight)
-            .fold([0; 8], |a, w| std::array::from_fn(|i| a[i] + w[i]));
+            .fold([0; WEIGHTS], |a, w| std::array::from_fn(|i| a[i] + w[i]));
         assert_eq!(slots.totals(), sums);
         let scan = slots.values().filter_map(V::deadline).min();
         assert_eq!(slots.next_deadline(), scan);

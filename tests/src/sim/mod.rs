@@ -70,14 +70,15 @@ pub struct SimConfig {
     pub drain_limit: Duration,
     /// nsqd's msg_timeout.
     pub msg_timeout: Duration,
-    /// The longest an nsqd with messages may wait while the consumer has room, at least:
-    /// with more nsqd than max_in_flight the bound is the consumer's own promise when it is
-    /// longer, a turn of `low_rdy_turn` for each `max_in_flight` nsqd ahead of it, plus one
-    /// (see [`SimConfig::effective_starvation_bound`]).
+    /// The longest an nsqd with messages may wait while the consumer has room (the
+    /// consumer's `low_rdy_max_wait`, 10 s by default), unless probing every nsqd for
+    /// messages takes longer than half of it (see
+    /// [`SimConfig::effective_starvation_bound`]).
     pub starvation_bound: Duration,
-    /// The consumer's `low_rdy_timeout` (nsq-proto's default, 2 s): how long one turn of RDY
-    /// lasts when nsqd outnumber max_in_flight.
-    pub low_rdy_turn: Duration,
+    /// A busy world: besides [`SimConfig::messages`], publishers keep every nsqd that is up
+    /// holding messages during the fault phase (topped up to 20 ready whenever under 10), so
+    /// every connection waiting for a low-RDY turn has messages to deliver.
+    pub busy: bool,
     /// `Some(floor)`: the consumer's in-flight limit is adaptive, between `floor` and
     /// max_in_flight (the invariants then hold against the limit in force).
     pub adaptive: Option<u32>,
@@ -101,25 +102,33 @@ impl SimConfig {
             drain_limit: Duration::from_secs(900),
             msg_timeout: Duration::from_secs(60),
             starvation_bound: Duration::from_secs(10),
-            low_rdy_turn: Duration::from_secs(2),
+            busy: false,
             adaptive: None,
         }
     }
 
     /// The starvation bound the run checks: [`SimConfig::starvation_bound`], or, with more
-    /// nsqd than max_in_flight, the consumer's documented rotation (a connection with
-    /// messages waits at most about `ceil(waiting / max_in_flight)` turns) plus one turn,
-    /// if that is longer. The report gives the worst wait measured, whatever the bound.
-    pub fn effective_starvation_bound(&self) -> Duration {
+    /// nsqd than max_in_flight, twice `probe_round` if that is longer. The report gives the
+    /// worst wait measured, whatever the bound.
+    ///
+    /// `probe_round` is how long the consumer's low-RDY rotation takes to give every nsqd one
+    /// turn when none has a message: the seat time of each nsqd's idle turn, summed and
+    /// shared over max_in_flight seats. The consumer learns that an nsqd has messages only by
+    /// giving it a turn (nsqd says nothing to a connection at RDY 0), an idle turn lasts its
+    /// idle wait (twice the connection's handshake, at least 100 ms, at most
+    /// `low_rdy_idle_timeout`, 1 s) and its RDY 0 then settles for a handshake, so no round
+    /// can be shorter. The consumer sizes busy turns so a round takes half its
+    /// `low_rdy_max_wait`, and when the idle turns alone take more, gives the busy turns as
+    /// much seat time as the idle ones: a round of at most twice the probes. Turns
+    /// themselves are not shorter than what a message needs (a turn delivers at least one),
+    /// and the handlers here (up to 20 ms) with the round trips fit within the idle turn's
+    /// floor, so the handlers' speed is covered by it.
+    pub fn effective_starvation_bound(&self, probe_round: Duration) -> Duration {
         let m = u64::from(self.max_in_flight.max(1));
         let n = self.nsqd as u64;
         if n <= m {
             return self.starvation_bound;
         }
-        let turns = (n - 1).div_ceil(m) + 1;
-        let rotation = self
-            .low_rdy_turn
-            .saturating_mul(u32::try_from(turns).unwrap_or(u32::MAX));
-        self.starvation_bound.max(rotation)
+        self.starvation_bound.max(probe_round.saturating_mul(2))
     }
 }

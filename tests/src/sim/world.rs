@@ -17,6 +17,9 @@ use crate::model::{ClientId, ClientState, Nsqd, NsqdOptions};
 
 const TOPIC: &str = "sim";
 const CHANNEL: &str = "c";
+/// In a busy world, what every nsqd is topped up to (messages ready) whenever it falls
+/// under half of it, during the fault phase.
+const BUSY_DEPTH: usize = 20;
 /// A graceful stop completes within the consumer's close_timeout (30 s) and a few round trips.
 const CLOSE_BOUND: Duration = Duration::from_secs(35);
 
@@ -69,6 +72,9 @@ pub struct Report {
     pub violation: Option<Violation>,
     /// The longest an nsqd with messages waited while the consumer had room.
     pub worst_starvation: Duration,
+    /// The starvation bound the run checked ([`SimConfig::effective_starvation_bound`] of
+    /// its links).
+    pub starvation_bound: Duration,
     /// Real time spent inside the client under test.
     pub core_time: Duration,
     /// Events processed.
@@ -83,6 +89,12 @@ pub struct Report {
     pub consumers: u32,
     /// RDY commands the consumers sent (two per low-RDY turn: the grant and the release).
     pub rdy_commands: u64,
+    /// Of [`Report::rdy_commands`] and [`Report::delivered`], those during the fault phase
+    /// (in a busy world, while every nsqd has messages; the drain after it is the sparse
+    /// world's probing of mostly empty nsqd).
+    pub fault_phase_rdy_commands: u64,
+    /// See [`Report::fault_phase_rdy_commands`].
+    pub fault_phase_delivered: u64,
 }
 
 /// Who owns a connection.
@@ -116,6 +128,8 @@ enum Ev {
     Heal(usize),
     Publish(u64),
     ProducerPublish(u64),
+    /// Tops nsqd `i` up in a busy world ([`SimConfig::busy`]).
+    Refill(usize),
     Tick,
     StartConsumer,
 }
@@ -158,6 +172,8 @@ struct Node {
     by_server: HashMap<ClientId, Key>,
     /// Since when (on the eligible clock) it has waited with messages and a subscriber.
     waiting_since: Option<Duration>,
+    /// A busy world's top-up of it is scheduled.
+    refill_pending: bool,
 }
 
 struct ConsumerSlot {
@@ -194,7 +210,8 @@ struct World<'f> {
 
     /// When the current consumer was asked to close.
     closing_since: Option<Instant>,
-    /// The starvation bound checked ([`SimConfig::effective_starvation_bound`]).
+    /// The starvation bound checked ([`SimConfig::effective_starvation_bound`] of the
+    /// world's links).
     bound: Duration,
     /// Lookupd exchanges the consumer closed before their reply arrived.
     closed_requests: HashSet<(u32, ConnRef)>,
@@ -218,6 +235,8 @@ struct World<'f> {
     violation: Option<Violation>,
     publishes_left: u64,
     producer_left: u64,
+    /// Messages a busy world's top-ups published.
+    refills: u64,
     end_of_faults: Instant,
     drained: bool,
     final_close: bool,
@@ -328,10 +347,24 @@ impl<'f> World<'f> {
                 timer_at: None,
                 by_server: HashMap::new(),
                 waiting_since: None,
+                refill_pending: false,
             });
         }
         let end_of_faults = t0 + cfg.fault_phase;
+        // An idle low-RDY turn's seat time per nsqd: its idle wait (twice the handshake of
+        // two round trips, within 100 ms ..= 1 s) and the settle time of its RDY 0 (the
+        // handshake), over max_in_flight seats.
+        let probes: Duration = nodes
+            .iter()
+            .map(|n| {
+                let handshake = n.latency * 4;
+                (handshake * 2).clamp(Duration::from_millis(100), Duration::from_secs(1))
+                    + handshake
+            })
+            .sum();
+        let probe_round = probes / cfg.max_in_flight.max(1);
         let report = Report {
+            starvation_bound: cfg.effective_starvation_bound(probe_round),
             seed: cfg.seed,
             nsqd: cfg.nsqd,
             faults: faults.clone(),
@@ -342,10 +375,11 @@ impl<'f> World<'f> {
             max_in_flight_ever: cfg.max_in_flight,
 
             closing_since: None,
-            bound: cfg.effective_starvation_bound(),
+            bound: cfg.effective_starvation_bound(probe_round),
             closed_requests: HashSet::new(),
             publishes_left: cfg.messages as u64,
             producer_left: cfg.producer_messages as u64,
+            refills: 0,
             lookupd_up: vec![0; cfg.lookupds.max(1)],
             r_app: Rng::new(cfg.seed, 3),
             r_pub: Rng::new(cfg.seed, 4),
@@ -455,6 +489,12 @@ impl<'f> World<'f> {
             let at = self.t0 + Duration::from_micros(self.r_pub.below(phase.max(1)));
             self.push(at, Ev::ProducerPublish(n));
         }
+        if self.cfg.busy {
+            for i in 0..self.nodes.len() {
+                self.nodes[i].refill_pending = true;
+                self.push(self.t0, Ev::Refill(i));
+            }
+        }
         self.push(self.t0 + Duration::from_secs(1), Ev::Tick);
         let limit = self.end_of_faults + self.cfg.drain_limit;
         while self.violation.is_none() {
@@ -511,10 +551,40 @@ impl<'f> World<'f> {
     /// Moves virtual time, keeping the eligible clock.
     fn advance(&mut self, to: Instant) {
         if self.has_room() {
-            self.eligible += to.saturating_duration_since(self.eligible_mark);
+            let dt = to.saturating_duration_since(self.eligible_mark);
+            self.eligible += self.at_rotation_speed(dt);
         }
         self.eligible_mark = to;
         self.now = to;
+    }
+
+    /// `dt` at the speed the low-RDY rotation can go (with more nsqd than max_in_flight):
+    /// in proportion to its seats, the shares of max_in_flight not held by messages outside
+    /// turns (the application still handling a message of a connection whose turn is over:
+    /// a slow handler). With one seat of four, a round takes four times as long, whatever
+    /// the consumer does; the starvation bound is judged in rotation time. Messages of the
+    /// connections holding turns are the rotation's own work and slow nothing down.
+    fn at_rotation_speed(&self, dt: Duration) -> Duration {
+        let m = self.max_in_flight;
+        let Some(c) = &self.consumer else {
+            return dt;
+        };
+        if self.nodes.len() as u64 <= u64::from(m) || c.held.is_empty() {
+            return dt;
+        }
+        let epoch = c.epoch;
+        let outside = c
+            .held
+            .keys()
+            .filter(|(conn, _)| {
+                self.conns
+                    .get(&(Who::Consumer(epoch), *conn))
+                    .is_none_or(|k| k.rdy == 0)
+            })
+            .count();
+        let seats = u64::from(m).saturating_sub(outside as u64);
+        let nanos = dt.as_nanos() * u128::from(seats) / u128::from(m.max(1));
+        Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
     }
 
     /// The consumer has room for more messages: starvation counts now.
@@ -604,6 +674,7 @@ impl<'f> World<'f> {
             Ev::Heal(k) => self.fault(k, false),
             Ev::Publish(n) => self.publish(n),
             Ev::ProducerPublish(n) => self.producer_publish(n),
+            Ev::Refill(i) => self.refill(i),
             Ev::Tick => self.tick(),
             Ev::StartConsumer => self.start_consumer(),
         }
@@ -808,6 +879,9 @@ impl<'f> World<'f> {
                 }
                 c.held.insert((d.conn, d.id), d);
                 self.report.delivered += 1;
+                if self.now < self.end_of_faults {
+                    self.report.fault_phase_delivered += 1;
+                }
                 if let Some(n) = self.conn_node(Who::Consumer(epoch), d.conn) {
                     self.handed.insert((n, d.id));
                 }
@@ -1153,6 +1227,9 @@ impl<'f> World<'f> {
                 }
                 if let Some(n) = line.strip_prefix(b"RDY ") {
                     self.report.rdy_commands += 1;
+                    if self.now < self.end_of_faults {
+                        self.report.fault_phase_rdy_commands += 1;
+                    }
                     new_rdy = std::str::from_utf8(n)
                         .ok()
                         .and_then(|s| s.parse::<u64>().ok());
@@ -1240,6 +1317,7 @@ impl<'f> World<'f> {
                 self.push(at, Ev::NsqdTimer(i));
             }
         }
+        self.refill_soon(i);
         // Starvation: messages ready and a subscriber, since when?
         let waiting = self.node_waiting(i);
         let node = &mut self.nodes[i];
@@ -1342,6 +1420,53 @@ impl<'f> World<'f> {
             .publish(now, TOPIC, vec![format!("w{n}").into_bytes()]);
         self.after_node(i);
         self.collect_published(i);
+    }
+
+    /// In a busy world, during the fault phase: once nsqd `i` (up) has fewer than half of
+    /// [`BUSY_DEPTH`] messages ready, a top-up is scheduled (now, as an event of its own).
+    fn refill_soon(&mut self, i: usize) {
+        if !self.cfg.busy || self.now >= self.end_of_faults {
+            return;
+        }
+        let queued = self.queued(i);
+        let node = &mut self.nodes[i];
+        if node.refill_pending || node.down > 0 || queued >= BUSY_DEPTH / 2 {
+            return;
+        }
+        node.refill_pending = true;
+        let now = self.now;
+        self.push(now, Ev::Refill(i));
+    }
+
+    /// Publishes to nsqd `i` (if it is up) what it takes to have [`BUSY_DEPTH`] messages ready.
+    fn refill(&mut self, i: usize) {
+        self.nodes[i].refill_pending = false;
+        if self.nodes[i].down > 0 || self.now >= self.end_of_faults {
+            return;
+        }
+        let want = BUSY_DEPTH.saturating_sub(self.queued(i));
+        if want == 0 {
+            return;
+        }
+        let bodies: Vec<Vec<u8>> = (0..want)
+            .map(|k| format!("b{}", self.refills + k as u64).into_bytes())
+            .collect();
+        self.refills += want as u64;
+        let now = self.now;
+        self.nodes[i].model.publish(now, TOPIC, bodies);
+        self.collect_published(i);
+        self.after_node(i);
+    }
+
+    /// Messages ready on nsqd `i`'s channel (not in flight, not deferred).
+    fn queued(&self, i: usize) -> usize {
+        self.nodes[i]
+            .model
+            .queues
+            .topics
+            .get(TOPIC)
+            .and_then(|t| t.channels.get(CHANNEL))
+            .map_or(0, |ch| ch.queue.len())
     }
 
     fn collect_published(&mut self, i: usize) {
