@@ -34,9 +34,9 @@
 //!   ([`ConsumerBuilder`], [`ConsumerHandle`], [`Message`] with its [`MessageId`], [`Events`]
 //!   of [`Event`]s, [`StopReport`], [`Iter`], [`IntoIter`]).
 //! * **Configuration**: [`Config`] (go-nsq's options), [`TlsConfig`], [`Compression`],
-//!   [`BackoffStrategy`], [`Routing`], [`Secret`]. The core's own settings, for the builders'
-//!   `core_config`: [`proto::ConsumerConfig`], [`proto::ProducerConfig`],
-//!   [`proto::ConnectionConfig`].
+//!   [`BackoffStrategy`], [`InFlightMode`], [`Routing`], [`Secret`]. The core's own
+//!   settings, for the builders' `core_config`: [`proto::ConsumerConfig`],
+//!   [`proto::ProducerConfig`], [`proto::ConnectionConfig`].
 //! * **Errors**: [`Error`] and what it carries ([`InputError`], [`Backpressure`],
 //!   [`Misconfiguration`], [`ServerError`] with its [`ErrorCode`], [`CloseReason`],
 //!   [`HttpFailure`]; the core's own error types are in [`proto`]); [`HandlerError`] for

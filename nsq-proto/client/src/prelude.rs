@@ -8,7 +8,7 @@ pub use super::{
     HttpConfig, HttpFailure, InputError, IntoChannel, IntoTopic, Message, NodeFailure, StopReport,
     TopicStatsReport,
 };
-pub use nsq_proto::consumer::{BackoffStrategy, ConsumerStats, NsqdState, NsqdStats};
+pub use nsq_proto::consumer::{BackoffStrategy, ConsumerStats, InFlightMode, NsqdState, NsqdStats};
 pub use nsq_proto::http;
 pub use nsq_proto::producer::{ProducerStats, Routing};
 pub use nsq_proto::{

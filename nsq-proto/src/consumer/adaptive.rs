@@ -413,7 +413,7 @@ impl Adaptive {
                     let cut = cut.max(floor);
                     // Between the limit that queued and the estimate (which a service that
                     // slows down under load makes low): where probing slows down again.
-                    self.knee = ((self.limit + estimate) / 2.0).max(floor);
+                    self.knee = f64::midpoint(self.limit, estimate).max(floor);
                     // Lowering the limit by 60% did not lower the latency: the service itself
                     // is slower now, and the baseline is stale.
                     let (from, at) = *self.falling_from.get_or_insert((self.limit, mean));
@@ -516,6 +516,15 @@ impl Adaptive {
 mod tests {
     use super::*;
 
+    /// The origin of virtual time.
+    fn t0() -> Instant {
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "origin of virtual time in a test"
+        )]
+        Instant::now()
+    }
+
     /// A downstream of `capacity` at `service`, nothing in transit, for `rounds` rounds: in
     /// each, the limit's messages are handed out together and answered a service time later
     /// (more, in proportion, beyond the capacity).
@@ -534,8 +543,7 @@ mod tests {
 
     #[test]
     fn converges_to_the_knee_and_follows_it() {
-        let t0 = Instant::now();
-        let mut t = t0;
+        let mut t = t0();
         let mut a = Adaptive::new(1, 10_000, 7);
         drive(&mut a, &mut t, 100.0, Duration::from_millis(5), 400);
         let l = a.limit();
@@ -553,7 +561,7 @@ mod tests {
 
     #[test]
     fn stays_within_floor_and_ceiling() {
-        let mut t = Instant::now();
+        let mut t = t0();
         let mut a = Adaptive::new(3, 20, 7);
         assert_eq!(a.limit(), 3);
         drive(&mut a, &mut t, 1_000.0, Duration::from_millis(1), 500);
@@ -568,7 +576,7 @@ mod tests {
 
     #[test]
     fn expiry_halves_and_backoff_holds() {
-        let mut t = Instant::now();
+        let mut t = t0();
         let mut a = Adaptive::new(1, 1_000, 7);
         drive(&mut a, &mut t, 64.0, Duration::from_millis(2), 500);
         let l = a.limit();

@@ -53,12 +53,12 @@
 // queues), `slots.rs` the connections (`Slots`, `Slot`), `timers.rs` the consumer-wide timer
 // table, `events.rs` and `stats.rs` the types the application sees. No part imports the
 // coordinator.
+mod adaptive;
+mod config;
 #[expect(
     clippy::module_inception,
     reason = "the coordinator lives in a file named for it, beside the parts it drives"
 )]
-mod adaptive;
-mod config;
 mod consumer;
 mod discovery;
 mod events;

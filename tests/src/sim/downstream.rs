@@ -96,7 +96,7 @@ impl DownstreamReport {
                 _ => {}
             }
         }
-        since.map(|s| s - from)
+        since.map(|s| s.saturating_sub(from))
     }
 }
 
@@ -364,7 +364,7 @@ impl<'f> World<'f> {
             }
             for n in std::mem::take(&mut self.notes) {
                 any = true;
-                self.note(n);
+                self.note(&n);
             }
             if !any {
                 break;
@@ -468,8 +468,8 @@ impl<'f> World<'f> {
         out
     }
 
-    fn note(&mut self, n: ConsumerNote) {
-        let ConsumerNote::Message(d) = n else {
+    fn note(&mut self, n: &ConsumerNote) {
+        let ConsumerNote::Message(d) = *n else {
             return;
         };
         let held = self.held.len() as u64;

@@ -16,6 +16,8 @@ pub mod log_capture;
 pub mod sim;
 
 #[cfg(feature = "client")]
+pub mod adaptive;
+#[cfg(feature = "client")]
 pub mod conformance;
 #[cfg(feature = "client")]
 pub mod driver_end;
