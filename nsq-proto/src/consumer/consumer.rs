@@ -24,6 +24,10 @@ use crate::names::{Channel, Topic};
 use bytes::BytesMut;
 use std::time::{Duration, Instant};
 
+/// How long after the adaptive limit went down messages already on the wire are still handed
+/// out up to the limit before (a few round trips and nsqd's output buffer timeout).
+const GRACE: Duration = Duration::from_secs(1);
+
 /// The consumer-level state machine: many nsqd connections for one topic/channel.
 ///
 /// It owns a [`Connection`] per nsqd, distributes RDY over them, applies backoff, the attempts
@@ -160,6 +164,11 @@ pub struct Consumer {
     ceiling: u32,
     /// The adaptive limit ([`InFlightMode::Adaptive`]).
     adaptive: Option<Adaptive>,
+    /// After the adaptive limit went down: the limit before, until this instant. Messages
+    /// nsqd wrote under the RDY of the higher limit (on the wire when RDY went down) are
+    /// still handed out up to it, rather than sent back at the cost of an attempt; the
+    /// lowered RDY lets no new ones come.
+    grace: Option<(u32, Instant)>,
     /// The nsqd and lookupd sets, reconnects.
     discovery: Discovery,
     closed_emitted: bool,
@@ -188,6 +197,7 @@ impl Consumer {
             flow: FlowControl::new(limit),
             ceiling: config.max_in_flight,
             adaptive,
+            grace: None,
             topic,
             channel,
             shared: Shared::new(config, seed),
@@ -544,6 +554,17 @@ impl Consumer {
         self.flow.set_max_in_flight(now, limit, &mut self.shared);
     }
 
+    /// The most messages the application may hold when one more is handed out: the limit,
+    /// or for a while after the adaptive limit went down, the limit before (see `grace`).
+    fn hand_out_bound(&self, now: Instant) -> u64 {
+        let limit = self.flow.max_in_flight();
+        let grace = self
+            .grace
+            .filter(|g| now < g.1)
+            .map_or(0, |g| g.0.min(self.ceiling));
+        u64::from(limit.max(grace))
+    }
+
     /// When the message `id` of `conn` was handed out, if the adaptive limit wants it.
     fn handed_at(&self, conn: ConnId, id: &MessageId) -> Option<Instant> {
         self.adaptive.as_ref()?;
@@ -571,6 +592,14 @@ impl Consumer {
     }
 
     fn limit_changed(&mut self, now: Instant, change: Change) {
+        let before = self.flow.max_in_flight();
+        if change.limit < before {
+            let bound = self
+                .grace
+                .filter(|g| now < g.1)
+                .map_or(before, |g| g.0.max(before));
+            self.grace = Some((bound, later(now, GRACE)));
+        }
         self.flow
             .set_max_in_flight(now, change.limit, &mut self.shared);
         self.shared
@@ -873,7 +902,7 @@ impl Consumer {
     /// bootstrap or low-RDY turn ends, or a give-up); `pump` takes the rest one at a time.
     fn pump_deliveries(&mut self, now: Instant, id: ConnId) {
         let max_attempts = self.shared.config.max_attempts;
-        let max_in_flight = u64::from(self.flow.max_in_flight());
+        let max_in_flight = self.hand_out_bound(now);
         let plain = |m: &Message| !gives_up(max_attempts, m);
         let Some(slot) = self.shared.slots.get_mut(id) else {
             return;
@@ -942,6 +971,7 @@ impl Consumer {
     fn on_message(&mut self, now: Instant, id: ConnId, message: Message) {
         self.received += 1;
         let max_attempts = self.shared.config.max_attempts;
+        let bound = self.hand_out_bound(now);
         let Some(slot) = self.shared.slots.get_mut(id) else {
             return;
         };
@@ -957,9 +987,8 @@ impl Consumer {
             }
             return;
         }
-        let covered = slot.covers_next()
-            && self.shared.handed_total + self.shared.ghost_shares
-                < u64::from(self.flow.max_in_flight());
+        let covered =
+            slot.covers_next() && self.shared.handed_total + self.shared.ghost_shares < bound;
         let after = self.flow.on_message(now, slot);
         if !gives_up(max_attempts, &message) && !covered {
             Self::send_back(now, id, slot, &message);

@@ -11,8 +11,9 @@
 //! adaptive) and the service decide the throughput. A run reports the throughput and the
 //! handling latencies (hand-out to answer) of a measurement window, and the trace of the
 //! consumer's in-flight limit; it checks after every step that no message is handed out while
-//! the application holds the limit in force or more, and that the limit stays between its
-//! floor and `max_in_flight`.
+//! the application holds the limit in force or more (for a second after the limit went down,
+//! the limit before: messages nsqd wrote under the higher RDY), and that the limit stays
+//! between its floor and `max_in_flight`.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -24,6 +25,10 @@ use crate::model::{ClientId, Nsqd, NsqdOptions};
 
 const TOPIC: &str = "sim";
 const CHANNEL: &str = "c";
+
+/// How long after the limit went down the consumer may still hand out messages nsqd wrote
+/// under the higher RDY, up to the limit before (nsq-proto's consumer: 1 s).
+const GRACE: Duration = Duration::from_secs(1);
 
 /// One downstream run.
 #[derive(Clone, Debug)]
@@ -151,6 +156,8 @@ struct World<'f> {
     /// Held messages' hand-out instants, by (connection, id).
     held: HashMap<(ConnRef, [u8; 16]), Instant>,
     limit: u32,
+    /// After the limit went down: the limit before, until then.
+    grace: Option<(u32, Instant)>,
     floor: u32,
     stock: usize,
     published: u64,
@@ -226,6 +233,7 @@ impl<'f> World<'f> {
             waiting: VecDeque::new(),
             held: HashMap::new(),
             limit: 0,
+            grace: None,
             floor: cfg.adaptive.unwrap_or(0).min(cfg.max_in_flight),
             stock,
             published: 0,
@@ -378,6 +386,10 @@ impl<'f> World<'f> {
             return;
         };
         if limit != self.limit || self.report.limits.is_empty() {
+            if limit < self.limit {
+                let high = self.grace.filter(|g| self.now < g.1).map_or(0, |g| g.0);
+                self.grace = Some((self.limit.max(high), self.now + GRACE));
+            }
             self.limit = limit;
             let at = self.now - self.t0;
             self.report.limits.push((at, limit));
@@ -473,9 +485,11 @@ impl<'f> World<'f> {
             return;
         };
         let held = self.held.len() as u64;
-        // The limit as the consumer had it when it handed the message out.
+        // The limit as the consumer had it when it handed the message out, or for a second
+        // after it went down, the limit before (messages nsqd wrote under the higher RDY).
         if let Some(limit) = self.consumer.in_flight_limit() {
-            let bound = u64::from(limit.max(self.limit));
+            let grace = self.grace.filter(|g| self.now < g.1).map_or(0, |g| g.0);
+            let bound = u64::from(limit.max(self.limit).max(grace));
             if held >= bound {
                 self.report.violation = Some(format!(
                     "at {:?}: a message was handed out while the application held {held} (limit {limit})",

@@ -10,12 +10,17 @@ use nsq_test_broker::Nsqd;
 use nsq_test_broker::scenarios::{WAIT, eventually};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
 
 /// Messages published per test.
 const MESSAGES: u64 = 600;
 
 /// The ceiling.
 const CEILING: u32 = 32;
+
+/// What a handler takes (on the thread it runs on: a blocking handler on purpose, so the run
+/// lasts several of the limit's windows on every runtime).
+const HANDLER: Duration = Duration::from_millis(1);
 
 fn config() -> Config {
     let mut config = Config::default();
@@ -94,6 +99,8 @@ pub fn async_consumer_adapts_its_limit<R: Adapter, E: Exec>(exec: &E, nsqd: &Nsq
         let run = consumer.run(CEILING as usize, move |_: Message| {
             let (handle, seen) = (handle.clone(), counted.clone());
             async move {
+                // Long enough that the run spans several of the limit's windows (50 ms).
+                std::thread::sleep(HANDLER);
                 if seen.saw(handle.stats().in_flight_limit) {
                     handle.stop().await;
                 }
@@ -120,6 +127,7 @@ pub fn blocking_consumer_adapts_its_limit<R: Adapter>(nsqd: &Nsqd) {
     let seen = Seen::new();
     let counted = seen.clone();
     let report = consumer.run(CEILING as usize, move |_: Message| {
+        std::thread::sleep(HANDLER);
         if counted.saw(handle.stats().in_flight_limit) {
             let _ = handle.stop();
         }
