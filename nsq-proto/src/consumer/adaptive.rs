@@ -150,7 +150,8 @@ impl Window {
     /// The mean of the window's latencies: by Little's law, with the rate, what the
     /// application holds on average.
     fn mean(&self) -> Duration {
-        Duration::from_secs_f64(self.sum / f64::from(self.count.max(1)))
+        Duration::try_from_secs_f64(self.sum / f64::from(self.count.max(1)))
+            .unwrap_or(Duration::MAX)
     }
 }
 
@@ -226,7 +227,7 @@ impl Adaptive {
     pub(super) fn note_handshake(&mut self, handshake: Duration) {
         let n = self.rtt_samples.min(15);
         let sample = handshake / 2;
-        self.rtt = (self.rtt * n + sample) / (n + 1);
+        self.rtt = self.rtt.saturating_mul(n).saturating_add(sample) / (n + 1);
         self.rtt_samples = n + 1;
     }
 
@@ -397,7 +398,7 @@ impl Adaptive {
                 // a slower one is re-measured.
                 let base = self.baseline.map_or(mean, |b| {
                     if mean.as_secs_f64() < b.as_secs_f64() * (1.0 - TOLERANCE) {
-                        (b + mean) / 2
+                        b.saturating_add(mean) / 2
                     } else {
                         b
                     }
@@ -508,7 +509,7 @@ impl Adaptive {
         self.seed ^= self.seed >> 7;
         self.seed ^= self.seed << 17;
         let jitter = every.mul_f64((self.seed % 1024) as f64 / 4096.0);
-        self.remeasure_at = now.checked_add(every + jitter);
+        self.remeasure_at = now.checked_add(every.saturating_add(jitter));
     }
 }
 

@@ -112,7 +112,10 @@ const GRACE: Duration = Duration::from_secs(1);
 /// handler's time, including any wait for what it calls) and outcome. Everything above
 /// (the exact bound, RDY, the rotation) then holds against that limit
 /// ([`in_flight_limit`](Self::in_flight_limit), [`ConsumerStats::in_flight_limit`],
-/// [`ConsumerEvent::InFlightLimitChanged`]).
+/// [`ConsumerEvent::InFlightLimitChanged`]), with one allowance: for a second after the limit
+/// went down, messages nsqd had already written under the higher RDY are handed out up to
+/// the limit before, rather than sent back at the cost of an attempt (the lowered RDY lets
+/// no new ones come). `max_in_flight` itself is never exceeded.
 ///
 /// * **When to use it**: the handlers call something of limited capacity (a database, a
 ///   service, a disk) whose capacity you do not know, or which changes (deploys, noisy

@@ -1,6 +1,6 @@
 //! The `consumer_ops` fuzz entry point, re-exported from [`crate::fuzzing`]. Not a stable API.
 
-use crate::consumer::{Consumer, ConsumerConfig, ConsumerEvent};
+use crate::consumer::{Consumer, ConsumerConfig, ConsumerEvent, InFlightMode};
 use crate::driver::{Action, ConnId, LookupdRequestId};
 use crate::frame::{
     FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, Message, MessageId, encode_message_frame,
@@ -21,10 +21,20 @@ use std::time::Duration;
 pub fn consumer_ops(data: &[u8]) {
     let mut input = Input::new(data);
     let mut now = crate::fuzzing::virtual_time_origin();
+    let max_in_flight = u32::from(input.byte() % 12);
+    let max_attempts = u16::from(input.byte() % 4);
+    let flags = input.byte();
     let config = ConsumerConfig {
-        max_in_flight: u32::from(input.byte() % 12),
-        max_attempts: u16::from(input.byte() % 4),
-        backoff_enabled: input.byte() % 4 != 0,
+        max_in_flight,
+        max_attempts,
+        backoff_enabled: flags % 4 != 0,
+        // The high bit (unused before): the adaptive limit, with a floor of 1 or 2.
+        max_in_flight_mode: if flags & 0x80 != 0 {
+            InFlightMode::Adaptive
+        } else {
+            InFlightMode::Static
+        },
+        min_in_flight: 1 + u32::from(flags & 0x40 != 0),
         backoff_multiplier: Duration::from_millis(100),
         max_backoff_duration: Duration::from_secs(5),
         ..ConsumerConfig::default()
@@ -244,5 +254,15 @@ fn check_invariants(consumer: &Consumer, direct: &BTreeSet<String>) {
         total <= u64::from(consumer.max_in_flight()),
         "total RDY {total} above max_in_flight {}",
         consumer.max_in_flight()
+    );
+    let limit = consumer.in_flight_limit();
+    assert!(
+        limit <= consumer.max_in_flight(),
+        "in-flight limit {limit} above max_in_flight {}",
+        consumer.max_in_flight()
+    );
+    assert!(
+        total <= u64::from(limit),
+        "total RDY {total} above the in-flight limit {limit}"
     );
 }

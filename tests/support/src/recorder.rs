@@ -143,6 +143,7 @@ pub fn check_scripted(topic: &str, addr: &str) {
     assert_eq!(r.gauge("nsq_consumer_in_flight", &ch), 0);
     assert_eq!(r.gauge("nsq_consumer_connections", &ch), 0);
     assert_eq!(r.gauge("nsq_consumer_backoff_level", &ch), 0);
+    assert_eq!(r.gauge("nsq_consumer_in_flight_limit", &ch), 0);
     assert_eq!(r.gauge("nsq_consumer_rdy", &[("nsqd", addr)]), 0);
 
     assert_eq!(r.counter("nsq_producer_messages_total", &[]), 10);
