@@ -29,20 +29,23 @@
 //!   and Gradient2, `limit x baseline / mean`; counting what the application holds makes it
 //!   exact when nsqd is far away and much of the limit is on the wire.
 //! * **Growth.** Below the last congestion the limit climbs back quickly; near it, slowly
-//!   (probing); once clearly past it without queueing, faster and faster (the capacity grew).
-//!   It grows only while the limit is used: a consumer with little to do keeps its limit.
-//! * **Re-measuring the baseline.** Every [`REMEASURE_EVERY`] (jittered, and at least
-//!   [`REMEASURE_LATENCIES`] baselines), one window runs at half the limit, where nothing
-//!   queues: its mean is the new baseline, which may be higher or lower than the old one.
-//!   The baseline is also taken afresh when lowering the limit stopped lowering the latency
-//!   (the service itself became slower).
+//!   (probing, 3% a window); once clearly past it without congestion, faster and faster
+//!   (the capacity grew). Below [`SMALL`], where one more message is a big step, a failed
+//!   probe makes the next wait twice as many windows (at most [`MAX_PROBE_HOLD`]). It grows
+//!   only while the limit is used: a consumer with little to do keeps its limit.
+//! * **Re-measuring the baseline.** A window clearly faster than the baseline lowers it
+//!   (halfway). Every [`REMEASURE_EVERY`] (jittered, and at least [`REMEASURE_LATENCIES`]
+//!   baselines), above a limit of [`REMEASURE_ABOVE`], one window runs at [`REMEASURE_DIP`]
+//!   of the limit, where the tolerated queue is gone: its mean is the new baseline, higher or
+//!   lower than the old one. The baseline is also taken afresh when lowering the limit by
+//!   60% did not lower the latency (the service itself became slower).
 //! * **Failures and timeouts.** A message that expired (nsqd's msg_timeout) halves the limit;
 //!   a window in which more than [`FAILURE_SHARE`] of the answers were failures shrinks it by
 //!   [`FAILURE_CUT`]. Backoff is left alone: while the consumer backs off the controller is
 //!   paused (its windows are dropped), so the two never act on the same failures twice.
 //!
-//! Everything is deterministic: the only randomness (the re-measure jitter) is drawn from the
-//! consumer's seeded generator.
+//! Everything is deterministic: the only randomness (the re-measure jitter) comes from the
+//! consumer's seed.
 
 use std::time::{Duration, Instant};
 
