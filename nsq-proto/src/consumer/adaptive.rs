@@ -443,7 +443,7 @@ impl Adaptive {
                     if self.remeasure_at.is_some_and(|at| now >= at) {
                         if self.limit >= REMEASURE_ABOVE {
                             let restore = self.limit;
-                            self.limit = (self.limit * REMEASURE_DIP).max(self.limit - 1.0);
+                            self.limit = (self.limit * REMEASURE_DIP).min(self.limit - 1.0);
                             self.phase = Phase::Remeasure { restore };
                         } else {
                             // Nothing can queue unseen at so small a limit: the mean of
