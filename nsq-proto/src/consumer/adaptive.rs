@@ -71,7 +71,7 @@ const REMEASURE_LATENCIES: u32 = 60;
 
 /// The re-measuring window runs at this share of the limit (at least one less), which takes
 /// away the tolerated queue and stays within 25% of the limit.
-const REMEASURE_DIP: f64 = 0.8;
+const REMEASURE_DIP: f64 = 0.85;
 
 /// Below this limit the baseline is not re-measured by a dip (see `Adaptive::end_window`).
 const REMEASURE_ABOVE: f64 = 10.0;

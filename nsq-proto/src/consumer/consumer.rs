@@ -128,7 +128,7 @@ const GRACE: Duration = Duration::from_secs(1);
 ///   trip is not small beside the service time. It starts at the floor and doubles until
 ///   latency grows, so it gets there within a few latencies; it follows the capacity when
 ///   it halves or doubles, and re-measures the uncongested latency now and then (one window
-///   at 80% of the limit).
+///   at 85% of the limit).
 /// * **Backoff** stays as it is and the two do not fight: while the consumer backs off the
 ///   limit is frozen and nothing is measured. A message that expires (nsqd's msg_timeout)
 ///   halves the limit; a window in which more than 10% of the answers are requeues lowers it
