@@ -69,8 +69,8 @@ const REMEASURE_EVERY: Duration = Duration::from_secs(30);
 /// ... but no more often than once in this many baselines.
 const REMEASURE_LATENCIES: u32 = 60;
 
-/// The re-measuring window runs at this share of the limit (at least one less), which takes
-/// away the tolerated queue and stays within 25% of the limit.
+/// The re-measuring window takes this share of what the application holds off the limit (at
+/// least one message), which takes away the tolerated queue and stays within 25% of it.
 const REMEASURE_DIP: f64 = 0.85;
 
 /// Below this limit the baseline is not re-measured by a dip (see `Adaptive::end_window`).
@@ -442,8 +442,13 @@ impl Adaptive {
                     }
                     if self.remeasure_at.is_some_and(|at| now >= at) {
                         if self.limit >= REMEASURE_ABOVE {
+                            // Less by a share of what the application holds (Little's law),
+                            // not of the limit: the part of the limit on the wire to nsqd
+                            // does not queue at the downstream.
                             let restore = self.limit;
-                            self.limit = (self.limit * REMEASURE_DIP).min(self.limit - 1.0);
+                            let held = (rate * mean.as_secs_f64()).min(self.limit);
+                            self.limit =
+                                (self.limit - (1.0 - REMEASURE_DIP) * held).min(self.limit - 1.0);
                             self.phase = Phase::Remeasure { restore };
                         } else {
                             // Nothing can queue unseen at so small a limit: the mean of
