@@ -245,6 +245,11 @@ impl Adaptive {
         (self.limit.clamp(lo, f64::from(self.ceiling)).floor()) as u32
     }
 
+    /// The ceiling (`max_in_flight`).
+    pub(super) fn ceiling(&self) -> u32 {
+        self.ceiling
+    }
+
     /// The uncongested latency measured so far.
     pub(super) fn baseline(&self) -> Option<Duration> {
         self.baseline

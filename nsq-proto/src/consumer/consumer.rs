@@ -163,8 +163,6 @@ pub struct Consumer {
     shared: Shared,
     /// RDY distribution and backoff.
     flow: FlowControl,
-    /// `max_in_flight` as configured or last set: the limit, or the adaptive limit's ceiling.
-    ceiling: u32,
     /// The adaptive limit ([`InFlightMode::Adaptive`]).
     adaptive: Option<Adaptive>,
     /// After the adaptive limit went down: the limit before, until this instant. Messages
@@ -198,7 +196,6 @@ impl Consumer {
             .map_or(config.max_in_flight, Adaptive::limit);
         Consumer {
             flow: FlowControl::new(limit),
-            ceiling: config.max_in_flight,
             adaptive,
             grace: None,
             topic,
@@ -226,7 +223,9 @@ impl Consumer {
     /// the limit, or in the adaptive mode its ceiling.
     #[inline]
     pub fn max_in_flight(&self) -> u32 {
-        self.ceiling
+        self.adaptive
+            .as_ref()
+            .map_or(self.flow.max_in_flight(), Adaptive::ceiling)
     }
 
     /// The in-flight limit in force: `max_in_flight`, or in the adaptive mode the limit it
@@ -546,7 +545,6 @@ impl Consumer {
     /// Changes `max_in_flight` at runtime; 0 pauses the consumer (RDY 0 everywhere). In the
     /// adaptive mode it is the ceiling: the limit stays where it was if it is below.
     pub fn set_max_in_flight(&mut self, now: Instant, max_in_flight: u32) {
-        self.ceiling = max_in_flight;
         let limit = match self.adaptive.as_mut() {
             Some(a) => {
                 a.set_ceiling(now, max_in_flight);
@@ -564,7 +562,7 @@ impl Consumer {
         let grace = self
             .grace
             .filter(|g| now < g.1)
-            .map_or(0, |g| g.0.min(self.ceiling));
+            .map_or(0, |g| g.0.min(self.max_in_flight()));
         u64::from(limit.max(grace))
     }
 

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use super::client::{Act, Answer, ClientFactory, ConnRef, ConsumerNote, ConsumerSpec, Delivery};
 use super::rng::Rng;
+use super::world::lookup_reply;
 use crate::model::{ClientId, Nsqd, NsqdOptions};
 
 const TOPIC: &str = "sim";
@@ -457,27 +458,10 @@ impl<'f> World<'f> {
     }
 
     fn lookupd_answer(&self) -> Vec<u8> {
-        let producers: Vec<serde_json::Value> = (0..self.nodes.len())
-            .map(|i| {
-                let host = format!("nsqd{i}.sim");
-                serde_json::json!({
-                    "remote_address": format!("{host}:40000"),
-                    "hostname": host,
-                    "broadcast_address": host,
-                    "tcp_port": 4150,
-                    "http_port": 4151,
-                    "version": "1.3.0",
-                })
-            })
+        let hosts: Vec<String> = (0..self.nodes.len())
+            .map(|i| format!("nsqd{i}.sim"))
             .collect();
-        let body = serde_json::json!({ "channels": [CHANNEL], "producers": producers }).to_string();
-        let mut out = format!(
-            "HTTP/1.1 200 OK\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: {}\r\n\r\n",
-            body.len()
-        )
-        .into_bytes();
-        out.extend_from_slice(body.as_bytes());
-        out
+        lookup_reply(CHANNEL, hosts.iter().map(String::as_str))
     }
 
     fn note(&mut self, n: &ConsumerNote) {

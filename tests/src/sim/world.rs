@@ -1353,35 +1353,17 @@ impl<'f> World<'f> {
     fn lookupd_answer(&self, request: &[u8]) -> Vec<u8> {
         let line = request.split(|&b| b == b'\r').next().unwrap_or_default();
         let line = String::from_utf8_lossy(line);
-        let body = if line.contains("/lookup") && line.contains(&format!("topic={TOPIC}")) {
-            let producers: Vec<serde_json::Value> = self
-                .nodes
-                .iter()
-                .filter(|n| n.unlisted == 0)
-                .map(|n| {
-                    let host = n.addr.trim_end_matches(":4150");
-                    serde_json::json!({
-                        "remote_address": format!("{host}:40000"),
-                        "hostname": host,
-                        "broadcast_address": host,
-                        "tcp_port": 4150,
-                        "http_port": 4151,
-                        "version": "1.3.0",
-                    })
-                })
-                .collect();
-            serde_json::json!({ "channels": [CHANNEL], "producers": producers }).to_string()
-        } else {
+        if !(line.contains("/lookup") && line.contains(&format!("topic={TOPIC}"))) {
             return b"HTTP/1.1 404 Not Found\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: 27\r\n\r\n{\"message\":\"TOPIC_NOT_FOUND\"}"
                 .to_vec();
-        };
-        let mut out = format!(
-            "HTTP/1.1 200 OK\r\nContent-Type: application/json; charset=utf-8\r\nX-Nsq-Content-Type: nsq; version=1.0\r\nContent-Length: {}\r\n\r\n",
-            body.len()
+        }
+        lookup_reply(
+            CHANNEL,
+            self.nodes
+                .iter()
+                .filter(|n| n.unlisted == 0)
+                .map(|n| n.addr.trim_end_matches(":4150")),
         )
-        .into_bytes();
-        out.extend_from_slice(body.as_bytes());
-        out
     }
 
     fn lookupd_reply(&mut self, epoch: u32, req: ConnRef, reply: Option<&[u8]>) {
@@ -1827,4 +1809,29 @@ fn send(dir: &mut Dir, now: Instant, len: usize, node: &Node) -> Instant {
         at = at.max(s);
     }
     at
+}
+
+/// nsqlookupd's `200 OK` answer to `/lookup` listing `channel` and an nsqd (TCP port 4150,
+/// HTTP 4151) on each of `hosts`.
+pub(super) fn lookup_reply<'a>(channel: &str, hosts: impl Iterator<Item = &'a str>) -> Vec<u8> {
+    let producers: Vec<serde_json::Value> = hosts
+        .map(|host| {
+            serde_json::json!({
+                "remote_address": format!("{host}:40000"),
+                "hostname": host,
+                "broadcast_address": host,
+                "tcp_port": 4150,
+                "http_port": 4151,
+                "version": "1.3.0",
+            })
+        })
+        .collect();
+    let body = serde_json::json!({ "channels": [channel], "producers": producers }).to_string();
+    let mut out = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json; charset=utf-8\r\nX-Nsq-Content-Type: nsq; version=1.0\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(body.as_bytes());
+    out
 }
