@@ -29,8 +29,8 @@
 //!   and Gradient2, `limit x baseline / mean`; counting what the application holds makes it
 //!   exact when nsqd is far away and much of the limit is on the wire.
 //! * **Growth.** Below the last congestion the limit climbs back quickly; near it, slowly
-//!   (probing, 3% a window); once clearly past it without congestion, faster and faster
-//!   (the capacity grew). Below [`SMALL`], where one more message is a big step, a failed
+//!   (probing, 3% a window); once a message or 10% past it without congestion (the
+//!   capacity grew), by 6% and then 12% a window. Below [`SMALL`], where one more message is a big step, a failed
 //!   probe makes the next wait twice as many windows (at most [`MAX_PROBE_HOLD`]). It grows
 //!   only while the limit is used: a consumer with little to do keeps its limit.
 //! * **Re-measuring the baseline.** A window clearly faster than the baseline lowers it
@@ -479,8 +479,11 @@ impl Adaptive {
     }
 
     /// Growth in an uncongested window that used the limit: quickly back up to the last
-    /// congestion; near it, probing by 3% of the limit a window; clearly past it without
-    /// congestion (the capacity grew), by twice as much with each window in a row.
+    /// congestion; near it, probing by 3% of the limit a window (at least half a message);
+    /// once past it without congestion by a message or 10% (the capacity grew), by 6% and
+    /// then 12% a window: at a 1 s service time a window lasts 1.5-2.5 s, and the limit must
+    /// grow by half within 10 s after the capacity doubles. (Steps of 24% overshot the new
+    /// knee by more than 25%.)
     fn grow(&mut self, ceiling: f64) {
         let l = self.limit;
         let next = if self.knee <= 0.0 || l < self.knee * 0.9 {
@@ -491,8 +494,8 @@ impl Adaptive {
             };
             to.max(l + 0.05)
         } else {
-            if l >= self.knee * 1.1 {
-                self.calm = (self.calm + 1).min(3);
+            if l >= (self.knee * 1.1).min(self.knee + 1.0) {
+                self.calm = (self.calm + 1).min(2);
                 self.probe_hold_next = 0;
             }
             let step = 0.03 * f64::from(1u32 << self.calm);
