@@ -425,11 +425,17 @@ impl Adaptive {
                     self.knee = f64::midpoint(self.limit, estimate).max(floor);
                     // Lowering the limit by 60% did not lower the latency: the service itself
                     // is slower now, and the baseline is stale.
+                    // Checked at each 60% fall from the last check (the first congested
+                    // window may have held a real queue on top of a slower service).
                     let (from, at) = *self.falling_from.get_or_insert((self.limit, mean));
-                    if self.limit <= from * 0.4 && mean.as_secs_f64() >= at.as_secs_f64() * 0.9 {
+                    let fell = self.limit <= from * 0.4;
+                    if fell && mean.as_secs_f64() >= at.as_secs_f64() * 0.9 {
                         self.baseline = Some(mean);
                         self.falling_from = None;
                     } else {
+                        if fell {
+                            self.falling_from = Some((self.limit, mean));
+                        }
                         if self.limit < SMALL {
                             // A probe of one more message at a small limit failed: the next
                             // waits twice as long.
@@ -607,5 +613,32 @@ mod tests {
         drive(&mut a, &mut t, 64.0, Duration::from_millis(2), 500);
         let l = a.limit();
         assert!((58..=85).contains(&l), "{l}");
+    }
+
+    /// The service is slower at a higher concurrency without a queue (6.1 ms from 5 ms, as a
+    /// timer wheel's rounding makes it on tokio), and the first congested window also held
+    /// a real queue: lowering the limit finds the latency flat below the queue, and the
+    /// baseline is taken afresh instead of cutting to the floor.
+    #[test]
+    fn a_stale_baseline_is_replaced_when_cutting_stops_helping() {
+        let mut t = t0();
+        let mut a = Adaptive::new(1, 400, 7);
+        a.phase = Phase::Steady;
+        a.baseline = Some(Duration::from_millis(5));
+        a.limit = 64.0;
+        a.window.reset(t, a.baseline);
+        for _ in 0..400 {
+            let l = a.limit();
+            let latency = Duration::from_micros(6_100).mul_f64((f64::from(l) / 50.0).max(1.0));
+            let handed = t;
+            t += latency;
+            for _ in 0..l {
+                let _ = a.on_answer(t, handed, u64::from(l), true);
+            }
+        }
+        let l = a.limit();
+        assert!((40..=63).contains(&l), "{l}");
+        let b = a.baseline().unwrap_or_default();
+        assert!(b >= Duration::from_micros(6_000), "{b:?}");
     }
 }
