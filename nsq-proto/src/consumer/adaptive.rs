@@ -33,8 +33,8 @@
 //!   capacity grew), by 6% and then 12% a window. Below [`SMALL`], where one more message is a big step, a failed
 //!   probe makes the next wait twice as many windows (at most [`MAX_PROBE_HOLD`]). It grows
 //!   only while the limit is used: a consumer with little to do keeps its limit.
-//! * **Re-measuring the baseline.** A window clearly faster than the baseline lowers it
-//!   (halfway). Every [`REMEASURE_EVERY`] (jittered, and at least [`REMEASURE_LATENCIES`]
+//! * **Re-measuring the baseline.** Two windows in a row clearly faster than the baseline
+//!   lower it (halfway; one window's mean is too noisy). Every [`REMEASURE_EVERY`] (jittered, and at least [`REMEASURE_LATENCIES`]
 //!   baselines), above a limit of [`REMEASURE_ABOVE`], one window runs at [`REMEASURE_DIP`]
 //!   of the limit, where the tolerated queue is gone: its mean is the new baseline, higher or
 //!   lower than the old one. The baseline is also taken afresh when lowering the limit by
@@ -174,9 +174,11 @@ pub(super) struct Adaptive {
     knee: f64,
     /// Windows in a row past the knee without congestion.
     calm: u32,
-    /// Lowering the limit window after window began at this limit and mean (`None` once
-    /// a window did not lower it).
+    /// Lowering the limit began at this limit and mean (`None` once the limit is back
+    /// there: a few uncongested windows on the way down do not end the fall).
     falling_from: Option<(f64, Duration)>,
+    /// The previous window was clearly faster than the baseline: its mean.
+    faster: Option<Duration>,
     remeasure_at: Option<Instant>,
     /// A round trip to nsqd, as the handshakes showed it.
     rtt: Duration,
@@ -216,6 +218,7 @@ impl Adaptive {
             knee: 0.0,
             calm: 0,
             falling_from: None,
+            faster: None,
             remeasure_at: None,
             rtt: Duration::ZERO,
             rtt_samples: 0,
@@ -401,15 +404,18 @@ impl Adaptive {
                 self.schedule_remeasure(now);
             }
             Phase::Steady => {
-                // A clearly faster service shows at once (halfway per window: a window's
-                // mean is noisy, and a baseline pulled low by noise would shrink the limit);
-                // a slower one is re-measured.
-                let base = self.baseline.map_or(mean, |b| {
-                    if mean.as_secs_f64() < b.as_secs_f64() * (1.0 - TOLERANCE) {
-                        b.saturating_add(mean) / 2
-                    } else {
-                        b
-                    }
+                // A clearly faster service shows soon: two windows in a row clearly faster
+                // lower the baseline halfway to the slower of them. One window's mean is
+                // noisy (on tokio a timer's rounding moves it by more than the tolerance),
+                // and a baseline pulled low by noise cuts the limit window after window. A
+                // slower service is re-measured.
+                let clearly_faster = self
+                    .baseline
+                    .is_some_and(|b| mean.as_secs_f64() < b.as_secs_f64() * (1.0 - TOLERANCE));
+                let previous = std::mem::replace(&mut self.faster, clearly_faster.then_some(mean));
+                let base = self.baseline.map_or(mean, |b| match previous {
+                    Some(p) if clearly_faster => b.saturating_add(p.max(mean)) / 2,
+                    _ => b,
                 });
                 self.baseline = Some(base);
                 let target = base.as_secs_f64() * (1.0 + TOLERANCE);
@@ -447,7 +453,12 @@ impl Adaptive {
                     }
                     self.calm = 0;
                 } else {
-                    self.falling_from = None;
+                    if self
+                        .falling_from
+                        .is_some_and(|(from, _)| self.limit >= from)
+                    {
+                        self.falling_from = None;
+                    }
                     if used {
                         self.grow(ceiling);
                     }
