@@ -128,7 +128,12 @@ const GRACE: Duration = Duration::from_secs(1);
 ///   trip is not small beside the service time. It starts at the floor and doubles until
 ///   latency grows, so it gets there within a few latencies; it follows the capacity when
 ///   it halves or doubles, and re-measures the uncongested latency now and then (one window
-///   at 85% of the limit).
+///   at 85% of the limit; the first a second after start-up when the latency is short). It
+///   holds the mean, not the tail: at the knee up to about 5% of the messages may wait for a
+///   slot, and where the downstream frees its slots in waves (every operation taking the
+///   same time) they wait a whole service time, so p99 can reach twice the uncongested
+///   latency while p50 stays at it (BENCHMARKS.md). Where a p99 bound matters more than the
+///   last few percent of throughput, set `max_in_flight` (the ceiling) at the capacity.
 /// * **Backoff** stays as it is and the two do not fight: while the consumer backs off the
 ///   limit is frozen and nothing is measured. A message that expires (nsqd's msg_timeout)
 ///   halves the limit; a window in which more than 10% of the answers are requeues lowers it
