@@ -30,15 +30,18 @@
 //!   exact when nsqd is far away and much of the limit is on the wire.
 //! * **Growth.** Below the last congestion the limit climbs back quickly; near it, slowly
 //!   (probing, 3% a window); once a message or 10% past it without congestion (the
-//!   capacity grew), by 6% and then 12% a window. Below [`SMALL`], where one more message is a big step, a failed
-//!   probe makes the next wait twice as many windows (at most [`MAX_PROBE_HOLD`]). It grows
-//!   only while the limit is used: a consumer with little to do keeps its limit.
+//!   capacity grew), by 6% and then 12% a window. Below [`SMALL`], where one more message is
+//!   a big step, a failed probe makes the next wait twice as many windows (at most
+//!   [`MAX_PROBE_HOLD`]). It grows only while the limit is used: a consumer with little to
+//!   do keeps its limit.
 //! * **Re-measuring the baseline.** Two windows in a row clearly faster than the baseline
-//!   lower it (halfway; one window's mean is too noisy). Every [`REMEASURE_EVERY`] (jittered, and at least [`REMEASURE_LATENCIES`]
-//!   baselines), above a limit of [`REMEASURE_ABOVE`], one window runs at [`REMEASURE_DIP`]
-//!   of the limit, where the tolerated queue is gone: its mean is the new baseline, higher or
-//!   lower than the old one. The baseline is also taken afresh when lowering the limit by
-//!   60% did not lower the latency (the service itself became slower).
+//!   lower it (halfway; one window's mean is too noisy). Every [`REMEASURE_EVERY`]
+//!   (jittered, and at least [`REMEASURE_LATENCIES`] baselines; the first
+//!   [`FIRST_REMEASURE`] after start-up when the service is fast), above a limit of
+//!   [`REMEASURE_ABOVE`], one window runs at [`REMEASURE_DIP`] of the limit, where the
+//!   tolerated queue is gone: its mean is the new baseline, higher or lower than the old
+//!   one. The baseline is also taken afresh when lowering the limit by 60% did not lower the
+//!   latency (the service itself became slower).
 //! * **Failures and timeouts.** A message that expired (nsqd's msg_timeout) halves the limit;
 //!   a window in which more than [`FAILURE_SHARE`] of the answers were failures shrinks it by
 //!   [`FAILURE_CUT`]. Backoff is left alone: while the consumer backs off the controller is
@@ -434,9 +437,9 @@ impl Adaptive {
                     // slows down under load makes low): where probing slows down again.
                     self.knee = f64::midpoint(self.limit, estimate).max(floor);
                     // Lowering the limit by 60% did not lower the latency: the service itself
-                    // is slower now, and the baseline is stale.
-                    // Checked at each 60% fall from the last check (the first congested
-                    // window may have held a real queue on top of a slower service).
+                    // is slower now, and the baseline is stale. Checked at each 60% step of
+                    // the fall (the first congested window may have held a real queue on top
+                    // of a slower service).
                     let (from, at) = *self.falling_from.get_or_insert((self.limit, mean));
                     let fell = self.limit <= from * 0.4;
                     if fell && mean.as_secs_f64() >= at.as_secs_f64() * 0.9 {

@@ -458,10 +458,10 @@ impl<'f> World<'f> {
     }
 
     fn lookupd_answer(&self) -> Vec<u8> {
-        let hosts: Vec<String> = (0..self.nodes.len())
-            .map(|i| format!("nsqd{i}.sim"))
-            .collect();
-        lookup_reply(CHANNEL, hosts.iter().map(String::as_str))
+        lookup_reply(
+            CHANNEL,
+            (0..self.nodes.len()).map(|i| format!("nsqd{i}.sim")),
+        )
     }
 
     fn note(&mut self, n: &ConsumerNote) {

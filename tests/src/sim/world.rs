@@ -1813,9 +1813,14 @@ fn send(dir: &mut Dir, now: Instant, len: usize, node: &Node) -> Instant {
 
 /// nsqlookupd's `200 OK` answer to `/lookup` listing `channel` and an nsqd (TCP port 4150,
 /// HTTP 4151) on each of `hosts`.
-pub(super) fn lookup_reply<'a>(channel: &str, hosts: impl Iterator<Item = &'a str>) -> Vec<u8> {
+pub(super) fn lookup_reply(
+    channel: &str,
+    hosts: impl IntoIterator<Item = impl AsRef<str>>,
+) -> Vec<u8> {
     let producers: Vec<serde_json::Value> = hosts
+        .into_iter()
         .map(|host| {
+            let host = host.as_ref();
             serde_json::json!({
                 "remote_address": format!("{host}:40000"),
                 "hostname": host,
