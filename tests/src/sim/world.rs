@@ -1354,8 +1354,12 @@ impl<'f> World<'f> {
         let line = request.split(|&b| b == b'\r').next().unwrap_or_default();
         let line = String::from_utf8_lossy(line);
         if !(line.contains("/lookup") && line.contains(&format!("topic={TOPIC}"))) {
-            return b"HTTP/1.1 404 Not Found\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: 27\r\n\r\n{\"message\":\"TOPIC_NOT_FOUND\"}"
-                .to_vec();
+            let body = r#"{"message":"TOPIC_NOT_FOUND"}"#;
+            return format!(
+                "HTTP/1.1 404 Not Found\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .into_bytes();
         }
         lookup_reply(
             CHANNEL,
