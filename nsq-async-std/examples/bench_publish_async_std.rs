@@ -17,7 +17,7 @@ mod drivers;
 use nsq_example_cli as support;
 
 use bytes::Bytes;
-use nsq_async_std::{Config, Producer, Topic};
+use nsq_async_std::{Config, Topic};
 use std::time::{Duration, Instant};
 use support::{
     BenchArgs, Flags, Usage, WINDOW_FLAG, async_publish_flags, bench_flags, bench_line, fatal,
@@ -41,7 +41,7 @@ const USAGE: Usage = Usage {
             "thread|executor",
             "who drives each client, not a Go flag: the tasks that wait for it and a thread of \
              its own (the default mode), or a task on the executor \
-             (nsq_async_std::set_executor) (default: thread)",
+             (AsyncStd::on_executor) (default: thread)",
         ),
         value(
             "batching",
@@ -71,7 +71,7 @@ async fn bench(
     load: Load,
     spawn: fn(Task) -> Task,
 ) -> Result<(Duration, u64, nsq_async_std::ProducerStats), String> {
-    let producer = Producer::connect(&load.addr, &load.config)
+    let producer = drivers::producer(&load.addr, &load.config)
         .await
         .map_err(|e| e.to_string())?;
     let start = Instant::now();

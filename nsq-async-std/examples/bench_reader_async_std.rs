@@ -66,7 +66,7 @@ const USAGE: Usage = Usage {
             "thread|executor",
             "who drives each client, not a Go flag: the tasks that wait for it and a thread of \
              its own (the default mode), or a task on the executor \
-             (nsq_async_std::set_executor) (default: thread)",
+             (AsyncStd::on_executor) (default: thread)",
         )
     ),
 };
@@ -92,16 +92,21 @@ async fn bench(load: Load, spawn: fn(Task) -> Task) -> Result<(Duration, u64), S
             ..Config::default()
         };
         apply_consumer_options(&load.options, |name, value| config.set_str(name, value))?;
-        let consumer = Consumer::builder(load.topic.as_str(), load.channel.as_str())
-            .config(&config)
-            .nsqd(load.addr.as_str())
-            .build()
-            .map_err(|e| e.to_string())?;
+        let consumer = drivers::consumer(
+            Consumer::builder(load.topic.as_str(), load.channel.as_str())
+                .config(&config)
+                .nsqd(load.addr.as_str()),
+        )
+        .build()
+        .map_err(|e| e.to_string())?;
         consumers.push(consumer);
     }
     // Wait until every consumer is connected and subscribed (the Go tool's rdyChan).
     let ready_by = Instant::now() + Duration::from_secs(5);
-    while consumers.iter().any(|c| c.stats().connections == 0) {
+    while consumers
+        .iter()
+        .any(|c| c.as_handle().stats().connections == 0)
+    {
         if Instant::now() > ready_by {
             return Err(format!("could not subscribe on {}", load.addr));
         }
@@ -112,7 +117,7 @@ async fn bench(load: Load, spawn: fn(Task) -> Task) -> Result<(Duration, u64), S
     let tasks: Vec<Task> = consumers
         .into_iter()
         .map(|mut consumer| {
-            consumer.set_max_in_flight(load.rdy);
+            consumer.as_handle().set_max_in_flight(load.rdy);
             spawn(Box::pin(async move {
                 let mut count = 0u64;
                 let mut deadline = async_io::Timer::at(end);
@@ -164,13 +169,15 @@ async fn downstream(
     if max_in_flight == 0 {
         return Err("-downstream-capacity needs a max_in_flight (-rdy) of at least 1".to_owned());
     }
-    let consumer = Consumer::builder(load.topic.as_str(), load.channel.as_str())
-        .config(&config)
-        .nsqd(load.addr.as_str())
-        .build()
-        .map_err(|e| e.to_string())?;
+    let consumer = drivers::consumer(
+        Consumer::builder(load.topic.as_str(), load.channel.as_str())
+            .config(&config)
+            .nsqd(load.addr.as_str()),
+    )
+    .build()
+    .map_err(|e| e.to_string())?;
     let ready_by = Instant::now() + Duration::from_secs(5);
-    while consumer.stats().connections == 0 {
+    while consumer.as_handle().stats().connections == 0 {
         if Instant::now() > ready_by {
             return Err(format!("could not subscribe on {}", load.addr));
         }

@@ -17,7 +17,7 @@ mod drivers;
 use nsq_example_cli as support;
 
 use bytes::Bytes;
-use nsq_async_std::{Config, Producer, Topic};
+use nsq_async_std::{Config, Topic};
 use std::time::{Duration, Instant};
 use support::{
     BenchArgs, Flags, Usage, bench_flags, bench_line, cpus, fatal, init_logging, log, value,
@@ -40,7 +40,7 @@ const USAGE: Usage = Usage {
             "thread|executor",
             "who drives each client, not a Go flag: the tasks that wait for it and a thread of \
              its own (the default mode), or a task on the executor \
-             (nsq_async_std::set_executor) (default: thread)",
+             (AsyncStd::on_executor) (default: thread)",
         )
     ),
 };
@@ -59,7 +59,7 @@ async fn bench(load: Load, spawn: fn(Task) -> Task) -> Result<(Duration, u64), S
     let workers = cpus();
     let mut producers = Vec::with_capacity(workers);
     for _ in 0..workers {
-        let p = Producer::connect(&load.addr, &Config::default())
+        let p = drivers::producer(&load.addr, &Config::default())
             .await
             .map_err(|e| e.to_string())?;
         producers.push(p);

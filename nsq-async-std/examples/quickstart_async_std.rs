@@ -121,7 +121,7 @@ async fn run(flags: &Flags) -> Result<(), Box<dyn std::error::Error>> {
         done += 1;
     }
     let report = consumer.stop().await;
-    let stats = consumer.stats();
+    let stats = consumer.as_handle().stats();
     println!(
         "stopped: {} received, {} finished, {} requeued, {} left unanswered",
         stats.received, stats.finished, stats.requeued, report.unanswered

@@ -6,13 +6,15 @@
 //!
 //! # Model
 //!
-//! The client is written once in [`nsq_client`]; this crate is its shim over async-io's
-//! reactor (the one async-std and smol share): [`AsyncStd`] lends it sockets and timers
-//! there, and the types below are the client's on it. It depends on no executor, so it
-//! behaves identically under async-std, smol, `futures_lite::future::block_on` or anything
-//! else that polls futures (async-std itself is discontinued upstream in favour of smol; this
-//! crate serves both); `build()` works from any thread, inside or outside a runtime. Who
-//! polls a client's driver is the application's choice:
+//! The client is written once in `nsq-client`; this crate is its face over async-io's
+//! reactor (the one async-std and smol share): it turns on the [`AsyncStd`] runtime
+//! (sockets and timers there) and re-exports the client's types. It depends on no
+//! executor, so it behaves identically under async-std, smol,
+//! `futures_lite::future::block_on` or anything else that polls futures (async-std itself
+//! is discontinued upstream in favour of smol; this crate serves both); `build()` works from
+//! any thread, inside or outside a runtime. (Inside a tokio runtime, in a program that also
+//! depends on `nsq-tokio`, a client runs on tokio's instead.) Who polls a client's driver is
+//! the application's choice:
 //!
 //! * **by default, the tasks that wait for the client**: a publish writes its own command
 //!   and reads its own reply, and a `recv` that finds no message reads the socket itself, on
@@ -22,13 +24,24 @@
 //!   (heartbeats, reconnections, an idle client): it looks every 2 ms while tasks are at
 //!   work (less often, up to 16 ms, while they keep driving) and sleeps until woken once
 //!   they leave the client alone. It needs nothing from the application;
-//! * **after [`set_executor`], a task on the application's executor**: no thread of the
-//!   client's own, and a task that waits for a reply or a message is woken on the executor's
-//!   thread. The driver then runs only while that executor runs.
+//! * **with [`AsyncStd::on_executor`], a task on the application's executor**, for each
+//!   client built with that runtime: no thread of the client's own, and a task that waits
+//!   for a reply or a message is woken on the executor's thread. The driver then runs only
+//!   while that executor runs.
 //!
 //! ```no_run
-//! // Once, before building clients: every driver is a task on smol's executor.
-//! nsq_async_std::set_executor(|driver| smol::spawn(driver).detach());
+//! use nsq_async_std::{AsyncStd, Producer};
+//!
+//! # fn main() -> Result<(), nsq_async_std::Error> {
+//! // One runtime value for every client that should be driven by smol's executor.
+//! let on_smol = AsyncStd::on_executor(|driver| smol::spawn(driver).detach());
+//! let producer = Producer::builder()
+//!     .nsqd("127.0.0.1:4150")
+//!     .runtime(on_smol.clone())
+//!     .build()?;
+//! # drop(producer);
+//! # Ok(())
+//! # }
 //! ```
 //!
 //! On smol both cost about the same CPU per message; async-std's multi-threaded executor
@@ -55,8 +68,8 @@
 //!   [`http::lookupd`], [`PendingCall`]), [`Cluster`] ([`ClusterReport`], [`NodeFailure`],
 //!   [`TopicStatsReport`], [`ChannelStatsReport`]), [`HttpConfig`].
 //! * **Names**: [`Topic`], [`Channel`] ([`IntoTopic`], [`IntoChannel`], [`NameError`]).
-//! * **The runtime**: [`AsyncStd`], the [`Runtime`](nsq_client::Runtime) the types above run
-//!   on; [`set_executor`] and [`clear_executor`] choose where drivers run.
+//! * **The runtime**: [`AsyncStd`], what the types above run on;
+//!   [`AsyncStd::on_executor`] for drivers that are tasks on the application's executor.
 //! * **The guide**: [`guide`] (how a client runs, configuration and errors, logs, metrics).
 //! * **The protocol core**, for what a program rarely needs: [`proto`] (`nsq_proto`).
 //!
@@ -134,18 +147,11 @@
 //!
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod lease;
-mod runtime;
-
+#[doc(inline)]
 pub use nsq_client::prelude::*;
-pub use nsq_client::{Events, PendingCall};
+#[doc(inline)]
+pub use nsq_client::{
+    AsyncStd, Cluster, Consumer, ConsumerBuilder, ConsumerHandle, Events, HttpClient, PendingCall,
+    PendingPublish, Producer, ProducerBuilder, guide,
+};
 pub use nsq_proto as proto;
-pub use runtime::{AsyncStd, clear_executor, set_executor};
-
-nsq_client::async_api! {
-    runtime: AsyncStd,
-    starts: "Works from any thread, inside or outside an async runtime: the client's driver \
-             is a thread of its own, or a task on the executor given to [`set_executor`].",
-    run: "The handlers run concurrently inside the future this returns: poll it on the \
-          executor of your choice (spawn CPU-heavy work onto a thread pool yourself).",
-}

@@ -10,6 +10,6 @@ use nsq_test_support::adaptive::async_consumer_adapts_its_limit;
 #[test]
 fn the_limit_moves_from_the_floor_within_the_ceiling() {
     let nsqd = Nsqd::start().unwrap();
-    async_consumer_adapts_its_limit::<nsq_async_std::AsyncStd, _>(&on::<AsyncStd>(), &nsqd);
-    async_consumer_adapts_its_limit::<nsq_async_std::AsyncStd, _>(&on::<Smol>(), &nsqd);
+    async_consumer_adapts_its_limit(&on::<AsyncStd>(), &nsqd);
+    async_consumer_adapts_its_limit(&on::<Smol>(), &nsqd);
 }

@@ -1,13 +1,12 @@
 //! The broker crate's conformance scenarios against nsq-async-std with every client's driver
-//! a task on smol's executor ([`nsq_async_std::set_executor`]). A test binary of its own:
-//! the executor is chosen process-wide.
+//! a task on smol's executor ([`nsq_async_std::AsyncStd::on_executor`]), given to each
+//! client.
 
 mod common;
 
-use common::{Runtime, SmolExecutor};
+use common::SmolExecutor;
 
 #[test]
 fn conformance_smol_executor() {
-    SmolExecutor::setup();
     common::conformance::<SmolExecutor>();
 }

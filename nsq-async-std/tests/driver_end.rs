@@ -12,9 +12,6 @@ use nsq_test_support::driver_end;
 fn every_call_returns_when_the_driver_panics() {
     nsq_test_broker::scenarios::run_within(60, || {
         let nsqd = Nsqd::start().unwrap();
-        driver_end::every_call_returns_when_the_driver_panics::<nsq_async_std::AsyncStd, _>(
-            &common::on::<Smol>(),
-            &nsqd,
-        );
+        driver_end::every_call_returns_when_the_driver_panics(&common::on::<Smol>(), &nsqd);
     });
 }

@@ -1,7 +1,6 @@
 //! nsqd's and nsqlookupd's HTTP APIs and the cluster operations on async-std and smol,
 //! against the test broker (the same tests as nsq-tokio's, from nsq-test-support).
 
-use nsq_async_std::AsyncStd;
 use nsq_test_support::http_api;
 use std::future::Future;
 use std::time::Duration;
@@ -21,20 +20,20 @@ fn run<F: Future<Output = ()>>(make: impl Fn() -> F) {
 
 #[test]
 fn every_endpoint() {
-    run(http_api::every_endpoint::<AsyncStd>);
+    run(http_api::every_endpoint);
 }
 
 #[test]
 fn wrong_addresses_are_typed_errors() {
-    run(http_api::wrong_addresses_are_typed_errors::<AsyncStd>);
+    run(http_api::wrong_addresses_are_typed_errors);
 }
 
 #[test]
 fn cluster_operations() {
-    run(http_api::cluster_operations::<AsyncStd>);
+    run(http_api::cluster_operations);
 }
 
 #[test]
 fn configured_headers_are_sent() {
-    run(http_api::configured_headers_are_sent::<AsyncStd>);
+    run(http_api::configured_headers_are_sent);
 }

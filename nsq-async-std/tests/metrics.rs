@@ -1,7 +1,6 @@
 //! The `metrics` feature on async-std and smol: every counter, gauge and histogram of a
 //! scripted consumer and producer, read back from a capturing recorder (the test bodies of nsq-test-support).
 
-use nsq_async_std::AsyncStd;
 use nsq_test_support::metrics;
 use std::time::Duration;
 
@@ -14,7 +13,7 @@ async fn bounded(topic: &str) {
         async_io::Timer::after(Duration::from_secs(30)).await;
         panic!("not finished in 30 s");
     };
-    futures_lite::future::or(metrics::scripted::<AsyncStd, _>(topic, sleep), deadline).await;
+    futures_lite::future::or(metrics::scripted(topic, sleep), deadline).await;
 }
 
 #[test]
@@ -30,10 +29,6 @@ fn given_up_backoff_and_reconnect_are_counted() {
             async_io::Timer::after(Duration::from_secs(30)).await;
             panic!("not finished in 30 s");
         };
-        futures_lite::future::or(
-            metrics::faults::<AsyncStd, _>("metrics_faults_smol", sleep),
-            deadline,
-        )
-        .await;
+        futures_lite::future::or(metrics::faults("metrics_faults_smol", sleep), deadline).await;
     });
 }

@@ -1,6 +1,6 @@
 //! The shared adapter scenarios with every client's driver a task on async-std's executor, its
-//! sockets and timer on async-io's reactor ([`nsq_async_std::set_executor`]), instead of on
-//! a thread of its own. A test binary of its own: the executor is chosen process-wide.
+//! sockets and timer on async-io's reactor ([`nsq_async_std::AsyncStd::on_executor`]), instead of
+//! on a thread of its own.
 
 mod common;
 
@@ -10,7 +10,7 @@ mod on_executor {
     nsq_test_broker::adapter_scenario_tests!(crate::common::clients::<crate::AsyncStdExecutor>);
 }
 
-/// A client built after `set_executor` runs no thread of its own: its driver is a task.
+/// A client given the executor runs no thread of its own: its driver is a task.
 #[cfg(target_os = "linux")]
 #[test]
 fn drivers_are_tasks_not_threads() {

@@ -9,10 +9,7 @@ fn histograms_render_as_histograms() {
         let sleep = |d| async move {
             async_io::Timer::after(d).await;
         };
-        let round_trip = nsq_test_support::prometheus::round_trip::<nsq_async_std::AsyncStd, _>(
-            "prometheus_smol",
-            sleep,
-        );
+        let round_trip = nsq_test_support::prometheus::round_trip("prometheus_smol", sleep);
         let deadline = async {
             async_io::Timer::after(Duration::from_secs(30)).await;
             panic!("not finished in 30 s");

@@ -81,11 +81,11 @@ async fn consumer_is_a_stream<R: Runtime>() {
     }
     assert_eq!(got.len(), 3);
     // Pause, then resume: max_in_flight follows.
-    c.set_max_in_flight(0);
-    assert!(eventually(WAIT, || c.stats().total_rdy == 0).await);
-    assert!(!c.is_starved());
-    c.set_max_in_flight(2);
-    assert!(eventually(WAIT, || c.stats().total_rdy == 2).await);
+    c.as_handle().set_max_in_flight(0);
+    assert!(eventually(WAIT, || c.as_handle().stats().total_rdy == 0).await);
+    assert!(!c.as_handle().is_starved());
+    c.as_handle().set_max_in_flight(2);
+    assert!(eventually(WAIT, || c.as_handle().stats().total_rdy == 2).await);
     let handle = c.handle();
     assert_eq!(handle.stop().await.unanswered, 0);
     // Once stopped the stream ends.

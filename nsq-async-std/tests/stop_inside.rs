@@ -10,6 +10,6 @@ use nsq_test_support::stop_inside::async_handler_stops_its_consumer;
 #[test]
 fn a_handler_stops_its_own_consumer() {
     let nsqd = Nsqd::start().unwrap();
-    async_handler_stops_its_consumer::<nsq_async_std::AsyncStd, _>(&on::<AsyncStd>(), &nsqd);
-    async_handler_stops_its_consumer::<nsq_async_std::AsyncStd, _>(&on::<Smol>(), &nsqd);
+    async_handler_stops_its_consumer(&on::<AsyncStd>(), &nsqd);
+    async_handler_stops_its_consumer(&on::<Smol>(), &nsqd);
 }

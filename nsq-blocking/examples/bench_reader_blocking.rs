@@ -68,7 +68,7 @@ fn downstream(
         .build()
         .map_err(|e| e.to_string())?;
     let ready_by = Instant::now() + Duration::from_secs(5);
-    while consumer.stats().connections == 0 {
+    while consumer.as_handle().stats().connections == 0 {
         if Instant::now() > ready_by {
             return Err(format!("could not subscribe on {}", args.addr));
         }
@@ -136,7 +136,10 @@ fn run() -> Result<(), String> {
     }
     // Wait until every consumer is connected and subscribed (the Go tool's rdyChan).
     let ready_by = Instant::now() + Duration::from_secs(5);
-    while consumers.iter().any(|c| c.stats().connections == 0) {
+    while consumers
+        .iter()
+        .any(|c| c.as_handle().stats().connections == 0)
+    {
         if Instant::now() > ready_by {
             return Err(format!("could not subscribe on {addr}"));
         }
@@ -158,7 +161,7 @@ fn run() -> Result<(), String> {
     let threads: Vec<_> = consumers
         .into_iter()
         .map(|mut consumer| {
-            consumer.set_max_in_flight(rdy);
+            consumer.as_handle().set_max_in_flight(rdy);
             std::thread::spawn(move || {
                 let mut count = 0u64;
                 while let Some(m) = consumer.recv() {

@@ -105,7 +105,7 @@ fn run(flags: &Flags) -> Result<(), Box<dyn std::error::Error>> {
         done += 1;
     }
     let report = consumer.stop();
-    let stats = consumer.stats();
+    let stats = consumer.as_handle().stats();
     println!(
         "stopped: {} received, {} finished, {} requeued, {} left unanswered",
         stats.received, stats.finished, stats.requeued, report.unanswered

@@ -8,10 +8,10 @@
 //!
 //! # Model
 //!
-//! The client is written once in [`nsq_client`]; this crate is its shim for plain threads:
-//! [`Blocking`] lends it non-blocking sockets on a readiness poller of each client's own
-//! (epoll, kqueue or IOCP, through mio), and the types below run the client's calls to
-//! completion on the calling thread.
+//! The client is written once in `nsq-client`; this crate is its face for plain threads:
+//! it turns on the [`Blocking`] runtime (non-blocking sockets on a readiness poller of each
+//! client's own: epoll, kqueue or IOCP, through mio) and re-exports the client's blocking
+//! types, which run the client's calls to completion on the calling thread.
 //!
 //! * **A blocking call drives its client while it waits.** A `publish` waiting for nsqd's
 //!   reply, or a `recv` waiting for a message, polls the driver and waits in the poller on
@@ -126,15 +126,13 @@
 //!
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod poller;
-mod runtime;
-
-pub use nsq_client::blocking::Events;
+#[doc(inline)]
+pub use nsq_client::blocking::{
+    Cluster, Consumer, ConsumerBuilder, ConsumerHandle, Events, HttpClient, IntoIter, Iter,
+    PendingPublish, Producer, ProducerBuilder,
+};
+#[doc(inline)]
 pub use nsq_client::prelude::*;
+#[doc(inline)]
+pub use nsq_client::{Blocking, guide};
 pub use nsq_proto as proto;
-pub use runtime::Blocking;
-
-nsq_client::blocking_api! {
-    runtime: Blocking,
-    starts: "Works from any thread; starts the client's driver thread.",
-}

@@ -7,5 +7,5 @@ use nsq_test_support::adaptive::blocking_consumer_adapts_its_limit;
 #[test]
 fn the_limit_moves_from_the_floor_within_the_ceiling() {
     let nsqd = Nsqd::start().unwrap();
-    blocking_consumer_adapts_its_limit::<nsq_blocking::Blocking>(&nsqd);
+    blocking_consumer_adapts_its_limit(&nsqd);
 }

@@ -2,28 +2,33 @@
 //! every pending and later call returns (`Error::Closed`, `None`, a report), and the driver
 //! thread ends.
 
-use nsq_blocking::Blocking;
 use nsq_client::Error;
 use nsq_client::blocking::{Consumer, Producer};
 use nsq_proto::Config;
 use nsq_test_broker::Nsqd;
-use nsq_test_support::driver_end::{Panicky as P, WAIT, trigger};
+use nsq_test_support::driver_end::{Panicky, WAIT, trigger};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-
-/// nsq-blocking's runtime, with sockets that panic on their next read once triggered.
-type Panicky = P<Blocking>;
 
 #[test]
 fn every_call_returns_when_the_driver_panics() {
     nsq_test_broker::scenarios::run_within(60, || {
         let nsqd = Nsqd::start().unwrap();
         let addr = nsqd.tcp_address().to_string();
-        let producer = Producer::<Panicky>::connect(&addr, &Config::default()).unwrap();
+        // nsq-blocking's runtime, with sockets that panic on their next read once triggered.
+        let panicky = || Panicky::around(nsq_client::blocking_runtime_here().unwrap());
+        let producer = Producer::builder()
+            .config(&Config::default())
+            .nsqd(addr.as_str())
+            .runtime(panicky())
+            .build()
+            .unwrap();
+        producer.ping().unwrap();
         producer.publish("t", "before").unwrap();
-        let mut consumer = Consumer::<Panicky>::builder("t", "ch")
+        let mut consumer = Consumer::builder("t", "ch")
             .max_in_flight(10)
             .nsqd(addr.as_str())
+            .runtime(panicky())
             .build()
             .unwrap();
         consumer.recv_timeout(WAIT).unwrap().finish();

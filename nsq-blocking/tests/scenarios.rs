@@ -3,7 +3,7 @@
 //! adapter has (threads, `recv_timeout`/`iter`, handler panics ...). Every test runs under a
 //! timeout so nothing hangs.
 
-use nsq_blocking::{Blocking, Consumer, Producer};
+use nsq_blocking::{Consumer, Producer};
 use nsq_client::{Error, Message};
 use nsq_proto::Config;
 use nsq_proto::consumer::ConsumerConfig;
@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 // ------------------------------------------------------------------- the shared scenarios
 
 // nsq-blocking: every call is a plain blocking call.
-adapter_scenario_tests!(BlockingClients::<Blocking>::new);
+adapter_scenario_tests!(BlockingClients::new);
 
 // ------------------------------------------------------------- nsq-blocking's own tests
 
@@ -95,7 +95,8 @@ fn recv_timeout_iter_and_end_of_stream() {
         ));
         assert_eq!(c.iter().count(), 0);
         assert!(matches!(
-            c.connect_to_nsqd(&nsqd.tcp_address().to_string()),
+            c.as_handle()
+                .connect_to_nsqd(&nsqd.tcp_address().to_string()),
             Err(Error::Closed)
         ));
     });

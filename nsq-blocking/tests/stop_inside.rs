@@ -7,5 +7,5 @@ use nsq_test_support::stop_inside::blocking_handler_stops_its_consumer;
 #[test]
 fn a_handler_stops_its_own_consumer() {
     let nsqd = Nsqd::start().unwrap();
-    blocking_handler_stops_its_consumer::<nsq_blocking::Blocking>(&nsqd);
+    blocking_handler_stops_its_consumer(&nsqd);
 }

@@ -181,7 +181,7 @@ fn scenario() {
     for _ in 0..12 {
         c.recv_timeout(WAIT).unwrap().finish();
     }
-    let stats = c.stats();
+    let stats = c.as_handle().stats();
     assert_eq!(stats.connections, 12, "{stats:?}");
     if cfg!(target_os = "linux") {
         assert_eq!(our_threads(), ["nsqb-consumer"]);

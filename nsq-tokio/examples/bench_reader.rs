@@ -92,7 +92,7 @@ async fn downstream(
         .build()
         .map_err(|e| e.to_string())?;
     let ready_by = Instant::now() + Duration::from_secs(5);
-    while consumer.stats().connections == 0 {
+    while consumer.as_handle().stats().connections == 0 {
         if Instant::now() > ready_by {
             return Err(format!("could not subscribe on {}", args.addr));
         }
@@ -197,7 +197,10 @@ fn main() {
             }
             // Wait until every consumer is connected and subscribed (the Go tool's rdyChan).
             let ready_by = Instant::now() + Duration::from_secs(5);
-            while consumers.iter().any(|c| c.stats().connections == 0) {
+            while consumers
+                .iter()
+                .any(|c| c.as_handle().stats().connections == 0)
+            {
                 if Instant::now() > ready_by {
                     return Err(format!("could not subscribe on {addr}"));
                 }
@@ -207,7 +210,7 @@ fn main() {
             let end_at = tokio::time::Instant::from_std(start + runfor);
             let mut tasks = Vec::with_capacity(workers);
             for mut consumer in consumers {
-                consumer.set_max_in_flight(rdy);
+                consumer.as_handle().set_max_in_flight(rdy);
                 tasks.push(tokio::spawn(async move {
                     let mut count = 0u64;
                     let deadline = tokio::time::sleep_until(end_at);

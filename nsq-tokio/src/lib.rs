@@ -5,8 +5,9 @@
 //!
 //! # Model
 //!
-//! The client is written once in [`nsq_client`]; this crate is its tokio shim: [`Tokio`]
-//! lends it tokio's sockets, timer and tasks, and the types below are the client's on it.
+//! The client is written once in `nsq-client`; this crate is its tokio face: it turns on
+//! the [`Tokio`] runtime (tokio's sockets, timer and tasks) and re-exports the client's
+//! types, which run on the tokio runtime they are built in.
 //!
 //! * Each client's driver is a task on the tokio runtime `build()` (or `Producer::connect`)
 //!   is called in; that runtime needs its IO and time drivers (`#[tokio::main]` has them),
@@ -40,7 +41,8 @@
 //!   [`http::lookupd`], [`PendingCall`]), [`Cluster`] ([`ClusterReport`], [`NodeFailure`],
 //!   [`TopicStatsReport`], [`ChannelStatsReport`]), [`HttpConfig`].
 //! * **Names**: [`Topic`], [`Channel`] ([`IntoTopic`], [`IntoChannel`], [`NameError`]).
-//! * **The runtime**: [`Tokio`], the [`Runtime`](nsq_client::Runtime) the types above run on.
+//! * **The runtime**: [`Tokio`], what the types above run on (found where they are built;
+//!   [`Tokio::on`] for a client built outside a runtime that should run on a given one).
 //! * **The guide**: [`guide`] (how a client runs, configuration and errors, logs, metrics).
 //! * **The protocol core**, for what a program rarely needs: [`proto`] (`nsq_proto`).
 //!
@@ -157,18 +159,11 @@
 //! `nsq_tail`, `to_nsq`, `bench_writer`, `bench_reader`.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod runtime;
-
+#[doc(inline)]
 pub use nsq_client::prelude::*;
-pub use nsq_client::{Events, PendingCall};
+#[doc(inline)]
+pub use nsq_client::{
+    Cluster, Consumer, ConsumerBuilder, ConsumerHandle, Events, HttpClient, PendingCall,
+    PendingPublish, Producer, ProducerBuilder, Tokio, guide,
+};
 pub use nsq_proto as proto;
-pub use runtime::Tokio;
-
-nsq_client::async_api! {
-    runtime: Tokio,
-    starts: "Must be called within a tokio runtime with its time and IO drivers enabled \
-             (`#[tokio::main]` has them; the client's driver is a task on it), else it fails \
-             with [`Error::NoRuntime`].",
-    run: "Each of the `concurrency` workers is a tokio task of its own, so handlers run in \
-          parallel on a multi-threaded runtime.",
-}

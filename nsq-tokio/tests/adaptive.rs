@@ -10,5 +10,5 @@ use nsq_test_support::adaptive::async_consumer_adapts_its_limit;
 #[test]
 fn the_limit_moves_from_the_floor_within_the_ceiling() {
     let nsqd = Nsqd::start().unwrap();
-    async_consumer_adapts_its_limit::<nsq_tokio::Tokio, _>(&exec::tokio(), &nsqd);
+    async_consumer_adapts_its_limit(&exec::tokio(), &nsqd);
 }

@@ -5,9 +5,8 @@
 mod exec;
 
 use nsq_test_support::conformance::{AsyncFactory, run_conformance};
-use nsq_tokio::Tokio;
 
 #[test]
 fn conformance() {
-    run_conformance(AsyncFactory::<Tokio, _>::new(exec::tokio()), 60);
+    run_conformance(AsyncFactory::new(exec::tokio()), 60);
 }

@@ -12,7 +12,6 @@ use nsq_proto::Config;
 use nsq_test_broker::Nsqd;
 use nsq_test_support::driver_end::{WAIT, every_call_returns_when_the_driver_panics};
 use nsq_test_support::exec::Exec;
-use nsq_tokio::Tokio;
 
 async fn within<F: std::future::Future>(f: F) -> F::Output {
     tokio::time::timeout(WAIT, f)
@@ -27,7 +26,7 @@ fn every_call_returns_when_the_driver_panics_or_its_runtime_is_dropped() {
     let addr = nsqd.tcp_address().to_string();
     let rt = exec::tokio();
     // Sockets that panic (nsq-test-support's `Panicky` runtime around tokio's).
-    every_call_returns_when_the_driver_panics::<Tokio, _>(&rt, &nsqd);
+    every_call_returns_when_the_driver_panics(&rt, &nsqd);
 
     // A runtime dropped under its clients (the producer's driver after it ran, the
     // consumer's before it was ever polled: a current-thread runtime runs spawned tasks only

@@ -5,25 +5,18 @@
 mod runtime;
 
 use nsq_test_support::metrics;
-use nsq_tokio::Tokio;
 use runtime::run;
 
 #[test]
 fn every_metric_counts_what_happened() {
     run(
         false,
-        metrics::scripted::<Tokio, _>("metrics_current", tokio::time::sleep),
+        metrics::scripted("metrics_current", tokio::time::sleep),
     );
-    run(
-        true,
-        metrics::scripted::<Tokio, _>("metrics_multi", tokio::time::sleep),
-    );
+    run(true, metrics::scripted("metrics_multi", tokio::time::sleep));
 }
 
 #[test]
 fn given_up_backoff_and_reconnect_are_counted() {
-    run(
-        false,
-        metrics::faults::<Tokio, _>("metrics_faults", tokio::time::sleep),
-    );
+    run(false, metrics::faults("metrics_faults", tokio::time::sleep));
 }

@@ -9,10 +9,8 @@ fn histograms_render_as_histograms() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let round_trip = nsq_test_support::prometheus::round_trip::<nsq_tokio::Tokio, _>(
-            "prometheus_tokio",
-            tokio::time::sleep,
-        );
+        let round_trip =
+            nsq_test_support::prometheus::round_trip("prometheus_tokio", tokio::time::sleep);
         tokio::time::timeout(std::time::Duration::from_secs(30), round_trip)
             .await
             .expect("within 30 s");

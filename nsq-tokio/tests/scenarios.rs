@@ -12,7 +12,7 @@ use nsq_test_broker::{Nsqd, adapter_scenario_tests};
 use nsq_test_support::exec::Exec;
 use nsq_test_support::glue;
 use nsq_test_support::scenarios::AsyncClients;
-use nsq_tokio::{Consumer, ConsumerHandle, Producer, Tokio};
+use nsq_tokio::{Consumer, ConsumerHandle, Producer};
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::time::Duration;
@@ -20,7 +20,7 @@ use std::time::Duration;
 // ------------------------------------------------------------------- the shared scenarios
 
 // nsq-tokio on a 2-thread runtime; every call blocks on it.
-adapter_scenario_tests!(|| AsyncClients::<Tokio, _>::new(tokio()));
+adapter_scenario_tests!(|| AsyncClients::new(tokio()));
 
 // --------------------------------------------------------------------- tokio's own tests
 

@@ -10,5 +10,5 @@ use nsq_test_support::stop_inside::async_handler_stops_its_consumer;
 #[test]
 fn a_handler_stops_its_own_consumer() {
     let nsqd = Nsqd::start().unwrap();
-    async_handler_stops_its_consumer::<nsq_tokio::Tokio, _>(&exec::tokio(), &nsqd);
+    async_handler_stops_its_consumer(&exec::tokio(), &nsqd);
 }

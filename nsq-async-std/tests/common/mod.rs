@@ -2,11 +2,13 @@
 //! executor), as nsq-test-support's `Exec` too, and timeouts that work under all of them.
 #![allow(dead_code, reason = "each test binary uses a part of it")]
 
+use nsq_client::Runtime as ClientRuntime;
 use nsq_test_support::conformance::AsyncFactory;
 use nsq_test_support::exec::{Exec, Join};
 use nsq_test_support::scenarios::AsyncClients;
 use std::future::Future;
 use std::marker::PhantomData;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// An executor to run a test under.
@@ -17,8 +19,11 @@ pub(crate) trait Runtime: 'static {
     fn block_on<F: Future>(f: F) -> F::Output;
     /// Spawns `f` on the runtime's executor.
     fn spawn<T: Send + 'static>(f: impl Future<Output = T> + Send + 'static) -> Join<T>;
-    /// Before a test's first client is built.
-    fn setup() {}
+    /// The runtime the test's clients are given, if not the default mode (drivers on the
+    /// executor: [`nsq_async_std::AsyncStd::on_executor`]).
+    fn client_runtime() -> Option<Arc<dyn ClientRuntime>> {
+        None
+    }
 }
 
 /// Runtime `R` as nsq-test-support's [`Exec`] (the shared scenarios, conformance and
@@ -44,22 +49,24 @@ impl<R: Runtime> Exec for On<R> {
     fn sleep(&self, d: Duration) -> Join<()> {
         Box::pin(sleep(d))
     }
+    fn runtime(&self) -> Option<Arc<dyn ClientRuntime>> {
+        R::client_runtime()
+    }
 }
 
-/// Runtime `R` as an [`Exec`], after its `setup`.
+/// Runtime `R` as an [`Exec`].
 pub(crate) fn on<R: Runtime>() -> On<R> {
-    R::setup();
     On(PhantomData)
 }
 
 /// The shared adapter scenarios' clients: nsq-async-std, every call blocking on `R`.
-pub(crate) fn clients<R: Runtime>() -> AsyncClients<nsq_async_std::AsyncStd, On<R>> {
+pub(crate) fn clients<R: Runtime>() -> AsyncClients<On<R>> {
     AsyncClients::new(on::<R>())
 }
 
 /// The conformance suite's clients: nsq-async-std, every call blocking on `R`.
 pub(crate) fn conformance<R: Runtime>() {
-    let factory = AsyncFactory::<nsq_async_std::AsyncStd, _>::new(on::<R>());
+    let factory = AsyncFactory::new(on::<R>());
     nsq_test_support::conformance::run_conformance(factory, 60);
 }
 
@@ -117,7 +124,8 @@ pub(crate) async fn eventually(within: Duration, mut pred: impl FnMut() -> bool)
     }
 }
 
-/// smol, with every client's driver a task on smol's executor ([`nsq_async_std::set_executor`]).
+/// smol, with every client's driver a task on smol's executor
+/// ([`nsq_async_std::AsyncStd::on_executor`]).
 pub(crate) struct SmolExecutor;
 
 impl Runtime for SmolExecutor {
@@ -128,12 +136,15 @@ impl Runtime for SmolExecutor {
     fn spawn<T: Send + 'static>(f: impl Future<Output = T> + Send + 'static) -> Join<T> {
         Box::pin(smol::spawn(f))
     }
-    fn setup() {
-        nsq_async_std::set_executor(|driver| smol::spawn(driver).detach());
+    fn client_runtime() -> Option<Arc<dyn ClientRuntime>> {
+        Some(nsq_async_std::AsyncStd::on_executor(|driver| {
+            smol::spawn(driver).detach();
+        }))
     }
 }
 
-/// async-std, with every client's driver a task on its executor ([`nsq_async_std::set_executor`]).
+/// async-std, with every client's driver a task on its executor
+/// ([`nsq_async_std::AsyncStd::on_executor`]).
 pub(crate) struct AsyncStdExecutor;
 
 impl Runtime for AsyncStdExecutor {
@@ -144,8 +155,10 @@ impl Runtime for AsyncStdExecutor {
     fn spawn<T: Send + 'static>(f: impl Future<Output = T> + Send + 'static) -> Join<T> {
         Box::pin(async_std::task::spawn(f))
     }
-    fn setup() {
-        nsq_async_std::set_executor(|driver| drop(async_std::task::spawn(driver)));
+    fn client_runtime() -> Option<Arc<dyn ClientRuntime>> {
+        Some(nsq_async_std::AsyncStd::on_executor(|driver| {
+            drop(async_std::task::spawn(driver));
+        }))
     }
 }
 
@@ -160,20 +173,25 @@ pub(crate) fn driver_threads() -> Vec<String> {
         .collect()
 }
 
-/// A client built after `set_executor` runs no thread of its own: its driver is a task of
-/// runtime `R` (whose `setup` chose its executor).
+/// A client given runtime `R`'s executor runs no thread of its own: its driver is a task
+/// of that executor.
 #[cfg(target_os = "linux")]
 pub(crate) fn drivers_are_tasks_not_threads<R: Runtime>() {
     use nsq_async_std::{Consumer, Producer};
-    use nsq_proto::Config;
-    R::setup();
+    let runtime = R::client_runtime().expect("drivers on the executor");
     let nsqd = nsq_test_broker::Nsqd::start().unwrap();
     let addr = nsqd.tcp_address().to_string();
     R::block_on(async {
         timeout(Duration::from_secs(20), async {
-            let p = Producer::connect(&addr, &Config::default()).await.unwrap();
+            let p = Producer::builder()
+                .nsqd(addr.as_str())
+                .runtime(runtime.clone())
+                .build()
+                .unwrap();
+            p.ping().await.unwrap();
             let mut c = Consumer::builder("t", "c")
                 .nsqd(addr.as_str())
+                .runtime(runtime)
                 .build()
                 .unwrap();
             p.publish("t", "hello").await.unwrap();

@@ -17,7 +17,8 @@
 //! in-process test broker; `-- 127.0.0.1:4150` uses a real nsqd.
 
 use bytes::{Bytes, BytesMut};
-use nsq_client::{Adapter, BoxFuture, Direct, Runtime, Socket, SocketOptions, Timer};
+use nsq_client::prelude::Config;
+use nsq_client::{BoxFuture, Consumer, Producer, Runtime, Socket, SocketOptions, Timer};
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::sync::Arc;
@@ -79,10 +80,11 @@ impl Timer for Deadline {
 }
 
 impl Runtime for Ticking {
-    type Socket = StdSocket;
-    type Timer = Deadline;
-
-    fn connect(&self, addr: &str, options: SocketOptions) -> BoxFuture<io::Result<StdSocket>> {
+    fn connect(
+        &self,
+        addr: &str,
+        options: SocketOptions,
+    ) -> BoxFuture<io::Result<Box<dyn Socket>>> {
         let addr = addr.to_owned();
         Box::pin(async move {
             let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
@@ -96,7 +98,7 @@ impl Runtime for Ticking {
                         stream.set_nodelay(true)?;
                         stream.set_nonblocking(true)?;
                         let buf = BytesMut::new();
-                        return Ok(StdSocket { stream, buf });
+                        return Ok(Box::new(StdSocket { stream, buf }) as Box<dyn Socket>);
                     }
                     Err(e) => last = e,
                 }
@@ -105,8 +107,8 @@ impl Runtime for Ticking {
         })
     }
 
-    fn timer(&self, at: Instant) -> Deadline {
-        Deadline(at)
+    fn timer(&self, at: Instant) -> Box<dyn Timer> {
+        Box::new(Deadline(at))
     }
 
     fn spawn(&self, name: &str, mut driver: BoxFuture<()>) -> io::Result<()> {
@@ -131,28 +133,6 @@ impl Wake for Unpark {
     }
 }
 
-impl Adapter for Ticking {
-    type Waiter = Direct;
-
-    fn current() -> Result<Self, Error> {
-        Ok(Ticking)
-    }
-
-    fn waiter(&self) -> Direct {
-        Direct
-    }
-}
-
-// The user-facing types on this runtime, as the workspace's async adapters have them.
-pub use nsq_client::prelude::*;
-#[allow(unused_imports, reason = "what the generated documentation links to")]
-pub use nsq_proto as proto;
-nsq_client::async_api! {
-    runtime: Ticking,
-    starts: "Works from any thread: the driver gets a thread of its own.",
-    run: "The handlers run concurrently inside the returned future.",
-}
-
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     round_trip(std::env::args().nth(1))
 }
@@ -168,8 +148,15 @@ pub fn round_trip(addr: Option<String>) -> Result<(), Box<dyn std::error::Error>
         broker.tcp_address().to_string()
     };
     let topic = format!("own_runtime_{}", std::process::id());
+    // One value serves every client: each driver gets a thread of its own.
+    let runtime: Arc<dyn Runtime> = Arc::new(Ticking);
     nsq_client::blocking::block_on(async {
-        let producer = Producer::connect(&addr, &Config::default()).await?;
+        let producer = Producer::builder()
+            .config(&Config::default())
+            .nsqd(addr.as_str())
+            .runtime(runtime.clone())
+            .build()?;
+        producer.ping().await?;
         producer
             .multi_publish(topic.as_str(), ["one", "two", "three"])
             .await?;
@@ -177,6 +164,7 @@ pub fn round_trip(addr: Option<String>) -> Result<(), Box<dyn std::error::Error>
 
         let mut consumer = Consumer::builder(topic.as_str(), "example")
             .nsqd(addr.as_str())
+            .runtime(runtime)
             .connect()
             .await?;
         for _ in 0..3 {

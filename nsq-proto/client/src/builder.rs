@@ -1,33 +1,33 @@
-//! The builders of every adapter, written once: [`ConsumerBuilder`] and [`ProducerBuilder`]
-//! collect a [`ConsumerSetup`] / [`ProducerSetup`]; `build` validates it and starts what
-//! they build ([`BuildConsumer`], [`BuildProducer`]: the async client of a runtime, or the
-//! blocking one). `config` reads the TLS files it names and the OS hostname.
+//! The async builders, [`ConsumerBuilder`] and [`ProducerBuilder`]: they collect a
+//! [`ConsumerSetup`] / [`ProducerSetup`], and `build` validates it and starts the client.
+//! `config` reads the TLS files it names and the OS hostname. The blocking API's builders
+//! ([`blocking`](crate::blocking)) collect the same setups.
 
-use super::{ConsumerSetup, Error, GiveUpHook, IntoChannel, IntoTopic, Message, ProducerSetup};
+use super::runtime::{Calls, Runtime, RuntimeChoice};
+use super::{
+    Consumer, ConsumerSetup, Error, GiveUpHook, IntoChannel, IntoTopic, Message, Producer,
+    ProducerSetup,
+};
 use nsq_proto::config::Config;
 use nsq_proto::consumer::ConsumerConfig;
 use nsq_proto::producer::ProducerConfig;
 use std::fmt;
-use std::marker::PhantomData;
+use std::future::Future;
+#[cfg(test)]
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 // ----------------------------------------------------------------------------------- consumer
 
-/// Builds a consumer: topic, channel, configuration, addresses. Every setter is infallible;
-/// invalid names, options and addresses are reported by [`build`](Self::build).
-///
-/// `C` is what it builds ([`BuildConsumer`]). Each adapter names it `ConsumerBuilder` and
-/// makes one with its `Consumer::builder(topic, channel)`, whose documentation says what
-/// `build` requires in that runtime.
-pub struct ConsumerBuilder<C> {
+/// Builds a [`Consumer`] (made by [`Consumer::builder`]): topic, channel, configuration,
+/// addresses. Every setter is infallible; invalid names, options and addresses are reported
+/// by [`build`](Self::build).
+pub struct ConsumerBuilder {
     setup: ConsumerSetup,
-    // `fn() -> C`: the builder is Send + Sync whatever it builds.
-    builds: PhantomData<fn() -> C>,
 }
 
-impl<C> fmt::Debug for ConsumerBuilder<C> {
+impl fmt::Debug for ConsumerBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ConsumerBuilder")
             .field("setup", &self.setup)
@@ -35,14 +35,13 @@ impl<C> fmt::Debug for ConsumerBuilder<C> {
     }
 }
 
-impl<C> ConsumerBuilder<C> {
+impl ConsumerBuilder {
     /// A builder for a consumer of `topic`/`channel` (names validated by
     /// [`build`](Self::build)) with the default configuration (and the OS hostname, as
-    /// [`config`](Self::config) fills it).
+    /// [`config`](Self::config) fills it); the same as [`Consumer::builder`].
     pub fn new(topic: impl IntoTopic, channel: impl IntoChannel) -> Self {
         ConsumerBuilder {
             setup: ConsumerSetup::new(topic, channel),
-            builds: PhantomData,
         }
         .config(&Config::default())
     }
@@ -50,11 +49,13 @@ impl<C> ConsumerBuilder<C> {
     /// The configuration, with go-nsq's option names and defaults ([`Config`]). TLS files it
     /// names are read here (and the OS hostname fills `hostname` when unset, to be sent in
     /// IDENTIFY); errors are reported by [`build`](Self::build).
-    pub fn config(self, config: &Config) -> Self {
-        self.config_with(config, super::os_hostname(), std::fs::read)
+    pub fn config(mut self, config: &Config) -> Self {
+        self.setup.config_from(config);
+        self
     }
 
     /// [`config`](Self::config) with the OS reads given.
+    #[cfg(test)]
     pub(crate) fn config_with(
         mut self,
         config: &Config,
@@ -140,18 +141,24 @@ impl<C> ConsumerBuilder<C> {
         self
     }
 
-    /// What was collected.
-    #[cfg(test)]
-    pub(crate) fn into_setup(self) -> ConsumerSetup {
-        self.setup
+    /// The runtime the consumer's driver runs on, instead of the one found where
+    /// [`build`](Self::build) is called: a runtime of your own (see [`Runtime`]), or one of
+    /// the adapter's made for the purpose (nsq-async-std's executor mode).
+    pub fn runtime(mut self, runtime: Arc<dyn Runtime>) -> Self {
+        self.setup.runtime = RuntimeChoice::given(runtime);
+        self
     }
-}
 
-impl<C: BuildConsumer> ConsumerBuilder<C> {
-    /// Validates everything and starts the consumer's driver on the runtime (the adapter's
-    /// `Consumer::builder` says what this requires, e.g. being within a tokio runtime).
-    pub fn build(self) -> Result<C, Error> {
-        C::build(sealed::ConsumerParts(self.setup))
+    /// Validates everything and starts the consumer, which connects to its servers in the
+    /// background (watch [`ConsumerHandle::events`](crate::ConsumerHandle::events), or use
+    /// [`connect`](Self::connect) to wait for them).
+    ///
+    /// The consumer's driver runs on the runtime of the context this is called in (the
+    /// adapter's documentation says what that requires: on tokio, to be called inside a
+    /// tokio runtime with its IO and time drivers, else [`Error::NoRuntime`]), or on the one
+    /// given with [`runtime`](Self::runtime).
+    pub fn build(self) -> Result<Consumer, Error> {
+        super::consumer::start(self.setup, Calls::Async)
     }
 
     /// [`build`](Self::build), then waits for the first outcome of every nsqd given with
@@ -161,62 +168,33 @@ impl<C: BuildConsumer> ConsumerBuilder<C> {
     /// the first error ([`Error::Misconfigured`] for an nsqd that cannot work as configured,
     /// [`Error::Connect`] for one that is unreachable now, [`Error::Lookupd`] for a lookupd),
     /// and the consumer is dropped.
-    pub fn connect(self) -> C::Connecting {
-        C::connect(sealed::ConsumerParts(self.setup))
-    }
-}
-
-/// What a [`ConsumerBuilder`] builds: an async runtime's [`Consumer`](super::Consumer), or the
-/// blocking API's [`Consumer`](super::blocking::Consumer). Implemented by those two only.
-pub trait BuildConsumer: sealed::BuildConsumer {
-    /// What [`ConsumerBuilder::connect`] returns: a future on async runtimes, the result
-    /// itself on blocking ones.
-    type Connecting;
-}
-
-/// What a [`ProducerBuilder`] builds: an async runtime's [`Producer`](super::Producer), or the
-/// blocking API's [`Producer`](super::blocking::Producer). Implemented by those two only.
-pub trait BuildProducer: sealed::BuildProducer {}
-
-/// How the builders start what they build, out of reach of other crates.
-pub(crate) mod sealed {
-    /// What a consumer builder collected.
-    #[derive(Debug)]
-    pub struct ConsumerParts(pub(crate) crate::ConsumerSetup);
-
-    /// What a producer builder collected.
-    #[derive(Debug)]
-    pub struct ProducerParts(pub(crate) crate::ProducerSetup);
-
-    pub trait BuildConsumer: Sized {
-        /// Starts the consumer.
-        fn build(setup: ConsumerParts) -> Result<Self, crate::Error>;
-        /// Starts the consumer and waits for its servers' first outcomes.
-        fn connect(setup: ConsumerParts) -> <Self as super::BuildConsumer>::Connecting
-        where
-            Self: super::BuildConsumer;
+    ///
+    /// The consumer starts when `connect` is called, not when the future is first polled.
+    /// The nsqd a lookupd lists are being connected to when it resolves, not waited for;
+    /// watch [`ConsumerHandle::events`](crate::ConsumerHandle::events) for them. To keep a
+    /// consumer whose servers are partly down, use `build`, then
+    /// [`connect_to_nsqd`](crate::ConsumerHandle::connect_to_nsqd) /
+    /// [`connect_to_lookupd`](crate::ConsumerHandle::connect_to_lookupd) per address.
+    pub fn connect(self) -> impl Future<Output = Result<Consumer, Error>> + Send + 'static {
+        Consumer::connecting(self.setup)
     }
 
-    pub trait BuildProducer: Sized {
-        /// Starts the producer.
-        fn build(setup: ProducerParts) -> Result<Self, crate::Error>;
+    /// What was collected.
+    pub(crate) fn into_setup(self) -> ConsumerSetup {
+        self.setup
     }
 }
 
 // ----------------------------------------------------------------------------------- producer
 
-/// Builds a producer with several nsqd addresses. Every setter is infallible; invalid
-/// options and addresses are reported by [`build`](Self::build).
-///
-/// `P` is what it builds ([`BuildProducer`]). Each adapter names it `ProducerBuilder` and
-/// makes one with its `Producer::builder()`, whose documentation says what `build` requires
-/// in that runtime.
-pub struct ProducerBuilder<P> {
+/// Builds a [`Producer`] with several nsqd addresses (made by [`Producer::builder`]). Every
+/// setter is infallible; invalid options and addresses are reported by
+/// [`build`](Self::build).
+pub struct ProducerBuilder {
     setup: ProducerSetup,
-    builds: PhantomData<fn() -> P>,
 }
 
-impl<P> fmt::Debug for ProducerBuilder<P> {
+impl fmt::Debug for ProducerBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ProducerBuilder")
             .field("setup", &self.setup)
@@ -224,31 +202,33 @@ impl<P> fmt::Debug for ProducerBuilder<P> {
     }
 }
 
-impl<P> Default for ProducerBuilder<P> {
+impl Default for ProducerBuilder {
     fn default() -> Self {
-        ProducerBuilder {
-            setup: ProducerSetup::default(),
-            builds: PhantomData,
-        }
-        .config(&Config::default())
+        ProducerBuilder::new()
     }
 }
 
-impl<P> ProducerBuilder<P> {
+impl ProducerBuilder {
     /// A builder with the default configuration (and the OS hostname, as
-    /// [`config`](Self::config) fills it) and no nsqd address yet.
+    /// [`config`](Self::config) fills it) and no nsqd address yet; the same as
+    /// [`Producer::builder`].
     pub fn new() -> Self {
-        Self::default()
+        ProducerBuilder {
+            setup: ProducerSetup::default(),
+        }
+        .config(&Config::default())
     }
 
     /// The configuration, with go-nsq's option names and defaults ([`Config`]). TLS files it
     /// names are read here (and the OS hostname fills `hostname` when unset, to be sent in
     /// IDENTIFY); errors are reported by [`build`](Self::build).
-    pub fn config(self, config: &Config) -> Self {
-        self.config_with(config, super::os_hostname(), std::fs::read)
+    pub fn config(mut self, config: &Config) -> Self {
+        self.setup.config_from(config);
+        self
     }
 
     /// [`config`](Self::config) with the OS reads given.
+    #[cfg(test)]
     pub(crate) fn config_with(
         mut self,
         config: &Config,
@@ -295,18 +275,24 @@ impl<P> ProducerBuilder<P> {
         self
     }
 
+    /// The runtime the producer's driver runs on, instead of the one found where
+    /// [`build`](Self::build) is called (see [`ConsumerBuilder::runtime`]).
+    pub fn runtime(mut self, runtime: Arc<dyn Runtime>) -> Self {
+        self.setup.runtime = RuntimeChoice::given(runtime);
+        self
+    }
+
+    /// Validates the configuration and addresses and starts the producer; it connects in the
+    /// background (publishes wait for a connection, or fail fast with
+    /// [`Error::NoServerAvailable`] while no nsqd is reachable). Its driver runs where
+    /// [`ConsumerBuilder::build`] says.
+    pub fn build(self) -> Result<Producer, Error> {
+        super::producer::start(self.setup, Calls::Async)
+    }
+
     /// What was collected.
     pub(crate) fn into_setup(self) -> ProducerSetup {
         self.setup
-    }
-}
-
-impl<P: BuildProducer> ProducerBuilder<P> {
-    /// Validates the configuration and addresses and starts the producer's driver on the
-    /// runtime; it connects in the background (the adapter's `Producer::builder` says what
-    /// this requires, e.g. being within a tokio runtime).
-    pub fn build(self) -> Result<P, Error> {
-        P::build(sealed::ProducerParts(self.setup))
     }
 }
 
@@ -314,9 +300,6 @@ impl<P: BuildProducer> ProducerBuilder<P> {
 mod tests {
     use super::*;
     use nsq_proto::consumer::ConsumerConfig;
-
-    /// No runtime: the tests look at what the builders collect.
-    enum Dry {}
 
     /// The OS reads of a dry run: a hostname, and no file.
     fn dry_config<B>(
@@ -331,15 +314,15 @@ mod tests {
         })
     }
 
-    fn consumer(config: &Config) -> ConsumerBuilder<Dry> {
+    fn consumer(config: &Config) -> ConsumerBuilder {
         dry_config(config, |c, h, r| {
-            ConsumerBuilder::<Dry>::new("t", "c").config_with(c, h, r)
+            ConsumerBuilder::new("t", "c").config_with(c, h, r)
         })
     }
 
-    fn producer(config: &Config) -> ProducerBuilder<Dry> {
+    fn producer(config: &Config) -> ProducerBuilder {
         dry_config(config, |c, h, r| {
-            ProducerBuilder::<Dry>::new().config_with(c, h, r)
+            ProducerBuilder::new().config_with(c, h, r)
         })
     }
 
@@ -373,12 +356,10 @@ mod tests {
     #[test]
     fn builders_send_the_os_hostname_without_a_config() {
         let os = crate::os_hostname();
-        let consumer = ConsumerBuilder::<Dry>::new("t", "c")
-            .nsqd("a:1")
-            .into_setup();
+        let consumer = ConsumerBuilder::new("t", "c").nsqd("a:1").into_setup();
         let config = consumer.config.unwrap();
         assert_eq!(config.connection.hostname, os);
-        let producer = ProducerBuilder::<Dry>::new().nsqd("a:1").into_setup();
+        let producer = ProducerBuilder::new().nsqd("a:1").into_setup();
         let config = producer.config.unwrap();
         assert_eq!(config.connection.hostname, os);
     }
@@ -422,7 +403,7 @@ mod tests {
             setup.config.unwrap().connection.hostname.as_deref(),
             Some("box")
         );
-        let debug = format!("{:?}", ProducerBuilder::<Dry>::default());
+        let debug = format!("{:?}", ProducerBuilder::default());
         assert!(debug.starts_with("ProducerBuilder { setup: ProducerSetup"));
     }
 }

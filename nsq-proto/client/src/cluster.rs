@@ -4,7 +4,7 @@
 //! empty everywhere it applies. Every node is asked at once; a node that fails is reported
 //! ([`ClusterReport::failures`]), never hidden.
 
-use super::runtime::Adapter;
+use super::runtime::Calls;
 use super::{Error, HttpClient, HttpConfig, NodeFailure};
 use nsq_proto::http::nsqd::{ChannelStats, E2eLatency, StatsQuery, TopicStats};
 use nsq_proto::http::{Call, lookupd, nsqd};
@@ -59,16 +59,22 @@ pub struct ChannelStatsReport {
     pub nodes: Vec<(String, ChannelStats)>,
 }
 
-/// nsqadmin's operations over a cluster, on runtime `R`: each adapter's `Cluster` wraps it.
-pub struct Cluster<R> {
-    lookupds: Vec<HttpClient<R>>,
-    nsqds: Vec<HttpClient<R>>,
+/// nsqadmin's operations over a cluster: its nsqlookupd ([`new`](Self::new)), or, without
+/// any, a fixed set of nsqd ([`from_nsqds`](Self::from_nsqds)). Each operation returns a
+/// [`ClusterReport`]: what the nodes that answered say, and the failures of the others. Its
+/// calls resolve once every node has answered or failed. Cheap to clone.
+#[derive(Clone)]
+pub struct Cluster {
+    lookupds: Vec<HttpClient>,
+    nsqds: Vec<HttpClient>,
     config: HttpConfig,
+    /// Whether the calls of the clients it makes are awaited or block.
+    calls: Calls,
 }
 
-impl<R> fmt::Debug for Cluster<R> {
+impl fmt::Debug for Cluster {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let addrs = |c: &[HttpClient<R>]| c.iter().map(|c| c.addr().to_owned()).collect::<Vec<_>>();
+        let addrs = |c: &[HttpClient]| c.iter().map(|c| c.addr().to_owned()).collect::<Vec<_>>();
         f.debug_struct("Cluster")
             .field("lookupds", &addrs(&self.lookupds))
             .field("nsqds", &addrs(&self.nsqds))
@@ -76,19 +82,9 @@ impl<R> fmt::Debug for Cluster<R> {
     }
 }
 
-impl<R> Clone for Cluster<R> {
-    fn clone(&self) -> Self {
-        Cluster {
-            lookupds: self.lookupds.clone(),
-            nsqds: self.nsqds.clone(),
-            config: self.config.clone(),
-        }
-    }
-}
-
-impl<R: Adapter> Cluster<R> {
+impl Cluster {
     /// The cluster its nsqlookupd know, at their HTTP addresses (`host:port`).
-    pub fn new<I, S>(lookupd_http_addresses: I) -> Result<Cluster<R>, Error>
+    pub fn new<I, S>(lookupd_http_addresses: I) -> Result<Cluster, Error>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
@@ -96,16 +92,40 @@ impl<R: Adapter> Cluster<R> {
         Cluster::with_config(lookupd_http_addresses, HttpConfig::default())
     }
 
-    /// [`new`](Self::new), with `config` for every call (to lookupd and nsqd).
+    /// [`new`](Self::new), with `config` ([`HttpConfig`]) for every call (to lookupd and
+    /// nsqd).
     pub fn with_config<I, S>(
         lookupd_http_addresses: I,
         config: HttpConfig,
-    ) -> Result<Cluster<R>, Error>
+    ) -> Result<Cluster, Error>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let lookupds = clients(lookupd_http_addresses, &config)?;
+        Cluster::of_lookupds(lookupd_http_addresses, config, Calls::Async)
+    }
+
+    /// A cluster without nsqlookupd: these nsqd, at their HTTP addresses, with `config`
+    /// ([`HttpConfig`]) for every call.
+    pub fn from_nsqds<I, S>(nsqd_http_addresses: I, config: HttpConfig) -> Result<Cluster, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Cluster::of_nsqds(nsqd_http_addresses, config, Calls::Async)
+    }
+
+    /// [`with_config`](Self::with_config) for clients whose calls are `calls`.
+    pub(crate) fn of_lookupds<I, S>(
+        lookupd_http_addresses: I,
+        config: HttpConfig,
+        calls: Calls,
+    ) -> Result<Cluster, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let lookupds = clients(lookupd_http_addresses, &config, calls)?;
         if lookupds.is_empty() {
             return Err(no_address("nsqlookupd"));
         }
@@ -113,16 +133,21 @@ impl<R: Adapter> Cluster<R> {
             lookupds,
             nsqds: Vec::new(),
             config,
+            calls,
         })
     }
 
-    /// A cluster without nsqlookupd: these nsqd, at their HTTP addresses.
-    pub fn from_nsqds<I, S>(nsqd_http_addresses: I, config: HttpConfig) -> Result<Cluster<R>, Error>
+    /// [`from_nsqds`](Self::from_nsqds) for clients whose calls are `calls`.
+    pub(crate) fn of_nsqds<I, S>(
+        nsqd_http_addresses: I,
+        config: HttpConfig,
+        calls: Calls,
+    ) -> Result<Cluster, Error>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let nsqds = clients(nsqd_http_addresses, &config)?;
+        let nsqds = clients(nsqd_http_addresses, &config, calls)?;
         if nsqds.is_empty() {
             return Err(no_address("nsqd"));
         }
@@ -130,11 +155,12 @@ impl<R: Adapter> Cluster<R> {
             lookupds: Vec::new(),
             nsqds,
             config,
+            calls,
         })
     }
 
-    fn client(&self, addr: &str) -> Result<HttpClient<R>, Error> {
-        HttpClient::with_config(addr, self.config.clone())
+    fn client(&self, addr: &str) -> Result<HttpClient, Error> {
+        HttpClient::for_calls(addr, self.config.clone(), self.calls)
     }
 
     /// Every topic: the union of each nsqlookupd's `/topics` (or of each nsqd's stats).
@@ -213,7 +239,7 @@ impl<R: Adapter> Cluster<R> {
                 .include_clients(false)
                 .include_mem(false);
             let (answers, mut failures) = gather(&self.nsqds, || nsqd::stats(&q)).await;
-            let having: Vec<&HttpClient<R>> = self
+            let having: Vec<&HttpClient> = self
                 .nsqds
                 .iter()
                 .filter(|c| {
@@ -253,7 +279,7 @@ impl<R: Adapter> Cluster<R> {
     }
 
     /// The HTTP clients of the nsqd that carry `topic`, and the failures finding them.
-    async fn producer_clients(&self, topic: &Topic) -> (Vec<HttpClient<R>>, Vec<NodeFailure>) {
+    async fn producer_clients(&self, topic: &Topic) -> (Vec<HttpClient>, Vec<NodeFailure>) {
         let found = self.producers(topic).await;
         let mut failures = found.failures;
         let clients = self.clients_of(&found.value, &mut failures);
@@ -265,7 +291,7 @@ impl<R: Adapter> Cluster<R> {
         &self,
         producers: &[LookupProducer],
         failures: &mut Vec<NodeFailure>,
-    ) -> Vec<HttpClient<R>> {
+    ) -> Vec<HttpClient> {
         let mut clients = Vec::new();
         for p in producers {
             let addr = http_address(p);
@@ -458,14 +484,14 @@ impl<R: Adapter> Cluster<R> {
     }
 }
 
-fn clients<R: Adapter, I, S>(addrs: I, config: &HttpConfig) -> Result<Vec<HttpClient<R>>, Error>
+fn clients<I, S>(addrs: I, config: &HttpConfig, calls: Calls) -> Result<Vec<HttpClient>, Error>
 where
     I: IntoIterator<Item = S>,
     S: AsRef<str>,
 {
     addrs
         .into_iter()
-        .map(|a| HttpClient::with_config(a.as_ref(), config.clone()))
+        .map(|a| HttpClient::for_calls(a.as_ref(), config.clone(), calls))
         .collect()
 }
 
@@ -502,12 +528,11 @@ const CALLS_AT_ONCE: usize = 32;
 
 /// Makes `make()` on every client, [`CALLS_AT_ONCE`] at a time; the answers by address, and
 /// the failures.
-async fn gather<'a, R, T, F>(
-    clients: impl IntoIterator<Item = &'a HttpClient<R>>,
+async fn gather<'a, T, F>(
+    clients: impl IntoIterator<Item = &'a HttpClient>,
     make: F,
 ) -> (Vec<(String, T)>, Vec<NodeFailure>)
 where
-    R: Adapter + 'a,
     T: Send + 'static,
     F: Fn() -> Call<T>,
 {

@@ -1,8 +1,8 @@
 //! The one driver: a future per client ([`Consumer`](super::Consumer) /
-//! [`Producer`](super::Producer)) that owns the sans-IO machine and every socket, generic
-//! over the [`Runtime`]. This file is the loop; [`Net`] carries out the machine's actions on
-//! the sockets, each a [`Link`](super::link::Link); a [`Logic`] is what differs between a
-//! consumer and a producer.
+//! [`Producer`](super::Producer)) that owns the sans-IO machine and every socket, over the
+//! runtime it was given ([`Runtime`](super::Runtime)). This file is the loop; [`Net`]
+//! carries out the machine's actions on the sockets, each a [`Link`](super::link::Link); a
+//! [`Logic`] is what differs between a consumer and a producer.
 //!
 //! One round of the driver: take every queued command, fire the timer, drain the machine's
 //! actions and events, give each connection what was gathered for it in one write, then read
@@ -20,7 +20,7 @@
 //! rounds, the last one finding nothing. Nothing here knows which runtime it runs on.
 
 pub(crate) use super::net::Net;
-use super::runtime::{Ended, Runtime, Timer, driver_future};
+use super::runtime::{Ended, Timer, driver_future};
 use super::sync::Inbox;
 use nsq_proto::driver::{Action, ConnId, Driven};
 use std::future::Future;
@@ -80,10 +80,10 @@ pub(crate) trait Logic: Send + 'static {
 }
 
 /// Runs a driver until its logic is done (then finishes it).
-pub(crate) fn run<L: Logic, R: Runtime>(
+pub(crate) fn run<L: Logic>(
     logic: L,
     inbox: Arc<Inbox<L::Input>>,
-    net: Net<R>,
+    net: Net,
 ) -> impl Future<Output = ()> + Send + 'static {
     // However the driver ends (at the end of `drive`, by a panic, or dropped by its runtime,
     // polled or not), whoever waits on it hears of it.
@@ -94,11 +94,11 @@ pub(crate) fn run<L: Logic, R: Runtime>(
     drive(end, net)
 }
 
-async fn drive<L: Logic, R: Runtime>(mut end: Ending<L>, mut net: Net<R>) {
+async fn drive<L: Logic>(mut end: Ending<L>, mut net: Net) {
     let inbox = end.inbox.clone();
     let runtime = net.runtime().clone();
     // Made at the first deadline, armed for it.
-    let mut timer: Option<R::Timer> = None;
+    let mut timer: Option<Box<dyn Timer>> = None;
     let mut armed: Option<Instant> = None;
     let mut started = false;
     let mut commands = Vec::new();
@@ -241,7 +241,7 @@ impl<L: Logic> Drop for Ending<L> {
 /// Drains every action and event of the machine (in the machine's order), then lets the logic
 /// hand out what the round produced. Returns whether the logic was given events (and so may
 /// have woken tasks).
-fn drain<L: Logic, R: Runtime>(logic: &mut L, net: &mut Net<R>, now: Instant) -> bool {
+fn drain<L: Logic>(logic: &mut L, net: &mut Net, now: Instant) -> bool {
     let mut events = false;
     loop {
         let mut progressed = false;
@@ -267,11 +267,11 @@ fn drain<L: Logic, R: Runtime>(logic: &mut L, net: &mut Net<R>, now: Instant) ->
 
 /// Starts a driver on `runtime`, inside its client's `span` for its whole life; what it
 /// returns tells when the driver has ended.
-pub(crate) fn spawn<L: Logic, R: Runtime>(
+pub(crate) fn spawn<L: Logic>(
     name: &str,
     logic: L,
     inbox: Arc<Inbox<L::Input>>,
-    net: Net<R>,
+    net: Net,
     span: tracing::Span,
 ) -> io::Result<Arc<Ended>> {
     let runtime = net.runtime().clone();
@@ -289,7 +289,7 @@ mod tests {
     //! looks again only after a poll that resolved something.
     use super::*;
     use crate::link::READS_PER_ROUND;
-    use crate::runtime::{BoxFuture, Socket, SocketOptions, Timer};
+    use crate::runtime::{BoxFuture, Runtime, Socket, SocketOptions};
     use bytes::{Bytes, BytesMut};
     use nsq_proto::producer::{ProducerConfig, ProducerEvent};
     use nsq_proto::{FRAME_TYPE_RESPONSE, Producer, Topic, encode_frame};
@@ -370,15 +370,19 @@ mod tests {
     #[derive(Clone)]
     struct MemRuntime(SharedWire);
 
-    impl Runtime for MemRuntime {
-        type Socket = MemSocket;
-        type Timer = Never;
-        fn connect(&self, _: &str, _: SocketOptions) -> BoxFuture<io::Result<MemSocket>> {
-            let socket = MemSocket(self.0.clone());
-            Box::pin(async move { Ok(socket) })
+    impl std::fmt::Debug for MemRuntime {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("MemRuntime")
         }
-        fn timer(&self, _: Instant) -> Never {
-            Never
+    }
+
+    impl Runtime for MemRuntime {
+        fn connect(&self, _: &str, _: SocketOptions) -> BoxFuture<io::Result<Box<dyn Socket>>> {
+            let socket = MemSocket(self.0.clone());
+            Box::pin(async move { Ok(Box::new(socket) as Box<dyn Socket>) })
+        }
+        fn timer(&self, _: Instant) -> Box<dyn Timer> {
+            Box::new(Never)
         }
         fn spawn(&self, _: &str, _: BoxFuture<()>) -> io::Result<()> {
             Ok(())
@@ -463,7 +467,7 @@ mod tests {
             };
             let inbox = Inbox::new();
             let options = SocketOptions::new(Duration::from_secs(5), Duration::from_secs(5));
-            let net = Net::new(MemRuntime(wire.clone()), options);
+            let net = Net::new(Arc::new(MemRuntime(wire.clone())), options);
             let mut world = World {
                 driver: Box::pin(run(logic, inbox.clone(), net)),
                 wire,

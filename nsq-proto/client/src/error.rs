@@ -20,9 +20,8 @@ use std::time::Duration;
 /// each cause once.
 ///
 /// ```
-/// use nsq_client::{Error, InputError, IntoTopic};
-/// use nsq_proto::{ErrorCode, NameError};
-///
+/// # use nsq_client::{Error, IntoTopic};
+/// # use nsq_proto::{ErrorCode, NameError, ServerError};
 /// let err = "bad topic!".into_topic().unwrap_err();
 /// match &err {
 ///     Error::InvalidTopic { name, reason: NameError::InvalidChar { ch, .. } } => {
@@ -38,11 +37,17 @@ use std::time::Duration;
 /// );
 ///
 /// // nsqd's refusals carry their code.
-/// # let err = Error::Server(nsq_proto::ServerError::new(ErrorCode::BadMessage, "PUB invalid message body size 0"));
-/// if err.server_code() == Some(ErrorCode::BadMessage) {
+/// let refused = Error::Server(ServerError::new(
+///     ErrorCode::BadMessage,
+///     "PUB invalid message body size 0",
+/// ));
+/// if refused.server_code() == Some(ErrorCode::BadMessage) {
 ///     // a bad message is not worth retrying
 /// }
-/// assert_eq!(err.to_string(), "nsqd error E_BAD_MESSAGE: PUB invalid message body size 0");
+/// assert_eq!(
+///     refused.to_string(),
+///     "nsqd error E_BAD_MESSAGE: PUB invalid message body size 0"
+/// );
 /// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]

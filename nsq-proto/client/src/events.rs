@@ -240,8 +240,8 @@ impl EventHub {
 /// oldest ones and says so with [`Event::Lagged`]. Dropping it costs the consumer nothing.
 ///
 /// ```no_run
-/// # async fn f(consumer: nsq_client::Consumer<impl nsq_client::Adapter>) {
-/// use nsq_client::Event;
+/// # use nsq_client::{Consumer, Event};
+/// # async fn f(consumer: Consumer) {
 /// let mut events = consumer.as_handle().events();
 /// while let Some(event) = events.recv().await {
 ///     match event {

@@ -20,8 +20,7 @@ use std::time::Duration;
 /// (`outer: cause: root cause`), which is what the consumer logs when a handler fails.
 ///
 /// ```
-/// use nsq_client::HandlerError;
-///
+/// # use nsq_client::HandlerError;
 /// fn parse(body: &[u8]) -> Result<u64, HandlerError> {
 ///     let text = std::str::from_utf8(body)?; // Utf8Error
 ///     Ok(text.trim().parse::<u64>()?) // ParseIntError

@@ -3,7 +3,7 @@
 //! with a connect timeout, a timeout for the whole exchange, and HTTPS through the same
 //! rustls configuration as the TCP protocol ([`HttpConfig::from_config`]).
 
-use super::runtime::{Adapter, Runtime, Socket, SocketOptions, Timer};
+use super::runtime::{Calls, Runtime, RuntimeChoice, Socket, SocketOptions, Timer};
 use super::sync::{ReplyRx, oneshot};
 use super::{Error, HttpFailure};
 use bytes::{Buf, Bytes};
@@ -13,8 +13,8 @@ use nsq_proto::http::{Call, Exchange, Response};
 use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
-use std::marker::PhantomData;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -32,6 +32,8 @@ pub struct HttpConfig {
     pub max_body: usize,
     /// Headers sent with every request ([`with_header`](Self::with_header)).
     headers: Vec<(String, String)>,
+    /// The runtime each exchange runs on ([`with_runtime`](Self::with_runtime)).
+    runtime: RuntimeChoice,
 }
 
 impl Default for HttpConfig {
@@ -42,6 +44,7 @@ impl Default for HttpConfig {
             timeout: Duration::from_secs(5),
             max_body: nsq_proto::http::DEFAULT_MAX_BODY_SIZE,
             headers: Vec::new(),
+            runtime: RuntimeChoice::default(),
         }
     }
 }
@@ -93,35 +96,28 @@ impl HttpConfig {
         self.timeout = whole;
         self
     }
+
+    /// With each exchange run on `runtime`, instead of the one found where the call is made
+    /// (see [`ConsumerBuilder::runtime`](crate::ConsumerBuilder::runtime)).
+    #[must_use]
+    pub fn with_runtime(mut self, runtime: Arc<dyn Runtime>) -> HttpConfig {
+        self.runtime = RuntimeChoice::given(runtime);
+        self
+    }
 }
 
-/// A client of one nsqd's or nsqlookupd's HTTP address, on runtime `R`: each adapter's
-/// `HttpClient` wraps it. Each [`call`](Self::call) makes one exchange on a connection of its
-/// own.
-pub struct HttpClient<R> {
+/// A client of one nsqd's or nsqlookupd's HTTP address (`host:port`): make the typed calls
+/// of [`nsq_proto::http::nsqd`] and [`nsq_proto::http::lookupd`] with [`call`](Self::call).
+/// Each call makes one exchange on a connection of its own. Cheap to clone.
+#[derive(Clone)]
+pub struct HttpClient {
     addr: String,
     config: HttpConfig,
-    runtime: PhantomData<fn() -> R>,
+    /// Whether its calls are awaited or block (the runtime it finds follows).
+    calls: Calls,
 }
 
-impl<R> Clone for HttpClient<R> {
-    fn clone(&self) -> Self {
-        HttpClient {
-            addr: self.addr.clone(),
-            config: self.config.clone(),
-            runtime: PhantomData,
-        }
-    }
-}
-
-impl<R> HttpClient<R> {
-    /// The address (`host:port`).
-    pub fn addr(&self) -> &str {
-        &self.addr
-    }
-}
-
-impl<R> fmt::Debug for HttpClient<R> {
+impl fmt::Debug for HttpClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HttpClient")
             .field("addr", &self.addr)
@@ -130,15 +126,25 @@ impl<R> fmt::Debug for HttpClient<R> {
     }
 }
 
-impl<R: Adapter> HttpClient<R> {
+impl HttpClient {
     /// A client of `addr` (`host:port`, or `http://host:port` / `https://host:port`; an
     /// `https://` address without TLS settings uses the web's root certificates).
-    pub fn new(addr: &str) -> Result<HttpClient<R>, Error> {
+    pub fn new(addr: &str) -> Result<HttpClient, Error> {
         HttpClient::with_config(addr, HttpConfig::default())
     }
 
-    /// A client of `addr` with `config`.
-    pub fn with_config(addr: &str, mut config: HttpConfig) -> Result<HttpClient<R>, Error> {
+    /// A client of `addr` (as [`new`](Self::new)) with `config` ([`HttpConfig`]: TLS,
+    /// headers, timeouts).
+    pub fn with_config(addr: &str, config: HttpConfig) -> Result<HttpClient, Error> {
+        HttpClient::for_calls(addr, config, Calls::Async)
+    }
+
+    /// A client of `addr` whose calls are `calls`.
+    pub(crate) fn for_calls(
+        addr: &str,
+        mut config: HttpConfig,
+        calls: Calls,
+    ) -> Result<HttpClient, Error> {
         let (https, host) = if let Some(rest) = addr.strip_prefix("https://") {
             (true, rest)
         } else {
@@ -156,19 +162,28 @@ impl<R: Adapter> HttpClient<R> {
         Ok(HttpClient {
             addr: host.to_owned(),
             config,
-            runtime: PhantomData,
+            calls,
         })
     }
 
-    /// Makes `call` and returns its typed reply.
+    /// The address (`host:port`).
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Makes `call` (one exchange, on a connection of its own) and returns its typed reply.
+    /// The exchange runs on the runtime of the context this is called in (see
+    /// [`ConsumerBuilder::build`](crate::ConsumerBuilder::build)), or on the one given with
+    /// [`HttpConfig::with_runtime`].
     pub async fn call<T: Send + 'static>(&self, call: Call<T>) -> Result<T, Error> {
         self.start(call)?.await
     }
 
-    /// Starts `call` at once (its exchange runs on the runtime); the returned future
-    /// resolves with its reply. Many can be under way together.
+    /// Starts `call` at once (its exchange runs on the runtime, as [`call`](Self::call)
+    /// says); the returned [`PendingCall`] resolves with its reply. Many can be under way
+    /// together.
     pub fn start<T: Send + 'static>(&self, call: Call<T>) -> Result<PendingCall<T>, Error> {
-        let runtime = R::current()?;
+        let runtime = self.config.runtime.runtime(self.calls)?;
         let (tx, rx) = oneshot();
         let exchange = exchange(
             runtime.clone(),
@@ -241,8 +256,8 @@ impl<T> Future for PendingCall<T> {
 /// One exchange of `call` with `addr` on `runtime`: connect (bounded by the connect
 /// timeout), write the request, read until the response is complete (bounded by the
 /// timeout), decode it.
-async fn exchange<R: Runtime, T>(
-    runtime: R,
+async fn exchange<T>(
+    runtime: Arc<dyn Runtime>,
     addr: String,
     config: HttpConfig,
     call: Call<T>,
@@ -251,15 +266,15 @@ async fn exchange<R: Runtime, T>(
         server: addr.clone(),
         failure,
     };
-    let response = exchange_response(&runtime, &addr, &config, &call)
+    let response = exchange_response(&*runtime, &addr, &config, &call)
         .await
         .map_err(fail)?;
     call.decode(&response)
         .map_err(|e| fail(HttpFailure::Api(e)))
 }
 
-async fn exchange_response<R: Runtime, T>(
-    runtime: &R,
+async fn exchange_response<T>(
+    runtime: &dyn Runtime,
     addr: &str,
     config: &HttpConfig,
     call: &Call<T>,

@@ -2,32 +2,31 @@
 //!
 //! Everything between the protocol and a runtime, written once for every adapter
 //! (`nsq-tokio`, `nsq-async-std`, `nsq-blocking`), on nsq-proto's public API only.
-//! Applications use an adapter, whose documentation is the user's; this crate is for adapter
-//! authors.
+//! Applications depend on an adapter, which re-exports these types and turns on its
+//! runtime; this crate's own page is for those who plug in a runtime of their own.
 //!
 //! Three layers make a client:
 //!
 //! 1. the protocol: the sans-IO [`Consumer`](nsq_proto::Consumer) and
 //!    [`Producer`](nsq_proto::Producer) state machines (the `nsq-proto` crate);
-//! 2. this layer: one driver, generic over a small [`Runtime`] trait (clock, connect, read,
-//!    write, one timer, spawn), that owns a client's state machine and the reading and
-//!    writing of all its sockets in one task, plus the API on top of it ([`Consumer`],
-//!    [`ConsumerHandle`], [`Producer`], the builders, [`Message`], [`Error`],
-//!    [`HandlerError`], [`StopReport`], the [`blocking`] API) and the `tracing` output;
-//! 3. the runtime shims: each adapter implements [`Runtime`] (a socket type, a timer, how
-//!    the driver is started, the clock: IO only) and [`Adapter`] (where `build` finds the
-//!    runtime, and how a client's calls wait for its driver), and generates its users' types
-//!    with one macro ([`async_api!`], [`blocking_api!`]: `nsq_tokio::Consumer` wraps
-//!    [`Consumer<Tokio>`](Consumer), ...), with a `guide` module of how a client
-//!    runs, logs and records metrics.
+//! 2. this layer: one driver that owns a client's state machine and the reading and
+//!    writing of all its sockets in one task, over the client's [`Runtime`] (held as an
+//!    `Arc<dyn Runtime>`: clock, connect, timer, spawn, and how its calls wait), plus the API
+//!    on top of it ([`Consumer`], [`ConsumerHandle`], [`Producer`], the builders,
+//!    [`Message`], [`Error`], [`HandlerError`], [`StopReport`], [`HttpClient`], [`Cluster`],
+//!    the [`blocking`] API) and the `tracing` output;
+//! 3. the runtimes: [`Tokio`] (cargo feature `tokio`), [`AsyncStd`] (`async-io`: async-std,
+//!    smol, any executor) and [`Blocking`] (`blocking`), each turned on by its adapter crate.
+//!    A client finds the runtime of the context it is built in; a runtime of your own is
+//!    given to a builder with `runtime(..)` (`examples/own_runtime.rs` plugs one in, in
+//!    about a hundred lines; [`dial`] has the name resolution and bound connect a runtime
+//!    over `std` sockets needs).
 //!
 //! The one hook through which a runtime shapes how its clients are driven is how a call
-//! waits: an async call through its [`Waiter`], a blocking one through
-//! [`Adapter::block_on`]. A runtime whose calls never drive takes [`Direct`] and the
-//! default `block_on`; nsq-async-std's calls drive their client through a lease of its own,
-//! and nsq-blocking's through a poller of the client's own. `examples/own_runtime.rs` plugs in
-//! a runtime from outside the workspace in about a hundred lines; [`dial`] has the name
-//! resolution and bound connect a shim over `std` sockets needs.
+//! waits: an async call through the runtime's [`Waiter`], a blocking one through
+//! [`Runtime::block_on`]. The async-io runtime's calls drive their client through a lease
+//! (callers poll the driver on their own task), and the blocking runtime's through the
+//! client's own poller.
 //!
 //! A handler's result is an [`Outcome`], and each outcome one answer:
 //!
@@ -47,7 +46,6 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod answer;
-mod api;
 pub mod blocking;
 mod builder;
 mod cluster;
@@ -57,6 +55,7 @@ pub mod dial;
 mod driver;
 mod error;
 mod events;
+pub mod guide;
 mod handler;
 mod http;
 mod link;
@@ -75,7 +74,7 @@ mod sync;
 
 pub(crate) use answer::Answer;
 pub use answer::AnswerKind;
-pub use builder::{BuildConsumer, BuildProducer, ConsumerBuilder, ProducerBuilder};
+pub use builder::{ConsumerBuilder, ProducerBuilder};
 pub use cluster::{ChannelStatsReport, Cluster, ClusterReport, TopicStatsReport};
 pub use consumer::{Consumer, ConsumerHandle};
 pub(crate) use delivery::{AnswerSink, Delivery, Origin};
@@ -88,8 +87,18 @@ pub use http::{HttpClient, HttpConfig, PendingCall};
 pub use message::{GiveUpHook, Message};
 pub use metrics::HISTOGRAM_BUCKETS;
 pub use producer::{PendingPublish, Producer};
+#[cfg(feature = "async-io")]
+#[cfg_attr(docsrs, doc(cfg(feature = "async-io")))]
+pub use runtime::AsyncStd;
+#[cfg(feature = "blocking")]
+#[cfg_attr(docsrs, doc(cfg(feature = "blocking")))]
+pub use runtime::Blocking;
+#[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+pub use runtime::Tokio;
 pub use runtime::{
-    Adapter, BoxFuture, Direct, Runtime, Socket, SocketOptions, Timer, Waiter, park_on,
+    BoxFuture, Runtime, Socket, SocketOptions, Timer, Waiter, blocking_runtime_here, park_on,
+    runtime_here,
 };
 
 pub(crate) use logging::{
@@ -102,15 +111,6 @@ pub(crate) use setup::{ConsumerSetup, ProducerSetup};
 use setup::{consumer_config, producer_config};
 
 pub(crate) use os::{os_hostname, random_seed};
-
-/// What the code [`async_api!`] and [`blocking_api!`] generate names, reachable from the
-/// crate that invokes them. Not a public API.
-#[doc(hidden)]
-pub mod __private {
-    pub use bytes::Bytes;
-    pub use futures_core;
-    pub use nsq_proto;
-}
 
 /// What a caught panic said (its `&str` or `String` payload), for the log line.
 pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
@@ -286,7 +286,7 @@ mod tests {
             ..Config::default()
         };
         let ours = Duration::from_millis(250);
-        type B = ConsumerBuilder<()>;
+        type B = ConsumerBuilder;
         let before = B::new("t", "c")
             .dial_timeout(ours)
             .write_timeout(ours)
@@ -312,12 +312,8 @@ mod tests {
         assert_eq!(started.dial_timeout, Duration::from_secs(9));
         assert_eq!(started.machine.max_in_flight(), 7);
         for p in [
-            ProducerBuilder::<()>::new()
-                .write_timeout(ours)
-                .config(&config),
-            ProducerBuilder::<()>::new()
-                .config(&config)
-                .write_timeout(ours),
+            ProducerBuilder::new().write_timeout(ours).config(&config),
+            ProducerBuilder::new().config(&config).write_timeout(ours),
         ] {
             let started = p.into_setup().start(now, || 1).unwrap();
             assert_eq!(started.write_timeout, ours);

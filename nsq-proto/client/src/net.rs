@@ -6,29 +6,30 @@
 
 use super::Outbox;
 use super::link::{Link, SocketEvent};
-use super::runtime::{Runtime, SocketOptions};
+use super::runtime::{Runtime, Socket, SocketOptions};
 use nsq_proto::driver::{Action, ConnId, Driven, LookupdRequestId};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::task::Context;
 use std::time::{Duration, Instant};
 
 /// Every socket of one driver.
-pub(crate) struct Net<R: Runtime> {
-    runtime: R,
+pub(crate) struct Net {
+    runtime: Arc<dyn Runtime>,
     options: SocketOptions,
     /// nsqd connections, each with the bytes gathered for it this round.
-    links: BTreeMap<ConnId, (Link<R::Socket>, Outbox)>,
+    links: BTreeMap<ConnId, (Link<Box<dyn Socket>>, Outbox)>,
     /// nsqlookupd HTTP exchanges.
-    lookups: BTreeMap<LookupdRequestId, Link<R::Socket>>,
+    lookups: BTreeMap<LookupdRequestId, Link<Box<dyn Socket>>>,
     /// Disconnected links still writing their last bytes.
-    closing: Vec<Link<R::Socket>>,
+    closing: Vec<Link<Box<dyn Socket>>>,
     /// A link was opened or closed since the last [`poll`](Self::poll) (it has not been
     /// polled, so no wake-up of it is registered).
     changed: bool,
 }
 
-impl<R: Runtime> Net<R> {
-    pub(crate) fn new(runtime: R, options: SocketOptions) -> Self {
+impl Net {
+    pub(crate) fn new(runtime: Arc<dyn Runtime>, options: SocketOptions) -> Self {
         Net {
             runtime,
             options,
@@ -39,7 +40,7 @@ impl<R: Runtime> Net<R> {
         }
     }
 
-    pub(crate) fn runtime(&self) -> &R {
+    pub(crate) fn runtime(&self) -> &Arc<dyn Runtime> {
         &self.runtime
     }
 
@@ -47,7 +48,7 @@ impl<R: Runtime> Net<R> {
         self.options.write
     }
 
-    fn link(&self, now: Instant, addr: &str, span: tracing::Span) -> Link<R::Socket> {
+    fn link(&self, now: Instant, addr: &str, span: tracing::Span) -> Link<Box<dyn Socket>> {
         let connect = self.runtime.connect(addr, self.options);
         Link::new(connect, now + self.options.dial, span)
     }
@@ -193,7 +194,7 @@ impl<R: Runtime> Net<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::testing::Idle as Never;
+    use crate::runtime::testing::idle;
     use bytes::Bytes;
 
     fn transmit(conn: ConnId, data: &'static [u8]) -> Action {
@@ -204,7 +205,7 @@ mod tests {
     }
 
     /// What is queued on `conn`'s link.
-    fn queued(net: &Net<Never>, conn: ConnId) -> Vec<String> {
+    fn queued(net: &Net, conn: ConnId) -> Vec<String> {
         net.links[&conn]
             .0
             .queued()
@@ -227,7 +228,7 @@ mod tests {
             panic!("the producer connects first");
         };
         let options = SocketOptions::new(Duration::from_secs(1), Duration::from_secs(1));
-        let mut net = Net::new(Never, options);
+        let mut net = Net::new(idle(), options);
         net.act(now, Action::Connect { conn, addr });
         assert_eq!(
             net.next_deadline(),

@@ -122,6 +122,8 @@ pub(crate) struct ConsumerSetup {
     /// The builder's own settings, which win over the configuration's whatever the order
     /// they were given in.
     pub set: SetByBuilder,
+    /// The runtime to start on (found where it starts unless the builder was given one).
+    pub runtime: crate::runtime::RuntimeChoice,
 }
 
 /// Settings a builder took by name (`.dial_timeout(..)`), kept apart so that a later
@@ -185,7 +187,13 @@ impl ConsumerSetup {
             local_addr: defaults.local_addr,
             histograms: defaults.histograms,
             set: SetByBuilder::default(),
+            runtime: crate::runtime::RuntimeChoice::default(),
         }
+    }
+
+    /// Takes `config`, reading the TLS files it names and the OS hostname.
+    pub(crate) fn config_from(&mut self, config: &Config) {
+        self.config(config, crate::os_hostname(), std::fs::read);
     }
 
     /// Takes `config` (see [`consumer_config`]).
@@ -262,6 +270,8 @@ pub(crate) struct ProducerSetup {
     pub histograms: bool,
     /// The builder's own settings (see [`ConsumerSetup::set`]).
     pub set: SetByBuilder,
+    /// The runtime to start on (see [`ConsumerSetup::runtime`]).
+    pub runtime: crate::runtime::RuntimeChoice,
 }
 
 impl Default for ProducerSetup {
@@ -275,6 +285,7 @@ impl Default for ProducerSetup {
             local_addr: defaults.local_addr,
             histograms: defaults.histograms,
             set: SetByBuilder::default(),
+            runtime: crate::runtime::RuntimeChoice::default(),
         }
     }
 }
@@ -304,6 +315,11 @@ pub(crate) struct ProducerStart {
 }
 
 impl ProducerSetup {
+    /// Takes `config`, reading the TLS files it names and the OS hostname.
+    pub(crate) fn config_from(&mut self, config: &Config) {
+        self.config(config, crate::os_hostname(), std::fs::read);
+    }
+
     /// Takes `config` (see [`producer_config`]).
     pub(crate) fn config(
         &mut self,

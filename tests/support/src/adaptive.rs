@@ -4,7 +4,7 @@
 //! (How well it finds a downstream's capacity is the simulator's to measure: SIMULATION.md.)
 
 use crate::exec::{Exec, timeout};
-use nsq_client::{self as client, Adapter, Message};
+use nsq_client::{self as client, Message};
 use nsq_proto::Config;
 use nsq_test_broker::Nsqd;
 use nsq_test_broker::scenarios::{WAIT, eventually};
@@ -81,12 +81,12 @@ impl Seen {
 }
 
 /// The async API on runtime `R`, awaited inside `exec`.
-pub fn async_consumer_adapts_its_limit<R: Adapter, E: Exec>(exec: &E, nsqd: &Nsqd) {
+pub fn async_consumer_adapts_its_limit<E: Exec>(exec: &E, nsqd: &Nsqd) {
     let topic = format!("adaptive_{}", exec.name().replace(['-', ' '], "_"));
     publish(nsqd, &topic);
     let addr = nsqd.tcp_address().to_string();
     let consumer = exec.enter(|| {
-        client::Consumer::<R>::builder(topic.as_str(), "ch")
+        client::Consumer::builder(topic.as_str(), "ch")
             .config(&config())
             .nsqd(addr.as_str())
             .build()
@@ -115,10 +115,10 @@ pub fn async_consumer_adapts_its_limit<R: Adapter, E: Exec>(exec: &E, nsqd: &Nsq
 }
 
 /// The blocking API on runtime `R`.
-pub fn blocking_consumer_adapts_its_limit<R: Adapter>(nsqd: &Nsqd) {
+pub fn blocking_consumer_adapts_its_limit(nsqd: &Nsqd) {
     let topic = "adaptive_blocking";
     publish(nsqd, topic);
-    let consumer = client::ConsumerBuilder::<client::blocking::Consumer<R>>::new(topic, "ch")
+    let consumer = client::blocking::Consumer::builder(topic, "ch")
         .config(&config())
         .nsqd(nsqd.tcp_address().to_string())
         .build()

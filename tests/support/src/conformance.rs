@@ -1,13 +1,13 @@
 //! The test broker's conformance suite (`nsq_test_broker::conformance`) on the client layer,
-//! written once: [`AsyncFactory`] (`nsq_client::Consumer<R>`/`Producer<R>`, every call
+//! written once: [`AsyncFactory`] (`nsq_client::Consumer`/`Producer`, every call
 //! blocking on an [`Exec`]) and [`BlockingFactory`] (`nsq_client::blocking`), run by
 //! [`run_conformance`].
 
-use crate::exec::{Exec, timeout};
-use nsq_client::{Adapter, ConsumerBuilder, Message};
+use crate::exec::{Exec, GiveRuntime, timeout};
+use crate::glue::ConsumerBuilding;
+use nsq_client::Message;
 use nsq_proto::Config;
 use nsq_test_broker::conformance::{ClientConfig, ClientFactory, Delivery, Subscription, run_all};
-use std::marker::PhantomData;
 use std::time::Duration;
 
 /// Runs every conformance scenario against `factory` on a thread of its own, failing if they
@@ -64,17 +64,19 @@ fn consumer_config(config: &ClientConfig) -> Config {
 }
 
 /// `b` configured as the suite asks: the nsqd directly unless there are lookupd.
-fn subscription<C>(b: ConsumerBuilder<C>, config: &ClientConfig) -> ConsumerBuilder<C> {
-    let mut b = b.config(&consumer_config(config));
-    if config.lookupd_http_addresses.is_empty() {
-        for a in &config.nsqd_tcp_addresses {
-            b = b.nsqd(a.to_string());
-        }
-    }
-    for a in &config.lookupd_http_addresses {
-        b = b.lookupd(a.to_string());
-    }
-    b
+fn subscription<B: ConsumerBuilding>(b: B, config: &ClientConfig) -> B {
+    let b = b.config(&consumer_config(config));
+    let nsqd: Vec<String> = if config.lookupd_http_addresses.is_empty() {
+        nsqds(config).collect()
+    } else {
+        Vec::new()
+    };
+    let lookupd: Vec<String> = config
+        .lookupd_http_addresses
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    b.nsqds(&nsqd).lookupds(&lookupd)
 }
 
 fn nsqds(config: &ClientConfig) -> impl Iterator<Item = String> + '_ {
@@ -83,28 +85,25 @@ fn nsqds(config: &ClientConfig) -> impl Iterator<Item = String> + '_ {
 
 // ------------------------------------------------------------------------------ async
 
-/// An async adapter on runtime `R`, every call blocking on `E`.
-pub struct AsyncFactory<R, E> {
+/// An async adapter, every call blocking on `E` (its clients on the runtime found where they
+/// are built, or the one `E` gives).
+pub struct AsyncFactory<E> {
     exec: E,
-    runtime: PhantomData<fn() -> R>,
 }
 
-impl<R: Adapter, E: Exec> AsyncFactory<R, E> {
+impl<E: Exec> AsyncFactory<E> {
     /// The adapter's clients, blocking on `exec`.
     pub fn new(exec: E) -> Self {
-        AsyncFactory {
-            exec,
-            runtime: PhantomData,
-        }
+        AsyncFactory { exec }
     }
 }
 
-struct AsyncSubscription<R: Adapter, E> {
+struct AsyncSubscription<E> {
     exec: E,
-    consumer: nsq_client::Consumer<R>,
+    consumer: nsq_client::Consumer,
 }
 
-impl<R: Adapter, E: Exec> Subscription for AsyncSubscription<R, E> {
+impl<E: Exec> Subscription for AsyncSubscription<E> {
     fn next(&mut self, within: Duration) -> Option<Box<dyn Delivery>> {
         let m = self
             .exec
@@ -119,7 +118,7 @@ impl<R: Adapter, E: Exec> Subscription for AsyncSubscription<R, E> {
     }
 }
 
-impl<R: Adapter, E: Exec> ClientFactory for AsyncFactory<R, E> {
+impl<E: Exec> ClientFactory for AsyncFactory<E> {
     fn name(&self) -> &str {
         self.exec.name()
     }
@@ -127,8 +126,9 @@ impl<R: Adapter, E: Exec> ClientFactory for AsyncFactory<R, E> {
     fn publish(&self, config: &ClientConfig, topic: &str, body: &[u8]) -> Result<(), String> {
         let addrs: Vec<String> = nsqds(config).collect();
         self.exec.block_on(async {
-            let producer = nsq_client::Producer::<R>::builder()
+            let producer = nsq_client::Producer::builder()
                 .nsqds(addrs)
+                .given(self.exec.runtime())
                 .build()
                 .map_err(|e| e.to_string())?;
             let result = producer.publish(topic, body.to_vec()).await;
@@ -143,7 +143,8 @@ impl<R: Adapter, E: Exec> ClientFactory for AsyncFactory<R, E> {
         topic: &str,
         channel: &str,
     ) -> Result<Box<dyn Subscription>, String> {
-        let b = subscription(nsq_client::Consumer::<R>::builder(topic, channel), config);
+        let b = subscription(nsq_client::Consumer::builder(topic, channel), config)
+            .given(self.exec.runtime());
         let consumer = self.exec.enter(|| b.build()).map_err(|e| e.to_string())?;
         Ok(Box::new(AsyncSubscription {
             exec: self.exec.clone(),
@@ -154,27 +155,23 @@ impl<R: Adapter, E: Exec> ClientFactory for AsyncFactory<R, E> {
 
 // --------------------------------------------------------------------------- blocking
 
-/// The blocking client layer on runtime `R`.
-pub struct BlockingFactory<R> {
+/// The blocking client layer.
+pub struct BlockingFactory {
     name: &'static str,
-    runtime: PhantomData<fn() -> R>,
 }
 
-impl<R: Adapter> BlockingFactory<R> {
-    /// The blocking clients on `R`, called `name` in messages.
+impl BlockingFactory {
+    /// The blocking clients, called `name` in messages.
     pub fn new(name: &'static str) -> Self {
-        BlockingFactory {
-            name,
-            runtime: PhantomData,
-        }
+        BlockingFactory { name }
     }
 }
 
-struct BlockingSubscription<R: Adapter> {
-    consumer: nsq_client::blocking::Consumer<R>,
+struct BlockingSubscription {
+    consumer: nsq_client::blocking::Consumer,
 }
 
-impl<R: Adapter> Subscription for BlockingSubscription<R> {
+impl Subscription for BlockingSubscription {
     fn next(&mut self, timeout: Duration) -> Option<Box<dyn Delivery>> {
         let m = self.consumer.recv_timeout(timeout).ok()?;
         Some(Box::new(ClientDelivery(m)))
@@ -197,13 +194,13 @@ impl<R: Adapter> Subscription for BlockingSubscription<R> {
     }
 }
 
-impl<R: Adapter> ClientFactory for BlockingFactory<R> {
+impl ClientFactory for BlockingFactory {
     fn name(&self) -> &str {
         self.name
     }
 
     fn publish(&self, config: &ClientConfig, topic: &str, body: &[u8]) -> Result<(), String> {
-        let producer = nsq_client::blocking::Producer::<R>::builder()
+        let producer = nsq_client::blocking::Producer::builder()
             .nsqds(nsqds(config))
             .build()
             .map_err(|e| e.to_string())?;
@@ -218,7 +215,7 @@ impl<R: Adapter> ClientFactory for BlockingFactory<R> {
         topic: &str,
         channel: &str,
     ) -> Result<Box<dyn Subscription>, String> {
-        let b = nsq_client::blocking::Consumer::<R>::builder(topic, channel);
+        let b = nsq_client::blocking::Consumer::builder(topic, channel);
         let consumer = subscription(b, config).build().map_err(|e| e.to_string())?;
         Ok(Box::new(BlockingSubscription { consumer }))
     }

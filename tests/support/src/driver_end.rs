@@ -3,7 +3,7 @@
 //! async adapters' test that no call hangs when a client's driver panics.
 
 use crate::exec::{Exec, timeout};
-use nsq_client::{self as client, Adapter, BoxFuture, Error, Runtime, SocketOptions};
+use nsq_client::{self as client, BoxFuture, Error, Runtime, SocketOptions};
 use nsq_proto::Config;
 use nsq_test_broker::Nsqd;
 use std::io;
@@ -22,14 +22,22 @@ pub fn trigger() -> Arc<AtomicBool> {
     PANIC.get_or_init(Arc::default).clone()
 }
 
-/// Runtime `A`, with sockets that panic on their next read once [`trigger`] is set.
-#[derive(Debug, Clone)]
-pub struct Panicky<A>(A);
+/// A runtime whose sockets panic on their next read once [`trigger`] is set. Its calls wait
+/// without driving (the inner runtime's driver task or thread alone drives).
+#[derive(Debug)]
+pub struct Panicky(Arc<dyn Runtime>);
+
+impl Panicky {
+    /// `inner`, with sockets that panic.
+    pub fn around(inner: Arc<dyn Runtime>) -> Arc<dyn Runtime> {
+        Arc::new(Panicky(inner))
+    }
+}
 
 /// A socket of [`Panicky`].
-pub struct PanickySocket<S>(S);
+struct PanickySocket(Box<dyn client::Socket>);
 
-impl<S: client::Socket> client::Socket for PanickySocket<S> {
+impl client::Socket for PanickySocket {
     fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<bytes::BytesMut>> {
         let polled = self.0.poll_read(cx);
         assert!(
@@ -46,35 +54,28 @@ impl<S: client::Socket> client::Socket for PanickySocket<S> {
     }
 }
 
-impl<A: Runtime> Runtime for Panicky<A> {
-    type Socket = PanickySocket<A::Socket>;
-    type Timer = A::Timer;
-
+impl Runtime for Panicky {
     fn now(&self) -> Instant {
         self.0.now()
     }
-    fn connect(&self, addr: &str, timeouts: SocketOptions) -> BoxFuture<io::Result<Self::Socket>> {
+    fn connect(
+        &self,
+        addr: &str,
+        timeouts: SocketOptions,
+    ) -> BoxFuture<io::Result<Box<dyn client::Socket>>> {
         let connect = self.0.connect(addr, timeouts);
-        Box::pin(async move { Ok(PanickySocket(connect.await?)) })
+        Box::pin(
+            async move { Ok(Box::new(PanickySocket(connect.await?)) as Box<dyn client::Socket>) },
+        )
     }
-    fn timer(&self, at: Instant) -> Self::Timer {
+    fn timer(&self, at: Instant) -> Box<dyn client::Timer> {
         self.0.timer(at)
     }
     fn spawn(&self, name: &str, driver: BoxFuture<()>) -> io::Result<()> {
         self.0.spawn(name, driver)
     }
-}
-
-/// Calls wait without driving (the runtime's driver task or thread alone drives).
-impl<A: Adapter> Adapter for Panicky<A> {
-    type Waiter = client::Direct;
-
-    fn current() -> Result<Self, Error> {
-        Ok(Panicky(A::current()?))
-    }
-
-    fn waiter(&self) -> client::Direct {
-        client::Direct
+    fn run_workers(&self, workers: Vec<BoxFuture<()>>) -> BoxFuture<()> {
+        self.0.run_workers(workers)
     }
 }
 
@@ -83,22 +84,27 @@ async fn within<E: Exec, F: std::future::Future>(exec: &E, f: F) -> F::Output {
     timeout(exec, WAIT, f).await.expect("returned in time")
 }
 
-/// No call hangs when the drivers of a producer and a consumer on `Panicky<A>` panic, with
-/// every call awaited inside `exec`'s `block_on`: every pending and later call returns
-/// (`Error::Closed`, `None`, a report). Resets the trigger at the end.
-pub fn every_call_returns_when_the_driver_panics<A: Adapter, E: Exec>(exec: &E, nsqd: &Nsqd) {
+/// No call hangs when the drivers of a producer and a consumer on [`Panicky`] (around the
+/// runtime found inside `exec`) panic, with every call awaited inside `exec`'s `block_on`:
+/// every pending and later call returns (`Error::Closed`, `None`, a report). Resets the
+/// trigger at the end.
+pub fn every_call_returns_when_the_driver_panics<E: Exec>(exec: &E, nsqd: &Nsqd) {
     let addr = nsqd.tcp_address().to_string();
+    let panicky = || Panicky::around(exec.enter(client::runtime_here).expect("a runtime"));
+    let (for_producer, for_consumer) = (panicky(), panicky());
     exec.block_on(async {
-        let producer = within(
-            exec,
-            client::Producer::<Panicky<A>>::connect(&addr, &Config::default()),
-        )
-        .await
-        .unwrap();
+        let producer = client::Producer::builder()
+            .config(&Config::default())
+            .nsqd(addr.as_str())
+            .runtime(for_producer)
+            .build()
+            .unwrap();
+        within(exec, producer.ping()).await.unwrap();
         producer.publish("t", "before").await.unwrap();
-        let mut consumer = client::Consumer::<Panicky<A>>::builder("t", "ch")
+        let mut consumer = client::Consumer::builder("t", "ch")
             .max_in_flight(10)
             .nsqd(addr.as_str())
+            .runtime(for_consumer)
             .build()
             .unwrap();
         let m = within(exec, consumer.recv()).await.expect("a message");

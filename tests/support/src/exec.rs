@@ -3,8 +3,10 @@
 //! `block_on`, with or without the drivers on the executor); the shared glue is written
 //! once over it.
 
+use nsq_client::Runtime;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A boxed, sendable future (a spawned task's join handle, a timer).
@@ -24,6 +26,47 @@ pub trait Exec: Clone + Send + Sync + 'static {
     /// Runs `f` where clients can be built (inside the runtime's context, for tokio).
     fn enter<T>(&self, f: impl FnOnce() -> T) -> T {
         f()
+    }
+    /// The runtime a client built by the test is given (its builder's `runtime`), if not the
+    /// one found where it is built: nsq-async-std's executor mode.
+    fn runtime(&self) -> Option<Arc<dyn Runtime>> {
+        None
+    }
+}
+
+/// The builders' `runtime(..)`, where the test gives one: the async and blocking builders,
+/// consumer and producer, and the HTTP configuration.
+pub trait GiveRuntime: Sized {
+    /// `self` with `runtime` given, if any.
+    fn given(self, runtime: Option<Arc<dyn Runtime>>) -> Self;
+}
+
+macro_rules! give_runtime {
+    ($($t:ty),*) => {$(
+        impl GiveRuntime for $t {
+            fn given(self, runtime: Option<Arc<dyn Runtime>>) -> Self {
+                match runtime {
+                    Some(rt) => self.runtime(rt),
+                    None => self,
+                }
+            }
+        }
+    )*};
+}
+
+give_runtime!(
+    nsq_client::ConsumerBuilder,
+    nsq_client::ProducerBuilder,
+    nsq_client::blocking::ConsumerBuilder,
+    nsq_client::blocking::ProducerBuilder
+);
+
+impl GiveRuntime for nsq_client::HttpConfig {
+    fn given(self, runtime: Option<Arc<dyn Runtime>>) -> Self {
+        match runtime {
+            Some(rt) => self.with_runtime(rt),
+            None => self,
+        }
     }
 }
 

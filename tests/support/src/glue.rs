@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use nsq_client::{ConsumerBuilder, Error, HandlerError, Message, ProducerBuilder, StopReport};
+use nsq_client::{Error, HandlerError, Message, StopReport};
 use nsq_proto::consumer::{ConsumerConfig, ConsumerStats, NsqdState};
 use nsq_proto::producer::{ProducerConfig, ProducerStats};
 use nsq_proto::{Compression, Config, ConnectionConfig, Misconfiguration, TlsConfig};
@@ -54,12 +54,71 @@ pub fn problem(p: &Misconfiguration) -> s::Problem {
     }
 }
 
+/// The consumer builders (async and blocking), as the glue sets them up.
+pub trait ConsumerBuilding: Sized {
+    /// `config`.
+    fn config(self, config: &Config) -> Self;
+    /// `core_config`.
+    fn core_config(self, config: ConsumerConfig) -> Self;
+    /// `on_give_up`.
+    fn on_give_up(self, hook: impl Fn(&Message) + Send + Sync + 'static) -> Self;
+    /// `nsqds`.
+    fn nsqds(self, addrs: &[String]) -> Self;
+    /// `lookupds`.
+    fn lookupds(self, addrs: &[String]) -> Self;
+}
+
+/// The producer builders (async and blocking), as the glue sets them up.
+pub trait ProducerBuilding: Sized {
+    /// `nsqds`.
+    fn nsqds(self, addrs: &[String]) -> Self;
+    /// `core_config`.
+    fn core_config(self, config: ProducerConfig) -> Self;
+}
+
+macro_rules! building {
+    ($consumer:ty, $producer:ty) => {
+        impl ConsumerBuilding for $consumer {
+            fn config(self, config: &Config) -> Self {
+                <$consumer>::config(self, config)
+            }
+            fn core_config(self, config: ConsumerConfig) -> Self {
+                <$consumer>::core_config(self, config)
+            }
+            fn on_give_up(self, hook: impl Fn(&Message) + Send + Sync + 'static) -> Self {
+                <$consumer>::on_give_up(self, hook)
+            }
+            fn nsqds(self, addrs: &[String]) -> Self {
+                <$consumer>::nsqds(self, addrs)
+            }
+            fn lookupds(self, addrs: &[String]) -> Self {
+                <$consumer>::lookupds(self, addrs)
+            }
+        }
+
+        impl ProducerBuilding for $producer {
+            fn nsqds(self, addrs: &[String]) -> Self {
+                <$producer>::nsqds(self, addrs)
+            }
+            fn core_config(self, config: ProducerConfig) -> Self {
+                <$producer>::core_config(self, config)
+            }
+        }
+    };
+}
+
+building!(nsq_client::ConsumerBuilder, nsq_client::ProducerBuilder);
+building!(
+    nsq_client::blocking::ConsumerBuilder,
+    nsq_client::blocking::ProducerBuilder
+);
+
 /// A consumer builder set up as the `&ConsumerSetup` says (its nsqd and lookupd, and the
 /// configuration it names). Fails with the error of an invalid go-nsq configuration.
-pub fn consumer_builder<C>(
-    mut b: ConsumerBuilder<C>,
+pub fn consumer_builder<B: ConsumerBuilding>(
+    mut b: B,
     setup: &s::ConsumerSetup,
-) -> s::ClientResult<ConsumerBuilder<C>> {
+) -> s::ClientResult<B> {
     if let Some(c) = &setup.config {
         b = b.config(&go_config(c)?);
     }
@@ -73,11 +132,11 @@ pub fn consumer_builder<C>(
 }
 
 /// A producer builder with `nsqd`, and `core_config` if `options` are set.
-pub fn producer_builder<P>(
-    b: ProducerBuilder<P>,
+pub fn producer_builder<B: ProducerBuilding>(
+    b: B,
     nsqd: &[String],
     options: Option<&s::ProducerOptions>,
-) -> ProducerBuilder<P> {
+) -> B {
     let mut b = b.nsqds(nsqd);
     if let Some(o) = options {
         b = b.core_config(producer_config(o));

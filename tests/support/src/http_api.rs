@@ -3,7 +3,7 @@
 //! through `HttpClient`, then the cluster operations through `Cluster`, against the test
 //! broker (which answers as nsqd and nsqlookupd v1.3.0 do).
 
-use nsq_client::{Adapter, Cluster, Error, HttpClient, HttpFailure};
+use nsq_client::{Cluster, Error, HttpClient, HttpFailure};
 
 use nsq_proto::http::{ApiError, HttpError, ServerMessage, lookupd, nsqd};
 use nsq_proto::{Channel, Topic};
@@ -28,12 +28,12 @@ pub fn nsqd_with(lookupd: &Lookupd) -> Nsqd {
     Nsqd::builder().http(true).lookupd(lookupd).start().unwrap()
 }
 
-/// Every endpoint of nsqd and nsqlookupd through `HttpClient<R>`.
-pub async fn every_endpoint<R: Adapter>() {
+/// Every endpoint of nsqd and nsqlookupd through `HttpClient`.
+pub async fn every_endpoint() {
     let lookupd = Lookupd::start().unwrap();
     let broker = nsqd_with(&lookupd);
-    let n = HttpClient::<R>::new(&broker.http_address().unwrap().to_string()).unwrap();
-    let l = HttpClient::<R>::new(&format!("http://{}", lookupd.http_address())).unwrap();
+    let n = HttpClient::new(&broker.http_address().unwrap().to_string()).unwrap();
+    let l = HttpClient::new(&format!("http://{}", lookupd.http_address())).unwrap();
     let (t, c) = (topic("http_orders"), channel("billing"));
 
     n.call(nsqd::ping()).await.unwrap();
@@ -159,11 +159,11 @@ pub async fn every_endpoint<R: Adapter>() {
 }
 
 /// Wrong addresses (refused, not HTTP, not found ...) are typed errors.
-pub async fn wrong_addresses_are_typed_errors<R: Adapter>() {
+pub async fn wrong_addresses_are_typed_errors() {
     let lookupd = Lookupd::start().unwrap();
     let broker = nsqd_with(&lookupd);
     // nsqd's TCP port for its HTTP port.
-    let tcp = HttpClient::<R>::new(&broker.tcp_address().to_string()).unwrap();
+    let tcp = HttpClient::new(&broker.tcp_address().to_string()).unwrap();
     let e = tcp.call(nsqd::ping()).await.unwrap_err();
     assert!(
         matches!(
@@ -177,7 +177,7 @@ pub async fn wrong_addresses_are_typed_errors<R: Adapter>() {
     );
     assert!(e.to_string().contains("wrong port"), "{e}");
     // The nsqd's HTTP port asked for a lookupd's path.
-    let nsqd_http = HttpClient::<R>::new(&broker.http_address().unwrap().to_string()).unwrap();
+    let nsqd_http = HttpClient::new(&broker.http_address().unwrap().to_string()).unwrap();
     let e = nsqd_http.call(lookupd::nodes()).await.unwrap_err();
     assert_eq!(message(&e), Some(&ServerMessage::NotFound), "{e}");
     // A closed port.
@@ -185,7 +185,7 @@ pub async fn wrong_addresses_are_typed_errors<R: Adapter>() {
         .unwrap()
         .local_addr()
         .unwrap();
-    let e = HttpClient::<R>::new(&closed.to_string())
+    let e = HttpClient::new(&closed.to_string())
         .unwrap()
         .call(nsqd::ping())
         .await
@@ -204,7 +204,7 @@ pub async fn wrong_addresses_are_typed_errors<R: Adapter>() {
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let config = nsq_client::HttpConfig::new()
         .with_timeouts(Duration::from_millis(500), Duration::from_millis(300));
-    let e = HttpClient::<R>::with_config(&silent.local_addr().unwrap().to_string(), config)
+    let e = HttpClient::with_config(&silent.local_addr().unwrap().to_string(), config)
         .unwrap()
         .call(nsqd::ping())
         .await
@@ -220,22 +220,22 @@ pub async fn wrong_addresses_are_typed_errors<R: Adapter>() {
         "{e:?}"
     );
     // Not an address.
-    assert!(HttpClient::<R>::new("no-port").is_err());
-    assert!(HttpClient::<R>::new("http://host:1/path").is_err());
+    assert!(HttpClient::new("no-port").is_err());
+    assert!(HttpClient::new("http://host:1/path").is_err());
 }
 
-/// The cluster operations through `Cluster<R>`.
-pub async fn cluster_operations<R: Adapter>() {
+/// The cluster operations through `Cluster`.
+pub async fn cluster_operations() {
     let lookupd = Lookupd::start().unwrap();
     let a = nsqd_with(&lookupd);
     let b = nsqd_with(&lookupd);
     let (t, c) = (topic("cluster_orders"), channel("billing"));
     for broker in [&a, &b] {
-        let n = HttpClient::<R>::new(&broker.http_address().unwrap().to_string()).unwrap();
+        let n = HttpClient::new(&broker.http_address().unwrap().to_string()).unwrap();
         n.call(nsqd::create_topic(&t)).await.unwrap();
         n.call(nsqd::publish(&t, "x")).await.unwrap();
     }
-    let cluster = Cluster::<R>::new([lookupd.http_address().to_string()]).unwrap();
+    let cluster = Cluster::new([lookupd.http_address().to_string()]).unwrap();
     assert!(
         cluster
             .topics()
@@ -306,7 +306,7 @@ pub async fn cluster_operations<R: Adapter>() {
         .unwrap()
         .local_addr()
         .unwrap();
-    let partial = Cluster::<R>::new([lookupd.http_address().to_string(), dead.to_string()])
+    let partial = Cluster::new([lookupd.http_address().to_string(), dead.to_string()])
         .unwrap()
         .nodes()
         .await;
@@ -316,7 +316,7 @@ pub async fn cluster_operations<R: Adapter>() {
     assert!(matches!(partial.into_result(), Err(Error::Cluster(f)) if f.len() == 1));
 
     // Without lookupd: the nsqd themselves.
-    let direct = Cluster::<R>::from_nsqds(
+    let direct = Cluster::from_nsqds(
         [
             a.http_address().unwrap().to_string(),
             b.http_address().unwrap().to_string(),
@@ -341,7 +341,7 @@ pub async fn cluster_operations<R: Adapter>() {
 }
 
 /// The configured headers are sent with every call.
-pub async fn configured_headers_are_sent<R: Adapter>() {
+pub async fn configured_headers_are_sent() {
     use std::io::{Read, Write};
     let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = server.local_addr().unwrap().to_string();
@@ -362,7 +362,7 @@ pub async fn configured_headers_are_sent<R: Adapter>() {
     let config = nsq_client::HttpConfig::new()
         .with_header("Authorization", "Basic dXNlcjpwYXNz")
         .unwrap();
-    HttpClient::<R>::with_config(&addr, config)
+    HttpClient::with_config(&addr, config)
         .unwrap()
         .call(nsqd::ping())
         .await

@@ -3,7 +3,7 @@
 //! gauge and histogram read back from a capturing recorder.
 
 use crate::recorder::{self, Recorded, snapshotter};
-use nsq_client::{Adapter, Consumer, HandlerError, Message, Producer};
+use nsq_client::{Consumer, HandlerError, Message, Producer};
 use nsq_proto::Config;
 use nsq_test_broker::Nsqd;
 use std::future::Future;
@@ -12,16 +12,11 @@ use std::time::Duration;
 /// Publishes 5 single messages and one MPUB of 5 to `topic`, then consumes them with a
 /// handler that fails the first delivery of 2 of them (no backoff, no delay): every figure
 /// of the consumer and the producer is then known. `sleep` is the runtime's timer.
-pub async fn scripted<R: Adapter, S: Future<Output = ()>>(
-    topic: &str,
-    sleep: impl Fn(Duration) -> S,
-) {
+pub async fn scripted<S: Future<Output = ()>>(topic: &str, sleep: impl Fn(Duration) -> S) {
     snapshotter();
     let nsqd = Nsqd::start().unwrap();
     let addr = nsqd.tcp_address().to_string();
-    let producer = Producer::<R>::connect(&addr, &Config::default())
-        .await
-        .unwrap();
+    let producer = Producer::connect(&addr, &Config::default()).await.unwrap();
     for i in 0..5 {
         producer.publish(topic, format!("ok-{i}")).await.unwrap();
     }
@@ -29,7 +24,7 @@ pub async fn scripted<R: Adapter, S: Future<Output = ()>>(
     producer.multi_publish(topic, bodies).await.unwrap();
     producer.close().await;
 
-    let consumer = Consumer::<R>::builder(topic, "metrics")
+    let consumer = Consumer::builder(topic, "metrics")
         .max_in_flight(4)
         .nsqd(addr.as_str())
         .build()
@@ -60,10 +55,7 @@ pub async fn scripted<R: Adapter, S: Future<Output = ()>>(
 
 /// A message that always fails (with backoff) until the consumer gives up on it, then a
 /// dropped connection: the given-up, backoff and reconnect figures.
-pub async fn faults<R: Adapter, S: Future<Output = ()>>(
-    topic: &str,
-    sleep: impl Fn(Duration) -> S,
-) {
+pub async fn faults<S: Future<Output = ()>>(topic: &str, sleep: impl Fn(Duration) -> S) {
     snapshotter();
     let nsqd = Nsqd::start().unwrap();
     let addr = nsqd.tcp_address().to_string();
@@ -75,7 +67,7 @@ pub async fn faults<R: Adapter, S: Future<Output = ()>>(
         max_in_flight: 1,
         ..Config::default()
     };
-    let consumer = Consumer::<R>::builder(topic, "faults")
+    let consumer = Consumer::builder(topic, "faults")
         .config(&config)
         .nsqd(addr.as_str())
         .build()

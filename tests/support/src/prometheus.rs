@@ -5,7 +5,7 @@
 //! global).
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use nsq_client::{Adapter, Consumer, HISTOGRAM_BUCKETS, Message, Producer};
+use nsq_client::{Consumer, HISTOGRAM_BUCKETS, Message, Producer};
 use nsq_proto::Config;
 use nsq_test_broker::Nsqd;
 use std::future::Future;
@@ -29,16 +29,11 @@ pub fn handle() -> &'static PrometheusHandle {
 /// Publishes 20 single messages and one MPUB of 5 to `topic` through the async API on `R`,
 /// consumes them with a handler, then checks the rendered histograms. `sleep` is the
 /// runtime's timer.
-pub async fn round_trip<R: Adapter, S: Future<Output = ()>>(
-    topic: &str,
-    sleep: impl Fn(Duration) -> S,
-) {
+pub async fn round_trip<S: Future<Output = ()>>(topic: &str, sleep: impl Fn(Duration) -> S) {
     let handle = handle();
     let nsqd = Nsqd::start().unwrap();
     let addr = nsqd.tcp_address().to_string();
-    let producer = Producer::<R>::connect(&addr, &Config::default())
-        .await
-        .unwrap();
+    let producer = Producer::connect(&addr, &Config::default()).await.unwrap();
     for i in 0..20 {
         producer.publish(topic, format!("m-{i}")).await.unwrap();
     }
@@ -47,7 +42,7 @@ pub async fn round_trip<R: Adapter, S: Future<Output = ()>>(
         .await
         .unwrap();
     producer.close().await;
-    let consumer = Consumer::<R>::builder(topic, "prometheus")
+    let consumer = Consumer::builder(topic, "prometheus")
         .max_in_flight(8)
         .nsqd(addr.as_str())
         .build()

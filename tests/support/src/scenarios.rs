@@ -1,15 +1,14 @@
 //! The shared adapter scenarios (`nsq_test_broker::scenarios`) on the client layer, written
-//! once: [`AsyncClients`] for the async adapters (`nsq_client::Consumer<R>`, `Producer<R>`,
+//! once: [`AsyncClients`] for the async adapters (`nsq_client::Consumer`, `Producer`,
 //! every call blocking on an [`Exec`]), [`BlockingClients`] for the blocking one
-//! (`nsq_client::blocking::Consumer<R>`, `Producer<R>`). An adapter's `tests/scenarios.rs`
-//! runs them with `adapter_scenario_tests!(|| AsyncClients::<Tokio, _>::new(exec))`.
+//! (`nsq_client::blocking::Consumer`, `Producer`). An adapter's `tests/scenarios.rs`
+//! runs them with `adapter_scenario_tests!(|| AsyncClients::new(exec))`.
 
-use crate::exec::{Exec, Join, timeout};
+use crate::exec::{Exec, GiveRuntime, Join, timeout};
 use crate::glue::{self, map};
-use nsq_client::{Adapter, ConsumerHandle, Error, Events, Message, Producer, StopReport};
+use nsq_client::{ConsumerHandle, Error, Events, Message, Producer, StopReport};
 use nsq_proto::Topic;
 use nsq_test_broker::scenarios as s;
-use std::marker::PhantomData;
 use std::time::Duration;
 
 /// `topic` as the validated `Topic` (an invalid one is the error a publish would return).
@@ -22,35 +21,32 @@ fn typed(topic: &str) -> s::ClientResult<Topic> {
 
 // ------------------------------------------------------------------------------ async
 
-/// An async adapter on runtime `R` (its `Adapter`), every call blocking on `E`.
-pub struct AsyncClients<R, E> {
+/// An async adapter, every call blocking on `E` (its clients on the runtime found where they
+/// are built, or the one `E` gives).
+pub struct AsyncClients<E> {
     exec: E,
-    runtime: PhantomData<fn() -> R>,
 }
 
-impl<R: Adapter, E: Exec> AsyncClients<R, E> {
+impl<E: Exec> AsyncClients<E> {
     /// The adapter's clients, blocking on `exec`.
     pub fn new(exec: E) -> Self {
-        AsyncClients {
-            exec,
-            runtime: PhantomData,
-        }
+        AsyncClients { exec }
     }
 }
 
-struct AsyncProducer<R: Adapter, E> {
+struct AsyncProducer<E> {
     exec: E,
-    p: Producer<R>,
+    p: Producer,
 }
 
-struct AsyncConsumer<R: Adapter, E> {
+struct AsyncConsumer<E> {
     exec: E,
-    c: nsq_client::Consumer<R>,
+    c: nsq_client::Consumer,
 }
 
-struct AsyncHandle<R: Adapter, E> {
+struct AsyncHandle<E> {
     exec: E,
-    h: ConsumerHandle<R>,
+    h: ConsumerHandle,
 }
 
 struct AsyncRunner<E> {
@@ -63,15 +59,15 @@ struct AsyncEvents<E> {
     e: Events,
 }
 
-impl<R: Adapter, E: Exec> AsyncClients<R, E> {
-    fn producer_of(&self, p: Producer<R>) -> Box<dyn s::Producer> {
+impl<E: Exec> AsyncClients<E> {
+    fn producer_of(&self, p: Producer) -> Box<dyn s::Producer> {
         Box::new(AsyncProducer {
             exec: self.exec.clone(),
             p,
         })
     }
 
-    fn consumer_of(&self, c: nsq_client::Consumer<R>) -> Box<dyn s::Consumer> {
+    fn consumer_of(&self, c: nsq_client::Consumer) -> Box<dyn s::Consumer> {
         Box::new(AsyncConsumer {
             exec: self.exec.clone(),
             c,
@@ -79,14 +75,28 @@ impl<R: Adapter, E: Exec> AsyncClients<R, E> {
     }
 }
 
-impl<R: Adapter, E: Exec> s::Factory for AsyncClients<R, E> {
+impl<E: Exec> s::Factory for AsyncClients<E> {
     fn producer_connect(
         &self,
         addr: &str,
         config: &s::GoConfig,
     ) -> s::ClientResult<Box<dyn s::Producer>> {
         let config = glue::go_config(config)?;
-        let p = map(self.exec.block_on(Producer::<R>::connect(addr, &config)))?;
+        let p = match self.exec.runtime() {
+            // Given a runtime: `connect` is `build` and a ping.
+            Some(rt) => {
+                let p = map(self.exec.enter(|| {
+                    Producer::builder()
+                        .config(&config)
+                        .nsqd(addr)
+                        .runtime(rt)
+                        .build()
+                }))?;
+                map(self.exec.block_on(p.ping()))?;
+                p
+            }
+            None => map(self.exec.block_on(Producer::connect(addr, &config)))?,
+        };
         Ok(self.producer_of(p))
     }
 
@@ -95,7 +105,8 @@ impl<R: Adapter, E: Exec> s::Factory for AsyncClients<R, E> {
         nsqd: &[String],
         options: Option<&s::ProducerOptions>,
     ) -> s::ClientResult<Box<dyn s::Producer>> {
-        let b = glue::producer_builder(Producer::<R>::builder(), nsqd, options);
+        let b =
+            glue::producer_builder(Producer::builder(), nsqd, options).given(self.exec.runtime());
         let p = map(self.exec.enter(|| b.build()))?;
         Ok(self.producer_of(p))
     }
@@ -106,7 +117,8 @@ impl<R: Adapter, E: Exec> s::Factory for AsyncClients<R, E> {
         channel: &str,
         setup: &s::ConsumerSetup,
     ) -> s::ClientResult<Box<dyn s::Consumer>> {
-        let b = glue::consumer_builder(nsq_client::Consumer::<R>::builder(topic, channel), setup)?;
+        let b = glue::consumer_builder(nsq_client::Consumer::builder(topic, channel), setup)?
+            .given(self.exec.runtime());
         let c = map(self.exec.enter(|| b.build()))?;
         Ok(self.consumer_of(c))
     }
@@ -117,7 +129,8 @@ impl<R: Adapter, E: Exec> s::Factory for AsyncClients<R, E> {
         channel: &str,
         setup: &s::ConsumerSetup,
     ) -> s::ClientResult<Box<dyn s::Consumer>> {
-        let b = glue::consumer_builder(nsq_client::Consumer::<R>::builder(topic, channel), setup)?;
+        let b = glue::consumer_builder(nsq_client::Consumer::builder(topic, channel), setup)?
+            .given(self.exec.runtime());
         let c = map(self.exec.enter(|| self.exec.block_on(b.connect())))?;
         Ok(self.consumer_of(c))
     }
@@ -127,7 +140,7 @@ impl<R: Adapter, E: Exec> s::Factory for AsyncClients<R, E> {
     }
 }
 
-impl<R: Adapter, E: Exec> s::Producer for AsyncProducer<R, E> {
+impl<E: Exec> s::Producer for AsyncProducer<E> {
     fn publish(&self, topic: &str, body: &[u8]) -> s::ClientResult<()> {
         map(self.exec.block_on(self.p.publish(topic, body.to_vec())))
     }
@@ -208,7 +221,7 @@ impl<R: Adapter, E: Exec> s::Producer for AsyncProducer<R, E> {
     }
 }
 
-impl<R: Adapter, E: Exec> s::Consumer for AsyncConsumer<R, E> {
+impl<E: Exec> s::Consumer for AsyncConsumer<E> {
     fn next(&mut self, within: Duration) -> Option<Box<dyn s::Message>> {
         let m = self
             .exec
@@ -280,7 +293,7 @@ impl<E: Exec> s::EventStream for AsyncEvents<E> {
     }
 }
 
-impl<R: Adapter, E: Exec> s::ConsumerHandle for AsyncHandle<R, E> {
+impl<E: Exec> s::ConsumerHandle for AsyncHandle<E> {
     fn stop(&self) -> s::StopReport {
         glue::stop_report(self.exec.block_on(self.h.stop()))
     }
@@ -304,42 +317,43 @@ impl<E: Exec> s::Runner for AsyncRunner<E> {
 // --------------------------------------------------------------------------- blocking
 
 /// The blocking client layer on runtime `R`: every call is a plain blocking call.
-pub struct BlockingClients<R>(PhantomData<fn() -> R>);
+#[derive(Debug, Clone, Copy)]
+pub struct BlockingClients;
 
-impl<R: Adapter> BlockingClients<R> {
+impl BlockingClients {
     /// The blocking clients on `R`.
     pub fn new() -> Self {
-        BlockingClients(PhantomData)
+        BlockingClients
     }
 }
 
-impl<R: Adapter> Default for BlockingClients<R> {
+impl Default for BlockingClients {
     fn default() -> Self {
         Self::new()
     }
 }
 
-type BlockingProducer<R> = nsq_client::blocking::Producer<R>;
-type BlockingConsumer<R> = nsq_client::blocking::Consumer<R>;
+type BlockingProducer = nsq_client::blocking::Producer;
+type BlockingConsumer = nsq_client::blocking::Consumer;
 
-struct BlockingP<R: Adapter>(BlockingProducer<R>);
+struct BlockingP(BlockingProducer);
 
-struct BlockingC<R: Adapter>(BlockingConsumer<R>);
+struct BlockingC(BlockingConsumer);
 
-struct BlockingH<R: Adapter>(nsq_client::blocking::ConsumerHandle<R>);
+struct BlockingH(nsq_client::blocking::ConsumerHandle);
 
 struct BlockingRunner(std::thread::JoinHandle<StopReport>);
 
 struct BlockingEvents(nsq_client::blocking::Events);
 
-impl<R: Adapter> s::Factory for BlockingClients<R> {
+impl s::Factory for BlockingClients {
     fn producer_connect(
         &self,
         addr: &str,
         config: &s::GoConfig,
     ) -> s::ClientResult<Box<dyn s::Producer>> {
         let config = glue::go_config(config)?;
-        let p = map(BlockingProducer::<R>::connect(addr, &config))?;
+        let p = map(BlockingProducer::connect(addr, &config))?;
         Ok(Box::new(BlockingP(p)))
     }
 
@@ -348,7 +362,7 @@ impl<R: Adapter> s::Factory for BlockingClients<R> {
         nsqd: &[String],
         options: Option<&s::ProducerOptions>,
     ) -> s::ClientResult<Box<dyn s::Producer>> {
-        let b = glue::producer_builder(BlockingProducer::<R>::builder(), nsqd, options);
+        let b = glue::producer_builder(BlockingProducer::builder(), nsqd, options);
         Ok(Box::new(BlockingP(map(b.build())?)))
     }
 
@@ -358,7 +372,7 @@ impl<R: Adapter> s::Factory for BlockingClients<R> {
         channel: &str,
         setup: &s::ConsumerSetup,
     ) -> s::ClientResult<Box<dyn s::Consumer>> {
-        let b = glue::consumer_builder(BlockingConsumer::<R>::builder(topic, channel), setup)?;
+        let b = glue::consumer_builder(BlockingConsumer::builder(topic, channel), setup)?;
         Ok(Box::new(BlockingC(map(b.build())?)))
     }
 
@@ -368,7 +382,7 @@ impl<R: Adapter> s::Factory for BlockingClients<R> {
         channel: &str,
         setup: &s::ConsumerSetup,
     ) -> s::ClientResult<Box<dyn s::Consumer>> {
-        let b = glue::consumer_builder(BlockingConsumer::<R>::builder(topic, channel), setup)?;
+        let b = glue::consumer_builder(BlockingConsumer::builder(topic, channel), setup)?;
         Ok(Box::new(BlockingC(map(b.connect())?)))
     }
 
@@ -377,7 +391,7 @@ impl<R: Adapter> s::Factory for BlockingClients<R> {
     }
 }
 
-impl<R: Adapter> s::Producer for BlockingP<R> {
+impl s::Producer for BlockingP {
     fn publish(&self, topic: &str, body: &[u8]) -> s::ClientResult<()> {
         map(self.0.publish(topic, body.to_vec()))
     }
@@ -459,7 +473,7 @@ impl<R: Adapter> s::Producer for BlockingP<R> {
     }
 }
 
-impl<R: Adapter> s::Consumer for BlockingC<R> {
+impl s::Consumer for BlockingC {
     fn next(&mut self, within: Duration) -> Option<Box<dyn s::Message>> {
         self.0.recv_timeout(within).ok().map(glue::message)
     }
@@ -512,7 +526,7 @@ impl s::EventStream for BlockingEvents {
     }
 }
 
-impl<R: Adapter> s::ConsumerHandle for BlockingH<R> {
+impl s::ConsumerHandle for BlockingH {
     fn stop(&self) -> s::StopReport {
         glue::stop_report(self.0.stop())
     }

@@ -5,7 +5,7 @@
 //! with nothing unanswered.
 
 use crate::exec::{Exec, timeout};
-use nsq_client::{self as client, Adapter, Message, StopReport};
+use nsq_client::{self as client, Message, StopReport};
 use nsq_proto::Config;
 use nsq_test_broker::Nsqd;
 use nsq_test_broker::scenarios::{WAIT, eventually};
@@ -38,12 +38,12 @@ fn assert_answered_once(nsqd: &Nsqd, topic: &str, finished: impl Fn(u64) -> bool
 }
 
 /// The async API on runtime `R`, awaited inside `exec`.
-pub fn async_handler_stops_its_consumer<R: Adapter, E: Exec>(exec: &E, nsqd: &Nsqd) {
+pub fn async_handler_stops_its_consumer<E: Exec>(exec: &E, nsqd: &Nsqd) {
     let topic = format!("stop_inside_{}", exec.name().replace(['-', ' '], "_"));
     nsqd.publish(&topic, b"stop");
     let addr = nsqd.tcp_address().to_string();
     let consumer = exec.enter(|| {
-        client::Consumer::<R>::builder(topic.as_str(), "ch")
+        client::Consumer::builder(topic.as_str(), "ch")
             .config(&config())
             .nsqd(addr.as_str())
             .build()
@@ -80,10 +80,10 @@ pub fn async_handler_stops_its_consumer<R: Adapter, E: Exec>(exec: &E, nsqd: &Ns
 }
 
 /// The blocking API on runtime `R`.
-pub fn blocking_handler_stops_its_consumer<R: Adapter>(nsqd: &Nsqd) {
+pub fn blocking_handler_stops_its_consumer(nsqd: &Nsqd) {
     let topic = "stop_inside_blocking";
     nsqd.publish(topic, b"stop");
-    let consumer = client::ConsumerBuilder::<client::blocking::Consumer<R>>::new(topic, "ch")
+    let consumer = client::blocking::Consumer::builder(topic, "ch")
         .config(&config())
         .nsqd(nsqd.tcp_address().to_string())
         .build()

@@ -4,12 +4,11 @@
 
 mod logic;
 
-use crate::builder::{BuildConsumer, sealed};
 use crate::driver::{self, Net};
 use crate::events::Events;
 use crate::handler::Outcome;
 use crate::message::Message;
-use crate::runtime::{Adapter, BoxFuture, Ended, SocketOptions, Waiter, wait_for};
+use crate::runtime::{BoxFuture, CallWaiter, Calls, Ended, Runtime, SocketOptions, wait_for};
 use crate::sync::{Inbox, Mailbox, oneshot};
 use crate::{ConsumerSetup, Error, HandlerError, IntoChannel, IntoTopic, StopReport};
 use logic::{Bridge, ConsumerLogic, Control, Input, Reply};
@@ -25,13 +24,13 @@ use std::sync::{Arc, PoisonError};
 use std::task::{Context, Poll};
 
 /// Sends `Dropped` to the driver when the last user handle goes.
-struct HandleGuard<R: Adapter> {
+struct HandleGuard {
     shared: Arc<Bridge>,
-    runtime: R,
+    runtime: Arc<dyn Runtime>,
     ended: Arc<Ended>,
 }
 
-impl<R: Adapter> Drop for HandleGuard<R> {
+impl Drop for HandleGuard {
     fn drop(&mut self) {
         let _ = self.shared.inbox.send(Input::Control(Control::Dropped));
     }
@@ -39,9 +38,10 @@ impl<R: Adapter> Drop for HandleGuard<R> {
 
 // ----------------------------------------------------------------------------------- start
 
-/// Validates `setup` and starts the driver on `R` ([`ConsumerBuilder::build`](super::ConsumerBuilder::build)).
-pub(crate) fn start<R: Adapter>(setup: ConsumerSetup) -> Result<Consumer<R>, Error> {
-    let runtime = R::current()?;
+/// Validates `setup` and starts the driver on its runtime (found for a client whose calls
+/// are `calls`, unless the builder was given one): [`ConsumerBuilder::build`](super::ConsumerBuilder::build).
+pub(crate) fn start(setup: ConsumerSetup, calls: Calls) -> Result<Consumer, Error> {
+    let runtime = setup.runtime.runtime(calls)?;
     let start = setup.start(runtime.now(), super::random_seed)?;
     let inbox = Inbox::new();
     let mailbox = Mailbox::new();
@@ -68,7 +68,7 @@ pub(crate) fn start<R: Adapter>(setup: ConsumerSetup) -> Result<Consumer<R>, Err
         }),
     };
     Ok(Consumer {
-        waiter: handle.guard.runtime.waiter(),
+        waiter: CallWaiter::of(&*handle.guard.runtime),
         receiver: MessageReceiver::new(mailbox, shared, true),
         handle,
     })
@@ -76,13 +76,15 @@ pub(crate) fn start<R: Adapter>(setup: ConsumerSetup) -> Result<Consumer<R>, Err
 
 // ---------------------------------------------------------------------------------- handles
 
-/// A cloneable control handle of a [`Consumer`], on runtime `R`: each adapter's
-/// `ConsumerHandle` wraps it.
-pub struct ConsumerHandle<R: Adapter> {
-    guard: Arc<HandleGuard<R>>,
+/// A cloneable control handle of a [`Consumer`] (stop it, change max_in_flight, add or
+/// remove servers), usable while another task reads the messages. Made by
+/// [`Consumer::handle`], or borrowed with [`Consumer::as_handle`]; cheap to clone,
+/// `Send + Sync`.
+pub struct ConsumerHandle {
+    guard: Arc<HandleGuard>,
 }
 
-impl<R: Adapter> Clone for ConsumerHandle<R> {
+impl Clone for ConsumerHandle {
     fn clone(&self) -> Self {
         ConsumerHandle {
             guard: self.guard.clone(),
@@ -90,7 +92,7 @@ impl<R: Adapter> Clone for ConsumerHandle<R> {
     }
 }
 
-impl<R: Adapter> fmt::Debug for ConsumerHandle<R> {
+impl fmt::Debug for ConsumerHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ConsumerHandle")
             .field("stats", &self.stats())
@@ -98,7 +100,7 @@ impl<R: Adapter> fmt::Debug for ConsumerHandle<R> {
     }
 }
 
-impl<R: Adapter> ConsumerHandle<R> {
+impl ConsumerHandle {
     fn shared(&self) -> &Bridge {
         &self.guard.shared
     }
@@ -123,13 +125,17 @@ impl<R: Adapter> ConsumerHandle<R> {
     }
 
     /// Adds an nsqd TCP address (`host:port`) to consume from directly, and resolves with
-    /// its first connection's outcome (go-nsq's `ConnectToNSQD` returns the dial's error too):
-    /// `Ok` once connected and subscribed (at once if it already is), else:
+    /// its first connection's outcome (go-nsq's `ConnectToNSQD` returns the dial's error
+    /// too): `Ok` once connected and subscribed, else:
+    /// - [`Error::AlreadyConnected`] when a connection to it is open or being opened
+    ///   (go-nsq's `ErrAlreadyConnected`): nothing changes.
     /// - [`Error::Misconfigured`] when the address cannot work as configured (not nsqd's TCP
     ///   port, a TLS mismatch, refused credentials). The consumer does not retry it on its
     ///   own; calling `connect_to_nsqd` again tries once more.
     /// - [`Error::Connect`] with the reason otherwise (refused, timed out, reset, ...): the
     ///   consumer keeps the address and reconnects to it with backoff.
+    ///
+    /// [`disconnect_from_nsqd`](Self::disconnect_from_nsqd) gives an address up.
     pub async fn connect_to_nsqd(&self, addr: &str) -> Result<(), Error> {
         self.add_nsqd(addr, true).await
     }
@@ -150,7 +156,8 @@ impl<R: Adapter> ConsumerHandle<R> {
         Ok(())
     }
 
-    /// Adds several nsqd TCP addresses.
+    /// Adds several nsqd TCP addresses (see [`connect_to_nsqd`](Self::connect_to_nsqd)), one
+    /// after the other; the first error is returned.
     pub async fn connect_to_nsqds<I, S>(&self, addrs: I) -> Result<(), Error>
     where
         I: IntoIterator<Item = S>,
@@ -175,7 +182,9 @@ impl<R: Adapter> ConsumerHandle<R> {
         rx.recv().await.map_err(|_| Error::Closed)?
     }
 
-    /// Adds several nsqlookupd HTTP addresses.
+    /// Adds several nsqlookupd HTTP addresses (see
+    /// [`connect_to_lookupd`](Self::connect_to_lookupd)), one after the other; the first error
+    /// is returned.
     pub async fn connect_to_lookupds<I, S>(&self, addrs: I) -> Result<(), Error>
     where
         I: IntoIterator<Item = S>,
@@ -194,6 +203,14 @@ impl<R: Adapter> ConsumerHandle<R> {
     /// other connections at once, and it is not reconnected. Resolves once the command is
     /// applied, not when the connection has drained: [`stats`](Self::stats) shows it as
     /// [`NsqdState::Closing`](nsq_proto::consumer::NsqdState::Closing) until it has drained.
+    ///
+    /// Errors: [`Error::Consumer`] with
+    /// [`NsqdNotConfigured`](nsq_proto::consumer::ConsumerError::NsqdNotConfigured) for an
+    /// address not configured (or already disconnected from), or
+    /// [`NsqdDiscovered`](nsq_proto::consumer::ConsumerError::NsqdDiscovered) for one known
+    /// only through nsqlookupd (disconnect from the lookupd instead); [`Error::InvalidInput`]
+    /// for an address that is not `host:port`; [`Error::Closed`] once the consumer is
+    /// stopping.
     pub async fn disconnect_from_nsqd(&self, addr: &str) -> Result<(), Error> {
         self.ask(|tx| Control::DisconnectNsqd(addr.to_owned(), tx))
             .await
@@ -233,8 +250,9 @@ impl<R: Adapter> ConsumerHandle<R> {
         self.shared().stopping.load(Ordering::Acquire)
     }
 
-    /// A snapshot of the counters, in total and per nsqd. The totals are updated after every
-    /// wake-up of the driver. So are the per-nsqd rows (`nsqd`) up to 16 nsqd; above that,
+    /// A snapshot of the counters, in total and per nsqd
+    /// ([`ConsumerStats`](nsq_proto::consumer::ConsumerStats)). The totals are updated after
+    /// every wake-up of the driver. So are the per-nsqd rows (`nsqd`) up to 16 nsqd; above that,
     /// when the set of nsqd or connections changes and otherwise at most every 100 ms (writing
     /// them costs a look at every nsqd, and a consumer of 1,000 nsqd wakes up thousands of
     /// times a second), and they are never more than about 100 ms behind.
@@ -252,6 +270,12 @@ impl<R: Adapter> ConsumerHandle<R> {
     /// `drain_timeout`), messages already handed out can still be answered; resolves
     /// once every connection has drained or the consumer's `drain_timeout` passed, with the
     /// number of messages left unanswered (nsqd redelivers them).
+    ///
+    /// Awaited inside a handler of this consumer's [`Consumer::run`] (as go-nsq's `Stop`
+    /// from `HandleMessage`), it begins the stop and resolves at once with an empty report:
+    /// the drain cannot finish before that handler returns. The handler's own message is
+    /// then answered by its result, and `run` returns the stop's report once every handler
+    /// has returned.
     pub async fn stop(&self) -> StopReport {
         if self.in_own_handler() {
             // The drain waits for every message handed out, this handler's own included,
@@ -314,8 +338,8 @@ impl<R: Adapter> ConsumerHandle<R> {
     }
 
     /// The runtime the driver runs on (a blocking call waits through it).
-    pub(crate) fn runtime(&self) -> &R {
-        &self.guard.runtime
+    pub(crate) fn runtime(&self) -> &dyn Runtime {
+        &*self.guard.runtime
     }
 
     /// When the driver has ended.
@@ -409,17 +433,43 @@ impl Drop for MessageReceiver {
 
 // ---------------------------------------------------------------------------------- consumer
 
-/// The client layer's consumer of one topic/channel, on runtime `R`: each adapter's `Consumer`
-/// ([`async_api!`](crate::async_api)) wraps it, and documents it for its users.
-pub struct Consumer<R: Adapter> {
+/// A consumer of one topic/channel over any number of nsqd connections.
+///
+/// Read messages with [`recv`](Self::recv) or as a `Stream` (`futures_core::Stream`, for the
+/// combinators of `futures`/`futures-lite`/`tokio-stream`), or hand them to a handler with
+/// [`run`](Self::run). Control it through its [`ConsumerHandle`]: borrowed with
+/// [`as_handle`](Self::as_handle) (`consumer.as_handle().stats()`), or cloned with
+/// [`handle`](Self::handle) for other tasks.
+///
+/// As with go-nsq, servers can be added and removed while it runs:
+/// [`connect_to_nsqd`](ConsumerHandle::connect_to_nsqd) /
+/// [`connect_to_lookupd`](ConsumerHandle::connect_to_lookupd), and
+/// [`disconnect_from_nsqd`](ConsumerHandle::disconnect_from_nsqd) (CLS is sent, the messages
+/// in flight on that nsqd can still be answered, its RDY goes to the other connections, and
+/// it is not reconnected) /
+/// [`disconnect_from_lookupd`](ConsumerHandle::disconnect_from_lookupd) (the nsqd only that
+/// lookupd listed are dropped once their connection ends; the last lookupd cannot be
+/// removed). [`stats`](ConsumerHandle::stats) is a
+/// [`ConsumerStats`](nsq_proto::consumer::ConsumerStats) snapshot: totals (received,
+/// finished, requeued, in flight, reconnects, RDY, backoff level) and one
+/// [`NsqdStats`](nsq_proto::consumer::NsqdStats) per nsqd (state, RDY, in flight, its own
+/// counters).
+///
+/// One driver owns the core and every socket of the consumer: bytes read from a socket are
+/// decoded, delivered and answered without a hop between tasks other than the hand-off to
+/// the application, which takes every message of a wake-up of the driver at once. A message
+/// dropped without an answer is requeued (and a warning logged).
+///
+/// [`Consumer::builder`] makes one.
+pub struct Consumer {
     receiver: MessageReceiver,
-    handle: ConsumerHandle<R>,
+    handle: ConsumerHandle,
     /// How [`poll_recv`](Consumer::poll_recv) waits (driving the client meanwhile where the
     /// runtime does).
-    waiter: R::Waiter,
+    waiter: CallWaiter,
 }
 
-impl<R: Adapter> fmt::Debug for Consumer<R> {
+impl fmt::Debug for Consumer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Consumer")
             .field("handle", &self.handle)
@@ -427,28 +477,9 @@ impl<R: Adapter> fmt::Debug for Consumer<R> {
     }
 }
 
-impl<R: Adapter> BuildConsumer for Consumer<R> {
-    type Connecting = BoxFuture<Result<Self, Error>>;
-}
-
-impl<R: Adapter> sealed::BuildConsumer for Consumer<R> {
-    fn build(setup: sealed::ConsumerParts) -> Result<Self, Error> {
-        start(setup.0)
-    }
-
-    fn connect(setup: sealed::ConsumerParts) -> <Self as BuildConsumer>::Connecting {
-        let (nsqd, lookupd) = (setup.0.nsqd.clone(), setup.0.lookupd.clone());
-        let consumer = start::<R>(setup.0);
-        Box::pin(async move {
-            let consumer = consumer?;
-            consumer.handle.await_nsqds(&nsqd).await?;
-            consumer.handle.connect_to_lookupds(&lookupd).await?;
-            Ok(consumer)
-        })
-    }
-}
-
-impl<R: Adapter> futures_core::Stream for Consumer<R> {
+/// The consumer's messages, as [`recv`](Consumer::recv) returns them; the stream ends once
+/// the consumer is stopped.
+impl futures_core::Stream for Consumer {
     type Item = Message;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Message>> {
@@ -456,20 +487,20 @@ impl<R: Adapter> futures_core::Stream for Consumer<R> {
     }
 }
 
-impl<R: Adapter> Consumer<R> {
-    /// A builder for a consumer of `topic`/`channel` (names validated at `build`). Its
-    /// [`build`](super::ConsumerBuilder::build) starts the driver on the runtime (the
-    /// adapter's `Consumer::builder` says what that requires).
-    pub fn builder(
-        topic: impl IntoTopic,
-        channel: impl IntoChannel,
-    ) -> super::ConsumerBuilder<Self> {
+impl Consumer {
+    /// A builder for a consumer of `topic`/`channel` (names validated by
+    /// [`build`](super::ConsumerBuilder::build)), with the default
+    /// [`Config`](nsq_proto::Config); set servers, configuration and hooks on it, then
+    /// [`build`](super::ConsumerBuilder::build) or
+    /// [`connect`](super::ConsumerBuilder::connect).
+    pub fn builder(topic: impl IntoTopic, channel: impl IntoChannel) -> super::ConsumerBuilder {
         super::ConsumerBuilder::new(topic, channel)
     }
 
-    /// A consumer with `config`, not yet connected anywhere: add servers with
-    /// [`connect_to_nsqd`](ConsumerHandle::connect_to_nsqd) /
-    /// [`connect_to_lookupd`](ConsumerHandle::connect_to_lookupd).
+    /// A consumer of `topic`/`channel` with `config`, not yet connected anywhere: add servers
+    /// with [`connect_to_nsqd`](ConsumerHandle::connect_to_nsqd) /
+    /// [`connect_to_lookupd`](ConsumerHandle::connect_to_lookupd). Starts it as
+    /// [`build`](super::ConsumerBuilder::build) does.
     pub fn new(
         topic: impl IntoTopic,
         channel: impl IntoChannel,
@@ -478,14 +509,15 @@ impl<R: Adapter> Consumer<R> {
         Self::builder(topic, channel).config(config).build()
     }
 
-    /// A cloneable control handle.
-    pub fn handle(&self) -> ConsumerHandle<R> {
+    /// A cloneable control handle (stop the consumer, change max_in_flight, add or remove
+    /// servers), usable while this consumer reads the messages.
+    pub fn handle(&self) -> ConsumerHandle {
         self.handle.clone()
     }
 
     /// Its control handle, borrowed: the handle's methods (connect, disconnect,
     /// `set_max_in_flight`, `stats`, `events`, ...) without a clone.
-    pub fn as_handle(&self) -> &ConsumerHandle<R> {
+    pub fn as_handle(&self) -> &ConsumerHandle {
         &self.handle
     }
 
@@ -496,19 +528,24 @@ impl<R: Adapter> Consumer<R> {
             return at_hand;
         }
         // This call's own waiter: dropped with the future, it waits no more.
-        let mut waiter = self.handle.guard.runtime.waiter();
+        let mut waiter = CallWaiter::of(self.handle.runtime());
         let receiver = &mut self.receiver;
         std::future::poll_fn(|cx| waiter.poll(cx, |cx| receiver.poll_recv(cx))).await
     }
 
-    /// Polls for the next message (`Stream::poll_next` semantics): `Ready(None)` once stopped.
+    /// Polls for the next message (`Stream::poll_next` semantics): `Ready(None)` once the
+    /// consumer is stopped.
     pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Message>> {
         let receiver = &mut self.receiver;
         self.waiter.poll(cx, |cx| receiver.poll_recv(cx))
     }
 
-    /// See [`ConsumerHandle::stop`]. Messages received but not yet taken with
-    /// [`recv`](Self::recv) are requeued at once, so the drain does not wait for them.
+    /// Graceful shutdown (as [`ConsumerHandle::stop`]): CLS on every connection, no new
+    /// messages are handed out, messages already handed out can still be answered; resolves
+    /// once every connection has drained or the consumer's `drain_timeout` passed, with the
+    /// number of messages left unanswered (nsqd redelivers them). Messages received but not
+    /// yet taken with [`recv`](Self::recv) are requeued at once, so the drain does not wait
+    /// for them.
     pub async fn stop(&mut self) -> StopReport {
         let (tx, rx) = oneshot();
         if self.handle.control(Control::Stop(Some(tx))).is_err() {
@@ -538,6 +575,14 @@ impl<R: Adapter> Consumer<R> {
     /// Runs `handler` on every message, `concurrency` at a time, until the consumer is
     /// stopped (through a [`ConsumerHandle`]); returns, with the stop's report (as
     /// [`stop`](Self::stop) gives it), once every handler has returned.
+    ///
+    /// `Ok(())` finishes the message; an `Err` requeues it (with backoff unless
+    /// [`HandlerError::without_backoff`], after [`HandlerError::with_delay`] or the default
+    /// delay); a panic requeues it with backoff. The handler may also answer or `touch` the
+    /// message itself (a later answer of the same message is ignored). Where the workers run
+    /// is the runtime's part (the adapter's documentation says: on tokio each is a task of
+    /// its own, so handlers run in parallel on a multi-threaded runtime; elsewhere they are
+    /// polled inside the returned future).
     pub async fn run<H, Fut>(self, concurrency: usize, handler: H) -> StopReport
     where
         H: Fn(Message) -> Fut + Send + Sync + 'static,
@@ -570,9 +615,24 @@ impl<R: Adapter> Consumer<R> {
             })
             .collect();
         // The workers drive the client while they wait, where the runtime lets calls drive.
-        wait_for(waiter, handle.guard.runtime.run_workers(workers)).await;
+        wait_for(waiter, handle.runtime().run_workers(workers)).await;
         // The workers end once the consumer stops: its report follows.
         handle.stop().await
+    }
+
+    /// Starts the consumer of `setup` and waits for the first outcome of each of its servers
+    /// ([`ConsumerBuilder::connect`](super::ConsumerBuilder::connect)).
+    pub(crate) fn connecting(
+        setup: ConsumerSetup,
+    ) -> impl Future<Output = Result<Consumer, Error>> + Send + 'static {
+        let (nsqd, lookupd) = (setup.nsqd.clone(), setup.lookupd.clone());
+        let consumer = start(setup, Calls::Async);
+        async move {
+            let consumer = consumer?;
+            consumer.handle.await_nsqds(&nsqd).await?;
+            consumer.handle.connect_to_lookupds(&lookupd).await?;
+            Ok(consumer)
+        }
     }
 }
 

@@ -5,9 +5,8 @@ mod logic;
 
 use logic::{Input, Place, ProducerLogic, Reply};
 
-use super::builder::{BuildProducer, sealed};
 use super::driver::{self, Net};
-use super::runtime::{Adapter, Ended, SocketOptions, Waiter};
+use super::runtime::{CallWaiter, Calls, Ended, Runtime, SocketOptions};
 use super::sync::{Inbox, ReplyRx, oneshot};
 use super::{Backpressure, Error, IntoTopic, ProducerSetup, PublishRequest};
 use bytes::Bytes;
@@ -22,7 +21,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-struct Inner<R: Adapter> {
+struct Inner {
     inbox: Arc<Inbox<Input>>,
     stats: Arc<Mutex<ProducerStats>>,
     /// Publishes sent to the driver whose result is not known yet.
@@ -32,22 +31,37 @@ struct Inner<R: Adapter> {
     /// The core's limits, which an MPUB's bodies are checked against where they are encoded.
     limits: Limits,
     ended: Arc<Ended>,
-    runtime: R,
+    runtime: Arc<dyn Runtime>,
 }
 
-impl<R: Adapter> Drop for Inner<R> {
+impl Drop for Inner {
     fn drop(&mut self) {
         let _ = self.inbox.send(Input::Dropped);
     }
 }
 
-/// The client layer's producer, on runtime `R`: each adapter's `Producer`
-/// ([`async_api!`](crate::async_api)) wraps it, and documents it for its users.
-pub struct Producer<R: Adapter> {
-    inner: Arc<Inner<R>>,
+/// Publishes to one or more nsqd.
+///
+/// Cheap to clone (`Send + Sync`): clones share one driver and its connections. Each call
+/// resolves with its own result; publishes issued concurrently from many tasks are
+/// pipelined and leave in one write per wake-up of the driver. Single publishes to one topic
+/// that wait at the same moment (made concurrently, or while the connection awaits replies)
+/// leave as one MPUB, each still with its own result (natural batching; `producer_batching`
+/// turns it off). A publish nsqd refuses (too big, say) fails alone: the connection nsqd then
+/// closes is replaced at once, and publishes made meanwhile wait for it (at most
+/// `publish_timeout`). A size limit nsqd states in such a refusal is kept: a later PUB, DPUB
+/// or MPUB over it fails before it is sent ([`Error::InvalidInput`], with the limit), costing
+/// no connection. With several nsqd addresses, publishes go to a healthy one (failover by
+/// default, round-robin with [`Routing::RoundRobin`](nsq_proto::producer::Routing)); while
+/// no nsqd is reachable they fail fast with [`Error::NoServerAvailable`].
+///
+/// [`Producer::connect`] connects to one nsqd; [`Producer::builder`] takes several.
+/// [`close`](Self::close) flushes what is outstanding.
+pub struct Producer {
+    inner: Arc<Inner>,
 }
 
-impl<R: Adapter> Clone for Producer<R> {
+impl Clone for Producer {
     fn clone(&self) -> Self {
         Producer {
             inner: self.inner.clone(),
@@ -55,7 +69,7 @@ impl<R: Adapter> Clone for Producer<R> {
     }
 }
 
-impl<R: Adapter> fmt::Debug for Producer<R> {
+impl fmt::Debug for Producer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Producer")
             .field("stats", &self.stats())
@@ -63,10 +77,11 @@ impl<R: Adapter> fmt::Debug for Producer<R> {
     }
 }
 
-/// Validates `setup` and starts the driver on `R` (connecting in the background;
-/// [`ProducerBuilder::build`](super::ProducerBuilder::build)).
-pub(crate) fn start<R: Adapter>(setup: ProducerSetup) -> Result<Producer<R>, Error> {
-    let runtime = R::current()?;
+/// Validates `setup` and starts the driver on its runtime (found for a client whose calls
+/// are `calls`, unless the builder was given one), connecting in the background
+/// ([`ProducerBuilder::build`](super::ProducerBuilder::build)).
+pub(crate) fn start(setup: ProducerSetup, calls: Calls) -> Result<Producer, Error> {
+    let runtime = setup.runtime.runtime(calls)?;
     let start = setup.start(runtime.now(), super::random_seed)?;
     let inbox = Inbox::new();
     let stats = Arc::new(Mutex::new(start.machine.stats()));
@@ -91,18 +106,19 @@ pub(crate) fn start<R: Adapter>(setup: ProducerSetup) -> Result<Producer<R>, Err
     })
 }
 
-/// A publish under way ([`Producer::publish_async`]), on runtime `R`: a future of its result.
-/// Each adapter's `PendingPublish` wraps it.
+/// A publish under way, made by [`Producer::publish_async`] (or its `multi_` and `deferred_`
+/// variants): a future of the publish's result. Dropping it does not cancel the publish,
+/// whose result is then not known.
 #[must_use = "a publish's result is only known through its PendingPublish"]
-pub struct PendingPublish<R: Adapter> {
+pub struct PendingPublish {
     rx: ReplyRx<Result<(), Error>>,
     /// The result, once received (`try_result` may look before the future is polled).
     result: Option<Result<(), Error>>,
     /// How the result is awaited (driving the client meanwhile where the runtime does).
-    waiter: R::Waiter,
+    waiter: CallWaiter,
 }
 
-impl<R: Adapter> fmt::Debug for PendingPublish<R> {
+impl fmt::Debug for PendingPublish {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PendingPublish")
             .field("result", &self.result)
@@ -110,8 +126,8 @@ impl<R: Adapter> fmt::Debug for PendingPublish<R> {
     }
 }
 
-impl<R: Adapter> PendingPublish<R> {
-    fn new(rx: ReplyRx<Result<(), Error>>, waiter: R::Waiter) -> Self {
+impl PendingPublish {
+    fn new(rx: ReplyRx<Result<(), Error>>, waiter: CallWaiter) -> Self {
         PendingPublish {
             rx,
             result: None,
@@ -131,7 +147,7 @@ impl<R: Adapter> PendingPublish<R> {
     }
 }
 
-impl<R: Adapter> Future for PendingPublish<R> {
+impl Future for PendingPublish {
     type Output = Result<(), Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
@@ -146,38 +162,32 @@ impl<R: Adapter> Future for PendingPublish<R> {
     }
 }
 
-impl<R: Adapter> BuildProducer for Producer<R> {}
-
-impl<R: Adapter> sealed::BuildProducer for Producer<R> {
-    fn build(setup: sealed::ProducerParts) -> Result<Self, Error> {
-        start(setup.0)
-    }
-}
-
-impl<R: Adapter> Producer<R> {
-    /// A builder (several nsqd addresses, configuration). Its
-    /// [`build`](super::ProducerBuilder::build) starts the driver on the runtime (the
-    /// adapter's `Producer::builder` says what that requires).
-    pub fn builder() -> super::ProducerBuilder<Self> {
+impl Producer {
+    /// A builder (several nsqd addresses, configuration); its
+    /// [`build`](super::ProducerBuilder::build) starts the producer, which connects in the
+    /// background.
+    pub fn builder() -> super::ProducerBuilder {
         super::ProducerBuilder::new()
     }
 
     /// Connects to one nsqd and waits until the connection is ready, or fails like a publish
     /// would: [`Error::Misconfigured`] when the address cannot work as configured (not nsqd's
     /// TCP port, a TLS mismatch, refused credentials), else [`Error::NoServerAvailable`].
-    pub async fn connect(addr: &str, config: &Config) -> Result<Producer<R>, Error> {
-        let producer = Self::start_one(addr, config)?;
+    /// Starts it as [`build`](super::ProducerBuilder::build) does.
+    pub async fn connect(addr: &str, config: &Config) -> Result<Producer, Error> {
+        let producer = Self::start_one(addr, config, Calls::Async)?;
         producer.ping().await?;
         Ok(producer)
     }
 
     /// The producer of [`connect`](Self::connect) (and the blocking one), not yet pinged.
-    pub(crate) fn start_one(addr: &str, config: &Config) -> Result<Producer<R>, Error> {
+    pub(crate) fn start_one(addr: &str, config: &Config, calls: Calls) -> Result<Producer, Error> {
         start(
-            super::ProducerBuilder::<Self>::new()
+            super::ProducerBuilder::new()
                 .config(config)
                 .nsqd(addr)
                 .into_setup(),
+            calls,
         )
     }
 
@@ -187,8 +197,8 @@ impl<R: Adapter> Producer<R> {
         &self,
         place: Option<Place>,
         input: impl FnOnce(Reply) -> Input,
-        waiter: R::Waiter,
-    ) -> Result<PendingPublish<R>, Error> {
+        waiter: CallWaiter,
+    ) -> Result<PendingPublish, Error> {
         let (tx, rx) = oneshot();
         let reply = Reply::new(tx, place);
         self.inner
@@ -202,7 +212,7 @@ impl<R: Adapter> Producer<R> {
     /// the runtime lets calls drive) before the command is handed over, so the command's
     /// wake-up is kept for this task's own turn.
     async fn send(&self, input: impl FnOnce(Reply) -> Input) -> Result<(), Error> {
-        let mut waiter = self.inner.runtime.waiter();
+        let mut waiter = CallWaiter::of(&*self.inner.runtime);
         waiter.hold();
         self.start_input(None, input, waiter)?.await
     }
@@ -226,21 +236,21 @@ impl<R: Adapter> Producer<R> {
         &self,
         request: PublishRequest,
         bounded: bool,
-        waiter: R::Waiter,
-    ) -> Result<PendingPublish<R>, Error> {
+        waiter: CallWaiter,
+    ) -> Result<PendingPublish, Error> {
         let place = self.place(bounded)?;
         self.start_input(Some(place), |reply| Input::Request(request, reply), waiter)
     }
 
     /// Hands a publish to the driver and returns at once.
-    fn start_async(&self, request: PublishRequest) -> Result<PendingPublish<R>, Error> {
-        self.start_request(request, true, self.inner.runtime.waiter())
+    fn start_async(&self, request: PublishRequest) -> Result<PendingPublish, Error> {
+        self.start_request(request, true, CallWaiter::of(&*self.inner.runtime))
     }
 
     /// Publishes and waits for the result (the waiter holds the driver first, as in
     /// [`send`](Self::send)).
     async fn request(&self, request: PublishRequest) -> Result<(), Error> {
-        let mut waiter = self.inner.runtime.waiter();
+        let mut waiter = CallWaiter::of(&*self.inner.runtime);
         waiter.hold();
         self.start_request(request, false, waiter)?.await
     }
@@ -283,12 +293,16 @@ impl<R: Adapter> Producer<R> {
     /// the returned [`PendingPublish`] resolves with it (go-nsq's `PublishAsync`). One task
     /// can keep thousands of publishes under way this way, and concurrent ones leave
     /// together, as with [`publish`](Self::publish). Results come in publish order per nsqd.
-    /// Dropping the handle does not cancel the publish.
+    /// Dropping the [`PendingPublish`] does not cancel the publish.
+    ///
+    /// Refused at once with [`Backpressure::Unanswered`] while `max_pending_publishes`
+    /// publishes of this producer await their result (and with the errors of the name or
+    /// [`Error::Closed`]); every other error comes through the [`PendingPublish`].
     pub fn publish_async(
         &self,
         topic: impl IntoTopic,
         body: impl Into<Bytes>,
-    ) -> Result<PendingPublish<R>, Error> {
+    ) -> Result<PendingPublish, Error> {
         self.start_async(PublishRequest::publish(topic, body)?)
     }
 
@@ -298,7 +312,7 @@ impl<R: Adapter> Producer<R> {
         &self,
         topic: impl IntoTopic,
         bodies: I,
-    ) -> Result<PendingPublish<R>, Error>
+    ) -> Result<PendingPublish, Error>
     where
         I: IntoIterator<Item = B>,
         B: AsRef<[u8]>,
@@ -317,7 +331,7 @@ impl<R: Adapter> Producer<R> {
         topic: impl IntoTopic,
         delay: Duration,
         body: impl Into<Bytes>,
-    ) -> Result<PendingPublish<R>, Error> {
+    ) -> Result<PendingPublish, Error> {
         self.start_async(PublishRequest::deferred_publish(topic, delay, body)?)
     }
 
@@ -334,7 +348,8 @@ impl<R: Adapter> Producer<R> {
             .await
     }
 
-    /// A snapshot of the counters (updated after every wake-up of the driver).
+    /// A snapshot of the counters ([`ProducerStats`], updated after every wake-up of the
+    /// driver).
     pub fn stats(&self) -> ProducerStats {
         *self
             .inner
@@ -358,8 +373,8 @@ impl<R: Adapter> Producer<R> {
     }
 
     /// The runtime the driver runs on (a blocking call waits through it).
-    pub(crate) fn runtime(&self) -> &R {
-        &self.inner.runtime
+    pub(crate) fn runtime(&self) -> &dyn Runtime {
+        &*self.inner.runtime
     }
 
     /// When the driver has ended.
@@ -371,16 +386,14 @@ impl<R: Adapter> Producer<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::{Direct, testing::Idle};
-
-    fn poll_now(p: &mut PendingPublish<Idle>) -> Poll<Result<(), Error>> {
+    fn poll_now(p: &mut PendingPublish) -> Poll<Result<(), Error>> {
         Pin::new(p).poll(&mut Context::from_waker(std::task::Waker::noop()))
     }
 
     #[test]
     fn a_result_looked_at_early_is_still_the_future_s() {
         let (tx, rx) = oneshot();
-        let mut p = PendingPublish::<Idle>::new(rx, Direct);
+        let mut p = PendingPublish::new(rx, CallWaiter::default());
         assert!(p.try_result().is_none());
         assert!(poll_now(&mut p).is_pending());
         tx.send(Err(Error::Backpressure(Backpressure::Unanswered {
@@ -395,7 +408,7 @@ mod tests {
         // A driver that stopped without answering: the client is closed.
         let (tx, rx) = oneshot::<Result<(), Error>>();
         drop(tx);
-        let mut p = PendingPublish::<Idle>::new(rx, Direct);
+        let mut p = PendingPublish::new(rx, CallWaiter::default());
         assert!(matches!(poll_now(&mut p), Poll::Ready(Err(Error::Closed))));
     }
 }

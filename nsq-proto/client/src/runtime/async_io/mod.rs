@@ -1,25 +1,32 @@
-//! [`AsyncStd`]: the client layer's [`Runtime`] for async-std, smol and any other executor,
-//! over async-io's reactor (the one async-std and smol share), in one of two modes:
+//! [`AsyncStd`]: the [`Runtime`] for async-std, smol and any other executor (cargo feature
+//! `async-io`, which `nsq-async-std` turns on), over async-io's reactor (the one async-std
+//! and smol share), in one of two modes:
 //!
 //! * by default the tasks that wait for a client drive it themselves ([`Lease`], through
-//!   each call's [`Caller`]), and a
-//!   thread of the client's own drives it when none does. It needs nothing from the
-//!   application and works under any executor;
-//! * after [`set_executor`], drivers are tasks spawned on the application's executor: no
+//!   each call's [`Caller`]), and a thread of the client's own drives it when none does. It
+//!   needs nothing from the application and works under any executor;
+//! * [`AsyncStd::on_executor`]: drivers are tasks spawned on the application's executor: no
 //!   thread of the client's own, and no thread hop between a task and its client's driver
 //!   when they share an executor thread.
 
-use crate::lease::{Caller, Lease};
+#![allow(
+    clippy::disallowed_methods,
+    reason = "a runtime: its clock, sockets and threads are what the rest of the client layer may not touch"
+)]
+
+mod lease;
+
+use super::{BoxFuture, Runtime, SocketOptions, Waiter};
+use crate::dial;
 use atomic_waker::AtomicWaker;
 use bytes::{Bytes, BytesMut};
-use nsq_client::dial;
-use nsq_client::{Adapter, BoxFuture, Error, Runtime, SocketOptions};
+use lease::{Caller, Lease};
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Instant;
 
@@ -31,39 +38,11 @@ const MIN_READ: usize = 8 * 1024;
 /// How a driver is started on the application's executor.
 type Spawner = Arc<dyn Fn(BoxFuture<()>) + Send + Sync>;
 
-/// The executor clients built from now on run their drivers on ([`set_executor`]).
-static EXECUTOR: RwLock<Option<Spawner>> = RwLock::new(None);
-
-/// Runs the driver of every client built from now on (consumers, producers, HTTP clients)
-/// as a task spawned with `spawn` on the application's executor, instead of driven by the
-/// tasks that wait for the client with a thread of the client's own for the rest (the
-/// default). Clients built earlier keep their mode; [`clear_executor`] goes back to the
-/// default.
-///
-/// `spawn` must run the future to completion in the background (detached): for smol,
-/// `|driver| smol::spawn(driver).detach()`; for async-std, `|driver| drop(async_std::task::spawn(driver))`.
-///
-/// What it buys: no thread of the client's own. A task that waits for its publish's reply,
-/// or for the next message, is woken by its driver on the executor's own thread, so a round
-/// trip costs no wake-up of another thread when both share one (smol's default executor
-/// has one thread): about as cheap per message as the default mode, a little cheaper on
-/// smol. On a multi-threaded executor the driver and the task may still land on different
-/// threads. A driver spawned on an executor runs only while that executor runs: it must
-/// outlive every client built with it.
-pub fn set_executor(spawn: impl Fn(BoxFuture<()>) + Send + Sync + 'static) {
-    *EXECUTOR.write().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(spawn));
-}
-
-/// Undoes [`set_executor`]: clients built from now on are driven by the tasks that wait
-/// for them, and a thread of their own, again.
-pub fn clear_executor() {
-    *EXECUTOR.write().unwrap_or_else(PoisonError::into_inner) = None;
-}
-
-/// The client layer's runtime for async-std, smol and any executor, over async-io's
-/// reactor: by default a client is driven by the tasks that wait for it (through a lease) and a
-/// thread of its own when none does; after [`set_executor`], by a task on the application's
-/// executor.
+/// The runtime for async-std, smol and any executor, over async-io's reactor. A client
+/// built outside a tokio runtime runs on it without being told, in its default mode: driven
+/// by the tasks that wait for it (through a lease) and by a thread of its own when none
+/// does. [`on_executor`](Self::on_executor) makes the other mode, for a builder's
+/// `runtime(..)`.
 #[derive(Clone)]
 pub struct AsyncStd(Mode);
 
@@ -85,9 +64,36 @@ impl fmt::Debug for AsyncStd {
     }
 }
 
+impl AsyncStd {
+    /// A runtime that runs the driver of each client given it (consumers, producers, HTTP
+    /// clients: one value serves any number) as a task spawned with `spawn` on the
+    /// application's executor, instead of driven by the tasks that wait for the client with
+    /// a thread of the client's own for the rest (the default).
+    ///
+    /// `spawn` must run the future to completion in the background (detached): for smol,
+    /// `|driver| smol::spawn(driver).detach()`; for async-std,
+    /// `|driver| drop(async_std::task::spawn(driver))`.
+    ///
+    /// What it buys: no thread of the client's own. A task that waits for its publish's
+    /// reply, or for the next message, is woken by its driver on the executor's own thread,
+    /// so a round trip costs no wake-up of another thread when both share one (smol's
+    /// default executor has one thread): about as cheap per message as the default mode, a
+    /// little cheaper on smol. On a multi-threaded executor the driver and the task may
+    /// still land on different threads. A driver spawned on an executor runs only while that
+    /// executor runs: it must outlive every client built with it.
+    pub fn on_executor(spawn: impl Fn(BoxFuture<()>) + Send + Sync + 'static) -> Arc<dyn Runtime> {
+        Arc::new(AsyncStd(Mode::Executor(Arc::new(spawn))))
+    }
+
+    /// The default mode, with a lease of its own: one per client.
+    pub(crate) fn for_client() -> Arc<dyn Runtime> {
+        Arc::new(AsyncStd(Mode::Thread(Lease::new())))
+    }
+}
+
 /// A client's TCP connection, on async-io's reactor.
 #[derive(Debug)]
-pub struct Socket {
+struct Socket {
     stream: async_io::Async<TcpStream>,
     /// Zeroed space read into at its front; what is read is split off.
     buf: BytesMut,
@@ -188,7 +194,7 @@ impl Socket {
     }
 }
 
-impl nsq_client::Socket for Socket {
+impl super::Socket for Socket {
     fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<BytesMut>> {
         let Socket {
             stream,
@@ -263,9 +269,9 @@ impl nsq_client::Socket for Socket {
 
 /// The driver's timer: async-io's.
 #[derive(Debug)]
-pub struct ReactorTimer(async_io::Timer);
+struct ReactorTimer(async_io::Timer);
 
-impl nsq_client::Timer for ReactorTimer {
+impl super::Timer for ReactorTimer {
     fn reset(&mut self, at: Instant) {
         self.0.set_at(at);
     }
@@ -276,15 +282,17 @@ impl nsq_client::Timer for ReactorTimer {
 }
 
 impl Runtime for AsyncStd {
-    type Socket = Socket;
-    type Timer = ReactorTimer;
-
-    fn connect(&self, addr: &str, options: SocketOptions) -> BoxFuture<io::Result<Socket>> {
-        Box::pin(connect_on_reactor(addr.to_owned(), options))
+    fn connect(
+        &self,
+        addr: &str,
+        options: SocketOptions,
+    ) -> BoxFuture<io::Result<Box<dyn super::Socket>>> {
+        let connect = connect_on_reactor(addr.to_owned(), options);
+        Box::pin(async move { Ok(Box::new(connect.await?) as Box<dyn super::Socket>) })
     }
 
-    fn timer(&self, at: Instant) -> ReactorTimer {
-        ReactorTimer(async_io::Timer::at(at))
+    fn timer(&self, at: Instant) -> Box<dyn super::Timer> {
+        Box::new(ReactorTimer(async_io::Timer::at(at)))
     }
 
     fn spawn(&self, name: &str, driver: BoxFuture<()>) -> io::Result<()> {
@@ -297,7 +305,7 @@ impl Runtime for AsyncStd {
                         thread.spawn(move || lease.run())
                     }
                     // A second driver on this runtime value: a thread of its own, no callers.
-                    Err(driver) => thread.spawn(move || nsq_client::blocking::block_on(driver)),
+                    Err(driver) => thread.spawn(move || crate::blocking::block_on(driver)),
                 }
                 .map(drop)
             }
@@ -312,29 +320,14 @@ impl Runtime for AsyncStd {
         // With callers driving, the tasks a poll woke drive the client themselves.
         matches!(self.0, Mode::Executor(_))
     }
-}
-
-impl Adapter for AsyncStd {
-    type Waiter = Caller;
 
     /// A call drives its client while it waits, when the client has a lease (the default
     /// mode).
-    fn waiter(&self) -> Caller {
+    fn waiter(&self) -> Option<Box<dyn Waiter>> {
         match &self.0 {
-            Mode::Thread(lease) => Caller::new(Some(lease)),
-            Mode::Executor(_) => Caller::new(None),
+            Mode::Thread(lease) => Some(Box::new(Caller::new(Some(lease)))),
+            Mode::Executor(_) => None,
         }
-    }
-
-    fn current() -> Result<Self, Error> {
-        if let Some(spawn) = EXECUTOR
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-        {
-            return Ok(AsyncStd(Mode::Executor(spawn)));
-        }
-        Ok(AsyncStd(Mode::Thread(Lease::new())))
     }
 }
 
@@ -369,9 +362,9 @@ async fn connect_on_reactor(addr: String, options: SocketOptions) -> io::Result<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nsq_client::Socket as _;
+    use crate::runtime::Socket as _;
     use std::net::TcpListener;
-    use std::sync::{Mutex, mpsc};
+    use std::sync::{Mutex, PoisonError, mpsc};
     use std::time::Duration;
 
     /// A waker that reports each wake-up on a channel.

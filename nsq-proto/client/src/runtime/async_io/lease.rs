@@ -22,10 +22,10 @@
 //!   500 times a second per client for nothing is a cost of its own), and sleeps until it
 //!   is woken once they have left the client alone for [`IDLE_TICKS`] ticks.
 //!
-//! Through the client layer's general hook ([`nsq_client::Waiter`]): each async call of a
+//! Through the client layer's general hook ([`Waiter`]): each async call of a
 //! client waits through a [`Caller`] of the client's lease.
 
-use nsq_client::BoxFuture;
+use crate::runtime::{BoxFuture, Waiter};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
@@ -63,7 +63,7 @@ pub(crate) const IDLE_TICKS: u32 = 8;
 /// One client's lease: its driver, who drives it, and who is told when it has work. Cheap to
 /// clone (an `Arc`). An adapter makes one per client, runs [`run`](Self::run) on a thread of
 /// the client's own with the driver, and returns the lease from
-/// its calls' [`Caller`]s from [`Adapter::waiter`](nsq_client::Adapter::waiter), so that the
+/// its calls' [`Caller`]s from [`Runtime::waiter`](crate::Runtime::waiter), so that the
 /// client's calls drive while they wait.
 #[derive(Clone)]
 pub(crate) struct Lease(Arc<Leased>);
@@ -523,10 +523,10 @@ impl Drop for Held {
     }
 }
 
-/// One async call's wait for its client ([`nsq_client::Waiter`]): drives the client while
+/// One async call's wait for its client ([`Waiter`]): drives the client while
 /// what it waits for is pending, when the client has a lease. Dropped, it waits no more.
 #[derive(Default)]
-pub struct Caller {
+pub(crate) struct Caller {
     lease: Option<Arc<Leased>>,
     /// The lease taken before the call sent its command ([`Lease::hold`]), for its first poll.
     held: Option<Held>,
@@ -544,20 +544,27 @@ impl fmt::Debug for Caller {
     }
 }
 
-impl nsq_client::Waiter for Caller {
+impl Waiter for Caller {
     fn hold(&mut self) {
         if self.held.is_none() {
             self.held = self.lease.as_ref().and_then(Leased::hold);
         }
     }
 
-    fn poll<T>(
+    fn poll(
         &mut self,
         cx: &mut Context<'_>,
-        f: impl FnMut(&mut Context<'_>) -> Poll<T>,
-    ) -> Poll<T> {
+        ready: &mut dyn FnMut(&mut Context<'_>) -> bool,
+    ) -> bool {
         let held = self.held.take();
-        self.poll_with(held, cx, f)
+        self.poll_with(held, cx, |cx| {
+            if ready(cx) {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .is_ready()
     }
 }
 

@@ -1,11 +1,19 @@
-//! [`Tokio`]: the client layer's [`Runtime`] on tokio: tokio sockets, a tokio timer, and the
-//! driver (and `Consumer::run`'s workers) as tasks of the runtime `build` was called in.
+//! [`Tokio`]: the [`Runtime`] on tokio (cargo feature `tokio`, which `nsq-tokio` turns on):
+//! tokio sockets, a tokio timer, and the driver (and `Consumer::run`'s workers) as tasks of
+//! the runtime `build` was called in.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "a runtime: its clock, sockets and threads are what the rest of the client layer may not touch"
+)]
+
+use super::{BoxFuture, Runtime, SocketOptions};
+use crate::Error;
 use bytes::{Bytes, BytesMut};
-use nsq_client::{self as client, Adapter, BoxFuture, Direct, Error, Runtime, SocketOptions};
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWrite};
@@ -16,18 +24,38 @@ use tokio::runtime::Handle;
 const READ_CHUNK: usize = 64 * 1024;
 const MIN_READ: usize = 8 * 1024;
 
-/// tokio as the client layer's runtime: the handle of the runtime the client was built in.
+/// tokio as a client's runtime: the handle of a tokio runtime, which must have its IO and
+/// time drivers. A client built inside a tokio runtime runs on it without being told; this
+/// is for a client built elsewhere (a thread of the application's own) that should run on a
+/// given runtime: `builder.runtime(Tokio::on(handle)?)`.
 #[derive(Debug, Clone)]
 pub struct Tokio(Handle);
 
+impl Tokio {
+    /// The runtime of `handle`, checked for its IO and time drivers ([`Error::NoRuntime`]
+    /// naming the `enable_*` call to add when one is missing).
+    pub fn on(handle: Handle) -> Result<Arc<dyn Runtime>, Error> {
+        check_drivers(&handle)?;
+        Ok(Arc::new(Tokio(handle)))
+    }
+
+    /// The tokio runtime the calling thread is inside, if any (checked as [`on`](Self::on)).
+    pub(crate) fn current() -> Result<Option<Arc<dyn Runtime>>, Error> {
+        match Handle::try_current() {
+            Ok(handle) => Tokio::on(handle).map(Some),
+            Err(_) => Ok(None),
+        }
+    }
+}
+
 /// A tokio TCP stream and the buffer it reads into.
 #[derive(Debug)]
-pub struct Socket {
+struct Socket {
     stream: TcpStream,
     buf: BytesMut,
 }
 
-impl client::Socket for Socket {
+impl super::Socket for Socket {
     fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<BytesMut>> {
         if self.buf.capacity() - self.buf.len() < MIN_READ {
             self.buf.reserve(READ_CHUNK);
@@ -138,9 +166,9 @@ fn quietly(probe: impl FnOnce()) -> std::thread::Result<()> {
 
 /// tokio's timer.
 #[derive(Debug)]
-pub struct TokioTimer(Pin<Box<tokio::time::Sleep>>);
+struct TokioTimer(Pin<Box<tokio::time::Sleep>>);
 
-impl client::Timer for TokioTimer {
+impl super::Timer for TokioTimer {
     fn reset(&mut self, at: Instant) {
         self.0.as_mut().reset(tokio::time::Instant::from_std(at));
     }
@@ -151,14 +179,15 @@ impl client::Timer for TokioTimer {
 }
 
 impl Runtime for Tokio {
-    type Socket = Socket;
-    type Timer = TokioTimer;
-
     fn now(&self) -> Instant {
         tokio::time::Instant::now().into_std()
     }
 
-    fn connect(&self, addr: &str, options: SocketOptions) -> BoxFuture<io::Result<Socket>> {
+    fn connect(
+        &self,
+        addr: &str,
+        options: SocketOptions,
+    ) -> BoxFuture<io::Result<Box<dyn super::Socket>>> {
         let addr = addr.to_owned();
         Box::pin(async move {
             let stream = match options.local_addr {
@@ -167,16 +196,16 @@ impl Runtime for Tokio {
             };
             // Nagle off: the driver writes once per wake-up, and waits for nothing more.
             stream.set_nodelay(true)?;
-            Ok(Socket {
+            Ok(Box::new(Socket {
                 stream,
                 buf: BytesMut::new(),
-            })
+            }) as Box<dyn super::Socket>)
         })
     }
 
-    fn timer(&self, at: Instant) -> TokioTimer {
+    fn timer(&self, at: Instant) -> Box<dyn super::Timer> {
         let _in_runtime = self.0.enter();
-        TokioTimer(Box::pin(tokio::time::sleep_until(at.into())))
+        Box::new(TokioTimer(Box::pin(tokio::time::sleep_until(at.into()))))
     }
 
     fn spawn(&self, _name: &str, driver: BoxFuture<()>) -> io::Result<()> {
@@ -187,25 +216,6 @@ impl Runtime for Tokio {
     /// Not on a multi-threaded runtime: a task that wakes itself wakes another worker.
     fn look_again_after_work(&self) -> bool {
         self.0.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread
-    }
-}
-
-impl Adapter for Tokio {
-    type Waiter = Direct;
-
-    fn waiter(&self) -> Direct {
-        Direct
-    }
-
-    fn current() -> Result<Self, Error> {
-        let handle = Handle::try_current().map_err(|_| {
-            Error::NoRuntime(
-                "no tokio runtime here: build the client inside one (#[tokio::main], or \
-                 Runtime::enter), with its IO and time drivers enabled (enable_all)",
-            )
-        })?;
-        check_drivers(&handle)?;
-        Ok(Tokio(handle))
     }
 
     /// Each worker is a task, so handlers run in parallel on a multi-threaded runtime.

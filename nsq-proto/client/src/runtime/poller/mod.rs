@@ -17,11 +17,20 @@
 //! read is not read (no `recv` that returns `EAGAIN`) and no registration is re-armed per
 //! wait.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "a runtime: its clock, sockets and threads are what the rest of the client layer may not touch"
+)]
+
+mod blocking;
+
+pub use blocking::Blocking;
+
+use crate::dial::{connect_from, resolve};
+use crate::runtime::{BoxFuture, SocketOptions};
 use bytes::{Bytes, BytesMut};
 use mio::net::TcpStream;
 use mio::{Events, Interest, Registry, Token};
-use nsq_client::dial::{connect_from, resolve};
-use nsq_client::{BoxFuture, SocketOptions};
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::fmt;
@@ -439,18 +448,18 @@ thread_local! {
 /// The driver's timer: while it is pending, the driver thread waits no longer than its
 /// deadline.
 #[derive(Debug)]
-pub struct PollerTimer {
+pub(crate) struct PollerTimer {
     at: Instant,
 }
 
 impl PollerTimer {
     /// A timer armed for `at`.
-    pub fn new(at: Instant) -> PollerTimer {
+    pub(crate) fn new(at: Instant) -> PollerTimer {
         PollerTimer { at }
     }
 }
 
-impl nsq_client::Timer for PollerTimer {
+impl crate::runtime::Timer for PollerTimer {
     fn reset(&mut self, at: Instant) {
         self.at = at;
     }
@@ -468,7 +477,7 @@ impl nsq_client::Timer for PollerTimer {
 // ------------------------------------------------------------------------------------ poller
 
 /// One client's poller, and what a runtime shim implements
-/// [`Runtime`](nsq_client::Runtime) with: [`connect`](Self::connect) a [`Socket`],
+/// [`Runtime`](crate::Runtime) with: [`connect`](Self::connect) a [`Socket`],
 /// [`spawn`](Self::spawn) the driver on a thread that waits on the poller, and the
 /// [`PollerTimer`] that bounds the wait. Cheap to clone (one poller per client, shared).
 #[derive(Debug, Clone)]
@@ -562,7 +571,7 @@ impl Poller {
     /// driver thread takes the lease back once callers have left it alone for a moment
     /// (2 ms, up to 16 ms while they keep driving), or when one of the driver's deadlines is
     /// due.
-    pub(crate) fn wait<F: Future>(
+    pub(crate) fn wait<F: Future + ?Sized>(
         &self,
         future: Pin<&mut F>,
         deadline: Option<Instant>,
@@ -673,7 +682,7 @@ enum TurnEnd<T> {
 impl Reactor {
     /// Drives as a caller until its future completes, its deadline passes or the driver
     /// ends.
-    fn drive_for<F: Future>(
+    fn drive_for<F: Future + ?Sized>(
         &self,
         drive: &mut Drive,
         driver_cx: &mut Context<'_>,
@@ -799,7 +808,7 @@ impl Drop for Registered {
 
 /// A non-blocking TCP stream on its client's poller, and the buffer it reads into.
 #[derive(Debug)]
-pub struct Socket {
+pub(crate) struct Socket {
     socket: Registered,
     /// Zeroed space read into at its front; what is read is split off.
     buf: BytesMut,
@@ -810,7 +819,7 @@ pub struct Socket {
 /// same). Not on Windows, whose poller is emulated and reports only what it was asked.
 const SHORT_MEANS_DRAINED: bool = cfg!(not(windows));
 
-impl nsq_client::Socket for Socket {
+impl crate::runtime::Socket for Socket {
     fn poll_read(&mut self, _cx: &mut Context<'_>) -> Poll<io::Result<BytesMut>> {
         let s = &mut self.socket;
         loop {
@@ -874,8 +883,8 @@ mod tests {
     }
 
     use super::*;
-    use nsq_client::Socket as _;
-    use nsq_client::Timer as _;
+    use crate::runtime::Socket as _;
+    use crate::runtime::Timer as _;
     use std::net::TcpListener;
     use std::time::Duration;
 
