@@ -143,7 +143,7 @@ name_type! {
     /// A validated NSQ topic name.
     ///
     /// ```
-    /// use nsq_proto::Topic;
+    /// # use nsq_proto::Topic;
     /// assert!(Topic::new("events.v1").is_ok());
     /// assert!(Topic::new("scratch#ephemeral").unwrap().is_ephemeral());
     /// assert!(Topic::new("no spaces").is_err());
@@ -155,7 +155,7 @@ name_type! {
     /// A validated NSQ channel name (same rules as topics).
     ///
     /// ```
-    /// use nsq_proto::Channel;
+    /// # use nsq_proto::Channel;
     /// assert!(Channel::new("archive").is_ok());
     /// assert!(Channel::new("").is_err());
     /// ```

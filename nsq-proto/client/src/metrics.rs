@@ -24,7 +24,7 @@ pub(crate) use off::*;
 ///
 /// ```ignore
 /// let mut builder = metrics_exporter_prometheus::PrometheusBuilder::new();
-/// for (name, buckets) in nsq_tokio::HISTOGRAM_BUCKETS {
+/// for (name, buckets) in HISTOGRAM_BUCKETS {
 ///     builder = builder.set_buckets_for_metric(Matcher::Full((*name).to_owned()), buckets)?;
 /// }
 /// let handle = builder.install_recorder()?;

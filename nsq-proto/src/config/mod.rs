@@ -1,53 +1,6 @@
 //! [`Config`]: the one user-facing configuration shared by every adapter, with go-nsq's option
-//! names so existing configurations port unchanged.
-//!
-//! A `Config` is a plain struct with public fields and go-nsq's defaults. It can be filled in
-//! three ways, all checked the same way (ranges as go-nsq's, errors naming the option):
-//!
-//! * in code: `Config { max_in_flight: 100, ..Config::default() }`, then
-//!   [`Config::validate`] (the derive methods validate too);
-//! * option by option, like go-nsq's `Config.Set` or the `--consumer-opt` flags of the official
-//!   tools: [`Config::set`] / [`Config::set_str`];
-//! * from any self-describing serde format (JSON, TOML, YAML...) holding a map of option names
-//!   to values, or [`Config::from_json`];
-//! * from a go-nsq `Config` marshalled by Go's `encoding/json`, as Go wrote it: Go field names
-//!   (`MaxInFlight`, `RDYRedistributeInterval`), durations in nanoseconds, `""` for unset
-//!   strings, `TlsConfig`'s `InsecureSkipVerify`, `ServerName` and `MinVersion` read. A field
-//!   name starting with a capital letter is read this way, by [`Config::set`] too.
-//!   (`BackoffStrategy` marshals to `{}` whichever strategy it is: set `backoff_strategy`
-//!   yourself if it is not exponential. `LocalAddr`, a `*net.TCPAddr`, is read as
-//!   `{"IP": .., "Port": ..}`.)
-//!
-//! # Values
-//! * **Durations** are Go duration strings (`"90s"`, `"1m30s"`, `"250ms"`, `"1h"`, `"1.5s"`,
-//!   `"0"`) or non-negative integers meaning **milliseconds**, as in go-nsq's `Config.Set`, in
-//!   JSON and in text alike (`"100"` is 100 ms); nanoseconds under Go field names.
-//! * **Booleans** are `true`/`false`, the strings Go's `strconv.ParseBool` accepts (`"1"`,
-//!   `"t"`, `"true"`, `"0"`, `"f"`, `"false"`, ...) or integers (non-zero is true).
-//! * **Numbers** may also be given as strings (`"100"`), as on a command line.
-//! * `null` resets an optional option (`client_id`, `auth_secret`, TLS files...) to unset.
-//!
-//! ```
-//! use nsq_proto::Config;
-//! use std::time::Duration;
-//!
-//! let config = Config::from_json(r#"{
-//!     "max_in_flight": 200,
-//!     "lookupd_poll_interval": "15s",
-//!     "default_requeue_delay": 30000,
-//!     "backoff_strategy": "full_jitter",
-//!     "snappy": true,
-//!     "producer_routing": "round_robin"
-//! }"#)?;
-//! assert_eq!(config.max_in_flight, 200);
-//! assert_eq!(config.default_requeue_delay, Duration::from_secs(30));
-//! let consumer = config.consumer_config(std::fs::read)?;
-//! assert_eq!(consumer.lookupd_poll_interval, Duration::from_secs(15));
-//!
-//! let err = Config::from_json(r#"{"max_in_flight": -1}"#).unwrap_err();
-//! assert_eq!(err.option(), "max_in_flight");
-//! # Ok::<(), nsq_proto::config::OptionError>(())
-//! ```
+//! names so existing configurations port unchanged. Its documentation says how it is filled
+//! in and what values it takes.
 
 use crate::command::Limits;
 use crate::connection::{Secret, TlsConfig};
@@ -67,8 +20,54 @@ pub use parse::parse_go_duration;
 use parse::{MIN, MS, SEC, Setter, check_duration, show, show_duration};
 
 /// The configuration of producers and consumers, shared by every adapter. Field names are the
-/// option names (go-nsq's where go-nsq has the option); see the [module
-/// documentation](self) for the accepted value syntax.
+/// option names (go-nsq's where go-nsq has the option).
+///
+/// A `Config` is a plain struct with public fields and go-nsq's defaults. It can be filled in
+/// four ways, all checked the same way (ranges as go-nsq's, errors naming the option):
+///
+/// * in code: `Config { max_in_flight: 100, ..Config::default() }`, then
+///   [`Config::validate`] (the derive methods validate too);
+/// * option by option, like go-nsq's `Config.Set` or the `--consumer-opt` flags of the official
+///   tools: [`Config::set`] / [`Config::set_str`];
+/// * from any self-describing serde format (JSON, TOML, YAML...) holding a map of option names
+///   to values, or [`Config::from_json`];
+/// * from a go-nsq `Config` marshalled by Go's `encoding/json`, as Go wrote it: Go field names
+///   (`MaxInFlight`, `RDYRedistributeInterval`), durations in nanoseconds, `""` for unset
+///   strings, `TlsConfig`'s `InsecureSkipVerify`, `ServerName` and `MinVersion` read. A field
+///   name starting with a capital letter is read this way, by [`Config::set`] too.
+///   (`BackoffStrategy` marshals to `{}` whichever strategy it is: set `backoff_strategy`
+///   yourself if it is not exponential. `LocalAddr`, a `*net.TCPAddr`, is read as
+///   `{"IP": .., "Port": ..}`.)
+///
+/// # Values
+/// * **Durations** are Go duration strings (`"90s"`, `"1m30s"`, `"250ms"`, `"1h"`, `"1.5s"`,
+///   `"0"`) or non-negative integers meaning **milliseconds**, as in go-nsq's `Config.Set`, in
+///   JSON and in text alike (`"100"` is 100 ms); nanoseconds under Go field names.
+/// * **Booleans** are `true`/`false`, the strings Go's `strconv.ParseBool` accepts (`"1"`,
+///   `"t"`, `"true"`, `"0"`, `"f"`, `"false"`, ...) or integers (non-zero is true).
+/// * **Numbers** may also be given as strings (`"100"`), as on a command line.
+/// * `null` resets an optional option (`client_id`, `auth_secret`, TLS files...) to unset.
+///
+/// ```
+/// # use nsq_proto::Config;
+/// # use std::time::Duration;
+/// let config = Config::from_json(r#"{
+///     "max_in_flight": 200,
+///     "lookupd_poll_interval": "15s",
+///     "default_requeue_delay": 30000,
+///     "backoff_strategy": "full_jitter",
+///     "snappy": true,
+///     "producer_routing": "round_robin"
+/// }"#)?;
+/// assert_eq!(config.max_in_flight, 200);
+/// assert_eq!(config.default_requeue_delay, Duration::from_secs(30));
+/// let consumer = config.consumer_config(std::fs::read)?;
+/// assert_eq!(consumer.lookupd_poll_interval, Duration::from_secs(15));
+///
+/// let err = Config::from_json(r#"{"max_in_flight": -1}"#).unwrap_err();
+/// assert_eq!(err.option(), "max_in_flight");
+/// # Ok::<(), nsq_proto::config::OptionError>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct Config {
     // ----- go-nsq options -----

@@ -18,7 +18,7 @@ use std::sync::Arc;
 /// Cheap to clone (the rustls configuration is shared).
 ///
 /// ```
-/// use nsq_proto::TlsConfig;
+/// # use nsq_proto::TlsConfig;
 /// // Verify the server against the Mozilla roots shipped by webpki-roots, with the name
 /// // taken from the address the connection is made to.
 /// let tls = TlsConfig::webpki_roots()?;

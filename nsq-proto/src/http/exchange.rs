@@ -50,8 +50,7 @@ impl From<TlsError> for ExchangeError {
 /// the handshake, the encryption and the `close_notify` are handled here.
 ///
 /// ```
-/// use nsq_proto::http::{Exchange, nsqd};
-///
+/// # use nsq_proto::http::{Exchange, nsqd};
 /// let call = nsqd::ping();
 /// let mut exchange = Exchange::new(call.request(), "127.0.0.1:4151", None)?;
 /// let request = exchange.poll_transmit().expect("the request");

@@ -3,9 +3,8 @@
 //! 4151 by default) and read the answer with [`Call::decode`].
 //!
 //! ```
-//! use nsq_proto::http::{nsqd, Response};
-//! use nsq_proto::{Channel, Topic};
-//!
+//! # use nsq_proto::http::{nsqd, Response};
+//! # use nsq_proto::{Channel, Topic};
 //! let topic = Topic::new("orders")?;
 //! let call = nsqd::create_channel(&topic, &Channel::new("billing")?);
 //! assert_eq!(call.request().target(), "/channel/create?topic=orders&channel=billing");
