@@ -1,7 +1,7 @@
 //! The nsqd stand-in: TCP protocol V2, topics/channels, timers, faults and introspection.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::io::{self, Read};
+use std::io;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::sync::mpsc::{self, Sender};
@@ -754,24 +754,10 @@ impl Inner {
         if let Ok(w) = writer {
             let _ = w.join();
         }
-        // Drain what the client still sends for a moment, so closing does not turn into a
-        // reset that could destroy the error frame we just sent.
-        let _ = stream.set_read_timeout(Some(Duration::from_millis(10)));
-        let end = Instant::now() + Duration::from_millis(200);
-        let mut scratch = [0u8; 4096];
-        let mut s = stream;
-        while Instant::now() < end && !ctl.killed() && !self.shutdown.load(Ordering::SeqCst) {
-            match s.read(&mut scratch) {
-                Ok(0) => break,
-                Ok(_) => {}
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) => {}
-                Err(_) => break,
-            }
-        }
+        // Closed at once, like nsqd (`client.Close()` right after the error frame is flushed):
+        // whatever the client sent that was not read (the body of an oversize PUB, commands
+        // pipelined behind a fatal one) makes the kernel reset the connection, and a client
+        // that does not read before it writes on meets that reset, as it would with nsqd.
         let _ = stream.shutdown(Shutdown::Both);
         tracing::debug!(client = id, "client gone");
     }
