@@ -109,3 +109,52 @@ fn commands_behind_a_fatal_error_are_reset_unread() -> R {
     }
     Ok(())
 }
+
+/// nsqd sets a write deadline of the client's heartbeat interval before every write: a
+/// client that stops reading while nsqd has messages for it (here, one that only sends NOPs,
+/// so its read deadline never passes) has its connection given up. It reads what its socket
+/// buffers held, then the connection ends, far from every message and with no heartbeat.
+#[test]
+fn a_client_that_stops_reading_is_given_up_after_its_heartbeat_interval() -> R {
+    let env = Env::new(|b| b);
+    let t = env.topic("close-stall");
+    // 20 MB in flight for one consumer: more than the loopback's socket buffers hold.
+    let mut p = env.raw();
+    let body = vec![b'm'; 1_000_000];
+    for _ in 0..5 {
+        let bodies: Vec<&[u8]> = vec![&body; 4];
+        assert_eq!(p.mpub(&t, &bodies)?, RawFrame::Response(b"OK".to_vec()));
+    }
+    let mut c = env.raw();
+    c.identify_negotiate(&serde_json::json!({ "heartbeat_interval": 1000 }))?;
+    c.subscribe(&t, "ch")?;
+    c.cmd("RDY 100")?;
+    // Three heartbeat intervals without reading, sending NOPs all along.
+    for _ in 0..10 {
+        std::thread::sleep(Duration::from_millis(300));
+        c.cmd("NOP")?;
+    }
+    let (mut messages, mut heartbeats) = (0, 0);
+    c.set_read_timeout(Duration::from_secs(10))?;
+    let end = loop {
+        match c.read_frame() {
+            Ok(RawFrame::Message(_)) => messages += 1,
+            Ok(f) if f.is_heartbeat() => heartbeats += 1,
+            Ok(f) => return Err(format!("unexpected frame {f:?}").into()),
+            Err(e) => break e,
+        }
+    };
+    assert!(
+        matches!(
+            end.kind(),
+            io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset
+        ),
+        "the connection ended: {end}"
+    );
+    assert!(
+        messages < 20,
+        "{messages} messages: the writes never gave up"
+    );
+    assert_eq!(heartbeats, 0);
+    Ok(())
+}
