@@ -74,7 +74,11 @@
 //!   redelivered with attempts + 1; REQ delays (clamped to max_req_timeout) and DPUB defer;
 //!   TOUCH extends up to max_msg_timeout; `#ephemeral` topics and channels vanish with
 //!   their last subscriber; messages published before any channel wait in the topic.
-//! - Heartbeats at the negotiated interval; a client silent for two intervals is dropped.
+//! - Heartbeats at the negotiated interval; a client silent for two intervals is dropped,
+//!   and one that stops reading has its writes given up after one interval, as nsqd's
+//!   write deadline does. A connection ends as nsqd's does: closed right after a fatal
+//!   error, what the client sent beyond it unread, so the kernel resets it. The module docs
+//!   of `nsqd` list what was checked against nsqd's source.
 //! - [`Lookupd`]: nsqlookupd v1.3.0's HTTP API (`/ping`, `/info`, `/debug`, `/lookup`,
 //!   `/topics`, `/channels`, `/nodes`, `/topic/{create,delete,tombstone}`,
 //!   `/channel/{create,delete}`) over its registration database: topics and channels stay
@@ -98,7 +102,7 @@
 //!   ([`Nsqd::drop_connections`], [`Nsqd::drop_client`], [`Nsqd::stop_accepting`],
 //!   [`Nsqd::hold_accepts`],
 //!   [`Nsqd::pause`], [`Nsqd::restart`], [`Nsqd::set_read_throttle`],
-//!   [`Nsqd::fail_publishes`]).
+//!   [`Nsqd::fail_publishes`], [`Nsqd::lose_size_refusals`]).
 //!
 //! # Known differences from nsqd
 //!

@@ -27,7 +27,12 @@ pub(crate) struct Faults {
 #[derive(Debug)]
 pub(crate) struct ConnCtl {
     pub(crate) deadline: Mutex<Option<Instant>>,
+    /// How long one write may block (nsqd's write deadline: the heartbeat interval; none
+    /// with heartbeats disabled).
+    write_timeout: Mutex<Option<Duration>>,
     pub(crate) killed: AtomicBool,
+    /// A write failed: the writer has stopped for good (see `writer_main`).
+    pub(crate) write_failed: AtomicBool,
     pub(crate) faults: Arc<Faults>,
 }
 
@@ -35,13 +40,31 @@ impl ConnCtl {
     pub(crate) fn new(faults: Arc<Faults>) -> Self {
         Self {
             deadline: Mutex::new(None),
+            write_timeout: Mutex::new(None),
             killed: AtomicBool::new(false),
+            write_failed: AtomicBool::new(false),
             faults,
         }
     }
 
     pub(crate) fn set_deadline(&self, deadline: Option<Instant>) {
         *self.deadline.lock().unwrap_or_else(PoisonError::into_inner) = deadline;
+    }
+
+    /// Sets how long one write may block before the connection is given up (nsqd sets a
+    /// write deadline of the client's heartbeat interval before every write).
+    pub(crate) fn set_write_timeout(&self, timeout: Option<Duration>) {
+        *self
+            .write_timeout
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = timeout;
+    }
+
+    fn write_timeout(&self) -> Option<Duration> {
+        *self
+            .write_timeout
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     fn deadline(&self) -> Option<Instant> {
@@ -135,7 +158,9 @@ impl Read for RawRead {
     }
 }
 
-/// The socket's write half: blocks while paused, fails once killed.
+/// The socket's write half: blocks while paused, fails once killed, and fails a write that
+/// stays blocked for the write timeout (a client that does not read), as nsqd's write
+/// deadline does.
 pub(crate) struct RawWrite {
     pub(crate) stream: TcpStream,
     pub(crate) ctl: Arc<ConnCtl>,
@@ -149,7 +174,22 @@ impl Write for RawWrite {
                 "connection killed",
             ));
         }
-        self.stream.write(buf)
+        let timeout = self.ctl.write_timeout().filter(|t| !t.is_zero());
+        self.stream.set_write_timeout(timeout)?;
+        match self.stream.write(buf) {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "write deadline passed: the client does not read",
+                ))
+            }
+            other => other,
+        }
     }
 
     fn flush(&mut self) -> io::Result<()> {

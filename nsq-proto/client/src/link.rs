@@ -66,6 +66,9 @@ pub(crate) struct Link<S> {
     queue: VecDeque<Bytes>,
     /// When the write at the front of the queue started to block.
     write_blocked_since: Option<Instant>,
+    /// A write failed (the peer reset the connection, say): what the socket still holds is
+    /// read before the failure is reported, until this deadline at most.
+    write_failed: Option<(String, Instant)>,
 }
 
 impl<S: Socket> Link<S> {
@@ -83,13 +86,14 @@ impl<S: Socket> Link<S> {
             closing: false,
             queue: VecDeque::new(),
             write_blocked_since: None,
+            write_failed: None,
         }
     }
 
     /// Queues `data` to be written, unless the link failed or is over. Returns whether it
     /// was queued.
     pub(crate) fn send(&mut self, data: Bytes) -> bool {
-        let queued = !self.failed && !self.is_done();
+        let queued = !self.failed && self.write_failed.is_none() && !self.is_done();
         if queued {
             self.queue.push_back(data);
         }
@@ -99,7 +103,7 @@ impl<S: Socket> Link<S> {
     /// The core disconnected the link: an open one writes what is queued, then shuts down
     /// (returned, to be polled until then); any other is dropped.
     pub(crate) fn close(mut self) -> Option<Self> {
-        if !matches!(self.state, State::Open(_)) || self.failed {
+        if !matches!(self.state, State::Open(_)) || self.failed || self.write_failed.is_some() {
             return None;
         }
         self.closing = true;
@@ -128,7 +132,10 @@ impl<S: Socket> Link<S> {
     pub(crate) fn deadline(&self, write_timeout: Duration) -> Option<Instant> {
         match self.state {
             State::Connecting(_) => Some(self.dial_deadline),
-            State::Open(_) => self.write_blocked_since.map(|t| t + write_timeout),
+            State::Open(_) => match &self.write_failed {
+                Some((_, until)) => Some(*until),
+                None => self.write_blocked_since.map(|t| t + write_timeout),
+            },
             State::Done => None,
         }
     }
@@ -189,7 +196,11 @@ impl<S: Socket> Link<S> {
         };
         // Writes: everything queued, until the socket would block (which wakes the driver
         // when it can take more).
-        while let Some(front) = self.queue.front_mut() {
+        while let Some(front) = self
+            .queue
+            .front_mut()
+            .filter(|_| self.write_failed.is_none())
+        {
             match socket.poll_write(cx, front) {
                 Poll::Ready(Ok(0)) => {
                     return self.fail(span, report, "write returned 0 bytes");
@@ -200,6 +211,20 @@ impl<S: Socket> Link<S> {
                         self.queue.pop_front();
                         self.write_blocked_since = None;
                     }
+                }
+                Poll::Ready(Err(e)) if !self.closing => {
+                    // nsqd refuses an oversize PUB after reading its size, writes its error
+                    // and closes with the body unread, and the kernel answers the rest of
+                    // the body with a reset: the writes fail, but the error was received
+                    // before the reset and can still be read. So the failure waits for
+                    // the read side to end (for at most the write timeout).
+                    span.in_scope(
+                        || tracing::debug!(error = %e, "write failed: reading what is left"),
+                    );
+                    self.queue.clear();
+                    self.write_blocked_since = None;
+                    self.write_failed = Some((e.to_string(), now + write_timeout));
+                    again = true;
                 }
                 Poll::Ready(Err(e)) => return self.fail(span, report, &e.to_string()),
                 Poll::Pending => {
@@ -241,7 +266,10 @@ impl<S: Socket> Link<S> {
                     again = true;
                     if !self.failed {
                         self.failed = true;
-                        report(SocketEvent::Eof);
+                        report(match self.write_failed.take() {
+                            Some((reason, _)) => SocketEvent::Failed(reason),
+                            None => SocketEvent::Eof,
+                        });
                     }
                 }
                 Poll::Ready(Ok(data)) => report(SocketEvent::Data(data)),
@@ -257,6 +285,10 @@ impl<S: Socket> Link<S> {
                     }
                 }
             }
+        }
+        // A failed write whose read side has not ended by its deadline.
+        if let Some((reason, _)) = self.write_failed.take_if(|(_, until)| *until <= now) {
+            return self.fail(span, report, &reason);
         }
         Polled::open(again)
     }
@@ -291,4 +323,141 @@ pub(crate) enum SocketEvent {
     Data(BytesMut),
     Eof,
     Failed(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::task::Waker;
+
+    /// A socket that answers each poll from a script (`Pending` once it runs out).
+    #[derive(Default)]
+    struct Scripted {
+        writes: VecDeque<io::Result<usize>>,
+        reads: VecDeque<Poll<io::Result<BytesMut>>>,
+    }
+
+    impl Socket for Scripted {
+        fn poll_read(&mut self, _: &mut Context<'_>) -> Poll<io::Result<BytesMut>> {
+            self.reads.pop_front().unwrap_or(Poll::Pending)
+        }
+        fn poll_write(&mut self, _: &mut Context<'_>, _: &Bytes) -> Poll<io::Result<usize>> {
+            self.writes.pop_front().map_or(Poll::Pending, Poll::Ready)
+        }
+        fn poll_close(&mut self, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    #[derive(Debug, PartialEq)]
+    enum Seen {
+        Connected,
+        Data(Vec<u8>),
+        Eof,
+        Failed(String),
+    }
+
+    /// Polls `link` once at `now`, returning what it reported.
+    fn poll(link: &mut Link<Scripted>, now: Instant) -> Vec<Seen> {
+        let mut seen = Vec::new();
+        let mut cx = Context::from_waker(Waker::noop());
+        let _ = link.poll(&mut cx, now, WRITE_TIMEOUT, &mut |e| {
+            seen.push(match e {
+                SocketEvent::Connected => Seen::Connected,
+                SocketEvent::Data(d) => Seen::Data(d.to_vec()),
+                SocketEvent::Eof => Seen::Eof,
+                SocketEvent::Failed(r) | SocketEvent::ConnectFailed(r) => Seen::Failed(r),
+            });
+        });
+        seen
+    }
+
+    const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+
+    fn link(socket: Scripted, now: Instant) -> Link<Scripted> {
+        let connect: BoxFuture<io::Result<Scripted>> = Box::pin(async { Ok(socket) });
+        Link::new(connect, now + WRITE_TIMEOUT, tracing::Span::none())
+    }
+
+    fn reset() -> io::Error {
+        io::Error::from(io::ErrorKind::ConnectionReset)
+    }
+
+    #[test]
+    fn a_failed_write_still_hands_over_what_was_received_before_the_reset() {
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "origin of virtual time in a test"
+        )]
+        let now = Instant::now();
+        // nsqd took the command line and the size, answered, and reset the connection: the
+        // rest of the body fails to go, the error is still there to read.
+        let socket = Scripted {
+            writes: VecDeque::from([Ok(20), Err(reset())]),
+            // The reactor has not seen the reset yet on the first poll.
+            reads: VecDeque::from([
+                Poll::Pending,
+                Poll::Ready(Ok(BytesMut::from(&b"E_BAD_MESSAGE"[..]))),
+                Poll::Ready(Ok(BytesMut::new())),
+            ]),
+        };
+        let mut l = link(socket, now);
+        assert!(l.send(Bytes::from(vec![b'x'; 4_000_000])));
+        assert_eq!(poll(&mut l, now), [Seen::Connected]);
+        assert!(
+            !l.send(Bytes::from_static(b"NOP\n")),
+            "nothing more is written"
+        );
+        assert_eq!(l.deadline(WRITE_TIMEOUT), Some(now + WRITE_TIMEOUT));
+        assert_eq!(
+            poll(&mut l, now),
+            [
+                Seen::Data(b"E_BAD_MESSAGE".to_vec()),
+                Seen::Failed(reset().to_string())
+            ]
+        );
+        assert!(poll(&mut l, now).is_empty(), "reported once");
+    }
+
+    #[test]
+    fn a_failed_write_whose_read_side_stays_open_fails_at_the_write_timeout() {
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "origin of virtual time in a test"
+        )]
+        let now = Instant::now();
+        let socket = Scripted {
+            writes: VecDeque::from([Err(reset())]),
+            ..Scripted::default()
+        };
+        let mut l = link(socket, now);
+        assert!(l.send(Bytes::from_static(b"PUB t\n")));
+        assert_eq!(poll(&mut l, now), [Seen::Connected]);
+        assert!(poll(&mut l, now + WRITE_TIMEOUT / 2).is_empty());
+        assert_eq!(
+            poll(&mut l, now + WRITE_TIMEOUT),
+            [Seen::Failed(reset().to_string())]
+        );
+        assert_eq!(l.deadline(WRITE_TIMEOUT), None);
+    }
+
+    #[test]
+    fn a_write_failing_while_closing_ends_the_link() {
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "origin of virtual time in a test"
+        )]
+        let now = Instant::now();
+        let socket = Scripted {
+            writes: VecDeque::from([Ok(1), Err(reset())]),
+            ..Scripted::default()
+        };
+        let mut l = link(socket, now);
+        assert_eq!(poll(&mut l, now), [Seen::Connected]);
+        assert!(l.send(Bytes::from_static(b"CLS\n")));
+        let mut closing = l.close().expect("an open link writes its last bytes");
+        let mut cx = Context::from_waker(Waker::noop());
+        let polled = closing.poll(&mut cx, now, WRITE_TIMEOUT, &mut |_| {});
+        assert!(polled.finished);
+    }
 }

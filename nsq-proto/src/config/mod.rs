@@ -221,7 +221,9 @@ pub struct Config {
     /// `round_robin`, or `topology` (the nearest healthy nsqd: same zone, then same region,
     /// then any) (option name `producer_routing`).
     pub producer_routing: Routing,
-    /// Longest wait of a publish for a ready connection (default 5 s).
+    /// Longest wait of a publish for a ready connection, while one is being made (default
+    /// 5 s). A producer whose connection was lost connects again inside the publish; a
+    /// publish fails at once only when every nsqd's last connection attempt failed.
     pub publish_timeout: Duration,
     /// Longest wait for nsqd's reply to a publish before the connection is dropped as stuck;
     /// 0 disables (default 30 s).

@@ -46,8 +46,10 @@ pub struct ProducerConfig {
     /// driver to abandon it). go-nsq `dial_timeout`, default 1 s.
     pub connect_timeout: Duration,
     /// The longest a publish waits for a ready connection while one is being established;
-    /// then it fails with `NoServerAvailable`. When no connection attempt is under way at all
-    /// (every nsqd is waiting for its reconnect delay) publishes fail at once. Default 5 s.
+    /// then it fails with `NoServerAvailable`. When no attempt is under way, a publish starts
+    /// one to every nsqd not known to be down (its last connection was ready when it ended)
+    /// and waits for it; it fails at once only when every nsqd's last connection attempt
+    /// failed (each then waits for its reconnect delay). Default 5 s.
     pub publish_timeout: Duration,
     /// The longest a sent publish waits for nsqd's reply. When the oldest publish on a
     /// connection waits longer, the connection is presumed stuck: it is dropped and its

@@ -32,12 +32,28 @@ impl Producer {
             open: Vec::new(),
             sent: VecDeque::new(),
             refused: false,
+            reset_refused: None,
             dirty: false,
         });
         self.actions.push_back(Queued::Action(Action::Connect {
             conn: id,
             addr: node.addr.clone(),
         }));
+    }
+
+    /// Connects at once to every nsqd without a connection that is not known to be down
+    /// (its last connection was ready when it ended: it was lost, not refused, and no
+    /// attempt failed since), as go-nsq connects inside `Publish`: a publish made while the
+    /// producer reconnects waits for the connection instead of failing. Returns whether a
+    /// connection is being made.
+    pub(super) fn connect_on_demand(&mut self, now: Instant) -> bool {
+        for i in 0..self.nodes.len() {
+            let node = &self.nodes[i];
+            if node.link.is_none() && !node.down && node.parked.is_none() {
+                self.connect(now, i);
+            }
+        }
+        self.any_in_progress()
     }
 
     /// Moves node `i`'s queued bytes to the action queue, gathering them with a `Transmit`
@@ -93,13 +109,17 @@ impl Producer {
                     self.misconfigured = None;
                     link.dirty = true;
                     self.any_dirty = true;
-                    let (conn, addr) = (link.id, self.nodes[i].addr.clone());
+                    let conn = link.id;
+                    self.nodes[i].down = false;
+                    self.confirm_inferred(i);
+                    let addr = self.nodes[i].addr.clone();
                     self.events
                         .push_back(ProducerEvent::ConnectionReady { conn, addr });
                     self.drain_pending(now);
                 }
                 ConnectionEvent::Published(token) => {
                     if let Some(work) = self.take_sent(i, token) {
+                        self.note_accepted(i, &work);
                         for id in work.ids.as_slice() {
                             self.resolve(*id, Ok(()));
                         }
@@ -109,8 +129,14 @@ impl Producer {
                     if matches!(error, PublishError::Server(_)) {
                         link.refused = true;
                     }
+                    let reset_refused = link.reset_refused;
                     if let Some(work) = self.take_sent(i, token) {
-                        self.publish_failed(now, i, work, error);
+                        match reset_refused {
+                            Some(t) if t == token.sequence() => self.refused_by_reset(now, &work),
+                            // Behind the refused command: nsqd never read it.
+                            Some(_) => self.retry(now, work),
+                            None => self.publish_failed(now, i, work, error),
+                        }
                     }
                 }
                 ConnectionEvent::Closed(reason) => {
@@ -146,13 +172,21 @@ impl Producer {
             .push_back(Queued::Action(Action::Disconnect { conn: link.id }));
         let close_reason = link.conn.as_ref().and_then(Connection::close_reason);
         let graceful = matches!(close_reason, Some(CloseReason::Graceful { .. }));
-        // nsqd answered a publish with an error and closed: a refusal, not a failure. (A
-        // server that errs on its own, with nothing to refuse, backs off like any failure.)
+        // nsqd answered a publish with an error and closed (or reset the connection in a way
+        // taken as such a refusal: see `refusal`): a refusal, not a failure. (A server that
+        // errs on its own, with nothing to refuse, backs off like any failure.)
         let rejected = link.ready_at.is_some()
             && link.refused
-            && matches!(close_reason, Some(CloseReason::Server(_)));
+            && (matches!(close_reason, Some(CloseReason::Server(_)))
+                || link.reset_refused.is_some());
         if !graceful && !rejected {
             self.last_error = Some(format!("{addr}: {reason}"));
+        }
+        // Known down when the attempt failed; a connection lost once ready is not: a publish
+        // connects to it again at once.
+        self.nodes[i].down = link.ready_at.is_none();
+        if link.ready_at.is_none() {
+            self.withdraw_inferred(i);
         }
         // A connection that never became ready may say the configuration cannot work.
         let misconfigured = link
@@ -178,7 +212,7 @@ impl Producer {
             }
         }
         for work in open {
-            self.retry(now, work.freeze(), false);
+            self.retry(now, work.freeze());
         }
         // A refusal reconnects at once (`Some(ZERO)`), without touching the backoff schedule.
         let retry_in = (!self.closing && misconfigured.is_none()).then(|| {

@@ -52,6 +52,7 @@ mod node;
 )]
 mod producer;
 mod publish;
+mod refusal;
 mod work;
 
 pub use batch::Batch;

@@ -8,6 +8,7 @@ use bytes::Bytes;
 use std::collections::VecDeque;
 use std::time::Instant;
 
+use super::refusal::Accepted;
 use super::work::Work;
 /// A command written to a connection, awaiting its reply.
 #[derive(Debug)]
@@ -28,8 +29,11 @@ pub(super) struct Session {
     /// Publishes gathered since the last write, in order; written by `emit`.
     pub(super) open: Vec<Work<Vec<u8>>>,
     pub(super) sent: VecDeque<Sent>,
-    /// nsqd refused one of its commands (its error answered a publish).
+    /// nsqd refused one of its commands (its error answered a publish, or it reset the
+    /// connection during a body larger than any it accepted: see `refusal`).
     pub(super) refused: bool,
+    /// The token of the command taken as refused by a reset, once the reset is read.
+    pub(super) reset_refused: Option<u64>,
     /// The connection may have bytes to transmit.
     pub(super) dirty: bool,
 }
@@ -53,4 +57,9 @@ pub(super) struct Node {
     /// Its last connection showed a misconfiguration (the wrong port, a TLS mismatch,
     /// refused credentials): not connected to again until it is added again.
     pub(super) parked: Option<Misconfiguration>,
+    /// Known to be down: its last connection attempt failed before the connection became
+    /// ready. (One that was ready when it ended is not: a publish connects to it again.)
+    pub(super) down: bool,
+    /// The largest message and MPUB body this nsqd has confirmed.
+    pub(super) accepted: Accepted,
 }

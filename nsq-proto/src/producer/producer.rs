@@ -20,6 +20,7 @@ use super::events::{
     PingId, ProducerError, ProducerEvent, ProducerStats, PublishFailure, PublishId,
 };
 use super::node::{Node, Session};
+use super::refusal::{Accepted, Inferred};
 use super::work::{Fate, Item, Pending, PendingKind, Work};
 /// An action waiting in the output queue; consecutive bytes for one connection are gathered.
 #[derive(Debug)]
@@ -69,11 +70,22 @@ impl Queued {
 /// [`poll_action`](Self::poll_action) calls leaves as one `Transmit` (one write, one TLS
 /// record run, one compression flush). When no connection is ready but one is being
 /// established, publishes wait (at most `publish_timeout`, at most `max_pending` of them) and
-/// are sent when it becomes ready; when every nsqd is down they fail at once with
-/// [`PublishFailure::NoServerAvailable`]. A connection that dies fails its unconfirmed
-/// publishes with [`PublishFailure::ConnectionLost`] (they may have been applied); later
-/// publishes go to another ready connection while it reconnects with exponential backoff and
-/// jitter.
+/// are sent when it becomes ready. When none is being established, a publish connects at once
+/// to every nsqd not known to be down (its last connection was ready when it ended: lost, or
+/// closed by nsqd; as go-nsq connects inside `Publish`) and waits for it; it fails at once
+/// with [`PublishFailure::NoServerAvailable`] only when every nsqd is known to be down (its
+/// last connection attempt failed). A connection that dies fails its unconfirmed publishes
+/// with [`PublishFailure::ConnectionLost`] (they may have been applied); later publishes go
+/// to another ready connection while it reconnects with exponential backoff and jitter.
+///
+/// A publish nsqd refuses for its size fails alone: nsqd closes the connection, which is
+/// replaced at once, and the limit is kept, so later publishes over it fail before they are
+/// sent. nsqd states the limit in its refusal; when the reset that follows (nsqd closes with
+/// the body unread) destroys that refusal, a connection that ends while its oldest
+/// unanswered publish holds a message larger than any this nsqd took is taken as the
+/// refusal, with the limit one byte below that message's size (likewise an MPUB body).
+/// Sizes within nsqd's default limits (1 MiB per message, 5 MiB per MPUB) are never taken
+/// so, and the guess is withdrawn if nsqd then cannot be reached: it was a crash.
 #[derive(Debug)]
 pub struct Producer {
     pub(super) config: ProducerConfig,
@@ -98,10 +110,13 @@ pub struct Producer {
     // stats
     pub(super) published: u64,
     pub(super) failed: u64,
-    /// The lowest size limits any nsqd has stated in a refusal (`... too big N > MAX`),
-    /// starting at the configured ones: every later publish is checked against them, on any
-    /// connection, from the moment the refusal is read.
+    /// The lowest size limits any nsqd has stated in a refusal (`... too big N > MAX`), or
+    /// was taken to refuse by resetting the connection (see `refusal`), starting at the
+    /// configured ones: every later publish is checked against them, on any connection,
+    /// from the moment the refusal is read.
     pub(super) learned: crate::Limits,
+    /// A limit of `learned` lowered on the evidence of a reset alone (see `refusal`).
+    pub(super) inferred: Option<Inferred>,
     pub(super) batches: u64,
     pub(super) batched_messages: u64,
     // outputs
@@ -140,6 +155,7 @@ impl Producer {
             published: 0,
             failed: 0,
             learned,
+            inferred: None,
             batches: 0,
             batched_messages: 0,
             actions: VecDeque::new(),
@@ -282,6 +298,8 @@ impl Producer {
         let Some(i) = self.node_of(conn) else {
             return;
         };
+        // A reset during a body larger than nsqd ever took may be its refusal.
+        self.note_reset(i);
         match self.nodes[i].link.as_mut().and_then(|l| l.conn.as_mut()) {
             Some(c) => {
                 c.handle_eof(now);
@@ -388,6 +406,8 @@ impl Producer {
             ),
             next_attempt: None,
             parked: None,
+            down: false,
+            accepted: Accepted::default(),
         });
         self.connect(now, self.nodes.len() - 1);
         Ok(())
@@ -469,7 +489,7 @@ impl Producer {
         let id = PingId(self.take_id());
         if let Some(i) = self.route() {
             self.ping_on(now, i, id);
-        } else if self.any_in_progress() {
+        } else if self.any_in_progress() || self.connect_on_demand(now) {
             self.pending.push_back(Pending {
                 id: id.0,
                 since: now,

@@ -2,9 +2,9 @@
 //! batching, writing, and the retries after a refused batch or a lost connection.
 
 use crate::command::{self};
-use crate::connection::{CloseReason, ConnectionState, PublishError};
+use crate::connection::{CloseReason, ConnectionError, ConnectionState, PublishError};
 use crate::deadline::later;
-use crate::error_code::{ErrorCode, ServerError};
+use crate::error_code::ErrorCode;
 use crate::names::Topic;
 use bytes::Bytes;
 use std::time::Instant;
@@ -12,7 +12,7 @@ use std::time::Instant;
 use super::events::{ProducerError, ProducerEvent, PublishFailure, PublishId};
 use super::node::Sent;
 use super::producer::Producer;
-use super::work::{Ids, Item, MAX_SENT_WHILE_BATCHING, Pending, PendingKind, Shape, Work};
+use super::work::{Ids, Item, MAX_SENT_WHILE_BATCHING, Pending, PendingKind, Shape, Work, entries};
 
 /// Bytes of entries a batch of single publishes starts with room for (it grows beyond).
 const BATCH_START: usize = 4096;
@@ -31,7 +31,7 @@ impl Producer {
             self.enqueue(i, id, topic, item);
             return Ok(id);
         }
-        if self.any_in_progress() {
+        if self.any_in_progress() || self.connect_on_demand(now) {
             if self.pending.len() >= self.config.max_pending {
                 return Err(ProducerError::PendingQueueFull {
                     limit: self.config.max_pending,
@@ -69,7 +69,7 @@ impl Producer {
             });
             return Ok(id);
         }
-        // Every nsqd is down: fail fast.
+        // Every nsqd is known to be down: fail fast.
         let id = PublishId(self.take_id());
         self.failed += 1;
         let failure = self.unavailable();
@@ -218,13 +218,21 @@ impl Producer {
     }
 
     /// Sends the publishes waiting for a connection (a connection just became ready).
+    /// Publishes over a limit nsqd stated (or was taken to have) since they were accepted
+    /// fail here, sending nothing ([`PublishFailure::Refused`]): sent, nsqd would refuse
+    /// them and close the connection again.
     pub(super) fn drain_pending(&mut self, now: Instant) {
         while let Some(p) = self.pending.pop_front() {
+            let id = PublishId(p.id);
+            if let Err(e) = p.kind.check(&self.learned) {
+                let refused = PublishFailure::Refused(ConnectionError::Command(e));
+                self.resolve(id, Err(refused));
+                continue;
+            }
             let Some(i) = self.route() else {
                 self.pending.push_front(p);
                 return;
             };
-            let id = PublishId(p.id);
             match &p.kind {
                 PendingKind::Ping(ping) => self.ping_on(now, i, *ping),
                 PendingKind::Publish { topic, body, solo } => {
@@ -271,7 +279,7 @@ impl Producer {
                         error = %e,
                         "nsqd refused a batch: sending its publishes one by one"
                     );
-                    self.retry(now, work, true);
+                    self.split_refused(now, &work, &PublishFailure::Server(e));
                 } else {
                     for id in work.ids.as_slice() {
                         self.resolve(*id, Err(PublishFailure::Server(e.clone())));
@@ -281,7 +289,7 @@ impl Producer {
             // nsqd stops reading at a fatal error: what was sent after the refused command
             // was never processed, and goes again on the next connection.
             PublishError::Closed(CloseReason::Server(_) | CloseReason::TlsRequired(_)) => {
-                self.retry(now, work, false);
+                self.retry(now, work);
             }
             PublishError::Closed(reason) => {
                 for id in work.ids.as_slice() {
@@ -291,9 +299,8 @@ impl Producer {
         }
     }
 
-    /// Puts the publishes of `work` (never processed by nsqd) back in the pending queue;
-    /// `split`: each message of a batch alone, never merged again.
-    pub(super) fn retry(&mut self, now: Instant, work: Work<Bytes>, split: bool) {
+    /// Puts the publishes of `work` (never processed by nsqd) back in the pending queue.
+    pub(super) fn retry(&mut self, now: Instant, work: Work<Bytes>) {
         let deadline = later(now, self.config.publish_timeout);
         let Work {
             topic,
@@ -313,26 +320,14 @@ impl Producer {
         };
         match shape {
             Shape::Batch { solo } => {
-                let mut at = 0usize;
+                let mut bodies = entries(&data);
                 for id in ids.as_slice() {
-                    let body = data
-                        .get(at..at + 4)
-                        .and_then(|l| <[u8; 4]>::try_from(l).ok())
-                        .map(|l| u32::from_be_bytes(l) as usize)
-                        .and_then(|len| {
-                            let body = data
-                                .get(at + 4..at + 4 + len)
-                                .map(|_| data.slice(at + 4..at + 4 + len));
-                            at += 4 + len;
-                            body
-                        })
-                        .unwrap_or_default();
                     push(
                         *id,
                         PendingKind::Publish {
                             topic: topic.clone(),
-                            body,
-                            solo: solo || split,
+                            body: bodies.next().unwrap_or_default(),
+                            solo,
                         },
                     );
                 }
@@ -353,35 +348,6 @@ impl Producer {
                     body: data,
                 },
             ),
-        }
-    }
-
-    /// Lowers the producer's size limits to what nsqd `i` said in a refusal
-    /// (`... too big N > MAX`).
-    pub(super) fn learn_limits(&mut self, i: usize, e: &ServerError) {
-        let description = e.description();
-        let Some((_, max)) = description.split_once(" too big ") else {
-            return;
-        };
-        let Some(max) = max
-            .rsplit('>')
-            .next()
-            .and_then(|m| m.trim().parse::<u32>().ok())
-        else {
-            return;
-        };
-        let (limit, learned) = match e.code() {
-            ErrorCode::BadMessage => ("max-msg-size", &mut self.learned.max_msg_size),
-            ErrorCode::BadBody => ("max-body-size", &mut self.learned.max_body_size),
-            _ => return,
-        };
-        if max < *learned {
-            *learned = max;
-            tracing::info!(
-                addr = self.nodes[i].addr,
-                max,
-                "nsqd's {limit} is lower than configured"
-            );
         }
     }
 }

@@ -1,7 +1,8 @@
 //! The units of publishing work: a publish or batch on its way ([`Work`]), publishes waiting
 //! for a connection ([`Pending`]), and what happens to them when a connection goes ([`Fate`]).
 
-use crate::command;
+use crate::command::{self, CommandError};
+use crate::limits::Limits;
 use crate::names::Topic;
 use bytes::Bytes;
 use std::time::{Duration, Instant};
@@ -127,6 +128,47 @@ impl Work<Vec<u8>> {
     }
 }
 
+impl Work<Bytes> {
+    /// The bodies of its messages, in order (a DPUB's one body; a batch's or an MPUB's
+    /// entries).
+    pub(super) fn bodies(&self) -> impl Iterator<Item = Bytes> + '_ {
+        let single = matches!(self.shape, Shape::Deferred(_)).then(|| self.data.clone());
+        let entries = (!matches!(self.shape, Shape::Deferred(_))).then(|| entries(&self.data));
+        single.into_iter().chain(entries.into_iter().flatten())
+    }
+
+    /// The length of its largest message.
+    pub(super) fn largest_message(&self) -> usize {
+        self.bodies().map(|b| b.len()).max().unwrap_or(0)
+    }
+
+    /// Its MPUB body size (the count field and every entry), when it goes out as an MPUB.
+    pub(super) fn mpub_body(&self) -> Option<usize> {
+        match self.shape {
+            Shape::Multi => Some(4 + self.data.len()),
+            Shape::Batch { .. } if self.count > 1 => Some(4 + self.data.len()),
+            _ => None,
+        }
+    }
+}
+
+/// The bodies of MPUB entries (u32 length + body, each), as slices of `data`; a truncated
+/// entry ends them.
+pub(super) fn entries(data: &Bytes) -> impl Iterator<Item = Bytes> + '_ {
+    let mut at = 0usize;
+    std::iter::from_fn(move || {
+        let len = data
+            .get(at..at + 4)
+            .and_then(|l| <[u8; 4]>::try_from(l).ok())
+            .map(|l| u32::from_be_bytes(l) as usize)?;
+        let body = data
+            .get(at + 4..at + 4 + len)
+            .map(|_| data.slice(at + 4..at + 4 + len))?;
+        at += 4 + len;
+        Some(body)
+    })
+}
+
 #[derive(Debug)]
 pub(super) enum PendingKind {
     Publish {
@@ -145,6 +187,43 @@ pub(super) enum PendingKind {
         body: Bytes,
     },
     Ping(PingId),
+}
+
+impl PendingKind {
+    /// Checks a waiting publish against `limits` (lowered since it was accepted, perhaps).
+    pub(super) fn check(&self, limits: &Limits) -> Result<(), CommandError> {
+        match self {
+            PendingKind::Publish { body, .. } => command::check_publish(body, None, limits),
+            PendingKind::Deferred { body, delay, .. } => {
+                command::check_publish(body, Some(*delay), limits)
+            }
+            PendingKind::Multi { entries: data, .. } => {
+                let mut largest = (0, 0);
+                for (index, body) in entries(data).enumerate() {
+                    if body.len() > largest.1 {
+                        largest = (index, body.len());
+                    }
+                }
+                let (index, len) = largest;
+                if len > limits.max_msg_size as usize {
+                    return Err(CommandError::BodyTooLarge {
+                        index,
+                        len,
+                        max: limits.max_msg_size,
+                    });
+                }
+                let body = 4 + data.len() as u64;
+                if body > u64::from(limits.max_body_size) {
+                    return Err(CommandError::BatchTooLarge {
+                        len: body,
+                        max: limits.max_body_size,
+                    });
+                }
+                Ok(())
+            }
+            PendingKind::Ping(_) => Ok(()),
+        }
+    }
 }
 
 #[derive(Debug)]

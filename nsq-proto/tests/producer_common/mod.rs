@@ -48,6 +48,10 @@ pub struct Server {
     pub tls_required: bool,
     /// Commands received (PUB, MPUB, DPUB), as (verb, message count), in order.
     pub commands: Vec<(&'static str, usize)>,
+    /// A refusal (over `max_msg_size`) ends the connection with a reset that destroys the
+    /// error frame before the client reads it: the client sees the replies sent before it,
+    /// then EOF.
+    pub reset_refusals: bool,
 }
 
 pub struct Peer {
@@ -104,6 +108,7 @@ impl World {
                     max_msg_size: None,
                     tls_required: false,
                     commands: Vec::new(),
+                    reset_refusals: false,
                 },
             );
         }
@@ -235,11 +240,21 @@ impl World {
             }
             let ids: Vec<ConnId> = self.peers.keys().copied().collect();
             for id in ids {
-                let out = self.peers.get_mut(&id).unwrap().fake.take_output();
+                let peer = self.peers.get_mut(&id).unwrap();
+                let mut out = peer.fake.take_output();
+                let reset = peer.fake.is_closed() && self.servers[&peer.addr].reset_refusals;
+                if reset {
+                    out.truncate(before_first_error(&out));
+                }
                 if !out.is_empty() {
                     progressed = true;
                     let mut buf = BytesMut::from(&out[..]);
                     self.producer.handle_input(self.now, id, &mut buf);
+                }
+                if reset {
+                    progressed = true;
+                    self.peers.remove(&id);
+                    self.producer.handle_eof(self.now, id);
                 }
             }
             while let Some(e) = self.producer.poll_event() {
@@ -294,6 +309,22 @@ impl World {
         let p = self.peers.get_mut(&conn).unwrap();
         p.fake
             .close_with_error(ErrorCode::BadTopic, "PUB topic name is not valid");
+        self.settle();
+    }
+
+    /// Server `i` closes its connections (they hit EOF) and stays up.
+    pub fn drop_connections(&mut self, i: usize) {
+        let a = addr(i);
+        let gone: Vec<ConnId> = self
+            .peers
+            .iter()
+            .filter(|(_, p)| p.addr == a)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in gone {
+            self.peers.remove(&id);
+            self.producer.handle_eof(self.now, id);
+        }
         self.settle();
     }
 
@@ -377,4 +408,18 @@ impl World {
     pub fn is_resolved(&self, id: PublishId) -> bool {
         self.resolved.contains_key(&id)
     }
+}
+
+/// Where the first error frame starts in `out` (a server's bytes, whole frames), or its
+/// length if there is none.
+fn before_first_error(out: &[u8]) -> usize {
+    let mut at = 0;
+    while let Some(head) = out.get(at..at + 8) {
+        let size = u32::from_be_bytes([head[0], head[1], head[2], head[3]]) as usize;
+        if u32::from_be_bytes([head[4], head[5], head[6], head[7]]) == 1 {
+            return at;
+        }
+        at += 4 + size;
+    }
+    out.len()
 }

@@ -172,6 +172,7 @@ impl NsqdBuilder {
             conn_threads: Mutex::default(),
             lookup: Mutex::new(Vec::new()),
             fail_publishes: AtomicBool::new(false),
+            lose_size_refusals: AtomicBool::new(false),
             start_time: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),

@@ -26,8 +26,11 @@ pub(super) fn millis(d: Duration) -> i64 {
 pub(super) type CmdResult = Result<Option<Vec<u8>>, CmdErr>;
 
 impl Conn {
-    pub(super) fn send(&self, kind: u32, data: &[u8]) {
-        let _ = self.out.send(Out::Frame(frame(kind, data)));
+    /// Hands a response or error frame to the writer; false when the writer has given up
+    /// (a write failed), as nsqd's `Send` fails then.
+    pub(super) fn send(&self, kind: u32, data: &[u8]) -> bool {
+        self.out.send(Out::Frame(frame(kind, data))).is_ok()
+            && !self.ctl.write_failed.load(Ordering::SeqCst)
     }
 
     pub(super) fn with_client<T>(&self, f: impl FnOnce(&mut Client) -> T) -> Result<T, CmdErr> {
@@ -70,7 +73,7 @@ impl Conn {
             }
             Ok(m) => {
                 tracing::debug!(client = self.id, magic = ?m, "bad protocol magic");
-                self.send(1, b"E_BAD_PROTOCOL");
+                let _ = self.send(1, b"E_BAD_PROTOCOL");
                 return;
             }
             Err(_) => return,
@@ -131,15 +134,23 @@ impl Conn {
                     });
                 }
             }
-            match result {
+            let sent = match result {
                 Ok(Some(resp)) => self.send(0, &resp),
-                Ok(None) => {}
+                Ok(None) => true,
                 Err(CmdErr::NonFatal(e)) => self.send(1, e.as_bytes()),
                 Err(CmdErr::Fatal(e)) => {
                     tracing::debug!(client = self.id, error = %e, "fatal client error");
-                    self.send(1, e.as_bytes());
+                    let size_refusal = e.contains(" too big ")
+                        && (e.starts_with("E_BAD_MESSAGE ") || e.starts_with("E_BAD_BODY "));
+                    if !(size_refusal && self.inner.lose_size_refusals.load(Ordering::SeqCst)) {
+                        let _ = self.send(1, e.as_bytes());
+                    }
                     return;
                 }
+            };
+            if !sent {
+                tracing::debug!(client = self.id, "a reply could not be written: closing");
+                return;
             }
         }
     }

@@ -222,8 +222,10 @@ impl Conn {
                 ));
             }
         }
-        // The read deadline (twice the interval) follows every IDENTIFY.
+        // The read deadline (twice the interval) and the write deadline (the interval)
+        // follow every IDENTIFY.
         self.heartbeat = heartbeat;
+        self.ctl.set_write_timeout(heartbeat);
         let first = !self.identified;
         self.identified = true;
         self.with_client_flow(|c, f| {

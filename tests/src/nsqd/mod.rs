@@ -1,7 +1,51 @@
 //! The nsqd stand-in: TCP protocol V2, topics/channels, timers, faults and introspection.
+//!
+//! # Checked against nsqd v1.3.0
+//!
+//! Its protocol handling (`nsqd/protocol_v2.go`, `client_v2.go`, `channel.go`, `tcp.go`)
+//! was gone through for the places where a stand-in is tempted to forgive; each point
+//! below is done as nsqd does, and checked by `tests/tests/protocol.rs` (error codes,
+//! texts, which errors close), `closing.rs` (how connections end) and `delivery.rs`
+//! (delivery, timeouts, heartbeats), which run against a real nsqd too with
+//! `NSQD_TCP_ADDRESS` set. Differences that remain are listed
+//! in the crate docs ("Known differences from nsqd").
+//!
+//! - **Ending a connection** (`tcp.go`): after a fatal error the frame is flushed and the
+//!   socket closed at once. What the client sent and nsqd did not read (an oversize
+//!   PUB/DPUB/MPUB's body, refused right after its size; commands behind a fatal one) is
+//!   answered by the kernel with a reset, so a client that writes on without reading meets
+//!   the reset. (Until issue 44 the broker read for 200 ms first, and the client always got
+//!   a clean close.)
+//! - **Write deadline** (`Send`, `Flush`): every write may block for the client's heartbeat
+//!   interval at most. A client that stops reading has its writes given up for good: no
+//!   more messages or heartbeats, and the connection closes at the next reply the broker
+//!   has to send, or when the read deadline passes. (Until issue 44 a blocked write waited
+//!   forever.) The deadline is per write call here, per buffered flush in nsqd.
+//! - **Read deadline**: twice the heartbeat interval, set before each command line (so it
+//!   bounds the body too), following every IDENTIFY; none with heartbeats disabled.
+//! - **Command lines**: split on single spaces, `\r` trimmed, longer than 16 KiB (nsqd's
+//!   read buffer) closes without an error frame; an unknown or empty command is fatal.
+//! - **Order of checks**, each with nsqd's code and text: magic (`E_BAD_PROTOCOL`); IDENTIFY
+//!   before the TLS-required check, every other command after it; PUB and DPUB check their
+//!   parameters, then the size (sign, then `--max-msg-size`), read the body, then AUTH;
+//!   DPUB's delay against `--max-req-timeout` before its size; MPUB checks AUTH and creates
+//!   the topic before its body size (sign first), then the count against
+//!   `(max-body-size - 4) / 5`, then each message's size, reading message by message, so a
+//!   refusal leaves the rest unread; IDENTIFY and AUTH check the maximum body size before
+//!   the sign; AUTH's "already set" comes after its body is read.
+//! - **States**: SUB only in the initial state and with heartbeats on; RDY ignored after
+//!   CLS, fatal before SUB, over `--max-rdy-count` or unparsable; FIN/REQ/TOUCH in the
+//!   subscribed or closing state, with a 16-byte id, failing without closing for a message
+//!   not in flight or another client's; REQ's delay clamped, DPUB's refused; a second CLS
+//!   fatal; IDENTIFY allowed until SUB, AUTH only before SUB and only once.
+//! - **Delivery** (`messagePump`, `IsReadyForMessages`, `channel.go`): a client gets messages
+//!   while its in-flight count is below its RDY (none at RDY 0 or on a paused channel);
+//!   attempts count deliveries; a message times out after the client's msg_timeout and is
+//!   redelivered; TOUCH renews to at most max_msg_timeout after delivery; a REQ with a delay
+//!   defers; CLS forces RDY 0; heartbeats go out at the interval even before IDENTIFY.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::io::{self, Read};
+use std::io;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::sync::mpsc::{self, Sender};
@@ -150,6 +194,8 @@ struct Inner {
     conn_threads: Mutex<Vec<JoinHandle<()>>>,
     lookup: Mutex<Vec<(Arc<LookupShared>, ProducerId)>>,
     fail_publishes: AtomicBool,
+    /// See [`Nsqd::lose_size_refusals`].
+    lose_size_refusals: AtomicBool,
     /// Unix seconds at start (`/info`'s `start_time`).
     start_time: u64,
     /// The HTTP port (0 without HTTP), set once the HTTP server listens.
@@ -461,6 +507,14 @@ impl Nsqd {
         self.inner.fail_publishes.store(on, Ordering::SeqCst);
     }
 
+    /// While on, an oversize PUB, DPUB or MPUB is refused like nsqd does (the body left
+    /// unread, so the connection is reset) but without its error frame: what a client sees
+    /// when the reset destroys nsqd's `E_BAD_MESSAGE`/`E_BAD_BODY` before it is read (a
+    /// segment lost on the way; a client system that drops received data on a reset).
+    pub fn lose_size_refusals(&self, on: bool) {
+        self.inner.lose_size_refusals.store(on, Ordering::SeqCst);
+    }
+
     /// Simulates an nsqd restart on the same port: stop listening, drop every connection,
     /// optionally forget every message, listen again.
     pub fn restart(&self, what: Restart) -> io::Result<()> {
@@ -669,6 +723,7 @@ impl Inner {
             .peer_addr()
             .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
         let ctl = Arc::new(ConnCtl::new(self.faults.clone()));
+        ctl.set_write_timeout(Some(self.opts.heartbeat_interval));
         let clones = (
             stream.try_clone(),
             stream.try_clone(),
@@ -754,24 +809,10 @@ impl Inner {
         if let Ok(w) = writer {
             let _ = w.join();
         }
-        // Drain what the client still sends for a moment, so closing does not turn into a
-        // reset that could destroy the error frame we just sent.
-        let _ = stream.set_read_timeout(Some(Duration::from_millis(10)));
-        let end = Instant::now() + Duration::from_millis(200);
-        let mut scratch = [0u8; 4096];
-        let mut s = stream;
-        while Instant::now() < end && !ctl.killed() && !self.shutdown.load(Ordering::SeqCst) {
-            match s.read(&mut scratch) {
-                Ok(0) => break,
-                Ok(_) => {}
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) => {}
-                Err(_) => break,
-            }
-        }
+        // Closed at once, like nsqd (`client.Close()` right after the error frame is flushed):
+        // whatever the client sent that was not read (the body of an oversize PUB, commands
+        // pipelined behind a fatal one) makes the kernel reset the connection, and a client
+        // that does not read before it writes on meets that reset, as it would with nsqd.
         let _ = stream.shutdown(Shutdown::Both);
         tracing::debug!(client = id, "client gone");
     }

@@ -89,11 +89,11 @@ pub(super) fn writer_main(rx: &Receiver<Out>, raw: RawWrite, ctl: &ConnCtl, obuf
                         _ => continue,
                     }
                 }
-                Err(RecvTimeoutError::Disconnected) => break,
+                Err(RecvTimeoutError::Disconnected) => return shut(&stream),
             },
             None => match rx.recv() {
                 Ok(o) => o,
-                Err(_) => break,
+                Err(_) => return shut(&stream),
             },
         };
         let mut item = Some(first);
@@ -170,7 +170,16 @@ pub(super) fn writer_main(rx: &Receiver<Out>, raw: RawWrite, ctl: &ConnCtl, obuf
             break;
         }
     }
-    if let Ok(s) = &stream {
+    // A write failed (the client does not read, so the write deadline passed; or the socket
+    // broke). Like nsqd's, whose buffered writer keeps its error: nothing is written any
+    // more (no message, no heartbeat), and the reader closes the connection when it next
+    // has a reply to send, or when its read deadline passes.
+    ctl.write_failed.store(true, Ordering::SeqCst);
+}
+
+/// The reader is gone: shuts the socket down.
+fn shut(stream: &io::Result<std::net::TcpStream>) {
+    if let Ok(s) = stream {
         let _ = s.shutdown(Shutdown::Both);
     }
 }

@@ -9,8 +9,10 @@
 //! these traits over nsq-client's generic clients, are written once in the repository-only
 //! `nsq-test-support` package (`tests/support/`), which the adapters' test crates depend on.
 //!
-//! Unlike [`crate::conformance`], these scenarios always use the in-process broker: they
-//! need its introspection and fault injection.
+//! Unlike [`crate::conformance`], these scenarios use the in-process broker: they need its
+//! introspection and fault injection. One, `oversize_publishes_cost_one_connection`, needs
+//! neither to prove its point, and runs against the real nsqd named by `NSQD_TCP_ADDRESS`
+//! when it is set (see [`crate::conformance::Env`]).
 
 use std::fmt;
 use std::sync::Arc;
@@ -664,6 +666,9 @@ scenario_list! {
     auto_touch_keeps_a_slow_handler_s_message: 20,
     a_burst_of_rejected_answers_backs_off: 20,
     stats_rows_catch_up_over_many_brokers: 30,
+    oversize_publishes_cost_one_connection: 30,
+    an_oversize_publish_answered_only_by_a_reset_costs_one_connection: 30,
+    a_publish_waits_while_its_producer_reconnects: 30,
 }
 
 /// Runs the scenario `name` against the factory `make` builds, on a thread of its own with
@@ -775,6 +780,7 @@ fn text(m: &dyn Message) -> String {
 mod consume;
 mod faults;
 mod flow;
+mod limits;
 mod publish;
 mod security;
 mod topology;
@@ -799,6 +805,11 @@ use flow::{
     in_flight_stays_within_max_in_flight_across_three_brokers,
     max_in_flight_changes_at_runtime_and_starvation_is_reported, rdy_is_spread_over_three_brokers,
     stats_rows_catch_up_over_many_brokers,
+};
+use limits::{
+    a_publish_waits_while_its_producer_reconnects,
+    an_oversize_publish_answered_only_by_a_reset_costs_one_connection,
+    oversize_publishes_cost_one_connection,
 };
 use publish::{
     a_limit_nsqd_stated_applies_at_once, a_refused_message_costs_no_outage,

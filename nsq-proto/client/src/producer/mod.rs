@@ -256,6 +256,12 @@ impl Producer {
     }
 
     /// Publishes one message (PUB) and waits for nsqd's answer.
+    ///
+    /// With no connection ready, it waits for one being made, at most `publish_timeout`
+    /// (default 5 s): when nsqd closed the last one (after refusing a publish, say) or it was
+    /// lost, the producer connects again at once. It fails at once with
+    /// [`Error::NoServerAvailable`] only when every nsqd's last connection attempt failed.
+    /// The same holds for every publish and for [`ping`](Self::ping).
     pub async fn publish(
         &self,
         topic: impl IntoTopic,
