@@ -47,7 +47,8 @@
 //!   [`http::lookupd`]), [`Cluster`] ([`ClusterReport`], [`NodeFailure`],
 //!   [`TopicStatsReport`], [`ChannelStatsReport`]), [`HttpConfig`].
 //! * **Names**: [`Topic`], [`Channel`] ([`IntoTopic`], [`IntoChannel`], [`NameError`]).
-//! * **The runtime**: [`Blocking`], the [`Runtime`](nsq_client::Runtime) the types above run on.
+//! * **The runtime**: [`Blocking`], what the types above run on (a thread and a poller of
+//!   each client's own).
 //! * **The guide**: [`guide`] (how a client runs, configuration and errors, logs, metrics).
 //! * **The protocol core**, for what a program rarely needs: [`proto`] (`nsq_proto`).
 //!

@@ -53,6 +53,39 @@
 //! go-nsq's option names, every error is one [`Error`], and everything is logged through
 //! `tracing` with a span per client and connection.
 //!
+//! # Example
+//!
+//! A runnable round trip against the in-process test broker (use your nsqd's address
+//! instead):
+//!
+//! ```
+//! use nsq_tokio::{Config, Consumer, Producer};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let nsqd = nsq_test_broker::Nsqd::start()?;
+//! let addr = nsqd.tcp_address().to_string();
+//!
+//! let producer = Producer::connect(&addr, &Config::default()).await?;
+//! producer.publish("events", "hello").await?;
+//! producer.multi_publish("events", ["a", "b"]).await?;
+//! producer.close().await; // flushes what is outstanding
+//!
+//! let mut consumer = Consumer::builder("events", "archive")
+//!     .config(&Config { max_in_flight: 10, ..Config::default() })
+//!     .nsqd(addr.as_str())
+//!     .build()?;
+//! for _ in 0..3 {
+//!     let msg = consumer.recv().await.expect("a message");
+//!     println!("{}", String::from_utf8_lossy(msg.body()));
+//!     msg.finish(); // or requeue(..), requeue_without_backoff(..); touch() for more time
+//! }
+//! let report = consumer.stop().await; // graceful: CLS, drained
+//! assert_eq!(report.unanswered, 0);
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Publishing
 //!
 //! ```no_run
