@@ -125,6 +125,44 @@
 //! # }
 //! ```
 //!
+//! # Administering a cluster
+//!
+//! The typed HTTP calls of nsqd and nsqlookupd ([`http::nsqd`], [`http::lookupd`]) through
+//! an [`HttpClient`], and nsqadmin's operations over a whole cluster through a [`Cluster`]
+//! (the [`guide`] says more); here against the in-process test broker and its nsqlookupd:
+//!
+//! ```
+//! use nsq_blocking::http::nsqd::{self, StatsQuery};
+//! use nsq_blocking::{Channel, Cluster, HttpClient, Topic};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let lookupd = nsq_test_broker::Lookupd::start()?;
+//! # let broker = nsq_test_broker::Nsqd::builder().http(true).lookupd(&lookupd).start()?;
+//! # let nsqd_http = broker.http_address().expect("an HTTP address").to_string();
+//! # let lookupd_http = lookupd.http_address().to_string();
+//! let (orders, billing) = (Topic::new("orders")?, Channel::new("billing")?);
+//!
+//! // One nsqd: create a topic and a channel before consumers start, read its stats.
+//! let node = HttpClient::new(&nsqd_http)?;
+//! node.call(nsqd::create_topic(&orders))?;
+//! node.call(nsqd::create_channel(&orders, &billing))?;
+//! let stats = node.call(nsqd::stats(&StatsQuery::new().topic(&orders)))?;
+//! assert_eq!(stats.topics[0].topic_name, "orders");
+//!
+//! // The whole cluster, through its nsqlookupd: a node that fails is reported, not hidden.
+//! let cluster = Cluster::new([lookupd_http.as_str()])?;
+//! let topics = cluster.topics();
+//! println!("topics {:?}, failures {:?}", topics.value, topics.failures);
+//! cluster.pause_channel(&orders, &billing); // during an incident
+//! cluster.unpause_channel(&orders, &billing);
+//! let deleted = cluster.delete_topic(&orders); // tombstone, delete on each nsqd, then at lookupds
+//! for failure in &deleted.failures {
+//!     eprintln!("{failure}");
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[doc(inline)]

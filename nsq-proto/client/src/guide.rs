@@ -16,15 +16,71 @@
 //! whether the calls that wait drive it, is the runtime's part: the crate's own
 //! documentation says.
 //!
+//! # Runtimes
+//!
+//! A client runs on a runtime: what lends it sockets, a timer, a place for its driver and the
+//! clock. Each adapter crate turns one on, and a client finds it where it is built: on
+//! tokio, inside the tokio runtime `build` is called in (with its IO and time drivers, else
+//! [`Error::NoRuntime`](crate::Error::NoRuntime)); with nsq-async-std, on async-io's reactor,
+//! from any thread, driven by the tasks that wait for it and a thread of its own for the
+//! rest; with nsq-blocking, on a poller of the client's own, driven by the blocking calls that
+//! wait and a thread of its own for the rest. A builder's `runtime(..)` gives a client
+//! another one: nsq-async-std's `AsyncStd::on_executor` (drivers as tasks on the
+//! application's executor), tokio's `Tokio::on` (a given tokio runtime), or a runtime of your
+//! own ([`Runtime`](crate::Runtime)).
+//!
 //! # Configuration and errors
 //!
 //! Clients take a [`Config`](nsq_proto::Config): go-nsq's option names and defaults, set in
 //! code, option by option (`config.set_str("max_in_flight", "100")`, like go-nsq's
 //! `Config.Set`), or deserialised from JSON/TOML/... so existing go-nsq configurations port;
 //! the builders' `core_config` takes the core's own structs (`proto::ConsumerConfig`, ...)
-//! for what `Config` does not expose. Every fallible call returns an
-//! [`Error`](crate::Error), whose variants a program can match on and whose `Display` says
-//! everything once.
+//! for what `Config` does not expose.
+//!
+//! Every fallible call returns an [`Error`](crate::Error), with variants a program can match
+//! on, and a `Display` that says each thing once (no error also returns from `source()` a
+//! cause it already shows, so anyhow's or eyre's `{:#}` prints the same single line):
+//!
+//! | error | `Display` (and `{:#}`) |
+//! |---|---|
+//! | `Error::InvalidTopic { name, reason }` | `invalid topic name "bad topic!": invalid character ' ' at byte 3: names use only [.a-zA-Z0-9_-] with an optional #ephemeral suffix` |
+//! | `Error::Server(e)`, `e.code() == ErrorCode::BadMessage` | `nsqd error E_BAD_MESSAGE: PUB invalid message body size 0` |
+//! | `Error::ConnectionLost(CloseReason::Eof)` | `connection lost before nsqd answered: the server closed the connection` |
+//! | `Error::Misconfigured { nsqd, problem: Misconfiguration::HttpPort }` | `cannot use nsqd 127.0.0.1:4151 as configured: the address answered in HTTP: it is an HTTP port (nsqd's 4151 or nsqlookupd's 4161 by default), not nsqd's TCP port (4150 by default)` |
+//! | `Error::Lookupd { lookupd, error: LookupdError::NotLookupd }` | `cannot use nsqlookupd http://127.0.0.1:4151/lookup as configured: the lookupd address has no /lookup (HTTP 404 NOT_FOUND): it is not an nsqlookupd; ...` |
+//!
+//! `Error::NoServerAvailable` means no nsqd is reachable now, and the client keeps trying.
+//! `Error::Misconfigured` means an nsqd cannot work as configured (a `Misconfiguration`: an
+//! HTTP port, nsqlookupd's TCP port, TLS required or not offered, a TLS handshake refused,
+//! AUTH secret missing or refused): it is logged once at ERROR and not retried until the
+//! address is added again. A lookupd address that is no nsqlookupd is `Error::Lookupd` with
+//! `error.is_misconfiguration()`, likewise not polled again. Whether a failed publish is worth
+//! trying again:
+//!
+//! ```
+//! # use nsq_client::{Error, InputError};
+//! # use nsq_proto::ErrorCode;
+//! fn worth_retrying(e: &Error) -> bool {
+//!     match e {
+//!         // nsqd refused the message itself: retrying cannot help.
+//!         Error::Server(s) if s.code() == ErrorCode::BadMessage => false,
+//!         Error::InvalidTopic { .. } | Error::InvalidInput(InputError::Publish(_)) => false,
+//!         // Perhaps published already: a retry may deliver it twice (NSQ is at-least-once).
+//!         e if e.maybe_published() => true,
+//!         // None reachable now; the client keeps trying.
+//!         Error::NoServerAvailable(_) | Error::Backpressure(_) => true,
+//!         // The wrong port, a TLS mismatch, refused credentials: fix the configuration.
+//!         _ => false,
+//!     }
+//! }
+//! assert!(!worth_retrying(&Error::Closed));
+//! ```
+//!
+//! A message handler returns `Result<(), HandlerError>` and can use `?` on any error: an
+//! `std::error::Error`, a `Box<dyn Error + Send + Sync>`, an `anyhow::Error`. The error keeps
+//! its chain, and a failure is logged with it (`error=writing the row: disk full`). The
+//! give-up hook (`on_give_up(|m: &Message| ..)`) receives the same `Message` type as the
+//! handlers.
 //!
 //! # Logging
 //!
@@ -70,3 +126,81 @@
 //! size). The consumer's counters follow the core's
 //! [`ConsumerStats`](nsq_proto::consumer::ConsumerStats), once per round of its driver.
 //! Without the feature nothing is compiled in.
+//!
+//! # An in-flight limit that finds itself
+//!
+//! A handler that calls a database, a service or a disk is bounded by that downstream's
+//! capacity: beyond it, more messages in flight only queue in front of it, latency grows,
+//! messages time out on nsqd and come back as duplicates, and a service that slows down under
+//! load collapses. The right `max_in_flight` depends on that capacity, and the capacity
+//! changes. Instead of a number picked by hand, let the consumer find it:
+//!
+//! ```
+//! # use nsq_proto::{Config, consumer::InFlightMode};
+//! let config = Config {
+//!     max_in_flight: 500,                     // the ceiling
+//!     max_in_flight_mode: InFlightMode::Adaptive,
+//!     min_in_flight: 1,                       // the floor
+//!     ..Config::default()
+//! };
+//! # config.validate().unwrap();
+//! ```
+//!
+//! (`"max_in_flight_mode": "adaptive"`, `"min_in_flight"` in a JSON configuration.) The
+//! consumer measures each message's handling latency (hand-out to answer) and keeps the limit
+//! at the knee, where the downstream is busy and nothing queues in front of it: it starts at
+//! the floor, doubles until latency grows, then follows a gradient over a re-measured
+//! uncongested latency (as Envoy's adaptive concurrency filter and Netflix's Gradient2 do),
+//! following the capacity when it halves or doubles. Expiries and failed windows shrink it;
+//! while backing off it is frozen, so backoff works as before. RDY and `run`'s concurrency
+//! follow the limit; it shows in `stats().in_flight_limit`, the `Event::InFlightLimit`
+//! events, DEBUG logs and the `nsq_consumer_in_flight_limit` gauge. The limit holds the mean
+//! latency, not the tail: set a static ceiling at the capacity where a p99 bound matters. Use
+//! a static `max_in_flight` for handlers that wait on nothing (CPU-bound). SIMULATION.md
+//! measures it over capacities from 1 to 1,000 and service times from 1 ms to 1 s, and
+//! BENCHMARKS.md on a real nsqd against static settings.
+//!
+//! # Multi-zone deployments
+//!
+//! In a deployment over several zones, cross-zone traffic is what the operator pays for.
+//! nsqd after v1.3.0 (built from its main branch) knows its place (`--topology-zone`,
+//! `--topology-region`), and, with `--enable-experiment=topology-aware-consumption`, hands a
+//! channel's messages to a subscriber in its own zone when one is ready for them, then to
+//! one in its own region, then to any, counting each kind per channel in `/stats`
+//! (`zone_local_msg_count`, `region_local_msg_count`, `global_msg_count`). The client says
+//! where it runs with go-nsq's options, sent in IDENTIFY:
+//!
+//! ```
+//! # use nsq_proto::{Config, producer::Routing};
+//! let config = Config {
+//!     topology_zone: Some("eu-west-1a".into()),
+//!     topology_region: Some("eu-west-1".into()),
+//!     // Producers: publish to the nearest nsqd: same zone, then same region, then any.
+//!     producer_routing: Routing::Topology,
+//!     ..Config::default()
+//! };
+//! # config.validate().unwrap();
+//! ```
+//!
+//! (`"topology_zone"`, `"topology_region"` and `"producer_routing": "topology"` in a ported
+//! go-nsq JSON configuration.) A consumer's `stats().nsqd[i]` shows each nsqd's zone and
+//! region as its IDENTIFY reply states them; the producer takes them from the same replies,
+//! and falls over to the next nearest nsqd while the nearest is down. nsqd v1.3.0 states no
+//! topology: the producer then routes as `failover`, and the options are ignored. The test
+//! broker implements the experiment the same way (`NsqdBuilder::topology_zone`,
+//! `topology_region`, `topology_aware_consumption`).
+//!
+//! # Administering a cluster
+//!
+//! nsqd's and nsqlookupd's HTTP APIs are typed: `http::nsqd::*` and `http::lookupd::*` make
+//! one call per endpoint of v1.3.0 (its request and its typed reply, sans-IO, in nsq-proto),
+//! an `HttpClient` makes them to one address, and a `Cluster` does what nsqadmin does over a
+//! set of nsqlookupd (or of nsqd): list topics, channels, nodes and a topic's producers; one
+//! topic's or channel's stats over every nsqd that has it, per nsqd and summed; create,
+//! delete, pause, unpause and empty everywhere it applies. Errors are typed:
+//! `TOPIC_NOT_FOUND` is `ServerMessage::TopicNotFound`, nsqd's TCP port given for its HTTP
+//! port is "wrong port?", and a node that fails during a cluster operation is listed in the
+//! report's `failures`, never hidden. HTTPS (nsqd's `--https-address`) uses the TCP client's
+//! TLS options: `HttpConfig::from_config(&config)`. The crate's own documentation has an
+//! example; `nsq_stat` (nsq-tokio's example) is the official tool's twin, built on
+//! `Cluster`.
