@@ -181,7 +181,11 @@ pub struct Config {
     /// nsqd's output buffer flush timeout (go-nsq `output_buffer_timeout`, default 250 ms;
     /// 0 disables the buffering timeout, as go-nsq documents).
     pub output_buffer_timeout: Duration,
-    /// Most messages in flight over all connections (go-nsq `max_in_flight`, default 1).
+    /// Most messages in flight over all connections (go-nsq `max_in_flight`, default 1):
+    /// the application never holds more (handed out and not answered, however many nsqd);
+    /// go-nsq bounds only the sum of RDY. A message nsqd wrote before it read a lowered RDY
+    /// may arrive too late to fit: it goes back unseen
+    /// ([`ConsumerStats::returned`](crate::consumer::ConsumerStats::returned)).
     pub max_in_flight: u32,
     /// `static` (the default: `max_in_flight` is the limit) or `adaptive` (`max_in_flight`
     /// is the ceiling of a limit that follows the handlers' latencies).
