@@ -224,7 +224,8 @@ pub struct Config {
     pub lookupd_timeout: Duration,
     /// Producer routing, `failover` (first healthy nsqd in the given order, default),
     /// `round_robin`, or `topology` (the nearest healthy nsqd: same zone, then same region,
-    /// then any) (option name `producer_routing`).
+    /// then any; until the nearest has stated its zone, at most `dial_timeout`, publishes
+    /// wait for it) (option name `producer_routing`).
     pub producer_routing: Routing,
     /// Longest wait of a publish for a ready connection (default 5 s).
     pub publish_timeout: Duration,

@@ -53,4 +53,7 @@ pub(super) struct Node {
     /// Its last connection showed a misconfiguration (the wrong port, a TLS mismatch,
     /// refused credentials): not connected to again until it is added again.
     pub(super) parked: Option<Misconfiguration>,
+    /// Its first connection has ended its start-up, ready (nsqd stated its topology) or
+    /// not: it no longer holds topology routing back (see `super::nearest`).
+    pub(super) stated: bool,
 }

@@ -48,6 +48,10 @@ pub struct Server {
     pub tls_required: bool,
     /// Commands received (PUB, MPUB, DPUB), as (verb, message count), in order.
     pub commands: Vec<(&'static str, usize)>,
+    /// The zone and region its IDENTIFY reply states (nsqd after v1.3.0).
+    pub topology: Option<(String, String)>,
+    /// Its replies (IDENTIFY's first) wait until `release_replies` (a slow nsqd).
+    pub hold_replies: bool,
 }
 
 pub struct Peer {
@@ -104,6 +108,8 @@ impl World {
                     max_msg_size: None,
                     tls_required: false,
                     commands: Vec::new(),
+                    topology: None,
+                    hold_replies: false,
                 },
             );
         }
@@ -156,6 +162,7 @@ impl World {
                 auto_ack_publishes: s.auto_ack,
                 max_msg_size: s.max_msg_size,
                 tls_required: s.tls_required,
+                topology: s.topology.clone(),
                 ..FakeNsqdConfig::default()
             });
             self.peers.insert(
@@ -171,6 +178,12 @@ impl World {
             self.producer
                 .handle_connect_failed(self.now, conn, "connection refused");
         }
+    }
+
+    /// Server `i`'s held replies go out, and its later ones at once.
+    pub fn release_replies(&mut self, i: usize) {
+        self.server(i).hold_replies = false;
+        self.settle();
     }
 
     /// Completes every held TCP connect.
@@ -233,7 +246,12 @@ impl World {
                     other => panic!("unexpected action {other:?}"),
                 }
             }
-            let ids: Vec<ConnId> = self.peers.keys().copied().collect();
+            let ids: Vec<ConnId> = self
+                .peers
+                .iter()
+                .filter(|(_, p)| !self.servers[&p.addr].hold_replies)
+                .map(|(id, _)| *id)
+                .collect();
             for id in ids {
                 let out = self.peers.get_mut(&id).unwrap().fake.take_output();
                 if !out.is_empty() {
