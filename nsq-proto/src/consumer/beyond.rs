@@ -19,11 +19,16 @@
 //! comes back on another connection (after a reconnect), or to another consumer, carries
 //! nsqd's count.
 
-use super::flow::{MAX_SETTLE, idle_timeout};
+use super::flow::idle_timeout;
 use super::slots::Slot;
 use crate::driver::ConnId;
 use crate::frame::{Message, MessageId};
 use std::time::{Duration, Instant};
+
+/// The longest delay after a lowered RDY that a late message teaches its connection to wait
+/// for: a round trip on a busy machine or to a far nsqd. One later than that was held up by
+/// something else (a half-open link, a paused process), which waiting would not have helped.
+const LONGEST_LEARNED: Duration = Duration::from_secs(1);
 
 /// How many messages sent back unseen one connection remembers (the oldest forgotten
 /// first): each is one delivery nsqd made beyond a lowered RDY, so more than one at a time
@@ -67,8 +72,8 @@ impl SentBack {
 ///
 /// It arrived later than the connection's settle time after its RDY went down: that time
 /// (and the idle wait of a low-RDY turn, of which it is a part; `idle_cap` is
-/// `low_rdy_idle_timeout`) is widened to what this one took, so the next lowered RDY waits
-/// for what nsqd wrote under it.
+/// `low_rdy_idle_timeout`) is widened to what this one took, up to [`LONGEST_LEARNED`], so
+/// the next lowered RDY waits for what nsqd wrote under it.
 pub(super) fn send_back(
     now: Instant,
     id: ConnId,
@@ -79,8 +84,8 @@ pub(super) fn send_back(
 ) {
     tracing::debug!(conn = %id, msg = %message.id, "message beyond the in-flight budget: requeued at once");
     if let Some(took) = slot.lowered_at.map(|t| now.saturating_duration_since(t)) {
-        if took > slot.handshake {
-            slot.handshake = took.min(MAX_SETTLE);
+        if took > slot.handshake && took <= LONGEST_LEARNED {
+            slot.handshake = took;
             slot.settle = slot.settle.max(slot.handshake);
             slot.idle_wait = idle_timeout(slot.handshake, idle_cap);
         }

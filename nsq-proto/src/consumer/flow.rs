@@ -15,7 +15,7 @@ use crate::frame::MessageId;
 use std::time::{Duration, Instant};
 
 /// The longest a lowered RDY's possible deliveries are waited for (see `Slot::transit`).
-pub(super) const MAX_SETTLE: Duration = Duration::from_secs(5);
+const MAX_SETTLE: Duration = Duration::from_secs(5);
 
 /// The shortest idle wait of a RDY holder (see `FlowControl::idle_timeout`).
 const MIN_IDLE: Duration = Duration::from_millis(100);

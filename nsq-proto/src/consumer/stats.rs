@@ -28,8 +28,8 @@ pub struct ConsumerStats {
     /// busy machine, a half-open link) may find its share given to another nsqd's message, so
     /// nsqd and the client's sockets count one message more than max_in_flight for a
     /// moment, while the application never holds more. That connection's settle time (and
-    /// its idle wait in the low-RDY rotation) then grows to what the late one took, so its
-    /// next lowered RDY waits for it. Rare: at 40 busy nsqd with max_in_flight 4, none to a
+    /// its idle wait in the low-RDY rotation) then grows to what the late one took (up to a
+    /// second), so its next lowered RDY waits for it. Rare: at 40 busy nsqd with max_in_flight 4, none to a
     /// few in thousands of messages (BENCHMARKS.md).
     ///
     /// nsqd counts every delivery as an attempt, and no command takes that back; this
