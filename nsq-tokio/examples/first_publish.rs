@@ -25,7 +25,7 @@ use support::{Flags, Usage, apply_opts, fatal, init_logging, value};
 
 const USAGE: Usage = Usage {
     name: "first_publish",
-    about: "Publishes once from each of several new producers routed by topology and says where each landed.",
+    about: "New producers routed by topology publish once each; says where each landed.",
     flags: &[
         value(
             "nsqd-tcp-address",
