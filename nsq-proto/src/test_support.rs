@@ -60,6 +60,9 @@ pub struct FakeNsqdConfig {
     /// `--tls-required`: every command but IDENTIFY before TLS is refused with a fatal
     /// `E_INVALID cannot <CMD> in current state (TLS required)`.
     pub tls_required: bool,
+    /// `--topology-zone` and `--topology-region` (nsqd after v1.3.0), stated in the IDENTIFY
+    /// reply when set (v1.3.0 states neither: empty).
+    pub topology: Option<(String, String)>,
 }
 
 impl Default for FakeNsqdConfig {
@@ -79,6 +82,7 @@ impl Default for FakeNsqdConfig {
             auto_close_wait: true,
             max_msg_size: None,
             tls_required: false,
+            topology: None,
         }
     }
 }
@@ -548,6 +552,11 @@ impl FakeNsqd {
                 "output_buffer_size": 16384,
                 "output_buffer_timeout": 250,
             });
+            let mut reply = reply;
+            if let (Some((zone, region)), Some(map)) = (&c.topology, reply.as_object_mut()) {
+                map.insert("topology_zone".into(), zone.clone().into());
+                map.insert("topology_region".into(), region.clone().into());
+            }
             self.send_response(reply.to_string().as_bytes());
         } else {
             self.send_ok();

@@ -457,3 +457,58 @@ fn low_rdy_max_wait_is_the_bound_turns_are_sized_for() {
     );
     assert!(rdy_40 < rdy_10, "{rdy_10} {rdy_40}");
 }
+
+#[test]
+fn a_message_nsqd_sends_too_late_goes_back_unseen_and_keeps_its_attempts() {
+    // Five busy nsqd, max_in_flight 1, max_attempts 1 (a message is tried once). After the
+    // handshakes the servers' bytes start taking 300 ms (nsqd descheduled on a busy machine,
+    // say): a holder whose next message takes longer than its idle wait gives its RDY up,
+    // the settle time (its handshake's round trips) passes, another nsqd gets the seat, and
+    // then the message nsqd wrote before it read RDY 0 arrives. It would be the second in
+    // the application: it goes back to nsqd at once. nsqd counts that delivery; the consumer
+    // does not, so when it comes back it is handed out as a first attempt, not given up on.
+    let mut cfg = config(1);
+    cfg.max_attempts = 1;
+    let mut w = world(5, cfg, 5, Handler::FinishAfter(MS * 20));
+    w.latency = MS * 300;
+    w.run_for(SEC * 10);
+    let early = w.consumer.stats();
+    assert!(early.returned >= 1, "{early:?}");
+    let late_arrivals = w.violations.len();
+    // Each connection that saw one waits that long from then on: no more arrive late.
+    w.run_for(SEC * 50);
+    let stats = w.consumer.stats();
+    assert_eq!(stats.returned, early.returned, "{stats:?}");
+    assert_eq!(w.violations.len(), late_arrivals, "{:#?}", w.violations);
+    // Each one sent back was delivered again, by nsqd's count a second attempt.
+    let reqs = w
+        .conns
+        .values()
+        .flat_map(|c| &c.log)
+        .filter(|c| matches!(c, Cmd::Req(_, 0)))
+        .count();
+    assert_eq!(reqs as u64, stats.returned);
+    assert_eq!(stats.gave_up, 0, "{stats:?}");
+    assert_eq!(
+        w.count_events(|e| matches!(e, ConsumerEvent::GaveUp { .. })),
+        0
+    );
+    // The application never held two, and saw every message as its first attempt.
+    let handed = w.count_events(|e| matches!(e, ConsumerEvent::Message { .. }));
+    assert!(handed > 100, "{handed}");
+    assert_eq!(
+        w.count_events(
+            |e| matches!(e, ConsumerEvent::Message { message, .. } if message.attempts != 1)
+        ),
+        0
+    );
+    // What the servers counted: a late message is one more in flight while it is on the
+    // wire, and nothing else went wrong.
+    assert!(
+        w.violations
+            .iter()
+            .all(|v| v.contains("messages in flight")),
+        "{:#?}",
+        w.violations
+    );
+}

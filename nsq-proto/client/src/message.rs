@@ -50,7 +50,9 @@ impl Message {
         self.0.body()
     }
 
-    /// How many times nsqd delivered it, this delivery included.
+    /// How many times nsqd delivered it, this delivery included, less the deliveries this
+    /// consumer sent back unseen because they arrived beyond `max_in_flight`
+    /// ([`ConsumerStats::returned`](nsq_proto::consumer::ConsumerStats::returned)).
     pub fn attempts(&self) -> u16 {
         self.0.attempts()
     }

@@ -180,7 +180,11 @@ pub struct Config {
     /// nsqd's output buffer flush timeout (go-nsq `output_buffer_timeout`, default 250 ms;
     /// 0 disables the buffering timeout, as go-nsq documents).
     pub output_buffer_timeout: Duration,
-    /// Most messages in flight over all connections (go-nsq `max_in_flight`, default 1).
+    /// Most messages in flight over all connections (go-nsq `max_in_flight`, default 1):
+    /// the application never holds more (handed out and not answered, however many nsqd);
+    /// go-nsq bounds only the sum of RDY. A message nsqd wrote before it read a lowered RDY
+    /// may arrive too late to fit: it goes back unseen
+    /// ([`ConsumerStats::returned`](crate::consumer::ConsumerStats::returned)).
     pub max_in_flight: u32,
     /// `static` (the default: `max_in_flight` is the limit) or `adaptive` (`max_in_flight`
     /// is the ceiling of a limit that follows the handlers' latencies).
@@ -219,7 +223,8 @@ pub struct Config {
     pub lookupd_timeout: Duration,
     /// Producer routing, `failover` (first healthy nsqd in the given order, default),
     /// `round_robin`, or `topology` (the nearest healthy nsqd: same zone, then same region,
-    /// then any) (option name `producer_routing`).
+    /// then any; until the nearest has stated its zone, at most `dial_timeout`, publishes
+    /// wait for it) (option name `producer_routing`).
     pub producer_routing: Routing,
     /// Longest wait of a publish for a ready connection, while one is being made (default
     /// 5 s). A producer whose connection was lost connects again inside the publish; a

@@ -3,6 +3,7 @@
 //! [`Discovery`] for the nsqd and lookupd sets), which share the state in [`Shared`].
 
 use super::adaptive::{Adaptive, Change};
+use super::beyond;
 use super::config::{ConsumerConfig, InFlightMode};
 use super::discovery::Discovery;
 use super::events::{ConsumerError, ConsumerEvent};
@@ -58,7 +59,9 @@ const GRACE: Duration = Duration::from_secs(1);
 /// settle time passes. A message whose connection was lost, or which expired, keeps its share
 /// until the application answers it (the answer then fails). One case stays uncounted: a
 /// message that expired and came back on the same connection, answered twice. What no client
-/// controls: a FIN and a RDY sent to two different nsqd may be read in either order.
+/// controls: a FIN and a RDY sent to two different nsqd may be read in either order, and a
+/// message nsqd wrote before it read a lowered RDY may arrive after the settle time, its share
+/// given on: it goes back at once, unseen ([`ConsumerStats::returned`] says what it costs).
 ///
 /// # RDY
 /// With `max_in_flight >= connections`, every ready connection gets `max_in_flight / n`
@@ -114,7 +117,7 @@ const GRACE: Duration = Duration::from_secs(1);
 /// ([`in_flight_limit`](Self::in_flight_limit), [`ConsumerStats::in_flight_limit`],
 /// [`ConsumerEvent::InFlightLimitChanged`]), with one allowance: for a second after the limit
 /// went down, messages nsqd had already written under the higher RDY are handed out up to
-/// the limit before, rather than sent back at the cost of an attempt (the lowered RDY lets
+/// the limit before, rather than sent back to the end of nsqd's queue (the lowered RDY lets
 /// no new ones come). `max_in_flight` itself is never exceeded.
 ///
 /// * **When to use it**: the handlers call something of limited capacity (a database, a
@@ -172,7 +175,7 @@ pub struct Consumer {
     adaptive: Option<Adaptive>,
     /// After the adaptive limit went down: the limit before, until this instant. Messages
     /// nsqd wrote under the RDY of the higher limit (on the wire when RDY went down) are
-    /// still handed out up to it, rather than sent back at the cost of an attempt; the
+    /// still handed out up to it, rather than sent back to the end of nsqd's queue; the
     /// lowered RDY lets no new ones come.
     grace: Option<(u32, Instant)>,
     /// The nsqd and lookupd sets, reconnects.
@@ -909,14 +912,19 @@ impl Consumer {
     fn pump_deliveries(&mut self, now: Instant, id: ConnId) {
         let max_attempts = self.shared.config.max_attempts;
         let max_in_flight = self.hand_out_bound(now);
+        let idle_cap = self.shared.config.low_rdy_idle_timeout;
         let plain = |m: &Message| !gives_up(max_attempts, m);
         let Some(slot) = self.shared.slots.get_mut(id) else {
             return;
         };
         let mut received = 0;
         // A message that ends the connection's low-RDY turn (its share delivered) takes the
-        // way that re-plans.
-        while slot.fresh_until.is_none() && !slot.yield_pending && slot.turn_quota != 1 {
+        // way that re-plans; one that may have been sent back before, the way that counts it.
+        while slot.fresh_until.is_none()
+            && !slot.yield_pending
+            && slot.turn_quota != 1
+            && slot.sent_back.is_empty()
+        {
             let Some(message) = slot.conn.as_mut().and_then(|c| c.poll_message(plain)) else {
                 break;
             };
@@ -944,24 +952,11 @@ impl Consumer {
                     .events
                     .push_back(ConsumerEvent::Message { conn: id, message });
             } else {
-                Self::send_back(now, id, slot, &message);
+                beyond::send_back(now, id, slot, &message, 0, idle_cap);
                 self.returned += 1;
             }
         }
         self.received += received;
-    }
-
-    /// A message nsqd delivered beyond what this connection's RDY and possible transit allow
-    /// (it sat on the wire past the settle time of a lowered RDY: a half-open link, say):
-    /// handing it out could exceed max_in_flight in the application, so it goes back to
-    /// nsqd at once (REQ 0, no backoff; its attempt counts, as for any redelivery).
-    fn send_back(now: Instant, id: ConnId, slot: &mut Slot, message: &Message) {
-        tracing::debug!(conn = %id, msg = %message.id, "message beyond the in-flight budget: requeued at once");
-        if let Some(c) = slot.conn.as_mut() {
-            if let Err(e) = c.requeue(now, &message.id, Duration::ZERO) {
-                tracing::debug!(conn = %id, error = %e, "could not requeue a message beyond the budget");
-            }
-        }
     }
 
     /// The application answered a message of `conn` (or it expired).
@@ -974,14 +969,16 @@ impl Consumer {
         }
     }
 
-    fn on_message(&mut self, now: Instant, id: ConnId, message: Message) {
+    fn on_message(&mut self, now: Instant, id: ConnId, mut message: Message) {
         self.received += 1;
         let max_attempts = self.shared.config.max_attempts;
         let bound = self.hand_out_bound(now);
+        let idle_cap = self.shared.config.low_rdy_idle_timeout;
         let Some(slot) = self.shared.slots.get_mut(id) else {
             return;
         };
         slot.counts.received += 1;
+        let unseen = slot.sent_back.correct(&mut message);
         if !self.shared.ghosts.is_empty() && self.shared.ghosts.remove(&(id, message.id)) {
             // As in pump_deliveries: the application still holds it.
             self.shared.ghost_shares = self.shared.ghost_shares.saturating_sub(1);
@@ -997,7 +994,7 @@ impl Consumer {
             slot.covers_next() && self.shared.handed_total + self.shared.ghost_shares < bound;
         let after = self.flow.on_message(now, slot);
         if !gives_up(max_attempts, &message) && !covered {
-            Self::send_back(now, id, slot, &message);
+            beyond::send_back(now, id, slot, &message, unseen, idle_cap);
             self.returned += 1;
         } else if gives_up(max_attempts, &message) {
             if let Some(c) = self.shared.slots.get_mut(id).and_then(|s| s.conn.as_mut()) {

@@ -15,7 +15,9 @@ use std::time::Duration;
 pub enum ConsumerEvent {
     /// A message to handle; answer it with [`Consumer::finish`](super::Consumer::finish),
     /// [`Consumer::requeue`](super::Consumer::requeue) or
-    /// [`Consumer::touch`](super::Consumer::touch) on the same `conn`.
+    /// [`Consumer::touch`](super::Consumer::touch) on the same `conn`. Its `attempts` leave
+    /// out the deliveries this consumer sent back unseen, beyond max_in_flight
+    /// ([`ConsumerStats::returned`](super::ConsumerStats::returned)).
     Message {
         /// The connection it came from.
         conn: ConnId,

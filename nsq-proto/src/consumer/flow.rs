@@ -175,7 +175,7 @@ impl FlowControl {
         let handshake = now.saturating_duration_since(slot.connected_at.unwrap_or(now));
         slot.settle = buffered.saturating_add(handshake).min(MAX_SETTLE);
         slot.handshake = handshake.min(MAX_SETTLE);
-        slot.idle_wait = Self::idle_timeout(slot.handshake, idle_cap);
+        slot.idle_wait = idle_timeout(slot.handshake, idle_cap);
         slot.salt = salt;
         slot.ready_at = Some(now);
         slot.ticket = first;
@@ -657,17 +657,6 @@ impl FlowControl {
         idx
     }
 
-    /// How long a RDY holder with nothing in flight waits for a message before it counts as
-    /// idle (`Slot::idle_wait`): `low_rdy_idle_timeout`, or less on a connection whose round
-    /// trip is short. A message nsqd has ready arrives one round trip after the RDY; waiting
-    /// twice its handshake (four round trips), at least [`MIN_IDLE`], tells an nsqd with
-    /// nothing to send, and the rotation passes on. With many more connections than
-    /// `max_in_flight`, the idle turns are most of a rotation's length, so this is how long
-    /// an nsqd waits for its turn.
-    fn idle_timeout(handshake: Duration, cap: Duration) -> Duration {
-        handshake.saturating_mul(2).max(MIN_IDLE).min(cap)
-    }
-
     /// The low-RDY rotation (max_in_flight < connections), one step: RDY 1 is held in turns
     /// of [`FlowControl::turn_shape`]'s length, shorter when the holder is idle for its
     /// `idle_wait` or has delivered its share of messages. `due` are holders with a deadline
@@ -1115,4 +1104,15 @@ impl TurnShape {
     fn spacing(&self) -> Duration {
         self.length / u32::try_from(self.seats).unwrap_or(u32::MAX).max(1)
     }
+}
+
+/// How long a RDY holder with nothing in flight waits for a message before it counts as
+/// idle (`Slot::idle_wait`): `low_rdy_idle_timeout`, or less on a connection whose round
+/// trip is short. A message nsqd has ready arrives one round trip after the RDY; waiting
+/// twice its handshake (four round trips), at least [`MIN_IDLE`], tells an nsqd with
+/// nothing to send, and the rotation passes on. With many more connections than
+/// `max_in_flight`, the idle turns are most of a rotation's length, so this is how long
+/// an nsqd waits for its turn.
+pub(super) fn idle_timeout(handshake: Duration, cap: Duration) -> Duration {
+    handshake.saturating_mul(2).max(MIN_IDLE).min(cap)
 }

@@ -5,6 +5,7 @@
 //! order is id order, as with a `BTreeMap`; a look-up (several per message on the hot path)
 //! is a binary search over a few contiguous entries instead of a walk down tree nodes.
 
+use super::beyond::SentBack;
 use super::policy;
 use super::stats::Counts;
 use crate::connection::{Connection, ConnectionState};
@@ -444,11 +445,15 @@ pub(super) struct Slot {
     /// they count against max_in_flight until they arrive or `settle` has passed.
     pub(super) transit: u64,
     pub(super) transit_until: Option<Instant>,
+    /// When its RDY last went down (what nsqd wrote before it read that may arrive later).
+    pub(super) lowered_at: Option<Instant>,
     /// Messages handed to the application on this connection and not answered (nor
     /// expired) yet.
     pub(super) handed: u64,
     /// Messages received since the last RDY was sent (for the refill rule).
     pub(super) received_since_rdy: u32,
+    /// Messages it sent back unseen, beyond the in-flight bound (see [`super::beyond`]).
+    pub(super) sent_back: SentBack,
     /// Message counters of this connection.
     pub(super) counts: Counts,
 }
@@ -478,8 +483,10 @@ impl Slot {
             handshake: Duration::ZERO,
             transit: 0,
             transit_until: None,
+            lowered_at: None,
             handed: 0,
             received_since_rdy: 0,
+            sent_back: SentBack::default(),
             counts: Counts::default(),
         }
     }
@@ -640,6 +647,7 @@ impl Slot {
     /// down, or the connection to close): the messages that RDY allows beyond those
     /// unanswered, until they arrive or the settle time passes.
     pub(super) fn keep_transit(&mut self, now: Instant) {
+        self.lowered_at = Some(now);
         let current = self.rdy();
         let possible = self.committed().max(u64::from(current));
         self.transit = possible - self.unanswered();

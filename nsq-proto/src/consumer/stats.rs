@@ -17,9 +17,28 @@ pub struct ConsumerStats {
     pub requeued: u64,
     /// Messages finished automatically because they exceeded `max_attempts`.
     pub gave_up: u64,
-    /// Messages nsqd delivered beyond what max_in_flight allowed at the time (they sat on
-    /// the wire longer than a lowered RDY's settle time: a half-open link, say), requeued at
+    /// Messages nsqd delivered beyond what max_in_flight allowed at the time, sent back at
     /// once (REQ 0, no backoff) without reaching the application. Counted in `received`.
+    ///
+    /// A RDY the consumer lowers (a low-RDY turn that ends while its holder waits for its
+    /// next message, a plan that caps the budget, a connection closing) cannot take back a
+    /// message nsqd has already written: that message keeps its share of max_in_flight for
+    /// the connection's settle time (the handshake's round trips, plus nsqd's output buffer
+    /// timeout above RDY 1). One that arrives later (nsqd or this client descheduled on a
+    /// busy machine, a half-open link) may find its share given to another nsqd's message, so
+    /// nsqd and the client's sockets count one message more than max_in_flight for a
+    /// moment, while the application never holds more. That connection's settle time (and
+    /// its idle wait in the low-RDY rotation) then grows to what the late one took (up to a
+    /// second), so its next lowered RDY waits for it. Rare: none in 288,000 messages from
+    /// 40 busy nsqd at max_in_flight 4, on a loaded 2-core machine (BENCHMARKS.md).
+    ///
+    /// nsqd counts every delivery as an attempt, and no command takes that back; this
+    /// consumer does not count the deliveries it sent back: when such a message comes back
+    /// on the same connection, its `attempts` (what the application sees, and what
+    /// `max_attempts` and the default requeue delay go by) are nsqd's less those deliveries
+    /// (the last 16 sent back are remembered per connection). So a message is never given
+    /// up on for deliveries no handler saw. One that comes back on another connection (after
+    /// a reconnect), or to another consumer of the channel, carries nsqd's count.
     pub returned: u64,
     /// Messages the application still holds whose connection was lost, or which nsqd timed
     /// out, and which it has not answered yet: nsqd requeued them, but they keep their share

@@ -21,6 +21,14 @@ pub enum Routing {
     /// [`Failover`](Routing::Failover). Cross-zone traffic is what a multi-zone deployment
     /// pays for. nsqd states its topology from after v1.3.0 (`--topology-zone`,
     /// `--topology-region`); without it, this is [`Failover`](Routing::Failover).
+    ///
+    /// nsqd states its zone in its IDENTIFY reply, so a publish made before the nearest has
+    /// answered waits for it (from the first publish on): while no ready nsqd is in the
+    /// producer's zone (or its region, when it names no zone), publishes wait for the nsqd
+    /// whose first connection is still starting, each until it has answered, its connection
+    /// has failed, or [`connect_timeout`](ProducerConfig::connect_timeout) (at most
+    /// `publish_timeout`) has passed since that connection began; then the nearest that
+    /// answered takes them.
     Topology,
 }
 

@@ -113,6 +113,8 @@ impl Producer {
                     self.nodes[i].down = false;
                     self.confirm_inferred(i);
                     let addr = self.nodes[i].addr.clone();
+                    // Its zone is known (nsqd states it in the IDENTIFY reply).
+                    self.nodes[i].stated = true;
                     self.events
                         .push_back(ProducerEvent::ConnectionReady { conn, addr });
                     self.drain_pending(now);
@@ -167,6 +169,8 @@ impl Producer {
         let Some(mut link) = self.nodes[i].link.take() else {
             return;
         };
+        // Its first connection is over: it no longer holds topology routing back.
+        self.nodes[i].stated = true;
         let addr = self.nodes[i].addr.clone();
         self.actions
             .push_back(Queued::Action(Action::Disconnect { conn: link.id }));

@@ -45,6 +45,7 @@ mod batch;
 mod config;
 mod events;
 mod lifecycle;
+mod nearest;
 mod node;
 #[expect(
     clippy::module_inception,

@@ -62,4 +62,7 @@ pub(super) struct Node {
     pub(super) down: bool,
     /// The largest message and MPUB body this nsqd has confirmed.
     pub(super) accepted: Accepted,
+    /// Its first connection has ended its start-up, ready (nsqd stated its topology) or
+    /// not: it no longer holds topology routing back (see `super::nearest`).
+    pub(super) stated: bool,
 }

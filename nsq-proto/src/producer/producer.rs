@@ -353,6 +353,11 @@ impl Producer {
                 }
             }
         }
+        // What can go now goes before the deadlines fail anything (topology routing may
+        // have waited for a nearer nsqd until this instant).
+        if !self.pending.is_empty() && self.healthy_connections() > 0 {
+            self.drain_pending(now);
+        }
         while self.pending.front().is_some_and(|p| p.deadline <= now) {
             if let Some(p) = self.pending.pop_front() {
                 let failure = self.unavailable();
@@ -408,6 +413,7 @@ impl Producer {
             parked: None,
             down: false,
             accepted: Accepted::default(),
+            stated: false,
         });
         self.connect(now, self.nodes.len() - 1);
         Ok(())
@@ -583,6 +589,11 @@ impl Producer {
             }
         }
         consider(self.pending.front().map(|p| p.deadline));
+        if !self.pending.is_empty() {
+            // Publishes wait for a nearer nsqd's answer until then (see `nearest`).
+            let ready = (0..self.nodes.len()).filter(|&i| self.ready(i));
+            consider(self.nearer_may_answer(self.nearest_ready(ready).map(|b| b.1)));
+        }
         consider(self.close_deadline.filter(|_| !self.closed_emitted));
         t
     }
@@ -648,37 +659,10 @@ impl Producer {
         if self.config.routing != Routing::Topology {
             return ready.next();
         }
-        // The nearest: same zone (2), same region (1), any (0); the first of the nearest.
-        let (zone, region) = (
-            self.config.connection.topology_zone.as_deref(),
-            self.config.connection.topology_region.as_deref(),
-        );
-        let nearness = |i: usize| {
-            let Some(reply) = self.nodes[i]
-                .link
-                .as_ref()
-                .and_then(|l| l.conn.as_ref())
-                .and_then(Connection::negotiated)
-                .map(|n| &n.identify)
-            else {
-                return 0;
-            };
-            let same = |ours: Option<&str>, theirs: &str| ours.is_some_and(|o| o == theirs);
-            if same(zone, &reply.topology_zone) {
-                2
-            } else {
-                u8::from(same(region, &reply.topology_region))
-            }
-        };
-        let mut best: Option<(usize, u8)> = None;
-        for i in ready {
-            let near = nearness(i);
-            if best.is_none_or(|(_, b)| near > b) {
-                best = Some((i, near));
-                if near == 2 {
-                    break;
-                }
-            }
+        let best = self.nearest_ready(ready);
+        // A nearer nsqd may still state its zone: the publish waits for it.
+        if self.nearer_may_answer(best.map(|b| b.1)).is_some() {
+            return None;
         }
         best.map(|(i, _)| i)
     }

@@ -36,7 +36,12 @@ pub struct FakeConn {
 pub struct NsqdState {
     pub up: bool,
     pub max_rdy: u32,
-    pub queue: VecDeque<(u16, Bytes)>,
+    /// Messages waiting: the attempts made so far, the body, and for one the client
+    /// requeued with no delay (REQ 0) its id, which nsqd keeps. (This fake ignores REQ
+    /// delays, and one that timed out or whose connection was lost comes back at once: they
+    /// come back under a new id, so that a late answer of the application names a message
+    /// no longer in flight, as it would on nsqd.)
+    pub queue: VecDeque<(u16, Bytes, Option<MessageId>)>,
     /// Keep the queue topped up to this many messages (steady traffic).
     pub steady: usize,
     pub msg_timeout: Duration,
@@ -46,6 +51,8 @@ pub struct NsqdState {
     pub connects: Vec<Instant>,
     /// `--tls-required`: the consumer (without TLS) cannot use it.
     pub tls_required: bool,
+    /// The next message id (ids are unique per nsqd, over its connections).
+    next_id: u64,
 }
 
 /// A fake nsqlookupd.
@@ -128,14 +135,27 @@ impl NsqdState {
             delivered: 0,
             connects: Vec::new(),
             tls_required: false,
+            next_id: 0,
         }
+    }
+
+    /// A new message id, as nsqd makes one when a message is published.
+    fn new_id(&mut self) -> MessageId {
+        let hex = format!("{:016x}", self.next_id);
+        self.next_id += 1;
+        let mut id = [0u8; 16];
+        id.copy_from_slice(hex.as_bytes());
+        MessageId::new(id)
     }
 
     /// Queues `n` messages whose next delivery will carry `attempts`.
     pub fn push(&mut self, n: usize, attempts: u16) {
         for _ in 0..n {
-            self.queue
-                .push_back((attempts.saturating_sub(1), Bytes::from_static(b"payload")));
+            self.queue.push_back((
+                attempts.saturating_sub(1),
+                Bytes::from_static(b"payload"),
+                None,
+            ));
         }
     }
 }
@@ -183,9 +203,10 @@ impl FakeConn {
                 Cmd::Fin(id) => {
                     self.in_flight.remove(id);
                 }
-                Cmd::Req(id, _) => {
+                Cmd::Req(id, delay) => {
                     if let Some((attempts, body, _)) = self.in_flight.remove(id) {
-                        nsqd.queue.push_back((attempts, body));
+                        let keep = (*delay == 0).then_some(*id);
+                        nsqd.queue.push_back((attempts, body, keep));
                     }
                 }
                 Cmd::Touch(id) => {
@@ -215,12 +236,12 @@ impl FakeConn {
             && !self.closing
             && (self.in_flight.len() as u32) < self.peer.rdy()
         {
-            let Some((attempts, body)) = nsqd.queue.pop_front() else {
+            let Some((attempts, body, id)) = nsqd.queue.pop_front() else {
                 return;
             };
             // The queue stores the attempts made so far; this delivery is one more.
             let attempts = attempts.saturating_add(1);
-            let id = self.peer.next_message_id();
+            let id = id.unwrap_or_else(|| nsqd.new_id());
             self.peer.send_message(id, attempts, &body);
             self.in_flight
                 .insert(id, (attempts, body, now + nsqd.msg_timeout));
@@ -436,7 +457,7 @@ impl World {
                     // The server requeues what was in flight.
                     if let Some(nsqd) = self.nsqds.get_mut(&fc.addr) {
                         for (_, (attempts, body, _)) in fc.in_flight {
-                            nsqd.queue.push_back((attempts, body));
+                            nsqd.queue.push_back((attempts, body, None));
                         }
                     }
                 }
@@ -668,7 +689,7 @@ impl World {
             for k in expired {
                 let (attempts, body, _) = c.in_flight.remove(&k).unwrap();
                 c.peer.time_out(&k);
-                nsqd.queue.push_back((attempts, body));
+                nsqd.queue.push_back((attempts, body, None));
             }
             let _ = id;
         }

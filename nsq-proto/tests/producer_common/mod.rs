@@ -52,6 +52,10 @@ pub struct Server {
     /// error frame before the client reads it: the client sees the replies sent before it,
     /// then EOF.
     pub reset_refusals: bool,
+    /// The zone and region its IDENTIFY reply states (nsqd after v1.3.0).
+    pub topology: Option<(String, String)>,
+    /// Its replies (IDENTIFY's first) wait until `release_replies` (a slow nsqd).
+    pub hold_replies: bool,
 }
 
 pub struct Peer {
@@ -109,6 +113,8 @@ impl World {
                     tls_required: false,
                     commands: Vec::new(),
                     reset_refusals: false,
+                    topology: None,
+                    hold_replies: false,
                 },
             );
         }
@@ -161,6 +167,7 @@ impl World {
                 auto_ack_publishes: s.auto_ack,
                 max_msg_size: s.max_msg_size,
                 tls_required: s.tls_required,
+                topology: s.topology.clone(),
                 ..FakeNsqdConfig::default()
             });
             self.peers.insert(
@@ -176,6 +183,12 @@ impl World {
             self.producer
                 .handle_connect_failed(self.now, conn, "connection refused");
         }
+    }
+
+    /// Server `i`'s held replies go out, and its later ones at once.
+    pub fn release_replies(&mut self, i: usize) {
+        self.server(i).hold_replies = false;
+        self.settle();
     }
 
     /// Completes every held TCP connect.
@@ -238,7 +251,12 @@ impl World {
                     other => panic!("unexpected action {other:?}"),
                 }
             }
-            let ids: Vec<ConnId> = self.peers.keys().copied().collect();
+            let ids: Vec<ConnId> = self
+                .peers
+                .iter()
+                .filter(|(_, p)| !self.servers[&p.addr].hold_replies)
+                .map(|(id, _)| *id)
+                .collect();
             for id in ids {
                 let peer = self.peers.get_mut(&id).unwrap();
                 let mut out = peer.fake.take_output();

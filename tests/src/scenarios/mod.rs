@@ -85,6 +85,8 @@ pub struct ProducerOptions {
     pub publish_timeout: Option<Duration>,
     /// Route to the nearest nsqd by topology (nsq-proto's `Routing::Topology`).
     pub routing_topology: bool,
+    /// The longest TCP connect (`connect_timeout`, go-nsq's `dial_timeout`).
+    pub connect_timeout: Option<Duration>,
     /// Connection settings.
     pub connection: Connection,
 }
@@ -645,6 +647,7 @@ scenario_list! {
     a_limit_nsqd_stated_applies_at_once: 20,
     topology_aware_consumption_prefers_the_same_zone: 20,
     producer_routing_by_topology_prefers_the_nearest_nsqd: 30,
+    topology_routing_waits_for_the_nearest_nsqd_to_answer: 30,
     concurrent_publishes_leave_in_batches: 60,
     publish_async_keeps_thousands_under_way: 60,
     publish_async_is_refused_beyond_max_pending_publishes: 30,
@@ -827,6 +830,7 @@ use security::{
 use topology::{
     producer_routing_by_topology_prefers_the_nearest_nsqd,
     topology_aware_consumption_prefers_the_same_zone,
+    topology_routing_waits_for_the_nearest_nsqd_to_answer,
 };
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! Topology (go-nsq's `topology_zone` / `topology_region`, nsqd after v1.3.0): nsqd's
 //! `topology-aware-consumption` experiment hands a channel's messages to the subscriber in its
 //! own zone, and counts the deliveries by locality; a producer routing by topology publishes
-//! to the nearest nsqd, and fails over to the next nearest.
+//! to the nearest nsqd, from its first publish on (it waits for the nearest's IDENTIFY reply,
+//! which states its zone, at most `connect_timeout`), and fails over to the next nearest.
 
 use super::{
     Connection, ConsumerSetup, Factory, GoConfig, ProducerOptions, WAIT, addr, eventually, start,
@@ -117,4 +118,64 @@ pub(super) fn producer_routing_by_topology_prefers_the_nearest_nsqd(f: &dyn Fact
     }
     assert_eq!(count(&other_region), far);
     p.close();
+}
+
+/// The producer's zone, z1, is the nearest nsqd's, which accepts connections only after a
+/// while (its IDENTIFY reply comes late): the first publish, made at once, waits for it
+/// rather than going to the nsqd that answered first. When it never answers, publishes go
+/// to the next nearest once `connect_timeout` has passed.
+pub(super) fn topology_routing_waits_for_the_nearest_nsqd_to_answer(f: &dyn Factory) {
+    let other_region = start(Nsqd::builder().topology_zone("z9").topology_region("r2"));
+    let same_region = start(Nsqd::builder().topology_zone("z2").topology_region("r1"));
+    let same_zone = start(Nsqd::builder().topology_zone("z1").topology_region("r1"));
+    let options = |connect_timeout: Duration| ProducerOptions {
+        routing_topology: true,
+        connect_timeout: Some(connect_timeout),
+        connection: Connection {
+            topology: Some(("z1".into(), "r1".into())),
+            ..Connection::default()
+        },
+        ..ProducerOptions::default()
+    };
+    let nsqd = [&other_region, &same_region, &same_zone].map(addr);
+    let count = |n: &Nsqd| n.topic("first").map_or(0, |t| t.message_count);
+
+    // Its accepts held for 300 ms: the publish waits for its answer (connect_timeout 10 s,
+    // so a busy machine cannot end the wait first).
+    same_zone.hold_accepts(true);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(300));
+            same_zone.hold_accepts(false);
+        });
+        let p = f
+            .producer(&nsqd, Some(&options(Duration::from_secs(10))))
+            .unwrap();
+        p.publish("first", b"first").unwrap();
+        assert_eq!(
+            [count(&other_region), count(&same_region), count(&same_zone)],
+            [0, 0, 1]
+        );
+        p.close();
+    });
+
+    // It never answers: the next nearest (the same region) after connect_timeout.
+    same_zone.hold_accepts(true);
+    let started = std::time::Instant::now();
+    let p = f
+        .producer(&nsqd, Some(&options(Duration::from_millis(500))))
+        .unwrap();
+    p.publish("first", b"second").unwrap();
+    // Its connection began after `started`: the wait lasted at least connect_timeout.
+    assert!(
+        started.elapsed() >= Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        [count(&other_region), count(&same_region), count(&same_zone)],
+        [0, 1, 1]
+    );
+    p.close();
+    same_zone.hold_accepts(false);
 }

@@ -246,6 +246,7 @@ pub fn consumer_config(o: &s::ConsumerOptions) -> ConsumerConfig {
 pub fn producer_config(o: &s::ProducerOptions) -> ProducerConfig {
     let mut c = ProducerConfig::default();
     set(&mut c.publish_timeout, o.publish_timeout);
+    set(&mut c.connect_timeout, o.connect_timeout);
     connection(&mut c.connection, &o.connection);
     if o.routing_topology {
         c.routing = nsq_proto::producer::Routing::Topology;

@@ -9,7 +9,8 @@
 //!   the adapter's runtime): `glue` (the scenarios' nsq-proto side), the adapters' shared
 //!   test bodies (`http_api`, `metrics` with its `recorder`), the shared scenarios' clients
 //!   (`scenarios`), the conformance suite's (`conformance`), the driver-end runtime and test
-//!   (`driver_end`), `stop()` inside a handler (`stop_inside`), the Prometheus rendering of
+//!   (`driver_end`), `stop()` inside a handler (`stop_inside`), max_in_flight at 40 busy
+//!   brokers (`in_flight`), the Prometheus rendering of
 //!   the client's histograms (`prometheus`), all blocking on an `exec::Exec` (the adapter's way to run a future).
 
 pub mod log_capture;
@@ -31,6 +32,8 @@ pub mod glue;
     reason = "t, c: the topic and channel; n, l: the nsqd and lookupd clients"
 )]
 pub mod http_api;
+#[cfg(feature = "client")]
+pub mod in_flight;
 #[cfg(feature = "client")]
 pub mod metrics;
 #[cfg(feature = "client")]

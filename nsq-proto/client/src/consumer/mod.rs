@@ -460,6 +460,13 @@ impl Drop for MessageReceiver {
 /// the application, which takes every message of a wake-up of the driver at once. A message
 /// dropped without an answer is requeued (and a warning logged).
 ///
+/// The application never holds more than `max_in_flight` messages (received and not
+/// answered, over every nsqd, whether read with `recv` or handed to `run`'s handlers). A
+/// message an nsqd sends after its RDY was taken back, too late to fit, goes back to it at
+/// once without reaching the application
+/// ([`ConsumerStats::returned`](nsq_proto::consumer::ConsumerStats::returned) says when and
+/// what it costs).
+///
 /// [`Consumer::builder`] makes one.
 pub struct Consumer {
     receiver: MessageReceiver,
