@@ -92,7 +92,17 @@ impl Answer {
             }
         };
         if let Err(e) = &result {
-            tracing::debug!(conn = %self.conn, msg_id = %self.id, error = %e, "answer not sent");
+            // Rare (a connection that closed): a look through the connections is affordable.
+            let nsqd = consumer
+                .connections()
+                .find_map(|(conn, addr)| (conn == self.conn).then_some(addr));
+            tracing::debug!(
+                conn = %self.conn,
+                nsqd = nsqd.unwrap_or_default(),
+                msg_id = %self.id,
+                error = %e,
+                "answer not sent"
+            );
         }
         result
     }

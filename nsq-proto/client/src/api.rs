@@ -1968,7 +1968,8 @@ macro_rules! __guide {
         /// `RUST_LOG`, as the examples do). Every line of a consumer is inside its span
         /// `consumer{id=.. topic=.. channel=..}`, every line of a producer inside `producer{id=..}`
         /// (ids unique in the process), and lines about a connection carry `conn` and `nsqd` (its
-        /// address). Every line's target is under `nsq_client` (this layer) or `nsq_proto` (the
+        /// address). Those spans are at ERROR, so they hold under any filter: with `RUST_LOG=warn`
+        /// a warning still names its client and nsqd. Every line's target is under `nsq_client` (this layer) or `nsq_proto` (the
         /// protocol: `nsq_proto::connection`, `nsq_proto::consumer`, ...), whichever adapter runs
         /// it, so `RUST_LOG=nsq_client=debug,nsq_proto=debug` selects them all. Each event is logged
         /// once. At INFO a

@@ -337,7 +337,9 @@ impl<R: Adapter> Consumer<R> {
                         }
                     });
                 if let Err(e) = spawned {
-                    tracing::error!(error = %e, "could not start a handler thread");
+                    handle.in_span(|| {
+                        tracing::error!(error = %e, "could not start a handler thread");
+                    });
                 }
             }
         });

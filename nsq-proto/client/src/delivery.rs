@@ -48,7 +48,8 @@ impl<S: AnswerSink> Origin<S> {
     }
 
     /// The span of one message's handler: `message{id, attempts, nsqd}`, a child of the
-    /// consumer's.
+    /// consumer's. At INFO: it is made for every message, which only pays where INFO is on
+    /// (see [`Delivery::span`] for a filter above it).
     pub(crate) fn message_span(&self, id: MessageId, attempts: u16) -> tracing::Span {
         tracing::info_span!(
             parent: &self.span,
@@ -142,9 +143,17 @@ impl<S: AnswerSink> Delivery<S> {
         self.inner.timestamp
     }
 
-    /// The span its handler runs in (see [`Origin::message_span`]).
+    /// The span its handler runs in: its message's ([`Origin::message_span`]), or when that
+    /// is off (a filter above INFO), its consumer's, so that what the handler logs still
+    /// names its consumer. Neither costs an allocation: the message's span is not made when
+    /// it is off, and the consumer's is shared.
     pub(crate) fn span(&self) -> tracing::Span {
-        self.origin.message_span(self.inner.id, self.inner.attempts)
+        let span = self.origin.message_span(self.inner.id, self.inner.attempts);
+        if span.is_disabled() {
+            self.origin.span.clone()
+        } else {
+            span
+        }
     }
 
     /// The nsqd TCP address it came from.

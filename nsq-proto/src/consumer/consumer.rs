@@ -956,10 +956,10 @@ impl Consumer {
     /// handing it out could exceed max_in_flight in the application, so it goes back to
     /// nsqd at once (REQ 0, no backoff; its attempt counts, as for any redelivery).
     fn send_back(now: Instant, id: ConnId, slot: &mut Slot, message: &Message) {
-        tracing::debug!(conn = %id, msg = %message.id, "message beyond the in-flight budget: requeued at once");
+        tracing::debug!(conn = %id, nsqd = %slot.addr, msg_id = %message.id, "message beyond the in-flight budget: requeued at once");
         if let Some(c) = slot.conn.as_mut() {
             if let Err(e) = c.requeue(now, &message.id, Duration::ZERO) {
-                tracing::debug!(conn = %id, error = %e, "could not requeue a message beyond the budget");
+                tracing::debug!(conn = %id, nsqd = %slot.addr, error = %e, "could not requeue a message beyond the budget");
             }
         }
     }

@@ -270,7 +270,7 @@ impl Discovery {
         p.source = Source::Lookupd;
         p.next_attempt = None;
         let conn = p.conn;
-        tracing::debug!(addr, "disconnecting from nsqd");
+        tracing::debug!(nsqd = addr, "disconnecting from nsqd");
         if conn.is_none() {
             self.prune(Some(addr), sh);
         }
@@ -290,7 +290,7 @@ impl Discovery {
         if self.lookupds.len() == 1 {
             return Err(ConsumerError::LastLookupd(input.to_string()));
         }
-        tracing::debug!(addr = %addr, "disconnecting from nsqlookupd");
+        tracing::debug!(lookupd = %addr, "disconnecting from nsqlookupd");
         if let Some(pending) = self.lookupds.remove(i).pending {
             sh.push_action(Action::LookupdClose {
                 request: pending.id,

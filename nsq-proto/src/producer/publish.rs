@@ -266,7 +266,7 @@ impl Producer {
                 let per_message = matches!(e.code(), ErrorCode::BadMessage | ErrorCode::BadBody);
                 if per_message && work.count > 1 && work.shape == (Shape::Batch { solo: false }) {
                     tracing::debug!(
-                        addr = self.nodes[i].addr,
+                        nsqd = self.nodes[i].addr,
                         messages = work.count,
                         error = %e,
                         "nsqd refused a batch: sending its publishes one by one"
@@ -378,7 +378,7 @@ impl Producer {
         if max < *learned {
             *learned = max;
             tracing::info!(
-                addr = self.nodes[i].addr,
+                nsqd = self.nodes[i].addr,
                 max,
                 "nsqd's {limit} is lower than configured"
             );

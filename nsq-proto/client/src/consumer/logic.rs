@@ -63,11 +63,14 @@ pub(super) struct Bridge {
     pub(super) report: Mutex<Option<StopReport>>,
     /// The event streams.
     pub(super) events: EventHub,
+    /// The consumer's span, for what its handles log on the application's tasks.
+    pub(super) span: tracing::Span,
 }
 
 impl Bridge {
-    pub(super) fn new(inbox: Arc<Inbox<Input>>, max_in_flight: u32) -> Bridge {
+    pub(super) fn new(inbox: Arc<Inbox<Input>>, max_in_flight: u32, span: tracing::Span) -> Bridge {
         Bridge {
+            span,
             inbox,
             stopping: AtomicBool::new(false),
             starved: AtomicBool::new(false),
@@ -441,6 +444,7 @@ impl Logic for ConsumerLogic {
                     if let Err(panic) = ran {
                         tracing::error!(
                             msg_id = %message.id(),
+                            nsqd = %message.nsqd_address(),
                             panic = %crate::panic_message(&*panic),
                             "the give-up hook panicked"
                         );

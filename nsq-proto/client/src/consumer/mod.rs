@@ -45,7 +45,11 @@ pub(crate) fn start<R: Adapter>(setup: ConsumerSetup) -> Result<Consumer<R>, Err
     let start = setup.start(runtime.now(), super::random_seed)?;
     let inbox = Inbox::new();
     let mailbox = Mailbox::new();
-    let shared = Arc::new(Bridge::new(inbox.clone(), start.machine.max_in_flight()));
+    let shared = Arc::new(Bridge::new(
+        inbox.clone(),
+        start.machine.max_in_flight(),
+        start.span.clone(),
+    ));
     let logic = ConsumerLogic::new(
         start.machine,
         shared.clone(),
@@ -298,13 +302,20 @@ impl<R: Adapter> ConsumerHandle<R> {
     pub(crate) fn warn_if_handlers_would_wait(&self, concurrency: usize) {
         let max_in_flight = self.shared().max_in_flight.load(Ordering::Relaxed);
         if max_in_flight > 0 && concurrency > max_in_flight as usize {
-            tracing::warn!(
-                concurrency,
-                max_in_flight,
-                "more handlers than max_in_flight: at most max_in_flight messages are handled \
-                 at a time (raise max_in_flight to keep every handler busy)"
-            );
+            self.in_span(|| {
+                tracing::warn!(
+                    concurrency,
+                    max_in_flight,
+                    "more handlers than max_in_flight: at most max_in_flight messages are \
+                     handled at a time (raise max_in_flight to keep every handler busy)"
+                );
+            });
         }
+    }
+
+    /// Runs `f` (which logs) inside the consumer's span, on the application's task.
+    pub(crate) fn in_span<T>(&self, f: impl FnOnce() -> T) -> T {
+        self.shared().span.in_scope(f)
     }
 
     /// Starts a graceful stop without waiting for it (the blocking API, on the driver's own
