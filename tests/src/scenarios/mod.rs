@@ -234,6 +234,8 @@ pub type ClientResult<T> = Result<T, ClientError>;
 /// The consumer statistics the scenarios look at.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ConsumerStats {
+    /// Messages delivered by nsqd.
+    pub received: u64,
     /// Messages given up on.
     pub gave_up: u64,
     /// Connections up.
@@ -244,7 +246,7 @@ pub struct ConsumerStats {
     pub total_rdy: u64,
     /// Messages in flight over every connection.
     pub in_flight: usize,
-    /// Reconnect attempts.
+    /// Reconnects (connections made again to an nsqd it was connected to before).
     pub reconnects: u64,
     /// Every nsqd the consumer keeps track of.
     pub nsqd: Vec<NsqdStats>,
@@ -296,7 +298,7 @@ pub struct NsqdStats {
     pub finished: u64,
     /// Of those, requeued.
     pub requeued: u64,
-    /// Reconnect attempts.
+    /// Reconnects (connections made again to an nsqd it was connected to before).
     pub reconnects: u64,
     /// The nsqd's zone, as its IDENTIFY reply said (empty if it said none).
     pub topology_zone: String,
@@ -664,6 +666,8 @@ scenario_list! {
     auto_touch_keeps_a_slow_handler_s_message: 20,
     a_burst_of_rejected_answers_backs_off: 20,
     stats_rows_catch_up_over_many_brokers: 30,
+    a_message_is_counted_before_recv_returns_it: 30,
+    a_restart_found_through_lookupd_counts_as_a_reconnect: 30,
 }
 
 /// Runs the scenario `name` against the factory `make` builds, on a thread of its own with
@@ -780,14 +784,15 @@ mod security;
 mod topology;
 
 use consume::{
-    a_panicking_handler_requeues_with_backoff, dropped_message_is_requeued,
-    dropping_every_handle_stops_the_consumer, dropping_the_consumer_stops_it,
-    gives_up_after_max_attempts, graceful_stop_with_messages_in_flight_loses_nothing,
-    handler_api_runs_with_concurrency, lookupd_discovers_a_broker_added_later,
-    requeue_increments_attempts,
+    a_message_is_counted_before_recv_returns_it, a_panicking_handler_requeues_with_backoff,
+    dropped_message_is_requeued, dropping_every_handle_stops_the_consumer,
+    dropping_the_consumer_stops_it, gives_up_after_max_attempts,
+    graceful_stop_with_messages_in_flight_loses_nothing, handler_api_runs_with_concurrency,
+    lookupd_discovers_a_broker_added_later, requeue_increments_attempts,
 };
 use faults::{
-    broker_restart_mid_stream_loses_nothing, disconnect_from_lookupd_stops_discovery_through_it,
+    a_restart_found_through_lookupd_counts_as_a_reconnect, broker_restart_mid_stream_loses_nothing,
+    disconnect_from_lookupd_stops_discovery_through_it,
     disconnect_from_nsqd_drains_it_and_never_reconnects,
     half_open_broker_is_detected_and_reconnected, idle_connection_is_kept_alive_by_heartbeats,
 };

@@ -148,6 +148,32 @@ pub(super) struct ConsumerLogic {
     rows_at: Option<Instant>,
     /// A round changed the counters since then (the rows may be behind).
     rows_behind: bool,
+    /// The published totals as they were before this round first published them (when it
+    /// handed out messages), for [`after_round`](Logic::after_round)'s comparisons.
+    round_before: Option<Totals>,
+}
+
+/// What [`ConsumerLogic::after_round`] compares of the published stats to tell whether the
+/// per-nsqd rows fell behind (`counts`) or must be written at once (`set`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Totals {
+    counts: (u64, u64, u64, u64, usize),
+    set: (usize, usize, u64),
+}
+
+impl Totals {
+    fn of(stats: &ConsumerStats) -> Totals {
+        Totals {
+            counts: (
+                stats.received,
+                stats.finished,
+                stats.requeued,
+                stats.total_rdy,
+                stats.in_flight,
+            ),
+            set: (stats.known_nsqd, stats.connections, stats.reconnects),
+        }
+    }
 }
 
 /// Up to this many known nsqd, the published stats' per-nsqd rows are written after every
@@ -186,7 +212,23 @@ impl ConsumerLogic {
             metrics,
             rows_at: None,
             rows_behind: false,
+            round_before: None,
         }
+    }
+
+    /// Publishes the core's totals now, before the round's messages are handed out: a
+    /// message is counted in `stats().received` before `recv` can return it. O(1) (the
+    /// core's running sums) and one lock per round that hands out messages.
+    fn publish_totals(&mut self) {
+        let mut stats = self
+            .shared
+            .stats
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if self.round_before.is_none() {
+            self.round_before = Some(Totals::of(&stats));
+        }
+        self.machine.counters_into(&mut stats);
     }
 
     /// Records a lookupd's outcome and resolves the `connect_to_lookupd` calls waiting for it.
@@ -485,6 +527,7 @@ impl Logic for ConsumerLogic {
         if self.outgoing.is_empty() {
             return false;
         }
+        self.publish_totals();
         if self.mailbox.push_all(&mut self.outgoing).is_ok() {
             return false;
         }
@@ -530,19 +573,16 @@ impl Logic for ConsumerLogic {
             .stats
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let before = (
-            stats.received,
-            stats.finished,
-            stats.requeued,
-            stats.total_rdy,
-            stats.in_flight,
-        );
-        let set_before = (stats.known_nsqd, stats.connections, stats.reconnects);
+        // As they were before this round published anything (`deliver` may have).
+        let before = self
+            .round_before
+            .take()
+            .unwrap_or_else(|| Totals::of(&stats));
         if stats.known_nsqd > ROWS_EVERY_ROUND {
             self.machine.counters_into(&mut stats);
         }
         let rows = stats.known_nsqd <= ROWS_EVERY_ROUND
-            || set_before != (stats.known_nsqd, stats.connections, stats.reconnects)
+            || before.set != Totals::of(&stats).set
             || !self.connected_now.is_empty()
             || self
                 .rows_at
@@ -552,14 +592,7 @@ impl Logic for ConsumerLogic {
             self.rows_at = Some(now);
             self.rows_behind = false;
         } else {
-            self.rows_behind |= before
-                != (
-                    stats.received,
-                    stats.finished,
-                    stats.requeued,
-                    stats.total_rdy,
-                    stats.in_flight,
-                );
+            self.rows_behind |= before.counts != Totals::of(&stats).counts;
         }
         self.metrics.update(&stats, rows);
         drop(stats);
