@@ -27,3 +27,15 @@ fn given_up_backoff_and_reconnect_are_counted() {
         metrics::faults::<Tokio, _>("metrics_faults", tokio::time::sleep),
     );
 }
+
+#[test]
+fn handler_durations_are_the_handlers_own_and_waits_hold_the_queue() {
+    run(
+        false,
+        metrics::handler_times::<Tokio, _, _>("metrics_times_current", tokio::time::sleep),
+    );
+    run(
+        true,
+        metrics::handler_times::<Tokio, _, _>("metrics_times_multi", tokio::time::sleep),
+    );
+}

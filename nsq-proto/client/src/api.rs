@@ -1993,18 +1993,27 @@ macro_rules! __guide {
         /// out of backoff, each lookupd query) inside `connection{conn=.. nsqd=..}` spans.
         ///
         /// Each handler of [`Consumer::run`](crate::Consumer::run) runs inside a `message{id=.. attempts=.. nsqd=..}` span, a
-        /// child of its consumer's: what a handler logs says which message it is about.
+        /// child of its consumer's: what a handler logs says which message it is about. That span
+        /// is at INFO (one per message costs nothing where INFO is off); under a filter above INFO
+        /// a handler's lines are inside its consumer's span.
         ///
         /// # Metrics
         ///
         /// With the `metrics` cargo feature the client records through the `metrics` facade, into
         /// whatever recorder the application installs: `nsq_consumer_*` (received, finished,
         /// requeued, given up, handler errors, reconnects and backoffs counters; in-flight, RDY per
-        /// nsqd, connections and backoff level gauges; handler duration and message age histograms,
-        /// labelled with the topic and channel) and `nsq_producer_*` (messages, publishes by result
-        /// and error kind, reconnects; pending; publish duration and batch size). The consumer's
-        /// counters follow the core's [`ConsumerStats`](crate::ConsumerStats), once per
-        /// round of its driver. Without the feature nothing is compiled in.
+        /// nsqd, connections and backoff level gauges; handler duration, handler wait and message
+        /// age histograms, labelled with the topic and channel) and `nsq_producer_*` (messages,
+        /// publishes by result and error kind, reconnects; pending; publish duration and batch
+        /// size). The handler duration is the handler's own, from its start to its return; the
+        /// handler wait is the time before, from the driver handing the message out to a handler
+        /// starting on it (the queue in front of busy handlers). For a message taken with `recv`
+        /// they end and begin where `recv` returns it, and the duration ends with its
+        /// `finish`/`requeue` (or its drop). A reconnect is a connection made again to an nsqd
+        /// the consumer was connected to before, whether given directly or found through
+        /// nsqlookupd. The consumer's counters follow the core's
+        /// [`ConsumerStats`](crate::ConsumerStats), once per round of its driver. Without the
+        /// feature nothing is compiled in.
         pub mod guide {}
     };
 }

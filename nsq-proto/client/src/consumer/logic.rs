@@ -6,7 +6,7 @@
 use crate::driver::Logic;
 use crate::events::{Event, EventHub};
 use crate::message::{AnswerChannel, Message};
-use crate::metrics::{ConsumerMetrics, handed_out_at};
+use crate::metrics::ConsumerMetrics;
 use crate::sync::{Inbox, Mailbox, ReplyTx};
 use crate::{
     Answer, AnswerKind, AnswerSink, Delivery, Error, GiveUpHook, Origin, StopReport,
@@ -352,9 +352,6 @@ impl Logic for ConsumerLogic {
             // A refusal (typically: the connection closed, so nsqd redelivers) is logged by
             // `apply`.
             Input::Answer(a, _body) => {
-                if a.kind != AnswerKind::Touch {
-                    self.metrics.answered(now, a.handed_out);
-                }
                 let _ = a.apply(&mut self.machine, now);
             }
             Input::Control(c) => match c {
@@ -463,12 +460,7 @@ impl Logic for ConsumerLogic {
         match event {
             ConsumerEvent::Message { conn, message } => {
                 self.metrics.message_received(now, message.timestamp);
-                let msg = Message(Delivery::new(
-                    conn,
-                    message,
-                    self.origin(conn),
-                    handed_out_at(now),
-                ));
+                let msg = Message(Delivery::new(conn, message, self.origin(conn)));
                 if self.handing_out {
                     self.outgoing.push_back(msg);
                 } else {
@@ -528,6 +520,11 @@ impl Logic for ConsumerLogic {
             return false;
         }
         self.publish_totals();
+        if let Some(at) = self.metrics.hand_out_time() {
+            for m in &mut self.outgoing {
+                m.0.handed_out(at);
+            }
+        }
         if self.mailbox.push_all(&mut self.outgoing).is_ok() {
             return false;
         }

@@ -373,7 +373,7 @@ impl MessageReceiver {
             return Poll::Ready(None);
         }
         match super::sync::pop_front(&mut self.local) {
-            Some(m) => Poll::Ready(Some(m)),
+            Some(m) => Poll::Ready(Some(m.taken())),
             None => Poll::Pending,
         }
     }
@@ -383,10 +383,12 @@ impl MessageReceiver {
             return Poll::Ready(at_hand);
         }
         if !self.batch {
-            return self.mailbox.poll_recv(cx);
+            return self.mailbox.poll_recv(cx).map(|m| m.map(Message::taken));
         }
         match self.mailbox.poll_take_all(cx, &mut self.local) {
-            Poll::Ready(true) => Poll::Ready(super::sync::pop_front(&mut self.local)),
+            Poll::Ready(true) => {
+                Poll::Ready(super::sync::pop_front(&mut self.local).map(Message::taken))
+            }
             Poll::Ready(false) => Poll::Ready(None),
             Poll::Pending => Poll::Pending,
         }
