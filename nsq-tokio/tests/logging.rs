@@ -257,15 +257,16 @@ fn under_a_warn_filter_every_line_names_its_client_and_nsqd() {
             ("handler failed", "handler failed"),
             ("the handler's line", "the handler warns"),
             ("backing off", "backing off"),
-            ("failed connects", "nsqd connection failed"),
         ] {
             capture.wait_line(what, |l| l.contains(needle)).await;
         }
-        capture
-            .wait_line("the producer's failed connect", |l| {
-                l.contains("producer{id=") && l.contains("nsqd connection failed")
-            })
-            .await;
+        for client in ["consumer{id=", "producer{id="] {
+            capture
+                .wait_line(client, |l| {
+                    l.contains(client) && l.contains("nsqd connection failed")
+                })
+                .await;
+        }
         handle.stop().await;
         task.await.unwrap();
         producer.close().await;
