@@ -100,9 +100,8 @@ impl Message {
     }
 
     /// The application takes it now (see [`Delivery::taken`]).
-    pub(crate) fn taken(mut self) -> Message {
+    pub(crate) fn taken(&mut self) {
         self.0.taken();
-        self
     }
 
     /// A handler runner takes over answering it.

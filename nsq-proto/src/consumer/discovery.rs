@@ -193,7 +193,10 @@ impl Discovery {
 
     /// A connection to `addr` became ready (handshake and SUB done): a reconnect when the
     /// consumer had been connected to it before, whether it was given directly or listed by
-    /// a lookupd (also after it was forgotten and listed again).
+    /// a lookupd (also after it was forgotten and listed again). Once per connection: kept
+    /// out of line, off the path of the messages its caller also handles.
+    #[cold]
+    #[inline(never)]
     pub(super) fn connection_ready(&mut self, addr: &str) {
         if let Some(p) = self.nodes.get_mut(addr) {
             p.connected += 1;

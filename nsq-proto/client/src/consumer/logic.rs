@@ -327,6 +327,28 @@ impl ConsumerLogic {
             .apply(&mut self.machine, now);
     }
 
+    /// Shows a message given up on to the give-up hook. Rare: kept out of line, off the
+    /// path of the messages handed out.
+    #[cold]
+    #[inline(never)]
+    fn gave_up(&self, conn: ConnId, message: nsq_proto::Message) {
+        if let Some(hook) = &self.give_up {
+            let message = Message(Delivery::given_up(conn, message, self.origin(conn)));
+            // The hook runs on the driver: its panic must not take the consumer down.
+            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                hook(&message);
+            }));
+            if let Err(panic) = ran {
+                tracing::error!(
+                    msg_id = %message.id(),
+                    nsqd = %message.nsqd_address(),
+                    panic = %crate::panic_message(&*panic),
+                    "the give-up hook panicked"
+                );
+            }
+        }
+    }
+
     fn origin(&self, conn: ConnId) -> Arc<Origin<AnswerChannel>> {
         match self.origins.get(&conn) {
             Some(o) => o.clone(),
@@ -468,23 +490,7 @@ impl Logic for ConsumerLogic {
                     self.requeue_now(now, msg);
                 }
             }
-            ConsumerEvent::GaveUp { conn, message } => {
-                if let Some(hook) = &self.give_up {
-                    let message = Message(Delivery::given_up(conn, message, self.origin(conn)));
-                    // The hook runs on the driver: its panic must not take the consumer down.
-                    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        hook(&message);
-                    }));
-                    if let Err(panic) = ran {
-                        tracing::error!(
-                            msg_id = %message.id(),
-                            nsqd = %message.nsqd_address(),
-                            panic = %crate::panic_message(&*panic),
-                            "the give-up hook panicked"
-                        );
-                    }
-                }
-            }
+            ConsumerEvent::GaveUp { conn, message } => self.gave_up(conn, message),
             ConsumerEvent::ConnectionReady { addr, .. } => self.connected(&addr, &Ok(())),
             ConsumerEvent::ConnectionClosed {
                 addr,

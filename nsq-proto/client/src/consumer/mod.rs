@@ -373,7 +373,10 @@ impl MessageReceiver {
             return Poll::Ready(None);
         }
         match super::sync::pop_front(&mut self.local) {
-            Some(m) => Poll::Ready(Some(m.taken())),
+            Some(mut m) => {
+                m.taken();
+                Poll::Ready(Some(m))
+            }
             None => Poll::Pending,
         }
     }
@@ -383,11 +386,19 @@ impl MessageReceiver {
             return Poll::Ready(at_hand);
         }
         if !self.batch {
-            return self.mailbox.poll_recv(cx).map(|m| m.map(Message::taken));
+            let mut polled = self.mailbox.poll_recv(cx);
+            if let Poll::Ready(Some(m)) = &mut polled {
+                m.taken();
+            }
+            return polled;
         }
         match self.mailbox.poll_take_all(cx, &mut self.local) {
             Poll::Ready(true) => {
-                Poll::Ready(super::sync::pop_front(&mut self.local).map(Message::taken))
+                let mut next = super::sync::pop_front(&mut self.local);
+                if let Some(m) = &mut next {
+                    m.taken();
+                }
+                Poll::Ready(next)
             }
             Poll::Ready(false) => Poll::Ready(None),
             Poll::Pending => Poll::Pending,
