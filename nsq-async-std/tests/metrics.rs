@@ -32,3 +32,24 @@ fn given_up_backoff_and_reconnect_are_counted() {
         futures_lite::future::or(metrics::faults("metrics_faults_smol", sleep), deadline).await;
     });
 }
+
+#[test]
+fn handler_durations_are_the_handlers_own_and_waits_hold_the_queue() {
+    for (topic, on_smol) in [
+        ("metrics_times_async_std", false),
+        ("metrics_times_smol", true),
+    ] {
+        let test = async {
+            let deadline = async {
+                async_io::Timer::after(Duration::from_secs(30)).await;
+                panic!("not finished in 30 s");
+            };
+            futures_lite::future::or(metrics::handler_times(topic, sleep), deadline).await;
+        };
+        if on_smol {
+            smol::block_on(test);
+        } else {
+            async_std::task::block_on(test);
+        }
+    }
+}

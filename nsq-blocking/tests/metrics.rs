@@ -47,3 +47,62 @@ fn every_metric_counts_what_happened() {
 
     recorder::check_scripted(topic, &addr);
 }
+
+/// The handler's duration is its own, and the wait for a handler holds the queue (see
+/// `nsq_test_support::metrics::handler_times`, its async twin).
+#[test]
+fn handler_durations_are_the_handlers_own_and_waits_hold_the_queue() {
+    use nsq_test_support::metrics::{HANDLER_TIME, QUEUED};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    recorder::snapshotter();
+    let topic = "metrics_times_blocking";
+    let nsqd = Nsqd::start().unwrap();
+    let addr = nsqd.tcp_address().to_string();
+    let started = Instant::now();
+    for i in 0..QUEUED {
+        nsqd.publish(topic, format!("m{i}").as_bytes());
+    }
+    let consumer = Consumer::builder(topic, "times")
+        .max_in_flight(u32::try_from(QUEUED).unwrap())
+        .nsqd(addr.as_str())
+        .build()
+        .unwrap();
+    let handle = consumer.handle();
+    let queued = consumer.handle();
+    let watcher = std::thread::spawn(move || {
+        let until = Instant::now() + Duration::from_secs(20);
+        while handle.stats().finished < QUEUED as u64 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        handle.stop()
+    });
+    let first = AtomicBool::new(true);
+    let report = consumer.run(1, |_m: Message| {
+        if first.swap(false, Ordering::SeqCst) {
+            while queued.stats().received < QUEUED as u64 {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        std::thread::sleep(HANDLER_TIME);
+        Ok(())
+    });
+    watcher.join().unwrap();
+    assert_eq!(report.unanswered, 0);
+    recorder::check_handler_times(topic, QUEUED, HANDLER_TIME, started.elapsed());
+
+    let topic = "metrics_times_blocking_recv";
+    nsqd.publish(topic, b"a");
+    nsqd.publish(topic, b"b");
+    let mut consumer = Consumer::builder(topic, "times")
+        .max_in_flight(2)
+        .nsqd(addr.as_str())
+        .build()
+        .unwrap();
+    for _ in 0..2 {
+        let m = consumer.recv().expect("a message");
+        std::thread::sleep(HANDLER_TIME);
+        m.finish();
+    }
+    consumer.stop();
+    recorder::check_recv_times(topic, 2, HANDLER_TIME);
+}

@@ -276,3 +276,95 @@ fn a_stale_answer_does_not_bring_back_a_forgotten_producer() {
     assert_eq!((w.consumer.stats().connections, known(&w)), (2, 2));
     w.assert_clean();
 }
+
+/// `ConnectionClosed` events of `a` (a lost connection, or a failed attempt).
+fn closed(w: &World, a: &str) -> usize {
+    w.count_events(|e| matches!(e, ConsumerEvent::ConnectionClosed { addr, .. } if addr == a))
+}
+
+fn row_reconnects(w: &World, a: &str) -> u64 {
+    let stats = w.consumer.stats();
+    stats
+        .nsqd
+        .iter()
+        .find(|n| n.address == a)
+        .map_or_else(|| panic!("no row for {a}: {stats:?}"), |n| n.reconnects)
+}
+
+/// A reconnect is a connection that became ready to an nsqd the consumer had been connected
+/// to before, in lookupd mode as with nsqd given directly: an nsqd that restarts between two
+/// polls (still listed), and one that restarts as nsqd does it (it leaves nsqlookupd while
+/// down, so a poll forgets it) and is listed again. Attempts that fail are not reconnects.
+#[test]
+fn a_restarted_nsqd_counts_one_reconnect_whether_or_not_it_was_forgotten() {
+    let mut w = lookupd_world(2);
+    w.add_fake_lookupd(L1, &[&addr(0), &addr(1)]);
+    w.consumer.add_lookupd(w.now, L1).unwrap();
+    w.run_for(SEC);
+    let s = w.consumer.stats();
+    assert_eq!((s.connections, s.reconnects), (2, 0));
+
+    // Between two polls: still listed, reconnected on the next answer.
+    w.kill_nsqd(&addr(0));
+    w.revive_nsqd(&addr(0));
+    w.run_for(ROUND);
+    let s = w.consumer.stats();
+    assert_eq!((s.connections, s.reconnects), (2, 1));
+    assert_eq!(row_reconnects(&w, &addr(0)), 1);
+
+    // As nsqd restarts: unlisted while down, forgotten by the next poll, listed again.
+    list(&mut w, L1, &[addr(1)]);
+    w.kill_nsqd(&addr(0));
+    w.run_for(ROUND);
+    assert_eq!(known(&w), 1, "forgotten");
+    w.revive_nsqd(&addr(0));
+    list(&mut w, L1, &[addr(0), addr(1)]);
+    w.run_for(ROUND);
+    let s = w.consumer.stats();
+    assert_eq!((s.connections, s.reconnects), (2, 2));
+    assert_eq!(
+        row_reconnects(&w, &addr(0)),
+        2,
+        "remembered while forgotten"
+    );
+
+    // Listed while it is down: the attempts fail, and are not reconnects.
+    let closed_before = closed(&w, &addr(1));
+    w.kill_nsqd(&addr(1));
+    w.run_for(ROUND * 3);
+    let failed = closed(&w, &addr(1)) - closed_before;
+    assert!(
+        failed >= 3,
+        "the connection lost, then failed attempts: {failed}"
+    );
+    assert_eq!(w.consumer.stats().reconnects, 2);
+    w.revive_nsqd(&addr(1));
+    w.run_for(ROUND);
+    let s = w.consumer.stats();
+    assert_eq!((s.connections, s.reconnects), (2, 3));
+    w.assert_clean();
+}
+
+/// Directly given nsqd: the attempts made while it is down are not reconnects; the
+/// connection made when it is back is one.
+#[test]
+fn a_direct_nsqd_down_for_a_while_counts_one_reconnect() {
+    let mut w = lookupd_world(2);
+    w.consumer.add_nsqd(w.now, &addr(0)).unwrap();
+    w.run_for(SEC);
+    assert_eq!(w.consumer.stats().connections, 1);
+    w.kill_nsqd(&addr(0));
+    w.run_for(SEC * 30);
+    let failed = closed(&w, &addr(0));
+    assert!(
+        failed >= 4,
+        "the connection lost, then failed attempts: {failed}"
+    );
+    assert_eq!(w.consumer.stats().reconnects, 0);
+    w.revive_nsqd(&addr(0));
+    w.run_for(SEC * 30);
+    let s = w.consumer.stats();
+    assert_eq!((s.connections, s.reconnects), (1, 1));
+    assert_eq!(row_reconnects(&w, &addr(0)), 1);
+    w.assert_clean();
+}

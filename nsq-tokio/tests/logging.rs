@@ -8,7 +8,7 @@ use std::time::Duration;
 use nsq_test_broker::Nsqd;
 use nsq_tokio::{Consumer, HandlerError, Message, Producer};
 
-use nsq_test_support::log_capture::{Capture, field};
+use nsq_test_support::log_capture::{Capture, check_warn_only, field};
 
 /// Waiting for a line without blocking the runtime the clients run on.
 trait WaitLine {
@@ -226,4 +226,50 @@ fn more_handlers_than_max_in_flight_is_said() {
         handle.stop().await;
         task.await.unwrap();
     });
+}
+
+/// A port nothing listens on.
+fn closed_port() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
+#[test]
+fn under_a_warn_filter_every_line_names_its_client_and_nsqd() {
+    let capture = Capture::default();
+    let nsqd = Nsqd::start().unwrap();
+    let addr = nsqd.tcp_address().to_string();
+    let closed = closed_port();
+    run(&capture, "warn", async {
+        nsqd.publish("warn_only", b"fails");
+        let consumer = Consumer::builder("warn_only", "ch")
+            .nsqd(&addr)
+            .nsqd(&closed)
+            .build()
+            .unwrap();
+        let handle = consumer.handle();
+        let task = tokio::spawn(consumer.run(1, |_m: Message| async move {
+            tracing::warn!("the handler warns");
+            Err(HandlerError::msg("database down"))
+        }));
+        let producer = Producer::builder().nsqd(&closed).build().unwrap();
+        for (what, needle) in [
+            ("handler failed", "handler failed"),
+            ("the handler's line", "the handler warns"),
+            ("backing off", "backing off"),
+        ] {
+            capture.wait_line(what, |l| l.contains(needle)).await;
+        }
+        for client in ["consumer{id=", "producer{id="] {
+            capture
+                .wait_line(client, |l| {
+                    l.contains(client) && l.contains("nsqd connection failed")
+                })
+                .await;
+        }
+        handle.stop().await;
+        task.await.unwrap();
+        producer.close().await;
+    });
+    check_warn_only(&capture, "warn_only", &addr, &closed, "the handler warns");
 }

@@ -20,3 +20,15 @@ fn every_metric_counts_what_happened() {
 fn given_up_backoff_and_reconnect_are_counted() {
     run(false, metrics::faults("metrics_faults", tokio::time::sleep));
 }
+
+#[test]
+fn handler_durations_are_the_handlers_own_and_waits_hold_the_queue() {
+    run(
+        false,
+        metrics::handler_times("metrics_times_current", tokio::time::sleep),
+    );
+    run(
+        true,
+        metrics::handler_times("metrics_times_multi", tokio::time::sleep),
+    );
+}

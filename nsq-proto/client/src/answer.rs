@@ -1,7 +1,6 @@
 //! How a message is answered: [`AnswerKind`] and the `Copy` [`Answer`] a message sends to its
 //! driver, applied to the core [`Consumer`](nsq_proto::Consumer).
 
-use super::metrics::HandedOut;
 use nsq_proto::consumer::{Consumer, ConsumerError};
 use nsq_proto::driver::ConnId;
 use nsq_proto::{Message, MessageId};
@@ -53,21 +52,12 @@ pub(crate) struct Answer {
     pub attempts: u16,
     /// The answer.
     pub kind: AnswerKind,
-    /// When its message was handed out (its handler's duration, with the `metrics` feature;
-    /// nothing without it).
-    pub handed_out: HandedOut,
 }
 
 impl Answer {
     /// The answer `kind` for `message`, delivered on `conn`.
-    pub(crate) fn new(
-        conn: ConnId,
-        message: &Message,
-        kind: AnswerKind,
-        handed_out: HandedOut,
-    ) -> Answer {
+    pub(crate) fn new(conn: ConnId, message: &Message, kind: AnswerKind) -> Answer {
         Answer {
-            handed_out,
             conn,
             id: message.id,
             attempts: message.attempts,
@@ -92,7 +82,17 @@ impl Answer {
             }
         };
         if let Err(e) = &result {
-            tracing::debug!(conn = %self.conn, msg_id = %self.id, error = %e, "answer not sent");
+            // Rare (a connection that closed): a look through the connections is affordable.
+            let nsqd = consumer
+                .connections()
+                .find_map(|(conn, addr)| (conn == self.conn).then_some(addr));
+            tracing::debug!(
+                conn = %self.conn,
+                nsqd = nsqd.unwrap_or_default(),
+                msg_id = %self.id,
+                error = %e,
+                "answer not sent"
+            );
         }
         result
     }

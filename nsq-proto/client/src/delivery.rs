@@ -4,7 +4,7 @@
 
 use super::answer::{Answer, AnswerKind};
 use super::handler::Outcome;
-use super::metrics::{AnswerMetrics, HandedOut};
+use super::metrics::{AnswerMetrics, HandOut, Timing};
 use bytes::Bytes;
 use nsq_proto::driver::ConnId;
 use nsq_proto::{Message, MessageId};
@@ -48,7 +48,8 @@ impl<S: AnswerSink> Origin<S> {
     }
 
     /// The span of one message's handler: `message{id, attempts, nsqd}`, a child of the
-    /// consumer's.
+    /// consumer's. At INFO: it is made for every message, which only pays where INFO is on
+    /// (see [`Delivery::span`] for a filter above it).
     pub(crate) fn message_span(&self, id: MessageId, attempts: u16) -> tracing::Span {
         tracing::info_span!(
             parent: &self.span,
@@ -77,8 +78,8 @@ pub(crate) struct Delivery<S: AnswerSink> {
     origin: Arc<Origin<S>>,
     /// Answered, or taken over by a handler runner.
     done: bool,
-    /// When it was handed out (read only with the `metrics` feature).
-    handed_out: HandedOut,
+    /// Its wait and handling times (nothing without the `metrics` feature).
+    timing: Timing,
 }
 
 impl<S: AnswerSink> fmt::Debug for Delivery<S> {
@@ -95,19 +96,26 @@ impl<S: AnswerSink> fmt::Debug for Delivery<S> {
 
 impl<S: AnswerSink> Delivery<S> {
     /// A message the core delivered on `conn` (for the driver).
-    pub(crate) fn new(
-        conn: ConnId,
-        message: Message,
-        origin: Arc<Origin<S>>,
-        handed_out: HandedOut,
-    ) -> Delivery<S> {
+    pub(crate) fn new(conn: ConnId, message: Message, origin: Arc<Origin<S>>) -> Delivery<S> {
         Delivery {
             inner: message,
             conn,
             origin,
             done: false,
-            handed_out,
+            timing: Timing::none(),
         }
+    }
+
+    /// The driver hands it out at `at` (timed only with the `metrics` feature and
+    /// histograms).
+    pub(crate) fn handed_out(&mut self, at: HandOut) {
+        self.timing = Timing::handed_out(at);
+    }
+
+    /// The application takes it now: a handler starts on it, or `recv` returns it (its wait
+    /// is recorded).
+    pub(crate) fn taken(&mut self) {
+        self.timing.taken(&self.origin.metrics);
     }
 
     /// A message the core gave up on (`ConsumerEvent::GaveUp`), for the give-up hook: the
@@ -118,7 +126,7 @@ impl<S: AnswerSink> Delivery<S> {
             conn,
             origin,
             done: true,
-            handed_out: HandedOut::none(),
+            timing: Timing::none(),
         }
     }
 
@@ -142,9 +150,17 @@ impl<S: AnswerSink> Delivery<S> {
         self.inner.timestamp
     }
 
-    /// The span its handler runs in (see [`Origin::message_span`]).
+    /// The span its handler runs in: its message's ([`Origin::message_span`]), or when that
+    /// is off (a filter above INFO), its consumer's, so that what the handler logs still
+    /// names its consumer. Neither costs an allocation: the message's span is not made when
+    /// it is off, and the consumer's is shared.
     pub(crate) fn span(&self) -> tracing::Span {
-        self.origin.message_span(self.inner.id, self.inner.attempts)
+        let span = self.origin.message_span(self.inner.id, self.inner.attempts);
+        if span.is_disabled() {
+            self.origin.span.clone()
+        } else {
+            span
+        }
     }
 
     /// The nsqd TCP address it came from.
@@ -153,12 +169,14 @@ impl<S: AnswerSink> Delivery<S> {
     }
 
     fn answer_for(&self, kind: AnswerKind) -> Answer {
-        Answer::new(self.conn, &self.inner, kind, self.handed_out)
+        Answer::new(self.conn, &self.inner, kind)
     }
 
-    /// Sends the last answer; the body goes back to the driver with it.
+    /// Sends the last answer; the body goes back to the driver with it. The time since the
+    /// application took it is its handling time.
     fn send(&mut self, kind: AnswerKind) {
         self.done = true;
+        self.timing.answered(&self.origin.metrics);
         let body = std::mem::take(&mut self.inner.body);
         self.origin.sink.send_answer(self.answer_for(kind), body);
     }
@@ -201,6 +219,8 @@ impl<S: AnswerSink> Delivery<S> {
         PendingAnswer {
             answer: self.answer_for(AnswerKind::Finish),
             origin: self.origin.clone(),
+            // The handler's answer is its return, not a `finish` it calls itself.
+            timing: std::mem::replace(&mut self.timing, Timing::none()),
         }
     }
 
@@ -242,13 +262,16 @@ impl<S: AnswerSink> Drop for Delivery<S> {
 pub(crate) struct PendingAnswer<S> {
     answer: Answer,
     origin: Arc<Origin<S>>,
+    /// Taken when the handler started: its duration ends with [`answer`](Self::answer).
+    timing: Timing,
 }
 
 impl<S: AnswerSink> PendingAnswer<S> {
     /// Answers with the handler's `outcome` ([`Outcome::answer_kind`]). A failure is logged
     /// in the consumer's span: an error at WARN with its whole chain, a panic at ERROR with
     /// what it said, both with the message id, attempts and nsqd address.
-    pub(crate) fn answer(self, outcome: &Outcome) {
+    pub(crate) fn answer(mut self, outcome: &Outcome) {
+        self.timing.answered(&self.origin.metrics);
         let (id, attempts, nsqd) = (self.answer.id, self.answer.attempts, &self.origin.addr);
         if !matches!(outcome, Outcome::Done) {
             self.origin.metrics.handler_failed();

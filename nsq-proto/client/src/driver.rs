@@ -276,8 +276,12 @@ pub(crate) fn spawn<L: Logic>(
 ) -> io::Result<Arc<Ended>> {
     let runtime = net.runtime().clone();
     let ended = Arc::new(Ended::default());
+    // The client's span is current while the runtime spawns: what the runtime logs for this
+    // driver later (a poller of its own failing) can name the client.
+    let entered = span.clone().entered();
     let driver = driver_future(span, ended.clone(), run(logic, inbox, net));
     runtime.spawn(name, Box::pin(driver))?;
+    drop(entered);
     Ok(ended)
 }
 

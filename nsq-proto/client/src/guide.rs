@@ -88,7 +88,8 @@
 //! with `RUST_LOG`, as the examples do). Every line of a consumer is inside its span
 //! `consumer{id=.. topic=.. channel=..}`, every line of a producer inside `producer{id=..}`
 //! (ids unique in the process), and lines about a connection carry `conn` and `nsqd` (its
-//! address). Every line's target is under `nsq_client` (this layer) or `nsq_proto` (the
+//! address). Those spans are at ERROR, so they hold under any filter: with `RUST_LOG=warn` a
+//! warning still names its client and nsqd. Every line's target is under `nsq_client` (this layer) or `nsq_proto` (the
 //! protocol: `nsq_proto::connection`, `nsq_proto::consumer`, ...), whichever adapter runs
 //! it, so `RUST_LOG=nsq_client=debug,nsq_proto=debug` selects them all. Each event is
 //! logged once. At INFO a consumer's session reads (targets omitted):
@@ -113,19 +114,62 @@
 //!
 //! Each handler of [`Consumer::run`](crate::Consumer::run) runs inside a
 //! `message{id=.. attempts=.. nsqd=..}` span, a child of its consumer's: what a handler logs
-//! says which message it is about.
+//! says which message it is about. That span is at INFO (one per message costs nothing where
+//! INFO is off); under a filter above INFO a handler's lines are inside its consumer's span.
 //!
 //! # Metrics
 //!
-//! With the `metrics` cargo feature the client records through the `metrics` facade, into
-//! whatever recorder the application installs: `nsq_consumer_*` (received, finished,
-//! requeued, given up, handler errors, reconnects and backoffs counters; in-flight, RDY per
-//! nsqd, connections and backoff level gauges; handler duration and message age
-//! histograms, labelled with the topic and channel) and `nsq_producer_*` (messages,
-//! publishes by result and error kind, reconnects; pending; publish duration and batch
-//! size). The consumer's counters follow the core's
-//! [`ConsumerStats`](nsq_proto::consumer::ConsumerStats), once per round of its driver.
-//! Without the feature nothing is compiled in.
+//! With the `metrics` cargo feature the client records through the
+//! [`metrics`](https://docs.rs/metrics) facade, into whatever recorder the application
+//! installs (metrics-exporter-prometheus, statsd, OpenTelemetry bridges). Without the feature
+//! nothing is recorded and nothing is paid. Names follow Prometheus conventions; label values
+//! stay bounded (no message ids, no error text).
+//!
+//! | metric | kind | labels | what |
+//! |---|---|---|---|
+//! | `nsq_consumer_messages_received_total` | counter | topic, channel | messages delivered by nsqd |
+//! | `nsq_consumer_messages_finished_total` | counter | topic, channel | FINs sent |
+//! | `nsq_consumer_messages_requeued_total` | counter | topic, channel | REQs sent (handler errors, drops, requeues) |
+//! | `nsq_consumer_messages_given_up_total` | counter | topic, channel | messages past `max_attempts` |
+//! | `nsq_consumer_handler_errors_total` | counter | topic, channel | handlers that returned an error or panicked |
+//! | `nsq_consumer_reconnects_total` | counter | topic, channel | connections made again to an nsqd the consumer was connected to before, given directly or found through nsqlookupd (as `stats().reconnects`) |
+//! | `nsq_consumer_backoffs_total` | counter | topic, channel | times the consumer entered backoff |
+//! | `nsq_consumer_in_flight` | gauge | topic, channel | messages held by the application |
+//! | `nsq_consumer_rdy` | gauge | topic, channel, nsqd | RDY per connection |
+//! | `nsq_consumer_connections` | gauge | topic, channel | ready connections |
+//! | `nsq_consumer_backoff_level` | gauge | topic, channel | 0 when not backing off |
+//! | `nsq_consumer_in_flight_limit` | gauge | topic, channel | the in-flight limit in force (`max_in_flight`, or the adaptive limit below it) |
+//! | `nsq_consumer_handler_duration_seconds` | histogram | topic, channel | the handler's own time, from its start to its return (for a message taken with `recv`: from `recv` returning it to its `finish`, `requeue` or drop) |
+//! | `nsq_consumer_handler_wait_seconds` | histogram | topic, channel | the time before: from the driver handing the message out to a handler starting on it (the queue in front of busy handlers; for `recv`, to `recv` returning it) |
+//! | `nsq_consumer_message_age_seconds` | histogram | topic, channel | receipt minus nsqd's timestamp (consumer lag) |
+//! | `nsq_producer_messages_total` | counter | topic | messages nsqd accepted |
+//! | `nsq_producer_publishes_total` | counter | topic, result (`ok`/`error`), error (kind) | PUB/MPUB/DPUB results |
+//! | `nsq_producer_reconnects_total` | counter | nsqd | connection attempts after the nsqd's first, successful or not |
+//! | `nsq_producer_pending` | gauge | | publishes waiting for their result |
+//! | `nsq_producer_publish_duration_seconds` | histogram | topic | call to nsqd's answer |
+//! | `nsq_producer_batch_size` | histogram | topic | messages per publish call |
+//!
+//! Gauges return to 0 when a client stops. The consumer's counters follow the core's
+//! [`ConsumerStats`](nsq_proto::consumer::ConsumerStats), once per round of its driver. The
+//! histograms have buckets chosen for each ([`HISTOGRAM_BUCKETS`](crate::HISTOGRAM_BUCKETS),
+//! re-exported by every adapter): give them to the recorder, so that Prometheus gets
+//! histogram families it can aggregate across instances, not the summaries
+//! metrics-exporter-prometheus renders by default:
+//!
+//! ```ignore
+//! use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+//!
+//! let mut builder = PrometheusBuilder::new();
+//! for (name, buckets) in HISTOGRAM_BUCKETS {
+//!     builder = builder.set_buckets_for_metric(Matcher::Full((*name).to_owned()), buckets)?;
+//! }
+//! let handle = builder.install_recorder()?; // handle.render() is the scrape
+//! ```
+//!
+//! The histograms are most of what recording costs per message (BENCHMARKS.md): with
+//! `metrics_histograms = false` in the `Config` the client records counters and gauges only,
+//! once per wake-up of its driver. nsq-tokio's `prometheus` example consumes a topic and
+//! serves the Prometheus text format with these buckets.
 //!
 //! # An in-flight limit that finds itself
 //!

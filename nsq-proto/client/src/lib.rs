@@ -398,12 +398,7 @@ mod tests {
         let bodies =
             || -> Vec<Bytes> { sink.0.lock().unwrap().iter().map(|a| a.1.clone()).collect() };
 
-        let d = Delivery::new(
-            conn,
-            message(1),
-            origin.clone(),
-            crate::metrics::HandedOut::none(),
-        );
+        let d = Delivery::new(conn, message(1), origin.clone());
         assert_eq!(d.nsqd_address(), "127.0.0.1:4150");
         assert_eq!(&d.body()[..], b"body");
         d.touch();
@@ -411,22 +406,12 @@ mod tests {
         assert_eq!(kinds(), [AnswerKind::Touch, AnswerKind::Finish]);
         assert_eq!(bodies(), [Bytes::new(), Bytes::from_static(b"body")]);
 
-        drop(Delivery::new(
-            conn,
-            message(2),
-            origin.clone(),
-            crate::metrics::HandedOut::none(),
-        ));
+        drop(Delivery::new(conn, message(2), origin.clone()));
         assert_eq!(kinds()[2], AnswerKind::DROPPED);
         assert_eq!(sink.0.lock().unwrap()[2].0.attempts, 2);
         assert_eq!(bodies()[2], Bytes::from_static(b"body"));
 
-        let mut d = Delivery::new(
-            conn,
-            message(3),
-            origin.clone(),
-            crate::metrics::HandedOut::none(),
-        );
+        let mut d = Delivery::new(conn, message(3), origin.clone());
         let pending = d.take_over();
         drop(d);
         assert_eq!(kinds().len(), 3, "taken over: no answer on drop");
@@ -441,17 +426,12 @@ mod tests {
             }
         );
 
-        let d = Delivery::new(
-            conn,
-            message(4),
-            origin.clone(),
-            crate::metrics::HandedOut::none(),
-        );
+        let d = Delivery::new(conn, message(4), origin.clone());
         let a = d.into_answer(AnswerKind::UNTAKEN);
         assert_eq!(a.attempts, 4);
         assert_eq!(kinds().len(), 4, "into_answer sends nothing");
 
-        Delivery::new(conn, message(5), origin, crate::metrics::HandedOut::none()).release();
+        Delivery::new(conn, message(5), origin).release();
         assert_eq!(kinds()[4], AnswerKind::UNTAKEN);
         assert_eq!(bodies()[4], Bytes::from_static(b"body"));
     }

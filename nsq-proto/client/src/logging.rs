@@ -15,6 +15,15 @@ use std::time::Duration;
 // topic=.. channel=..}` or `producer{id=..}`, [`consumer_span`] / [`producer_span`]); the
 // lines of one connection's socket are inside `connection{conn=.. nsqd=..}` below it
 // ([`connection_span`]).
+//
+// Those spans are at ERROR, the level of the most severe line they carry. A subscriber's
+// level filter disables the spans below it as it does the lines: under `RUST_LOG=warn` an
+// INFO span is off, and a WARN line inside it would name no client. There are a few of them
+// per client (one per client, connection and lookupd query), so having them always on costs
+// nothing per message. The one span per message (`message{..}`, `Origin::message_span`)
+// stays at INFO: made for every message, it is only worth its cost where INFO is on; the
+// client's own lines about a message carry its `msg_id`, `attempts` and `nsqd` themselves,
+// and a handler's lines fall back to its consumer's span when the message's is off.
 
 static NEXT_CLIENT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
@@ -24,9 +33,10 @@ fn next_client_id() -> u64 {
 
 /// The span of a consumer: `consumer{id=3 topic=events channel=archive}`, with an id unique in
 /// the process (shared with producers), so two clients' lines are never confused. Its driver
-/// enters it for everything it does; messages log in it on the application's tasks too.
+/// enters it for everything it does; messages log in it on the application's tasks too. At
+/// ERROR, so it is on under any filter that lets a line of the client through.
 pub(crate) fn consumer_span(topic: &Topic, channel: &Channel) -> tracing::Span {
-    tracing::info_span!(
+    tracing::error_span!(
         "consumer",
         id = next_client_id(),
         topic = %topic,
@@ -36,18 +46,19 @@ pub(crate) fn consumer_span(topic: &Topic, channel: &Channel) -> tracing::Span {
 
 /// The span of a producer: `producer{id=4}` (see [`consumer_span`]).
 pub(crate) fn producer_span() -> tracing::Span {
-    tracing::info_span!("producer", id = next_client_id())
+    tracing::error_span!("producer", id = next_client_id())
 }
 
 /// The span of one nsqd connection's socket, `connection{conn=conn#1 nsqd=host:4150}`, made
-/// inside the client's span (the driver's current span) so it nests below it.
+/// inside the client's span (the driver's current span) so it nests below it. At ERROR like
+/// the client's: a failed write is said at WARN inside it.
 pub(crate) fn connection_span(conn: impl fmt::Display, nsqd: &str) -> tracing::Span {
-    tracing::info_span!("connection", %conn, nsqd = %nsqd)
+    tracing::error_span!("connection", %conn, nsqd = %nsqd)
 }
 
 /// The span of one HTTP exchange with an nsqlookupd (see [`connection_span`]).
 pub(crate) fn lookupd_span(request: impl fmt::Display, lookupd: &str) -> tracing::Span {
-    tracing::debug_span!("lookupd_request", %request, lookupd = %lookupd)
+    tracing::error_span!("lookupd_request", %request, lookupd = %lookupd)
 }
 
 fn log_connection_closed(

@@ -101,6 +101,11 @@ impl Message {
         self.0.span()
     }
 
+    /// The application takes it now (see [`Delivery::taken`]).
+    pub(crate) fn taken(&mut self) {
+        self.0.taken();
+    }
+
     /// A handler runner takes over answering it.
     pub(crate) fn take_over(&mut self) -> PendingAnswer<AnswerChannel> {
         self.0.take_over()

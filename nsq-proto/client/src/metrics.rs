@@ -5,7 +5,17 @@
 //! Counters that the core already counts (received, finished, requeued, given up,
 //! reconnects) follow its [`ConsumerStats`] once per round of the driver, so they equal
 //! what happened; gauges are set from the same snapshot; the histograms are observed where
-//! their event happens (a message's receipt, its answer, a publish's result).
+//! their event happens: a message's receipt (on the driver), the application taking it and
+//! answering it (on the application's task: [`Timing`]), a publish's result.
+//!
+//! A message's time in the application is split in two: the wait
+//! (`nsq_consumer_handler_wait_seconds`, from its hand-out by the driver to a handler
+//! starting on it, or `recv` returning it) and the handler's own duration
+//! (`nsq_consumer_handler_duration_seconds`, from then to its answer: the handler's
+//! return, or for a message taken with `recv`, its `finish`/`requeue`, or its drop). A
+//! queue in front of busy handlers shows in the first, a slow handler in the second. Both
+//! are read with the system's clock (two reads per message and one per hand-out, only when
+//! the histograms record), not the runtime's: a paused tokio clock does not stop them.
 
 use nsq_proto::consumer::ConsumerStats;
 #[cfg(feature = "metrics")]
@@ -30,14 +40,22 @@ pub(crate) use off::*;
 /// let handle = builder.install_recorder()?;
 /// ```
 ///
-/// Handler and publish durations span 100 µs to a minute, a message's age (from nsqd's
-/// timestamp to its receipt) 1 ms to a day, a batch's size 1 to 5,000 messages.
+/// Handler and publish durations span 100 µs to a minute, the wait for a handler 10 µs to
+/// a minute (with no queue it is the hand-off between two tasks), a message's age (from
+/// nsqd's timestamp to its receipt) 1 ms to a day, a batch's size 1 to 5,000 messages.
 pub const HISTOGRAM_BUCKETS: &[(&str, &[f64])] = &[
     (
         "nsq_consumer_handler_duration_seconds",
         &[
             0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
             2.5, 5.0, 10.0, 30.0, 60.0,
+        ],
+    ),
+    (
+        "nsq_consumer_handler_wait_seconds",
+        &[
+            0.000_01, 0.000_025, 0.000_05, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+            0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
         ],
     ),
     (
@@ -91,33 +109,81 @@ mod on {
     use std::collections::{BTreeMap, HashMap};
     use std::sync::Arc;
 
-    /// What a message's handler runner counts: handlers that failed.
+    /// What the application's side of a consumer records, on the application's tasks:
+    /// handlers that failed, the wait for a handler and the handler's duration.
     #[derive(Debug, Clone)]
     pub(crate) struct AnswerMetrics {
-        handler_errors: Counter,
+        errors: Counter,
+        wait: Histogram,
+        duration: Histogram,
     }
 
     impl AnswerMetrics {
         /// A handler returned an error or panicked.
         pub(crate) fn handler_failed(&self) {
-            self.handler_errors.increment(1);
+            self.errors.increment(1);
         }
     }
 
-    /// When a message was handed out (the driver's time of that round), for its handler's
-    /// duration.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    pub(crate) struct HandedOut(Option<Instant>);
-
-    /// `now` (the driver's round), as a message's hand-out time.
-    pub(crate) fn handed_out_at(now: Instant) -> HandedOut {
-        HandedOut(Some(now))
+    /// The system's clock, for the times of the application's side (see the module's docs).
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "a message's wait and handling as the application sees them, on its tasks"
+    )]
+    fn clock() -> Instant {
+        Instant::now()
     }
 
-    impl HandedOut {
-        /// A message not handed out to a handler (its answer has no handler duration).
-        pub(crate) fn none() -> HandedOut {
-            HandedOut(None)
+    /// Where a message stands for its wait and handler duration: handed out at an instant,
+    /// then taken by the application at an instant. `Copy`, 24 bytes, no allocation.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub(crate) struct Timing(Stage);
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Stage {
+        /// Not timed (the histograms are off, it was never handed out, or it is answered).
+        Untimed,
+        HandedOut(Instant),
+        Taken(Instant),
+    }
+
+    /// When the driver hands out the messages of a round (see
+    /// [`ConsumerMetrics::hand_out_time`]).
+    #[derive(Debug, Clone, Copy)]
+    pub(crate) struct HandOut(Instant);
+
+    impl Timing {
+        /// Not timed.
+        pub(crate) fn none() -> Timing {
+            Timing(Stage::Untimed)
+        }
+
+        /// Handed out at `at`.
+        pub(crate) fn handed_out(at: HandOut) -> Timing {
+            Timing(Stage::HandedOut(at.0))
+        }
+
+        /// The application takes the message now (a handler starts on it, or `recv` returns
+        /// it): its wait since the hand-out is recorded.
+        pub(crate) fn taken(&mut self, metrics: &AnswerMetrics) {
+            if let Stage::HandedOut(at) = self.0 {
+                let now = clock();
+                metrics
+                    .wait
+                    .record(now.saturating_duration_since(at).as_secs_f64());
+                self.0 = Stage::Taken(now);
+            }
+        }
+
+        /// The application gives the message its last answer now: the time since it took it
+        /// is recorded, once.
+        pub(crate) fn answered(&mut self, metrics: &AnswerMetrics) {
+            if let Stage::Taken(at) = self.0 {
+                metrics
+                    .duration
+                    .record(clock().saturating_duration_since(at).as_secs_f64());
+            }
+            self.0 = Stage::Untimed;
         }
     }
 
@@ -137,8 +203,9 @@ mod on {
         backoff_level: Gauge,
         in_flight_limit: Gauge,
         message_age: Histogram,
-        handler_duration: Histogram,
         answers: AnswerMetrics,
+        /// Whether the histograms record (`metrics_histograms`).
+        histograms: bool,
         /// The wall clock read once per round (`(round, nanoseconds since the epoch)`).
         wall: Option<(Instant, i64)>,
         rdy: BTreeMap<String, (Gauge, u32)>,
@@ -171,10 +238,12 @@ mod on {
                 backoff_level: gauge!("nsq_consumer_backoff_level", &labels),
                 in_flight_limit: gauge!("nsq_consumer_in_flight_limit", &labels),
                 message_age: histogram("nsq_consumer_message_age_seconds"),
-                handler_duration: histogram("nsq_consumer_handler_duration_seconds"),
                 answers: AnswerMetrics {
-                    handler_errors: counter!("nsq_consumer_handler_errors_total", &labels),
+                    errors: counter!("nsq_consumer_handler_errors_total", &labels),
+                    wait: histogram("nsq_consumer_handler_wait_seconds"),
+                    duration: histogram("nsq_consumer_handler_duration_seconds"),
                 },
+                histograms,
                 wall: None,
                 rdy: BTreeMap::new(),
                 last: Last::default(),
@@ -212,13 +281,10 @@ mod on {
             self.message_age.record(age as f64 / 1e9);
         }
 
-        /// The driver took the final answer (FIN or REQ) of a message handed out at
-        /// `handed_out`, during its round of `now`.
-        pub(crate) fn answered(&self, now: Instant, handed_out: HandedOut) {
-            if let HandedOut(Some(at)) = handed_out {
-                self.handler_duration
-                    .record(now.saturating_duration_since(at).as_secs_f64());
-            }
+        /// The instant the driver hands out messages now (one clock read per hand-out,
+        /// for every message of it), or none when the histograms do not record.
+        pub(crate) fn hand_out_time(&self) -> Option<HandOut> {
+            self.histograms.then(|| HandOut(clock()))
         }
 
         /// A round of the driver ended with `stats`: counters follow the core's, gauges are
@@ -483,26 +549,32 @@ mod off {
     #[derive(Debug, Clone, Copy, Default)]
     pub(crate) struct AnswerMetrics;
 
-    /// Without the feature no time is kept.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    pub(crate) struct HandedOut;
-
     impl AnswerMetrics {
         #[inline]
         pub(crate) fn handler_failed(&self) {}
     }
 
     /// Without the feature no time is kept.
-    #[inline]
-    pub(crate) fn handed_out_at(_: Instant) -> HandedOut {
-        HandedOut
-    }
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub(crate) struct Timing;
 
-    impl HandedOut {
+    /// Without the feature no time is kept (never made).
+    #[derive(Debug, Clone, Copy)]
+    pub(crate) struct HandOut;
+
+    impl Timing {
         #[inline]
-        pub(crate) fn none() -> HandedOut {
-            HandedOut
+        pub(crate) fn none() -> Timing {
+            Timing
         }
+        #[inline]
+        pub(crate) fn handed_out(_: HandOut) -> Timing {
+            Timing
+        }
+        #[inline]
+        pub(crate) fn taken(&mut self, _: &AnswerMetrics) {}
+        #[inline]
+        pub(crate) fn answered(&mut self, _: &AnswerMetrics) {}
     }
 
     /// Without the `metrics` feature: nothing.
@@ -521,7 +593,9 @@ mod off {
         #[inline]
         pub(crate) fn message_received(&mut self, _: Instant, _: i64) {}
         #[inline]
-        pub(crate) fn answered(&self, _: Instant, _: HandedOut) {}
+        pub(crate) fn hand_out_time(&self) -> Option<HandOut> {
+            None
+        }
         #[inline]
         pub(crate) fn update(&mut self, _: &ConsumerStats, _: bool) {}
         #[inline]

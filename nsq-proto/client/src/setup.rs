@@ -124,6 +124,10 @@ pub(crate) struct ConsumerSetup {
     pub set: SetByBuilder,
     /// The runtime to start on (found where it starts unless the builder was given one).
     pub runtime: crate::runtime::RuntimeChoice,
+    /// The consumer's span ([`consumer_span`]), made with the builder so that what taking
+    /// its configuration logs (TLS verification turned off) names it too; none when the
+    /// topic or channel is invalid (it will not start).
+    pub span: tracing::Span,
 }
 
 /// Settings a builder took by name (`.dial_timeout(..)`), kept apart so that a later
@@ -173,9 +177,15 @@ impl ConsumerSetup {
     /// A setup for `topic`/`channel` with the default configuration.
     pub(crate) fn new(topic: impl IntoTopic, channel: impl IntoChannel) -> ConsumerSetup {
         let defaults = AdapterConfig::<ConsumerConfig>::default();
+        let (topic, channel) = (topic.into_topic(), channel.into_channel());
+        let span = match (&topic, &channel) {
+            (Ok(t), Ok(c)) => consumer_span(t, c),
+            _ => tracing::Span::none(),
+        };
         ConsumerSetup {
-            topic: topic.into_topic(),
-            channel: channel.into_channel(),
+            span,
+            topic,
+            channel,
             config: Ok(defaults.machine),
             max_in_flight: None,
             give_up: None,
@@ -203,7 +213,10 @@ impl ConsumerSetup {
         os_hostname: Option<String>,
         read_file: impl FnMut(PathBuf) -> std::io::Result<Vec<u8>>,
     ) {
-        match consumer_config(config, os_hostname, read_file) {
+        let config = self
+            .span
+            .in_scope(|| consumer_config(config, os_hostname, read_file));
+        match config {
             Ok(c) => {
                 self.config = Ok(c.machine);
                 self.dial_timeout = c.dial_timeout;
@@ -227,11 +240,12 @@ impl ConsumerSetup {
         if let Some(n) = self.max_in_flight {
             config.max_in_flight = n;
         }
-        let span = consumer_span(&topic, &channel);
+        let span = self.span;
+        let entered = span.enter();
         let metrics =
             crate::metrics::ConsumerMetrics::new(topic.as_str(), channel.as_str(), self.histograms);
         if config.max_in_flight == 0 {
-            span.in_scope(|| log_max_in_flight(0));
+            log_max_in_flight(0);
         }
         let mut machine = Consumer::new(config, topic, channel, self.seed.unwrap_or_else(seed));
         for a in &self.nsqd {
@@ -240,6 +254,7 @@ impl ConsumerSetup {
         for a in &self.lookupd {
             machine.add_lookupd(now, a)?;
         }
+        drop(entered);
         Ok(ConsumerStart {
             machine,
             give_up: self.give_up,
@@ -272,6 +287,8 @@ pub(crate) struct ProducerSetup {
     pub set: SetByBuilder,
     /// The runtime to start on (see [`ConsumerSetup::runtime`]).
     pub runtime: crate::runtime::RuntimeChoice,
+    /// The producer's span ([`producer_span`]; see [`ConsumerSetup::span`]).
+    pub span: tracing::Span,
 }
 
 impl Default for ProducerSetup {
@@ -286,6 +303,7 @@ impl Default for ProducerSetup {
             histograms: defaults.histograms,
             set: SetByBuilder::default(),
             runtime: crate::runtime::RuntimeChoice::default(),
+            span: producer_span(),
         }
     }
 }
@@ -327,7 +345,10 @@ impl ProducerSetup {
         os_hostname: Option<String>,
         read_file: impl FnMut(PathBuf) -> std::io::Result<Vec<u8>>,
     ) {
-        match producer_config(config, os_hostname, read_file) {
+        let config = self
+            .span
+            .in_scope(|| producer_config(config, os_hostname, read_file));
+        match config {
             Ok(c) => {
                 self.config = Ok(c.machine);
                 self.write_timeout = c.write_timeout;
@@ -345,7 +366,8 @@ impl ProducerSetup {
         seed: impl FnOnce() -> u64,
     ) -> Result<ProducerStart, Error> {
         let config = self.config?;
-        let span = producer_span();
+        let span = self.span;
+        let entered = span.enter();
         let dial_timeout = config.connect_timeout + Duration::from_secs(1);
         let max_unanswered = config.max_pending;
         let limits = config.connection.limits;
@@ -353,6 +375,7 @@ impl ProducerSetup {
         for a in &self.nsqd {
             machine.add_nsqd(now, a)?;
         }
+        drop(entered);
         Ok(ProducerStart {
             machine,
             dial_timeout,

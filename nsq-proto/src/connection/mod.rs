@@ -92,6 +92,9 @@ const MIN_FRAME_ROOM: u32 = 4096;
 pub struct Connection {
     config: ConnectionConfig,
     role: Role,
+    /// The server's address, for the log lines the connection writes outside the handling of
+    /// its own input (timeouts), where no span of the driver names it.
+    addr: Box<str>,
     server_name: Option<ServerName<'static>>,
     phase: Phase,
     decoder: FrameDecoder,
@@ -196,6 +199,7 @@ impl Connection {
             FrameDecoder::for_max_msg_size(config.limits.max_msg_size.max(MIN_FRAME_ROOM));
         Ok(Connection {
             role,
+            addr: server_addr.into(),
             server_name,
             phase: Phase::Identify,
             decoder,
@@ -389,7 +393,7 @@ impl Connection {
         }
         let idle = now.saturating_duration_since(self.last_rx);
         if idle >= self.read_timeout {
-            tracing::debug!(?idle, "nsqd connection timed out");
+            tracing::debug!(?idle, nsqd = %self.addr, "nsqd connection timed out");
             self.fail(CloseReason::Timeout { idle });
             return;
         }
@@ -512,7 +516,8 @@ impl Connection {
             let extended = self.touched_deadline(now, deadline, delivered);
             if held >= limit || extended <= deadline {
                 tracing::warn!(
-                    %id,
+                    msg_id = %id,
+                    nsqd = %self.addr,
                     ?held,
                     ?limit,
                     "auto-touch stops (its limit or nsqd's max_msg_timeout reached): the \
@@ -677,7 +682,7 @@ impl Connection {
 
     fn expire(&mut self, now: Instant) {
         while let Some(id) = self.inflight.pop_expired(now) {
-            tracing::debug!(msg_id = %id, "message expired unanswered");
+            tracing::debug!(msg_id = %id, nsqd = %self.addr, "message expired unanswered");
             self.events.push_back(ConnectionEvent::MessageExpired(id));
         }
     }
@@ -715,14 +720,14 @@ impl Connection {
             return;
         }
         if let CloseReason::Graceful { .. } = &reason {
-            tracing::debug!(%reason, "nsqd connection closed");
+            tracing::debug!(%reason, nsqd = %self.addr, "nsqd connection closed");
             // The last commands, then TLS close_notify, go out with the last poll_transmit.
             let flushed = self.flush_wbuf();
             if let (Ok(()), Err(e)) = (flushed, self.layers.close_notify(&mut self.out)) {
                 tracing::debug!(error = %e, "could not queue TLS close_notify");
             }
         } else {
-            tracing::debug!(%reason, "nsqd connection failed");
+            tracing::debug!(%reason, nsqd = %self.addr, "nsqd connection failed");
         }
         for t in self.first_outstanding..self.next_token {
             self.events.push_back(ConnectionEvent::PublishFailed(

@@ -82,7 +82,7 @@ pub(super) fn send_back(
     unseen: u16,
     idle_cap: Duration,
 ) {
-    tracing::debug!(conn = %id, msg = %message.id, "message beyond the in-flight budget: requeued at once");
+    tracing::debug!(conn = %id, nsqd = %slot.addr, msg_id = %message.id, "message beyond the in-flight budget: requeued at once");
     if let Some(took) = slot.lowered_at.map(|t| now.saturating_duration_since(t)) {
         if took > slot.handshake && took <= LONGEST_LEARNED {
             slot.handshake = took;
@@ -96,7 +96,7 @@ pub(super) fn send_back(
     match c.requeue(now, &message.id, Duration::ZERO) {
         Ok(()) => slot.sent_back.note(message.id, unseen.saturating_add(1)),
         Err(e) => {
-            tracing::debug!(conn = %id, error = %e, "could not requeue a message beyond the budget");
+            tracing::debug!(conn = %id, nsqd = %slot.addr, error = %e, "could not requeue a message beyond the budget");
         }
     }
 }

@@ -842,6 +842,7 @@ impl Consumer {
                         a.note_handshake(slot.handshake);
                     }
                     let addr = slot.addr.clone();
+                    self.discovery.connection_ready(&addr);
                     self.shared
                         .events
                         .push_back(ConsumerEvent::ConnectionReady { conn: id, addr });

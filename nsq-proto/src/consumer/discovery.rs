@@ -44,8 +44,9 @@ struct Node {
     listed_by: BTreeSet<usize>,
     /// Counters of its connections that have ended.
     counts: Counts,
-    /// Connection attempts made.
-    attempts: u64,
+    /// Its connections that became ready (see [`Discovery::connection_ready`]), over the
+    /// consumer's life: kept while the address is forgotten ([`History`]).
+    connected: u64,
     /// Its last connection showed a misconfiguration ([`CloseReason::misconfiguration`]):
     /// not connected to again on its own, only when added again (or, discovered, when a
     /// lookupd lists it anew after having forgotten it).
@@ -67,7 +68,7 @@ impl Node {
             disconnected_seq: 0,
             listed_by: BTreeSet::new(),
             counts: Counts::default(),
-            attempts: 0,
+            connected: 0,
             parked: false,
         }
     }
@@ -111,8 +112,60 @@ pub(super) struct Discovery {
     /// such a stale answer must not bring the address back (see `Node::disconnected_seq`).
     forgotten: BTreeMap<String, u64>,
     lookupds: Vec<Lookupd>,
-    /// Connection attempts to an nsqd after its first one, over every nsqd ever known.
+    /// Connections that became ready to an nsqd the consumer had been connected to before,
+    /// over every nsqd ever known.
     reconnects: u64,
+    /// How many connections became ready to each forgotten address it was connected to.
+    history: History,
+}
+
+/// How many forgotten nsqd addresses the consumer remembers having been connected to (for
+/// [`ConsumerStats::reconnects`](super::ConsumerStats::reconnects)): a discovered nsqd that
+/// went away from every lookupd's answer is forgotten, and when it is listed again (an nsqd
+/// restarted: it leaves nsqlookupd while it is down) its new connection is a reconnect. The
+/// oldest are let go beyond this many (about 100 bytes each), so a cluster whose addresses
+/// keep changing costs bounded memory.
+pub(super) const REMEMBERED_ADDRESSES: usize = 4096;
+
+/// The forgotten addresses' connection counts (see [`REMEMBERED_ADDRESSES`]), oldest first.
+#[derive(Debug, Default)]
+struct History {
+    /// Address -> (when it was forgotten, in `next` order; its ready connections).
+    by_addr: BTreeMap<String, (u64, u64)>,
+    /// When forgotten -> address: the order in which they are let go.
+    order: BTreeMap<u64, String>,
+    next: u64,
+}
+
+impl History {
+    /// Remembers that `addr`, now forgotten, had `connected` ready connections.
+    fn remember(&mut self, addr: &str, connected: u64) {
+        if connected == 0 {
+            return;
+        }
+        let at = self.next;
+        self.next += 1;
+        if let Some((old, _)) = self.by_addr.insert(addr.to_owned(), (at, connected)) {
+            self.order.remove(&old);
+        }
+        self.order.insert(at, addr.to_owned());
+        while self.order.len() > REMEMBERED_ADDRESSES {
+            if let Some((_, oldest)) = self.order.pop_first() {
+                self.by_addr.remove(&oldest);
+            }
+        }
+    }
+
+    /// What was remembered of `addr` (0: nothing), which is known again from now on.
+    fn recall(&mut self, addr: &str) -> u64 {
+        match self.by_addr.remove(addr) {
+            Some((at, connected)) => {
+                self.order.remove(&at);
+                connected
+            }
+            None => 0,
+        }
+    }
 }
 
 impl Discovery {
@@ -126,6 +179,30 @@ impl Discovery {
             forgotten: BTreeMap::new(),
             lookupds: Vec::new(),
             reconnects: 0,
+            history: History::default(),
+        }
+    }
+
+    /// A node for `addr`, newly known, with what is remembered of it.
+    fn node(&mut self, addr: &str, source: Source, config: &ConsumerConfig) -> Node {
+        Node {
+            connected: self.history.recall(addr),
+            ..Node::new(source, config)
+        }
+    }
+
+    /// A connection to `addr` became ready (handshake and SUB done): a reconnect when the
+    /// consumer had been connected to it before, whether it was given directly or listed by
+    /// a lookupd (also after it was forgotten and listed again). Once per connection: kept
+    /// out of line, off the path of the messages its caller also handles.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn connection_ready(&mut self, addr: &str) {
+        if let Some(p) = self.nodes.get_mut(addr) {
+            p.connected += 1;
+            if p.connected > 1 {
+                self.reconnects += 1;
+            }
         }
     }
 
@@ -169,7 +246,7 @@ impl Discovery {
                 finished: counts.finished,
                 requeued: counts.requeued,
                 gave_up: counts.gave_up,
-                reconnects: p.attempts.saturating_sub(1),
+                reconnects: p.connected.saturating_sub(1),
                 reconnect_at: p.next_attempt.filter(|_| p.conn.is_none()),
                 topology_zone: String::new(),
                 topology_region: String::new(),
@@ -222,8 +299,8 @@ impl Discovery {
                 self.connect(addr, sh);
             }
         } else {
-            self.nodes
-                .insert(addr.to_string(), Node::new(Source::Direct, &sh.config));
+            let node = self.node(addr, Source::Direct, &sh.config);
+            self.nodes.insert(addr.to_string(), node);
             self.connect(addr, sh);
         }
     }
@@ -270,7 +347,7 @@ impl Discovery {
         p.source = Source::Lookupd;
         p.next_attempt = None;
         let conn = p.conn;
-        tracing::debug!(addr, "disconnecting from nsqd");
+        tracing::debug!(nsqd = addr, "disconnecting from nsqd");
         if conn.is_none() {
             self.prune(Some(addr), sh);
         }
@@ -290,7 +367,7 @@ impl Discovery {
         if self.lookupds.len() == 1 {
             return Err(ConsumerError::LastLookupd(input.to_string()));
         }
-        tracing::debug!(addr = %addr, "disconnecting from nsqlookupd");
+        tracing::debug!(lookupd = %addr, "disconnecting from nsqlookupd");
         if let Some(pending) = self.lookupds.remove(i).pending {
             sh.push_action(Action::LookupdClose {
                 request: pending.id,
@@ -467,10 +544,6 @@ impl Discovery {
         self.next_conn += 1;
         p.conn = Some(id);
         p.next_attempt = None;
-        p.attempts += 1;
-        if p.attempts > 1 {
-            self.reconnects += 1;
-        }
         sh.slots.insert(id, Slot::new(addr));
         sh.push_action(Action::Connect {
             conn: id,
@@ -590,9 +663,11 @@ impl Discovery {
                 && p.listed_by.is_empty()
         };
         let forgotten = &mut self.forgotten;
+        let history = &mut self.history;
         let mut forget = |addr: &str, p: &Node| {
             tracing::debug!(nsqd = addr, "forgetting an nsqd no lookupd lists any more");
             forgotten.insert(addr.to_string(), p.disconnected_seq);
+            history.remember(addr, p.connected);
         };
         match only {
             Some(addr) => {
@@ -641,7 +716,7 @@ impl Discovery {
                     return; // a stale answer about an nsqd that went away since
                 }
                 self.forgotten.remove(addr);
-                let p = Node::new(Source::Lookupd, &sh.config);
+                let p = self.node(addr, Source::Lookupd, &sh.config);
                 self.nodes.insert(addr.to_string(), p);
                 self.connect(addr, sh);
             }
@@ -654,5 +729,35 @@ impl Discovery {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{History, REMEMBERED_ADDRESSES};
+
+    #[test]
+    fn history_remembers_the_latest_forgotten_addresses_and_lets_the_oldest_go() {
+        let mut h = History::default();
+        h.remember("never-connected:4150", 0);
+        assert_eq!(h.recall("never-connected:4150"), 0, "nothing to remember");
+        for i in 0..=REMEMBERED_ADDRESSES {
+            h.remember(&format!("10.0.{}.{}:4150", i / 256, i % 256), 1);
+        }
+        assert_eq!(
+            (h.by_addr.len(), h.order.len()),
+            (REMEMBERED_ADDRESSES, REMEMBERED_ADDRESSES)
+        );
+        assert_eq!(h.recall("10.0.0.0:4150"), 0, "the oldest was let go");
+        assert_eq!(h.recall("10.0.0.1:4150"), 1);
+        assert_eq!(
+            h.recall("10.0.0.1:4150"),
+            0,
+            "known again: no longer remembered"
+        );
+        // Forgotten again later: its newer count replaces the older entry.
+        h.remember("10.0.0.2:4150", 3);
+        assert_eq!(h.order.len(), REMEMBERED_ADDRESSES - 1);
+        assert_eq!(h.recall("10.0.0.2:4150"), 3);
     }
 }

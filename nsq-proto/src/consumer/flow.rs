@@ -401,7 +401,8 @@ impl FlowControl {
         self.answer_failures = Some((start, count));
         if count == ANSWER_FAILURE_BURST {
             tracing::warn!(
-                %id,
+                conn = %id,
+                nsqd = sh.slots.get(id).map_or("", |s| s.addr.as_str()),
                 count,
                 window = ?ANSWER_FAILURE_WINDOW,
                 "answers rejected by nsqd (messages already timed out): the handler is slower \
@@ -883,7 +884,9 @@ impl FlowControl {
                     self.tickets += 1;
                     slot.start_turn(now, self.tickets, later(now, shape.length), quota);
                 }
-                Err(e) => tracing::debug!(conn = %id, error = %e, "RDY not sent"),
+                Err(e) => {
+                    tracing::debug!(conn = %id, nsqd = %slot.addr, error = %e, "RDY not sent");
+                }
             }
             sh.queue_transmit(id);
         }
@@ -1046,7 +1049,9 @@ impl FlowControl {
                             }
                         }
                     }
-                    Err(e) => tracing::debug!(conn = %id, error = %e, "RDY not sent"),
+                    Err(e) => {
+                        tracing::debug!(conn = %id, nsqd = %slot.addr, error = %e, "RDY not sent");
+                    }
                 }
                 sh.queue_transmit(*id);
             }

@@ -685,7 +685,7 @@ impl Slot {
                 // Nothing changed on the wire.
                 self.transit = before;
                 self.transit_until = before_until;
-                tracing::debug!(%id, error = %e, "RDY not sent");
+                tracing::debug!(conn = %id, nsqd = %self.addr, error = %e, "RDY not sent");
             }
         }
     }

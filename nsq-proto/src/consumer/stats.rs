@@ -60,7 +60,13 @@ pub struct ConsumerStats {
     /// Messages delivered and not answered yet, over every connection (closing ones
     /// included).
     pub in_flight: usize,
-    /// Connection attempts to an nsqd after its first one, over every nsqd ever known.
+    /// Reconnects: connections that became ready (handshake and SUB done) to an nsqd this
+    /// consumer had been connected to before, over every nsqd ever known; how often a
+    /// connection was lost and made again. Counted whether the nsqd was given directly or
+    /// listed by an nsqlookupd, also when a discovered nsqd was forgotten (no lookupd listed
+    /// it: an nsqd leaves nsqlookupd while it restarts) and is listed again; the last 4,096
+    /// forgotten addresses are remembered. Attempts that fail are not counted (each is a
+    /// `ConnectionClosed` event; [`NsqdStats::reconnect_at`] says when the next is due).
     pub reconnects: u64,
     /// Every nsqd the consumer keeps track of (the `known_nsqd` of them), by address.
     pub nsqd: Vec<NsqdStats>,
@@ -91,7 +97,8 @@ pub enum NsqdState {
 
 /// One nsqd address of a consumer, in [`ConsumerStats::nsqd`]:
 /// its connection's state and flow control, and counters over every connection the consumer
-/// made to it while it kept track of the address.
+/// made to it while it kept track of the address (`reconnects`: while it remembers it, see
+/// [`ConsumerStats::reconnects`]).
 ///
 /// Its `Debug` shows [`reconnect_at`](Self::reconnect_at) as `scheduled` (an `Instant` reads
 /// as an opaque clock value); [`reconnect_in`](Self::reconnect_in) gives the time left.
@@ -119,7 +126,8 @@ pub struct NsqdStats {
     pub requeued: u64,
     /// Messages from this nsqd finished automatically for exceeding `max_attempts`.
     pub gave_up: u64,
-    /// Connection attempts to this nsqd after the first one.
+    /// Connections to this nsqd that became ready after the first one (see
+    /// [`ConsumerStats::reconnects`]).
     pub reconnects: u64,
     /// When the next reconnect attempt is due (directly added nsqd whose connection ended).
     pub reconnect_at: Option<Instant>,

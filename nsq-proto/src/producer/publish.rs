@@ -274,7 +274,7 @@ impl Producer {
                 let per_message = matches!(e.code(), ErrorCode::BadMessage | ErrorCode::BadBody);
                 if per_message && work.count > 1 && work.shape == (Shape::Batch { solo: false }) {
                     tracing::debug!(
-                        addr = self.nodes[i].addr,
+                        nsqd = self.nodes[i].addr,
                         messages = work.count,
                         error = %e,
                         "nsqd refused a batch: sending its publishes one by one"

@@ -146,7 +146,7 @@ impl Producer {
             *learned = value;
         }
         tracing::warn!(
-            addr = self.nodes[i].addr,
+            nsqd = self.nodes[i].addr,
             size,
             "nsqd closed the connection while reading a publish larger than any it accepted: \
              taken as its {} refusing it; publishes of {size} bytes or more now fail before \
@@ -227,7 +227,7 @@ impl Producer {
         if *learned == x.value {
             *learned = x.previous;
             tracing::info!(
-                addr = self.nodes[i].addr,
+                nsqd = self.nodes[i].addr,
                 "nsqd cannot be reached: its reset was no refusal, and the {} taken from it \
                  is withdrawn",
                 x.limit.name()
@@ -262,7 +262,7 @@ impl Producer {
         if max < *learned {
             *learned = max;
             tracing::info!(
-                addr = self.nodes[i].addr,
+                nsqd = self.nodes[i].addr,
                 max,
                 "nsqd's {} is lower than configured",
                 limit.name()

@@ -243,3 +243,28 @@ pub(super) fn lookupd_discovers_a_broker_added_later(f: &dyn Factory) {
     m.finish();
     c.stop();
 }
+
+/// `stats().received` counts a message before `recv` hands it out: right after each message
+/// taken, it is at least the number taken so far (it once read 16-19 right after the 20th).
+pub(super) fn a_message_is_counted_before_recv_returns_it(f: &dyn Factory) {
+    let nsqd = start(Nsqd::builder());
+    let p = producer(f, &nsqd);
+    for batch in 0..4 {
+        let bodies = (0..50)
+            .map(|i| format!("{batch}-{i}").into_bytes())
+            .collect();
+        p.multi_publish("counted", bodies).unwrap();
+    }
+    p.close();
+    let mut c = consumer(f, &nsqd, "counted", fast_config(20));
+    for taken in 1..=200u64 {
+        let m = c.next(WAIT).expect("a message");
+        let received = c.stats().received;
+        assert!(
+            received >= taken,
+            "message {taken} taken, stats().received = {received}"
+        );
+        m.finish();
+    }
+    c.stop();
+}

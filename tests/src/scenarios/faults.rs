@@ -5,7 +5,7 @@ use super::{
     Consumer, ConsumerSetup, ErrorKind, Factory, NsqdState, WAIT, addr, consumer, eventually,
     fast_config, producer, start, text,
 };
-use crate::{Lookupd, Nsqd, Restart};
+use crate::{Lookupd, Nsqd, PeerInfo, Restart};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -293,3 +293,76 @@ pub(super) fn disconnect_from_lookupd_stops_discovery_through_it(f: &dyn Factory
 }
 
 // ------------------------------------------------------------------ flow control (issue 12)
+
+/// A reconnect is a connection made again to an nsqd the consumer was connected to before,
+/// in lookupd mode too: an nsqd restarted between two lookupd polls (still listed), and one
+/// restarted as nsqd does it (it leaves nsqlookupd while it is down, so a poll forgets it)
+/// and listed again, each count one.
+pub(super) fn a_restart_found_through_lookupd_counts_as_a_reconnect(f: &dyn Factory) {
+    let lookupd = Lookupd::start().unwrap();
+    // Registered by hand, so the test can take it out of lookupd while it is down.
+    let nsqd = start(Nsqd::builder());
+    let info = PeerInfo::local(nsqd.tcp_address().port(), 0);
+    let register = || {
+        let id = lookupd.add_producer(info.clone());
+        lookupd.register(id, "relisted", None);
+        id
+    };
+    let id = register();
+    nsqd.publish("relisted", b"first");
+    let setup = ConsumerSetup {
+        options: Some(fast_config(1)),
+        lookupd: vec![lookupd.http_address().to_string()],
+        ..ConsumerSetup::default()
+    };
+    let mut c = f.consumer("relisted", "ch", &setup).unwrap();
+    c.next(WAIT).expect("discovered through lookupd").finish();
+    assert_eq!(c.stats().reconnects, 0);
+
+    // Between two polls: still listed, so the next poll reconnects.
+    nsqd.restart(Restart::KeepMessages).unwrap();
+    assert!(
+        eventually(WAIT, || {
+            let s = c.stats();
+            s.reconnects == 1 && s.connections == 1
+        }),
+        "{:?}",
+        c.stats()
+    );
+
+    // As nsqd: out of lookupd first, then down; forgotten; then back and listed again.
+    assert!(lookupd.remove_producer(id));
+    nsqd.stop_accepting();
+    nsqd.drop_connections();
+    assert!(
+        eventually(WAIT, || c.stats().nsqd.is_empty()),
+        "forgotten: {:?}",
+        c.stats()
+    );
+    nsqd.start_accepting().unwrap();
+    register();
+    assert!(
+        eventually(WAIT, || {
+            let s = c.stats();
+            s.reconnects == 2 && s.connections == 1
+        }),
+        "{:?}",
+        c.stats()
+    );
+    assert_eq!(
+        c.stats().nsqd[0].reconnects,
+        2,
+        "remembered while forgotten"
+    );
+    nsqd.publish("relisted", b"after");
+    // "first" again before it, if its FIN had not reached the broker when it restarted.
+    loop {
+        let m = c.next(WAIT).expect("consumed after the restart");
+        let after = m.body() == b"after";
+        m.finish();
+        if after {
+            break;
+        }
+    }
+    c.stop();
+}

@@ -238,6 +238,8 @@ pub type ClientResult<T> = Result<T, ClientError>;
 /// The consumer statistics the scenarios look at.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ConsumerStats {
+    /// Messages delivered by nsqd.
+    pub received: u64,
     /// Messages given up on.
     pub gave_up: u64,
     /// Connections up.
@@ -248,7 +250,7 @@ pub struct ConsumerStats {
     pub total_rdy: u64,
     /// Messages in flight over every connection.
     pub in_flight: usize,
-    /// Reconnect attempts.
+    /// Reconnects (connections made again to an nsqd it was connected to before).
     pub reconnects: u64,
     /// Every nsqd the consumer keeps track of.
     pub nsqd: Vec<NsqdStats>,
@@ -300,7 +302,7 @@ pub struct NsqdStats {
     pub finished: u64,
     /// Of those, requeued.
     pub requeued: u64,
-    /// Reconnect attempts.
+    /// Reconnects (connections made again to an nsqd it was connected to before).
     pub reconnects: u64,
     /// The nsqd's zone, as its IDENTIFY reply said (empty if it said none).
     pub topology_zone: String,
@@ -672,6 +674,8 @@ scenario_list! {
     oversize_publishes_cost_one_connection: 30,
     an_oversize_publish_answered_only_by_a_reset_costs_one_connection: 30,
     a_publish_waits_while_its_producer_reconnects: 30,
+    a_message_is_counted_before_recv_returns_it: 30,
+    a_restart_found_through_lookupd_counts_as_a_reconnect: 30,
 }
 
 /// Runs the scenario `name` against the factory `make` builds, on a thread of its own with
@@ -789,14 +793,15 @@ mod security;
 mod topology;
 
 use consume::{
-    a_panicking_handler_requeues_with_backoff, dropped_message_is_requeued,
-    dropping_every_handle_stops_the_consumer, dropping_the_consumer_stops_it,
-    gives_up_after_max_attempts, graceful_stop_with_messages_in_flight_loses_nothing,
-    handler_api_runs_with_concurrency, lookupd_discovers_a_broker_added_later,
-    requeue_increments_attempts,
+    a_message_is_counted_before_recv_returns_it, a_panicking_handler_requeues_with_backoff,
+    dropped_message_is_requeued, dropping_every_handle_stops_the_consumer,
+    dropping_the_consumer_stops_it, gives_up_after_max_attempts,
+    graceful_stop_with_messages_in_flight_loses_nothing, handler_api_runs_with_concurrency,
+    lookupd_discovers_a_broker_added_later, requeue_increments_attempts,
 };
 use faults::{
-    broker_restart_mid_stream_loses_nothing, disconnect_from_lookupd_stops_discovery_through_it,
+    a_restart_found_through_lookupd_counts_as_a_reconnect, broker_restart_mid_stream_loses_nothing,
+    disconnect_from_lookupd_stops_discovery_through_it,
     disconnect_from_nsqd_drains_it_and_never_reconnects,
     half_open_broker_is_detected_and_reconnected, idle_connection_is_kept_alive_by_heartbeats,
 };

@@ -257,6 +257,7 @@ pub fn producer_config(o: &s::ProducerOptions) -> ProducerConfig {
 /// The harness's view of a consumer's statistics.
 pub fn consumer_stats(st: &ConsumerStats) -> s::ConsumerStats {
     s::ConsumerStats {
+        received: st.received,
         gave_up: st.gave_up,
         connections: st.connections,
         backoff_level: st.backoff_level,

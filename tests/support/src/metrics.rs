@@ -7,7 +7,10 @@ use nsq_client::{Consumer, HandlerError, Message, Producer};
 use nsq_proto::Config;
 use nsq_test_broker::Nsqd;
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+use std::time::Instant;
 
 /// Publishes 5 single messages and one MPUB of 5 to `topic`, then consumes them with a
 /// handler that fails the first delivery of 2 of them (no backoff, no delay): every figure
@@ -106,6 +109,80 @@ pub async fn faults<S: Future<Output = ()>>(topic: &str, sleep: impl Fn(Duration
     assert!(r.counter("nsq_consumer_backoffs_total", &ch) >= 1);
     // The given-up delivery never reached a handler.
     assert_eq!(r.observations("nsq_consumer_handler_duration_seconds"), 2);
+    assert_eq!(r.observations("nsq_consumer_handler_wait_seconds"), 2);
     assert_eq!(r.gauge("nsq_consumer_connections", &ch), 0);
     assert_eq!(r.gauge("nsq_consumer_backoff_level", &ch), 0);
+}
+
+/// Messages in [`handler_times`].
+pub const QUEUED: usize = 6;
+
+/// How long each of [`handler_times`]' handlers takes, at least.
+pub const HANDLER_TIME: Duration = Duration::from_millis(30);
+
+/// [`QUEUED`] messages all handed out before the first is handled (the first handler waits
+/// for `stats().received` to count them all), then handled by `run(1, ..)`, each handler
+/// taking [`HANDLER_TIME`]: the handler durations are the handlers' own and the waits hold
+/// the queue ([`recorder::check_handler_times`]). Then two messages taken with `recv` and
+/// finished [`HANDLER_TIME`] later ([`recorder::check_recv_times`], on `{topic}_recv`).
+pub async fn handler_times<S, F>(topic: &str, sleep: F)
+where
+    S: Future<Output = ()> + Send + 'static,
+    F: Fn(Duration) -> S + Copy + Send + Sync + 'static,
+{
+    snapshotter();
+    let nsqd = Nsqd::start().unwrap();
+    let addr = nsqd.tcp_address().to_string();
+    let started = Instant::now();
+    for i in 0..QUEUED {
+        nsqd.publish(topic, format!("m{i}").as_bytes());
+    }
+    let consumer = Consumer::builder(topic, "times")
+        .max_in_flight(u32::try_from(QUEUED).unwrap())
+        .nsqd(addr.as_str())
+        .build()
+        .unwrap();
+    let handle = consumer.handle();
+    let first = Arc::new(AtomicBool::new(true));
+    let queued = handle.clone();
+    let run = consumer.run(1, move |_m: Message| {
+        let (queued, first) = (queued.clone(), first.clone());
+        async move {
+            if first.swap(false, Ordering::SeqCst) {
+                while queued.stats().received < QUEUED as u64 {
+                    sleep(Duration::from_millis(2)).await;
+                }
+            }
+            sleep(HANDLER_TIME).await;
+            Ok(())
+        }
+    });
+    let watch = async {
+        for _ in 0..5000 {
+            if handle.stats().finished == QUEUED as u64 {
+                break;
+            }
+            sleep(Duration::from_millis(5)).await;
+        }
+        handle.stop().await
+    };
+    let (report, _) = futures_lite::future::zip(run, watch).await;
+    assert_eq!(report.unanswered, 0);
+    recorder::check_handler_times(topic, QUEUED, HANDLER_TIME, started.elapsed());
+
+    let topic = format!("{topic}_recv");
+    nsqd.publish(&topic, b"a");
+    nsqd.publish(&topic, b"b");
+    let mut consumer = Consumer::builder(topic.as_str(), "times")
+        .max_in_flight(2)
+        .nsqd(addr.as_str())
+        .build()
+        .unwrap();
+    for _ in 0..2 {
+        let m = consumer.recv().await.expect("a message");
+        sleep(HANDLER_TIME).await;
+        m.finish();
+    }
+    consumer.stop().await;
+    recorder::check_recv_times(&topic, 2, HANDLER_TIME);
 }

@@ -3,6 +3,7 @@
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use std::sync::{Mutex, OnceLock, PoisonError};
+use std::time::Duration;
 
 /// The process's recorder (installed once; tests tell their metrics apart by topic).
 pub fn snapshotter() -> &'static Snapshotter {
@@ -109,11 +110,81 @@ impl Recorded {
 
     /// How many values a histogram observed.
     pub fn observations(&self, name: &str) -> usize {
+        self.values(name).len()
+    }
+
+    /// The values a histogram observed, in seconds for a duration.
+    pub fn values(&self, name: &str) -> Vec<f64> {
         match self.find(name, &[]) {
-            Some(DebugValue::Histogram(v)) => v.len(),
+            Some(DebugValue::Histogram(v)) => v.iter().map(|x| x.into_inner()).collect(),
             other => panic!("no histogram {name}: {other:?}"),
         }
     }
+}
+
+/// What `n` messages of `topic`, all handed out before the first of them was handled, then
+/// handled one at a time by a handler that takes at least `took` each, must have recorded,
+/// `elapsed` being what the whole test took: each handler duration is the handler's own
+/// (at least `took`, and since the handlers ran one after another, together no more than
+/// `elapsed`: measured from the hand-out instead, they would add up to about
+/// `n * (n + 1) / 2 * took`), and the waits for the handler account for the queue (the
+/// message taken `k`-th waited for the `k - 1` handlers before it). Lower bounds and the
+/// disjointness of the handlers only: nothing here depends on how busy the machine is.
+///
+/// # Panics
+///
+/// When a figure is off.
+pub fn check_handler_times(topic: &str, n: usize, took: Duration, elapsed: Duration) {
+    let r = Recorded::take(topic);
+    let durations = r.values("nsq_consumer_handler_duration_seconds");
+    let mut waits = r.values("nsq_consumer_handler_wait_seconds");
+    assert_eq!(
+        (durations.len(), waits.len()),
+        (n, n),
+        "{durations:?} {waits:?}"
+    );
+    let took = took.as_secs_f64();
+    for d in &durations {
+        assert!(
+            *d >= took,
+            "a handler duration under the handler's own time: {durations:?}"
+        );
+    }
+    let total: f64 = durations.iter().sum();
+    assert!(
+        total <= elapsed.as_secs_f64(),
+        "handler durations add up to {total:.3} s in a test of {elapsed:?}: they include the \
+         queue ({durations:?})"
+    );
+    // At most `i` messages waited less than `i` handlers: the `i`-th shortest wait (from 0)
+    // is at least `i * took`.
+    waits.sort_by(f64::total_cmp);
+    for (i, w) in waits.iter().enumerate() {
+        #[allow(clippy::cast_precision_loss, reason = "a handful of messages")]
+        let floor = i as f64 * took;
+        assert!(
+            *w >= floor,
+            "wait {i} is {w:.4} s, under {floor:.4} s: {waits:?}"
+        );
+    }
+}
+
+/// What `n` messages of `topic`, each taken with `recv` and finished at least `held` later,
+/// must have recorded: a wait each (hand-out to `recv` returning it) and a duration of at
+/// least `held` each (`recv` to `finish`).
+///
+/// # Panics
+///
+/// When a figure is off.
+pub fn check_recv_times(topic: &str, n: usize, held: Duration) {
+    let r = Recorded::take(topic);
+    let durations = r.values("nsq_consumer_handler_duration_seconds");
+    assert_eq!(durations.len(), n, "{durations:?}");
+    assert!(
+        durations.iter().all(|d| *d >= held.as_secs_f64()),
+        "{durations:?}"
+    );
+    assert_eq!(r.observations("nsq_consumer_handler_wait_seconds"), n);
 }
 
 /// `DebugValue` is not `Clone`.
@@ -138,6 +209,7 @@ pub fn check_scripted(topic: &str, addr: &str) {
     assert_eq!(r.counter("nsq_consumer_reconnects_total", &ch), 0);
     assert_eq!(r.counter("nsq_consumer_backoffs_total", &ch), 0);
     assert_eq!(r.observations("nsq_consumer_handler_duration_seconds"), 12);
+    assert_eq!(r.observations("nsq_consumer_handler_wait_seconds"), 12);
     assert_eq!(r.observations("nsq_consumer_message_age_seconds"), 12);
     // After stop, the gauges are back to 0.
     assert_eq!(r.gauge("nsq_consumer_in_flight", &ch), 0);

@@ -312,7 +312,9 @@ impl Consumer {
                         }
                     });
                 if let Err(e) = spawned {
-                    tracing::error!(error = %e, "could not start a handler thread");
+                    handle.in_span(|| {
+                        tracing::error!(error = %e, "could not start a handler thread");
+                    });
                 }
             }
         });

@@ -6,7 +6,7 @@
 use crate::driver::Logic;
 use crate::events::{Event, EventHub};
 use crate::message::{AnswerChannel, Message};
-use crate::metrics::{ConsumerMetrics, handed_out_at};
+use crate::metrics::ConsumerMetrics;
 use crate::sync::{Inbox, Mailbox, ReplyTx};
 use crate::{
     Answer, AnswerKind, AnswerSink, Delivery, Error, GiveUpHook, Origin, StopReport,
@@ -63,11 +63,14 @@ pub(super) struct Bridge {
     pub(super) report: Mutex<Option<StopReport>>,
     /// The event streams.
     pub(super) events: EventHub,
+    /// The consumer's span, for what its handles log on the application's tasks.
+    pub(super) span: tracing::Span,
 }
 
 impl Bridge {
-    pub(super) fn new(inbox: Arc<Inbox<Input>>, max_in_flight: u32) -> Bridge {
+    pub(super) fn new(inbox: Arc<Inbox<Input>>, max_in_flight: u32, span: tracing::Span) -> Bridge {
         Bridge {
+            span,
             inbox,
             stopping: AtomicBool::new(false),
             starved: AtomicBool::new(false),
@@ -145,6 +148,32 @@ pub(super) struct ConsumerLogic {
     rows_at: Option<Instant>,
     /// A round changed the counters since then (the rows may be behind).
     rows_behind: bool,
+    /// The published totals as they were before this round first published them (when it
+    /// handed out messages), for [`after_round`](Logic::after_round)'s comparisons.
+    round_before: Option<Totals>,
+}
+
+/// What [`ConsumerLogic::after_round`] compares of the published stats to tell whether the
+/// per-nsqd rows fell behind (`counts`) or must be written at once (`set`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Totals {
+    counts: (u64, u64, u64, u64, usize),
+    set: (usize, usize, u64),
+}
+
+impl Totals {
+    fn of(stats: &ConsumerStats) -> Totals {
+        Totals {
+            counts: (
+                stats.received,
+                stats.finished,
+                stats.requeued,
+                stats.total_rdy,
+                stats.in_flight,
+            ),
+            set: (stats.known_nsqd, stats.connections, stats.reconnects),
+        }
+    }
 }
 
 /// Up to this many known nsqd, the published stats' per-nsqd rows are written after every
@@ -183,7 +212,23 @@ impl ConsumerLogic {
             metrics,
             rows_at: None,
             rows_behind: false,
+            round_before: None,
         }
+    }
+
+    /// Publishes the core's totals now, before the round's messages are handed out: a
+    /// message is counted in `stats().received` before `recv` can return it. O(1) (the
+    /// core's running sums) and one lock per round that hands out messages.
+    fn publish_totals(&mut self) {
+        let mut stats = self
+            .shared
+            .stats
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if self.round_before.is_none() {
+            self.round_before = Some(Totals::of(&stats));
+        }
+        self.machine.counters_into(&mut stats);
     }
 
     /// Records a lookupd's outcome and resolves the `connect_to_lookupd` calls waiting for it.
@@ -282,6 +327,28 @@ impl ConsumerLogic {
             .apply(&mut self.machine, now);
     }
 
+    /// Shows a message given up on to the give-up hook. Rare: kept out of line, off the
+    /// path of the messages handed out.
+    #[cold]
+    #[inline(never)]
+    fn gave_up(&self, conn: ConnId, message: nsq_proto::Message) {
+        if let Some(hook) = &self.give_up {
+            let message = Message(Delivery::given_up(conn, message, self.origin(conn)));
+            // The hook runs on the driver: its panic must not take the consumer down.
+            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                hook(&message);
+            }));
+            if let Err(panic) = ran {
+                tracing::error!(
+                    msg_id = %message.id(),
+                    nsqd = %message.nsqd_address(),
+                    panic = %crate::panic_message(&*panic),
+                    "the give-up hook panicked"
+                );
+            }
+        }
+    }
+
     fn origin(&self, conn: ConnId) -> Arc<Origin<AnswerChannel>> {
         match self.origins.get(&conn) {
             Some(o) => o.clone(),
@@ -307,9 +374,6 @@ impl Logic for ConsumerLogic {
             // A refusal (typically: the connection closed, so nsqd redelivers) is logged by
             // `apply`.
             Input::Answer(a, _body) => {
-                if a.kind != AnswerKind::Touch {
-                    self.metrics.answered(now, a.handed_out);
-                }
                 let _ = a.apply(&mut self.machine, now);
             }
             Input::Control(c) => match c {
@@ -418,12 +482,7 @@ impl Logic for ConsumerLogic {
         match event {
             ConsumerEvent::Message { conn, message } => {
                 self.metrics.message_received(now, message.timestamp);
-                let msg = Message(Delivery::new(
-                    conn,
-                    message,
-                    self.origin(conn),
-                    handed_out_at(now),
-                ));
+                let msg = Message(Delivery::new(conn, message, self.origin(conn)));
                 if self.handing_out {
                     self.outgoing.push_back(msg);
                 } else {
@@ -431,22 +490,7 @@ impl Logic for ConsumerLogic {
                     self.requeue_now(now, msg);
                 }
             }
-            ConsumerEvent::GaveUp { conn, message } => {
-                if let Some(hook) = &self.give_up {
-                    let message = Message(Delivery::given_up(conn, message, self.origin(conn)));
-                    // The hook runs on the driver: its panic must not take the consumer down.
-                    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        hook(&message);
-                    }));
-                    if let Err(panic) = ran {
-                        tracing::error!(
-                            msg_id = %message.id(),
-                            panic = %crate::panic_message(&*panic),
-                            "the give-up hook panicked"
-                        );
-                    }
-                }
-            }
+            ConsumerEvent::GaveUp { conn, message } => self.gave_up(conn, message),
             ConsumerEvent::ConnectionReady { addr, .. } => self.connected(&addr, &Ok(())),
             ConsumerEvent::ConnectionClosed {
                 addr,
@@ -480,6 +524,12 @@ impl Logic for ConsumerLogic {
     fn deliver(&mut self, now: Instant) -> bool {
         if self.outgoing.is_empty() {
             return false;
+        }
+        self.publish_totals();
+        if let Some(at) = self.metrics.hand_out_time() {
+            for m in &mut self.outgoing {
+                m.0.handed_out(at);
+            }
         }
         if self.mailbox.push_all(&mut self.outgoing).is_ok() {
             return false;
@@ -526,19 +576,16 @@ impl Logic for ConsumerLogic {
             .stats
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let before = (
-            stats.received,
-            stats.finished,
-            stats.requeued,
-            stats.total_rdy,
-            stats.in_flight,
-        );
-        let set_before = (stats.known_nsqd, stats.connections, stats.reconnects);
+        // As they were before this round published anything (`deliver` may have).
+        let before = self
+            .round_before
+            .take()
+            .unwrap_or_else(|| Totals::of(&stats));
         if stats.known_nsqd > ROWS_EVERY_ROUND {
             self.machine.counters_into(&mut stats);
         }
         let rows = stats.known_nsqd <= ROWS_EVERY_ROUND
-            || set_before != (stats.known_nsqd, stats.connections, stats.reconnects)
+            || before.set != Totals::of(&stats).set
             || !self.connected_now.is_empty()
             || self
                 .rows_at
@@ -548,14 +595,7 @@ impl Logic for ConsumerLogic {
             self.rows_at = Some(now);
             self.rows_behind = false;
         } else {
-            self.rows_behind |= before
-                != (
-                    stats.received,
-                    stats.finished,
-                    stats.requeued,
-                    stats.total_rdy,
-                    stats.in_flight,
-                );
+            self.rows_behind |= before.counts != Totals::of(&stats).counts;
         }
         self.metrics.update(&stats, rows);
         drop(stats);

@@ -45,7 +45,11 @@ pub(crate) fn start(setup: ConsumerSetup, calls: Calls) -> Result<Consumer, Erro
     let start = setup.start(runtime.now(), super::random_seed)?;
     let inbox = Inbox::new();
     let mailbox = Mailbox::new();
-    let shared = Arc::new(Bridge::new(inbox.clone(), start.machine.max_in_flight()));
+    let shared = Arc::new(Bridge::new(
+        inbox.clone(),
+        start.machine.max_in_flight(),
+        start.span.clone(),
+    ));
     let logic = ConsumerLogic::new(
         start.machine,
         shared.clone(),
@@ -322,13 +326,20 @@ impl ConsumerHandle {
     pub(crate) fn warn_if_handlers_would_wait(&self, concurrency: usize) {
         let max_in_flight = self.shared().max_in_flight.load(Ordering::Relaxed);
         if max_in_flight > 0 && concurrency > max_in_flight as usize {
-            tracing::warn!(
-                concurrency,
-                max_in_flight,
-                "more handlers than max_in_flight: at most max_in_flight messages are handled \
-                 at a time (raise max_in_flight to keep every handler busy)"
-            );
+            self.in_span(|| {
+                tracing::warn!(
+                    concurrency,
+                    max_in_flight,
+                    "more handlers than max_in_flight: at most max_in_flight messages are \
+                     handled at a time (raise max_in_flight to keep every handler busy)"
+                );
+            });
         }
+    }
+
+    /// Runs `f` (which logs) inside the consumer's span, on the application's task.
+    pub(crate) fn in_span<T>(&self, f: impl FnOnce() -> T) -> T {
+        self.shared().span.in_scope(f)
     }
 
     /// Starts a graceful stop without waiting for it (the blocking API, on the driver's own
@@ -386,7 +397,10 @@ impl MessageReceiver {
             return Poll::Ready(None);
         }
         match super::sync::pop_front(&mut self.local) {
-            Some(m) => Poll::Ready(Some(m)),
+            Some(mut m) => {
+                m.taken();
+                Poll::Ready(Some(m))
+            }
             None => Poll::Pending,
         }
     }
@@ -396,10 +410,20 @@ impl MessageReceiver {
             return Poll::Ready(at_hand);
         }
         if !self.batch {
-            return self.mailbox.poll_recv(cx);
+            let mut polled = self.mailbox.poll_recv(cx);
+            if let Poll::Ready(Some(m)) = &mut polled {
+                m.taken();
+            }
+            return polled;
         }
         match self.mailbox.poll_take_all(cx, &mut self.local) {
-            Poll::Ready(true) => Poll::Ready(super::sync::pop_front(&mut self.local)),
+            Poll::Ready(true) => {
+                let mut next = super::sync::pop_front(&mut self.local);
+                if let Some(m) = &mut next {
+                    m.taken();
+                }
+                Poll::Ready(next)
+            }
             Poll::Ready(false) => Poll::Ready(None),
             Poll::Pending => Poll::Pending,
         }

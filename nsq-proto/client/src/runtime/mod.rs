@@ -90,7 +90,9 @@ pub trait Runtime: Send + Sync + fmt::Debug + 'static {
 
     /// Runs `driver` to completion in the background, named `name` where the runtime names
     /// its tasks or threads. The driver enters its client's span itself, and tells whoever
-    /// waits for it when it has ended (dropping it counts).
+    /// waits for it when it has ended (dropping it counts). The client's span is the current
+    /// one during the call, for what the runtime logs about this driver later. The client's span is the current
+    /// one during the call, for what the runtime logs about this driver later.
     fn spawn(&self, name: &str, driver: BoxFuture<()>) -> io::Result<()>;
 
     /// Whether a driver that did work looks once more before it parks, by waking itself:

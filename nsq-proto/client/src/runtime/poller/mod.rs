@@ -109,6 +109,9 @@ struct Reactor {
     /// since `epoch`; `u64::MAX`: none), for the driver thread's wait.
     next_deadline: AtomicU64,
     epoch: Instant,
+    /// The span of the client this poller drives (current when its driver was spawned): the
+    /// poller's own lines go in it, on whichever thread they happen.
+    span: OnceLock<tracing::Span>,
 }
 
 /// The lease: what whoever drives the client holds.
@@ -159,6 +162,14 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Reactor {
+    /// Runs `f` (which logs) inside the client's span, once the driver was spawned.
+    fn in_span(&self, f: impl FnOnce()) {
+        match self.span.get() {
+            Some(span) => span.in_scope(f),
+            None => f(),
+        }
+    }
+
     fn new() -> io::Result<Reactor> {
         let poll = mio::Poll::new()?;
         let registry = poll.registry().try_clone()?;
@@ -186,6 +197,7 @@ impl Reactor {
             done: AtomicBool::new(false),
             next_deadline: AtomicU64::new(u64::MAX),
             epoch: Instant::now(),
+            span: OnceLock::new(),
         })
     }
 
@@ -412,7 +424,7 @@ impl Wake for Reactor {
     fn wake_by_ref(self: &Arc<Self>) {
         if !self.notified.swap(true, Ordering::SeqCst) && self.sleeping.load(Ordering::SeqCst) {
             if let Err(e) = self.waker.wake() {
-                tracing::error!(error = %e, "could not wake the driver");
+                self.in_span(|| tracing::error!(error = %e, "could not wake the driver"));
             }
         }
     }
@@ -529,6 +541,8 @@ impl Poller {
     /// Runs `driver` on a new thread named `name`, which waits on this poller between polls
     /// and ends with it.
     pub(crate) fn spawn(&self, name: &str, driver: BoxFuture<()>) -> io::Result<()> {
+        // The client layer spawns its driver inside the client's span.
+        let _ = self.reactor.span.set(tracing::Span::current());
         {
             let mut lease = lock(&self.reactor.drive);
             let drive = lease
@@ -544,7 +558,7 @@ impl Poller {
             .name(name.to_owned())
             .spawn(move || {
                 if let Err(e) = reactor.run_thread() {
-                    tracing::error!(error = %e, "the driver's poller failed");
+                    reactor.in_span(|| tracing::error!(error = %e, "the driver's poller failed"));
                     reactor.fail();
                 }
             });
@@ -614,7 +628,7 @@ impl Poller {
                         Ok(TurnEnd::Deadline) => return None,
                         Ok(TurnEnd::Ended) => continue,
                         Err(e) => {
-                            tracing::error!(error = %e, "the client's poller failed");
+                            r.in_span(|| tracing::error!(error = %e, "the client's poller failed"));
                             r.fail();
                             continue;
                         }
