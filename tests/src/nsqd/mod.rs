@@ -4,7 +4,7 @@
 //!
 //! Its protocol handling (`nsqd/protocol_v2.go`, `client_v2.go`, `channel.go`, `tcp.go`)
 //! was gone through for the places where a stand-in is tempted to forgive; each point
-//! below is done as nsqd does, and checked by `tests/tests/protocol.rs` (error codes,
+//! below is done as nsqd does, and checked by `tests/tests/protocol/` (error codes,
 //! texts, which errors close), `closing.rs` (how connections end) and `delivery.rs`
 //! (delivery, timeouts, heartbeats), which run against a real nsqd too with
 //! `NSQD_TCP_ADDRESS` set. Differences that remain are listed
