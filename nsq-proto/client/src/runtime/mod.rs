@@ -29,6 +29,8 @@ use std::time::{Duration, Instant};
 
 #[cfg(feature = "async-io")]
 mod async_io;
+#[cfg(any(feature = "async-io", feature = "blocking"))]
+mod hold;
 #[cfg(feature = "blocking")]
 mod poller;
 #[cfg(feature = "tokio")]
