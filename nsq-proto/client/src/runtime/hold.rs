@@ -82,16 +82,18 @@ impl Rouse for Thread {
 
 /// The callers waiting for a client, the last listed first; a caller taken out of the list
 /// is told once (it lists itself again when it next waits).
+#[derive(Debug)]
 pub(crate) struct Callers<W>(Vec<W>);
 
 impl<W: Rouse> Callers<W> {
     /// How many wait.
+    #[cfg(feature = "async-io")]
     pub(crate) fn len(&self) -> usize {
         self.0.len()
     }
 
     /// Whether none waits.
-    #[cfg(test)]
+    #[cfg(all(test, feature = "async-io"))]
     pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
@@ -178,6 +180,13 @@ pub(crate) enum Told {
     #[default]
     Nobody,
     /// A caller (by id), which drives when its task is next polled.
+    #[cfg_attr(
+        not(feature = "async-io"),
+        allow(
+            dead_code,
+            reason = "only the lease tells a caller: the poller hands the lease on"
+        )
+    )]
     Caller(u64),
     /// The client's thread: nobody else would see it (a wake-up left to the sleeping thread;
     /// a deadline of the poller's driver while nobody holds it). Taken at once.
@@ -316,5 +325,98 @@ impl<W: Rouse> Ticks<W> {
         self.turns = Some(turns);
         self.idle = 0;
         self.wait = TICK;
+    }
+}
+
+#[cfg(all(test, feature = "blocking"))]
+mod tests {
+    //! The decisions of a thread whose callers hold the driver while they wait (the
+    //! poller's); the lease's are tested with the lease (`async_io::lease`).
+    use super::*;
+
+    /// What the poller's thread sees: a free lease is always work; a due deadline is its own.
+    fn poller(turns: u64, held: bool, due: bool) -> View {
+        View {
+            turns,
+            held,
+            work: true,
+            told: if due { Told::Thread } else { Told::Nobody },
+            parked_long: false,
+        }
+    }
+
+    #[test]
+    fn a_thread_whose_callers_hold_the_driver_sleeps_while_one_holds_it_and_drives_once_free() {
+        let mut t = Ticks::<Thread>::after(0);
+        // Free, and nobody took a turn since the thread started: it takes the lease.
+        assert_eq!(t.decide(&poller(0, false, false)), Look::Drive);
+        t.turned(0);
+        // A caller took the lease and holds it across the next look: sleep until released.
+        assert_eq!(t.decide(&poller(1, true, false)), Look::Wait(2 * TICK));
+        assert_eq!(t.decide(&poller(1, true, false)), Look::Park);
+        assert_eq!(
+            t.decide(&poller(1, true, true)),
+            Look::Park,
+            "its deadlines too"
+        );
+        assert_eq!(t.wait, 2 * TICK, "a sleep leaves the wait as it was");
+        // Released, nobody took it since: the thread takes it.
+        assert_eq!(t.decide(&poller(1, false, false)), Look::Drive);
+    }
+
+    #[test]
+    fn a_thread_whose_callers_hold_the_driver_looks_less_often_while_they_keep_taking_it() {
+        let mut t = Ticks::<Thread>::after(0);
+        let waits: Vec<Look> = (1..=4)
+            .map(|turns| t.decide(&poller(turns, turns % 2 == 0, false)))
+            .collect();
+        assert_eq!(
+            waits,
+            [2 * TICK, 4 * TICK, MAX_TICK, MAX_TICK].map(Look::Wait),
+            "held or free, a look that finds a new turn waits longer"
+        );
+        // A deadline due while the lease is free: taken at once, callers busy or not.
+        assert_eq!(t.decide(&poller(5, false, true)), Look::Drive);
+        assert_eq!(t.wait, TICK);
+        // Never while someone holds it.
+        assert_eq!(t.decide(&poller(6, true, true)), Look::Wait(2 * TICK));
+    }
+
+    #[test]
+    #[cfg(feature = "async-io")]
+    fn waiting_callers_are_told_the_last_first_and_leave_in_order_or_swapped() {
+        /// A caller by number, which counts its wake-ups.
+        #[derive(Debug)]
+        struct Numbered(u32, std::sync::Arc<std::sync::atomic::AtomicU32>);
+
+        impl Rouse for Numbered {
+            type Id = u32;
+            const HOLDS_WHILE_WAITING: bool = false;
+            fn id(&self) -> u32 {
+                self.0
+            }
+            fn rouse(self) {
+                self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+
+        let woken = std::sync::Arc::default();
+        let mut callers = Callers::default();
+        for n in 0..6 {
+            callers.push(Numbered(n, std::sync::Arc::clone(&woken)));
+        }
+        let id = |c: Option<Numbered>| c.map(|c| c.0);
+        assert_eq!(id(callers.pop()), Some(5), "the last listed first");
+        // 0 1 2 3 4: 1 leaves, the others keep their order.
+        assert_eq!(id(callers.remove(1)), Some(1));
+        assert_eq!(id(callers.pop()), Some(4));
+        // 0 2 3: 0 leaves, the last listed takes its place (3 2).
+        assert_eq!(id(callers.swap_remove(0)), Some(0));
+        assert_eq!(id(callers.pop()), Some(2));
+        assert_eq!(id(callers.remove(7)), None);
+        assert_eq!(callers.len(), 1);
+        callers.drain().for_each(Rouse::rouse);
+        assert_eq!(woken.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert!(callers.is_empty());
     }
 }

@@ -27,7 +27,9 @@ mod blocking;
 pub use blocking::Blocking;
 
 use crate::dial::{connect_from, resolve};
+use crate::runtime::hold::{Callers, DriverThread, Look, Rouse, TICK, Ticks, Told, View};
 use crate::runtime::{BoxFuture, SocketOptions};
+use crate::sync::lock;
 use bytes::{Bytes, BytesMut};
 use mio::net::TcpStream;
 use mio::{Events, Interest, Registry, Token};
@@ -39,7 +41,7 @@ use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::Thread;
 use std::time::Duration;
@@ -98,10 +100,10 @@ struct Reactor {
     /// A caller waits for the driver thread to put the lease back.
     handover: AtomicBool,
     /// Callers waiting for the lease (each is unparked in turn when it comes back).
-    waiters: Mutex<Vec<Thread>>,
+    waiters: Mutex<Callers<Thread>>,
     waiting: AtomicUsize,
     /// The driver thread, once started; and whether it parks until a caller's release.
-    thread: OnceLock<Thread>,
+    thread: DriverThread,
     parked_long: AtomicBool,
     /// The driver has completed: nobody needs to drive any more.
     done: AtomicBool,
@@ -134,30 +136,6 @@ const NOBODY: u8 = 0;
 const THREAD: u8 = 1;
 const CALLER: u8 = 2;
 
-/// How long the driver thread leaves the lease to callers: it takes it back when no caller
-/// has taken it for this long (or a deadline of the driver is due). A caller that waits
-/// again within it finds the lease free, and drives without waking any thread.
-///
-/// Each look that finds that callers took the lease since the last one doubles the grace,
-/// up to [`MAX_GRACE`] ([`longer`]): a thread that wakes 500 times a second per client to
-/// find callers at work is a cost of its own. The thread's own turn brings it back to this.
-const CALLERS_GRACE: Duration = Duration::from_millis(2);
-
-/// The longest grace: work left when callers stop waits at most this long, once.
-const MAX_GRACE: Duration = Duration::from_millis(16);
-
-/// The grace after `grace` for a driver thread whose look found callers at work: twice as
-/// long, up to [`MAX_GRACE`].
-fn longer(grace: Duration) -> Duration {
-    (grace * 2).min(MAX_GRACE)
-}
-
-/// Locks `m`, through a poisoned lock too (what it guards is left consistent between
-/// statements).
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 impl Reactor {
     fn new() -> io::Result<Reactor> {
         let poll = mio::Poll::new()?;
@@ -179,9 +157,9 @@ impl Reactor {
             holder: AtomicU8::new(NOBODY),
             sessions: AtomicU64::new(0),
             handover: AtomicBool::new(false),
-            waiters: Mutex::new(Vec::new()),
+            waiters: Mutex::new(Callers::default()),
             waiting: AtomicUsize::new(0),
-            thread: OnceLock::new(),
+            thread: DriverThread::default(),
             parked_long: AtomicBool::new(false),
             done: AtomicBool::new(false),
             next_deadline: AtomicU64::new(u64::MAX),
@@ -214,23 +192,17 @@ impl Reactor {
         if self.waiting.load(Ordering::SeqCst) > 0 {
             if let Some(next) = lock(&self.waiters).pop() {
                 self.waiting.fetch_sub(1, Ordering::SeqCst);
-                next.unpark();
+                next.rouse();
                 return;
             }
         }
         if self.parked_long.swap(false, Ordering::SeqCst) {
-            self.unpark_thread();
+            self.thread.unpark();
         }
     }
 
     fn since_epoch(&self, t: Instant) -> u64 {
         u64::try_from(t.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX - 1)
-    }
-
-    fn unpark_thread(&self) {
-        if let Some(t) = self.thread.get() {
-            t.unpark();
-        }
     }
 
     /// Polls the driver once (if there is one) with the reactor's waker, noting the deadline
@@ -247,10 +219,10 @@ impl Reactor {
             drive.driver = None;
             drive.next_timer = None;
             self.done.store(true, Ordering::SeqCst);
-            self.unpark_thread();
-            for waiter in lock(&self.waiters).drain(..) {
+            self.thread.unpark();
+            for waiter in lock(&self.waiters).drain() {
                 self.waiting.fetch_sub(1, Ordering::SeqCst);
-                waiter.unpark();
+                waiter.rouse();
             }
         }
     }
@@ -296,54 +268,73 @@ impl Reactor {
     }
 
     /// The driver thread: drives the client whenever no caller does, and leaves the lease
-    /// to callers while they keep taking it ([`CALLERS_GRACE`]).
+    /// to callers while they keep taking it, on the policy of [`hold`](crate::runtime::hold)
+    /// ([`Ticks::decide`]): it takes the lease once callers have left it alone for a look
+    /// (2 ms, up to 16 ms while each look finds them at work), or when a deadline of the
+    /// driver is due, and sleeps until woken while a caller has held it since its last look.
     fn run_thread(self: &Arc<Self>) -> io::Result<()> {
         let waker = Waker::from(self.clone());
         let mut cx = Context::from_waker(&waker);
-        let mut seen = self.sessions.load(Ordering::SeqCst);
-        let mut grace = CALLERS_GRACE;
+        let mut ticks = Ticks::<Thread>::after(self.sessions.load(Ordering::SeqCst));
         while !self.done.load(Ordering::SeqCst) {
             let sessions = self.sessions.load(Ordering::SeqCst);
             let free = self.holder.load(Ordering::SeqCst) == NOBODY;
             let deadline = self.next_deadline.load(Ordering::SeqCst);
             let now = self.since_epoch(Instant::now());
-            if free && (sessions == seen || deadline <= now) {
-                if let Some(mut drive) = self.take(THREAD) {
+            let view = View {
+                turns: sessions,
+                held: !free,
+                // A free lease is work: its holder waits in the poller for the client.
+                work: true,
+                // A deadline due while nobody holds the lease is the thread's to take.
+                told: if deadline <= now {
+                    Told::Thread
+                } else {
+                    Told::Nobody
+                },
+                // Its own mark, down while it looks.
+                parked_long: false,
+            };
+            let seen = ticks;
+            match ticks.decide(&view) {
+                Look::Drive => {
+                    let Some(mut drive) = self.take(THREAD) else {
+                        // A caller took it first: as if this look had not been.
+                        ticks = seen;
+                        continue;
+                    };
                     let driven = self.drive_as_thread(&mut drive, &mut cx);
                     self.put_back(drive);
                     driven?;
-                    seen = self.sessions.load(Ordering::SeqCst);
-                    grace = CALLERS_GRACE;
+                    ticks.turned(self.sessions.load(Ordering::SeqCst));
                     if !self.done.load(Ordering::SeqCst) {
                         // A caller asked for the lease: leave it to callers for a while.
-                        std::thread::park_timeout(CALLERS_GRACE);
+                        std::thread::park_timeout(TICK);
                     }
                 }
-                continue;
-            }
-            if !free && sessions == seen {
-                // A caller has held the lease since the last look (a long wait): it drives,
-                // deadlines included. Its release wakes this thread.
-                self.parked_long.store(true, Ordering::SeqCst);
-                if self.holder.load(Ordering::SeqCst) == CALLER
-                    && self.sessions.load(Ordering::SeqCst) == seen
-                    && !self.done.load(Ordering::SeqCst)
-                {
-                    std::thread::park();
+                Look::Park => {
+                    // A caller has held the lease since the last look (a long wait): it
+                    // drives, deadlines included. Its release wakes this thread.
+                    self.parked_long.store(true, Ordering::SeqCst);
+                    if self.holder.load(Ordering::SeqCst) == CALLER
+                        && self.sessions.load(Ordering::SeqCst) == sessions
+                        && !self.done.load(Ordering::SeqCst)
+                    {
+                        std::thread::park();
+                    }
+                    self.parked_long.store(false, Ordering::SeqCst);
                 }
-                self.parked_long.store(false, Ordering::SeqCst);
-                continue;
+                // Callers drive: look again after the wait (longer while they keep at it), or
+                // at the driver's deadline if the lease is free.
+                Look::Wait(wait) => {
+                    let wait = if free && deadline != u64::MAX {
+                        Duration::from_nanos(deadline.saturating_sub(now)).min(wait)
+                    } else {
+                        wait
+                    };
+                    std::thread::park_timeout(wait);
+                }
             }
-            // Callers drive: look again after the grace (longer while they keep at it), or at
-            // the driver's deadline if the lease is free.
-            seen = sessions;
-            grace = longer(grace);
-            let wait = if free && deadline != u64::MAX {
-                Duration::from_nanos(deadline.saturating_sub(now)).min(grace)
-            } else {
-                grace
-            };
-            std::thread::park_timeout(wait);
         }
         Ok(())
     }
@@ -550,7 +541,7 @@ impl Poller {
             });
         match thread {
             Ok(handle) => {
-                let _ = self.reactor.thread.set(handle.thread().clone());
+                self.reactor.thread.set(handle.thread().clone());
                 Ok(())
             }
             Err(e) => {
@@ -634,9 +625,7 @@ impl Poller {
                 if !free {
                     park_until(deadline);
                 }
-                let mut waiters = lock(&r.waiters);
-                if let Some(i) = waiters.iter().position(|t| t.id() == id) {
-                    waiters.swap_remove(i);
+                if lock(&r.waiters).swap_remove(id).is_some() {
                     r.waiting.fetch_sub(1, Ordering::SeqCst);
                 }
                 continue;
@@ -726,9 +715,9 @@ impl Reactor {
         let driver = lock(&self.drive).as_mut().and_then(|d| d.driver.take());
         drop(driver);
         self.done.store(true, Ordering::SeqCst);
-        for waiter in lock(&self.waiters).drain(..) {
+        for waiter in lock(&self.waiters).drain() {
             self.waiting.fetch_sub(1, Ordering::SeqCst);
-            waiter.unpark();
+            waiter.rouse();
         }
     }
 }
