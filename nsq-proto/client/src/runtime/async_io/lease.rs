@@ -65,7 +65,7 @@ struct Leased {
 
 #[derive(Default)]
 struct State {
-    /// Someone polls the driver, or is about to ([`Lease::hold`]).
+    /// Someone polls the driver, or is about to ([`Leased::hold`]).
     holding: bool,
     /// A wake-up arrived that no poll of the driver has seen yet.
     woken: bool,
@@ -434,7 +434,7 @@ impl Default for Lease {
     }
 }
 
-/// The lease taken by [`Lease::hold`]: the first poll of its [`Caller`] uses it; dropped
+/// The lease taken by [`Leased::hold`]: the first poll of its [`Caller`] uses it; dropped
 /// unused, it is given back.
 struct Held(Option<Arc<Leased>>);
 
@@ -461,7 +461,7 @@ impl Drop for Held {
 #[derive(Default)]
 pub(crate) struct Caller {
     lease: Option<Arc<Leased>>,
-    /// The lease taken before the call sent its command ([`Lease::hold`]), for its first poll.
+    /// The lease taken before the call sent its command ([`Leased::hold`]), for its first poll.
     held: Option<Held>,
     /// Its id and whether it is listed, once it has waited.
     id: Option<(u64, Arc<AtomicBool>)>,
@@ -514,7 +514,7 @@ impl Caller {
 
     /// Polls `f`; while it is pending, registers to be told of the driver's wake-ups, takes a
     /// turn at the lease (with `held`, the lease the caller took before sending its command,
-    /// [`Lease::hold`]), and polls `f` once more.
+    /// [`Leased::hold`]), and polls `f` once more.
     ///
     /// A caller that holds the lease while other callers wait does not poll the driver yet:
     /// it gives the lease back and is told (woken) at once, so that its executor polls the
