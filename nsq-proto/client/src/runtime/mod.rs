@@ -33,6 +33,8 @@ mod async_io;
 mod hold;
 #[cfg(feature = "blocking")]
 mod poller;
+#[cfg(any(feature = "tokio", feature = "async-io", feature = "blocking"))]
+mod read_buf;
 #[cfg(feature = "tokio")]
 mod tokio;
 

@@ -3,6 +3,7 @@
 
 use super::reactor::{READABLE, Reactor, Readiness, WRITABLE};
 use crate::dial::connect_from;
+use crate::runtime::read_buf::ReadBuf;
 use crate::sync::lock;
 use bytes::{Bytes, BytesMut};
 use mio::Token;
@@ -11,11 +12,6 @@ use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-
-/// Bytes zeroed per read buffer (std's `Read` wants initialised memory); a read never offers
-/// less than [`MIN_READ`] bytes.
-const READ_CHUNK: usize = 64 * 1024;
-const MIN_READ: usize = 8 * 1024;
 
 /// Connects to `addr` from `local` ([`connect_from`]), then registers the stream with the
 /// poller like any other.
@@ -30,7 +26,7 @@ pub(super) async fn connect_from_on(
     socket.stream.set_nodelay(true)?;
     Ok(Socket {
         socket,
-        buf: BytesMut::new(),
+        buf: ReadBuf::default(),
     })
 }
 
@@ -60,7 +56,7 @@ pub(super) async fn connect_to(reactor: &Arc<Reactor>, addr: SocketAddr) -> io::
     socket.stream.set_nodelay(true)?;
     Ok(Socket {
         socket,
-        buf: BytesMut::new(),
+        buf: ReadBuf::default(),
     })
 }
 
@@ -85,7 +81,7 @@ impl Drop for Registered {
 pub(crate) struct Socket {
     pub(super) socket: Registered,
     /// Zeroed space read into at its front; what is read is split off.
-    buf: BytesMut,
+    buf: ReadBuf,
 }
 
 /// A read or write that took less than it was offered drained the socket (or filled its
@@ -100,16 +96,12 @@ impl crate::runtime::Socket for Socket {
             if !s.readiness.is(READABLE) {
                 return Poll::Pending;
             }
-            if self.buf.len() < MIN_READ {
-                self.buf = BytesMut::zeroed(READ_CHUNK);
-            }
-            let offered = self.buf.len();
-            match s.stream.read(&mut self.buf[..]) {
-                Ok(n) => {
-                    if n > 0 && n < offered && SHORT_MEANS_DRAINED {
+            match self.buf.read_zeroed(|space| s.stream.read(space)) {
+                Ok((read, short)) => {
+                    if short && SHORT_MEANS_DRAINED {
                         s.readiness.clear(READABLE);
                     }
-                    return Poll::Ready(Ok(self.buf.split_to(n)));
+                    return Poll::Ready(Ok(read));
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => s.readiness.clear(READABLE),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
