@@ -6,15 +6,16 @@
 //! drives it meanwhile, so that a round trip to nsqd wakes no other thread), or the
 //! client's own thread, which drives what no caller does. The policy:
 //!
-//! * callers that wait are listed, the last first ([`Callers`]); whatever nobody holding
-//!   the driver would see goes to the last of them, each told once, and all of them hear
-//!   when the driver ends;
+//! * callers that wait are listed, the last first ([`Callers`]): what the driver has for
+//!   whoever takes it next (the lease: a wake-up of the driver; the poller: the driver
+//!   itself, put back) goes to the last of them, each told once, and all of them hear when
+//!   the driver ends;
 //! * the thread looks every [`TICK`] while callers are at work, and takes what they leave
 //!   once they have taken no turn for a look (or at once, when it is its own: [`Told`]).
 //!   While every look finds that callers took turns and left it nothing, it looks less
 //!   often, each wait twice the last up to [`MAX_TICK`] ([`longer`]): a thread that wakes
 //!   500 times a second per client to find callers at work is a cost of its own. Any other
-//!   look, and its own turn, bring it back to [`TICK`];
+//!   look, and its own turn, bring it back to [`TICK`] (a sleep leaves it as it was);
 //! * the thread sleeps until it is woken when nobody needs it: after [`IDLE_TICKS`] looks
 //!   that found no turn and nothing to do, or while a caller holds the driver across its
 //!   wait (whose release wakes it).
@@ -42,7 +43,7 @@ pub(crate) const MAX_TICK: Duration = Duration::from_millis(16);
 
 /// The wait after `wait` for a thread whose look found callers at work and nothing for it:
 /// twice as long, up to [`MAX_TICK`].
-pub(crate) fn longer(wait: Duration) -> Duration {
+fn longer(wait: Duration) -> Duration {
     (wait * 2).min(MAX_TICK)
 }
 
