@@ -29,8 +29,12 @@ use std::time::{Duration, Instant};
 
 #[cfg(feature = "async-io")]
 mod async_io;
+#[cfg(any(feature = "async-io", feature = "blocking"))]
+mod hold;
 #[cfg(feature = "blocking")]
 mod poller;
+#[cfg(any(feature = "tokio", feature = "async-io", feature = "blocking"))]
+mod read_buf;
 #[cfg(feature = "tokio")]
 mod tokio;
 

@@ -7,6 +7,7 @@
     reason = "a runtime: its clock, sockets and threads are what the rest of the client layer may not touch"
 )]
 
+use super::read_buf::ReadBuf;
 use super::{BoxFuture, Runtime, SocketOptions};
 use crate::Error;
 use bytes::{Bytes, BytesMut};
@@ -19,10 +20,6 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::runtime::Handle;
-
-/// Bytes reserved per read buffer; a read never offers less than [`MIN_READ`] bytes.
-const READ_CHUNK: usize = 64 * 1024;
-const MIN_READ: usize = 8 * 1024;
 
 /// tokio as a client's runtime: the handle of a tokio runtime, which must have its IO and
 /// time drivers. A client built inside a tokio runtime runs on it without being told; this
@@ -52,19 +49,16 @@ impl Tokio {
 #[derive(Debug)]
 struct Socket {
     stream: TcpStream,
-    buf: BytesMut,
+    buf: ReadBuf,
 }
 
 impl super::Socket for Socket {
     fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<BytesMut>> {
-        if self.buf.capacity() - self.buf.len() < MIN_READ {
-            self.buf.reserve(READ_CHUNK);
-        }
         // Reads into the spare capacity (nothing is zeroed first) through `AsyncRead`, whose
         // read that fills less than it was offered marks the socket drained: the driver's next
         // poll waits for readiness instead of calling recv for a WouldBlock. (`try_read_buf`
         // keeps the readiness until a WouldBlock: one more syscall per wake-up.)
-        let read = self.stream.read_buf(&mut self.buf);
+        let read = self.stream.read_buf(self.buf.spare());
         ready!(std::pin::pin!(read).poll(cx))?;
         Poll::Ready(Ok(self.buf.split()))
     }
@@ -198,7 +192,7 @@ impl Runtime for Tokio {
             stream.set_nodelay(true)?;
             Ok(Box::new(Socket {
                 stream,
-                buf: BytesMut::new(),
+                buf: ReadBuf::default(),
             }) as Box<dyn super::Socket>)
         })
     }

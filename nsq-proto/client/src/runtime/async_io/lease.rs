@@ -15,50 +15,26 @@
 //! * kept for the holder while someone polls it (they poll it again);
 //! * else told to the caller that registered last (once: it registers again when it next
 //!   waits), which polls the driver when its executor polls it;
-//! * else left for the lease's thread, which looks every [`TICK`] while callers are at work
-//!   (so a caller that is told and does not come back, its task busy with something else,
-//!   delays its client by a tick or two, not forever), less often while every look finds
-//!   that callers took turns and left it nothing (up to [`MAX_TICK`]: a thread that wakes
-//!   500 times a second per client for nothing is a cost of its own), and sleeps until it
-//!   is woken once they have left the client alone for [`IDLE_TICKS`] ticks.
+//! * else left for the lease's thread, which takes it on the policy of
+//!   [`hold`](crate::runtime::hold): it looks every 2 ms while callers are at work (so a
+//!   caller that is told and does not come back, its task busy with something else, delays
+//!   its client by a tick or two, not forever), less often while every look finds that
+//!   callers took turns and left it nothing (up to 16 ms), and sleeps until it is woken once
+//!   they have left the client alone for eight looks.
 //!
 //! Through the client layer's general hook ([`Waiter`]): each async call of a
 //! client waits through a [`Caller`] of the client's lease.
 
+use crate::runtime::hold::{Callers, DriverThread, Look, Rouse, Ticks, Told, View};
 use crate::runtime::{BoxFuture, Waiter};
+use crate::sync::lock;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
-use std::thread::Thread;
-use std::time::Duration;
-
-/// Locks `m`, through a poisoned lock too (what it guards is left consistent between
-/// statements).
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// How many times one turn polls the driver while wake-ups keep arriving during its polls.
 const POLLS_PER_TURN: usize = 4;
-
-/// How often the lease's thread looks while callers are at work.
-pub(crate) const TICK: Duration = Duration::from_millis(2);
-
-/// The longest the lease's thread waits between looks while callers keep taking turns and
-/// leave it nothing to do: each such look doubles the wait, from [`TICK`] up to this; any
-/// other look brings it back to [`TICK`]. Work left when callers stop waits at most this
-/// long (plus a tick), once.
-pub(crate) const MAX_TICK: Duration = Duration::from_millis(16);
-
-/// The wait after `wait` for a thread whose look found callers at work and nothing for it:
-/// twice as long, up to [`MAX_TICK`].
-fn longer(wait: Duration) -> Duration {
-    (wait * 2).min(MAX_TICK)
-}
-
-/// How many ticks without a turn or a wake-up before the lease's thread sleeps until woken.
-pub(crate) const IDLE_TICKS: u32 = 8;
 
 /// One client's lease: its driver, who drives it, and who is told when it has work. Cheap to
 /// clone (an `Arc`). An adapter makes one per client, runs [`run`](Self::run) on a thread of
@@ -84,31 +60,19 @@ struct Leased {
     driver: Mutex<Option<BoxFuture<()>>>,
     state: Mutex<State>,
     /// The lease's thread, once it runs.
-    thread: OnceLock<Thread>,
-}
-
-/// Who a pending wake-up of the driver was told to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-enum Told {
-    /// Nobody yet: the holder, or the lease's thread at its next tick, takes it.
-    #[default]
-    Nobody,
-    /// A caller (by id), which polls the driver when its task is next polled.
-    Caller(u64),
-    /// The lease's thread, unparked for it.
-    Thread,
+    thread: DriverThread,
 }
 
 #[derive(Default)]
 struct State {
-    /// Someone polls the driver, or is about to ([`Lease::hold`]).
+    /// Someone polls the driver, or is about to ([`Leased::hold`]).
     holding: bool,
     /// A wake-up arrived that no poll of the driver has seen yet.
     woken: bool,
     /// Who `woken` was told to.
     told: Told,
     /// Callers waiting for the client, each told of at most one wake-up: the last first.
-    callers: Vec<Waiting>,
+    callers: Callers<Waiting>,
     next_id: u64,
     /// Turns taken so far (the thread's sign of callers at work).
     turns: u64,
@@ -132,6 +96,21 @@ impl Waiting {
     fn unlist(self) -> Waker {
         self.listed.store(false, Ordering::SeqCst);
         self.waker
+    }
+}
+
+/// A task that waits: woken through its waker, it is polled when its executor gets to it,
+/// and it gives the driver back after each turn.
+impl Rouse for Waiting {
+    type Id = u64;
+    const HOLDS_WHILE_WAITING: bool = false;
+
+    fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn rouse(self) {
+        self.unlist().wake();
     }
 }
 
@@ -169,17 +148,11 @@ impl Leased {
             Tell::Caller(waker, unpark) => {
                 waker.wake();
                 if unpark {
-                    self.unpark_thread();
+                    self.thread.unpark();
                 }
             }
-            Tell::Thread => self.unpark_thread(),
+            Tell::Thread => self.thread.unpark(),
             Tell::Nothing => {}
-        }
-    }
-
-    fn unpark_thread(&self) {
-        if let Some(t) = self.thread.get() {
-            t.unpark();
         }
     }
 }
@@ -301,16 +274,14 @@ impl Leased {
 
     /// The driver completed: everyone who waits is told.
     fn complete(&self) {
-        let callers: Vec<Waiting> = {
+        let callers = {
             let mut s = lock(&self.state);
             s.done = true;
             s.holding = false;
             std::mem::take(&mut s.callers)
         };
-        for caller in callers {
-            caller.unlist().wake();
-        }
-        self.unpark_thread();
+        callers.into_iter().for_each(Rouse::rouse);
+        self.thread.unpark();
     }
 
     /// Lists caller `id` (a new one if `None`, with its `listed` flag) with `waker`, as the
@@ -326,8 +297,9 @@ impl Leased {
         });
         let me = *me;
         if listed.swap(true, Ordering::SeqCst) {
-            // Listed already (its waker changed): moved to the end with the new one.
-            s.callers.retain(|c| c.id != me);
+            // Listed already (its waker changed): moved to the end with the new one (the old
+            // entry, which shares the flag, is dropped as it is).
+            drop(s.callers.remove(me));
         }
         s.callers.push(Waiting {
             id: me,
@@ -341,8 +313,8 @@ impl Leased {
     fn leave(&self, id: u64) {
         let tell = {
             let mut s = lock(&self.state);
-            if let Some(i) = s.callers.iter().rposition(|c| c.id == id) {
-                s.callers.remove(i).unlist();
+            if let Some(caller) = s.callers.remove(id) {
+                caller.unlist();
             }
             if s.told == Told::Caller(id) && s.woken && !s.holding && !s.done {
                 s.told = Told::Nobody;
@@ -354,8 +326,9 @@ impl Leased {
         self.act(tell);
     }
 
-    /// The lease's thread: drives what no caller does, looking every [`TICK`] to
-    /// [`MAX_TICK`] while callers are at work, and sleeping until woken once they have left
+    /// The lease's thread: drives what no caller does, looking every
+    /// [`TICK`](crate::runtime::hold::TICK) to [`MAX_TICK`](crate::runtime::hold::MAX_TICK)
+    /// while callers are at work, and sleeping until woken once they have left
     /// the client alone.
     fn run(self: &Arc<Self>) {
         let mut ticks = Ticks::default();
@@ -384,74 +357,34 @@ impl Leased {
     }
 }
 
-/// What the lease's thread saw at its last look, and what it makes of what it sees now.
-#[derive(Debug)]
-struct Ticks {
-    /// The turns counted at the last look (`None` before the first: the thread's first look
-    /// starts the driver).
-    turns: Option<u64>,
-    /// Who the pending wake-up was told to at the last look.
-    told: Told,
-    /// Looks in a row that found no turn and no wake-up.
-    idle: u32,
-    /// How long to wait before the next look ([`TICK`] to [`MAX_TICK`]).
-    wait: Duration,
-}
-
-impl Default for Ticks {
-    fn default() -> Self {
-        Ticks {
-            turns: None,
-            told: Told::Nobody,
-            idle: 0,
-            wait: TICK,
+impl State {
+    /// What the lease's thread sees: the turns taken, and a wake-up no poll has seen yet as
+    /// its work.
+    fn view(&self) -> View {
+        View {
+            turns: self.turns,
+            held: self.holding,
+            work: self.woken,
+            told: self.told,
+            parked_long: self.parked_long,
         }
     }
 }
 
-impl Ticks {
+/// The lease's thread's looks ([`Ticks::decide`], the policy) over the lease's state.
+impl Ticks<Waiting> {
     /// Whether the thread should drive now. When it should not, and nothing has happened
-    /// for [`IDLE_TICKS`] looks, the state is marked for the thread to sleep until woken.
+    /// for [`IDLE_TICKS`](crate::runtime::hold::IDLE_TICKS) looks, the state is marked for
+    /// the thread to sleep until woken (a wake-up's [`tell`](State::tell) unparks it).
     fn look(&mut self, s: &mut State) -> bool {
-        let Some(seen) = self.turns else {
-            self.turns = Some(s.turns);
-            return true;
-        };
-        let quiet = s.turns == seen;
-        let stale = match s.told {
-            Told::Thread => true,
-            // Left for this thread: taken once callers have taken no turn for a tick (while
-            // they do, their next turn takes it).
-            Told::Nobody => quiet,
-            // Told to a caller that has taken no turn for a whole tick.
-            Told::Caller(_) => quiet && s.told == self.told,
-        };
-        let drive = s.woken && !s.holding && stale;
-        self.idle = if quiet && !s.woken { self.idle + 1 } else { 0 };
-        // Callers took turns and left nothing: look again later. Anything else (quiet
-        // callers, work to take): soon.
-        self.wait = if quiet || drive {
-            TICK
-        } else {
-            longer(self.wait)
-        };
-        self.turns = Some(s.turns);
-        self.told = s.told;
-        if !drive && self.idle >= IDLE_TICKS {
-            // Nobody at work: sleep until a wake-up is left to this thread.
-            s.parked_long = true;
+        match self.decide(&s.view()) {
+            Look::Drive => true,
+            Look::Park => {
+                s.parked_long = true;
+                false
+            }
+            Look::Wait(_) => false,
         }
-        if s.parked_long {
-            self.idle = 0;
-        }
-        drive
-    }
-
-    /// The thread took a turn (`turns` counted after it).
-    fn turned(&mut self, turns: u64) {
-        self.turns = Some(turns);
-        self.idle = 0;
-        self.wait = TICK;
     }
 }
 
@@ -461,7 +394,7 @@ impl Lease {
         Lease(Arc::new(Leased {
             driver: Mutex::new(None),
             state: Mutex::new(State::default()),
-            thread: OnceLock::new(),
+            thread: DriverThread::default(),
         }))
     }
 
@@ -481,7 +414,7 @@ impl Lease {
     /// The lease's thread (a thread of the client's own): drives the driver given to
     /// [`start`](Self::start) until it completes, whenever no call of the client does.
     pub(crate) fn run(&self) {
-        if self.0.thread.set(std::thread::current()).is_err() {
+        if !self.0.thread.set(std::thread::current()) {
             return; // another thread runs it
         }
         self.0.run();
@@ -501,7 +434,7 @@ impl Default for Lease {
     }
 }
 
-/// The lease taken by [`Lease::hold`]: the first poll of its [`Caller`] uses it; dropped
+/// The lease taken by [`Leased::hold`]: the first poll of its [`Caller`] uses it; dropped
 /// unused, it is given back.
 struct Held(Option<Arc<Leased>>);
 
@@ -528,7 +461,7 @@ impl Drop for Held {
 #[derive(Default)]
 pub(crate) struct Caller {
     lease: Option<Arc<Leased>>,
-    /// The lease taken before the call sent its command ([`Lease::hold`]), for its first poll.
+    /// The lease taken before the call sent its command ([`Leased::hold`]), for its first poll.
     held: Option<Held>,
     /// Its id and whether it is listed, once it has waited.
     id: Option<(u64, Arc<AtomicBool>)>,
@@ -581,7 +514,7 @@ impl Caller {
 
     /// Polls `f`; while it is pending, registers to be told of the driver's wake-ups, takes a
     /// turn at the lease (with `held`, the lease the caller took before sending its command,
-    /// [`Lease::hold`]), and polls `f` once more.
+    /// [`Leased::hold`]), and polls `f` once more.
     ///
     /// A caller that holds the lease while other callers wait does not poll the driver yet:
     /// it gives the lease back and is told (woken) at once, so that its executor polls the
@@ -645,6 +578,7 @@ mod tests {
     //! The lease's rules, with a driver that counts its polls and wakers that count their
     //! wake-ups; the thread's decisions through [`Ticks`] (no thread, no clock).
     use super::*;
+    use crate::runtime::hold::{IDLE_TICKS, MAX_TICK, TICK};
     use std::sync::atomic::AtomicUsize as Counter;
 
     /// How many times its waker was woken (`.0`).

@@ -16,6 +16,7 @@
 
 mod lease;
 
+use super::read_buf::ReadBuf;
 use super::{BoxFuture, Runtime, SocketOptions, Waiter};
 use crate::dial;
 use atomic_waker::AtomicWaker;
@@ -29,11 +30,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Instant;
-
-/// Bytes zeroed per read buffer (std's `Read` wants initialised memory); a read never offers
-/// less than [`MIN_READ`] bytes.
-const READ_CHUNK: usize = 64 * 1024;
-const MIN_READ: usize = 8 * 1024;
 
 /// How a driver is started on the application's executor.
 type Spawner = Arc<dyn Fn(BoxFuture<()>) + Send + Sync>;
@@ -96,7 +92,7 @@ impl AsyncStd {
 struct Socket {
     stream: async_io::Async<TcpStream>,
     /// Zeroed space read into at its front; what is read is split off.
-    buf: BytesMut,
+    buf: ReadBuf,
     /// Whether a read may find bytes: false once a read came back short (drained the
     /// socket) or would block, until the reactor reports the socket readable.
     readable: bool,
@@ -184,7 +180,7 @@ impl Socket {
         };
         Socket {
             stream,
-            buf: BytesMut::new(),
+            buf: ReadBuf::default(),
             readable: true,
             writable: true,
             read_waker: waker(false),
@@ -212,15 +208,11 @@ impl super::Socket for Socket {
                 }))?;
                 *readable = true;
             }
-            if buf.len() < MIN_READ {
-                *buf = BytesMut::zeroed(READ_CHUNK);
-            }
-            let offered = buf.len();
-            match stream.get_ref().read(&mut buf[..]) {
-                Ok(n) => {
+            match buf.read_zeroed(|space| stream.get_ref().read(space)) {
+                Ok((read, short)) => {
                     // A read that took less than it was offered drained the socket.
-                    *readable = n == offered || n == 0;
-                    return Poll::Ready(Ok(buf.split_to(n)));
+                    *readable = !short;
+                    return Poll::Ready(Ok(read));
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => *readable = false,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
