@@ -6,11 +6,12 @@
 //! sockets and this core, so every runtime gets identical protocol behaviour, and the whole
 //! protocol can be tested deterministically and fuzzed.
 //!
-//! This is the first of three layers. The second, the client layer (one driver generic over
-//! a small `Runtime` trait, and the user-facing API on it), is the `nsq-client` package
-//! (in `nsq-proto/client/`), built on this crate's public API only; the third is the adapters
-//! themselves, each a runtime shim of about a hundred lines. A crate that builds its own
-//! client on the protocol depends on this crate alone.
+//! This is the first of three layers. The second, the client layer (one driver over an
+//! object-safe `Runtime`, and the user-facing API on it), is the `nsq-client` package
+//! (in `nsq-proto/client/`), built on this crate's public API only; the third is the
+//! adapters, `nsq-tokio`, `nsq-async-std` and `nsq-blocking`, each of which picks its runtime
+//! and re-exports the client layer's types. A crate that builds its own client on the
+//! protocol depends on this crate alone.
 //!
 //! ## The codec
 //!

@@ -9,7 +9,7 @@
 //! avoids cross-core reference-count traffic; `multi`: one worker thread per CPU).
 //!
 //! `--metrics` (not in the Go tool; needs nsq-tokio's `metrics` feature, refused otherwise)
-//! installs a Prometheus recorder (`PrometheusBuilder`, as the README's recipe) before the
+//! installs a Prometheus recorder (`PrometheusBuilder`, as the guide's metrics recipe) before the
 //! first consumer exists, runs its upkeep every second and renders it once at the end, printing
 //! `metrics: N lines rendered (...)` before the final line: what recording costs, end to end.
 //! Its histograms have the client's buckets (`HISTOGRAM_BUCKETS`); `--no-histograms` records

@@ -240,3 +240,8 @@ pub use nsq_client::{
     PendingPublish, Producer, ProducerBuilder, Tokio, guide,
 };
 pub use nsq_proto as proto;
+
+/// The workspace README's examples, compiled as this crate's doctests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeExamples;

@@ -1,4 +1,4 @@
-//! Helpers for runtime shims over `std` sockets (nsq-blocking's poller, nsq-async-std's
+//! Helpers for runtimes over `std` sockets (nsq-blocking's poller, nsq-async-std's
 //! reactor, or a runtime of your own): name resolution and a connect from a bound local
 //! address, each on a short-lived thread of its own where `std` only offers a blocking call.
 

@@ -19,7 +19,7 @@ mod imp {
             if !enabled {
                 return Ok(None);
             }
-            // As the README's recipe: the client's histograms with their buckets.
+            // As the guide's metrics recipe: the client's histograms with their buckets.
             let mut builder = PrometheusBuilder::new();
             for (name, buckets) in nsq_tokio::HISTOGRAM_BUCKETS {
                 builder = builder

@@ -1,6 +1,6 @@
 //! The client's histograms rendered by metrics-exporter-prometheus with the client's own
-//! buckets ([`nsq_client::HISTOGRAM_BUCKETS`]), as the `prometheus` example and the README
-//! recipe install it: real histogram families, no summaries, and each series' buckets agree
+//! buckets ([`nsq_client::HISTOGRAM_BUCKETS`]), as the `prometheus` example and the guide's
+//! metrics recipe install it: real histogram families, no summaries, and each series' buckets agree
 //! with its `_count`. Each adapter runs it in a test binary of its own (the recorder is
 //! global).
 

@@ -43,7 +43,7 @@ use std::io;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-/// One client's poller, and what a runtime shim implements
+/// One client's poller, and what a runtime implements
 /// [`Runtime`](crate::Runtime) with: [`connect`](Self::connect) a [`Socket`],
 /// [`spawn`](Self::spawn) the driver on a thread that waits on the poller, and the
 /// [`PollerTimer`] that bounds the wait. Cheap to clone (one poller per client, shared).
