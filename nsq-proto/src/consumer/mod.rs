@@ -48,11 +48,12 @@
 
 // Inside: `consumer.rs` is the coordinator (the public API, dispatching each input to the
 // connection it names and to the parts below); `flow.rs` owns RDY distribution and backoff
-// (`FlowControl`), `discovery.rs` the nsqd and lookupd sets and reconnects (`Discovery`),
-// `shared.rs` what they share (`Shared`: configuration, rng, connections, timers, output
-// queues), `slots.rs` the connections (`Slots`, `Slot`), `beyond.rs` the messages nsqd
-// delivers beyond the in-flight bound, `timers.rs` the consumer-wide timer table, `events.rs`
-// and `stats.rs` the types the application sees. No part imports the coordinator.
+// (`FlowControl`, its plans in `flow/plan.rs`), `discovery.rs` the nsqd and lookupd sets and
+// reconnects (`Discovery`), `shared.rs` what they share (`Shared`: configuration, rng,
+// connections, timers, output queues), `slots.rs` the connections (`Slots`, `Slot`),
+// `beyond.rs` the messages nsqd delivers beyond the in-flight bound, `timers.rs` the
+// consumer-wide timer table, `events.rs` and `stats.rs` the types the application sees. No
+// part imports the coordinator.
 mod adaptive;
 mod beyond;
 mod config;
