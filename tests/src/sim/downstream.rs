@@ -20,6 +20,7 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use super::client::{Act, Answer, ClientFactory, ConnRef, ConsumerNote, ConsumerSpec, Delivery};
+use super::noise::{ClientNoise, Noise, NoiseKind};
 use super::rng::Rng;
 use super::world::lookup_reply;
 use crate::model::{ClientId, Nsqd, NsqdOptions};
@@ -56,6 +57,8 @@ pub struct DownstreamConfig {
     pub measure_from: Duration,
     /// ... until here (`None`: the end).
     pub measure_until: Option<Duration>,
+    /// Client-side delay the downstream does not cause (see [`Noise`]).
+    pub noise: Noise,
 }
 
 /// What a downstream run measured.
@@ -113,6 +116,12 @@ enum Ev {
     ToClient(usize, Vec<u8>),
     Lookupd(ConnRef, Vec<u8>),
     OpDone(Delivery),
+    /// A handler's CPU part is done (noise): its operation waits for the service.
+    CpuDone(Delivery),
+    /// A handler answers, late (noise).
+    Answer(Delivery),
+    /// A stall is over: the handlers waiting for the service may start their operations.
+    Wake,
     Tick,
     Capacity(u32),
 }
@@ -167,6 +176,9 @@ struct World<'f> {
     finished_in_window: u64,
     report: DownstreamReport,
     r_app: Rng,
+    noise: ClientNoise,
+    /// A [`Ev::Wake`] is queued for then.
+    wake_at: Option<Instant>,
     notes: Vec<ConsumerNote>,
     acts: Vec<Act>,
 }
@@ -243,6 +255,8 @@ impl<'f> World<'f> {
             finished_in_window: 0,
             report: DownstreamReport::default(),
             r_app: Rng::new(cfg.seed, 13),
+            noise: ClientNoise::new(&cfg.noise, cfg.seed, t0),
+            wake_at: None,
             notes: Vec::new(),
             acts: Vec::new(),
         }
@@ -308,9 +322,20 @@ impl<'f> World<'f> {
             }
             Ev::OpDone(d) => {
                 self.running -= 1;
-                self.answer(d);
+                let at = self.noise.answer_at(now);
+                if at > now {
+                    self.push(at, Ev::Answer(d));
+                } else {
+                    self.answer(d);
+                }
                 self.start_ops();
             }
+            Ev::CpuDone(d) => {
+                self.waiting.push_back((d, now));
+                self.start_ops();
+            }
+            Ev::Answer(d) => self.answer(d),
+            Ev::Wake => self.start_ops(),
             Ev::Tick => {
                 for i in 0..self.nodes.len() {
                     self.nodes[i].model.tick(now);
@@ -352,6 +377,8 @@ impl<'f> World<'f> {
                 continue;
             };
             let at = (self.now + self.nodes[i].latency).max(self.conns[k].s2c_last);
+            // A stalled client reads nothing until the stall ends.
+            let at = self.noise.awake(at);
             self.conns[k].s2c_last = at;
             self.push(at, Ev::ToClient(k, data));
         }
@@ -482,12 +509,25 @@ impl<'f> World<'f> {
             }
         }
         self.held.insert((d.conn, d.id), self.now);
+        if let Some(at) = self.noise.cpu_done(self.now) {
+            self.push(at, Ev::CpuDone(d));
+            return;
+        }
         self.waiting.push_back((d, self.now));
         self.start_ops();
     }
 
     /// Starts waiting operations while the service has room.
     fn start_ops(&mut self) {
+        // A stalled client issues no call (its handlers do not run): they start at the end.
+        let awake = self.noise.awake(self.now);
+        if awake > self.now {
+            if self.wake_at != Some(awake) && !self.waiting.is_empty() {
+                self.wake_at = Some(awake);
+                self.push(awake, Ev::Wake);
+            }
+            return;
+        }
         while self.running < self.capacity {
             let Some((d, _)) = self.waiting.pop_front() else {
                 return;
@@ -592,21 +632,29 @@ pub struct DownstreamVerdict {
     pub virtual_s: f64,
 }
 
-/// The sweep of static settings around the capacity: `(limit, throughput)` for each, and the
-/// best (the smallest within 1% of the most throughput).
+/// The best static setting of a sweep: the smallest within 1% of the most throughput.
+#[derive(Clone, Copy, Debug, Default)]
+struct Best {
+    limit: u32,
+    throughput: f64,
+}
+
+/// The sweep of static settings around the capacity (around what the client's noise lets
+/// through, with noise: see [`sweep_center`]), and the best of them.
 fn sweep(
     base: &DownstreamConfig,
     capacity: u32,
     collapse: f64,
     factory: &mut dyn ClientFactory,
     verdict: &mut DownstreamVerdict,
-) -> (u32, f64) {
+) -> Best {
     let factors = [
         0.5, 0.7, 0.85, 1.0, 1.15, 1.3, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 6.0, 8.0,
     ];
+    let center = sweep_center(capacity, base.service, &base.noise);
     let mut limits: Vec<u32> = factors
         .iter()
-        .map(|f| ((f64::from(capacity) * f).round() as u32).max(1))
+        .map(|f| ((center * f).round() as u32).max(1))
         .collect();
     limits.dedup();
     let mut results = Vec::new();
@@ -624,13 +672,30 @@ fn sweep(
         if let Some(v) = r.violation {
             verdict.violations.push(format!("static {l}: {v}"));
         }
-        results.push((l, r.throughput));
+        results.push(Best {
+            limit: l,
+            throughput: r.throughput,
+        });
     }
-    let most = results.iter().map(|r| r.1).fold(0.0, f64::max);
+    let most = results.iter().map(|r| r.throughput).fold(0.0, f64::max);
     results
         .into_iter()
-        .find(|r| r.1 >= 0.99 * most)
-        .unwrap_or((1, 0.0))
+        .find(|r| r.throughput >= 0.99 * most)
+        .unwrap_or(Best {
+            limit: 1,
+            ..Best::default()
+        })
+}
+
+/// Where the sweep centres: the capacity, or with noise what keeps the service (or the
+/// client's CPUs, if they are slower) busy through the noise's mean delay.
+fn sweep_center(capacity: u32, service: Duration, noise: &Noise) -> f64 {
+    if noise.is_quiet() {
+        return f64::from(capacity);
+    }
+    let s = service.as_secs_f64().max(1e-6);
+    let rate = (f64::from(capacity) / s).min(noise.cpu_rate());
+    (rate * (s + noise.mean_delay().as_secs_f64())).max(1.0)
 }
 
 /// Evaluates the adaptive limit in one world and seed: the best static setting by a sweep,
@@ -662,15 +727,20 @@ pub fn evaluate_downstream(
         duration: warm + measure,
         measure_from: warm,
         measure_until: None,
+        noise: Noise::default(),
     };
-    let (best, best_tp) = sweep(&base, c, 0.0, factory, &mut v);
+    let Best {
+        limit: best,
+        throughput: best_tp,
+        ..
+    } = sweep(&base, c, 0.0, factory, &mut v);
     v.best = best;
     v.best_throughput = best_tp;
     let half = (c / 2).max(1);
-    let (best_half, _) = if half < c {
-        sweep(&base, half, 0.0, factory, &mut v)
+    let best_half = if half < c {
+        sweep(&base, half, 0.0, factory, &mut v).limit
     } else {
-        (best, best_tp)
+        best
     };
 
     // Static 4x too high.
@@ -734,7 +804,11 @@ pub fn evaluate_downstream(
             collapse,
             ..base.clone()
         };
-        let (cbest, cbest_tp) = sweep(&cbase, c, collapse, factory, &mut v);
+        let Best {
+            limit: cbest,
+            throughput: cbest_tp,
+            ..
+        } = sweep(&cbase, c, collapse, factory, &mut v);
         let c4 = DownstreamConfig {
             max_in_flight: cbest.saturating_mul(4),
             ..cbase.clone()
@@ -756,4 +830,101 @@ pub fn evaluate_downstream(
         v.collapse_vs_best = r.throughput / cbest_tp.max(1e-9);
     }
     v
+}
+
+/// What the evaluation of one world, seed and kind of client noise found (see
+/// [`evaluate_noise`]).
+#[derive(Clone, Debug)]
+pub struct NoiseVerdict {
+    /// The noise.
+    pub kind: NoiseKind,
+    /// The best static max_in_flight under this noise.
+    pub best: u32,
+    /// Its throughput (messages/s) and p99 over the adaptive run's measurement window.
+    pub best_throughput: f64,
+    /// Its p99.
+    pub best_p99: Duration,
+    /// The limit the adaptive consumer held at the end of the measurement.
+    pub limit: u32,
+    /// Its throughput over the best static one's.
+    pub throughput_vs_best: f64,
+    /// Its p99.
+    pub p99: Duration,
+    /// Its p99 over the best static one's.
+    pub p99_vs_best: f64,
+    /// Violations of the invariants in any of the runs.
+    pub violations: Vec<String>,
+    /// The adaptive run's limit over time.
+    pub limits: Vec<(Duration, u32)>,
+    /// Virtual seconds simulated, in every run together.
+    pub virtual_s: f64,
+}
+
+/// Evaluates the adaptive limit in one world and seed under one kind of client-side noise
+/// (see [`Noise`]): the best static setting by a sweep under the same noise, then that
+/// setting and the adaptive consumer (from start-up) over the same measurement window as the
+/// quiet world's (from 10 s or 20 service times, for 10 s or 100 service times). The noise is
+/// drawn from the seed alone, so every run of the seed meets the same stalls at the same
+/// times.
+pub fn evaluate_noise(
+    world: DownstreamWorld,
+    seed: u64,
+    nsqd: usize,
+    kind: NoiseKind,
+    factory: &mut dyn ClientFactory,
+) -> NoiseVerdict {
+    let s = world.service;
+    let c = world.capacity.max(1);
+    let mut v = DownstreamVerdict::default();
+    let warm = Duration::from_millis(300).max(s * 10);
+    let measure = Duration::from_secs(1).max(s * 40);
+    let base = DownstreamConfig {
+        seed,
+        nsqd,
+        capacity: c,
+        service: s,
+        collapse: 0.0,
+        changes: Vec::new(),
+        max_in_flight: c,
+        adaptive: None,
+        duration: warm + measure,
+        measure_from: warm,
+        measure_until: None,
+        noise: kind.noise(),
+    };
+    let best = sweep(&base, c, 0.0, factory, &mut v).limit;
+    let bound = Duration::from_secs(10).max(s * 20);
+    let steady = Duration::from_secs(10).max(s * 100);
+    let long = DownstreamConfig {
+        max_in_flight: best,
+        duration: bound + steady,
+        measure_from: bound,
+        ..base
+    };
+    let rs = run_downstream(&long, factory);
+    if let Some(x) = rs.violation {
+        v.violations.push(format!("static {best}: {x}"));
+    }
+    let adaptive = DownstreamConfig {
+        max_in_flight: 10_000,
+        adaptive: Some(1),
+        ..long.clone()
+    };
+    let r = run_downstream(&adaptive, factory);
+    if let Some(x) = &r.violation {
+        v.violations.push(format!("adaptive: {x}"));
+    }
+    NoiseVerdict {
+        kind,
+        best,
+        best_throughput: rs.throughput,
+        best_p99: rs.p99,
+        limit: r.limit_at(bound + steady),
+        throughput_vs_best: r.throughput / rs.throughput.max(1e-9),
+        p99: r.p99,
+        p99_vs_best: r.p99.as_secs_f64() / rs.p99.as_secs_f64().max(1e-9),
+        violations: v.violations,
+        limits: r.limits,
+        virtual_s: v.virtual_s + 2.0 * long.duration.as_secs_f64(),
+    }
 }

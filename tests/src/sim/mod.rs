@@ -25,6 +25,7 @@
 mod client;
 mod downstream;
 mod faults;
+mod noise;
 mod rng;
 mod world;
 
@@ -33,10 +34,11 @@ pub use client::{
     PublishResult, SimConsumer, SimProducer,
 };
 pub use downstream::{
-    DownstreamConfig, DownstreamReport, DownstreamVerdict, DownstreamWorld, evaluate_downstream,
-    run_downstream,
+    DownstreamConfig, DownstreamReport, DownstreamVerdict, DownstreamWorld, NoiseVerdict,
+    evaluate_downstream, evaluate_noise, run_downstream,
 };
 pub use faults::{Fault, FaultKind, schedule};
+pub use noise::{ClientNoise, Noise, NoiseKind};
 pub use rng::Rng;
 pub use world::{Report, Violation, run, run_with_faults, shrink};
 
