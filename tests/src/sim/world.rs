@@ -1747,7 +1747,10 @@ impl<'f> World<'f> {
     /// Resets every connection of node `i`: the server forgets them at once, the clients see
     /// EOF after the link's latency, and what was in transit is lost.
     fn reset(&mut self, i: usize) {
-        let ids: Vec<(ClientId, Key)> = self.nodes[i].by_server.drain().collect();
+        let mut ids: Vec<(ClientId, Key)> = self.nodes[i].by_server.drain().collect();
+        // In the order nsqd accepted them: a map's order differs from one process to the
+        // next, and the clients see the EOFs in this order (at the same instant).
+        ids.sort_unstable_by_key(|(sid, _)| *sid);
         for (sid, key) in ids {
             self.nodes[i].model.disconnect(sid);
             self.next_epoch += 1;
