@@ -73,6 +73,11 @@ mod timers;
 
 pub use config::{ConsumerConfig, InFlightMode};
 pub use consumer::Consumer;
+/// How long after the adaptive in-flight limit went down the consumer still hands out messages
+/// already on the wire up to the limit before. Not part of the stable API: the simulator
+/// (`nsq_test_broker::sim`) checks the limit against it.
+#[doc(hidden)]
+pub use consumer::GRACE as LIMIT_GRACE;
 pub use events::{ConsumerError, ConsumerEvent};
 pub use flow::{ANSWER_FAILURE_BURST, ANSWER_FAILURE_WINDOW};
 pub use lookupd::{LookupdAddress, LookupdAddressError, LookupdError, LookupdResponseParser};

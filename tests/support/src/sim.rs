@@ -4,7 +4,7 @@
 //! nsq-proto).
 
 use std::collections::HashMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use nsq_proto::consumer::{Consumer, ConsumerConfig, ConsumerEvent, ConsumerStats, InFlightMode};
@@ -202,6 +202,12 @@ impl SimConsumer for SimNsqConsumer {
     }
     fn in_flight_limit(&self) -> Option<u32> {
         Some(self.consumer.in_flight_limit())
+    }
+    fn limit_grace(&self) -> Duration {
+        nsq_proto::consumer::LIMIT_GRACE
+    }
+    fn close_timeout(&self) -> Duration {
+        self.consumer.config().close_timeout
     }
     fn describe(&self, conn: ConnRef) -> String {
         let id = self.handles.conns.get(&conn).copied();
