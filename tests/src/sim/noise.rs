@@ -220,17 +220,19 @@ mod tests {
     #[test]
     fn stalls_defer_and_stretch() {
         let t0 = Instant::now();
-        let mut n = ClientNoise::new(&NoiseKind::Bursts.noise(), 3, t0);
+        let bursts = NoiseKind::Bursts.noise();
+        let mut n = ClientNoise::new(&bursts, 3, t0);
         n.draw_to(t0 + Duration::from_secs(60));
         let stalls = n.stalls.clone();
         assert!(stalls.len() >= 50, "{}", stalls.len());
+        let (every, length) = (bursts.stall_every, bursts.stall_len);
         for w in stalls.windows(2) {
             let gap = w[1].0 - w[0].1;
-            assert!(gap >= Duration::from_millis(200) && gap <= Duration::from_secs(1));
+            assert!(gap >= every.0 && gap <= every.1, "{gap:?}");
         }
         let (s0, s1) = stalls[3];
         let len = s1 - s0;
-        assert!(len >= Duration::from_millis(10) && len <= Duration::from_millis(50));
+        assert!(len >= length.0 && len <= length.1, "{len:?}");
         assert_eq!(n.awake(s0), s1);
         assert_eq!(n.awake(s1), s1);
         let before = s0.checked_sub(Duration::from_millis(1)).expect("after t0");
