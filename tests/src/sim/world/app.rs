@@ -268,9 +268,7 @@ impl World<'_> {
             return;
         };
         let machine = slot.machine.as_mut();
-        let result = timed(&mut self.report.core_time, || {
-            machine.answer(now, &d, Answer::Finish)
-        });
+        let result = timed(&mut self.core, || machine.answer(now, &d, Answer::Finish));
         self.trace(b'a', d.conn, &d.id);
         if let Err(e) = result {
             // Only possible if nsqd timed it out: a bug in a world that never does.
@@ -326,7 +324,7 @@ impl World<'_> {
         let node = self.conn_node(who, d.conn);
         let is_current = self.consumer.as_ref().is_some_and(|c| c.epoch == epoch);
         let now = self.now;
-        let done = |slot: &mut super::clients::ConsumerSlot, t: &mut Duration| {
+        let done = |slot: &mut super::clients::ConsumerSlot, t: &mut super::CoreClock| {
             if how != Answer::Touch {
                 slot.held.remove(&(d.conn, d.id));
             }
@@ -334,11 +332,11 @@ impl World<'_> {
         };
         let result = if is_current {
             let c = self.consumer.as_mut().expect("current");
-            let r = done(c, &mut self.report.core_time);
+            let r = done(c, &mut self.core);
             self.drain_consumer();
             r
         } else if let Some(i) = self.old_consumers.iter().position(|c| c.epoch == epoch) {
-            let r = done(&mut self.old_consumers[i], &mut self.report.core_time);
+            let r = done(&mut self.old_consumers[i], &mut self.core);
             self.drain_old(i);
             r
         } else {

@@ -126,7 +126,12 @@ fn fnv(h: &mut u64, data: &[u8]) {
 }
 
 impl World<'_> {
+    /// Adds an event to the trace hash ([`Report::trace_hash`]), where the run reports it
+    /// (see [`super::CoreClock`]).
     pub(super) fn trace(&mut self, tag: u8, a: u64, b: &[u8]) {
+        if !self.core.on {
+            return;
+        }
         let t = self.at().as_nanos() as u64;
         fnv(&mut self.hash, &t.to_le_bytes());
         fnv(&mut self.hash, &[tag]);
@@ -456,6 +461,7 @@ impl World<'_> {
         self.report.steps = self.step;
         self.report.virtual_time = self.at();
         self.report.trace_hash = self.hash;
+        self.report.core_time = self.core.total;
         self.report
     }
 }

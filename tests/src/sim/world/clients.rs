@@ -36,7 +36,7 @@ impl World<'_> {
             adaptive: self.cfg.adaptive,
         };
         let (now, factory) = (self.now, &mut *self.factory);
-        let machine = timed(&mut self.report.core_time, || factory.consumer(now, &spec));
+        let machine = timed(&mut self.core, || factory.consumer(now, &spec));
         if let Some(old) = self.consumer.take() {
             self.old_consumers.push(old);
         }
@@ -65,9 +65,7 @@ impl World<'_> {
         if self.cfg.producer_messages > 0 && !nsqds.is_empty() {
             let (now, seed) = (self.now, self.cfg.seed ^ 0x5eed);
             let factory = &mut *self.factory;
-            let p = timed(&mut self.report.core_time, || {
-                factory.producer(now, seed, &nsqds)
-            });
+            let p = timed(&mut self.core, || factory.producer(now, seed, &nsqds));
             self.producer = Some(p);
             self.drive_producer();
         }
@@ -87,7 +85,7 @@ impl World<'_> {
         } else if let Some(i) = self.old_consumers.iter().position(|c| c.epoch == epoch) {
             let now = self.now;
             let m = self.old_consumers[i].machine.as_mut();
-            timed(&mut self.report.core_time, || f(m, now));
+            timed(&mut self.core, || f(m, now));
             self.drain_old(i);
         }
     }
@@ -97,7 +95,7 @@ impl World<'_> {
         let Some(c) = self.consumer.as_mut() else {
             return;
         };
-        timed(&mut self.report.core_time, || f(c.machine.as_mut(), now));
+        timed(&mut self.core, || f(c.machine.as_mut(), now));
         self.drain_consumer();
     }
 
@@ -106,7 +104,7 @@ impl World<'_> {
         let Some(p) = self.producer.as_mut() else {
             return;
         };
-        timed(&mut self.report.core_time, || f(p.as_mut(), now));
+        timed(&mut self.core, || f(p.as_mut(), now));
         self.drive_producer();
     }
 
@@ -116,7 +114,7 @@ impl World<'_> {
         for i in 0..self.old_consumers.len() {
             if self.old_consumers[i].machine.next_timeout() == Some(next) {
                 let m = self.old_consumers[i].machine.as_mut();
-                timed(&mut self.report.core_time, || m.timeout(now));
+                timed(&mut self.core, || m.timeout(now));
                 self.drain_old(i);
             }
         }
@@ -132,7 +130,7 @@ impl World<'_> {
         };
         let epoch = c.epoch;
         let mut acts = std::mem::take(&mut self.act_buf);
-        timed(&mut self.report.core_time, || {
+        timed(&mut self.core, || {
             while let Some(act) = c.machine.poll_act() {
                 acts.push(act);
             }
@@ -146,7 +144,7 @@ impl World<'_> {
                 return;
             };
             let mut notes = std::mem::take(&mut self.note_buf);
-            timed(&mut self.report.core_time, || {
+            timed(&mut self.core, || {
                 while let Some(note) = c.machine.poll_note() {
                     notes.push(note);
                 }
@@ -169,7 +167,7 @@ impl World<'_> {
     pub(super) fn drain_old(&mut self, i: usize) {
         let mut acts = std::mem::take(&mut self.act_buf);
         let m = &mut self.old_consumers[i].machine;
-        timed(&mut self.report.core_time, || {
+        timed(&mut self.core, || {
             while let Some(act) = m.poll_act() {
                 acts.push(act);
             }
@@ -180,9 +178,7 @@ impl World<'_> {
         }
         self.act_buf = acts;
         loop {
-            let note = timed(&mut self.report.core_time, || {
-                self.old_consumers[i].machine.poll_note()
-            });
+            let note = timed(&mut self.core, || self.old_consumers[i].machine.poll_note());
             let Some(note) = note else { break };
             if let ConsumerNote::Message(d) | ConsumerNote::GaveUp(d) = note {
                 let epoch = self.old_consumers[i].epoch;
@@ -275,7 +271,7 @@ impl World<'_> {
             let Some(p) = self.producer.as_mut() else {
                 return;
             };
-            let act = timed(&mut self.report.core_time, || p.poll_act());
+            let act = timed(&mut self.core, || p.poll_act());
             let Some(act) = act else { break };
             self.act(Who::Producer, act);
         }
@@ -283,7 +279,7 @@ impl World<'_> {
             let Some(p) = self.producer.as_mut() else {
                 return;
             };
-            let r = timed(&mut self.report.core_time, || p.poll_result());
+            let r = timed(&mut self.core, || p.poll_result());
             let Some(r) = r else { break };
             let body = self.producer_bodies.remove(&r.id).unwrap_or_default();
             let there = self.accepted_bodies.contains(&body);
@@ -317,7 +313,7 @@ impl World<'_> {
         let Some(p) = self.producer.as_mut() else {
             return;
         };
-        let r = timed(&mut self.report.core_time, || p.publish(now, TOPIC, &body));
+        let r = timed(&mut self.core, || p.publish(now, TOPIC, &body));
         match r {
             Ok(id) => {
                 self.producer_bodies.insert(id, body);
