@@ -81,6 +81,17 @@ pub use consumer::GRACE as LIMIT_GRACE;
 pub use events::{ConsumerError, ConsumerEvent};
 pub use flow::{ANSWER_FAILURE_BURST, ANSWER_FAILURE_WINDOW};
 pub use lookupd::{LookupdAddress, LookupdAddressError, LookupdError, LookupdResponseParser};
+
+use std::time::Duration;
+
+/// How long a RDY holder with nothing in flight waits for a message before the low-RDY
+/// rotation passes on, on a connection whose handshake took `handshake`, with `cap` the
+/// consumer's `low_rdy_idle_timeout`. Not part of the stable API: the simulator
+/// (`nsq_test_broker::sim`) derives its starvation bound from it.
+#[doc(hidden)]
+pub fn idle_wait(handshake: Duration, cap: Duration) -> Duration {
+    flow::idle_timeout(handshake, cap)
+}
 pub use policy::{BackoffStrategy, ReconnectSchedule};
 pub use stats::{ConsumerStats, NsqdState, NsqdStats};
 

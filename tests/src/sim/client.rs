@@ -206,4 +206,9 @@ pub trait ClientFactory {
     fn consumer(&mut self, now: Instant, spec: &ConsumerSpec<'_>) -> Box<dyn SimConsumer>;
     /// A producer publishing to `nsqds` (`host:port`).
     fn producer(&mut self, now: Instant, seed: u64, nsqds: &[String]) -> Box<dyn SimProducer>;
+    /// How long the consumer's low-RDY rotation waits on a RDY holder with nothing to send,
+    /// on a connection whose handshake took `handshake`, before it passes on: the world's
+    /// starvation bound is derived from it (see
+    /// [`SimConfig::effective_starvation_bound`](super::SimConfig::effective_starvation_bound)).
+    fn idle_wait(&self, handshake: Duration) -> Duration;
 }

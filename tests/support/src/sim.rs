@@ -316,6 +316,10 @@ pub struct NsqProtoFactory {
 }
 
 impl ClientFactory for NsqProtoFactory {
+    fn idle_wait(&self, handshake: Duration) -> Duration {
+        let cap = ConsumerConfig::default().low_rdy_idle_timeout;
+        nsq_proto::consumer::idle_wait(handshake, cap)
+    }
     fn consumer(&mut self, now: Instant, spec: &ConsumerSpec<'_>) -> Box<dyn SimConsumer> {
         let config = ConsumerConfig {
             max_in_flight: spec.max_in_flight,

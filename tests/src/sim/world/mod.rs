@@ -359,7 +359,8 @@ impl<'f> World<'f> {
             .map(|(i, n)| (n.addr.clone(), i))
             .collect();
         let end_of_faults = t0 + cfg.fault_phase;
-        let bound = cfg.effective_starvation_bound(nodes::probe_round(&nodes, &cfg));
+        let round = nodes::probe_round(&nodes, &cfg, |h| factory.idle_wait(h));
+        let bound = cfg.effective_starvation_bound(round);
         let report = Report {
             starvation_bound: bound,
             seed: cfg.seed,

@@ -81,14 +81,19 @@ pub(super) fn build(
 
 /// How long the consumer's low-RDY rotation takes to give each of `nodes` one idle turn
 /// (see [`SimConfig::effective_starvation_bound`]): an idle turn's seat time per nsqd is its
-/// idle wait (twice the handshake of two round trips, within 100 ms ..= 1 s) and the settle
-/// time of its RDY 0 (the handshake), over max_in_flight seats.
-pub(super) fn probe_round(nodes: &[Node], cfg: &SimConfig) -> Duration {
+/// idle wait (the consumer's, `idle_wait`, for a handshake of two round trips: twice the
+/// handshake, within 100 ms ..= 1 s by default) and the settle time of its RDY 0 (the
+/// handshake), over max_in_flight seats.
+pub(super) fn probe_round(
+    nodes: &[Node],
+    cfg: &SimConfig,
+    idle_wait: impl Fn(Duration) -> Duration,
+) -> Duration {
     let probes: Duration = nodes
         .iter()
         .map(|n| {
             let handshake = n.latency * 4;
-            (handshake * 2).clamp(Duration::from_millis(100), Duration::from_secs(1)) + handshake
+            idle_wait(handshake) + handshake
         })
         .sum();
     probes / cfg.max_in_flight.max(1)
