@@ -443,7 +443,7 @@ fn downstream() -> ExitCode {
         for &s in &services {
             worlds += 1;
             for seed in first..first + seeds {
-                let world = sim::DownstreamWorld {
+                let world = sim::DownstreamService {
                     capacity: c,
                     service: s,
                 };

@@ -140,7 +140,7 @@ fn the_adaptive_limit_breaks_no_invariant() {
 /// 0.2-4 ms away.
 #[test]
 fn the_adaptive_limit_finds_and_follows_a_modelled_downstream() {
-    let world = sim::DownstreamWorld {
+    let world = sim::DownstreamService {
         capacity: 10,
         service: std::time::Duration::from_millis(10),
     };

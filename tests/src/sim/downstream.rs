@@ -101,9 +101,10 @@ pub fn run_downstream(cfg: &DownstreamConfig, factory: &mut dyn ClientFactory) -
     super::world::run_downstream(cfg, factory)
 }
 
-/// One world of the `--downstream` evaluation: a service and where it goes.
+/// The service of one world of the `--downstream` evaluation (the settings
+/// [`evaluate_downstream`] varies; the rest are its own).
 #[derive(Clone, Copy, Debug)]
-pub struct DownstreamWorld {
+pub struct DownstreamService {
     /// The service's capacity.
     pub capacity: u32,
     /// Its service time.
@@ -222,14 +223,14 @@ fn sweep_center(capacity: u32, service: Duration, noise: &Noise) -> f64 {
 /// halved and doubled back (re-convergence), a static setting 4x too high, and the same with
 /// collapse past the capacity (`collapse`, e.g. 0.5).
 pub fn evaluate_downstream(
-    world: DownstreamWorld,
+    service: DownstreamService,
     seed: u64,
     nsqd: usize,
     collapse: f64,
     factory: &mut dyn ClientFactory,
 ) -> DownstreamVerdict {
-    let s = world.service;
-    let c = world.capacity.max(1);
+    let s = service.service;
+    let c = service.capacity.max(1);
     let mut v = DownstreamVerdict::default();
     // Static runs: a warm-up, then the measurement.
     let warm = Duration::from_millis(300).max(s * 10);
@@ -386,14 +387,14 @@ pub struct NoiseVerdict {
 /// drawn from the seed alone, so every run of the seed meets the same stalls at the same
 /// times.
 pub fn evaluate_noise(
-    world: DownstreamWorld,
+    service: DownstreamService,
     seed: u64,
     nsqd: usize,
     kind: NoiseKind,
     factory: &mut dyn ClientFactory,
 ) -> NoiseVerdict {
-    let s = world.service;
-    let c = world.capacity.max(1);
+    let s = service.service;
+    let c = service.capacity.max(1);
     let mut v = DownstreamVerdict::default();
     let warm = Duration::from_millis(300).max(s * 10);
     let measure = Duration::from_secs(1).max(s * 40);

@@ -34,7 +34,7 @@ pub use client::{
     PublishResult, SimConsumer, SimProducer,
 };
 pub use downstream::{
-    DownstreamConfig, DownstreamReport, DownstreamVerdict, DownstreamWorld, NoiseVerdict,
+    DownstreamConfig, DownstreamReport, DownstreamService, DownstreamVerdict, NoiseVerdict,
     evaluate_downstream, evaluate_noise, run_downstream,
 };
 pub use faults::{Fault, FaultKind, schedule};
@@ -70,7 +70,7 @@ pub struct SimConfig {
     pub fault_phase: Duration,
     /// Virtual time allowed after the fault phase to deliver everything.
     pub drain_limit: Duration,
-    /// nsqd's msg_timeout.
+    /// nsqd's msg_timeout (nsqd's default, 60 s).
     pub msg_timeout: Duration,
     /// The longest an nsqd with messages may wait while the consumer has room (the
     /// consumer's `low_rdy_max_wait`, 10 s by default), unless probing every nsqd for
@@ -102,7 +102,7 @@ impl SimConfig {
             faults: 24,
             fault_phase: Duration::from_secs(120),
             drain_limit: Duration::from_secs(900),
-            msg_timeout: Duration::from_secs(60),
+            msg_timeout: crate::model::NsqdOptions::default().msg_timeout,
             starvation_bound: Duration::from_secs(10),
             busy: false,
             adaptive: None,
