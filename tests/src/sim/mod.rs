@@ -8,6 +8,11 @@
 //! violated invariant stops the run; [`shrink`] then looks for a shorter fault schedule that
 //! still fails.
 //!
+//! One world runs every simulation (the `world` module: its event loop, the network, the
+//! nsqd, the clients under test, the application, the faults and the checks, each in a file
+//! of its own): the faulty world of [`run`] and the modelled downstream of [`run_downstream`]
+//! differ only in their setup and in the application under the consumer.
+//!
 //! Invariants, checked after every step:
 //! * the application never holds more than `max_in_flight` messages, and the RDY counts the
 //!   consumer sent add up to at most `max_in_flight` (at most 1 while it backs off);
