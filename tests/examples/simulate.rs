@@ -125,7 +125,7 @@ fn config(a: &Args, seed: u64, nsqd: usize) -> SimConfig {
         c.faults = f;
     }
     if let Some(s) = a.starvation_bound {
-        c.starvation_bound = Duration::from_secs(s);
+        c.starvation_bound = Some(Duration::from_secs(s));
     }
     if let Some(k) = a.messages_per_nsqd {
         c.messages = (nsqd * k).max(2_000);

@@ -211,4 +211,8 @@ pub trait ClientFactory {
     /// starvation bound is derived from it (see
     /// [`SimConfig::effective_starvation_bound`](super::SimConfig::effective_starvation_bound)).
     fn idle_wait(&self, handshake: Duration) -> Duration;
+    /// The longest the consumer means an nsqd with messages to wait for a turn while it has
+    /// room (its `low_rdy_max_wait`): the world's starvation bound unless the run sets one
+    /// ([`SimConfig::starvation_bound`](super::SimConfig::starvation_bound)).
+    fn low_rdy_max_wait(&self) -> Duration;
 }

@@ -316,6 +316,9 @@ pub struct NsqProtoFactory {
 }
 
 impl ClientFactory for NsqProtoFactory {
+    fn low_rdy_max_wait(&self) -> Duration {
+        ConsumerConfig::default().low_rdy_max_wait
+    }
     fn idle_wait(&self, handshake: Duration) -> Duration {
         let cap = ConsumerConfig::default().low_rdy_idle_timeout;
         nsq_proto::consumer::idle_wait(handshake, cap)

@@ -360,7 +360,7 @@ impl<'f> World<'f> {
             .collect();
         let end_of_faults = t0 + cfg.fault_phase;
         let round = nodes::probe_round(&nodes, &cfg, |h| factory.idle_wait(h));
-        let bound = cfg.effective_starvation_bound(round);
+        let bound = cfg.effective_starvation_bound(factory.low_rdy_max_wait(), round);
         let report = Report {
             starvation_bound: bound,
             seed: cfg.seed,
