@@ -81,6 +81,8 @@ pub use consumer::GRACE as LIMIT_GRACE;
 pub use events::{ConsumerError, ConsumerEvent};
 pub use flow::{ANSWER_FAILURE_BURST, ANSWER_FAILURE_WINDOW};
 pub use lookupd::{LookupdAddress, LookupdAddressError, LookupdError, LookupdResponseParser};
+pub use policy::{BackoffStrategy, ReconnectSchedule};
+pub use stats::{ConsumerStats, NsqdState, NsqdStats};
 
 use std::time::Duration;
 
@@ -92,7 +94,5 @@ use std::time::Duration;
 pub fn idle_wait(handshake: Duration, cap: Duration) -> Duration {
     flow::idle_timeout(handshake, cap)
 }
-pub use policy::{BackoffStrategy, ReconnectSchedule};
-pub use stats::{ConsumerStats, NsqdState, NsqdStats};
 
 crate::driver::impl_driven!(Consumer, ConsumerEvent, lookupd);
