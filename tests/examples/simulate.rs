@@ -125,7 +125,7 @@ fn config(a: &Args, seed: u64, nsqd: usize) -> SimConfig {
         c.faults = f;
     }
     if let Some(s) = a.starvation_bound {
-        c.starvation_bound = Duration::from_secs(s);
+        c.starvation_bound = Some(Duration::from_secs(s));
     }
     if let Some(k) = a.messages_per_nsqd {
         c.messages = (nsqd * k).max(2_000);
@@ -343,7 +343,11 @@ fn campaign(a: &Args, n: u64) -> ExitCode {
 /// ```text
 /// simulate --downstream [--seeds N] [--first-seed N] [--capacities 1,10,100,1000]
 ///          [--service-times 1ms,10ms,100ms,1s] [--collapse 0.5] [--nsqd N] [--quiet]
+///          [--noise jitter,bursts,slow|none]
 /// ```
+///
+/// Each world is also evaluated under each kind of client-side noise (`--noise`, all three by
+/// default; see `nsq_test_broker::sim::evaluate_noise`).
 fn downstream() -> ExitCode {
     let mut seeds = 3u64;
     let mut first = 1u64;
@@ -356,6 +360,7 @@ fn downstream() -> ExitCode {
     let mut nsqd = 1usize;
     let mut quiet = false;
     let mut trace = false;
+    let mut noises = sim::NoiseKind::ALL.to_vec();
     let mut it = std::env::args().skip(1);
     let parsed = (|| -> Result<(), String> {
         while let Some(flag) = it.next() {
@@ -395,6 +400,16 @@ fn downstream() -> ExitCode {
                         .collect::<Result<_, _>>()
                         .map_err(|_| format!("--capacities: cannot read {value:?}"))?;
                 }
+                "--noise" => {
+                    noises = value
+                        .split(',')
+                        .filter(|n| n.trim() != "none")
+                        .map(|n| {
+                            sim::NoiseKind::parse(n.trim())
+                                .ok_or_else(|| format!("--noise: no kind {n:?}"))
+                        })
+                        .collect::<Result<_, _>>()?;
+                }
                 "--service-times" => {
                     services = value
                         .split(',')
@@ -420,13 +435,15 @@ fn downstream() -> ExitCode {
     let mut worst_reconverge = 0f64;
     let mut worst_collapse = f64::INFINITY;
     let mut static4x_collapse = 0f64;
+    let mut worst_noise_tp = f64::INFINITY;
+    let mut worst_noise_p99 = 0f64;
     // Never converging counts as the longest possible: the whole window.
     let secs = |d: Option<Duration>, whole: Duration| d.unwrap_or(whole).as_secs_f64();
     for &c in &capacities {
         for &s in &services {
             worlds += 1;
             for seed in first..first + seeds {
-                let world = sim::DownstreamWorld {
+                let world = sim::DownstreamService {
                     capacity: c,
                     service: s,
                 };
@@ -484,12 +501,60 @@ fn downstream() -> ExitCode {
                         v.virtual_s
                     );
                 }
+                for &kind in &noises {
+                    let n = sim::evaluate_noise(world, seed, nsqd, kind, &mut factory);
+                    violations += n.violations.len() as u64;
+                    for x in &n.violations {
+                        println!(
+                            "VIOLATION capacity={c} service={s:?} seed={seed} noise={}: {x}",
+                            kind.name()
+                        );
+                    }
+                    worst_noise_tp = worst_noise_tp.min(n.throughput_vs_best);
+                    worst_noise_p99 = worst_noise_p99.max(n.p99_vs_best);
+                    if trace {
+                        let t: Vec<String> = n
+                            .limits
+                            .iter()
+                            .map(|(t, l)| format!("{:.2}:{l}", t.as_secs_f64()))
+                            .collect();
+                        println!(
+                            "trace capacity={c} service={s:?} seed={seed} noise={}: {}",
+                            kind.name(),
+                            t.join(" ")
+                        );
+                    }
+                    if !quiet {
+                        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+                        println!(
+                            "noise capacity={c} service={s:?} seed={seed} noise={}: best_static={} ({:.0}/s, p99 {:.2}ms) limit={} throughput_vs_best={:.3} p99={:.2}ms p99_vs_best={:.2} virtual_s={:.0}",
+                            kind.name(),
+                            n.best,
+                            n.best_throughput,
+                            ms(n.best_p99),
+                            n.limit,
+                            n.throughput_vs_best,
+                            ms(n.p99),
+                            n.p99_vs_best,
+                            n.virtual_s
+                        );
+                    }
+                }
             }
         }
     }
     println!("downstream: wall_s={:.0}", start.elapsed().as_secs_f64());
+    // Without noise (`--noise none`) there is nothing to report.
+    let (noise_tp, noise_p99) = if noises.is_empty() {
+        ("n/a".to_owned(), "n/a".to_owned())
+    } else {
+        (
+            format!("{worst_noise_tp:.3}"),
+            format!("{worst_noise_p99:.2}"),
+        )
+    };
     println!(
-        "downstream: seeds={seeds} worlds={worlds} worst_converge_s={worst_converge:.1} worst_throughput_vs_best={worst_tp:.3} worst_p99_vs_uncongested={worst_p99:.2} worst_reconverge_s={worst_reconverge:.1} worst_collapse_throughput_vs_best={worst_collapse:.3} static4x_collapse_throughput_vs_best={static4x_collapse:.3} violations={violations}"
+        "downstream: seeds={seeds} worlds={worlds} worst_converge_s={worst_converge:.1} worst_throughput_vs_best={worst_tp:.3} worst_p99_vs_uncongested={worst_p99:.2} worst_reconverge_s={worst_reconverge:.1} worst_collapse_throughput_vs_best={worst_collapse:.3} static4x_collapse_throughput_vs_best={static4x_collapse:.3} violations={violations} worst_noise_throughput_vs_best={noise_tp} worst_noise_p99_vs_best_static={noise_p99}"
     );
     if violations == 0 {
         ExitCode::SUCCESS

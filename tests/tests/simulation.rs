@@ -129,7 +129,7 @@ fn the_adaptive_limit_breaks_no_invariant() {
         for seed in 1..=3 {
             let mut cfg = SimConfig::new(seed, nsqd, max_in_flight);
             cfg.adaptive = Some(1);
-            cfg.starvation_bound = std::time::Duration::from_secs(bound);
+            cfg.starvation_bound = Some(std::time::Duration::from_secs(bound));
             assert_clean(&sim::run(&cfg, &mut sim_glue::NsqProtoFactory::default()));
         }
     }
@@ -140,7 +140,7 @@ fn the_adaptive_limit_breaks_no_invariant() {
 /// 0.2-4 ms away.
 #[test]
 fn the_adaptive_limit_finds_and_follows_a_modelled_downstream() {
-    let world = sim::DownstreamWorld {
+    let world = sim::DownstreamService {
         capacity: 10,
         service: std::time::Duration::from_millis(10),
     };

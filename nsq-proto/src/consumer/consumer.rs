@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 /// How long after the adaptive limit went down messages already on the wire are still handed
 /// out up to the limit before (a few round trips and nsqd's output buffer timeout).
-const GRACE: Duration = Duration::from_secs(1);
+pub const GRACE: Duration = Duration::from_secs(1);
 
 /// The consumer-level state machine: many nsqd connections for one topic/channel.
 ///

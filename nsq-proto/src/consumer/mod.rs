@@ -74,10 +74,26 @@ mod timers;
 
 pub use config::{ConsumerConfig, InFlightMode};
 pub use consumer::Consumer;
+/// How long after the adaptive in-flight limit went down the consumer still hands out messages
+/// already on the wire up to the limit before. Not part of the stable API: the simulator
+/// (`nsq_test_broker::sim`) checks the limit against it.
+#[doc(hidden)]
+pub use consumer::GRACE as LIMIT_GRACE;
 pub use events::{ConsumerError, ConsumerEvent};
 pub use flow::{ANSWER_FAILURE_BURST, ANSWER_FAILURE_WINDOW};
 pub use lookupd::{LookupdAddress, LookupdAddressError, LookupdError, LookupdResponseParser};
 pub use policy::{BackoffStrategy, ReconnectSchedule};
 pub use stats::{ConsumerStats, NsqdState, NsqdStats};
+
+use std::time::Duration;
+
+/// How long a RDY holder with nothing in flight waits for a message before the low-RDY
+/// rotation passes on, on a connection whose handshake took `handshake`, with `cap` the
+/// consumer's `low_rdy_idle_timeout`. Not part of the stable API: the simulator
+/// (`nsq_test_broker::sim`) derives its starvation bound from it.
+#[doc(hidden)]
+pub fn idle_wait(handshake: Duration, cap: Duration) -> Duration {
+    flow::idle_timeout(handshake, cap)
+}
 
 crate::driver::impl_driven!(Consumer, ConsumerEvent, lookupd);

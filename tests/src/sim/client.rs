@@ -3,7 +3,7 @@
 //! drives; `nsq_test_support::sim` (`tests/support/src/sim.rs`) binds nsq-proto's `Consumer` and `Producer` to these
 //! traits (the test broker does not depend on the client it tests).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// A connection or lookupd exchange, numbered by the client.
 pub type ConnRef = u64;
@@ -143,6 +143,16 @@ pub trait SimConsumer: Machine {
     fn in_flight_limit(&self) -> Option<u32> {
         None
     }
+    /// How long after its in-flight limit went down the consumer may still hand out messages
+    /// nsqd wrote under the higher RDY, up to the limit before (the world's check of the limit
+    /// allows them for that long). None by default.
+    fn limit_grace(&self) -> Duration {
+        Duration::ZERO
+    }
+    /// How long a graceful stop may wait for the application's answers before the consumer
+    /// closes anyway (its close timeout): the world allows a stop that long and a few round
+    /// trips.
+    fn close_timeout(&self) -> Duration;
     /// Sizes of the consumer's state.
     fn footprint(&self) -> Footprint;
     /// The consumer's view of one connection, in words, for a violation's report.
@@ -196,4 +206,13 @@ pub trait ClientFactory {
     fn consumer(&mut self, now: Instant, spec: &ConsumerSpec<'_>) -> Box<dyn SimConsumer>;
     /// A producer publishing to `nsqds` (`host:port`).
     fn producer(&mut self, now: Instant, seed: u64, nsqds: &[String]) -> Box<dyn SimProducer>;
+    /// How long the consumer's low-RDY rotation waits on a RDY holder with nothing to send,
+    /// on a connection whose handshake took `handshake`, before it passes on: the world's
+    /// starvation bound is derived from it (see
+    /// [`SimConfig::effective_starvation_bound`](super::SimConfig::effective_starvation_bound)).
+    fn idle_wait(&self, handshake: Duration) -> Duration;
+    /// The longest the consumer means an nsqd with messages to wait for a turn while it has
+    /// room (its `low_rdy_max_wait`): the world's starvation bound unless the run sets one
+    /// ([`SimConfig::starvation_bound`](super::SimConfig::starvation_bound)).
+    fn low_rdy_max_wait(&self) -> Duration;
 }

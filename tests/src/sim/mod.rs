@@ -8,6 +8,11 @@
 //! violated invariant stops the run; [`shrink`] then looks for a shorter fault schedule that
 //! still fails.
 //!
+//! One world runs every simulation (the `world` module: its event loop, the network, the
+//! nsqd, the clients under test, the application, the faults and the checks, each in a file
+//! of its own): the faulty world of [`run`] and the modelled downstream of [`run_downstream`]
+//! differ only in their setup and in the application under the consumer.
+//!
 //! Invariants, checked after every step:
 //! * the application never holds more than `max_in_flight` messages, and the RDY counts the
 //!   consumer sent add up to at most `max_in_flight` (at most 1 while it backs off);
@@ -25,6 +30,7 @@
 mod client;
 mod downstream;
 mod faults;
+mod noise;
 mod rng;
 mod world;
 
@@ -33,10 +39,11 @@ pub use client::{
     PublishResult, SimConsumer, SimProducer,
 };
 pub use downstream::{
-    DownstreamConfig, DownstreamReport, DownstreamVerdict, DownstreamWorld, evaluate_downstream,
-    run_downstream,
+    DownstreamConfig, DownstreamReport, DownstreamService, DownstreamVerdict, NoiseVerdict,
+    evaluate_downstream, evaluate_noise, run_downstream,
 };
 pub use faults::{Fault, FaultKind, schedule};
+pub use noise::{ClientNoise, Noise, NoiseKind};
 pub use rng::Rng;
 pub use world::{Report, Violation, run, run_with_faults, shrink};
 
@@ -68,13 +75,13 @@ pub struct SimConfig {
     pub fault_phase: Duration,
     /// Virtual time allowed after the fault phase to deliver everything.
     pub drain_limit: Duration,
-    /// nsqd's msg_timeout.
+    /// nsqd's msg_timeout (nsqd's default, 60 s).
     pub msg_timeout: Duration,
-    /// The longest an nsqd with messages may wait while the consumer has room (the
-    /// consumer's `low_rdy_max_wait`, 10 s by default), unless probing every nsqd for
-    /// messages takes longer than half of it (see
+    /// The longest an nsqd with messages may wait while the consumer has room (`None`: the
+    /// consumer's own `low_rdy_max_wait`, [`ClientFactory::low_rdy_max_wait`], 10 s by
+    /// default), unless probing every nsqd for messages takes longer than half of it (see
     /// [`SimConfig::effective_starvation_bound`]).
-    pub starvation_bound: Duration,
+    pub starvation_bound: Option<Duration>,
     /// A busy world: besides [`SimConfig::messages`], publishers keep every nsqd that is up
     /// holding messages during the fault phase (topped up to 20 ready whenever under 10), so
     /// every connection waiting for a low-RDY turn has messages to deliver.
@@ -100,15 +107,16 @@ impl SimConfig {
             faults: 24,
             fault_phase: Duration::from_secs(120),
             drain_limit: Duration::from_secs(900),
-            msg_timeout: Duration::from_secs(60),
-            starvation_bound: Duration::from_secs(10),
+            msg_timeout: crate::model::NsqdOptions::default().msg_timeout,
+            starvation_bound: None,
             busy: false,
             adaptive: None,
         }
     }
 
-    /// The starvation bound the run checks: [`SimConfig::starvation_bound`], or, with more
-    /// nsqd than max_in_flight, twice `probe_round` if that is longer. The report gives the
+    /// The starvation bound the run checks: [`SimConfig::starvation_bound`] (`None`:
+    /// `max_wait`, the consumer's `low_rdy_max_wait`), or, with more nsqd than
+    /// max_in_flight, twice `probe_round` if that is longer. The report gives the
     /// worst wait measured, whatever the bound.
     ///
     /// `probe_round` is how long the consumer's low-RDY rotation takes to give every nsqd one
@@ -123,12 +131,17 @@ impl SimConfig {
     /// themselves are not shorter than what a message needs (a turn delivers at least one),
     /// and the handlers here (up to 20 ms) with the round trips fit within the idle turn's
     /// floor, so the handlers' speed is covered by it.
-    pub fn effective_starvation_bound(&self, probe_round: Duration) -> Duration {
+    pub fn effective_starvation_bound(
+        &self,
+        max_wait: Duration,
+        probe_round: Duration,
+    ) -> Duration {
+        let bound = self.starvation_bound.unwrap_or(max_wait);
         let m = u64::from(self.max_in_flight.max(1));
         let n = self.nsqd as u64;
         if n <= m {
-            return self.starvation_bound;
+            return bound;
         }
-        self.starvation_bound.max(probe_round.saturating_mul(2))
+        bound.max(probe_round.saturating_mul(2))
     }
 }

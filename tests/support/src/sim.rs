@@ -4,7 +4,7 @@
 //! nsq-proto).
 
 use std::collections::HashMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use nsq_proto::consumer::{Consumer, ConsumerConfig, ConsumerEvent, ConsumerStats, InFlightMode};
@@ -203,6 +203,12 @@ impl SimConsumer for SimNsqConsumer {
     fn in_flight_limit(&self) -> Option<u32> {
         Some(self.consumer.in_flight_limit())
     }
+    fn limit_grace(&self) -> Duration {
+        nsq_proto::consumer::LIMIT_GRACE
+    }
+    fn close_timeout(&self) -> Duration {
+        self.consumer.config().close_timeout
+    }
     fn describe(&self, conn: ConnRef) -> String {
         let id = self.handles.conns.get(&conn).copied();
         let s = self.consumer.stats();
@@ -310,6 +316,13 @@ pub struct NsqProtoFactory {
 }
 
 impl ClientFactory for NsqProtoFactory {
+    fn low_rdy_max_wait(&self) -> Duration {
+        ConsumerConfig::default().low_rdy_max_wait
+    }
+    fn idle_wait(&self, handshake: Duration) -> Duration {
+        let cap = ConsumerConfig::default().low_rdy_idle_timeout;
+        nsq_proto::consumer::idle_wait(handshake, cap)
+    }
     fn consumer(&mut self, now: Instant, spec: &ConsumerSpec<'_>) -> Box<dyn SimConsumer> {
         let config = ConsumerConfig {
             max_in_flight: spec.max_in_flight,
