@@ -336,8 +336,9 @@ pub(super) fn a_restart_found_through_lookupd_counts_as_a_reconnect(f: &dyn Fact
     nsqd.drop_connections();
     assert!(
         eventually(WAIT, || c.stats().nsqd.is_empty()),
-        "forgotten: {:?}",
-        c.stats()
+        "forgotten: {:?}; the broker's clients: {:?}",
+        c.stats(),
+        nsqd.clients()
     );
     nsqd.start_accepting().unwrap();
     register();
