@@ -494,18 +494,22 @@ fn survives_dropped_connections(f: &dyn ClientFactory) -> Result<(), String> {
 fn touch_extends(f: &dyn ClientFactory) -> Result<(), String> {
     let env = Env::new(|b| b);
     let topic = env.topic("conf-touch");
+    // The TOUCH must reach nsqd before the first deadline: half the timeout after the
+    // message was handed out leaves the other half (1.5 s) for the delivery's and the
+    // TOUCH's delays on a busy machine (at 1 s and 600 ms, 400 ms were not always enough).
     let cfg = ClientConfig {
-        msg_timeout: Some(Duration::from_secs(1)),
+        msg_timeout: Some(Duration::from_secs(3)),
         ..ClientConfig::direct(&env)
     };
     f.publish(&cfg, &topic, b"touch me")?;
     let mut sub = f.subscribe(&cfg, &topic, "ch")?;
     let m = sub.next(WAIT).ok_or("no message")?;
-    std::thread::sleep(Duration::from_millis(600));
+    std::thread::sleep(Duration::from_millis(1500));
     m.touch()?;
-    // 600 + 600 ms is past the first deadline but within the touched one.
+    // 1.5 + 2 s is past the first deadline (by at least 500 ms, several of nsqd's 100 ms
+    // queue scans) but 1 s short of the touched one.
     check(
-        sub.next(Duration::from_millis(600)).is_none(),
+        sub.next(Duration::from_secs(2)).is_none(),
         "redelivered despite TOUCH",
     )?;
     m.finish()?;

@@ -426,14 +426,17 @@ fn dpub_defers_delivery() -> R {
 fn touch_extends_the_timeout() -> R {
     let env = Env::new(|b| b);
     let t = env.topic("deliv");
-    let mut c = consumer(&env, &t, "c", 1000, 1)?;
+    // Touched half the timeout after the delivery was read: the other half is left for the
+    // delivery's and the TOUCH's delays on a busy machine.
+    let mut c = consumer(&env, &t, "c", 3000, 1)?;
     publish(&env, &t, &[b"t"])?;
     let m = c.expect_message()?;
-    std::thread::sleep(Duration::from_millis(600));
+    std::thread::sleep(Duration::from_millis(1500));
     c.cmd(&format!("TOUCH {}", m.id_str()))?;
-    // 600 + 700 ms is past the original deadline but not the touched one.
+    // 1.5 + 2 s is past the original deadline (by at least 500 ms) but 1 s short of the
+    // touched one.
     assert!(
-        c.quiet_for(Duration::from_millis(700))?,
+        c.quiet_for(Duration::from_secs(2))?,
         "redelivered despite TOUCH"
     );
     c.cmd(&format!("FIN {}", m.id_str()))?;

@@ -212,10 +212,15 @@ pub(super) fn disconnect_from_nsqd_drains_it_and_never_reconnects(f: &dyn Factor
         .nsqd(&addr(&nsqd_a))
         .is_none()));
     assert_eq!(c.stats().connections, 1);
-    // Messages keep flowing, all from B.
+    // Messages keep flowing, all from B, until the one published last (however long the
+    // machine takes to bring it), and after it.
     nsqd_b.publish("disc", b"after");
     let mut got_after = false;
-    while let Some(m) = c.next(Duration::from_millis(300)) {
+    while let Some(m) = c.next(if got_after {
+        Duration::from_millis(300)
+    } else {
+        WAIT
+    }) {
         assert_eq!(m.nsqd_address(), addr(&nsqd_b));
         got_after |= m.body() == b"after";
         m.finish();
@@ -336,8 +341,9 @@ pub(super) fn a_restart_found_through_lookupd_counts_as_a_reconnect(f: &dyn Fact
     nsqd.drop_connections();
     assert!(
         eventually(WAIT, || c.stats().nsqd.is_empty()),
-        "forgotten: {:?}",
-        c.stats()
+        "forgotten: {:?}; the broker's clients: {:?}",
+        c.stats(),
+        nsqd.clients()
     );
     nsqd.start_accepting().unwrap();
     register();

@@ -668,7 +668,7 @@ scenario_list! {
     in_flight_stays_within_max_in_flight_across_three_brokers: 40,
     give_up_counts_as_success_for_backoff: 20,
     connect_to_nsqd_says_whether_it_connected: 20,
-    auto_touch_keeps_a_slow_handler_s_message: 20,
+    auto_touch_keeps_a_slow_handler_s_message: 30,
     a_burst_of_rejected_answers_backs_off: 20,
     stats_rows_catch_up_over_many_brokers: 30,
     oversize_publishes_cost_one_connection: 30,

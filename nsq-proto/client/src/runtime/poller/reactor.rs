@@ -26,6 +26,12 @@ pub(super) struct Readiness(AtomicU8);
 
 pub(super) const READABLE: u8 = 1;
 pub(super) const WRITABLE: u8 = 2;
+/// The read side has ended (the peer's FIN, a reset or an error): reported once, with
+/// [`READABLE`], and kept until a read would block. A read that comes back short does not
+/// clear it: the data and the end can arrive before one wait, and the end's edge is not
+/// reported again, so the read after the data must still be made to find the EOF (tokio
+/// keeps its `READ_CLOSED` for the same reason).
+pub(super) const READ_CLOSED: u8 = 4;
 
 impl Readiness {
     pub(super) fn is(&self, bit: u8) -> bool {
@@ -200,6 +206,9 @@ impl Reactor {
             let mut bits = 0;
             if event.is_readable() || event.is_read_closed() || event.is_error() {
                 bits |= READABLE;
+            }
+            if event.is_read_closed() || event.is_error() {
+                bits |= READ_CLOSED;
             }
             if event.is_writable() || event.is_write_closed() || event.is_error() {
                 bits |= WRITABLE;

@@ -1,7 +1,7 @@
 //! The client's sockets on its poller: registered once, edge-triggered, for both
 //! directions; read and written only while the poller's events say they may be.
 
-use super::reactor::{READABLE, Reactor, Readiness, WRITABLE};
+use super::reactor::{READ_CLOSED, READABLE, Reactor, Readiness, WRITABLE};
 use crate::dial::connect_from;
 use crate::runtime::read_buf::ReadBuf;
 use crate::sync::lock;
@@ -86,14 +86,16 @@ pub(crate) struct Socket {
 
 /// A read or write that took less than it was offered drained the socket (or filled its
 /// buffer): the next would block, and the poller reports the next change (tokio does the
-/// same). Not on Windows, whose poller is emulated and reports only what it was asked.
+/// same). Not on Windows, whose poller is emulated and reports only what it was asked. A
+/// short read leaves a reported end of the read side ([`READ_CLOSED`]) standing: the EOF
+/// behind the data is read next, since its edge was reported once, with the data.
 const SHORT_MEANS_DRAINED: bool = cfg!(not(windows));
 
 impl crate::runtime::Socket for Socket {
     fn poll_read(&mut self, _cx: &mut Context<'_>) -> Poll<io::Result<BytesMut>> {
         let s = &mut self.socket;
         loop {
-            if !s.readiness.is(READABLE) {
+            if !s.readiness.is(READABLE) && !s.readiness.is(READ_CLOSED) {
                 return Poll::Pending;
             }
             match self.buf.read_zeroed(|space| s.stream.read(space)) {
@@ -103,7 +105,9 @@ impl crate::runtime::Socket for Socket {
                     }
                     return Poll::Ready(Ok(read));
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => s.readiness.clear(READABLE),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    s.readiness.clear(READABLE | READ_CLOSED);
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Poll::Ready(Err(e)),
             }

@@ -70,6 +70,29 @@ fn reads_arrive_as_chunks_then_eof() {
     assert!(lock(&rt.reactor.sockets).is_empty(), "deregistered");
 }
 
+/// The data and the peer's FIN both arrive before the poller's first wait, and the FIN's
+/// edge is reported once, with the data: the short read that takes the data must not hide
+/// the EOF behind it (a consumer held a connection nsqd had closed, seen `Ready` for good,
+/// when its last message and the close came together).
+#[test]
+fn an_eof_that_arrives_with_the_last_data_is_read() {
+    let ((listener, addr), rt) = (listen(), Poller::new().unwrap());
+    let mut socket = rt.block_on(rt.connect(&addr, opts())).unwrap();
+    let (mut peer, _) = listener.accept().unwrap();
+    // On loopback both are in the client's receive queue once these calls return.
+    peer.write_all(b"last words").unwrap();
+    drop(peer);
+    let mut data = Vec::new();
+    loop {
+        let chunk = within(&rt, |cx| socket.poll_read(cx)).unwrap();
+        if chunk.is_empty() {
+            break;
+        }
+        data.extend_from_slice(&chunk);
+    }
+    assert_eq!(data, b"last words", "then EOF");
+}
+
 #[test]
 fn a_blocked_write_waits_and_reading_goes_on_meanwhile() {
     let ((listener, addr), rt) = (listen(), Poller::new().unwrap());
