@@ -14,7 +14,8 @@
 //! * **Windows.** Latencies are summed per window (O(1) per answer) from the messages handed
 //!   out after the window began, so a window measures the limit it was opened with. A window
 //!   closes once it holds half the limit's messages, at least [`WINDOW_SAMPLES`] (and lasts
-//!   at least [`MIN_WINDOW`]); its mean is the window's latency. The mean, not a percentile:
+//!   at least [`MIN_WINDOW`]); its mean, without the messages the client's own pauses held
+//!   (below), is the window's latency. The mean, not a percentile:
 //!   with the rate of answers it is what the application holds (Little's law), and a few
 //!   messages that wait a whole service time move it (each sample counts at most
 //!   [`SAMPLE_CAP`] baselines, so one stuck handler does not).
@@ -28,6 +29,20 @@
 //!   leaving [`TOLERANCE`] of headroom. With nothing in transit this is the gradient of Envoy
 //!   and Gradient2, `limit x baseline / mean`; counting what the application holds makes it
 //!   exact when nsqd is far away and much of the limit is on the wire.
+//! * **The client's own delays.** A smaller limit removes only the queue it made. A client
+//!   that does not run for a while (its process descheduled on a busy machine, a
+//!   stop-the-world pause) delays every message it holds meanwhile, at any limit. Such a
+//!   pause shows as a gap between two answers longer than [`PAUSE_ABOVE`] baselines and two
+//!   round trips to nsqd (a busy downstream answers at least once a service time; an idle
+//!   one waits at most a round trip for its next message) and longer than
+//!   [`PAUSE_ABOVE`] times the window's latency without it (so that a limit answered in
+//!   waves, a wave a latency, is not a pause). The messages handed out before the pause's
+//!   end and answered after it are left out of the window's mean (a window left with fewer
+//!   than [`PAUSED_MIN`] other samples changes nothing). A delay that does not show as gaps
+//!   (a client slower throughout: a debug build, a loaded machine) is found by the fall:
+//!   when lowering the limit by 60% did not lower the latency, that latency is the new
+//!   baseline, and where it is short beside a window ([`RESTORE_BELOW`]) the limit goes
+//!   back to where the fall began.
 //! * **Growth.** Below the last congestion the limit climbs back quickly; near it, slowly
 //!   (probing, 3% a window); once a message or 10% past it without congestion (the
 //!   capacity grew), by 6% and then 12% a window. Below [`SMALL`], where one more message is
@@ -41,7 +56,7 @@
 //!   [`REMEASURE_ABOVE`], one window runs at [`REMEASURE_DIP`] of the limit, where the
 //!   tolerated queue is gone: its mean is the new baseline, higher or lower than the old
 //!   one. The baseline is also taken afresh when lowering the limit by 60% did not lower the
-//!   latency (the service itself became slower).
+//!   latency (above).
 //! * **Failures and timeouts.** A message that expired (nsqd's msg_timeout) halves the limit;
 //!   a window in which more than [`FAILURE_SHARE`] of the answers were failures shrinks it by
 //!   [`FAILURE_CUT`]. Backoff is left alone: while the consumer backs off the controller is
@@ -52,9 +67,23 @@
 
 use std::time::{Duration, Instant};
 
+use crate::rng::Rng;
+
 /// The tolerated queueing: the limit settles where the mean latency is this much above the
 /// baseline.
 const TOLERANCE: f64 = 0.05;
+
+/// A gap between two answers is the client's pause when it is longer than this many
+/// baselines (and two round trips to nsqd) and this many times the window's latency without
+/// the messages it held.
+const PAUSE_ABOVE: f64 = 1.5;
+
+/// A window needs this many samples untouched by the client's pauses to count.
+const PAUSED_MIN: u32 = 4;
+
+/// A fall that did not lower the latency gives the limit back (see `Adaptive::end_window`)
+/// where the latency is at most this share of [`MIN_WINDOW`].
+const RESTORE_BELOW: f64 = 0.25;
 
 /// Start-up ends at the first window whose mean exceeds the baseline by this much.
 const STARTUP_EXIT: f64 = 0.25;
@@ -128,6 +157,22 @@ struct Window {
     /// The samples' sum, in seconds, each at most `cap`.
     sum: f64,
     cap: f64,
+    /// A gap between answers longer than this (seconds) may be the client's pause.
+    pause_above: f64,
+    /// The longest such gap in the window, and the end of the last one: messages handed
+    /// out before it were held through it.
+    pause: f64,
+    paused_until: Option<Instant>,
+    /// After a pause, what the client held starts at once and queues at the downstream for
+    /// about a service time: messages handed out then wait for the pause too.
+    pause_tail: Duration,
+    /// The samples not held through a pause: their count and (capped) sum.
+    clean: u32,
+    clean_sum: f64,
+    /// The sums uncapped, of all samples and of those not held through a pause (a gap is
+    /// weighed against these).
+    raw_sum: f64,
+    raw_clean_sum: f64,
 }
 
 impl Window {
@@ -140,28 +185,72 @@ impl Window {
             peak_held: 0,
             sum: 0.0,
             cap: f64::INFINITY,
+            pause_above: f64::INFINITY,
+            pause: 0.0,
+            paused_until: None,
+            pause_tail: Duration::ZERO,
+            clean: 0,
+            clean_sum: 0.0,
+            raw_sum: 0.0,
+            raw_clean_sum: 0.0,
         }
     }
 
-    /// A new window from `start`, its samples capped at [`SAMPLE_CAP`] baselines.
-    fn reset(&mut self, start: Instant, baseline: Option<Duration>) {
+    /// A new window from `start`, its samples capped at [`SAMPLE_CAP`] baselines, a gap
+    /// longer than `pause_above` a possible pause.
+    fn reset(&mut self, start: Instant, baseline: Option<Duration>, pause_above: Option<Duration>) {
         *self = Window {
             start: Some(start),
             cap: baseline.map_or(f64::INFINITY, |b| b.as_secs_f64() * SAMPLE_CAP),
+            pause_above: pause_above.map_or(f64::INFINITY, |p| p.as_secs_f64()),
+            pause_tail: baseline.unwrap_or_default(),
             ..Window::new()
         };
     }
 
-    fn add(&mut self, latency: Duration) {
-        self.sum += latency.as_secs_f64().min(self.cap);
-        self.count += 1;
+    /// A gap of `gap` between two answers ended at `now`.
+    fn gap(&mut self, now: Instant, gap: Duration) {
+        let gap = gap.as_secs_f64();
+        if gap > self.pause_above {
+            self.pause = self.pause.max(gap);
+            self.paused_until = now.checked_add(self.pause_tail).or(Some(now));
+        }
     }
 
-    /// The mean of the window's latencies: by Little's law, with the rate, what the
-    /// application holds on average.
-    fn mean(&self) -> Duration {
-        Duration::try_from_secs_f64(self.sum / f64::from(self.count.max(1)))
-            .unwrap_or(Duration::MAX)
+    fn add(&mut self, handed: Instant, latency: Duration) {
+        let raw = latency.as_secs_f64();
+        let sample = raw.min(self.cap);
+        self.sum += sample;
+        self.raw_sum += raw;
+        self.count += 1;
+        if self.paused_until.is_none_or(|p| handed >= p) {
+            self.clean_sum += sample;
+            self.raw_clean_sum += raw;
+            self.clean += 1;
+        }
+    }
+
+    /// The window's latency: the mean of its samples, or, where the client paused (see the
+    /// module docs), of those it did not hold through a pause (`None`: too few of them).
+    fn latency(&self) -> Option<Duration> {
+        let mean = |sum: f64, n: u32| {
+            Duration::try_from_secs_f64(sum / f64::from(n.max(1))).unwrap_or(Duration::MAX)
+        };
+        let all = mean(self.sum, self.count);
+        if self.pause <= 0.0 {
+            return Some(all);
+        }
+        // A gap no longer than the latency (without the gap's messages) is how this limit
+        // answers, in waves.
+        let longer = |sum: f64, n: u32| self.pause > PAUSE_ABOVE * sum / f64::from(n.max(1));
+        if self.clean >= PAUSED_MIN {
+            return Some(if longer(self.raw_clean_sum, self.clean) {
+                mean(self.clean_sum, self.clean)
+            } else {
+                all
+            });
+        }
+        (!longer(self.raw_sum, self.count)).then_some(all)
     }
 }
 
@@ -186,13 +275,15 @@ pub(super) struct Adaptive {
     falling_from: Option<(f64, Duration)>,
     /// The previous window was clearly faster than the baseline: its mean.
     faster: Option<Duration>,
+    /// The last answer.
+    last_answer: Option<Instant>,
     remeasure_at: Option<Instant>,
     /// A round trip to nsqd, as the handshakes showed it.
     rtt: Duration,
     /// Handshakes averaged into `rtt` (at most 16).
     rtt_samples: u32,
-    /// The re-measure jitter's generator (xorshift, from the consumer's seed).
-    seed: u64,
+    /// The re-measure jitter's generator (forked from the consumer's).
+    rng: Rng,
     /// Windows to wait before the next probe of one more message at a small limit, and
     /// the wait after the next failed one.
     probe_hold: u32,
@@ -212,7 +303,7 @@ pub(super) struct Change {
 
 impl Adaptive {
     /// A controller between `floor` and `ceiling`, starting at the floor.
-    pub(super) fn new(floor: u32, ceiling: u32, seed: u64) -> Adaptive {
+    pub(super) fn new(floor: u32, ceiling: u32, rng: Rng) -> Adaptive {
         let floor = floor.max(1);
         Adaptive {
             floor,
@@ -226,10 +317,11 @@ impl Adaptive {
             calm: 0,
             falling_from: None,
             faster: None,
+            last_answer: None,
             remeasure_at: None,
             rtt: Duration::ZERO,
             rtt_samples: 0,
-            seed: seed | 1,
+            rng,
             probe_hold: 0,
             probe_hold_next: 0,
         }
@@ -271,7 +363,7 @@ impl Adaptive {
         if ceiling > 0 {
             self.limit = self.limit.min(f64::from(ceiling));
         }
-        self.window.reset(now, self.baseline);
+        self.new_window(now);
     }
 
     /// Backing off (or paused): windows are dropped until [`Adaptive::resume`].
@@ -292,7 +384,8 @@ impl Adaptive {
     pub(super) fn resume(&mut self, now: Instant) {
         if self.phase == Phase::Held {
             self.phase = self.held_from;
-            self.window.reset(now, self.baseline);
+            self.last_answer = None;
+            self.new_window(now);
         }
     }
 
@@ -310,6 +403,9 @@ impl Adaptive {
             return None;
         }
         let w = &mut self.window;
+        if let Some(last) = self.last_answer.replace(now) {
+            w.gap(now, now.saturating_duration_since(last));
+        }
         w.peak_held = w.peak_held.max(held);
         w.answers = w.answers.saturating_add(1);
         let start = *w.start.get_or_insert(handed);
@@ -320,16 +416,21 @@ impl Adaptive {
         if !ok {
             w.failures += 1;
         }
-        w.add(now.saturating_duration_since(handed));
+        w.add(handed, now.saturating_duration_since(handed));
         // A window sees the whole limit cycle once (the first answers of a window are the
         // messages that queued least).
         let cycle = self.limit as u32;
-        let enough = match self.phase {
+        let needed = match self.phase {
             // Start-up: the half the last doubling added is the test.
-            Phase::Startup => w.count >= (cycle / 2).max(2),
-            _ => w.count >= (cycle / 2).max(WINDOW_SAMPLES),
+            Phase::Startup => (cycle / 2).max(2),
+            _ => (cycle / 2).max(WINDOW_SAMPLES),
         };
-        if !enough || now.saturating_duration_since(start) < MIN_WINDOW {
+        if w.count < needed || now.saturating_duration_since(start) < MIN_WINDOW {
+            return None;
+        }
+        // A pause held most of the window: it waits for samples the pause did not hold (up
+        // to four times as many in all).
+        if w.pause > 0.0 && w.clean < PAUSED_MIN && w.count < needed.saturating_mul(4) {
             return None;
         }
         self.end_window(now, start)
@@ -348,7 +449,7 @@ impl Adaptive {
         self.limit = (self.limit * 0.5).max(f64::from(self.floor));
         self.phase = Phase::Steady;
         self.calm = 0;
-        self.window.reset(now, self.baseline);
+        self.new_window(now);
         self.changed(before, Duration::ZERO)
     }
 
@@ -364,7 +465,11 @@ impl Adaptive {
     fn end_window(&mut self, now: Instant, start: Instant) -> Option<Change> {
         let before = self.limit();
         let w = &self.window;
-        let mean = w.mean();
+        let Some(mean) = w.latency() else {
+            // Mostly the client's own pause: nothing to judge the limit by.
+            self.new_window(now);
+            return None;
+        };
         let elapsed = now.saturating_duration_since(start).as_secs_f64();
         // Answers per second.
         let rate = f64::from(w.answers) / elapsed.max(1e-9);
@@ -440,10 +545,19 @@ impl Adaptive {
                     // is slower now, and the baseline is stale. Checked at each 60% step of
                     // the fall (the first congested window may have held a real queue on top
                     // of a slower service).
+                    // It may be the client that is slower (a busy machine, a debug build):
+                    // where a window spans several latencies, what the fall left queued has
+                    // drained early in it, so the limit also goes back to where the fall
+                    // began; with longer latencies the queue may still be draining, and the
+                    // limit stays.
                     let (from, at) = *self.falling_from.get_or_insert((self.limit, mean));
                     let fell = self.limit <= from * 0.4;
                     if fell && mean.as_secs_f64() >= at.as_secs_f64() * 0.9 {
                         self.baseline = Some(mean);
+                        if mean.as_secs_f64() <= RESTORE_BELOW * MIN_WINDOW.as_secs_f64() {
+                            self.limit = from;
+                            self.knee = from;
+                        }
                         self.falling_from = None;
                     } else {
                         if fell {
@@ -489,7 +603,7 @@ impl Adaptive {
             }
         }
         self.limit = self.limit.clamp(floor.min(ceiling), ceiling);
-        self.window.reset(now, self.baseline);
+        self.new_window(now);
         self.changed(before, mean)
     }
 
@@ -535,6 +649,15 @@ impl Adaptive {
         self.limit = next.min(ceiling);
     }
 
+    /// A new window from `now` (its pauses: see [`Window::latency`]).
+    fn new_window(&mut self, now: Instant) {
+        let pause_above = self.baseline.map(|b| {
+            b.mul_f64(PAUSE_ABOVE)
+                .saturating_add(self.rtt.saturating_mul(2))
+        });
+        self.window.reset(now, self.baseline, pause_above);
+    }
+
     fn enter_steady(&mut self, now: Instant) {
         self.phase = Phase::Steady;
         self.calm = 0;
@@ -551,11 +674,8 @@ impl Adaptive {
     fn schedule_remeasure(&mut self, now: Instant) {
         let base = self.baseline.unwrap_or(Duration::ZERO);
         let every = REMEASURE_EVERY.max(base.saturating_mul(REMEASURE_LATENCIES));
-        // Up to 25% more (xorshift64 from the consumer's seed).
-        self.seed ^= self.seed << 13;
-        self.seed ^= self.seed >> 7;
-        self.seed ^= self.seed << 17;
-        let jitter = every.mul_f64((self.seed % 1024) as f64 / 4096.0);
+        // Up to 25% more.
+        let jitter = every.mul_f64(self.rng.unit_f64() / 4.0);
         self.remeasure_at = now.checked_add(every.saturating_add(jitter));
     }
 }
@@ -592,7 +712,7 @@ mod tests {
     #[test]
     fn converges_to_the_knee_and_follows_it() {
         let mut t = t0();
-        let mut a = Adaptive::new(1, 10_000, 7);
+        let mut a = Adaptive::new(1, 10_000, Rng::new(7));
         drive(&mut a, &mut t, 100.0, Duration::from_millis(5), 400);
         let l = a.limit();
         assert!((90..=125).contains(&l), "{l}");
@@ -610,7 +730,7 @@ mod tests {
     #[test]
     fn stays_within_floor_and_ceiling() {
         let mut t = t0();
-        let mut a = Adaptive::new(3, 20, 7);
+        let mut a = Adaptive::new(3, 20, Rng::new(7));
         assert_eq!(a.limit(), 3);
         drive(&mut a, &mut t, 1_000.0, Duration::from_millis(1), 500);
         assert_eq!(a.limit(), 20);
@@ -625,7 +745,7 @@ mod tests {
     #[test]
     fn expiry_halves_and_backoff_holds() {
         let mut t = t0();
-        let mut a = Adaptive::new(1, 1_000, 7);
+        let mut a = Adaptive::new(1, 1_000, Rng::new(7));
         drive(&mut a, &mut t, 64.0, Duration::from_millis(2), 500);
         let l = a.limit();
         let c = a.on_expired(t).map(|c| c.limit);
@@ -647,11 +767,11 @@ mod tests {
     #[test]
     fn a_stale_baseline_is_replaced_when_cutting_stops_helping() {
         let mut t = t0();
-        let mut a = Adaptive::new(1, 400, 7);
+        let mut a = Adaptive::new(1, 400, Rng::new(7));
         a.phase = Phase::Steady;
         a.baseline = Some(Duration::from_millis(5));
         a.limit = 64.0;
-        a.window.reset(t, a.baseline);
+        a.new_window(t);
         for _ in 0..400 {
             let l = a.limit();
             let latency = Duration::from_micros(6_100).mul_f64((f64::from(l) / 50.0).max(1.0));
@@ -665,5 +785,110 @@ mod tests {
         assert!((40..=63).contains(&l), "{l}");
         let b = a.baseline().unwrap_or_default();
         assert!(b >= Duration::from_millis(6), "{b:?}");
+    }
+
+    /// As [`drive`], but every `every`-th round the client pauses for `pause` before it
+    /// answers (its process is not running): the answers, and the next hand-outs, wait.
+    fn drive_pausing(
+        a: &mut Adaptive,
+        t: &mut Instant,
+        service: Duration,
+        rounds: usize,
+        every: usize,
+        pause: Duration,
+    ) {
+        for round in 0..rounds {
+            let l = a.limit();
+            let latency = service.mul_f64((f64::from(l) / 50.0).max(1.0));
+            let handed = *t;
+            *t += latency;
+            if round % every == 0 {
+                *t += pause;
+            }
+            for _ in 0..l {
+                let _ = a.on_answer(*t, handed, u64::from(l), true);
+            }
+        }
+    }
+
+    /// The client pauses for 20 ms (four service times) every tenth round, which no limit
+    /// removes: the limit does not shrink for it (before, each pause read as a queue and cut
+    /// the limit), and the baseline stays.
+    #[test]
+    fn the_client_s_own_pauses_do_not_shrink_the_limit() {
+        let mut t = t0();
+        let mut a = Adaptive::new(1, 10_000, Rng::new(7));
+        let service = Duration::from_millis(5);
+        drive(&mut a, &mut t, 50.0, service, 400);
+        let knee = a.limit();
+        assert!((45..=63).contains(&knee), "{knee}");
+        let mut lowest = knee;
+        for _ in 0..40 {
+            drive_pausing(&mut a, &mut t, service, 10, 10, Duration::from_millis(20));
+            lowest = lowest.min(a.limit());
+        }
+        assert!(lowest >= 45, "the limit fell to {lowest}");
+        let l = a.limit();
+        assert!(l <= 63, "{l}");
+        assert_eq!(a.baseline().map(|b| b.as_millis()), Some(5));
+    }
+
+    /// A gap longer than 1.5 baselines (and two round trips) and 1.5 times the latency of
+    /// the messages it did not hold is a pause: the messages handed out before its end (and
+    /// a baseline after) are left out of the window's latency; a shorter gap is the
+    /// downstream's own.
+    #[test]
+    fn a_pause_s_messages_are_left_out() {
+        let mut t = t0();
+        let mut a = Adaptive::new(1, 10_000, Rng::new(7));
+        a.phase = Phase::Steady;
+        a.baseline = Some(Duration::from_millis(10));
+        a.limit = 1_000.0;
+        a.new_window(t);
+        // Answers 1 ms apart, each to a message handed out 10 ms before (at `h`), with a gap
+        // of 14 ms (not a pause), then one of 40 ms.
+        let mut h = t;
+        t += Duration::from_millis(10);
+        for gap in [1, 1, 14, 1, 1, 1, 1, 40, 1, 1] {
+            t += Duration::from_millis(gap);
+            h += Duration::from_millis(gap);
+            assert_eq!(a.on_answer(t, h, 10, true), None);
+        }
+        assert!((a.window.pause - 0.040).abs() < 1e-9, "{}", a.window.pause);
+        assert_eq!(a.window.clean, 7);
+        // Handed out after the pause's end and a baseline, each answered 1 ms later.
+        t += Duration::from_millis(8);
+        for _ in 0..5 {
+            let h = t;
+            t += Duration::from_millis(1);
+            assert_eq!(a.on_answer(t, h, 10, true), None);
+        }
+        assert_eq!(a.window.clean, 7 + 5);
+        let clean = (7.0 * 0.010 + 5.0 * 0.001) / 12.0;
+        let latency = a.window.latency().map(|l| l.as_secs_f64());
+        assert!(
+            latency.is_some_and(|l| (l - clean).abs() < 1e-9),
+            "{latency:?}"
+        );
+    }
+
+    /// The client becomes 30% slower throughout (every message, at any limit: a debug build,
+    /// a busy machine): the limit falls, the fall does not lower the latency, and the limit
+    /// goes back to where the fall began, against the new latency.
+    #[test]
+    fn a_slower_client_gets_its_limit_back() {
+        let mut t = t0();
+        let mut a = Adaptive::new(1, 400, Rng::new(7));
+        drive(&mut a, &mut t, 50.0, Duration::from_millis(5), 400);
+        let knee = a.limit();
+        let mut lowest = knee;
+        for _ in 0..400 {
+            drive(&mut a, &mut t, 50.0, Duration::from_micros(6_500), 1);
+            lowest = lowest.min(a.limit());
+        }
+        let l = a.limit();
+        assert!((45..=63).contains(&l), "{l} (was {knee}, fell to {lowest})");
+        let b = a.baseline().unwrap_or_default();
+        assert!(b >= Duration::from_micros(6_400), "{b:?}");
     }
 }

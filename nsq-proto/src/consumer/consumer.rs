@@ -197,18 +197,23 @@ impl Consumer {
     /// drawn from a generator seeded with `seed`. It does nothing until nsqd or lookupd
     /// addresses are added.
     pub fn new(config: ConsumerConfig, topic: Topic, channel: Channel, seed: u64) -> Consumer {
-        let adaptive = (config.max_in_flight_mode == InFlightMode::Adaptive)
-            .then(|| Adaptive::new(config.min_in_flight, config.max_in_flight, seed));
+        let mut shared = Shared::new(config, seed);
+        // The adaptive limit's jitter: a generator forked from the consumer's (in the
+        // adaptive mode only, so the static mode's draws are as they were).
+        let adaptive = (shared.config.max_in_flight_mode == InFlightMode::Adaptive).then(|| {
+            let c = &shared.config;
+            Adaptive::new(c.min_in_flight, c.max_in_flight, shared.rng.fork())
+        });
         let limit = adaptive
             .as_ref()
-            .map_or(config.max_in_flight, Adaptive::limit);
+            .map_or(shared.config.max_in_flight, Adaptive::limit);
         Consumer {
             flow: FlowControl::new(limit),
             adaptive,
             grace: None,
             topic,
             channel,
-            shared: Shared::new(config, seed),
+            shared,
             discovery: Discovery::new(),
             closed_emitted: false,
             leftovers: 0,
