@@ -2,11 +2,11 @@
 //! connection it names and to the parts that act on it ([`FlowControl`] for RDY and backoff,
 //! [`Discovery`] for the nsqd and lookupd sets), which share the state in [`Shared`].
 
-use super::adaptive::{Adaptive, Change};
-use super::config::{ConsumerConfig, InFlightMode};
+use super::config::ConsumerConfig;
 use super::discovery::Discovery;
 use super::events::{ConsumerError, ConsumerEvent};
 use super::flow::FlowControl;
+use super::limit::{Change, InFlightLimit};
 use super::lookupd::LookupdAddress;
 use super::policy;
 use super::shared::Shared;
@@ -21,10 +21,6 @@ use crate::frame::{Message, MessageId};
 use crate::names::{Channel, Topic};
 use bytes::BytesMut;
 use std::time::{Duration, Instant};
-
-/// How long after the adaptive limit went down messages already on the wire are still handed
-/// out up to the limit before (a few round trips and nsqd's output buffer timeout).
-pub const GRACE: Duration = Duration::from_secs(1);
 
 /// The consumer-level state machine: many nsqd connections for one topic/channel.
 ///
@@ -56,13 +52,8 @@ pub struct Consumer {
     shared: Shared,
     /// RDY distribution and backoff.
     flow: FlowControl,
-    /// The adaptive limit ([`InFlightMode::Adaptive`]).
-    adaptive: Option<Adaptive>,
-    /// After the adaptive limit went down: the limit before, until this instant. Messages
-    /// nsqd wrote under the RDY of the higher limit (on the wire when RDY went down) are
-    /// still handed out up to it, rather than sent back to the end of nsqd's queue; the
-    /// lowered RDY lets no new ones come.
-    grace: Option<(u32, Instant)>,
+    /// The in-flight limit in force and `max_in_flight`, static or adaptive.
+    limit: InFlightLimit,
     /// The nsqd and lookupd sets, reconnects.
     discovery: Discovery,
     closed_emitted: bool,
@@ -83,19 +74,10 @@ impl Consumer {
     /// addresses are added.
     pub fn new(config: ConsumerConfig, topic: Topic, channel: Channel, seed: u64) -> Consumer {
         let mut shared = Shared::new(config, seed);
-        // The adaptive limit's jitter: a generator forked from the consumer's (in the
-        // adaptive mode only, so the static mode's draws are as they were).
-        let adaptive = (shared.config.max_in_flight_mode == InFlightMode::Adaptive).then(|| {
-            let c = &shared.config;
-            Adaptive::new(c.min_in_flight, c.max_in_flight, shared.rng.fork())
-        });
-        let limit = adaptive
-            .as_ref()
-            .map_or(shared.config.max_in_flight, Adaptive::limit);
+        let limit = InFlightLimit::new(&shared.config, &mut shared.rng);
         Consumer {
-            flow: FlowControl::new(limit),
-            adaptive,
-            grace: None,
+            flow: FlowControl::new(limit.limit()),
+            limit,
             topic,
             channel,
             shared,
@@ -121,22 +103,20 @@ impl Consumer {
     /// the limit, or in the adaptive mode its ceiling.
     #[inline]
     pub fn max_in_flight(&self) -> u32 {
-        self.adaptive
-            .as_ref()
-            .map_or(self.flow.max_in_flight(), Adaptive::ceiling)
+        self.limit.max_in_flight()
     }
 
     /// The in-flight limit in force: `max_in_flight`, or in the adaptive mode the limit it
     /// found (between `min_in_flight` and `max_in_flight`).
     #[inline]
     pub fn in_flight_limit(&self) -> u32 {
-        self.flow.max_in_flight()
+        self.limit.limit()
     }
 
     /// In the adaptive mode, the handling latency the limit is measured against (the median
     /// at a limit where nothing queues), once measured.
     pub fn uncongested_latency(&self) -> Option<Duration> {
-        self.adaptive.as_ref().and_then(Adaptive::baseline)
+        self.limit.uncongested_latency()
     }
 
     /// Counters and the current flow-control state, in total and per nsqd.
@@ -168,7 +148,7 @@ impl Consumer {
         out.unanswered_elsewhere = count(self.shared.ghost_shares);
         out.connections = count(live.ready);
         out.backoff_level = self.flow.backoff_level();
-        out.in_flight_limit = self.flow.max_in_flight();
+        out.in_flight_limit = self.limit.limit();
         out.total_rdy = live.rdy;
         out.known_nsqd = self.discovery.known();
         out.in_flight = count(live.in_flight);
@@ -443,30 +423,15 @@ impl Consumer {
     /// Changes `max_in_flight` at runtime; 0 pauses the consumer (RDY 0 everywhere). In the
     /// adaptive mode it is the ceiling: the limit stays where it was if it is below.
     pub fn set_max_in_flight(&mut self, now: Instant, max_in_flight: u32) {
-        let limit = match self.adaptive.as_mut() {
-            Some(a) => {
-                a.set_ceiling(now, max_in_flight);
-                a.limit()
-            }
-            None => max_in_flight,
-        };
-        self.flow.set_max_in_flight(now, limit, &mut self.shared);
-    }
-
-    /// The most messages the application may hold when one more is handed out: the limit,
-    /// or for a while after the adaptive limit went down, the limit before (see `grace`).
-    fn hand_out_bound(&self, now: Instant) -> u64 {
-        let limit = self.flow.max_in_flight();
-        let grace = self
-            .grace
-            .filter(|g| now < g.1)
-            .map_or(0, |g| g.0.min(self.max_in_flight()));
-        u64::from(limit.max(grace))
+        let limit = self.limit.set_max_in_flight(now, max_in_flight);
+        self.flow.set_limit(now, limit, &mut self.shared);
     }
 
     /// When the message `id` of `conn` was handed out, if the adaptive limit wants it.
     fn handed_at(&self, conn: ConnId, id: &MessageId) -> Option<Instant> {
-        self.adaptive.as_ref()?;
+        if !self.limit.measures_latency() {
+            return None;
+        }
         self.shared
             .slots
             .get(conn)
@@ -474,33 +439,21 @@ impl Consumer {
             .and_then(|c| c.delivered_at(id))
     }
 
-    /// Feeds an answer to the adaptive limit (`handed`: from [`Consumer::handed_at`]).
+    /// Feeds an answer to the in-flight limit (`handed`: from [`Consumer::handed_at`]).
     fn adapt(&mut self, now: Instant, handed: Option<Instant>, ok: bool) {
-        let (Some(handed), Some(a)) = (handed, self.adaptive.as_mut()) else {
+        let Some(handed) = handed else {
             return;
         };
-        if self.flow.backoff_level() > 0 || self.shared.closing {
-            a.hold();
-            return;
-        }
-        a.resume(now);
+        let measuring = self.flow.backoff_level() == 0 && !self.shared.closing;
         let held = self.shared.handed_total + self.shared.ghost_shares + 1;
-        if let Some(change) = a.on_answer(now, handed, held, ok) {
+        if let Some(change) = self.limit.on_answer(now, handed, held, ok, measuring) {
             self.limit_changed(now, change);
         }
     }
 
+    /// The limit in force moved: RDY follows it, and the application hears of it.
     fn limit_changed(&mut self, now: Instant, change: Change) {
-        let before = self.flow.max_in_flight();
-        if change.limit < before {
-            let bound = self
-                .grace
-                .filter(|g| now < g.1)
-                .map_or(before, |g| g.0.max(before));
-            self.grace = Some((bound, later(now, GRACE)));
-        }
-        self.flow
-            .set_max_in_flight(now, change.limit, &mut self.shared);
+        self.flow.set_limit(now, change.limit, &mut self.shared);
         self.shared
             .events
             .push_back(ConsumerEvent::InFlightLimitChanged {

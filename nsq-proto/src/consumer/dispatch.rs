@@ -71,9 +71,7 @@ impl Consumer {
                     let Some(slot) = self.shared.slots.get(id) else {
                         return;
                     };
-                    if let Some(a) = self.adaptive.as_mut() {
-                        a.note_handshake(slot.handshake);
-                    }
+                    self.limit.note_handshake(slot.handshake);
                     let addr = slot.addr.clone();
                     self.discovery.connection_ready(&addr);
                     self.shared
@@ -96,7 +94,7 @@ impl Consumer {
                     }
                 }
                 ConnectionEvent::MessageExpired(mid) => {
-                    if let Some(change) = self.adaptive.as_mut().and_then(|a| a.on_expired(now)) {
+                    if let Some(change) = self.limit.on_expired(now) {
                         self.limit_changed(now, change);
                     }
                     // nsqd has requeued it, but the application still holds it.
@@ -145,7 +143,7 @@ impl Consumer {
     /// bootstrap or low-RDY turn ends, or a give-up); `pump` takes the rest one at a time.
     pub(super) fn pump_deliveries(&mut self, now: Instant, id: ConnId) {
         let max_attempts = self.shared.config.max_attempts;
-        let max_in_flight = self.hand_out_bound(now);
+        let max_in_flight = u64::from(self.limit.hand_out_bound(now));
         let idle_cap = self.shared.config.low_rdy_idle_timeout;
         let plain = |m: &Message| !gives_up(max_attempts, m);
         let Some(slot) = self.shared.slots.get_mut(id) else {
@@ -206,7 +204,7 @@ impl Consumer {
     pub(super) fn on_message(&mut self, now: Instant, id: ConnId, mut message: Message) {
         self.received += 1;
         let max_attempts = self.shared.config.max_attempts;
-        let bound = self.hand_out_bound(now);
+        let bound = u64::from(self.limit.hand_out_bound(now));
         let idle_cap = self.shared.config.low_rdy_idle_timeout;
         let Some(slot) = self.shared.slots.get_mut(id) else {
             return;

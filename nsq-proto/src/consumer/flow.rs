@@ -52,7 +52,9 @@ pub const ANSWER_FAILURE_WINDOW: Duration = Duration::from_secs(1);
 /// timer table; the per-connection state it works on is in each [`Slot`].
 #[derive(Debug)]
 pub(super) struct FlowControl {
-    max_in_flight: u32,
+    /// The in-flight limit in force (`max_in_flight`, or the adaptive limit below it): what
+    /// the plans distribute.
+    limit: u32,
     /// Where the round-robin remainder of the RDY plan starts (moves at each redistribution).
     rr_offset: usize,
     /// A planned RDY raise was cut short because the budget was held by unanswered
@@ -108,9 +110,9 @@ impl AfterMessage {
 }
 
 impl FlowControl {
-    pub(super) fn new(max_in_flight: u32) -> FlowControl {
+    pub(super) fn new(limit: u32) -> FlowControl {
         FlowControl {
-            max_in_flight,
+            limit,
             rr_offset: 0,
             owed: false,
             last_turn_end: None,
@@ -126,17 +128,13 @@ impl FlowControl {
         }
     }
 
-    pub(super) fn max_in_flight(&self) -> u32 {
-        self.max_in_flight
-    }
-
     pub(super) fn backoff_level(&self) -> u32 {
         self.backoff_level
     }
 
-    /// Changes `max_in_flight` and re-plans.
-    pub(super) fn set_max_in_flight(&mut self, now: Instant, max_in_flight: u32, sh: &mut Shared) {
-        self.max_in_flight = max_in_flight;
+    /// Changes the in-flight limit in force and re-plans.
+    pub(super) fn set_limit(&mut self, now: Instant, limit: u32, sh: &mut Shared) {
+        self.limit = limit;
         self.replan(now, false, sh);
     }
 
@@ -269,7 +267,7 @@ impl FlowControl {
         let committed = committed + sh.ghost_shares;
         // Room left open somewhere (a RDY above its connection's committed messages) while
         // the committed messages alone fill max_in_flight: close it.
-        if committed >= u64::from(self.max_in_flight) && reserved > committed - sh.ghost_shares {
+        if committed >= u64::from(self.limit) && reserved > committed - sh.ghost_shares {
             self.replan(now, false, sh);
         }
     }
@@ -493,7 +491,7 @@ impl FlowControl {
             return;
         }
         let committed = sh.slots.budget_totals().0 + sh.ghost_shares;
-        if committed <= u64::from(self.max_in_flight) {
+        if committed <= u64::from(self.limit) {
             return;
         }
         let Some(slot) = sh.slots.get_mut(conn) else {

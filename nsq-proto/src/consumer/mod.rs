@@ -163,14 +163,14 @@
 
 // Inside: `consumer.rs` is the coordinator (the public API, dispatching each input to the
 // connection it names and to the parts below; what it does with a connection's output, in
-// `dispatch.rs`); `flow.rs` owns RDY distribution and backoff
-// (`FlowControl`, its plans in `flow/plan.rs`), `discovery.rs` the nsqd and lookupd sets and
-// reconnects (`Discovery`), `shared.rs` what they share (`Shared`: configuration, rng,
-// connections, timers, output queues), `slots.rs` the connections (`Slots`, `Slot`),
-// `beyond.rs` the messages nsqd delivers beyond the in-flight bound, `timers.rs` the
-// consumer-wide timer table, `events.rs` and `stats.rs` the types the application sees. No
-// part imports the coordinator.
-mod adaptive;
+// `dispatch.rs`); `flow.rs` owns RDY distribution and backoff (`FlowControl`, its plans in
+// `flow/plan.rs`), `limit.rs` the in-flight limit in force and `max_in_flight`, static or
+// adaptive (`InFlightLimit`, its controller in `limit/adaptive.rs`), `discovery.rs` the nsqd
+// and lookupd sets and reconnects (`Discovery`), `shared.rs` what they share (`Shared`:
+// configuration, rng, connections, timers, output queues), `slots.rs` the connections
+// (`Slots`, `Slot`), `beyond.rs` the messages nsqd delivers beyond the in-flight bound,
+// `timers.rs` the consumer-wide timer table, `events.rs` and `stats.rs` the types the
+// application sees. No part imports the coordinator.
 mod beyond;
 mod config;
 #[expect(
@@ -181,6 +181,7 @@ mod consumer;
 mod discovery;
 mod events;
 mod flow;
+mod limit;
 pub mod lookupd;
 pub mod policy;
 mod shared;
@@ -190,13 +191,13 @@ mod timers;
 
 pub use config::{ConsumerConfig, InFlightMode};
 pub use consumer::Consumer;
+pub use events::{ConsumerError, ConsumerEvent};
+pub use flow::{ANSWER_FAILURE_BURST, ANSWER_FAILURE_WINDOW};
 /// How long after the adaptive in-flight limit went down the consumer still hands out messages
 /// already on the wire up to the limit before. Not part of the stable API: the simulator
 /// (`nsq_test_broker::sim`) checks the limit against it.
 #[doc(hidden)]
-pub use consumer::GRACE as LIMIT_GRACE;
-pub use events::{ConsumerError, ConsumerEvent};
-pub use flow::{ANSWER_FAILURE_BURST, ANSWER_FAILURE_WINDOW};
+pub use limit::GRACE as LIMIT_GRACE;
 pub use lookupd::{LookupdAddress, LookupdAddressError, LookupdError, LookupdResponseParser};
 pub use policy::{BackoffStrategy, ReconnectSchedule};
 pub use stats::{ConsumerStats, NsqdState, NsqdStats};

@@ -27,7 +27,7 @@ impl FlowControl {
     /// and one share held so (a slow handler's), one connection would otherwise wait at RDY 0
     /// for as long as that handler runs; in turns, it waits a turn or so.
     pub(super) fn low_mode_applies(&self, sh: &mut Shared) -> bool {
-        let m = u64::from(self.max_in_flight);
+        let m = u64::from(self.limit);
         if sh.closing || m == 0 || self.backoff_level > 0 || sh.timers.is_set(Deadline::Backoff) {
             return false;
         }
@@ -44,7 +44,7 @@ impl FlowControl {
     ) {
         let ready = sh.slots.ids_where(Slot::is_ready);
         let n = ready.len();
-        let m = self.max_in_flight;
+        let m = self.limit;
         let mut targets = vec![0u32; n];
         // The plan gave a connection less RDY than the messages it holds: when they are
         // answered, the share they free goes to a new plan (see `after_answer`).
@@ -323,7 +323,7 @@ impl FlowControl {
     /// would be shorter than the handlers and the round trips take, the handlers' speed sets
     /// the bound, not the configuration. O(1): the sums are kept as connections change.
     pub(super) fn turn_shape(&self, sh: &mut Shared) -> TurnShape {
-        let m = u64::from(self.max_in_flight).max(1);
+        let m = u64::from(self.limit).max(1);
         let (ready, holders) = sh.slots.ready_counts();
         let reserved = sh.slots.budget_totals().1 + sh.ghost_shares;
         let seats = m
@@ -376,7 +376,7 @@ impl FlowControl {
             return;
         }
         sh.slots.sync();
-        let m = u64::from(self.max_in_flight);
+        let m = u64::from(self.limit);
         let ghosts = sh.ghost_shares;
         let (committed, reserved) = sh.slots.budget_totals();
         let (committed, reserved) = (committed + ghosts, reserved + ghosts);
@@ -446,7 +446,7 @@ impl FlowControl {
         targets: &mut [u32],
         sh: &mut Shared,
     ) {
-        let m = self.max_in_flight as usize;
+        let m = self.limit as usize;
         let turn = self.turn_shape(sh).length;
         let mut holders: Vec<(Option<Instant>, usize)> = Vec::new();
         for (i, id) in ready.iter().enumerate() {
@@ -510,7 +510,7 @@ impl FlowControl {
         } else {
             (Duration::ZERO, 0)
         };
-        let m = u64::from(self.max_in_flight);
+        let m = u64::from(self.limit);
         // A lowered RDY frees nothing yet: what nsqd may have sent under it stays committed
         // (`Slot::transit`), so the budget counts every connection's current RDY.
         let ghosts = sh.ghost_shares;

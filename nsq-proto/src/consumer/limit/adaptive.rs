@@ -292,13 +292,13 @@ pub(super) struct Adaptive {
 
 /// Why the limit changed ([`Adaptive`]'s answer to an input).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Change {
+pub(in crate::consumer) struct Change {
     /// The new effective limit.
-    pub(super) limit: u32,
+    pub(in crate::consumer) limit: u32,
     /// The uncongested latency it was measured against.
-    pub(super) baseline: Option<Duration>,
+    pub(in crate::consumer) baseline: Option<Duration>,
     /// The latency of the window that moved it.
-    pub(super) latency: Duration,
+    pub(in crate::consumer) latency: Duration,
 }
 
 impl Adaptive {
@@ -345,11 +345,6 @@ impl Adaptive {
         let lo = f64::from(self.floor.min(self.ceiling));
         // Truncation intended: the limit is clamped to 1..=u32::MAX first.
         (self.limit.clamp(lo, f64::from(self.ceiling)).floor()) as u32
-    }
-
-    /// The ceiling (`max_in_flight`).
-    pub(super) fn ceiling(&self) -> u32 {
-        self.ceiling
     }
 
     /// The uncongested latency measured so far.
@@ -518,8 +513,8 @@ impl Adaptive {
             Phase::Steady => {
                 // A clearly faster service shows soon: two windows in a row clearly faster
                 // lower the baseline halfway to the slower of them. One window's mean is
-                // noisy (on tokio a timer's rounding moves it by more than the tolerance),
-                // and a baseline pulled low by noise cuts the limit window after window. A
+                // noisy (a runtime's timer rounding alone can move it by more than the
+                // tolerance), and a baseline pulled low by noise cuts the limit window after window. A
                 // slower service is re-measured.
                 let clearly_faster = self
                     .baseline
@@ -663,9 +658,9 @@ impl Adaptive {
         self.calm = 0;
         self.schedule_remeasure(now);
         // Start-up's baseline is the lowest of a few small windows' means, low by their
-        // noise when the service is fast (on tokio 5.8-5.9 ms where a 5 ms sleep takes
-        // 6.1-6.4 ms, and the limit drifted down window after window): it is re-measured
-        // after a second, in a full window.
+        // noise when the service is fast (a few small windows can read a fifth below what
+        // the service takes, and the limit then drifts down window after window): it is
+        // re-measured after a second, in a full window.
         if self.baseline.is_some_and(|b| b <= FIRST_REMEASURE / 10) {
             self.remeasure_at = now.checked_add(FIRST_REMEASURE);
         }
@@ -761,7 +756,7 @@ mod tests {
     }
 
     /// The service is slower at a higher concurrency without a queue (6.1 ms from 5 ms, as a
-    /// timer wheel's rounding makes it on tokio), and the first congested window also held
+    /// timer's rounding can make it), and the first congested window also held
     /// a real queue: lowering the limit finds the latency flat below the queue, and the
     /// baseline is taken afresh instead of cutting to the floor.
     #[test]
