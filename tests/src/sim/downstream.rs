@@ -232,23 +232,7 @@ pub fn evaluate_downstream(
     let s = service.service;
     let c = service.capacity.max(1);
     let mut v = DownstreamVerdict::default();
-    // Static runs: a warm-up, then the measurement.
-    let warm = Duration::from_millis(300).max(s * 10);
-    let measure = Duration::from_secs(1).max(s * 40);
-    let base = DownstreamConfig {
-        seed,
-        nsqd,
-        capacity: c,
-        service: s,
-        collapse: 0.0,
-        changes: Vec::new(),
-        max_in_flight: c,
-        adaptive: None,
-        duration: warm + measure,
-        measure_from: warm,
-        measure_until: None,
-        noise: Noise::default(),
-    };
+    let base = static_run(service, seed, nsqd, Noise::default());
     let Best {
         limit: best,
         throughput: best_tp,
@@ -396,22 +380,7 @@ pub fn evaluate_noise(
     let s = service.service;
     let c = service.capacity.max(1);
     let mut v = DownstreamVerdict::default();
-    let warm = Duration::from_millis(300).max(s * 10);
-    let measure = Duration::from_secs(1).max(s * 40);
-    let base = DownstreamConfig {
-        seed,
-        nsqd,
-        capacity: c,
-        service: s,
-        collapse: 0.0,
-        changes: Vec::new(),
-        max_in_flight: c,
-        adaptive: None,
-        duration: warm + measure,
-        measure_from: warm,
-        measure_until: None,
-        noise: kind.noise(),
-    };
+    let base = static_run(service, seed, nsqd, kind.noise());
     let best = sweep(&base, c, 0.0, factory, &mut v).limit;
     let bound = Duration::from_secs(10).max(s * 20);
     let steady = Duration::from_secs(10).max(s * 100);
@@ -446,5 +415,33 @@ pub fn evaluate_noise(
         violations: v.violations,
         limits: r.limits,
         virtual_s: v.virtual_s + 2.0 * long.duration.as_secs_f64(),
+    }
+}
+
+/// The static runs' setting of a sweep: max_in_flight at the capacity, a warm-up (300 ms or 10
+/// service times), then the measurement (1 s or 40 service times), under `noise`.
+fn static_run(
+    service: DownstreamService,
+    seed: u64,
+    nsqd: usize,
+    noise: Noise,
+) -> DownstreamConfig {
+    let s = service.service;
+    let c = service.capacity.max(1);
+    let warm = Duration::from_millis(300).max(s * 10);
+    let measure = Duration::from_secs(1).max(s * 40);
+    DownstreamConfig {
+        seed,
+        nsqd,
+        capacity: c,
+        service: s,
+        collapse: 0.0,
+        changes: Vec::new(),
+        max_in_flight: c,
+        adaptive: None,
+        duration: warm + measure,
+        measure_from: warm,
+        measure_until: None,
+        noise,
     }
 }
