@@ -5,7 +5,7 @@
 //! Three kinds ([`NoiseKind`]), each drawn from the run's seed:
 //! * **jitter**: every handler answers late by a uniform 0 to 2 ms after its operation (a
 //!   runtime's timer rounding up to its next millisecond, wake-up latency);
-//! * **bursts**: the client stalls for 10 to 50 ms every 0.2 to 1 s (the scheduler gives its
+//! * **bursts**: the client stalls for 10 to 50 ms every 50 to 300 ms (the scheduler gives its
 //!   CPU to other processes): nothing it has to do runs until the stall ends. Answers due in a
 //!   stall leave at its end, what nsqd sends is read at its end, and handlers waiting for
 //!   the service issue their calls at its end (operations already running go on: the
@@ -25,7 +25,7 @@ use super::rng::Rng;
 pub enum NoiseKind {
     /// Every handler answers 0-2 ms late.
     Jitter,
-    /// The client stalls for 10-50 ms every 0.2-1 s.
+    /// The client stalls for 10-50 ms every 50-300 ms.
     Bursts,
     /// Every handler costs 400 us of CPU on 2 CPUs.
     SlowClient,
