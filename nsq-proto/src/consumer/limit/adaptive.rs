@@ -29,6 +29,13 @@
 //!   leaving [`TOLERANCE`] of headroom. With nothing in transit this is the gradient of Envoy
 //!   and Gradient2, `limit x baseline / mean`; counting what the application holds makes it
 //!   exact when nsqd is far away and much of the limit is on the wire.
+//! * **Noise.** On a loaded machine (or in a debug build) a window's mean moves by 10-30%
+//!   from one window to the next at an unchanged limit, and a tolerance of 5% reads that as
+//!   congestion: the limit ratchets down. A queue moves the mean at most as much as the
+//!   limit moved; the rest of the move is noise, averaged over windows (where a window spans
+//!   several latencies). Where it is above half the tolerance, the tolerance (and the margin
+//!   by which a window is clearly faster than the baseline) is twice that spread. In a quiet
+//!   world it stays near zero and the tolerance is [`TOLERANCE`].
 //! * **The client's own delays.** A smaller limit removes only the queue it made. A client
 //!   that does not run for a while (its process descheduled on a busy machine, a
 //!   stop-the-world pause) delays every message it holds meanwhile, at any limit. Such a
@@ -72,6 +79,17 @@ use crate::rng::Rng;
 /// The tolerated queueing: the limit settles where the mean latency is this much above the
 /// baseline.
 const TOLERANCE: f64 = 0.05;
+
+/// Where the windows' means move more than a queue explains (see `Adaptive::tolerance`), the
+/// tolerance is this many times that spread (never less than [`TOLERANCE`]).
+const NOISE_ABOVE: f64 = 2.0;
+
+/// How much of the spread each window replaces.
+const NOISE_WEIGHT: f64 = 1.0 / 8.0;
+
+/// One window counts at most this share of the previous window's mean toward the spread (a
+/// step of the capacity is not noise).
+const NOISE_CAP: f64 = 0.25;
 
 /// A gap between two answers is the client's pause when it is longer than this many
 /// baselines (and two round trips to nsqd) and this many times the window's latency without
@@ -275,6 +293,11 @@ pub(super) struct Adaptive {
     falling_from: Option<(f64, Duration)>,
     /// The previous window was clearly faster than the baseline: its mean.
     faster: Option<Duration>,
+    /// The previous steady window's limit and mean, and how much more than the change of
+    /// the limit explains the means move from one window to the next (a share of the
+    /// previous mean, averaged over [`NOISE_WEIGHT`]).
+    last_window: Option<(f64, Duration)>,
+    noise: f64,
     /// The last answer.
     last_answer: Option<Instant>,
     remeasure_at: Option<Instant>,
@@ -317,6 +340,8 @@ impl Adaptive {
             calm: 0,
             falling_from: None,
             faster: None,
+            last_window: None,
+            noise: 0.0,
             last_answer: None,
             remeasure_at: None,
             rtt: Duration::ZERO,
@@ -372,6 +397,7 @@ impl Adaptive {
                 p => p,
             };
             self.phase = Phase::Held;
+            self.last_window = None;
         }
     }
 
@@ -511,6 +537,7 @@ impl Adaptive {
                 self.schedule_remeasure(now);
             }
             Phase::Steady => {
+                let tolerance = self.tolerance(mean);
                 // A clearly faster service shows soon: two windows in a row clearly faster
                 // lower the baseline halfway to the slower of them. One window's mean is
                 // noisy (a runtime's timer rounding alone can move it by more than the
@@ -518,20 +545,20 @@ impl Adaptive {
                 // slower service is re-measured.
                 let clearly_faster = self
                     .baseline
-                    .is_some_and(|b| mean.as_secs_f64() < b.as_secs_f64() * (1.0 - TOLERANCE));
+                    .is_some_and(|b| mean.as_secs_f64() < b.as_secs_f64() * (1.0 - tolerance));
                 let previous = std::mem::replace(&mut self.faster, clearly_faster.then_some(mean));
                 let base = self.baseline.map_or(mean, |b| match previous {
                     Some(p) if clearly_faster => b.saturating_add(p.max(mean)) / 2,
                     _ => b,
                 });
                 self.baseline = Some(base);
-                let target = base.as_secs_f64() * (1.0 + TOLERANCE);
+                let target = base.as_secs_f64() * (1.0 + tolerance);
                 if failed {
                     self.knee = self.limit;
                     self.limit = (self.limit * FAILURE_CUT).max(floor);
                     self.calm = 0;
                 } else if mean.as_secs_f64() > target {
-                    let (cut, estimate) = self.cut(rate, mean, base);
+                    let (cut, estimate) = self.cut(rate, mean, base, tolerance);
                     let cut = cut.max(floor);
                     // Between the limit that queued and the estimate (which a service that
                     // slows down under load makes low): where probing slows down again.
@@ -602,13 +629,35 @@ impl Adaptive {
         self.changed(before, mean)
     }
 
-    /// The limit after a congested window: less what queues, with [`TOLERANCE`] of headroom,
+    /// The limit after a congested window: less what queues, with `tolerance` of headroom,
     /// at most halved; and the estimate itself (the knee), however far.
-    fn cut(&self, rate: f64, mean: Duration, base: Duration) -> (f64, f64) {
+    fn cut(&self, rate: f64, mean: Duration, base: Duration, tolerance: f64) -> (f64, f64) {
         let queued = rate * (mean.as_secs_f64() - base.as_secs_f64()).max(0.0);
-        let headroom = rate * base.as_secs_f64() * TOLERANCE;
+        let headroom = rate * base.as_secs_f64() * tolerance;
         let estimate = (self.limit - queued + headroom).min(self.limit);
         (estimate.max(self.limit * 0.5), estimate)
+    }
+
+    /// The tolerated queueing after a steady window of `mean` at the current limit:
+    /// [`TOLERANCE`], or where the windows' means move more than the limit's changes explain
+    /// (a queue grows and shrinks with the limit; noise does not), [`NOISE_ABOVE`] times that
+    /// spread. Measured only where a window spans several latencies (short beside
+    /// [`MIN_WINDOW`]): with longer ones a window holds few samples, and the queue a wide
+    /// tolerance would hide is long.
+    fn tolerance(&mut self, mean: Duration) -> f64 {
+        let m = mean.as_secs_f64();
+        let short = m <= RESTORE_BELOW * MIN_WINDOW.as_secs_f64();
+        let last = self.last_window.replace((self.limit, mean));
+        if !short {
+            self.noise = 0.0;
+        } else if let Some((limit, prev)) = last {
+            let p = prev.as_secs_f64().max(1e-9);
+            // A queue moves the mean at most as much as the limit moved.
+            let explained = (self.limit - limit).abs() / limit.max(1.0);
+            let moved = ((m - p).abs() / p - explained).clamp(0.0, NOISE_CAP);
+            self.noise += (moved - self.noise) * NOISE_WEIGHT;
+        }
+        TOLERANCE.max(NOISE_ABOVE * self.noise)
     }
 
     /// Growth in an uncongested window that used the limit: quickly back up to the last
