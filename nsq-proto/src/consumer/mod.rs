@@ -165,7 +165,7 @@
 // connection it names and to the parts below; what it does with a connection's output, in
 // `dispatch.rs`); `flow.rs` owns RDY distribution and backoff (`FlowControl`, its plans in
 // `flow/plan.rs`), `limit.rs` the in-flight limit in force and `max_in_flight`, static or
-// adaptive (`InFlightLimit`, its controller in `limit/adaptive.rs`), `discovery.rs` the nsqd
+// adaptive (`InFlightLimit`, its controller in `limit/adaptive.rs`, its tests in `limit/adaptive/tests.rs`), `discovery.rs` the nsqd
 // and lookupd sets and reconnects (`Discovery`), `shared.rs` what they share (`Shared`:
 // configuration, rng, connections, timers, output queues), `slots.rs` the connections
 // (`Slots`, `Slot`), `beyond.rs` the messages nsqd delivers beyond the in-flight bound,
