@@ -165,12 +165,12 @@
 // connection it names and to the parts below; what it does with a connection's output, in
 // `dispatch.rs`); `flow.rs` owns RDY distribution and backoff (`FlowControl`, its plans in
 // `flow/plan.rs`), `limit.rs` the in-flight limit in force and `max_in_flight`, static or
-// adaptive (`InFlightLimit`, its controller in `limit/adaptive.rs`, its tests in `limit/adaptive/tests.rs`), `discovery.rs` the nsqd
-// and lookupd sets and reconnects (`Discovery`), `shared.rs` what they share (`Shared`:
-// configuration, rng, connections, timers, output queues), `slots.rs` the connections
-// (`Slots`, `Slot`), `beyond.rs` the messages nsqd delivers beyond the in-flight bound,
-// `timers.rs` the consumer-wide timer table, `events.rs` and `stats.rs` the types the
-// application sees. No part imports the coordinator.
+// adaptive (`InFlightLimit`, its controller in `limit/adaptive.rs`, its tests in
+// `limit/adaptive/tests.rs`), `discovery.rs` the nsqd and lookupd sets and reconnects
+// (`Discovery`), `shared.rs` what they share (`Shared`: configuration, rng, connections, timers,
+// output queues), `slots.rs` the connections (`Slots`, `Slot`), `beyond.rs` the messages nsqd
+// delivers beyond the in-flight bound, `timers.rs` the consumer-wide timer table, `events.rs`
+// and `stats.rs` the types the application sees. No part imports the coordinator.
 mod beyond;
 mod config;
 #[expect(
