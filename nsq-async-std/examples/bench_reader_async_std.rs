@@ -83,6 +83,18 @@ struct Load {
     options: Vec<ConsumerOption>,
 }
 
+/// One consumer of the load's topic and channel on its nsqd, with `config`, its driver as
+/// `--drivers` says.
+fn consumer(load: &Load, config: &Config) -> Result<Consumer, String> {
+    drivers::consumer(
+        Consumer::builder(load.topic.as_str(), load.channel.as_str())
+            .config(config)
+            .nsqd(load.addr.as_str()),
+    )
+    .build()
+    .map_err(|e| e.to_string())
+}
+
 async fn bench(load: Load, spawn: fn(Task) -> Task) -> Result<(Duration, u64), String> {
     let workers = cpus();
     let mut consumers = Vec::with_capacity(workers);
@@ -92,13 +104,7 @@ async fn bench(load: Load, spawn: fn(Task) -> Task) -> Result<(Duration, u64), S
             ..Config::default()
         };
         apply_consumer_options(&load.options, |name, value| config.set_str(name, value))?;
-        let consumer = drivers::consumer(
-            Consumer::builder(load.topic.as_str(), load.channel.as_str())
-                .config(&config)
-                .nsqd(load.addr.as_str()),
-        )
-        .build()
-        .map_err(|e| e.to_string())?;
+        let consumer = consumer(&load, &config)?;
         consumers.push(consumer);
     }
     // Wait until every consumer is connected and subscribed (the Go tool's rdyChan).
@@ -169,13 +175,7 @@ async fn downstream(
     if max_in_flight == 0 {
         return Err("-downstream-capacity needs a max_in_flight (-rdy) of at least 1".to_owned());
     }
-    let consumer = drivers::consumer(
-        Consumer::builder(load.topic.as_str(), load.channel.as_str())
-            .config(&config)
-            .nsqd(load.addr.as_str()),
-    )
-    .build()
-    .map_err(|e| e.to_string())?;
+    let consumer = consumer(&load, &config)?;
     let ready_by = Instant::now() + Duration::from_secs(5);
     while consumer.as_handle().stats().connections == 0 {
         if Instant::now() > ready_by {
