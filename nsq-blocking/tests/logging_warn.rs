@@ -4,17 +4,14 @@
 
 use nsq_blocking::{Consumer, HandlerError, Message, Producer};
 use nsq_test_broker::Nsqd;
-use nsq_test_support::log_capture::{Capture, check_warn_only};
+use nsq_test_support::log_capture::{Capture, check_warn_only, closed_address};
 
 #[test]
 fn under_a_warn_filter_every_line_names_its_client_and_nsqd() {
     let capture = Capture::global_with("warn");
     let nsqd = Nsqd::start().unwrap();
     let addr = nsqd.tcp_address().to_string();
-    let closed = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().to_string()
-    };
+    let closed = closed_address();
     nsqd.publish("blocking_warn_only", b"fails");
     let consumer = Consumer::builder("blocking_warn_only", "ch")
         .nsqd(&addr)

@@ -8,7 +8,7 @@ use std::time::Duration;
 use nsq_test_broker::Nsqd;
 use nsq_tokio::{Consumer, HandlerError, Message, Producer};
 
-use nsq_test_support::log_capture::{Capture, check_warn_only, field};
+use nsq_test_support::log_capture::{Capture, check_warn_only, closed_address, field};
 
 /// Waiting for a line without blocking the runtime the clients run on.
 trait WaitLine {
@@ -138,11 +138,7 @@ fn failed_connects_say_when_they_retry_and_lookupd_wrong_port_is_named() {
     let capture = Capture::default();
     let nsqd = Nsqd::start().unwrap();
     let nsqd_port = nsqd.tcp_address().to_string();
-    // A port nothing listens on.
-    let closed = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().to_string()
-    };
+    let closed = closed_address();
     run(&capture, "info", async {
         let consumer = Consumer::builder("t", "c")
             .nsqd(&closed)
@@ -228,18 +224,12 @@ fn more_handlers_than_max_in_flight_is_said() {
     });
 }
 
-/// A port nothing listens on.
-fn closed_port() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
-}
-
 #[test]
 fn under_a_warn_filter_every_line_names_its_client_and_nsqd() {
     let capture = Capture::default();
     let nsqd = Nsqd::start().unwrap();
     let addr = nsqd.tcp_address().to_string();
-    let closed = closed_port();
+    let closed = closed_address();
     run(&capture, "warn", async {
         nsqd.publish("warn_only", b"fails");
         let consumer = Consumer::builder("warn_only", "ch")

@@ -216,3 +216,10 @@ pub fn check_warn_only(
         }
     }
 }
+
+/// An address on 127.0.0.1 nothing listens on (a port just bound and released): the log tests'
+/// nsqd that refuses connections.
+pub fn closed_address() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
