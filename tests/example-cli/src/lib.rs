@@ -11,6 +11,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub mod downstream;
+pub mod file_sink;
 
 /// One command-line flag of a tool.
 #[derive(Debug, Clone, Copy)]
