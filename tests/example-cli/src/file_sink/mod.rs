@@ -415,6 +415,11 @@ impl FileSink {
     }
 }
 
+/// The host name (Go's `os.Hostname`), for `<HOST>`.
+pub fn hostname() -> String {
+    gethostname::gethostname().to_string_lossy().into_owned()
+}
+
 fn gz_level(level: Option<u32>) -> Compression {
     Compression::new(level.unwrap_or(6))
 }
