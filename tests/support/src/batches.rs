@@ -201,32 +201,42 @@ pub struct Counts {
     pub in_flight: u64,
 }
 
-/// `topic`/`ch`'s counters (`None` for a real nsqd without `NSQD_HTTP_ADDRESS`).
+/// `topic`/`ch`'s counters (`None` for a real nsqd without `NSQD_HTTP_ADDRESS`). nsqd
+/// v1.3.0 counts FIN per client only (gone once the consumer is), so against a real nsqd
+/// `finished` is the messages that entered the channel once none is queued, deferred or in
+/// flight (REQ puts a message back without counting it again).
 pub fn counts(env: &Env, topic: &str) -> Option<Counts> {
     if let Some(nsqd) = env.nsqd() {
-        return nsqd.channel(topic, "ch").map(|c| Counts {
+        let c = nsqd.channel(topic, "ch");
+        return Some(c.map_or_else(Counts::default, |c| Counts {
             finished: c.finished,
             requeued: c.requeued,
             timed_out: c.timed_out,
             in_flight: c.in_flight as u64,
-        });
+        }));
     }
-    let (_, v) = http_get_json(
-        env.http_address()?,
-        &format!("/stats?format=json&topic={topic}"),
-    )
-    .ok()?;
-    let topics = v["topics"].as_array()?;
-    let t = topics.iter().find(|t| t["topic_name"] == topic)?;
-    let c = t["channels"]
-        .as_array()?
-        .iter()
-        .find(|c| c["channel_name"] == "ch")?;
+    let http = env.http_address()?;
+    let stats = http_get_json(http, &format!("/stats?format=json&topic={topic}")).ok();
+    let channel = stats.as_ref().and_then(|(_, v)| {
+        v["topics"]
+            .as_array()?
+            .iter()
+            .find(|t| t["topic_name"] == topic)?["channels"]
+            .as_array()?
+            .iter()
+            .find(|c| c["channel_name"] == "ch")
+            .cloned()
+    });
+    let Some(c) = channel else {
+        return Some(Counts::default());
+    };
+    let n = |k: &str| c[k].as_u64().unwrap_or(0);
+    let pending = n("depth") + n("deferred_count") + n("in_flight_count");
     Some(Counts {
-        finished: c["finish_count"].as_u64()?,
-        requeued: c["requeue_count"].as_u64()?,
-        timed_out: c["timeout_count"].as_u64()?,
-        in_flight: c["in_flight_count"].as_u64()?,
+        finished: if pending == 0 { n("message_count") } else { 0 },
+        requeued: n("requeue_count"),
+        timed_out: n("timeout_count"),
+        in_flight: n("in_flight_count"),
     })
 }
 
