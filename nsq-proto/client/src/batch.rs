@@ -14,10 +14,11 @@
 //! since each delivery), so a long `linger` or a slow handler does not make them time out.
 
 use crate::answer::AnswerKind;
+use crate::events::EventHub;
 use crate::handler::Outcome;
 use crate::metrics::BatchMetrics;
 use crate::sync::lock;
-use crate::{HandlerError, Message};
+use crate::{Event, HandlerError, Message};
 use std::fmt;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -188,8 +189,8 @@ impl BatchStats {
     }
 }
 
-/// What the batches of one consumer share: counters, metrics and the consumer's span.
-#[derive(Debug)]
+/// What the batches of one consumer share: counters, metrics, the consumer's span and its
+/// event streams.
 pub(crate) struct BatchShared {
     batches: AtomicU64,
     messages: AtomicU64,
@@ -199,10 +200,23 @@ pub(crate) struct BatchShared {
     largest: AtomicU64,
     metrics: BatchMetrics,
     span: tracing::Span,
+    events: Arc<EventHub>,
+}
+
+impl fmt::Debug for BatchShared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BatchShared")
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
 }
 
 impl BatchShared {
-    pub(crate) fn new(metrics: BatchMetrics, span: tracing::Span) -> BatchShared {
+    pub(crate) fn new(
+        metrics: BatchMetrics,
+        span: tracing::Span,
+        events: Arc<EventHub>,
+    ) -> BatchShared {
         BatchShared {
             batches: AtomicU64::new(0),
             messages: AtomicU64::new(0),
@@ -212,6 +226,7 @@ impl BatchShared {
             largest: AtomicU64::new(0),
             metrics,
             span,
+            events,
         }
     }
 
@@ -528,6 +543,17 @@ impl Batch {
 
     fn log_failure(&self, outcome: &Outcome, size: usize) {
         self.shared.metrics.failed();
+        if self.shared.events.wanted() {
+            let error = match outcome {
+                Outcome::Failed(e) => format!("{e:#}"),
+                Outcome::Panicked(panic) => format!("panicked: {panic}"),
+                Outcome::Done => String::new(),
+            };
+            self.shared.events.emit(&Event::BatchFailed {
+                messages: size,
+                error,
+            });
+        }
         self.shared.span.in_scope(|| match outcome {
             Outcome::Failed(e) => tracing::warn!(
                 messages = size,

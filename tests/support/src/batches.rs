@@ -9,7 +9,7 @@
 //! for its answer; single messages fail while the rest finish; a failed batch backs off once.
 
 use crate::exec::{Exec, timeout};
-use nsq_client::{Batch, BatchEnd, BatchOptions, Event, HandlerError, StopReport};
+use nsq_client::{Batch, BatchEnd, BatchOptions, BatchStats, Event, HandlerError, StopReport};
 use nsq_proto::Config;
 use nsq_test_broker::conformance::Env;
 use nsq_test_broker::http_get_json;
@@ -57,14 +57,26 @@ pub struct Plan {
 /// The longest a scenario's run may take.
 pub const LIMIT: Duration = Duration::from_secs(30);
 
+/// What a scenario's run came to.
+#[derive(Debug)]
+pub struct Run {
+    /// The stop's report.
+    pub report: StopReport,
+    /// The batches the handler saw.
+    pub seen: Vec<Seen>,
+    /// The consumer's events.
+    pub events: Vec<Event>,
+    /// Its batch counters once stopped.
+    pub stats: BatchStats,
+}
+
 /// How a scenario runs a consumer's `run_batch` on one adapter.
 pub trait BatchRunner {
     /// Adapter name, for messages.
     fn name(&self) -> &'static str;
     /// Consumes `topic`/`ch` from `nsqd` (TCP address) under `plan` until `plan.stop_when`
-    /// (or [`LIMIT`]); returns the stop's report, what the handler saw, and the consumer's
-    /// events.
-    fn run(&self, nsqd: &str, topic: &str, plan: &Plan) -> (StopReport, Vec<Seen>, Vec<Event>);
+    /// (or [`LIMIT`]).
+    fn run(&self, nsqd: &str, topic: &str, plan: &Plan) -> Run;
 }
 
 /// Records a batch, for the handler of a [`BatchRunner`].
@@ -89,7 +101,7 @@ impl<E: Exec> BatchRunner for AsyncRunner<E> {
         self.0.name()
     }
 
-    fn run(&self, nsqd: &str, topic: &str, plan: &Plan) -> (StopReport, Vec<Seen>, Vec<Event>) {
+    fn run(&self, nsqd: &str, topic: &str, plan: &Plan) -> Run {
         use crate::exec::GiveRuntime;
         let exec = &self.0;
         let consumer = exec.enter(|| {
@@ -136,11 +148,12 @@ impl<E: Exec> BatchRunner for AsyncRunner<E> {
         let report = report.expect("run_batch returned");
         let seen = seen.lock().unwrap().clone();
         let mut events = events;
-        (
+        Run {
             report,
             seen,
-            std::iter::from_fn(|| events.try_recv().ok()).collect(),
-        )
+            events: std::iter::from_fn(|| events.try_recv().ok()).collect(),
+            stats: handle.batch_stats(),
+        }
     }
 }
 
@@ -152,7 +165,7 @@ impl BatchRunner for BlockingRunner {
         "nsq-blocking"
     }
 
-    fn run(&self, nsqd: &str, topic: &str, plan: &Plan) -> (StopReport, Vec<Seen>, Vec<Event>) {
+    fn run(&self, nsqd: &str, topic: &str, plan: &Plan) -> Run {
         let consumer = nsq_client::blocking::Consumer::builder(topic, "ch")
             .config(&plan.config)
             .nsqd(nsqd)
@@ -180,11 +193,12 @@ impl BatchRunner for BlockingRunner {
         watcher.join().expect("the watcher");
         let seen = seen.lock().unwrap().clone();
         let mut events = events;
-        (
+        Run {
             report,
             seen,
-            std::iter::from_fn(|| events.try_recv().ok()).collect(),
-        )
+            events: std::iter::from_fn(|| events.try_recv().ok()).collect(),
+            stats: handle.batch_stats(),
+        }
     }
 }
 
@@ -292,7 +306,12 @@ pub fn batches_fill_and_finish(r: &dyn BatchRunner) {
         answer: finish_all(),
         stop_when: Arc::new(|s| total(s) >= 250),
     };
-    let (report, seen, _) = r.run(&env.tcp_address().to_string(), &topic, &plan);
+    let Run {
+        report,
+        seen,
+        stats,
+        ..
+    } = r.run(&env.tcp_address().to_string(), &topic, &plan);
     let name = r.name();
     assert_eq!(report.unanswered, 0, "{name}");
     let mut bodies: Vec<String> = seen.iter().flat_map(|s| s.bodies.clone()).collect();
@@ -308,6 +327,13 @@ pub fn batches_fill_and_finish(r: &dyn BatchRunner) {
         seen.iter().any(|s| s.end == BatchEnd::Full),
         "{name}: full batches"
     );
+    assert_eq!(stats.batches, seen.len() as u64, "{name}: {stats:?}");
+    assert_eq!(stats.messages, 250, "{name}: {stats:?}");
+    assert!(
+        stats.largest <= 50 && stats.ended_by(BatchEnd::Full) >= 1,
+        "{name}: {stats:?}"
+    );
+    assert_eq!(stats.failed, 0, "{name}: {stats:?}");
     let c = wait_counts(&env, &topic, |c| c.finished == 250 && c.in_flight == 0);
     let c = c.unwrap_or_else(|c| panic!("{name}: {c:?}"));
     assert_eq!((c.requeued, c.timed_out), (0, 0), "{name}");
@@ -329,7 +355,12 @@ pub fn the_bound_hands_batches_over(r: &dyn BatchRunner) {
         answer: finish_all(),
         stop_when: Arc::new(|s| total(s) >= 20),
     };
-    let (report, seen, _) = r.run(&env.tcp_address().to_string(), &topic, &plan);
+    let Run {
+        report,
+        seen,
+        stats,
+        ..
+    } = r.run(&env.tcp_address().to_string(), &topic, &plan);
     let name = r.name();
     assert_eq!(report.unanswered, 0, "{name}");
     assert_eq!(total(&seen), 20, "{name}: {seen:?}");
@@ -337,6 +368,11 @@ pub fn the_bound_hands_batches_over(r: &dyn BatchRunner) {
     assert!(
         seen.iter().all(|s| s.end == BatchEnd::Bound),
         "{name}: every batch at the bound: {seen:?}"
+    );
+    assert_eq!(
+        stats.ended_by(BatchEnd::Bound),
+        seen.len() as u64,
+        "{name}: {stats:?}"
     );
     let last = seen.last().map_or(Duration::ZERO, |s| s.at);
     assert!(
@@ -365,11 +401,17 @@ pub fn auto_touch_keeps_a_slow_batch(r: &dyn BatchRunner) {
         answer: finish_all(),
         stop_when: Arc::new(|s| total(s) >= 3),
     };
-    let (report, seen, _) = r.run(&env.tcp_address().to_string(), &topic, &plan);
+    let Run {
+        report,
+        seen,
+        stats,
+        ..
+    } = r.run(&env.tcp_address().to_string(), &topic, &plan);
     let name = r.name();
     assert_eq!(report.unanswered, 0, "{name}");
     assert_eq!(seen.len(), 1, "{name}: one batch: {seen:?}");
     assert_eq!(seen[0].end, BatchEnd::Linger, "{name}");
+    assert_eq!(stats.ended_by(BatchEnd::Linger), 1, "{name}: {stats:?}");
     assert!(seen[0].attempts.iter().all(|a| *a == 1), "{name}: {seen:?}");
     let c =
         wait_counts(&env, &topic, |c| c.finished == 3).unwrap_or_else(|c| panic!("{name}: {c:?}"));
@@ -402,7 +444,12 @@ pub fn a_stop_hands_over_the_partial_batch(r: &dyn BatchRunner) {
         },
     };
     let started = Instant::now();
-    let (report, seen, _) = r.run(&env.tcp_address().to_string(), &topic, &plan);
+    let Run {
+        report,
+        seen,
+        stats,
+        ..
+    } = r.run(&env.tcp_address().to_string(), &topic, &plan);
     let name = r.name();
     assert!(
         started.elapsed() < Duration::from_secs(20),
@@ -411,6 +458,7 @@ pub fn a_stop_hands_over_the_partial_batch(r: &dyn BatchRunner) {
     assert_eq!(report.unanswered, 0, "{name}");
     assert_eq!(seen.len(), 1, "{name}: {seen:?}");
     assert_eq!(seen[0].end, BatchEnd::Stop, "{name}");
+    assert_eq!(stats.ended_by(BatchEnd::Stop), 1, "{name}: {stats:?}");
     assert_eq!(seen[0].bodies.len(), 3, "{name}");
     let c =
         wait_counts(&env, &topic, |c| c.finished == 3).unwrap_or_else(|c| panic!("{name}: {c:?}"));
@@ -448,7 +496,12 @@ pub fn single_messages_fail_while_the_rest_finish(r: &dyn BatchRunner) {
         }),
         stop_when: Arc::new(|s| total(s) >= 15),
     };
-    let (report, seen, events) = r.run(&env.tcp_address().to_string(), &topic, &plan);
+    let Run {
+        report,
+        seen,
+        events,
+        stats,
+    } = r.run(&env.tcp_address().to_string(), &topic, &plan);
     let name = r.name();
     assert_eq!(report.unanswered, 0, "{name}");
     assert_eq!(
@@ -463,6 +516,11 @@ pub fn single_messages_fail_while_the_rest_finish(r: &dyn BatchRunner) {
         .map(|(b, _)| b)
         .collect();
     assert_eq!(again.len(), 5, "{name}: {seen:?}");
+    assert_eq!(
+        (stats.messages_requeued, stats.failed),
+        (5, 0),
+        "{name}: {stats:?}"
+    );
     assert!(
         !events.iter().any(|e| matches!(e, Event::Backoff { .. })),
         "{name}: no backoff for messages failed without it"
@@ -503,7 +561,12 @@ pub fn a_failed_batch_backs_off_once(r: &dyn BatchRunner) {
         },
         stop_when: Arc::new(|s| total(s) >= 20),
     };
-    let (report, seen, events) = r.run(&env.tcp_address().to_string(), &topic, &plan);
+    let Run {
+        report,
+        seen,
+        events,
+        stats,
+    } = r.run(&env.tcp_address().to_string(), &topic, &plan);
     let name = r.name();
     assert_eq!(report.unanswered, 0, "{name}");
     assert_eq!(total(&seen), 20, "{name}: {seen:?}");
@@ -516,6 +579,15 @@ pub fn a_failed_batch_backs_off_once(r: &dyn BatchRunner) {
         .collect();
     assert_eq!(levels, [1], "{name}: one backoff for the batch: {events:?}");
     assert!(events.contains(&Event::BackoffEnded), "{name}: {events:?}");
+    let failures: Vec<&Event> = events
+        .iter()
+        .filter(|e| matches!(e, Event::BatchFailed { .. }))
+        .collect();
+    assert!(
+        matches!(failures.as_slice(), [Event::BatchFailed { messages: 10, error }] if error == "the store is down"),
+        "{name}: {failures:?}"
+    );
+    assert_eq!(stats.failed, 1, "{name}: {stats:?}");
     let c =
         wait_counts(&env, &topic, |c| c.finished == 10).unwrap_or_else(|c| panic!("{name}: {c:?}"));
     assert_eq!(c.requeued, 10, "{name}");

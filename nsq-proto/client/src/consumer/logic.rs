@@ -65,8 +65,8 @@ pub(super) struct Bridge {
     pub(super) stats: Mutex<ConsumerStats>,
     /// The driver's report, once it has stopped.
     pub(super) report: Mutex<Option<StopReport>>,
-    /// The event streams.
-    pub(super) events: EventHub,
+    /// The event streams (shared with the batches, which report their failures).
+    pub(super) events: Arc<EventHub>,
     /// The consumer's span, for what its handles log on the application's tasks.
     pub(super) span: tracing::Span,
     /// Someone gathers batches (the driver then keeps `full` up to date).
@@ -107,11 +107,16 @@ impl Bridge {
         span: tracing::Span,
         batch_metrics: BatchMetrics,
     ) -> Bridge {
+        let events = Arc::new(EventHub::default());
         Bridge {
             batching: AtomicBool::new(false),
             full: AtomicBool::new(false),
             full_waiters: Mutex::new(Vec::new()),
-            batches: Arc::new(BatchShared::new(batch_metrics, span.clone())),
+            batches: Arc::new(BatchShared::new(
+                batch_metrics,
+                span.clone(),
+                events.clone(),
+            )),
             span,
             inbox,
             stopping: AtomicBool::new(false),
@@ -119,7 +124,7 @@ impl Bridge {
             max_in_flight: std::sync::atomic::AtomicU32::new(max_in_flight),
             stats: Mutex::new(ConsumerStats::default()),
             report: Mutex::new(None),
-            events: EventHub::default(),
+            events,
         }
     }
 }
