@@ -712,3 +712,175 @@ impl Runner {
 pub(crate) fn shared_of(batch: &Batch) -> Arc<BatchShared> {
     batch.shared.clone()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::answer::Answer;
+    use crate::delivery::{AnswerSink, Delivery, Origin};
+    use crate::message::AnswerChannel;
+    use bytes::Bytes;
+    use nsq_proto::consumer::ConsumerConfig;
+    use nsq_proto::driver::ConnId;
+    use nsq_proto::{Channel, MessageId, Topic};
+
+    #[derive(Default)]
+    struct Collect(Mutex<Vec<AnswerKind>>);
+
+    impl AnswerSink for Collect {
+        fn send_answer(&self, answer: Answer, _: Bytes) {
+            self.0.lock().unwrap().push(answer.kind);
+        }
+    }
+
+    /// A connection id the core made.
+    fn conn() -> ConnId {
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "origin of virtual time in a test"
+        )]
+        let now = Instant::now();
+        let mut c = nsq_proto::Consumer::new(
+            ConsumerConfig::default(),
+            Topic::new("t").unwrap(),
+            Channel::new("c").unwrap(),
+            1,
+        );
+        c.add_nsqd(now, "127.0.0.1:4150").unwrap();
+        match c.poll_action() {
+            Some(nsq_proto::driver::Action::Connect { conn, .. }) => conn,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A batch of `n` messages answering into the returned sink.
+    fn batch(n: usize) -> (Batch, Arc<Collect>) {
+        let sink = Arc::new(Collect::default());
+        let metrics = crate::metrics::ConsumerMetrics::new("t", "c", false);
+        let origin = Origin::new(
+            "127.0.0.1:4150",
+            AnswerChannel(sink.clone()),
+            metrics.answers(),
+        );
+        let conn = conn();
+        let mut fill = Filling::new(BatchOptions::new());
+        #[allow(clippy::disallowed_methods, reason = "a test's clock")]
+        let now = Instant::now();
+        for i in 0..n {
+            let id = format!("{i:016}");
+            let m = nsq_proto::Message {
+                timestamp: 1,
+                attempts: 1,
+                id: MessageId::from(<[u8; 16]>::try_from(id.as_bytes()).unwrap()),
+                body: Bytes::from_static(b"body"),
+            };
+            fill.push(Message(Delivery::new(conn, m, origin.clone())), now, n);
+        }
+        let shared = Arc::new(BatchShared::new(
+            metrics.batches(),
+            tracing::Span::none(),
+            Arc::default(),
+        ));
+        (fill.into_batch(BatchEnd::Full, now, &shared), sink)
+    }
+
+    const REQ_BACKOFF: AnswerKind = AnswerKind::Requeue {
+        delay: None,
+        backoff: true,
+    };
+    const REQ: AnswerKind = AnswerKind::Requeue {
+        delay: None,
+        backoff: false,
+    };
+
+    #[test]
+    fn options_keep_at_least_one_message() {
+        assert_eq!(BatchOptions::new().max_messages(0).get_max_messages(), 1);
+        let o = BatchOptions::default();
+        assert_eq!(
+            (o.get_max_messages(), o.get_max_bytes(), o.get_linger()),
+            (100, 16 << 20, Duration::from_secs(1))
+        );
+    }
+
+    #[test]
+    fn finish_answers_the_marks_and_finishes_the_rest() {
+        let (mut b, sink) = batch(3);
+        assert_eq!((b.len(), b.bytes(), b.ended_by()), (3, 12, BatchEnd::Full));
+        b.get_mut(1).unwrap().requeue_without_backoff(None);
+        assert!(b.get_mut(3).is_none());
+        let shared = b.shared.clone();
+        b.finish();
+        assert_eq!(
+            *sink.0.lock().unwrap(),
+            [AnswerKind::Finish, REQ, AnswerKind::Finish]
+        );
+        let stats = shared.stats();
+        assert_eq!((stats.failed, stats.messages_requeued), (0, 1));
+        assert_eq!((stats.batches, stats.messages, stats.largest), (1, 3, 3));
+    }
+
+    #[test]
+    fn a_failed_batch_carries_backoff_on_one_requeue_only() {
+        let (mut b, sink) = batch(4);
+        for (i, mut e) in b.iter_mut().enumerate() {
+            if i == 0 {
+                e.fail(HandlerError::msg("bad").without_backoff());
+            }
+            if i == 2 {
+                e.requeue(None);
+                e.finish(); // the last mark counts
+            }
+        }
+        let shared = b.shared.clone();
+        b.answer(Err(HandlerError::msg("the store is down")));
+        // The failed message keeps its own answer; the first requeue with backoff carries
+        // it, the others go without: the batch counts once.
+        assert_eq!(*sink.0.lock().unwrap(), [REQ, REQ_BACKOFF, REQ, REQ]);
+        assert_eq!(shared.stats().failed, 1);
+    }
+
+    #[test]
+    fn a_dropped_batch_is_requeued_without_backoff() {
+        let (b, sink) = batch(2);
+        drop(b);
+        assert_eq!(*sink.0.lock().unwrap(), [AnswerKind::DROPPED; 2]);
+        let (b, sink) = batch(2);
+        let messages = b.into_messages();
+        assert!(
+            sink.0.lock().unwrap().is_empty(),
+            "taken out: answered one by one"
+        );
+        messages.into_iter().for_each(Message::finish);
+        assert_eq!(*sink.0.lock().unwrap(), [AnswerKind::Finish; 2]);
+    }
+
+    #[test]
+    fn run_batch_answers_a_batch_its_handler_dropped() {
+        let (mut b, sink) = batch(2);
+        let runner = Arc::new(Runner::default());
+        b.run_by(runner.clone());
+        let shared = b.shared.clone();
+        drop(b); // inside the handler
+        assert!(sink.0.lock().unwrap().is_empty());
+        runner.handler_returned(&Outcome::Panicked("boom".into()), &shared);
+        assert_eq!(*sink.0.lock().unwrap(), [REQ_BACKOFF, REQ]);
+
+        // A handler that answered its batch itself: its result changes nothing.
+        let (mut b, sink) = batch(1);
+        let runner = Arc::new(Runner::default());
+        b.run_by(runner.clone());
+        b.finish();
+        runner.handler_returned(&Outcome::Failed(HandlerError::msg("late")), &shared);
+        assert_eq!(*sink.0.lock().unwrap(), [AnswerKind::Finish]);
+
+        // A batch the handler kept past its return answers itself when dropped.
+        let (mut b, sink) = batch(1);
+        let runner = Arc::new(Runner::default());
+        b.run_by(runner.clone());
+        runner.handler_returned(&Outcome::Done, &shared);
+        assert!(sink.0.lock().unwrap().is_empty());
+        drop(b);
+        assert_eq!(*sink.0.lock().unwrap(), [AnswerKind::DROPPED]);
+    }
+}

@@ -42,7 +42,8 @@ pub(crate) use off::*;
 ///
 /// Handler and publish durations span 100 µs to a minute, the wait for a handler 10 µs to
 /// a minute (with no queue it is the hand-off between two tasks), a message's age (from
-/// nsqd's timestamp to its receipt) 1 ms to a day, a batch's size 1 to 5,000 messages.
+/// nsqd's timestamp to its receipt) 1 ms to a day, a publish batch's size 1 to 5,000
+/// messages, a consumer batch's 1 to 10,000 and its linger 100 µs to a minute.
 pub const HISTOGRAM_BUCKETS: &[(&str, &[f64])] = &[
     (
         "nsq_consumer_handler_duration_seconds",
@@ -76,6 +77,19 @@ pub const HISTOGRAM_BUCKETS: &[(&str, &[f64])] = &[
         "nsq_producer_batch_size",
         &[
             1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0,
+        ],
+    ),
+    (
+        "nsq_consumer_batch_messages",
+        &[
+            1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0,
+        ],
+    ),
+    (
+        "nsq_consumer_batch_linger_seconds",
+        &[
+            0.0001, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+            60.0,
         ],
     ),
 ];
