@@ -42,3 +42,9 @@ fn a_failed_batch_backs_off_once() {
     batches::a_failed_batch_backs_off_once(&AsyncRunner(on::<AsyncStd>()));
     batches::a_failed_batch_backs_off_once(&AsyncRunner(on::<Smol>()));
 }
+
+#[test]
+fn batches_mix_nsqd() {
+    batches::batches_mix_nsqd(&AsyncRunner(on::<AsyncStd>()));
+    batches::batches_mix_nsqd(&AsyncRunner(on::<Smol>()));
+}

@@ -32,3 +32,8 @@ fn single_messages_fail_while_the_rest_finish() {
 fn a_failed_batch_backs_off_once() {
     batches::a_failed_batch_backs_off_once(&BlockingRunner);
 }
+
+#[test]
+fn batches_mix_nsqd() {
+    batches::batches_mix_nsqd(&BlockingRunner);
+}

@@ -128,3 +128,8 @@ fn recv_batch_and_the_stream() {
         "{ch:?}"
     );
 }
+
+#[test]
+fn batches_mix_nsqd() {
+    batches::batches_mix_nsqd(&AsyncRunner(exec::tokio()));
+}

@@ -164,16 +164,15 @@ impl Consumer {
     }
 
     /// True when no message can arrive before the application answers one: it holds as many
-    /// messages as the in-flight limit allows now, or every ready connection has as many in
-    /// flight as its RDY (a backoff window's RDY 0, backoff's RDY 1 while it tests the water,
-    /// the turns of the low-RDY rotation), or the consumer is closing. A batching handler
-    /// should hand over what it holds now rather than wait for more (see the batches of the
-    /// client layer).
+    /// messages as the in-flight limit allows now, or a backoff window holds RDY at 0, or
+    /// every ready connection has as many in flight as its RDY while no other connection is
+    /// being opened and no RDY is to be handed out (backoff's RDY 1 while it tests the
+    /// water), or the consumer is closing. A batching handler should hand over what it
+    /// holds now rather than wait for more (see the batches of the client layer).
     ///
-    /// In constant time unless the running sums say a connection's RDY was lowered below
-    /// what it has in flight; then one look at every connection.
+    /// In constant time unless no RDY is left unused; then one look at every connection.
     pub fn is_full(&self, now: Instant) -> bool {
-        if self.shared.closing {
+        if self.shared.closing || self.in_backoff_window() {
             return true;
         }
         let held = self.shared.handed_total + self.shared.ghost_shares;
@@ -185,11 +184,19 @@ impl Consumer {
             // Some ready connection has room: in flight below its RDY.
             return false;
         }
-        !self
-            .shared
-            .slots
-            .iter()
-            .any(|(_, s)| s.is_ready() && s.unanswered() < u64::from(s.rdy()))
+        let backing_off = self.flow.backoff_level() > 0;
+        !self.shared.slots.iter().any(|(_, s)| {
+            if s.is_ready() {
+                // Room under its RDY, or RDY 0 that the plan (the low-RDY rotation) may
+                // raise: the application holds less than the bound.
+                s.unanswered() < u64::from(s.rdy()) || (!backing_off && s.rdy() == 0)
+            } else {
+                // Being opened or handshaking: it gets a share once ready.
+                s.conn
+                    .as_ref()
+                    .is_none_or(|c| c.state() == crate::connection::ConnectionState::Handshaking)
+            }
+        })
     }
 
     /// Turns auto-touch on (`Some(limit)`, as the `auto_touch` and `auto_touch_limit`

@@ -23,6 +23,8 @@ pub struct Seen {
     pub bodies: Vec<String>,
     /// Its messages' attempts.
     pub attempts: Vec<u16>,
+    /// The nsqd each message came from.
+    pub nsqds: Vec<String>,
     /// Why it was handed over.
     pub end: BatchEnd,
     /// When it was handed over, since the run began.
@@ -74,9 +76,9 @@ pub struct Run {
 pub trait BatchRunner {
     /// Adapter name, for messages.
     fn name(&self) -> &'static str;
-    /// Consumes `topic`/`ch` from `nsqd` (TCP address) under `plan` until `plan.stop_when`
-    /// (or [`LIMIT`]).
-    fn run(&self, nsqd: &str, topic: &str, plan: &Plan) -> Run;
+    /// Consumes `topic`/`ch` from `nsqds` (TCP addresses) under `plan` until
+    /// `plan.stop_when` (or [`LIMIT`]).
+    fn run(&self, nsqds: &[String], topic: &str, plan: &Plan) -> Run;
 }
 
 /// Records a batch, for the handler of a [`BatchRunner`].
@@ -87,6 +89,7 @@ pub fn record(seen: &Mutex<Vec<Seen>>, batch: &Batch, started: Instant) {
             .map(|m| String::from_utf8_lossy(m.body()).into_owned())
             .collect(),
         attempts: batch.iter().map(nsq_client::Message::attempts).collect(),
+        nsqds: batch.iter().map(|m| m.nsqd_address().to_owned()).collect(),
         end: batch.ended_by(),
         at: started.elapsed(),
     };
@@ -101,13 +104,13 @@ impl<E: Exec> BatchRunner for AsyncRunner<E> {
         self.0.name()
     }
 
-    fn run(&self, nsqd: &str, topic: &str, plan: &Plan) -> Run {
+    fn run(&self, nsqds: &[String], topic: &str, plan: &Plan) -> Run {
         use crate::exec::GiveRuntime;
         let exec = &self.0;
         let consumer = exec.enter(|| {
             nsq_client::Consumer::builder(topic, "ch")
                 .config(&plan.config)
-                .nsqd(nsqd)
+                .nsqds(nsqds)
                 .given(exec.runtime())
                 .build()
                 .expect("a consumer")
@@ -165,10 +168,10 @@ impl BatchRunner for BlockingRunner {
         "nsq-blocking"
     }
 
-    fn run(&self, nsqd: &str, topic: &str, plan: &Plan) -> Run {
+    fn run(&self, nsqds: &[String], topic: &str, plan: &Plan) -> Run {
         let consumer = nsq_client::blocking::Consumer::builder(topic, "ch")
             .config(&plan.config)
-            .nsqd(nsqd)
+            .nsqds(nsqds)
             .build()
             .expect("a consumer");
         let handle = consumer.handle();
@@ -311,7 +314,7 @@ pub fn batches_fill_and_finish(r: &dyn BatchRunner) {
         seen,
         stats,
         ..
-    } = r.run(&env.tcp_address().to_string(), &topic, &plan);
+    } = r.run(&[env.tcp_address().to_string()], &topic, &plan);
     let name = r.name();
     assert_eq!(report.unanswered, 0, "{name}");
     let mut bodies: Vec<String> = seen.iter().flat_map(|s| s.bodies.clone()).collect();
@@ -360,7 +363,7 @@ pub fn the_bound_hands_batches_over(r: &dyn BatchRunner) {
         seen,
         stats,
         ..
-    } = r.run(&env.tcp_address().to_string(), &topic, &plan);
+    } = r.run(&[env.tcp_address().to_string()], &topic, &plan);
     let name = r.name();
     assert_eq!(report.unanswered, 0, "{name}");
     assert_eq!(total(&seen), 20, "{name}: {seen:?}");
@@ -406,7 +409,7 @@ pub fn auto_touch_keeps_a_slow_batch(r: &dyn BatchRunner) {
         seen,
         stats,
         ..
-    } = r.run(&env.tcp_address().to_string(), &topic, &plan);
+    } = r.run(&[env.tcp_address().to_string()], &topic, &plan);
     let name = r.name();
     assert_eq!(report.unanswered, 0, "{name}");
     assert_eq!(seen.len(), 1, "{name}: one batch: {seen:?}");
@@ -449,7 +452,7 @@ pub fn a_stop_hands_over_the_partial_batch(r: &dyn BatchRunner) {
         seen,
         stats,
         ..
-    } = r.run(&env.tcp_address().to_string(), &topic, &plan);
+    } = r.run(&[env.tcp_address().to_string()], &topic, &plan);
     let name = r.name();
     assert!(
         started.elapsed() < Duration::from_secs(20),
@@ -501,7 +504,7 @@ pub fn single_messages_fail_while_the_rest_finish(r: &dyn BatchRunner) {
         seen,
         events,
         stats,
-    } = r.run(&env.tcp_address().to_string(), &topic, &plan);
+    } = r.run(&[env.tcp_address().to_string()], &topic, &plan);
     let name = r.name();
     assert_eq!(report.unanswered, 0, "{name}");
     assert_eq!(
@@ -566,7 +569,7 @@ pub fn a_failed_batch_backs_off_once(r: &dyn BatchRunner) {
         seen,
         events,
         stats,
-    } = r.run(&env.tcp_address().to_string(), &topic, &plan);
+    } = r.run(&[env.tcp_address().to_string()], &topic, &plan);
     let name = r.name();
     assert_eq!(report.unanswered, 0, "{name}");
     assert_eq!(total(&seen), 20, "{name}: {seen:?}");
@@ -593,6 +596,67 @@ pub fn a_failed_batch_backs_off_once(r: &dyn BatchRunner) {
     assert_eq!(c.requeued, 10, "{name}");
 }
 
+/// Two nsqd (the env's and a second, local one), 100 messages on each, max_in_flight 200,
+/// batches of up to 150: RDY goes to both, so a batch mixes their messages (neither has
+/// 150), each answered on its own connection.
+pub fn batches_mix_nsqd(r: &dyn BatchRunner) {
+    let env = Env::new(|b| b);
+    let topic = env.topic("batch-mix");
+    let second = nsq_test_broker::Nsqd::start().expect("a second nsqd");
+    publish(&env, &topic, (0..100).map(|i| format!("a{i}")));
+    for i in 0..100 {
+        second.publish(&topic, format!("b{i}").as_bytes());
+    }
+    let plan = Plan {
+        config: config(200),
+        workers: 1,
+        options: BatchOptions::new()
+            .max_messages(150)
+            .linger(Duration::from_millis(300)),
+        work: Duration::from_millis(20),
+        answer: finish_all(),
+        stop_when: Arc::new(|s| total(s) >= 200),
+    };
+    let nsqds = [
+        env.tcp_address().to_string(),
+        second.tcp_address().to_string(),
+    ];
+    let Run { report, seen, .. } = r.run(&nsqds, &topic, &plan);
+    let name = r.name();
+    assert_eq!(report.unanswered, 0, "{name}");
+    assert_eq!(total(&seen), 200, "{name}");
+    let mixed = seen.iter().filter(|s| {
+        s.nsqds.iter().any(|n| *n == nsqds[0]) && s.nsqds.iter().any(|n| *n == nsqds[1])
+    });
+    assert!(
+        mixed.count() >= 1,
+        "{name}: no batch mixed the two nsqd: {seen:?}"
+    );
+    for (s, prefix) in seen
+        .iter()
+        .flat_map(|s| s.bodies.iter().zip(&s.nsqds))
+        .map(|(b, n)| {
+            (
+                n,
+                if b.starts_with('a') {
+                    &nsqds[0]
+                } else {
+                    &nsqds[1]
+                },
+            )
+        })
+    {
+        assert_eq!(s, prefix, "{name}: a message from the wrong nsqd");
+    }
+    wait_counts(&env, &topic, |c| c.finished == 100).unwrap_or_else(|c| panic!("{name}: {c:?}"));
+    let done = nsq_test_broker::scenarios::eventually(Duration::from_secs(10), || {
+        second
+            .channel(&topic, "ch")
+            .is_some_and(|c| c.finished == 100 && c.requeued == 0)
+    });
+    assert!(done, "{name}: {:?}", second.channel(&topic, "ch"));
+}
+
 /// Every scenario, in order.
 pub fn run_all(r: &dyn BatchRunner) {
     batches_fill_and_finish(r);
@@ -601,4 +665,5 @@ pub fn run_all(r: &dyn BatchRunner) {
     a_stop_hands_over_the_partial_batch(r);
     single_messages_fail_while_the_rest_finish(r);
     a_failed_batch_backs_off_once(r);
+    batches_mix_nsqd(r);
 }
