@@ -345,7 +345,7 @@ enum Mark {
 /// A batch of messages, handed over by `Consumer::run_batch` (to its handler),
 /// `Consumer::recv_batch` or `Consumer::batches`.
 ///
-/// Read it as a slice of [`Message`]s ([`iter`](Self::iter), [`messages`](Self::messages),
+/// Read it as a slice of [`Message`]s (`iter()`, [`messages`](Self::messages),
 /// `&batch[i]`); mark single messages to be requeued or failed with
 /// [`iter_mut`](Self::iter_mut) or [`get_mut`](Self::get_mut) ([`BatchEntry`]); then answer
 /// it: [`finish`](Self::finish) (marked messages as marked, every other FIN),
