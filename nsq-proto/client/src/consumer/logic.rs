@@ -30,7 +30,7 @@ pub(super) type ConnectReply = Reply<Result<(), Error>>;
 
 pub(super) enum Control {
     /// Replied to once the nsqd's first connection is ready or has failed.
-    /// `true`: refused with [`Error::AlreadyConnected`](crate::Error::AlreadyConnected) when
+    /// `true`: refused with [`Error::AlreadyConnected`] when
     /// a connection to the address is open or being opened (`connect_to_nsqd`); `false`: the
     /// outcome of an address the builder added is waited for.
     AddNsqd(String, bool, ConnectReply),

@@ -266,7 +266,7 @@ impl ConsumerHandle {
     }
 
     /// A snapshot of the counters, in total and per nsqd
-    /// ([`ConsumerStats`](nsq_proto::consumer::ConsumerStats)). The totals are updated after
+    /// ([`ConsumerStats`]). The totals are updated after
     /// every wake-up of the driver. So are the per-nsqd rows (`nsqd`) up to 16 nsqd; above that,
     /// when the set of nsqd or connections changes and otherwise at most every 100 ms (writing
     /// them costs a look at every nsqd, and a consumer of 1,000 nsqd wakes up thousands of
@@ -499,7 +499,7 @@ impl Drop for MessageReceiver {
 /// [`disconnect_from_lookupd`](ConsumerHandle::disconnect_from_lookupd) (the nsqd only that
 /// lookupd listed are dropped once their connection ends; the last lookupd cannot be
 /// removed). [`stats`](ConsumerHandle::stats) is a
-/// [`ConsumerStats`](nsq_proto::consumer::ConsumerStats) snapshot: totals (received,
+/// [`ConsumerStats`] snapshot: totals (received,
 /// finished, requeued, in flight, reconnects, RDY, backoff level) and one
 /// [`NsqdStats`](nsq_proto::consumer::NsqdStats) per nsqd (state, RDY, in flight, its own
 /// counters).
@@ -546,7 +546,7 @@ impl futures_core::Stream for Consumer {
 impl Consumer {
     /// A builder for a consumer of `topic`/`channel` (names validated by
     /// [`build`](super::ConsumerBuilder::build)), with the default
-    /// [`Config`](nsq_proto::Config); set servers, configuration and hooks on it, then
+    /// [`Config`]; set servers, configuration and hooks on it, then
     /// [`build`](super::ConsumerBuilder::build) or
     /// [`connect`](super::ConsumerBuilder::connect).
     pub fn builder(topic: impl IntoTopic, channel: impl IntoChannel) -> super::ConsumerBuilder {
