@@ -1,7 +1,7 @@
 //! The client's histograms as metrics-exporter-prometheus renders them with the client's
 //! buckets, with blocking calls (a binary of its own: the recorder is global).
 
-use nsq_blocking::{Config, Consumer, Message, Producer};
+use nsq_blocking::{Batch, BatchOptions, Config, Consumer, Producer};
 use nsq_test_broker::Nsqd;
 use nsq_test_support::prometheus;
 
@@ -31,9 +31,16 @@ fn histograms_render_as_histograms() {
             }
             watch.stop();
         });
-        let report = consumer.run(2, |_: Message| Ok(()));
+        let batch_stats = consumer.handle();
+        // In batches: the per-message histograms count every message all the same.
+        let options = BatchOptions::new()
+            .max_messages(4)
+            .linger(std::time::Duration::from_millis(20));
+        let report = consumer.run_batch(2, options, |_: Batch| Ok(()));
         stopper.join().unwrap();
         assert_eq!(report.unanswered, 0);
-        prometheus::check(handle, topic, 25, 21);
+        let batches = batch_stats.batch_stats().batches;
+        assert!(batches >= 7, "batches of at most 4: {batches}");
+        prometheus::check(handle, topic, 25, 21, batches);
     });
 }

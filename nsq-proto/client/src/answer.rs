@@ -1,5 +1,5 @@
 //! How a message is answered: [`AnswerKind`] and the `Copy` [`Answer`] a message sends to its
-//! driver, applied to the core [`Consumer`](nsq_proto::Consumer).
+//! driver, applied to the core [`nsq_proto::Consumer`].
 
 use nsq_proto::consumer::{Consumer, ConsumerError};
 use nsq_proto::driver::ConnId;

@@ -1,5 +1,5 @@
 //! The message type: [`Delivery`], generic over where its answers go ([`AnswerSink`]; every
-//! consumer's is its driver's [`AnswerChannel`](super::AnswerChannel)), answering itself and
+//! consumer's is its driver's [`AnswerChannel`](crate::message::AnswerChannel)), answering itself and
 //! requeued when dropped unanswered; [`PendingAnswer`] for handlers.
 
 use super::answer::{Answer, AnswerKind};
@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Where the answers of a consumer's messages go: its channel to the driver that owns the
-/// core ([`AnswerChannel`](super::AnswerChannel)). Sending must not block and must not fail loudly: if the driver is gone, every
+/// core ([`AnswerChannel`](crate::message::AnswerChannel)). Sending must not block and must not fail loudly: if the driver is gone, every
 /// connection is closed and nsqd redelivers the message anyway.
 pub(crate) trait AnswerSink: Send + Sync + 'static {
     /// Hands `answer` to the driver, with the `body` of the message when this is its last
@@ -67,7 +67,7 @@ impl<S: AnswerSink> Origin<S> {
 }
 
 /// A message delivered to a consumer; [`Message`](super::Message) is this type with the
-/// driver's [`AnswerChannel`](super::AnswerChannel). It answers itself: [`finish`](Self::finish), [`requeue`](Self::requeue),
+/// driver's [`AnswerChannel`](crate::message::AnswerChannel). It answers itself: [`finish`](Self::finish), [`requeue`](Self::requeue),
 /// [`requeue_without_backoff`](Self::requeue_without_backoff), [`touch`](Self::touch).
 ///
 /// A message dropped without an answer is requeued (without backoff, with the default delay
@@ -202,6 +202,15 @@ impl<S: AnswerSink> Delivery<S> {
             delay,
             backoff: false,
         });
+    }
+
+    /// Its last answer, `kind` (`failed`: counted as a handler failure, as a handler's error
+    /// is): how a batch answers its messages.
+    pub(crate) fn answer_as(mut self, kind: AnswerKind, failed: bool) {
+        if failed {
+            self.origin.metrics.handler_failed();
+        }
+        self.send(kind);
     }
 
     /// TOUCH: asks nsqd for more time (another msg_timeout).

@@ -40,7 +40,7 @@ pub(crate) trait Logic: Send + 'static {
     type Input: Send + 'static;
 
     /// After a poll that did work, look once more before parking (where the runtime says it
-    /// pays: [`Runtime::look_again_after_work`]): what the tasks that work woke send at once
+    /// pays: [`Runtime::look_again_after_work`](crate::Runtime::look_again_after_work)): what the tasks that work woke send at once
     /// (a producer's callers publish again as soon as their replies arrive) is taken without
     /// waking the driver again. Not for a consumer, whose handlers' answers are better taken
     /// in larger batches.

@@ -81,6 +81,14 @@ pub enum Event {
         /// The uncongested latency it is measured against, once measured.
         uncongested: Option<Duration>,
     },
+    /// A batch failed as a whole (its handler returned an error or panicked, or it was
+    /// requeued): its messages were requeued, counted once for backoff.
+    BatchFailed {
+        /// How many messages it held.
+        messages: usize,
+        /// The handler's error (its whole chain) or panic, in words.
+        error: String,
+    },
     /// This stream fell behind by more than [`EVENTS_CAPACITY`] events: the oldest `missed`
     /// events were dropped before this one.
     Lagged {
@@ -121,6 +129,9 @@ impl fmt::Display for Event {
                 f,
                 "gave up on message {id} from nsqd {nsqd} after {attempts} attempts"
             ),
+            Event::BatchFailed { messages, error } => {
+                write!(f, "a batch of {messages} messages failed: {error}")
+            }
             Event::Starved(true) => f.write_str("starved"),
             Event::Starved(false) => f.write_str("no longer starved"),
             Event::LookupdFailed { lookupd, error, .. } => {

@@ -142,6 +142,10 @@
 //! | `nsq_consumer_handler_duration_seconds` | histogram | topic, channel | the handler's own time, from its start to its return (for a message taken with `recv`: from `recv` returning it to its `finish`, `requeue` or drop) |
 //! | `nsq_consumer_handler_wait_seconds` | histogram | topic, channel | the time before: from the driver handing the message out to a handler starting on it (the queue in front of busy handlers; for `recv`, to `recv` returning it) |
 //! | `nsq_consumer_message_age_seconds` | histogram | topic, channel | receipt minus nsqd's timestamp (consumer lag) |
+//! | `nsq_consumer_batches_total` | counter | topic, channel, end (`full`/`bytes`/`bound`/`linger`/`stop`) | batches handed over, by why |
+//! | `nsq_consumer_batches_failed_total` | counter | topic, channel | batches that failed as a whole |
+//! | `nsq_consumer_batch_messages` | histogram | topic, channel | messages per batch |
+//! | `nsq_consumer_batch_linger_seconds` | histogram | topic, channel | a batch's first message to its hand-over |
 //! | `nsq_producer_messages_total` | counter | topic | messages nsqd accepted |
 //! | `nsq_producer_publishes_total` | counter | topic, result (`ok`/`error`), error (kind) | PUB/MPUB/DPUB results |
 //! | `nsq_producer_reconnects_total` | counter | nsqd | connection attempts after the nsqd's first, successful or not |
@@ -203,6 +207,80 @@
 //! a static `max_in_flight` for handlers that wait on nothing (CPU-bound). SIMULATION.md
 //! measures it over capacities from 1 to 1,000 and service times from 1 ms to 1 s, and
 //! BENCHMARKS.md on a real nsqd against static settings.
+//!
+//! # Batches
+//!
+//! Many consumers write what they receive somewhere that is cheaper per message in bulk: a
+//! database (one transaction, one multi-row insert), object storage (one upload), a file
+//! (one fsync). NSQ's way is to hold the messages unanswered until the bulk write is safe,
+//! then finish them (nsqd's own `nsq_to_file` finishes after fsync). The consumers' batches do
+//! that, with every duty of the client kept:
+//!
+//! ```
+//! # use nsq_client::{Batch, BatchOptions, Consumer, HandlerError};
+//! # use std::time::Duration;
+//! # async fn insert(_: Vec<&[u8]>) -> Result<(), std::io::Error> { Ok(()) }
+//! # async fn example(consumer: Consumer) {
+//! let options = BatchOptions::new()
+//!     .max_messages(1_000)                // at most this many messages
+//!     .max_bytes(16 << 20)                // and this many bytes of bodies
+//!     .linger(Duration::from_millis(500)); // from its first message, at most
+//! let report = consumer
+//!     .run_batch(2, options, |mut batch: Batch| async move {
+//!         let mut rows = Vec::new();
+//!         for mut message in batch.iter_mut() {
+//!             if message.body().is_empty() {
+//!                 message.fail("an empty record"); // this one is requeued, the rest finish
+//!             } else {
+//!                 rows.push(message.body().to_vec());
+//!             }
+//!         }
+//!         insert(rows.iter().map(Vec::as_slice).collect()).await?; // Err: all requeued
+//!         Ok::<(), HandlerError>(()) // every message not failed above: FIN
+//!     })
+//!     .await;
+//! # let _ = report;
+//! # }
+//! ```
+//!
+//! A batch is handed over when it holds `max_messages`, when the next message would take it
+//! past `max_bytes` (that message starts the next batch), `linger` after its first message,
+//! when no message can arrive before the application answers one, or on stop. The
+//! batch says which ([`BatchEnd`](crate::BatchEnd): `Full`, `Bytes`, `Linger`, `Bound`,
+//! `Stop`). `recv_batch` and `batches` (a `Stream`) give them without a handler; the blocking
+//! crate has `recv_batch` and `run_batch` on threads.
+//!
+//! - **The bound and linger.** `max_in_flight` still bounds every message the application
+//!   holds, batches included. A batch never waits for messages that cannot come: once the
+//!   application holds all `max_in_flight` allows (or backoff has RDY at 0 or 1), the batch is
+//!   handed over at once (`BatchEnd::Bound`) instead of waiting out its linger. So with
+//!   `max_in_flight` below `max_messages`, batches hold at most `max_in_flight` messages (less
+//!   when several batches are held at once: `run_batch` gathers one batch while the handlers
+//!   of up to `workers` others run). For full batches, set `max_in_flight` to at least
+//!   `max_messages x (workers + 1)`; `run_batch` says so at WARN when it is below
+//!   `max_messages x workers`.
+//! - **Held messages do not time out.** Batches turn the consumer's `auto_touch` on: while a
+//!   batch fills and while it is handled, each message is touched a little before nsqd's
+//!   `msg_timeout` (for up to `auto_touch_limit` after its delivery, 15 minutes by default;
+//!   nsqd's `--max-msg-timeout` caps it too). A long linger or a slow bulk write does not make
+//!   nsqd redeliver them.
+//! - **Answers.** The handler's `Ok` finishes the batch's messages; marked ones
+//!   ([`BatchEntry`](crate::BatchEntry): `fail`, `requeue`, `requeue_without_backoff`) are
+//!   answered as marked, so one bad record does not fail the batch. An `Err` (or a panic)
+//!   requeues the whole batch as the error says, and counts once for backoff, not once per
+//!   message (go-nsq's backoff would otherwise climb to its maximum on one failed batch). A
+//!   batch taken with `recv_batch` is answered with `finish`, `requeue` or `answer`; one
+//!   dropped unanswered is requeued, with a warning.
+//! - **Stop.** A stop hands the partial batch to a handler (`BatchEnd::Stop`) and the drain
+//!   waits for its answer (up to `drain_timeout`): nothing gathered is lost or left to time
+//!   out. Messages not yet taken into a batch are requeued at once.
+//! - **Many nsqd.** RDY is spread over the nsqd as without batches; a batch mixes the
+//!   messages of every nsqd, each answered on its own connection.
+//!
+//! `ConsumerHandle::batch_stats` counts batches, their messages, why each ended and the
+//! failed ones; `Event::BatchFailed` reports a batch that failed as a whole; the metrics
+//! above have their sizes and lingers. nsq-tokio's `nsq_to_file` and nsq-blocking's
+//! `nsq_to_sqlite` examples are built on batches.
 //!
 //! # Multi-zone deployments
 //!

@@ -1,5 +1,5 @@
 //! What a message handler returns ([`HandlerError`]) and what a consumer reports when it stops
-//! ([`StopReport`], [`GiveUpHook`]).
+//! ([`StopReport`], [`GiveUpHook`](crate::GiveUpHook)).
 
 use super::answer::AnswerKind;
 #[cfg(doc)]

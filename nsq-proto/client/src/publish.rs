@@ -1,4 +1,4 @@
-//! A user's publish handed to the core [`Producer`](nsq_proto::Producer) ([`PublishRequest`]) and
+//! A user's publish handed to the core [`nsq_proto::Producer`] ([`PublishRequest`]) and
 //! which reply waits for which publish or ping ([`Replies`]).
 
 use super::error::{Error, InputError, IntoTopic};

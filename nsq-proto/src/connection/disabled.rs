@@ -4,7 +4,7 @@
 //! reached. What keeps it unreachable is upstream:
 //! [`ConnectionConfig::identify`](super::ConnectionConfig::identify) refuses to ask for a
 //! compression that is compiled out ([`ConfigError::FeatureDisabled`](super::ConfigError)), a
-//! compression is only ever enabled when it was asked for, and TLS needs a [`TlsConfig`]
+//! compression is only ever enabled when it was asked for, and TLS needs a [`TlsConfig`](crate::TlsConfig)
 //! value, of which there is none; a server that grants TLS unasked closes the connection with
 //! [`CloseReason::TlsNotGranted`](super::CloseReason::TlsNotGranted), never plain text.
 

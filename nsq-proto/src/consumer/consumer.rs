@@ -163,6 +163,57 @@ impl Consumer {
         self.shared.slots.live_counts().starved > 0
     }
 
+    /// True when no message can arrive before the application answers one: it holds as many
+    /// messages as the in-flight limit allows now, or a backoff window holds RDY at 0, or
+    /// every ready connection has as many in flight as its RDY while no other connection is
+    /// being opened and no RDY is to be handed out (backoff's RDY 1 while it tests the
+    /// water), or the consumer is closing. A batching handler should hand over what it
+    /// holds now rather than wait for more (see the batches of the client layer).
+    ///
+    /// In constant time unless no RDY is left unused; then one look at every connection.
+    pub fn is_full(&self, now: Instant) -> bool {
+        if self.shared.closing || self.in_backoff_window() {
+            return true;
+        }
+        let held = self.shared.handed_total + self.shared.ghost_shares;
+        if held >= u64::from(self.limit.hand_out_bound(now)) {
+            return true;
+        }
+        let live = self.shared.slots.live_counts();
+        if live.in_flight < live.rdy {
+            // Some ready connection has room: in flight below its RDY.
+            return false;
+        }
+        let backing_off = self.flow.backoff_level() > 0;
+        !self.shared.slots.iter().any(|(_, s)| {
+            if s.is_ready() {
+                // Room under its RDY, or RDY 0 that the plan (the low-RDY rotation) may
+                // raise: the application holds less than the bound.
+                s.unanswered() < u64::from(s.rdy()) || (!backing_off && s.rdy() == 0)
+            } else {
+                // Being opened or handshaking: it gets a share once ready.
+                s.conn
+                    .as_ref()
+                    .is_none_or(|c| c.state() == crate::connection::ConnectionState::Handshaking)
+            }
+        })
+    }
+
+    /// Turns auto-touch on (`Some(limit)`, as the `auto_touch` and `auto_touch_limit`
+    /// options) or off while the consumer runs, on every connection and the ones it opens
+    /// later. Turned on, the messages in flight now are touched too, a little before their
+    /// deadline, for up to `limit` since their delivery (nsqd's max_msg_timeout caps it).
+    /// The client layer's batches turn it on: their messages wait for the batch to fill.
+    pub fn set_auto_touch(&mut self, now: Instant, limit: Option<Duration>) {
+        self.shared.config.connection.auto_touch = limit;
+        let ids: Vec<ConnId> = self.shared.slots.keys().copied().collect();
+        for id in ids {
+            if let Some(c) = self.shared.slots.get_mut(id).and_then(|s| s.conn.as_mut()) {
+                c.set_auto_touch(now, limit);
+            }
+        }
+    }
+
     /// The current backoff level (0 = full speed).
     #[inline]
     pub fn backoff_level(&self) -> u32 {

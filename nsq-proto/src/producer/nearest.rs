@@ -1,4 +1,4 @@
-//! [`Routing::Topology`](super::Routing::Topology) before the nearest nsqd has answered:
+//! [`super::Routing::Topology`] before the nearest nsqd has answered:
 //! how long a publish waits for the IDENTIFY replies that state the nsqd's zones.
 //!
 //! nsqd states its zone and region in its IDENTIFY reply, so until an nsqd has answered,

@@ -50,7 +50,7 @@ pub(super) enum Shape {
 }
 
 /// One command for a connection: being gathered (`D = Vec<u8>`, until the next
-/// [`Producer::poll_action`]) or sent and awaiting its reply (`D = Bytes`). Its data is kept
+/// [`Producer::poll_action`](super::Producer::poll_action)) or sent and awaiting its reply (`D = Bytes`). Its data is kept
 /// until the reply, so the command can be sent again when nsqd never processed it.
 #[derive(Debug)]
 pub(super) struct Work<D> {

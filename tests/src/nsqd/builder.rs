@@ -1,4 +1,4 @@
-//! [`NsqdBuilder`](super::NsqdBuilder): nsqd's flags plus the stand-in's own switches, then `start`.
+//! [`super::NsqdBuilder`]: nsqd's flags plus the stand-in's own switches, then `start`.
 
 use std::io::{self};
 use std::net::TcpListener;

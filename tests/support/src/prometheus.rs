@@ -5,7 +5,7 @@
 //! global).
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use nsq_client::{Consumer, HISTOGRAM_BUCKETS, Message, Producer};
+use nsq_client::{Batch, BatchOptions, Consumer, HISTOGRAM_BUCKETS, Producer};
 use nsq_proto::Config;
 use nsq_test_broker::Nsqd;
 use std::future::Future;
@@ -48,7 +48,11 @@ pub async fn round_trip<S: Future<Output = ()>>(topic: &str, sleep: impl Fn(Dura
         .build()
         .unwrap();
     let watch = consumer.handle();
-    let run = consumer.run(2, |_: Message| async { Ok(()) });
+    // In batches: the per-message histograms count every message all the same.
+    let options = BatchOptions::new()
+        .max_messages(4)
+        .linger(Duration::from_millis(20));
+    let run = consumer.run_batch(2, options, |_: Batch| async { Ok(()) });
     let stop = async {
         for _ in 0..2000 {
             if watch.stats().finished == 25 {
@@ -60,14 +64,16 @@ pub async fn round_trip<S: Future<Output = ()>>(topic: &str, sleep: impl Fn(Dura
     };
     let (report, _) = futures_lite::future::zip(run, stop).await;
     assert_eq!(report.unanswered, 0);
-    check(handle, topic, 25, 21);
+    let batches = watch.batch_stats().batches;
+    assert!(batches >= 7, "batches of at most 4: {batches}");
+    check(handle, topic, 25, 21, batches);
 }
 
 /// The rendered metrics of `topic`: every histogram of the client a `histogram` family (no
 /// summary), each series' `le="+Inf"` bucket equal to its `_count`, its buckets
-/// non-decreasing; the consumer's histograms counted `messages` observations, the producer's
-/// `publishes`.
-pub fn check(handle: &PrometheusHandle, topic: &str, messages: u64, publishes: u64) {
+/// non-decreasing; the consumer's histograms counted `messages` observations (its batch
+/// histograms `batches`), the producer's `publishes`.
+pub fn check(handle: &PrometheusHandle, topic: &str, messages: u64, publishes: u64, batches: u64) {
     handle.run_upkeep();
     let text = handle.render();
     assert!(
@@ -108,7 +114,9 @@ pub fn check(handle: &PrometheusHandle, topic: &str, messages: u64, publishes: u
             .find(|l| l.contains("le=\"+Inf\""))
             .expect("a +Inf bucket");
         assert_eq!(value(inf), count, "{name}: +Inf against _count");
-        let expected = if name.starts_with("nsq_consumer") {
+        let expected = if name.starts_with("nsq_consumer_batch") {
+            batches
+        } else if name.starts_with("nsq_consumer") {
             messages
         } else {
             publishes

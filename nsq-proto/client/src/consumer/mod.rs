@@ -2,7 +2,10 @@
 //! application. The logic of its driver around the core [`Consumer`](nsq_proto::Consumer)
 //! is in `logic`.
 
+mod batches;
 mod logic;
+
+pub use batches::Batches;
 
 use crate::driver::{self, Net};
 use crate::events::Events;
@@ -49,6 +52,7 @@ pub(crate) fn start(setup: ConsumerSetup, calls: Calls) -> Result<Consumer, Erro
         inbox.clone(),
         start.machine.max_in_flight(),
         start.span.clone(),
+        start.metrics.batches(),
     ));
     let logic = ConsumerLogic::new(
         start.machine,
@@ -56,6 +60,7 @@ pub(crate) fn start(setup: ConsumerSetup, calls: Calls) -> Result<Consumer, Erro
         mailbox.clone(),
         start.give_up,
         start.metrics,
+        start.auto_touch_limit,
     );
     let net = Net::new(
         runtime.clone(),
@@ -234,6 +239,12 @@ impl ConsumerHandle {
         let _ = self.control(Control::SetMaxInFlight(n));
     }
 
+    /// The batches handed over so far ([`BatchStats`](crate::BatchStats)): how many, their
+    /// messages, why each ended, the failed ones, the largest.
+    pub fn batch_stats(&self) -> crate::BatchStats {
+        self.shared().batches.stats()
+    }
+
     /// True when some connection has nearly as many messages in flight as its RDY: a batching
     /// handler should process what it has now.
     pub fn is_starved(&self) -> bool {
@@ -255,7 +266,7 @@ impl ConsumerHandle {
     }
 
     /// A snapshot of the counters, in total and per nsqd
-    /// ([`ConsumerStats`](nsq_proto::consumer::ConsumerStats)). The totals are updated after
+    /// ([`ConsumerStats`]). The totals are updated after
     /// every wake-up of the driver. So are the per-nsqd rows (`nsqd`) up to 16 nsqd; above that,
     /// when the set of nsqd or connections changes and otherwise at most every 100 ms (writing
     /// them costs a look at every nsqd, and a consumer of 1,000 nsqd wakes up thousands of
@@ -370,6 +381,9 @@ struct MessageReceiver {
     /// Take every queued message at once (the consumer's own receiver), or one at a time
     /// (workers sharing the mailbox).
     batch: bool,
+    /// A message taken for a batch that had no room for it (`max_bytes`): the next one's
+    /// first.
+    carried: Option<Message>,
 }
 
 impl MessageReceiver {
@@ -379,6 +393,7 @@ impl MessageReceiver {
             shared,
             local: VecDeque::new(),
             batch,
+            carried: None,
         }
     }
 
@@ -395,6 +410,10 @@ impl MessageReceiver {
             // Messages not taken yet are requeued at once so the drain is quick.
             self.discard();
             return Poll::Ready(None);
+        }
+        if let Some(m) = self.carried.take() {
+            // Taken already.
+            return Poll::Ready(Some(m));
         }
         match super::sync::pop_front(&mut self.local) {
             Some(mut m) => {
@@ -432,6 +451,9 @@ impl MessageReceiver {
     /// Requeues at once (no delay, no backoff) every message received but not taken: the
     /// application never saw them.
     fn discard(&mut self) {
+        if let Some(m) = self.carried.take() {
+            m.release();
+        }
         self.local.drain(..).for_each(Message::release);
         self.mailbox
             .take_all()
@@ -446,6 +468,9 @@ impl MessageReceiver {
 
 impl Drop for MessageReceiver {
     fn drop(&mut self) {
+        if let Some(m) = self.carried.take() {
+            m.release();
+        }
         self.local.drain(..).for_each(Message::release);
         if self.mailbox.remove_receiver() {
             // The last receiver: nobody will take what is queued (the driver pushes nothing
@@ -474,7 +499,7 @@ impl Drop for MessageReceiver {
 /// [`disconnect_from_lookupd`](ConsumerHandle::disconnect_from_lookupd) (the nsqd only that
 /// lookupd listed are dropped once their connection ends; the last lookupd cannot be
 /// removed). [`stats`](ConsumerHandle::stats) is a
-/// [`ConsumerStats`](nsq_proto::consumer::ConsumerStats) snapshot: totals (received,
+/// [`ConsumerStats`] snapshot: totals (received,
 /// finished, requeued, in flight, reconnects, RDY, backoff level) and one
 /// [`NsqdStats`](nsq_proto::consumer::NsqdStats) per nsqd (state, RDY, in flight, its own
 /// counters).
@@ -521,7 +546,7 @@ impl futures_core::Stream for Consumer {
 impl Consumer {
     /// A builder for a consumer of `topic`/`channel` (names validated by
     /// [`build`](super::ConsumerBuilder::build)), with the default
-    /// [`Config`](nsq_proto::Config); set servers, configuration and hooks on it, then
+    /// [`Config`]; set servers, configuration and hooks on it, then
     /// [`build`](super::ConsumerBuilder::build) or
     /// [`connect`](super::ConsumerBuilder::connect).
     pub fn builder(topic: impl IntoTopic, channel: impl IntoChannel) -> super::ConsumerBuilder {
@@ -586,6 +611,9 @@ impl Consumer {
         // The driver closes the mailbox when it starts stopping; every message still queued
         // is requeued at once.
         let receiver = &mut self.receiver;
+        if let Some(m) = receiver.carried.take() {
+            m.release();
+        }
         receiver.local.drain(..).for_each(Message::release);
         std::future::poll_fn(|cx| {
             loop {

@@ -34,7 +34,7 @@ impl Reply {
     }
 }
 
-/// One publish counted in [`Inner::unanswered`] until it is dropped.
+/// One publish counted in [`Inner::unanswered`](super::Inner::unanswered) until it is dropped.
 pub(super) struct Place(pub(super) Arc<AtomicUsize>);
 
 impl Drop for Place {
