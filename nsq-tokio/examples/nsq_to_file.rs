@@ -24,6 +24,7 @@
 //!
 //! Every `--stats-interval` (not a Go flag; default 5s) a line on stderr gives each topic's
 //! rate, its batches (count, mean and largest size, what ended them) and fsyncs.
+#![allow(clippy::print_stdout, reason = "a command-line tool: --version")]
 
 mod support;
 
@@ -143,10 +144,7 @@ fn main() {
     let flags = Flags::parse(&USAGE);
     init_logging();
     if flags.boolean("version").unwrap_or(false) {
-        log(
-            PREFIX,
-            &format!("nsq_to_file v{} (nsq-tokio)", env!("CARGO_PKG_VERSION")),
-        );
+        println!("nsq_to_file v{} (nsq-tokio)", env!("CARGO_PKG_VERSION"));
         return;
     }
     let tool = Tool::from_flags(&flags).unwrap_or_else(|e| fatal(PREFIX, &e));
