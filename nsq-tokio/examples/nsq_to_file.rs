@@ -22,6 +22,9 @@
 //!     --nsqd-tcp-address=127.0.0.1:4150 --topic=events --output-dir=/var/log/nsq --gzip
 //! ```
 //!
+//! Without `--topic`, the topics the lookupds know that match `--topic-pattern` are consumed,
+//! looked up at the start and every `--topic-refresh`.
+//!
 //! Every `--stats-interval` (not a Go flag; default 5s) a line on stderr gives each topic's
 //! rate, its batches (count, mean and largest size, what ended them) and fsyncs.
 #![allow(clippy::print_stdout, reason = "a command-line tool: --version")]
@@ -29,7 +32,7 @@
 mod support;
 
 use nsq_tokio::{Batch, BatchOptions, Config, Consumer, HandlerError};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -46,6 +49,17 @@ pub(crate) const USAGE: Usage = Usage {
             finishing messages only once their lines are synced to disk.",
     flags: &[
         value("topic", "TOPIC", "nsq topic (may be given multiple times)"),
+        value(
+            "topic-pattern",
+            "REGEX",
+            "without --topic: only log topics matching the following pattern",
+        ),
+        value(
+            "topic-refresh",
+            "DURATION",
+            "without --topic: how frequently the topic list should be refreshed from lookupd \
+             (default: 1m)",
+        ),
         value("channel", "CHANNEL", "nsq channel (default: nsq_to_file)"),
         value(
             "nsqd-tcp-address",
@@ -161,6 +175,9 @@ pub(crate) type SyncHook = Arc<dyn Fn(usize) + Send + Sync>;
 /// The tool, set up from its flags.
 pub(crate) struct Tool {
     topics: Vec<String>,
+    /// Without `topics`: the topics of the lookupds matching this, every `topic_refresh`.
+    pattern: Option<regex::Regex>,
+    topic_refresh: Duration,
     channel: String,
     nsqd: Vec<String>,
     lookupd: Vec<String>,
@@ -196,8 +213,22 @@ impl Tool {
             ));
         }
         let topics = flags.all("topic");
-        if topics.is_empty() {
-            return Err("--topic required".to_owned());
+        let pattern = flags.string("topic-pattern", "");
+        if topics.is_empty() && pattern.is_empty() {
+            return Err("--topic or --topic-pattern required".to_owned());
+        }
+        if topics.is_empty() && lookupd.is_empty() {
+            return Err(
+                "--lookupd-http-address must be specified when no --topic specified".to_owned(),
+            );
+        }
+        let pattern = match pattern.as_str() {
+            "" => None,
+            p => Some(regex::Regex::new(p).map_err(|e| format!("--topic-pattern: {e}"))?),
+        };
+        let topic_refresh = flags.duration("topic-refresh", Duration::from_secs(60))?;
+        if topic_refresh.is_zero() {
+            return Err("--topic-refresh must be positive".to_owned());
         }
         let output_dir = flags.string("output-dir", "/tmp");
         let work_dir = match flags.string("work-dir", "") {
@@ -248,6 +279,8 @@ impl Tool {
         filename_template(&sink, "topic", &hostname, std::process::id())?;
         Ok(Tool {
             topics,
+            pattern,
+            topic_refresh,
             channel,
             nsqd,
             lookupd,
@@ -271,9 +304,26 @@ impl Tool {
         for topic in &self.topics {
             topics.push(self.start_topic(topic, &failed, &error)?);
         }
-        tokio::select! {
-            () = stop => {}
-            () = failed.notified() => {}
+        // Without --topic, the lookupds' topics that match --topic-pattern, now and every
+        // --topic-refresh (the official tool's first look is after one refresh interval).
+        let cluster = if self.topics.is_empty() {
+            Some(nsq_tokio::Cluster::new(self.lookupd.iter()).map_err(|e| e.to_string())?)
+        } else {
+            None
+        };
+        let mut refresh = tokio::time::interval(self.topic_refresh);
+        let mut seen = HashSet::new();
+        let mut stop = std::pin::pin!(stop);
+        loop {
+            tokio::select! {
+                () = &mut stop => break,
+                () = failed.notified() => break,
+                _ = refresh.tick(), if cluster.is_some() => {
+                    for topic in self.new_topics(cluster.as_ref(), &mut seen).await {
+                        topics.push(self.start_topic(&topic, &failed, &error)?);
+                    }
+                }
+            }
         }
         for t in &topics {
             t.consumer.stop().await;
@@ -295,6 +345,41 @@ impl Tool {
             Some(e) => Err(e),
             None => Ok(()),
         }
+    }
+
+    /// The lookupds' topics not seen before that match `--topic-pattern`.
+    async fn new_topics(
+        &self,
+        cluster: Option<&nsq_tokio::Cluster>,
+        seen: &mut HashSet<String>,
+    ) -> Vec<String> {
+        let Some(cluster) = cluster else {
+            return Vec::new();
+        };
+        let found = cluster.topics().await;
+        for failure in &found.failures {
+            log(
+                PREFIX,
+                &format!("ERROR: could not retrieve topic list: {failure}"),
+            );
+        }
+        let mut new = Vec::new();
+        for topic in found.value {
+            if !seen.insert(topic.clone()) {
+                continue;
+            }
+            match &self.pattern {
+                Some(p) if !p.is_match(&topic) => log(
+                    PREFIX,
+                    &format!("WARN: skipping topic {topic} (doesn't match pattern {p})"),
+                ),
+                _ => {
+                    log(PREFIX, &format!("new topic {topic}: adding a consumer"));
+                    new.push(topic);
+                }
+            }
+        }
+        new
     }
 
     /// One topic: its consumer running batches into its file, its sync-interval ticker, its

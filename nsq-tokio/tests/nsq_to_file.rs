@@ -216,3 +216,79 @@ fn gz_lines(path: &Path) -> Vec<String> {
     .unwrap();
     text.lines().map(str::to_owned).collect()
 }
+
+#[test]
+fn without_topic_the_lookupds_matching_topics_are_found_and_written() {
+    let lookupd = nsq_test_broker::Lookupd::start().unwrap();
+    let nsqd = Nsqd::builder()
+        .http(true)
+        .lookupd(&lookupd)
+        .start()
+        .unwrap();
+    let dir = TempDir::new("discovered");
+    for topic in ["app_a", "app_b", "other"] {
+        for i in 0..20 {
+            nsqd.publish(topic, format!("{topic} {i:02}").as_bytes());
+        }
+    }
+    let args = [
+        format!("--lookupd-http-address={}", lookupd.http_address()),
+        "--topic-pattern=^app_".to_owned(),
+        "--topic-refresh=50ms".to_owned(),
+        "--batch-linger=10ms".to_owned(),
+        "--stats-interval=0".to_owned(),
+        format!("--output-dir={}", dir.0.display()),
+    ];
+    let tool = Tool::from_flags(&Flags::parse_from(args, &USAGE).unwrap()).unwrap();
+    run(async {
+        let both = async {
+            until(&nsqd, "app_a", |c| c.finished == 20).await;
+            until(&nsqd, "app_b", |c| c.finished == 20).await;
+        };
+        tool.run(both).await.unwrap();
+    });
+    let mut expected: Vec<String> = ["app_a", "app_b"]
+        .iter()
+        .flat_map(|t| (0..20).map(move |i| format!("{t} {i:02}")))
+        .collect();
+    expected.sort();
+    assert_eq!(lines_in(&dir.0), expected);
+    // The topic that does not match was left alone: no channel, no file.
+    assert!(nsqd.channel("other", "nsq_to_file").is_none());
+}
+
+#[test]
+fn flags_are_checked_as_the_official_tool_does() {
+    let refused = |args: &[&str]| {
+        let args: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
+        match Tool::from_flags(&Flags::parse_from(args, &USAGE).unwrap()) {
+            Err(e) => e,
+            Ok(_) => panic!("accepted"),
+        }
+    };
+    assert_eq!(
+        refused(&["--topic=t"]),
+        "--nsqd-tcp-address or --lookupd-http-address required."
+    );
+    assert_eq!(
+        refused(&["--nsqd-tcp-address=a:1"]),
+        "--topic or --topic-pattern required"
+    );
+    assert_eq!(
+        refused(&["--nsqd-tcp-address=a:1", "--topic-pattern=x"]),
+        "--lookupd-http-address must be specified when no --topic specified"
+    );
+    assert_eq!(
+        refused(&["--nsqd-tcp-address=a:1", "--topic=t", "--gzip-level=0"]),
+        "invalid --gzip-level value (0), should be 1-9"
+    );
+    assert_eq!(
+        refused(&[
+            "--nsqd-tcp-address=a:1",
+            "--topic=t",
+            "--gzip",
+            "--filename-format=<TOPIC>.log"
+        ]),
+        "missing <REV> in --filename-format when gzip, rotation, or work dir enabled"
+    );
+}
