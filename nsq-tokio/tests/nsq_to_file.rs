@@ -19,10 +19,11 @@ struct TempDir(PathBuf);
 
 impl TempDir {
     fn new(what: &str) -> TempDir {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let dir = std::env::temp_dir().join(format!(
-            "nsq-to-file-test-{what}-{}-{:?}",
+            "nsq-to-file-test-{what}-{}-{}",
             std::process::id(),
-            Instant::now()
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         ));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -151,8 +152,8 @@ fn a_stop_writes_syncs_and_finishes_the_partial_batch() {
     for i in 0..30 {
         nsqd.publish("partial", format!("held {i:02}").as_bytes());
     }
-    // The batch could take 100 and lingers 20 s: the 30 messages are held in it until the
-    // stop hands it over.
+    // The batch could take 100 and lingers 20 s: what it gathered of the 30 is held in it
+    // until the stop hands it over.
     let tool = tool_for(
         &nsqd,
         "partial",
