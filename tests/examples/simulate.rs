@@ -59,6 +59,8 @@ struct Args {
     batch: Option<BatchConfig>,
     /// The fault phase's length (`--fault-phase`, seconds).
     fault_phase: Option<u64>,
+    /// The batch application's noise (`--batch-noise`), by name.
+    batch_noise: Option<&'static str>,
 }
 
 fn parse() -> Result<Args, String> {
@@ -79,6 +81,7 @@ fn parse() -> Result<Args, String> {
         busy: false,
         batch: None,
         fault_phase: None,
+        batch_noise: None,
     };
     let mut batch = BatchConfig::default();
     let mut batching = false;
@@ -105,7 +108,7 @@ fn parse() -> Result<Args, String> {
             continue;
         }
         if name == "--help" || name == "-h" {
-            return Err("usage: simulate [--nsqd N] [--max-in-flight N] [--seeds N] [--first-seed N] [--seed N] [--faults N] [--starvation-bound SECONDS] [--messages-per-nsqd N] [--client-rounds] [--busy] [--fault-phase SECONDS] [--campaign N [--max-nsqd N]] [--quiet] [--no-shrink] [--batch MAX_MESSAGES[,LINGER_MS] [--batch-workers N] [--batch-bytes N] [--batch-service MS[,US_PER_MESSAGE]] [--batch-fail FRACTION]]".into());
+            return Err("usage: simulate [--nsqd N] [--max-in-flight N] [--seeds N] [--first-seed N] [--seed N] [--faults N] [--starvation-bound SECONDS] [--messages-per-nsqd N] [--client-rounds] [--busy] [--fault-phase SECONDS] [--campaign N [--max-nsqd N]] [--quiet] [--no-shrink] [--batch MAX_MESSAGES[,LINGER_MS] [--batch-workers N] [--batch-bytes N] [--batch-service MS[,US_PER_MESSAGE]] [--batch-fail FRACTION] [--batch-noise jitter|bursts|slow]]".into());
         }
         let value = inline
             .or_else(|| it.next())
@@ -140,6 +143,12 @@ fn parse() -> Result<Args, String> {
                 }
             }
             "--batch-workers" => batch.workers = num(&value)?.clamp(1, 1_000) as usize,
+            "--batch-noise" => {
+                let kind = sim::NoiseKind::parse(&value)
+                    .ok_or_else(|| format!("--batch-noise: no kind {value:?}"))?;
+                batch.noise = kind.noise();
+                a.batch_noise = Some(kind.name());
+            }
             "--batch-bytes" => batch.max_bytes = num(&value)?,
             "--batch-service" => {
                 let (fixed, per) = value.split_once(',').unwrap_or((value.as_str(), ""));
@@ -258,6 +267,9 @@ fn replay_flags(a: &Args) -> String {
             b.per_message.as_micros(),
             b.fail
         ));
+    }
+    if let Some(n) = a.batch_noise {
+        out.push(format!("--batch-noise {n}"));
     }
     out.into_iter().flat_map(|f| [" ".to_owned(), f]).collect()
 }

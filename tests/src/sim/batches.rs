@@ -107,6 +107,9 @@ pub struct BatchReport {
     pub messages: u64,
     /// Batches by why they were handed over, in the order of [`BatchEnd::ALL`].
     pub ended: [u64; 5],
+    /// The same, of the batches handed over during the fault phase (in a busy world, while
+    /// every nsqd has messages; the drain after it has few).
+    pub ended_in_phase: [u64; 5],
     /// Every batch's size, in hand-over order.
     pub sizes: Vec<u32>,
     /// Batches with messages from two nsqd or more.
@@ -172,6 +175,9 @@ impl BatchReport {
         for (a, b) in self.ended.iter_mut().zip(other.ended) {
             *a += b;
         }
+        for (a, b) in self.ended_in_phase.iter_mut().zip(other.ended_in_phase) {
+            *a += b;
+        }
         self.sizes.extend_from_slice(&other.sizes);
         self.mixed += other.mixed;
         self.most_nsqd = self.most_nsqd.max(other.most_nsqd);
@@ -191,7 +197,10 @@ impl BatchReport {
     pub fn line(&self) -> String {
         let ended: Vec<String> = BatchEnd::ALL
             .iter()
-            .map(|e| format!("{}={}", e.name(), self.ended_by(*e)))
+            .map(|e| {
+                let (all, phase) = (self.ended[e.index()], self.ended_in_phase[e.index()]);
+                format!("{}={all}({phase})", e.name())
+            })
             .collect();
         format!(
             "batches={} messages={} throughput={:.0}/s size_mean={:.1} size_p50={} size_p99={} ended[{}] mixed={} most_nsqd={} failed={} worst_backoff_rise={} timeouts={} timeouts_lost_conn={} held_peak={} longest_hold_s={:.2} longest_linger_s={:.2}",

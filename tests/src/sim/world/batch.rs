@@ -198,7 +198,7 @@ impl World<'_> {
 
     /// The batch being gathered is handed to a worker for `end`.
     fn hand_over(&mut self, end: BatchEnd) {
-        let now = self.now;
+        let (now, in_phase) = (self.now, self.now < self.end_of_faults);
         let Some(b) = self.batches() else { return };
         let f = std::mem::take(&mut b.filling);
         let n = f.items.len();
@@ -209,6 +209,9 @@ impl World<'_> {
         r.batches += 1;
         r.messages += n as u64;
         r.ended[end.index()] += 1;
+        if in_phase {
+            r.ended_in_phase[end.index()] += 1;
+        }
         r.sizes.push(u32::try_from(n).unwrap_or(u32::MAX));
         let mut nodes: Vec<usize> = f.items.iter().filter_map(|i| i.node).collect();
         nodes.sort_unstable();
