@@ -108,7 +108,7 @@ fn parse() -> Result<Args, String> {
             continue;
         }
         if name == "--help" || name == "-h" {
-            return Err("usage: simulate [--nsqd N] [--max-in-flight N] [--seeds N] [--first-seed N] [--seed N] [--faults N] [--starvation-bound SECONDS] [--messages-per-nsqd N] [--client-rounds] [--busy] [--fault-phase SECONDS] [--campaign N [--max-nsqd N]] [--quiet] [--no-shrink] [--batch MAX_MESSAGES[,LINGER_MS] [--batch-workers N] [--batch-bytes N] [--batch-service MS[,US_PER_MESSAGE]] [--batch-fail FRACTION] [--batch-noise jitter|bursts|slow]]".into());
+            return Err("usage: simulate [--nsqd N] [--max-in-flight N] [--seeds N] [--first-seed N] [--seed N] [--faults N] [--starvation-bound SECONDS] [--messages-per-nsqd N] [--client-rounds] [--busy] [--fault-phase SECONDS] [--campaign N [--max-nsqd N]] [--quiet] [--no-shrink] [--batch MAX_MESSAGES[,LINGER_MS] [--batch-workers N] [--batch-bytes N] [--batch-service MS[,US_PER_MESSAGE]] [--batch-fail FRACTION] [--batch-noise jitter|bursts|slow] [--batch-touch-after MS]]".into());
         }
         let value = inline
             .or_else(|| it.next())
@@ -150,6 +150,7 @@ fn parse() -> Result<Args, String> {
                 a.batch_noise = Some(kind.name());
             }
             "--batch-bytes" => batch.max_bytes = num(&value)?,
+            "--batch-touch-after" => batch.auto_touch_after = Duration::from_millis(num(&value)?),
             "--batch-service" => {
                 let (fixed, per) = value.split_once(',').unwrap_or((value.as_str(), ""));
                 batch.service = Duration::from_millis(num(fixed)?);
@@ -258,14 +259,15 @@ fn replay_flags(a: &Args) -> String {
     }
     if let Some(b) = &a.batch {
         out.push(format!(
-            "--batch {},{} --batch-workers {} --batch-bytes {} --batch-service {},{} --batch-fail {}",
+            "--batch {},{} --batch-workers {} --batch-bytes {} --batch-service {},{} --batch-fail {} --batch-touch-after {}",
             b.max_messages,
             b.linger.as_millis(),
             b.workers,
             b.max_bytes,
             b.service.as_millis(),
             b.per_message.as_micros(),
-            b.fail
+            b.fail,
+            b.auto_touch_after.as_millis()
         ));
     }
     if let Some(n) = a.batch_noise {

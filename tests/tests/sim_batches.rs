@@ -157,3 +157,19 @@ fn a_message_that_times_out_is_a_violation() {
     let v = r.violation.expect("held messages time out");
     assert!(v.what.contains("timed out"), "{v}");
 }
+
+/// Batching turned on late (1.5 s after a consumer's first message, of nsqd's 2 s
+/// msg_timeout): `set_auto_touch` arms the messages already in flight, and none times out.
+#[test]
+fn auto_touch_turned_on_late_arms_the_messages_in_flight() {
+    for seed in 1..=3 {
+        let batch = BatchConfig {
+            linger: Duration::from_secs(5),
+            auto_touch_after: Duration::from_millis(1_500),
+            ..BatchConfig::default()
+        };
+        let r = run(&world(seed, 20, 2_500, batch, false));
+        let b = clean(&r);
+        assert!(b.longest_hold > Duration::from_secs(4), "{}", b.line());
+    }
+}

@@ -75,6 +75,10 @@ pub struct BatchConfig {
     /// How long auto-touch keeps a message alive at most (the client layer's
     /// `auto_touch_limit`, 15 minutes by default).
     pub auto_touch_limit: Duration,
+    /// How long after a consumer's first hand-out its batching starts (auto-touch on, for the
+    /// messages in flight then too); zero (the default): with the first message. A late start
+    /// is an application that turns batching on while messages are already held.
+    pub auto_touch_after: Duration,
     /// The client's noise (none by default): stalls delay the handling and the answers,
     /// jitter delays the answers.
     pub noise: Noise,
@@ -93,6 +97,7 @@ impl Default for BatchConfig {
             per_message: Duration::from_micros(20),
             fail: 0.01,
             auto_touch_limit: Duration::from_secs(15 * 60),
+            auto_touch_after: Duration::ZERO,
             noise: Noise::default(),
         }
     }
@@ -139,6 +144,10 @@ pub struct BatchReport {
     /// Times batching started (auto-touch turned on): once per consumer that handed out a
     /// message.
     pub auto_touch_on: u32,
+    /// Batches handed over at the bound (`is_full`) while the application held less than
+    /// max_in_flight and the consumer was not backing off: every ready connection at its
+    /// RDY, or none ready.
+    pub bound_early: u64,
 }
 
 impl BatchReport {
@@ -191,6 +200,7 @@ impl BatchReport {
         self.longest_hold = self.longest_hold.max(other.longest_hold);
         self.longest_linger = self.longest_linger.max(other.longest_linger);
         self.auto_touch_on += other.auto_touch_on;
+        self.bound_early += other.bound_early;
     }
 
     /// One line: throughput, sizes, why batches ended, mixing, failures, timeouts.
@@ -203,7 +213,7 @@ impl BatchReport {
             })
             .collect();
         format!(
-            "batches={} messages={} throughput={:.0}/s size_mean={:.1} size_p50={} size_p99={} ended[{}] mixed={} most_nsqd={} failed={} worst_backoff_rise={} timeouts={} timeouts_lost_conn={} held_peak={} longest_hold_s={:.2} longest_linger_s={:.2}",
+            "batches={} messages={} throughput={:.0}/s size_mean={:.1} size_p50={} size_p99={} ended[{}] bound_early={} mixed={} most_nsqd={} failed={} worst_backoff_rise={} timeouts={} timeouts_lost_conn={} held_peak={} longest_hold_s={:.2} longest_linger_s={:.2}",
             self.batches,
             self.messages,
             self.throughput(),
@@ -211,6 +221,7 @@ impl BatchReport {
             self.size_at(0.5),
             self.size_at(0.99),
             ended.join(" "),
+            self.bound_early,
             self.mixed,
             self.most_nsqd,
             self.failed,

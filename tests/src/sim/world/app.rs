@@ -86,6 +86,8 @@ pub(super) enum AppEv {
     Linger(u64),
     /// A batch (by its number) is handled: it is answered.
     BatchDone(u64),
+    /// Consumer `epoch`'s batching starts (auto-touch on), late.
+    StartBatching(u32),
     /// A service call is done.
     CallDone(u32, Delivery),
     /// A handler's CPU part is done (noise): its call waits for the service.
@@ -214,6 +216,7 @@ impl World<'_> {
             AppEv::Handler(epoch, d, outcome) => return self.handler_done(epoch, d, outcome),
             AppEv::Linger(id) => return self.linger(id),
             AppEv::BatchDone(id) => return self.batch_done(id),
+            AppEv::StartBatching(epoch) => return self.start_batching(epoch),
             _ => {}
         }
         let App::Service(s) = &mut self.app else {
@@ -257,7 +260,10 @@ impl World<'_> {
                 s.start_calls(now, &mut self.queue);
                 None
             }
-            AppEv::Handler(..) | AppEv::Linger(_) | AppEv::BatchDone(_) => None,
+            AppEv::Handler(..)
+            | AppEv::Linger(_)
+            | AppEv::BatchDone(_)
+            | AppEv::StartBatching(_) => None,
         };
         if let Some((epoch, _)) = answer {
             self.drain_epoch(epoch);

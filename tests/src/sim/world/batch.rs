@@ -150,14 +150,26 @@ impl World<'_> {
         });
         if b.batching != Some(epoch) {
             b.batching = Some(epoch);
-            b.report.auto_touch_on += 1;
-            let limit = b.cfg.auto_touch_limit;
-            if let Some(c) = self.consumer.as_mut().filter(|c| c.epoch == epoch) {
-                let m = c.machine.as_mut();
-                timed(&mut self.core, || m.set_auto_touch(now, Some(limit)));
+            let after = b.cfg.auto_touch_after;
+            if after.is_zero() {
+                self.start_batching(epoch);
+            } else {
+                self.push(now + after, Ev::App(AppEv::StartBatching(epoch)));
             }
         }
         self.gather(false);
+    }
+
+    /// Consumer `epoch`'s batching starts: its auto-touch on, for the messages in flight too.
+    pub(super) fn start_batching(&mut self, epoch: u32) {
+        let now = self.now;
+        let Some(b) = self.batches() else { return };
+        b.report.auto_touch_on += 1;
+        let limit = b.cfg.auto_touch_limit;
+        if let Some(c) = self.consumer.as_mut().filter(|c| c.epoch == epoch) {
+            let m = c.machine.as_mut();
+            timed(&mut self.core, || m.set_auto_touch(now, Some(limit)));
+        }
     }
 
     /// The gatherer's turn, while a worker is free: the messages at hand into the batch,
@@ -188,6 +200,9 @@ impl World<'_> {
                     if !timed(&mut self.core, || m.is_full(now)) {
                         return;
                     }
+                    let early = (c.held.len() as u64) < u64::from(self.max_in_flight)
+                        && m.backoff_level() == 0;
+                    b.report.bound_early += u64::from(early);
                     BatchEnd::Bound
                 }
                 _ => BatchEnd::Stop,
