@@ -279,23 +279,26 @@ fn replay_flags(a: &Args) -> String {
 /// `--batch`: the batch world once per seed at `--nsqd`, and the summary over the seeds.
 fn batches(a: &Args, seeds: &[u64]) -> ExitCode {
     let start = Instant::now();
-    let (mut violations, mut worst) = (0u64, Duration::ZERO);
+    let (mut violations, mut worst, mut drain) = (0u64, Duration::ZERO, Duration::ZERO);
     let mut total = BatchReport::default();
     for &seed in seeds {
         let r = one(a, seed, a.nsqd);
         violations += u64::from(r.violation.is_some());
         worst = worst.max(r.worst_starvation);
+        let phase = config(a, seed, a.nsqd).fault_phase;
+        drain = drain.max(r.virtual_time.saturating_sub(phase));
         if let Some(b) = &r.batches {
             total.add(b);
         }
     }
     println!(
-        "batches: seeds={} nsqd={} max_in_flight={} {} worst_starvation_s={:.2} violations={violations} wall_s={:.0}",
+        "batches: seeds={} nsqd={} max_in_flight={} {} worst_starvation_s={:.2} worst_drain_s={:.0} violations={violations} wall_s={:.0}",
         seeds.len(),
         a.nsqd,
         a.max_in_flight,
         total.line(),
         worst.as_secs_f64(),
+        drain.as_secs_f64(),
         start.elapsed().as_secs_f64()
     );
     exit_code(violations)
