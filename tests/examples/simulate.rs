@@ -17,6 +17,15 @@
 //!
 //! A violation prints the seed, the step, what broke, and a shorter fault schedule that still
 //! breaks it; the run exits with status 1.
+//!
+//! `--batch MAX_MESSAGES[,LINGER_MS]` runs the batch world instead (issue 46: the application
+//! gathers batches, nsqd's msg_timeout is 2 s, the faults keep every link delivering; see
+//! `SimConfig::with_batches`), once per seed at `--nsqd`, with a line per seed and a summary:
+//!
+//! ```text
+//! cargo run --release -p nsq-test-broker --example simulate -- --batch 500,1000 --batch-workers 4 --nsqd 1000 --max-in-flight 2500 --busy --seeds 3
+//! batches: seeds=3 nsqd=1000 ... throughput=T/s size_mean=.. size_p50=.. size_p99=.. ended[full=.. bytes=.. bound=.. linger=.. stop=..] ... timeouts=0 violations=0
+//! ```
 
 #![allow(
     clippy::print_stdout,
@@ -29,7 +38,7 @@ use nsq_test_support::sim as sim_glue;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use nsq_test_broker::sim::{self, Report, SimConfig};
+use nsq_test_broker::sim::{self, BatchConfig, BatchReport, Report, SimConfig};
 
 struct Args {
     nsqd: usize,
@@ -46,6 +55,12 @@ struct Args {
     messages_per_nsqd: Option<usize>,
     client_rounds: bool,
     busy: bool,
+    /// The batch world's application (`--batch`).
+    batch: Option<BatchConfig>,
+    /// The fault phase's length (`--fault-phase`, seconds).
+    fault_phase: Option<u64>,
+    /// The batch application's noise (`--batch-noise`), by name.
+    batch_noise: Option<&'static str>,
 }
 
 fn parse() -> Result<Args, String> {
@@ -64,7 +79,12 @@ fn parse() -> Result<Args, String> {
         messages_per_nsqd: None,
         client_rounds: false,
         busy: false,
+        batch: None,
+        fault_phase: None,
+        batch_noise: None,
     };
+    let mut batch = BatchConfig::default();
+    let mut batching = false;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let (name, inline) = match flag.split_once('=') {
@@ -88,7 +108,7 @@ fn parse() -> Result<Args, String> {
             continue;
         }
         if name == "--help" || name == "-h" {
-            return Err("usage: simulate [--nsqd N] [--max-in-flight N] [--seeds N] [--first-seed N] [--seed N] [--faults N] [--starvation-bound SECONDS] [--messages-per-nsqd N] [--client-rounds] [--busy] [--campaign N [--max-nsqd N]] [--quiet] [--no-shrink]".into());
+            return Err("usage: simulate [--nsqd N] [--max-in-flight N] [--seeds N] [--first-seed N] [--seed N] [--faults N] [--starvation-bound SECONDS] [--messages-per-nsqd N] [--client-rounds] [--busy] [--fault-phase SECONDS] [--campaign N [--max-nsqd N]] [--quiet] [--no-shrink] [--batch MAX_MESSAGES[,LINGER_MS] [--batch-workers N] [--batch-bytes N] [--batch-service MS[,US_PER_MESSAGE]] [--batch-fail FRACTION] [--batch-noise jitter|bursts|slow] [--batch-touch-after MS]]".into());
         }
         let value = inline
             .or_else(|| it.next())
@@ -113,14 +133,52 @@ fn parse() -> Result<Args, String> {
             "--messages-per-nsqd" => {
                 a.messages_per_nsqd = Some(num(&value)?.clamp(1, 10_000) as usize);
             }
+            "--fault-phase" => a.fault_phase = Some(num(&value)?.clamp(1, 3_600)),
+            "--batch" => {
+                batching = true;
+                let (max, linger) = value.split_once(',').unwrap_or((value.as_str(), ""));
+                batch.max_messages = num(max)?.max(1) as usize;
+                if !linger.is_empty() {
+                    batch.linger = Duration::from_millis(num(linger)?);
+                }
+            }
+            "--batch-workers" => batch.workers = num(&value)?.clamp(1, 1_000) as usize,
+            "--batch-noise" => {
+                let kind = sim::NoiseKind::parse(&value)
+                    .ok_or_else(|| format!("--batch-noise: no kind {value:?}"))?;
+                batch.noise = kind.noise();
+                a.batch_noise = Some(kind.name());
+            }
+            "--batch-bytes" => batch.max_bytes = num(&value)?,
+            "--batch-touch-after" => batch.auto_touch_after = Duration::from_millis(num(&value)?),
+            "--batch-service" => {
+                let (fixed, per) = value.split_once(',').unwrap_or((value.as_str(), ""));
+                batch.service = Duration::from_millis(num(fixed)?);
+                if !per.is_empty() {
+                    batch.per_message = Duration::from_micros(num(per)?);
+                }
+            }
+            "--batch-fail" => {
+                batch.fail = value
+                    .parse::<f64>()
+                    .map_err(|_| format!("--batch-fail: not a fraction: {value:?}"))?
+                    .clamp(0.0, 1.0);
+            }
             other => return Err(format!("unknown flag {other}")),
         }
     }
+    a.batch = batching.then_some(batch);
     Ok(a)
 }
 
 fn config(a: &Args, seed: u64, nsqd: usize) -> SimConfig {
     let mut c = SimConfig::new(seed, nsqd, a.max_in_flight);
+    if let Some(b) = &a.batch {
+        c = c.with_batches(b.clone());
+    }
+    if let Some(s) = a.fault_phase {
+        c.fault_phase = Duration::from_secs(s);
+    }
     if let Some(f) = a.faults {
         c.faults = f;
     }
@@ -161,9 +219,10 @@ fn one(a: &Args, seed: u64, nsqd: usize) -> Report {
             println!("    at {:>8.3}s {:?}", f.at.as_secs_f64(), f.kind);
         }
         println!(
-            "  replay: cargo run --release -p nsq-test-broker --example simulate -- --seed {seed} --nsqd {nsqd} --max-in-flight {}{}",
+            "  replay: cargo run --release -p nsq-test-broker --example simulate -- --seed {seed} --nsqd {nsqd} --max-in-flight {}{}{}",
             a.max_in_flight,
-            if a.busy { " --busy" } else { "" }
+            if a.busy { " --busy" } else { "" },
+            replay_flags(a)
         );
     } else if !a.quiet {
         println!(
@@ -182,8 +241,76 @@ fn one(a: &Args, seed: u64, nsqd: usize) -> Report {
             us_per_msg(report.core_time, report.delivered),
             report.trace_hash
         );
+        if let Some(b) = &report.batches {
+            println!("  batches seed={seed}: {}", b.line());
+        }
     }
     report
+}
+
+/// The flags of `a` a replay needs besides the seed, size and max_in_flight.
+fn replay_flags(a: &Args) -> String {
+    let mut out = Vec::new();
+    if let Some(s) = a.fault_phase {
+        out.push(format!("--fault-phase {s}"));
+    }
+    if let Some(f) = a.faults {
+        out.push(format!("--faults {f}"));
+    }
+    if let Some(b) = &a.batch {
+        out.push(format!(
+            "--batch {},{} --batch-workers {} --batch-bytes {} --batch-service {},{} --batch-fail {} --batch-touch-after {}",
+            b.max_messages,
+            b.linger.as_millis(),
+            b.workers,
+            b.max_bytes,
+            b.service.as_millis(),
+            b.per_message.as_micros(),
+            b.fail,
+            b.auto_touch_after.as_millis()
+        ));
+    }
+    if let Some(n) = a.batch_noise {
+        out.push(format!("--batch-noise {n}"));
+    }
+    out.into_iter().flat_map(|f| [" ".to_owned(), f]).collect()
+}
+
+/// `--batch`: the batch world once per seed at `--nsqd`, and the summary over the seeds.
+fn batches(a: &Args, seeds: &[u64]) -> ExitCode {
+    let start = Instant::now();
+    let (mut violations, mut worst, mut drain) = (0u64, Duration::ZERO, Duration::ZERO);
+    let mut total = BatchReport::default();
+    for &seed in seeds {
+        let r = one(a, seed, a.nsqd);
+        violations += u64::from(r.violation.is_some());
+        worst = worst.max(r.worst_starvation);
+        let phase = config(a, seed, a.nsqd).fault_phase;
+        drain = drain.max(r.virtual_time.saturating_sub(phase));
+        if let Some(b) = &r.batches {
+            total.add(b);
+        }
+    }
+    println!(
+        "batches: seeds={} nsqd={} max_in_flight={} {} worst_starvation_s={:.2} worst_drain_s={:.0} violations={violations} wall_s={:.0}",
+        seeds.len(),
+        a.nsqd,
+        a.max_in_flight,
+        total.line(),
+        worst.as_secs_f64(),
+        drain.as_secs_f64(),
+        start.elapsed().as_secs_f64()
+    );
+    exit_code(violations)
+}
+
+/// Success without violations.
+fn exit_code(violations: u64) -> ExitCode {
+    if violations == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
 
 fn us_per_msg(t: Duration, msgs: u64) -> f64 {
@@ -208,6 +335,9 @@ fn main() -> ExitCode {
         Some(s) => vec![s],
         None => (a.first_seed..a.first_seed + a.seeds).collect(),
     };
+    if a.batch.is_some() {
+        return batches(&a, &seeds);
+    }
     let (mut violations, mut messages, mut worst) = (0u64, 0u64, Duration::ZERO);
     let (mut t_big, mut m_big, mut t_small, mut m_small) =
         (Duration::ZERO, 0u64, Duration::ZERO, 0u64);
@@ -252,11 +382,7 @@ fn main() -> ExitCode {
         a.nsqd,
         big / small.max(f64::MIN_POSITIVE)
     );
-    if violations == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    exit_code(violations)
 }
 
 /// `n` seeds, sizes spread from 1 to 1,000 nsqd (most small, some large).
@@ -330,11 +456,7 @@ fn campaign(a: &Args, n: u64) -> ExitCode {
         worst.as_secs_f64(),
         start.elapsed().as_secs_f64()
     );
-    if violations == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    exit_code(violations)
 }
 
 /// `--downstream`: the adaptive in-flight limit against a modelled downstream, over seeds and
@@ -556,11 +678,7 @@ fn downstream() -> ExitCode {
     println!(
         "downstream: seeds={seeds} worlds={worlds} worst_converge_s={worst_converge:.1} worst_throughput_vs_best={worst_tp:.3} worst_p99_vs_uncongested={worst_p99:.2} worst_reconverge_s={worst_reconverge:.1} worst_collapse_throughput_vs_best={worst_collapse:.3} static4x_collapse_throughput_vs_best={static4x_collapse:.3} violations={violations} worst_noise_throughput_vs_best={noise_tp} worst_noise_p99_vs_best_static={noise_p99}"
     );
-    if violations == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    exit_code(violations)
 }
 
 /// `250us`, `5ms`, `1.5s`.

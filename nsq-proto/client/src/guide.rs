@@ -275,7 +275,12 @@
 //!   waits for its answer (up to `drain_timeout`): nothing gathered is lost or left to time
 //!   out. Messages not yet taken into a batch are requeued at once.
 //! - **Many nsqd.** RDY is spread over the nsqd as without batches; a batch mixes the
-//!   messages of every nsqd, each answered on its own connection.
+//!   messages of every nsqd, each answered on its own connection. Where `max_in_flight` is
+//!   spread thin (a few RDY per nsqd), a backlog on one nsqd while the others are idle comes
+//!   in at about its RDY per batch, and each batch waits out its `linger` (the idle nsqd's
+//!   RDY could still bring messages, so the bound is not reached): keep `linger` short there,
+//!   or `max_in_flight` well above the number of nsqd (SIMULATION.md, "Batches across many
+//!   nsqd").
 //!
 //! `ConsumerHandle::batch_stats` counts batches, their messages, why each ended and the
 //! failed ones; `Event::BatchFailed` reports a batch that failed as a whole; the metrics

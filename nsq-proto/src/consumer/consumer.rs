@@ -167,8 +167,10 @@ impl Consumer {
     /// messages as the in-flight limit allows now, or a backoff window holds RDY at 0, or
     /// every ready connection has as many in flight as its RDY while no other connection is
     /// being opened and no RDY is to be handed out (backoff's RDY 1 while it tests the
-    /// water), or the consumer is closing. A batching handler should hand over what it
-    /// holds now rather than wait for more (see the batches of the client layer).
+    /// water), or the consumer is closing. Also true while no connection is open or being
+    /// opened (every nsqd is down or waiting to be reconnected): nothing can arrive before a
+    /// reconnect. A batching handler should hand over what it holds now rather than wait for
+    /// more (see the batches of the client layer).
     ///
     /// In constant time unless no RDY is left unused; then one look at every connection.
     pub fn is_full(&self, now: Instant) -> bool {

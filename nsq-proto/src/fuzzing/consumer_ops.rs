@@ -13,7 +13,8 @@ use std::time::Duration;
 
 /// Drives a [`Consumer`] with an arbitrary sequence of operations decoded from `data`:
 /// connections opening, failing, handshaking, delivering messages, errors and garbage;
-/// finishes, requeues with and without backoff, touches; `max_in_flight` changes; lookupd
+/// finishes, requeues with and without backoff, touches; `max_in_flight` changes; auto-touch
+/// turned on and off; lookupd
 /// replies (well-formed and garbage); disconnecting from nsqd and lookupds; time jumps; close.
 /// After every operation it checks the flow-control invariants (sum of RDY <= max_in_flight,
 /// RDY <= max_rdy_count per connection), that no directly added or connected nsqd was
@@ -136,6 +137,11 @@ pub fn consumer_ops(data: &[u8]) {
                     }
                 };
             }
+            // The top of the pick range turns auto-touch on or off (as batches do) instead.
+            13 if pick >= 0xe0 => {
+                let limit = (pick % 2 == 0).then(|| Duration::from_secs((pick % 5) as u64 + 1));
+                consumer.set_auto_touch(now, limit);
+            }
             13 => consumer.set_max_in_flight(now, u32::from(input.byte() % 12)),
             14 => {
                 let ms = u64::from(input.u16()) * 16;
@@ -202,6 +208,13 @@ pub fn consumer_ops(data: &[u8]) {
             }
         }
         check_invariants(&consumer, &direct);
+        // Holding every message max_in_flight allows, nothing more can come before an answer.
+        let held = u32::try_from(messages.len()).unwrap_or(u32::MAX);
+        let full = consumer.is_full(now);
+        assert!(
+            held < consumer.max_in_flight() || full,
+            "{held} held, not full"
+        );
     }
 }
 

@@ -57,6 +57,8 @@ pub struct Delivery {
     pub attempts: u16,
     /// Its nsqd timestamp (Unix nanoseconds).
     pub timestamp: i64,
+    /// The size of its body, in bytes.
+    pub len: u32,
 }
 
 /// What the consumer reports to the application.
@@ -138,6 +140,13 @@ pub trait SimConsumer: Machine {
     fn close(&mut self, now: Instant);
     /// The current backoff level (0: not backing off).
     fn backoff_level(&self) -> u32;
+    /// No message can arrive before the application answers one (nsq-proto's
+    /// `Consumer::is_full`: the in-flight bound is reached, every ready connection is at its
+    /// RDY, a backoff window, or closing). A batch waits for no more once it is.
+    fn is_full(&self, now: Instant) -> bool;
+    /// Turns auto-touch on (`Some(limit)`: messages touched before msg_timeout, for up to
+    /// `limit` since their delivery, those in flight now too) or off, while the consumer runs.
+    fn set_auto_touch(&mut self, now: Instant, limit: Option<Duration>);
     /// The in-flight limit in force (below max_in_flight when adaptive), if the consumer
     /// says.
     fn in_flight_limit(&self) -> Option<u32> {

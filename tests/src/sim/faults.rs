@@ -115,16 +115,27 @@ fn ms(r: &mut Rng, lo: u64, hi: u64) -> Duration {
     Duration::from_millis(r.range(lo, hi))
 }
 
-/// The faults of a run: `config.faults` of them, every kind drawn in turn, all healed before
-/// the fault phase ends.
+/// The kinds a batch world draws in turn (by their numbers in [`schedule`]): graceful stops,
+/// max_in_flight changes, lookupd outages, nsqd leaving the topic, resets, restarts. Not the
+/// silent or slowed links (a TOUCH that cannot arrive lets a message time out, whatever the
+/// consumer does) nor the handler faults (the batch application has its own failures).
+const BATCH_KINDS: [u64; 6] = [10, 9, 4, 5, 0, 2];
+
+/// The faults of a run: `config.faults` of them, every kind drawn in turn (in a batch world,
+/// those of [`BATCH_KINDS`]), all healed before the fault phase ends.
 pub fn schedule(config: &SimConfig) -> Vec<Fault> {
     let mut r = Rng::new(config.seed, 1);
     let phase = config.fault_phase.as_millis() as u64;
     let n = config.nsqd.max(1) as u64;
     let l = config.lookupds.max(1) as u64;
     let mut out = Vec::new();
-    // Some nsqd join the topic late.
-    let late = (config.nsqd / 20).min(config.faults);
+    // Some nsqd join the topic late (in a batch world, at most a quarter of its faults).
+    let most = if config.batch.is_some() {
+        config.faults / 4
+    } else {
+        config.faults
+    };
+    let late = (config.nsqd / 20).min(most);
     for _ in 0..late {
         let for_ = ms(&mut r, 1_000, phase / 2);
         out.push(Fault {
@@ -140,7 +151,12 @@ pub fn schedule(config: &SimConfig) -> Vec<Fault> {
         let at = Duration::from_millis(at_ms);
         let room = phase.saturating_sub(at_ms).max(1);
         let nsqd = r.below(n) as usize;
-        let kind = match k % 12 {
+        let kind_no = if config.batch.is_some() {
+            BATCH_KINDS[k % BATCH_KINDS.len()]
+        } else {
+            k as u64 % 12
+        };
+        let kind = match kind_no {
             1 => FaultKind::HalfOpen {
                 nsqd,
                 // Some outlast two heartbeats (the connection is given up), most do not.

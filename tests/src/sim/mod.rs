@@ -11,7 +11,8 @@
 //! One world runs every simulation (the `world` module: its event loop, the network, the
 //! nsqd, the clients under test, the application, the faults and the checks, each in a file
 //! of its own): the faulty world of [`run`] and the modelled downstream of [`run_downstream`]
-//! differ only in their setup and in the application under the consumer.
+//! differ only in their setup and in the application under the consumer. A third
+//! application gathers the messages into batches ([`BatchConfig`], [`SimConfig::batch`]).
 //!
 //! Invariants, checked after every step:
 //! * the application never holds more than `max_in_flight` messages, and the RDY counts the
@@ -27,6 +28,7 @@
 //! * the consumer's state stays within its connections and `max_in_flight`;
 //! * nothing panics.
 
+mod batches;
 mod client;
 mod downstream;
 mod faults;
@@ -34,6 +36,7 @@ mod noise;
 mod rng;
 mod world;
 
+pub use batches::{BatchConfig, BatchEnd, BatchReport};
 pub use client::{
     Act, Answer, ClientFactory, ConnRef, ConsumerNote, ConsumerSpec, Delivery, Footprint, Machine,
     PublishResult, SimConsumer, SimProducer,
@@ -89,6 +92,9 @@ pub struct SimConfig {
     /// `Some(floor)`: the consumer's in-flight limit is adaptive, between `floor` and
     /// max_in_flight (the invariants then hold against the limit in force).
     pub adaptive: Option<u32>,
+    /// `Some`: the application gathers messages into batches ([`BatchConfig`]) instead of
+    /// handling each on its own; see [`SimConfig::with_batches`].
+    pub batch: Option<BatchConfig>,
 }
 
 impl SimConfig {
@@ -111,7 +117,23 @@ impl SimConfig {
             starvation_bound: None,
             busy: false,
             adaptive: None,
+            batch: None,
         }
+    }
+
+    /// The batch world (issue 46): this run with `batch`'s application, nsqd's msg_timeout
+    /// 2 s (batches that linger or are handled longer must be auto-touched), and 8 faults of
+    /// the kinds that keep every link delivering (graceful stops, max_in_flight changes,
+    /// lookupd outages, nsqd leaving the topic, resets and restarts: a message can time out
+    /// only if the consumer fails to touch it). Besides the world's invariants, every step
+    /// checks that no message times out on nsqd, that the consumer says it is full
+    /// (`is_full`) whenever the application holds max_in_flight, that a failed batch raises
+    /// the backoff level by one at most, and that a stopped consumer closes with nothing held.
+    pub fn with_batches(mut self, batch: BatchConfig) -> Self {
+        self.batch = Some(batch);
+        self.msg_timeout = Duration::from_secs(2);
+        self.faults = 8;
+        self
     }
 
     /// The starvation bound the run checks: [`SimConfig::starvation_bound`] (`None`:

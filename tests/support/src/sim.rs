@@ -61,6 +61,7 @@ fn delivery(conn: ConnId, m: &Message) -> Delivery {
         id: *m.id.as_bytes(),
         attempts: m.attempts,
         timestamp: m.timestamp,
+        len: u32::try_from(m.body.len()).unwrap_or(u32::MAX),
     }
 }
 
@@ -199,6 +200,12 @@ impl SimConsumer for SimNsqConsumer {
     }
     fn backoff_level(&self) -> u32 {
         self.consumer.backoff_level()
+    }
+    fn is_full(&self, now: Instant) -> bool {
+        self.consumer.is_full(now)
+    }
+    fn set_auto_touch(&mut self, now: Instant, limit: Option<Duration>) {
+        self.consumer.set_auto_touch(now, limit);
     }
     fn in_flight_limit(&self) -> Option<u32> {
         Some(self.consumer.in_flight_limit())

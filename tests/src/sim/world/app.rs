@@ -1,6 +1,6 @@
 //! The application under the consumer: what a handler does with each message handed out.
 //!
-//! Two models ([`App`]):
+//! Three models ([`App`]):
 //! * **handlers** (the faulty world): each takes 20 us to 20 ms and finishes the message (0.2%
 //!   fail); while a fault says so, 30% take seconds (some outlast msg_timeout: the application
 //!   touches them first, or not), half fail, or 30% panic (requeued with backoff);
@@ -12,11 +12,18 @@
 //!   ([`crate::sim::noise`]) delays the handlers: jitter on each answer, stalls in which
 //!   nothing of the client runs (what nsqd sends is read at their end too), CPU time before
 //!   each call. A run measures the throughput and the handling latencies (hand-out to
-//!   answer) of a window.
+//!   answer) of a window;
+//! * **batches** ([`BatchConfig`](crate::sim::BatchConfig), in [`super::batch`]): messages
+//!   gathered into batches with the client layer's rules, each batch handled for a service
+//!   time and answered as a whole.
+//!
+//! Every model answers through [`World::answer_held`].
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use super::batch::Batches;
+use super::net::Who;
 use super::{Ev, Queue, World, timed};
 use crate::sim::client::{Answer, Delivery};
 use crate::sim::downstream::{DownstreamConfig, DownstreamReport};
@@ -28,6 +35,7 @@ use crate::sim::rng::Rng;
 pub(super) enum App {
     Handlers(Handlers),
     Service(Box<Service>),
+    Batches(Box<Batches>),
 }
 
 /// The faulty world's handlers.
@@ -74,6 +82,12 @@ pub(super) enum Outcome {
 pub(super) enum AppEv {
     /// A handler of consumer `epoch` is done.
     Handler(u32, Delivery, Outcome),
+    /// The batch being gathered (by its number) has lingered long enough.
+    Linger(u64),
+    /// A batch (by its number) is handled: it is answered.
+    BatchDone(u64),
+    /// Consumer `epoch`'s batching starts (auto-touch on), late.
+    StartBatching(u32),
     /// A service call is done.
     CallDone(u32, Delivery),
     /// A handler's CPU part is done (noise): its call waits for the service.
@@ -122,6 +136,7 @@ impl App {
         match self {
             App::Handlers(_) => t,
             App::Service(s) => s.noise.awake(t),
+            App::Batches(b) => b.noise.awake(t),
         }
     }
 
@@ -156,13 +171,16 @@ impl Service {
             };
             let excess = self.waiting.len() as f64;
             let slow = 1.0 + self.collapse * excess / f64::from(self.capacity.max(1));
-            // Service times vary by +-5% around the mean.
-            let jitter = 0.95 + 0.1 * (self.r.below(1_000) as f64 / 1_000.0);
-            let took = self.mean.mul_f64(slow * jitter);
+            let took = jittered(&mut self.r, self.mean.mul_f64(slow));
             self.running += 1;
             queue.push(now + took, Ev::App(AppEv::CallDone(epoch, d)));
         }
     }
+}
+
+/// A service time drawn around `mean`: service times vary by ±5%.
+pub(super) fn jittered(r: &mut Rng, mean: Duration) -> Duration {
+    mean.mul_f64(0.95 + 0.1 * (r.below(1_000) as f64 / 1_000.0))
 }
 
 impl World<'_> {
@@ -180,6 +198,7 @@ impl World<'_> {
         let now = self.now;
         match &mut self.app {
             App::Handlers(_) => self.schedule_handler(epoch, d),
+            App::Batches(_) => self.batch_message(epoch, d),
             App::Service(s) => {
                 if let Some(at) = s.noise.cpu_done(now) {
                     self.queue.push(at, Ev::App(AppEv::CpuDone(epoch, d)));
@@ -193,9 +212,12 @@ impl World<'_> {
 
     pub(super) fn app_event(&mut self, ev: AppEv) {
         let now = self.now;
-        if let AppEv::Handler(epoch, d, outcome) = ev {
-            self.handler_done(epoch, d, outcome);
-            return;
+        match ev {
+            AppEv::Handler(epoch, d, outcome) => return self.handler_done(epoch, d, outcome),
+            AppEv::Linger(id) => return self.linger(id),
+            AppEv::BatchDone(id) => return self.batch_done(id),
+            AppEv::StartBatching(epoch) => return self.start_batching(epoch),
+            _ => {}
         }
         let App::Service(s) = &mut self.app else {
             return;
@@ -238,7 +260,10 @@ impl World<'_> {
                 s.start_calls(now, &mut self.queue);
                 None
             }
-            AppEv::Handler(..) => None,
+            AppEv::Handler(..)
+            | AppEv::Linger(_)
+            | AppEv::BatchDone(_)
+            | AppEv::StartBatching(_) => None,
         };
         if let Some((epoch, _)) = answer {
             self.drain_epoch(epoch);
@@ -246,7 +271,7 @@ impl World<'_> {
     }
 
     /// Drains consumer `epoch`, the current one or a closed one.
-    fn drain_epoch(&mut self, epoch: u32) {
+    pub(super) fn drain_epoch(&mut self, epoch: u32) {
         if self.consumer.as_ref().is_some_and(|c| c.epoch == epoch) {
             self.drain_consumer();
         } else if let Some(i) = self.old_consumers.iter().position(|c| c.epoch == epoch) {
@@ -254,22 +279,47 @@ impl World<'_> {
         }
     }
 
-    /// A service handler finishes `d` (the consumer is drained by the caller).
-    fn service_answer(&mut self, epoch: u32, d: Delivery) {
+    /// The application answers `d`, handed out by consumer `epoch` (the current one or a
+    /// closed one), as `how`: traced, no longer held (unless touched), answered; a FIN the
+    /// consumer took marks it finished (in a world that follows every message). Returns when
+    /// it was handed out (if the application held it) and the consumer's result; `None` if
+    /// that consumer is gone. The caller drains the consumer.
+    pub(super) fn answer_held(
+        &mut self,
+        epoch: u32,
+        d: &Delivery,
+        how: Answer,
+    ) -> Option<(Option<Instant>, Result<(), String>)> {
+        self.trace(b'a', d.conn, &d.id);
+        let node = self.conn_node(Who::Consumer(epoch), d.conn);
         let now = self.now;
-        let key = (d.conn, d.id);
         let slot = if self.consumer.as_ref().is_some_and(|c| c.epoch == epoch) {
             self.consumer.as_mut()
         } else {
             self.old_consumers.iter_mut().find(|c| c.epoch == epoch)
-        };
-        let Some(slot) = slot else { return };
-        let Some(handed) = slot.held.remove(&key) else {
-            return;
+        }?;
+        let key = (d.conn, d.id);
+        let handed = if how == Answer::Touch {
+            slot.held.get(&key).copied()
+        } else {
+            slot.held.remove(&key)
         };
         let machine = slot.machine.as_mut();
-        let result = timed(&mut self.core, || machine.answer(now, &d, Answer::Finish));
-        self.trace(b'a', d.conn, &d.id);
+        let result = timed(&mut self.core, || machine.answer(now, d, how));
+        if how == Answer::Finish && result.is_ok() && self.load == super::Load::Published {
+            if let Some(n) = node {
+                self.finished.insert((n, d.id));
+            }
+        }
+        Some((handed, result))
+    }
+
+    /// A service handler finishes `d` (the consumer is drained by the caller).
+    fn service_answer(&mut self, epoch: u32, d: Delivery) {
+        let now = self.now;
+        let Some((Some(handed), result)) = self.answer_held(epoch, &d, Answer::Finish) else {
+            return;
+        };
         if let Err(e) = result {
             // Only possible if nsqd timed it out: a bug in a world that never does.
             self.violate(format!("a FIN was refused: {e}"));
@@ -319,45 +369,18 @@ impl World<'_> {
             Outcome::Fail | Outcome::Panic => Answer::Requeue { backoff: true },
             Outcome::Touch => Answer::Touch,
         };
-        self.trace(b'a', d.conn, &d.id);
-        let who = super::net::Who::Consumer(epoch);
-        let node = self.conn_node(who, d.conn);
-        let is_current = self.consumer.as_ref().is_some_and(|c| c.epoch == epoch);
-        let now = self.now;
-        let done = |slot: &mut super::clients::ConsumerSlot, t: &mut super::CoreClock| {
-            if how != Answer::Touch {
-                slot.held.remove(&(d.conn, d.id));
-            }
-            timed(t, || slot.machine.answer(now, &d, how))
-        };
-        let result = if is_current {
-            let c = self.consumer.as_mut().expect("current");
-            let r = done(c, &mut self.core);
-            self.drain_consumer();
-            r
-        } else if let Some(i) = self.old_consumers.iter().position(|c| c.epoch == epoch) {
-            let r = done(&mut self.old_consumers[i], &mut self.core);
-            self.drain_old(i);
-            r
-        } else {
+        if self.answer_held(epoch, &d, how).is_none() {
             return;
-        };
-        match (how, result) {
-            (Answer::Finish, Ok(())) => {
-                if let Some(n) = node {
-                    self.finished.insert((n, d.id));
-                }
-            }
-            (Answer::Touch, _) => {
-                // The handler goes on and finishes it later (within msg_timeout again if the
-                // TOUCH got through; its FIN fails otherwise, and nsqd redelivers it).
-                let App::Handlers(h) = &mut self.app else {
-                    return;
-                };
-                let at = self.now + Duration::from_millis(h.r.range(1, 20_000));
-                self.push(at, Ev::App(AppEv::Handler(epoch, d, Outcome::Finish)));
-            }
-            _ => {}
+        }
+        self.drain_epoch(epoch);
+        if how == Answer::Touch {
+            // The handler goes on and finishes it later (within msg_timeout again if the
+            // TOUCH got through; its FIN fails otherwise, and nsqd redelivers it).
+            let App::Handlers(h) = &mut self.app else {
+                return;
+            };
+            let at = self.now + Duration::from_millis(h.r.range(1, 20_000));
+            self.push(at, Ev::App(AppEv::Handler(epoch, d, Outcome::Finish)));
         }
     }
 

@@ -86,6 +86,10 @@ pub struct Report {
     pub fault_phase_rdy_commands: u64,
     /// See [`Report::fault_phase_rdy_commands`].
     pub fault_phase_delivered: u64,
+    /// The batch application's report, in a batch world ([`SimConfig::batch`]).
+    ///
+    /// [`SimConfig::batch`]: crate::sim::SimConfig::batch
+    pub batches: Option<crate::sim::BatchReport>,
 }
 
 /// The consumer's in-flight limit as it reports it (adaptive, or `max_in_flight`), for the
@@ -406,10 +410,10 @@ impl World<'_> {
             self.final_close = true;
             self.end_checks();
             self.closing_since = Some(self.now);
-            self.consumer_call(|c, now| c.close(now));
             if let Some(c) = self.consumer.as_mut() {
                 c.closing = true;
             }
+            self.consumer_call(|c, now| c.close(now));
         }
         let at = self.now + Duration::from_secs(1);
         self.push(at, Ev::Tick);
@@ -462,6 +466,7 @@ impl World<'_> {
         self.report.virtual_time = self.at();
         self.report.trace_hash = self.hash;
         self.report.core_time = self.core.total;
+        self.report.batches = self.batch_report();
         self.report
     }
 }

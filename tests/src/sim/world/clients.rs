@@ -160,6 +160,7 @@ impl World<'_> {
         }
         self.check_flow();
         self.check_limit();
+        self.after_drain_batches();
     }
 
     /// Drains a consumer that has closed (only closed consumers are kept as old ones): its
@@ -257,6 +258,7 @@ impl World<'_> {
                 let held = c.held.len();
                 c.closed = true;
                 self.closed_check(epoch, leftovers, held);
+                self.closed_batches(epoch, held);
                 if !self.final_close {
                     let at = self.now + Duration::from_millis(500);
                     self.push(at, Ev::StartConsumer);

@@ -11,10 +11,11 @@
 //!
 //! By concern: this file holds the world's state, its setups and the event loop; [`net`] the
 //! links, connections and nsqlookupd; [`nodes`] the nsqd and what is published to them;
-//! [`clients`] the consumer and producer under test; [`app`] the application; [`inject`] the
-//! faults; [`checks`] the invariants and the report.
+//! [`clients`] the consumer and producer under test; [`app`] the application (and [`batch`]
+//! the batch application); [`inject`] the faults; [`checks`] the invariants and the report.
 
 mod app;
+mod batch;
 mod checks;
 mod clients;
 mod inject;
@@ -251,11 +252,15 @@ pub fn run_with_faults(
         ..NsqdOptions::default()
     };
     let t0 = Instant::now();
+    let app = match &config.batch {
+        Some(b) => App::batches(b, config.seed, t0, config.nsqd),
+        None => App::handlers(config.seed),
+    };
     let mut world = World::new(
         config.clone(),
         faults.to_vec(),
         (Links::Regions, Timers::Deadlines, Load::Published, opts),
-        (t0, App::handlers(config.seed)),
+        (t0, app),
         factory,
     );
     world.run_caught();
@@ -563,8 +568,11 @@ impl<'f> World<'f> {
                 if self.nodes[i].timer_at.is_some_and(|t| t <= self.now) {
                     self.nodes[i].timer_at = None;
                     let now = self.now;
+                    let before = self.live_timeouts(i);
                     self.nodes[i].model.tick(now);
+                    let live = self.live_timeouts(i).saturating_sub(before);
                     self.after_node(i);
+                    self.check_timeouts(i, live);
                 }
             }
             Ev::Scan => self.scan(),
