@@ -190,7 +190,7 @@
 pub use nsq_client::prelude::*;
 #[doc(inline)]
 pub use nsq_client::{
-    AsyncStd, Cluster, Consumer, ConsumerBuilder, ConsumerHandle, Events, HttpClient, PendingCall,
-    PendingPublish, Producer, ProducerBuilder, guide,
+    AsyncStd, Batches, Cluster, Consumer, ConsumerBuilder, ConsumerHandle, Events, HttpClient,
+    PendingCall, PendingPublish, Producer, ProducerBuilder, guide,
 };
 pub use nsq_proto as proto;

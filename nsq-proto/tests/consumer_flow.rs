@@ -512,3 +512,78 @@ fn a_message_nsqd_sends_too_late_goes_back_unseen_and_keeps_its_attempts() {
         w.violations
     );
 }
+
+#[test]
+fn auto_touch_turned_on_while_a_message_is_in_flight_keeps_it_too() {
+    // A batch turns auto-touch on after its first messages arrived: they are touched as
+    // later deliveries are.
+    let mut w = auto_touch_world(None, SEC * 900, MS * 3500);
+    w.nsqds.get_mut(&addr(0)).unwrap().push(1, 1);
+    w.run_for(MS * 100);
+    assert_eq!(w.nsqds[&addr(0)].delivered, 1);
+    w.consumer.set_auto_touch(w.now, Some(SEC * 60));
+    w.run_for(SEC * 10);
+    w.assert_clean();
+    assert_eq!(w.nsqds[&addr(0)].delivered, 1);
+    assert_eq!(count(&w, |c| matches!(c, Cmd::Fin(_))), 1);
+    assert_eq!(count(&w, |c| matches!(c, Cmd::Touch(_))), 4);
+    assert_eq!(
+        w.count_events(|e| matches!(e, ConsumerEvent::MessageExpired { .. })),
+        0
+    );
+    // And off again: a new message is left to its msg_timeout.
+    w.consumer.set_auto_touch(w.now, None);
+    w.nsqds.get_mut(&addr(0)).unwrap().push(1, 1);
+    w.run_for(SEC * 3);
+    assert_eq!(
+        w.count_events(|e| matches!(e, ConsumerEvent::MessageExpired { .. })),
+        1
+    );
+}
+
+#[test]
+fn is_full_once_the_application_holds_what_the_bound_allows() {
+    let mut w = world(2, config(4), 0, Handler::Hold);
+    assert!(!w.consumer.is_full(w.now), "nothing held, RDY out");
+    for i in 0..2 {
+        w.nsqds.get_mut(&addr(i)).unwrap().push(1, 1);
+    }
+    w.run_for(MS * 50);
+    assert_eq!(w.held.len(), 2);
+    assert!(!w.consumer.is_full(w.now), "2 of 4 held");
+    for i in 0..2 {
+        w.nsqds.get_mut(&addr(i)).unwrap().push(5, 1);
+    }
+    w.run_for(MS * 50);
+    assert_eq!(w.held.len(), 4);
+    assert!(
+        w.consumer.is_full(w.now),
+        "4 of 4 held: nothing comes before an answer"
+    );
+    w.finish_held();
+    w.run_for(MS * 50);
+    // The answers made room: the rest of the pushed messages came and are held again.
+    assert_eq!(w.held.len(), 4);
+    assert!(w.consumer.is_full(w.now));
+    w.finish_held();
+    w.run_for(MS * 50);
+    // 12 pushed: the last 4.
+    assert_eq!(w.held.len(), 4);
+    w.finish_held();
+    w.run_for(MS * 50);
+    assert!(w.held.is_empty());
+    assert!(!w.consumer.is_full(w.now));
+    w.assert_clean();
+}
+
+#[test]
+fn is_full_in_a_backoff_window_and_while_closing() {
+    let mut w = world(1, config(10), 0, Handler::RequeueBackoff);
+    assert!(!w.consumer.is_full(w.now));
+    w.nsqds.get_mut(&addr(0)).unwrap().push(1, 1);
+    w.run_for(MS * 10);
+    assert!(w.consumer.in_backoff_window());
+    assert!(w.consumer.is_full(w.now), "RDY 0 everywhere");
+    w.consumer.close(w.now);
+    assert!(w.consumer.is_full(w.now));
+}

@@ -236,7 +236,7 @@
 pub use nsq_client::prelude::*;
 #[doc(inline)]
 pub use nsq_client::{
-    Cluster, Consumer, ConsumerBuilder, ConsumerHandle, Events, HttpClient, PendingCall,
+    Batches, Cluster, Consumer, ConsumerBuilder, ConsumerHandle, Events, HttpClient, PendingCall,
     PendingPublish, Producer, ProducerBuilder, Tokio, guide,
 };
 pub use nsq_proto as proto;

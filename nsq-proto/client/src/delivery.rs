@@ -204,6 +204,15 @@ impl<S: AnswerSink> Delivery<S> {
         });
     }
 
+    /// Its last answer, `kind` (`failed`: counted as a handler failure, as a handler's error
+    /// is): how a batch answers its messages.
+    pub(crate) fn answer_as(mut self, kind: AnswerKind, failed: bool) {
+        if failed {
+            self.origin.metrics.handler_failed();
+        }
+        self.send(kind);
+    }
+
     /// TOUCH: asks nsqd for more time (another msg_timeout).
     pub(crate) fn touch(&self) {
         self.origin

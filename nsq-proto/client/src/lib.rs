@@ -46,6 +46,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod answer;
+mod batch;
 pub mod blocking;
 mod builder;
 mod cluster;
@@ -74,9 +75,10 @@ mod sync;
 
 pub(crate) use answer::Answer;
 pub use answer::AnswerKind;
+pub use batch::{Batch, BatchEnd, BatchEntry, BatchOptions, BatchStats};
 pub use builder::{ConsumerBuilder, ProducerBuilder};
 pub use cluster::{ChannelStatsReport, Cluster, ClusterReport, TopicStatsReport};
-pub use consumer::{Consumer, ConsumerHandle};
+pub use consumer::{Batches, Consumer, ConsumerHandle};
 pub(crate) use delivery::{AnswerSink, Delivery, Origin};
 pub use error::{
     Backpressure, Error, HttpFailure, InputError, IntoChannel, IntoTopic, NodeFailure,

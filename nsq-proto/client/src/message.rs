@@ -90,6 +90,11 @@ impl Message {
         self.0.touch();
     }
 
+    /// Its last answer, `kind`, given for a batch (`failed`: counted as a handler failure).
+    pub(crate) fn answer_as(self, kind: AnswerKind, failed: bool) {
+        self.0.answer_as(kind, failed);
+    }
+
     /// Nobody will answer it now (the receiver is gone): requeued at once, silently.
     pub(crate) fn release(self) {
         self.0.release();

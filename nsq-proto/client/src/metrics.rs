@@ -125,6 +125,41 @@ mod on {
         }
     }
 
+    /// What a consumer's batches record: batches handed over (by why), their sizes and
+    /// lingers, and batches that failed as a whole.
+    #[derive(Debug, Clone)]
+    pub(crate) struct BatchMetrics {
+        ended: [Counter; 5],
+        failed: Counter,
+        size: Histogram,
+        linger: Histogram,
+    }
+
+    impl BatchMetrics {
+        /// A batch of `size` messages was handed over for `end`, `lingered` after its first
+        /// message.
+        pub(crate) fn handed_over(
+            &self,
+            end: crate::BatchEnd,
+            size: u64,
+            lingered: std::time::Duration,
+        ) {
+            if let Some(i) = crate::BatchEnd::ALL.iter().position(|e| *e == end) {
+                if let Some(c) = self.ended.get(i) {
+                    c.increment(1);
+                }
+            }
+            #[allow(clippy::cast_precision_loss, reason = "a batch size in a histogram")]
+            self.size.record(size as f64);
+            self.linger.record(lingered.as_secs_f64());
+        }
+
+        /// A batch failed as a whole.
+        pub(crate) fn failed(&self) {
+            self.failed.increment(1);
+        }
+    }
+
     /// The system's clock, for the times of the application's side (see the module's docs).
     #[allow(
         clippy::disallowed_methods,
@@ -253,6 +288,34 @@ mod on {
         /// What the messages of this consumer record their answers into.
         pub(crate) fn answers(&self) -> AnswerMetrics {
             self.answers.clone()
+        }
+
+        /// What this consumer's batches record into.
+        pub(crate) fn batches(&self) -> BatchMetrics {
+            let labels = [
+                ("topic", self.topic.clone()),
+                ("channel", self.channel.clone()),
+            ];
+            let histogram = |name: &'static str| {
+                if self.histograms {
+                    histogram!(name, &labels)
+                } else {
+                    Histogram::noop()
+                }
+            };
+            BatchMetrics {
+                ended: crate::BatchEnd::ALL.map(|end| {
+                    counter!(
+                        "nsq_consumer_batches_total",
+                        "topic" => self.topic.clone(),
+                        "channel" => self.channel.clone(),
+                        "end" => end.as_str()
+                    )
+                }),
+                failed: counter!("nsq_consumer_batches_failed_total", &labels),
+                size: histogram("nsq_consumer_batch_messages"),
+                linger: histogram("nsq_consumer_batch_linger_seconds"),
+            }
         }
 
         /// A message arrived during the round of `now`, published at `timestamp`
@@ -554,6 +617,17 @@ mod off {
         pub(crate) fn handler_failed(&self) {}
     }
 
+    /// Without the `metrics` feature: nothing.
+    #[derive(Debug, Clone, Copy, Default)]
+    pub(crate) struct BatchMetrics;
+
+    impl BatchMetrics {
+        #[inline]
+        pub(crate) fn handed_over(&self, _: crate::BatchEnd, _: u64, _: std::time::Duration) {}
+        #[inline]
+        pub(crate) fn failed(&self) {}
+    }
+
     /// Without the feature no time is kept.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub(crate) struct Timing;
@@ -589,6 +663,10 @@ mod off {
         #[inline]
         pub(crate) fn answers(&self) -> AnswerMetrics {
             AnswerMetrics
+        }
+        #[inline]
+        pub(crate) fn batches(&self) -> BatchMetrics {
+            BatchMetrics
         }
         #[inline]
         pub(crate) fn message_received(&mut self, _: Instant, _: i64) {}

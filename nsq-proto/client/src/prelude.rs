@@ -4,9 +4,9 @@
 //! adapter re-exports as `proto`.
 
 pub use super::{
-    Backpressure, ChannelStatsReport, ClusterReport, Error, Event, HISTOGRAM_BUCKETS, HandlerError,
-    HttpConfig, HttpFailure, InputError, IntoChannel, IntoTopic, Message, NodeFailure, StopReport,
-    TopicStatsReport,
+    Backpressure, Batch, BatchEnd, BatchEntry, BatchOptions, BatchStats, ChannelStatsReport,
+    ClusterReport, Error, Event, HISTOGRAM_BUCKETS, HandlerError, HttpConfig, HttpFailure,
+    InputError, IntoChannel, IntoTopic, Message, NodeFailure, StopReport, TopicStatsReport,
 };
 pub use nsq_proto::consumer::{BackoffStrategy, ConsumerStats, InFlightMode, NsqdState, NsqdStats};
 pub use nsq_proto::http;

@@ -28,6 +28,9 @@ pub(crate) struct AdapterConfig<C> {
     pub local_addr: Option<std::net::SocketAddr>,
     /// Whether the client's metrics include its histograms (`metrics_histograms`).
     pub histograms: bool,
+    /// How long a consumer's messages are auto-touched at most (`auto_touch_limit`), kept
+    /// whether `auto_touch` is on or not: batches turn auto-touch on.
+    pub auto_touch_limit: Duration,
 }
 
 impl<C: Default> Default for AdapterConfig<C> {
@@ -39,6 +42,7 @@ impl<C: Default> Default for AdapterConfig<C> {
             write_timeout: defaults.write_timeout,
             local_addr: defaults.local_addr,
             histograms: defaults.metrics_histograms,
+            auto_touch_limit: defaults.auto_touch_limit,
         }
     }
 }
@@ -68,6 +72,7 @@ pub(crate) fn consumer_config(
         write_timeout: config.write_timeout,
         local_addr: config.local_addr,
         histograms: config.metrics_histograms,
+        auto_touch_limit: config.auto_touch_limit,
     })
 }
 
@@ -86,6 +91,7 @@ pub(crate) fn producer_config(
         write_timeout: config.write_timeout,
         local_addr: config.local_addr,
         histograms: config.metrics_histograms,
+        auto_touch_limit: config.auto_touch_limit,
     })
 }
 
@@ -117,6 +123,8 @@ pub(crate) struct ConsumerSetup {
     pub write_timeout: Duration,
     /// The local address to connect from (go-nsq `local_addr`).
     pub local_addr: Option<std::net::SocketAddr>,
+    /// How long batches keep their messages auto-touched (`auto_touch_limit`).
+    pub auto_touch_limit: Duration,
     /// Whether its metrics include histograms (`metrics_histograms`).
     pub histograms: bool,
     /// The builder's own settings, which win over the configuration's whatever the order
@@ -171,6 +179,8 @@ pub(crate) struct ConsumerStart {
     pub span: tracing::Span,
     /// Its metrics (labelled with its topic and channel).
     pub metrics: crate::metrics::ConsumerMetrics,
+    /// How long batches keep their messages auto-touched (`auto_touch_limit`).
+    pub auto_touch_limit: Duration,
 }
 
 impl ConsumerSetup {
@@ -196,6 +206,7 @@ impl ConsumerSetup {
             write_timeout: defaults.write_timeout,
             local_addr: defaults.local_addr,
             histograms: defaults.histograms,
+            auto_touch_limit: defaults.auto_touch_limit,
             set: SetByBuilder::default(),
             runtime: crate::runtime::RuntimeChoice::default(),
         }
@@ -223,6 +234,7 @@ impl ConsumerSetup {
                 self.write_timeout = c.write_timeout;
                 self.local_addr = c.local_addr;
                 self.histograms = c.histograms;
+                self.auto_touch_limit = c.auto_touch_limit;
             }
             Err(e) => self.config = Err(e.into()),
         }
@@ -263,6 +275,7 @@ impl ConsumerSetup {
             local_addr: self.local_addr,
             span,
             metrics,
+            auto_touch_limit: self.auto_touch_limit,
         })
     }
 }

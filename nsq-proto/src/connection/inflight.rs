@@ -408,6 +408,30 @@ impl InFlight {
         }
     }
 
+    /// Gives every message in flight an auto-touch timer at its current deadline (auto-touch
+    /// turned on while messages are in flight), or takes every one away (`touch` false).
+    pub(crate) fn set_touch_all(&mut self, touch: bool) {
+        if !touch {
+            self.touches.clear();
+            for e in &mut self.entries {
+                e.touch = None;
+            }
+            return;
+        }
+        let slots: Vec<u32> = self.map.iter().copied().collect();
+        for i in slots {
+            let Some(e) = self.entries.get(i as usize).copied() else {
+                continue;
+            };
+            if e.touch.is_none() {
+                let t = self.touches.push(e.id, e.deadline);
+                if let Some(e) = self.entries.get_mut(i as usize) {
+                    e.touch = Some(t);
+                }
+            }
+        }
+    }
+
     pub(crate) fn clear(&mut self) {
         self.map.clear();
         self.entries.clear();

@@ -482,6 +482,26 @@ impl Connection {
         Ok(())
     }
 
+    /// Turns auto-touch on (`Some(limit)`: see the consumer's `auto_touch_limit`) or off
+    /// while the connection runs. Turned on, the messages already in flight are touched too,
+    /// a little before their deadline, as every later delivery is.
+    pub fn set_auto_touch(&mut self, now: Instant, limit: Option<Duration>) {
+        let _ = self.clock(now);
+        if self.config.auto_touch.is_some() == limit.is_some() {
+            self.config.auto_touch = limit;
+            return;
+        }
+        self.config.auto_touch = limit;
+        self.inflight.set_touch_all(limit.is_some());
+    }
+
+    /// How long the connection keeps touching its messages on its own (`auto_touch`), or
+    /// `None` when it does not.
+    #[must_use]
+    pub fn auto_touch_limit(&self) -> Option<Duration> {
+        self.config.auto_touch
+    }
+
     /// The deadline a TOUCH at `now` gives a message: now + msg_timeout, but nsqd never
     /// extends a message beyond delivery + max_msg_timeout, and never shortens it.
     fn touched_deadline(&self, now: Instant, current: Instant, delivered: Instant) -> Instant {

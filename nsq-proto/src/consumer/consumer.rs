@@ -163,6 +163,50 @@ impl Consumer {
         self.shared.slots.live_counts().starved > 0
     }
 
+    /// True when no message can arrive before the application answers one: it holds as many
+    /// messages as the in-flight limit allows now, or every ready connection has as many in
+    /// flight as its RDY (a backoff window's RDY 0, backoff's RDY 1 while it tests the water,
+    /// the turns of the low-RDY rotation), or the consumer is closing. A batching handler
+    /// should hand over what it holds now rather than wait for more (see the batches of the
+    /// client layer).
+    ///
+    /// In constant time unless the running sums say a connection's RDY was lowered below
+    /// what it has in flight; then one look at every connection.
+    pub fn is_full(&self, now: Instant) -> bool {
+        if self.shared.closing {
+            return true;
+        }
+        let held = self.shared.handed_total + self.shared.ghost_shares;
+        if held >= u64::from(self.limit.hand_out_bound(now)) {
+            return true;
+        }
+        let live = self.shared.slots.live_counts();
+        if live.in_flight < live.rdy {
+            // Some ready connection has room: in flight below its RDY.
+            return false;
+        }
+        !self
+            .shared
+            .slots
+            .iter()
+            .any(|(_, s)| s.is_ready() && s.unanswered() < u64::from(s.rdy()))
+    }
+
+    /// Turns auto-touch on (`Some(limit)`, as the `auto_touch` and `auto_touch_limit`
+    /// options) or off while the consumer runs, on every connection and the ones it opens
+    /// later. Turned on, the messages in flight now are touched too, a little before their
+    /// deadline, for up to `limit` since their delivery (nsqd's max_msg_timeout caps it).
+    /// The client layer's batches turn it on: their messages wait for the batch to fill.
+    pub fn set_auto_touch(&mut self, now: Instant, limit: Option<Duration>) {
+        self.shared.config.connection.auto_touch = limit;
+        let ids: Vec<ConnId> = self.shared.slots.keys().copied().collect();
+        for id in ids {
+            if let Some(c) = self.shared.slots.get_mut(id).and_then(|s| s.conn.as_mut()) {
+                c.set_auto_touch(now, limit);
+            }
+        }
+    }
+
     /// The current backoff level (0 = full speed).
     #[inline]
     pub fn backoff_level(&self) -> u32 {

@@ -19,6 +19,8 @@ pub mod sim;
 #[cfg(feature = "client")]
 pub mod adaptive;
 #[cfg(feature = "client")]
+pub mod batches;
+#[cfg(feature = "client")]
 pub mod conformance;
 #[cfg(feature = "client")]
 pub mod driver_end;

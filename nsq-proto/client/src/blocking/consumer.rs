@@ -2,7 +2,9 @@
 
 use super::{Events, call, call_for, wait_ended};
 use crate::StopReport;
+use crate::batch::{Runner, shared_of};
 use crate::runtime::{Calls, Runtime};
+use crate::{Batch, BatchOptions, BatchStats};
 use crate::{ConsumerSetup, Error, HandlerError, IntoChannel, IntoTopic, Message, Outcome};
 use nsq_proto::Config;
 use nsq_proto::consumer::{ConsumerConfig, ConsumerStats};
@@ -111,6 +113,11 @@ impl ConsumerHandle {
     /// Changes max_in_flight at runtime (0 pauses the consumer).
     pub fn set_max_in_flight(&self, n: u32) {
         self.0.set_max_in_flight(n);
+    }
+
+    /// The batches handed over so far ([`BatchStats`]).
+    pub fn batch_stats(&self) -> BatchStats {
+        self.0.batch_stats()
     }
 
     /// True when some connection has nearly as many messages in flight as its RDY: a
@@ -255,6 +262,19 @@ impl Consumer {
         }
     }
 
+    /// The next batch of messages ([`BatchOptions`]: at most `max_messages` and
+    /// `max_bytes`, handed over `linger` after its first message at the latest, or as soon as
+    /// nothing more can arrive before an answer), waiting as long as it takes; `None` once
+    /// the consumer is stopped. After a stop, the partial batch comes first: answer it, the
+    /// drain waits for it.
+    ///
+    /// Answer the batch ([`Batch::finish`], [`Batch::requeue`], [`Batch::answer`]); one
+    /// dropped unanswered is requeued. Batches turn the consumer's `auto_touch` on: their
+    /// messages are touched before `msg_timeout` while the batch fills and is handled.
+    pub fn recv_batch(&mut self, options: &BatchOptions) -> Option<Batch> {
+        self.inner.recv_batch_blocking(options)
+    }
+
     /// An iterator over the messages (blocking in `next`), ending once the consumer is
     /// stopped.
     pub fn iter(&mut self) -> Iter<'_> {
@@ -314,6 +334,68 @@ impl Consumer {
                 if let Err(e) = spawned {
                     handle.in_span(|| {
                         tracing::error!(error = %e, "could not start a handler thread");
+                    });
+                }
+            }
+        });
+        // Every worker saw the stop; messages still queued are requeued at once.
+        self.stop()
+    }
+}
+
+impl Consumer {
+    /// Runs `handler` on batches of messages ([`BatchOptions`]), on a pool of `workers`
+    /// threads, until the consumer is stopped (through a [`ConsumerHandle`]); returns once
+    /// every handler has returned and the consumer has stopped. One thread gathers a batch
+    /// at a time, while the others handle theirs.
+    ///
+    /// The handler's result answers its batch: `Ok(())` finishes every message, except those
+    /// marked otherwise ([`Batch::iter_mut`], [`BatchEntry`](crate::BatchEntry): failed or
+    /// requeued on their own); an `Err` requeues the batch (as [`HandlerError`] says: its
+    /// delay, with backoff unless [`HandlerError::without_backoff`]), counted once for
+    /// backoff; a panic requeues it with backoff. The handler may also answer the batch
+    /// itself ([`Batch::finish`], ...); its result then changes nothing. On stop, the partial
+    /// batch is handed to a handler, and the drain waits for its answer. `max_in_flight`
+    /// bounds what all the batches hold together: below `max_messages x workers`, batches
+    /// are handed over as soon as the bound is reached, smaller than `max_messages`.
+    pub fn run_batch<H>(mut self, workers: usize, options: BatchOptions, handler: H) -> StopReport
+    where
+        H: Fn(Batch) -> Result<(), HandlerError> + Sync,
+    {
+        let handle = self.inner.handle();
+        handle.warn_if_batches_capped(workers, &options);
+        let handle = &handle;
+        let shared = Mutex::new(&mut self);
+        std::thread::scope(|scope| {
+            for i in 0..workers.max(1) {
+                let (shared, handler, options) = (&shared, &handler, &options);
+                let spawned = std::thread::Builder::new()
+                    .name(format!("nsqb-batch-{i}"))
+                    .spawn_scoped(scope, move || {
+                        // One worker at a time gathers the next batch.
+                        let next = || {
+                            shared
+                                .lock()
+                                .unwrap_or_else(PoisonError::into_inner)
+                                .recv_batch(options)
+                        };
+                        while let Some(mut batch) = next() {
+                            let runner = Arc::new(Runner::default());
+                            batch.run_by(runner.clone());
+                            let batches = shared_of(&batch);
+                            let run = batches.span().in_scope(|| {
+                                handle.as_handler(|| {
+                                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                        handler(batch)
+                                    }))
+                                })
+                            });
+                            runner.handler_returned(&Outcome::caught(run), &batches);
+                        }
+                    });
+                if let Err(e) = spawned {
+                    handle.in_span(|| {
+                        tracing::error!(error = %e, "could not start a batch handler thread");
                     });
                 }
             }

@@ -3,11 +3,12 @@
 //! the application's commands and answers and turns its events into messages, stats, events
 //! and replies.
 
+use crate::batch::BatchShared;
 use crate::driver::Logic;
 use crate::events::{Event, EventHub};
 use crate::message::{AnswerChannel, Message};
-use crate::metrics::ConsumerMetrics;
-use crate::sync::{Inbox, Mailbox, ReplyTx};
+use crate::metrics::{BatchMetrics, ConsumerMetrics};
+use crate::sync::{Inbox, Mailbox, ReplyTx, lock};
 use crate::{
     Answer, AnswerKind, AnswerSink, Delivery, Error, GiveUpHook, Origin, StopReport,
     log_consumer_event, log_max_in_flight,
@@ -39,6 +40,9 @@ pub(super) enum Control {
     DisconnectNsqd(String, Reply<Result<(), ConsumerError>>),
     DisconnectLookupd(String, Reply<Result<(), ConsumerError>>),
     SetMaxInFlight(u32),
+    /// The application gathers batches: auto-touch on, and the driver publishes
+    /// [`Bridge::full`].
+    Batching,
     Stop(Option<Reply<StopReport>>),
     /// Every handle is gone: shut down gracefully.
     Dropped,
@@ -65,11 +69,49 @@ pub(super) struct Bridge {
     pub(super) events: EventHub,
     /// The consumer's span, for what its handles log on the application's tasks.
     pub(super) span: tracing::Span,
+    /// Someone gathers batches (the driver then keeps `full` up to date).
+    pub(super) batching: AtomicBool,
+    /// No message can arrive before the application answers one (the core's
+    /// `is_full`), as of the driver's last round: a batch stops waiting for more.
+    pub(super) full: AtomicBool,
+    /// Batches waiting for `full`, woken when it turns true.
+    pub(super) full_waiters: Mutex<Vec<std::task::Waker>>,
+    /// The batches' counters, metrics and span.
+    pub(super) batches: Arc<BatchShared>,
 }
 
 impl Bridge {
-    pub(super) fn new(inbox: Arc<Inbox<Input>>, max_in_flight: u32, span: tracing::Span) -> Bridge {
+    /// Wakes `waker` when [`full`](Self::full) turns true, and says whether it is true now
+    /// (registered first, so no change slips in between).
+    pub(super) fn poll_full(&self, waker: &std::task::Waker) -> bool {
+        {
+            let mut waiters = lock(&self.full_waiters);
+            if !waiters.iter().any(|w| w.will_wake(waker)) {
+                waiters.push(waker.clone());
+            }
+        }
+        self.full.load(Ordering::Acquire)
+    }
+
+    /// Publishes `full` (the driver's); a change to true wakes the batches waiting.
+    fn set_full(&self, full: bool) {
+        if self.full.swap(full, Ordering::AcqRel) != full && full {
+            let waiters = std::mem::take(&mut *lock(&self.full_waiters));
+            waiters.into_iter().for_each(std::task::Waker::wake);
+        }
+    }
+
+    pub(super) fn new(
+        inbox: Arc<Inbox<Input>>,
+        max_in_flight: u32,
+        span: tracing::Span,
+        batch_metrics: BatchMetrics,
+    ) -> Bridge {
         Bridge {
+            batching: AtomicBool::new(false),
+            full: AtomicBool::new(false),
+            full_waiters: Mutex::new(Vec::new()),
+            batches: Arc::new(BatchShared::new(batch_metrics, span.clone())),
             span,
             inbox,
             stopping: AtomicBool::new(false),
@@ -146,6 +188,10 @@ pub(super) struct ConsumerLogic {
     metrics: ConsumerMetrics,
     /// When the per-nsqd rows of the published stats were last written.
     rows_at: Option<Instant>,
+    /// The application gathers batches: [`Bridge::full`] is kept up to date.
+    batching: bool,
+    /// How long batches keep their messages auto-touched (`auto_touch_limit`).
+    auto_touch_limit: Duration,
     /// A round changed the counters since then (the rows may be behind).
     rows_behind: bool,
     /// The published totals as they were before this round first published them (when it
@@ -192,12 +238,15 @@ impl ConsumerLogic {
         mailbox: Arc<Mailbox<Message>>,
         give_up: Option<GiveUpHook>,
         metrics: ConsumerMetrics,
+        auto_touch_limit: Duration,
     ) -> ConsumerLogic {
         ConsumerLogic {
             machine,
             shared,
             mailbox,
             handing_out: true,
+            batching: false,
+            auto_touch_limit,
             outgoing: VecDeque::new(),
             origins: BTreeMap::new(),
             stop_waiters: Vec::new(),
@@ -307,6 +356,13 @@ impl ConsumerLogic {
         self.machine.close(now);
         for m in std::mem::take(&mut self.outgoing) {
             self.requeue_now(now, m);
+        }
+    }
+
+    /// Keeps [`Bridge::full`] up to date while the application gathers batches.
+    fn publish_full(&self, now: Instant) {
+        if self.batching {
+            self.shared.set_full(self.machine.is_full(now));
         }
     }
 
@@ -447,6 +503,18 @@ impl Logic for ConsumerLogic {
                     self.machine.set_max_in_flight(now, n);
                     self.shared.max_in_flight.store(n, Ordering::Relaxed);
                 }
+                Control::Batching => {
+                    self.batching = true;
+                    if self.machine.config().connection.auto_touch.is_none() {
+                        let limit = self.auto_touch_limit;
+                        tracing::debug!(
+                            ?limit,
+                            "batches: auto-touch on (messages wait for their batch to fill)"
+                        );
+                        self.machine.set_auto_touch(now, Some(limit));
+                    }
+                    self.publish_full(now);
+                }
                 Control::Stop(reply) => {
                     self.stop_waiters.extend(reply);
                     self.begin_stop(now);
@@ -525,6 +593,8 @@ impl Logic for ConsumerLogic {
         if self.outgoing.is_empty() {
             return false;
         }
+        // Before the messages: a batch that takes them then sees whether more can come.
+        self.publish_full(now);
         self.publish_totals();
         if let Some(at) = self.metrics.hand_out_time() {
             for m in &mut self.outgoing {
@@ -547,6 +617,7 @@ impl Logic for ConsumerLogic {
     }
 
     fn after_round(&mut self, now: Instant) {
+        self.publish_full(now);
         let starved = self.machine.is_starved();
         self.shared.starved.store(starved, Ordering::Relaxed);
         let level = self.machine.backoff_level();

@@ -2,7 +2,10 @@
 //! application. The logic of its driver around the core [`Consumer`](nsq_proto::Consumer)
 //! is in `logic`.
 
+mod batches;
 mod logic;
+
+pub use batches::Batches;
 
 use crate::driver::{self, Net};
 use crate::events::Events;
@@ -49,6 +52,7 @@ pub(crate) fn start(setup: ConsumerSetup, calls: Calls) -> Result<Consumer, Erro
         inbox.clone(),
         start.machine.max_in_flight(),
         start.span.clone(),
+        start.metrics.batches(),
     ));
     let logic = ConsumerLogic::new(
         start.machine,
@@ -56,6 +60,7 @@ pub(crate) fn start(setup: ConsumerSetup, calls: Calls) -> Result<Consumer, Erro
         mailbox.clone(),
         start.give_up,
         start.metrics,
+        start.auto_touch_limit,
     );
     let net = Net::new(
         runtime.clone(),
@@ -234,6 +239,12 @@ impl ConsumerHandle {
         let _ = self.control(Control::SetMaxInFlight(n));
     }
 
+    /// The batches handed over so far ([`BatchStats`](crate::BatchStats)): how many, their
+    /// messages, why each ended, the failed ones, the largest.
+    pub fn batch_stats(&self) -> crate::BatchStats {
+        self.shared().batches.stats()
+    }
+
     /// True when some connection has nearly as many messages in flight as its RDY: a batching
     /// handler should process what it has now.
     pub fn is_starved(&self) -> bool {
@@ -370,6 +381,9 @@ struct MessageReceiver {
     /// Take every queued message at once (the consumer's own receiver), or one at a time
     /// (workers sharing the mailbox).
     batch: bool,
+    /// A message taken for a batch that had no room for it (`max_bytes`): the next one's
+    /// first.
+    carried: Option<Message>,
 }
 
 impl MessageReceiver {
@@ -379,6 +393,7 @@ impl MessageReceiver {
             shared,
             local: VecDeque::new(),
             batch,
+            carried: None,
         }
     }
 
@@ -395,6 +410,10 @@ impl MessageReceiver {
             // Messages not taken yet are requeued at once so the drain is quick.
             self.discard();
             return Poll::Ready(None);
+        }
+        if let Some(m) = self.carried.take() {
+            // Taken already.
+            return Poll::Ready(Some(m));
         }
         match super::sync::pop_front(&mut self.local) {
             Some(mut m) => {
@@ -432,6 +451,9 @@ impl MessageReceiver {
     /// Requeues at once (no delay, no backoff) every message received but not taken: the
     /// application never saw them.
     fn discard(&mut self) {
+        if let Some(m) = self.carried.take() {
+            m.release();
+        }
         self.local.drain(..).for_each(Message::release);
         self.mailbox
             .take_all()
@@ -446,6 +468,9 @@ impl MessageReceiver {
 
 impl Drop for MessageReceiver {
     fn drop(&mut self) {
+        if let Some(m) = self.carried.take() {
+            m.release();
+        }
         self.local.drain(..).for_each(Message::release);
         if self.mailbox.remove_receiver() {
             // The last receiver: nobody will take what is queued (the driver pushes nothing
@@ -586,6 +611,9 @@ impl Consumer {
         // The driver closes the mailbox when it starts stopping; every message still queued
         // is requeued at once.
         let receiver = &mut self.receiver;
+        if let Some(m) = receiver.carried.take() {
+            m.release();
+        }
         receiver.local.drain(..).for_each(Message::release);
         std::future::poll_fn(|cx| {
             loop {

@@ -1,0 +1,37 @@
+//! `run_batch` on nsq-tokio (the shared scenarios of nsq-test-support; against a real nsqd
+//! when `NSQD_TCP_ADDRESS` is set).
+
+#[path = "support/exec.rs"]
+mod exec;
+
+use nsq_test_support::batches::{self, AsyncRunner};
+
+#[test]
+fn batches_fill_and_finish() {
+    batches::batches_fill_and_finish(&AsyncRunner(exec::tokio()));
+}
+
+#[test]
+fn the_bound_hands_batches_over() {
+    batches::the_bound_hands_batches_over(&AsyncRunner(exec::tokio()));
+}
+
+#[test]
+fn auto_touch_keeps_a_slow_batch() {
+    batches::auto_touch_keeps_a_slow_batch(&AsyncRunner(exec::tokio()));
+}
+
+#[test]
+fn a_stop_hands_over_the_partial_batch() {
+    batches::a_stop_hands_over_the_partial_batch(&AsyncRunner(exec::tokio()));
+}
+
+#[test]
+fn single_messages_fail_while_the_rest_finish() {
+    batches::single_messages_fail_while_the_rest_finish(&AsyncRunner(exec::tokio()));
+}
+
+#[test]
+fn a_failed_batch_backs_off_once() {
+    batches::a_failed_batch_backs_off_once(&AsyncRunner(exec::tokio()));
+}
