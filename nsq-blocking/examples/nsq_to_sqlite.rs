@@ -671,7 +671,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Stops the consumer on the first SIGINT or SIGTERM; exits at once on the second.
 #[cfg(unix)]
-fn stop_on_signals(handle: ConsumerHandle) {
+fn stop_on_signals(handle: &ConsumerHandle) {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let mut signals = match signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) {
         Ok(s) => s,
@@ -696,7 +696,7 @@ fn stop_on_signals(handle: ConsumerHandle) {
 }
 
 #[cfg(not(unix))]
-fn stop_on_signals(_handle: ConsumerHandle) {}
+fn stop_on_signals(_handle: &ConsumerHandle) {}
 
 fn options(flags: &Flags) -> Result<Options, String> {
     let topic = flags.string("topic", "");
@@ -775,7 +775,7 @@ fn main() {
                 opts.config.max_in_flight
             ),
         );
-        consume(&opts, stop_on_signals)
+        consume(&opts, |handle| stop_on_signals(&handle))
     });
     match result {
         Ok((_, 0)) => {}

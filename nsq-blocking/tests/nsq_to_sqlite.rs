@@ -12,7 +12,7 @@
 #[path = "../examples/nsq_to_sqlite.rs"]
 mod tool;
 
-use nsq_blocking::{Batch, BatchOptions, Config, Consumer};
+use nsq_blocking::{Batch, BatchOptions, Config, Consumer, ConsumerHandle};
 use nsq_test_broker::Nsqd;
 use nsq_test_broker::scenarios::{WAIT, eventually, run_within};
 use rusqlite::Connection;
@@ -103,10 +103,13 @@ fn publish_numbered(nsqd: &Nsqd, topic: &str, n: usize) -> HashSet<String> {
 
 /// The tool's `consume`, stopped by the test once `until` returns (a panic in `until` stops it
 /// too, and fails the test once `consume` has returned).
-fn consume_until(opts: &Options, until: impl FnOnce() + Send + 'static) -> (tool::Totals, usize) {
+fn consume_until(
+    opts: &Options,
+    until: impl FnOnce(&ConsumerHandle) + Send + 'static,
+) -> (tool::Totals, usize) {
     let (tx, rx) = std::sync::mpsc::channel();
     let result = tool::consume(opts, move |handle| {
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(until));
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| until(&handle)));
         handle.stop();
         let _ = tx.send(outcome);
     })
@@ -132,7 +135,7 @@ fn row_count(path: &std::path::Path) -> i64 {
 #[test]
 fn every_message_has_its_row_and_refused_rows_fail_alone() {
     run_within(LIMIT, || {
-        let nsqd = Nsqd::start().unwrap();
+        let nsqd = Arc::new(Nsqd::start().unwrap());
         let db = TempDb::new("rows");
         let topic = "to_sqlite_rows";
         let bodies = publish_numbered(&nsqd, topic, 300);
@@ -140,8 +143,14 @@ fn every_message_has_its_row_and_refused_rows_fail_alone() {
         nsqd.publish(topic, b"\xff\xfe not text");
         let opts = options(&nsqd, topic, &db, 100);
         let path = db.0.clone();
-        let (totals, unanswered) = consume_until(&opts, move || {
-            wait_for("300 rows", || row_count(&path) == 300);
+        let watched = nsqd.clone();
+        let (totals, unanswered) = consume_until(&opts, move |_| {
+            wait_for("300 rows and the refused one requeued", || {
+                row_count(&path) == 300
+                    && watched
+                        .channel(topic, "ch")
+                        .is_some_and(|c| c.requeued >= 1)
+            });
         });
         assert_eq!(unanswered, 0);
         let rows = db.rows();
@@ -197,7 +206,7 @@ fn each_message_is_finished_after_its_commit() {
             tool::store_batch(&sink, &progress, &mut batch)?;
             let at = Instant::now();
             let mut committed = committed.lock().unwrap();
-            for m in batch.iter() {
+            for m in &batch {
                 committed.insert(m.id().to_string(), at);
             }
             Ok(())
@@ -240,7 +249,7 @@ fn a_transaction_that_cannot_commit_finishes_nothing() {
         let locker = Connection::open(&db.0).unwrap();
         locker.execute_batch("BEGIN IMMEDIATE").unwrap();
         let watched = nsqd.clone();
-        let (totals, unanswered) = consume_until(&opts, move || {
+        let (totals, unanswered) = consume_until(&opts, move |_| {
             // Failed transactions (their batches requeued) with nothing finished; then the
             // lock goes.
             let channel = || watched.channel(topic, "ch").expect("the channel");
@@ -272,21 +281,48 @@ fn a_stop_commits_the_partial_batch() {
         let nsqd = Arc::new(Nsqd::start().unwrap());
         let db = TempDb::new("stop");
         let topic = "to_sqlite_stop";
-        let bodies = publish_numbered(&nsqd, topic, 10);
         let mut opts = options(&nsqd, topic, &db, 100);
         opts.batch_size = 1000;
-        opts.linger = Duration::from_secs(3600);
+        // Long enough that only the stop hands the batch over. (With 3600 s the stop did not
+        // hand it over: the drain waited its timeout, then requeued the ten.)
+        opts.linger = Duration::from_secs(60);
         let watched = nsqd.clone();
-        let (totals, unanswered) = consume_until(&opts, move || {
-            wait_for("all ten held in the lingering batch", || {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (totals, unanswered) = consume_until(&opts, move |consumer| {
+            // One message first: the consumer starts at RDY 1 and raises it once a message
+            // came. That message is either a batch of its own (handed over at the bound, RDY
+            // 1) or the first of the lingering batch (RDY raised).
+            let mut bodies = publish_numbered(&watched, topic, 1);
+            // (finished, in flight)
+            let channel = || {
                 watched
                     .channel(topic, "ch")
-                    .is_some_and(|c| c.in_flight == 10)
+                    .map_or((0, 0), |c| (c.finished, c.in_flight as u64))
+            };
+            wait_for("RDY up", || {
+                let (finished, in_flight) = channel();
+                watched.clients().iter().any(|c| c.rdy == 100) && finished + in_flight == 1
+            });
+            let first_alone = channel().0;
+            // Then nine, which join the lingering batch: only the stop hands it over.
+            for i in 1..10 {
+                let body = format!("{topic} {i:05}");
+                watched.publish(topic, body.as_bytes());
+                bodies.insert(body);
+            }
+            let _ = tx.send((bodies, first_alone));
+            wait_for("the batch holding the rest", || {
+                channel().1 == 10 - first_alone && consumer.stats().received == 10
             });
         });
+        let (bodies, first_alone) = rx.recv().expect("published");
         assert_eq!(unanswered, 0);
         assert_eq!(totals.committed, 10);
-        assert_eq!(totals.transactions, 1, "one partial batch: {totals:?}");
+        assert_eq!(
+            totals.transactions,
+            1 + first_alone,
+            "the partial batch: {totals:?}"
+        );
         assert_eq!(db.rows().into_keys().collect::<HashSet<_>>(), bodies);
         let ch = nsqd.channel(topic, "ch").unwrap();
         assert_eq!(
@@ -337,7 +373,7 @@ fn a_redelivered_message_is_counted_not_stored_twice() {
         let mut opts = opts;
         opts.per_message = true;
         let path = db.0.clone();
-        let (totals, unanswered) = consume_until(&opts, move || {
+        let (totals, unanswered) = consume_until(&opts, move |_| {
             wait_for("three deliveries", || {
                 Connection::open(&path)
                     .and_then(|c| {
