@@ -103,6 +103,12 @@ const USAGE: Usage = Usage {
             "DURATION",
             "how long a batch waits for more messages after its first one (default: 1s)",
         ),
+        value(
+            "workers",
+            "N",
+            "batch handler threads: one gathers the next batch while another commits, SQLite \
+             taking one writer at a time (default: 2)",
+        ),
         switch(
             "per-message",
             "one transaction per message (the comparison mode)",
@@ -558,6 +564,8 @@ pub struct Options {
     pub batch_size: usize,
     /// How long a batch waits for more after its first message.
     pub linger: Duration,
+    /// Batch handler threads (`run_batch`'s workers); their transactions take turns.
+    pub workers: usize,
     /// One transaction per message instead.
     pub per_message: bool,
     /// Stop once this many rows are committed (0: never).
@@ -621,8 +629,9 @@ pub fn consume(
             let batches = BatchOptions::new()
                 .max_messages(opts.batch_size.max(1))
                 .linger(opts.linger);
-            // One worker: SQLite has one writer at a time.
-            consumer.run_batch(1, batches, |mut batch: Batch| {
+            // While one worker commits (SQLite has one writer at a time: the others wait for
+            // the lock), another gathers the next batch.
+            consumer.run_batch(opts.workers.max(1), batches, |mut batch: Batch| {
                 store_batch(&sink, &progress, &mut batch)?;
                 enough(&progress);
                 Ok(())
@@ -741,6 +750,7 @@ fn options(flags: &Flags) -> Result<Options, String> {
         sink,
         batch_size: flags.number("batch-size", 1000)?,
         linger: flags.duration("linger", Duration::from_secs(1))?,
+        workers: flags.number("workers", 2)?,
         per_message: flags.boolean("per-message")?,
         max_messages: flags.number("max-messages", 0)?,
         progress_interval: Some(flags.duration("progress-interval", Duration::from_secs(5))?),

@@ -85,6 +85,7 @@ fn options(nsqd: &Nsqd, topic: &str, db: &TempDb, max_in_flight: u32) -> Options
         },
         batch_size: 64,
         linger: Duration::from_millis(50),
+        workers: 2,
         per_message: false,
         max_messages: 0,
         progress_interval: None,
