@@ -19,11 +19,13 @@
 //! - **Durability.** WAL journal mode, `PRAGMA synchronous` from `--synchronous` (default
 //!   `FULL`: a commit is on disk before the batch's FINs are sent).
 //! - **Batches.** A batch is up to `--batch-size` messages, or what arrived within `--linger`
-//!   of its first one (fewer when `--max-in-flight` is below the batch size: the consumer
-//!   hands over what the in-flight bound lets arrive). It is inserted in one `BEGIN
-//!   IMMEDIATE` ... `COMMIT`; after the commit its messages are finished. A commit (or any
-//!   statement) that fails for the database's reasons (disk full, I/O error, a lock held past
-//!   `--busy-timeout`) rolls the transaction back and requeues the whole batch with backoff.
+//!   of its first one (fewer when `--max-in-flight`, or nsqd's `--max-rdy-count`, is below the
+//!   batch size: the consumer hands over what the in-flight bound lets arrive). It is
+//!   inserted in one `BEGIN IMMEDIATE` ... `COMMIT`; after the commit its messages are
+//!   finished. A commit (or any statement) that fails for the database's reasons (disk full,
+//!   I/O error, a lock held past `--busy-timeout`) rolls the transaction back and requeues the
+//!   whole batch with backoff. `--workers` (default 2) batch handlers take turns on the
+//!   database, so the next batch is gathered while one commits.
 //! - **Rows refused one by one.** A message whose row cannot be stored is failed on its own
 //!   (requeued without backoff; after `max_attempts` the consumer gives up on it and logs it)
 //!   while the rest of its batch commits: a body that is not UTF-8 when the body column stores
@@ -34,8 +36,8 @@
 //! - **Progress** on stderr every `--progress-interval`: messages/s and batch sizes; a final
 //!   line with the totals.
 //! - **SIGINT / SIGTERM** stop the consumer: the partial batch is handed over, committed and
-//!   finished before the tool exits (a second signal exits at once; nsqd redelivers what was
-//!   not finished).
+//!   finished before the tool exits; messages received but not yet in a batch are requeued at
+//!   once (a second signal exits at once; nsqd redelivers what was not finished).
 //!
 //! `--schema=FILE` runs the SQL in FILE (once, at start) instead of creating the default table;
 //! the table must have the columns `nsqd, id, attempts, timestamp, body, deliveries` and a
@@ -47,8 +49,6 @@
 //!     timestamp INTEGER NOT NULL, body TEXT NOT NULL CHECK (length(body) <= 4096),
 //!     deliveries INTEGER NOT NULL DEFAULT 1, PRIMARY KEY (nsqd, id)) WITHOUT ROWID;
 //! ```
-#![allow(clippy::print_stderr, reason = "a command-line tool")]
-
 use nsq_example_cli as support;
 
 use nsq_blocking::{Batch, BatchOptions, Config, Consumer, ConsumerHandle, HandlerError, Message};

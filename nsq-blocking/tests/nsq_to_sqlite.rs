@@ -284,8 +284,7 @@ fn a_stop_commits_the_partial_batch() {
         let topic = "to_sqlite_stop";
         let mut opts = options(&nsqd, topic, &db, 100);
         opts.batch_size = 1000;
-        // Long enough that only the stop hands the batch over. (With 3600 s the stop did not
-        // hand it over: the drain waited its timeout, then requeued the ten.)
+        // Long enough that only the stop hands the batch over.
         opts.linger = Duration::from_secs(60);
         let watched = nsqd.clone();
         let (tx, rx) = std::sync::mpsc::channel();
@@ -400,4 +399,61 @@ fn a_redelivered_message_is_counted_not_stored_twice() {
             .unwrap();
         assert_eq!(kept, (addr, id.to_string()));
     });
+}
+
+/// The sink alone: a `--schema` table whose `CHECK` refuses a row refuses only that row, a
+/// message twice in one transaction is one row and one duplicate, and a table that does not
+/// fit the insert, or a table name that would need quoting, is an error at open.
+#[test]
+fn the_sink_refuses_rows_one_by_one() {
+    let db = TempDb::new("sink");
+    let schema = "CREATE TABLE messages (nsqd TEXT NOT NULL, id TEXT NOT NULL, \
+                  attempts INTEGER NOT NULL, timestamp INTEGER NOT NULL, \
+                  body TEXT NOT NULL CHECK (length(body) <= 5), \
+                  deliveries INTEGER NOT NULL DEFAULT 1, PRIMARY KEY (nsqd, id))";
+    let opts = SinkOptions {
+        schema: Some(schema.to_owned()),
+        synchronous: Synchronous::Off,
+        ..SinkOptions::new(&db.0)
+    };
+    let mut sink = Sink::open(&opts).expect("the database");
+    let row = |id: u8, body: &'static [u8]| tool::Row {
+        nsqd: "127.0.0.1:4150",
+        id: [b'0' + id; 16],
+        attempts: 1,
+        timestamp: 0,
+        body,
+    };
+    let outcomes = sink
+        .insert_batch([
+            row(1, b"short"),
+            row(2, b"too long"),
+            row(3, b"ok"),
+            row(1, b"short"),
+        ])
+        .expect("committed");
+    assert_eq!(outcomes[0], RowOutcome::Inserted);
+    assert!(
+        matches!(&outcomes[1], RowOutcome::Rejected(why) if why.contains("CHECK")),
+        "{outcomes:?}"
+    );
+    assert_eq!(outcomes[2..], [RowOutcome::Inserted, RowOutcome::Duplicate]);
+    let rows = db.rows();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!((rows["short"], rows["ok"]), (2, 1));
+    drop(sink);
+
+    let misfit = SinkOptions {
+        table: "other".to_owned(),
+        schema: Some("CREATE TABLE IF NOT EXISTS other (body TEXT)".to_owned()),
+        ..opts.clone()
+    };
+    let e = Sink::open(&misfit).expect_err("no such columns");
+    assert!(e.contains("does not fit"), "{e}");
+    let quoted = SinkOptions {
+        table: "messages; DROP TABLE messages".to_owned(),
+        ..opts
+    };
+    assert!(Sink::open(&quoted).is_err());
+    assert_eq!(db.rows().len(), 2);
 }
