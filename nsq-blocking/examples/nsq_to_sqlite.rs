@@ -664,8 +664,8 @@ pub fn store_batch(
         })?;
     for (mut entry, outcome) in batch.iter_mut().zip(&outcomes) {
         if let RowOutcome::Rejected(why) = outcome {
-            tracing::warn!(id = %entry.id(), "row refused: {why}");
-            entry.fail(HandlerError::msg(why.clone()).without_backoff());
+            // The consumer logs it (WARN, with the message's id and attempts).
+            entry.fail(HandlerError::msg(format!("row refused: {why}")).without_backoff());
         }
     }
     progress.committed(&outcomes);
