@@ -50,6 +50,12 @@ pub(crate) trait Logic: Send + 'static {
     fn machine(&mut self) -> &mut Self::Machine;
     /// One command from a handle.
     fn input(&mut self, now: Instant, input: Self::Input);
+    /// The commands of one wake-up follow, given to [`input`](Self::input) one by one.
+    fn inputs_begin(&mut self) {}
+    /// The last of them was given.
+    fn inputs_end(&mut self, now: Instant) {
+        let _ = now;
+    }
     /// One event of the machine.
     fn event(&mut self, now: Instant, event: <Self::Machine as Driven>::Event);
     /// A connection is being opened for `conn`.
@@ -127,8 +133,12 @@ async fn drive<L: Logic>(mut end: Ending<L>, mut net: Net) {
                 let mut again = false;
                 // Commands first, so concurrent publishes leave in one write.
                 inbox.take_all(&mut commands);
-                for input in commands.drain(..) {
-                    logic.input(now, input);
+                if !commands.is_empty() {
+                    logic.inputs_begin();
+                    for input in commands.drain(..) {
+                        logic.input(now, input);
+                    }
+                    logic.inputs_end(now);
                 }
                 if armed.is_some()
                     && timer

@@ -294,6 +294,7 @@ impl Consumer {
 
     /// Bytes read from `conn`'s socket. All of `data` is consumed.
     pub fn handle_input(&mut self, now: Instant, conn: ConnId, data: &mut BytesMut) {
+        self.flow.release_replans(now, &mut self.shared);
         let Some(c) = self
             .shared
             .slots
@@ -347,6 +348,7 @@ impl Consumer {
 
     /// Time has reached (or passed) [`poll_timeout`](Self::poll_timeout).
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.flow.release_replans(now, &mut self.shared);
         // The connections with a deadline due (from the deadline index, not a scan): their
         // own timers (heartbeat liveness, message expiry, drain deadline), then flow
         // control's (bootstrap, settle).
@@ -459,6 +461,21 @@ impl Consumer {
         self.adapt(now, handed, false);
         self.after_answer(now, conn);
         Ok(())
+    }
+
+    /// Answers follow in a row (a batch's, or every answer a driver took at once): the re-plan
+    /// of RDY an answer may owe (a look at every connection, made when an answer frees a share
+    /// some connection waits for) is made once, at [`release_replans`](Self::release_replans),
+    /// instead of after each answer. The answers' own bytes are queued as usual; only raises
+    /// elsewhere wait. The next input or timeout releases them too.
+    pub fn hold_replans(&mut self) {
+        self.flow.hold_replans();
+    }
+
+    /// The end of a row of answers begun with [`hold_replans`](Self::hold_replans): the
+    /// re-plan one of them owed, if any, is made now.
+    pub fn release_replans(&mut self, now: Instant) {
+        self.flow.release_replans(now, &mut self.shared);
     }
 
     /// Asks for more time for a message delivered on `conn` (TOUCH).

@@ -60,6 +60,11 @@ pub(super) struct FlowControl {
     /// A planned RDY raise was cut short because the budget was held by unanswered
     /// messages: the next answer re-plans.
     owed: bool,
+    /// Answers come in a row ([`FlowControl::hold_replans`]): the plan an answer owes waits
+    /// for the last of them.
+    holding: bool,
+    /// An answer owed a plan while holding.
+    replan_held: bool,
     /// When a low-RDY turn last ended for its length (not idleness): turns end one at a
     /// time, a turn's length divided by the rotation's seats apart (see
     /// [`FlowControl::turn_shape`]), so they stay staggered.
@@ -115,6 +120,8 @@ impl FlowControl {
             limit,
             rr_offset: 0,
             owed: false,
+            holding: false,
+            replan_held: false,
             last_turn_end: None,
             tickets: 0,
             pace: None,
@@ -250,6 +257,24 @@ impl FlowControl {
             // This connection's bytes (a lowered RDY, the answer) go out before any raise
             // the re-plan queues elsewhere.
             sh.queue_transmit(id);
+            if self.holding {
+                self.replan_held = true;
+            } else {
+                self.replan_if_owed(now, sh);
+            }
+        }
+    }
+
+    /// Answers come in a row: the plan an answer owes (a look at every connection) is made
+    /// once, by [`release_replans`](Self::release_replans), instead of after each answer.
+    pub(super) fn hold_replans(&mut self) {
+        self.holding = true;
+    }
+
+    /// The last answer of a row: the plan one of them owed, if any, now.
+    pub(super) fn release_replans(&mut self, now: Instant, sh: &mut Shared) {
+        self.holding = false;
+        if std::mem::take(&mut self.replan_held) {
             self.replan_if_owed(now, sh);
         }
     }

@@ -14,7 +14,7 @@ use std::time::Duration;
 /// Drives a [`Consumer`] with an arbitrary sequence of operations decoded from `data`:
 /// connections opening, failing, handshaking, delivering messages, errors and garbage;
 /// finishes, requeues with and without backoff, touches; `max_in_flight` changes; auto-touch
-/// turned on and off; lookupd
+/// turned on and off; re-plans held over answers in a row; lookupd
 /// replies (well-formed and garbage); disconnecting from nsqd and lookupds; time jumps; close.
 /// After every operation it checks the flow-control invariants (sum of RDY <= max_in_flight,
 /// RDY <= max_rdy_count per connection), that no directly added or connected nsqd was
@@ -142,6 +142,9 @@ pub fn consumer_ops(data: &[u8]) {
                 let limit = (pick % 2 == 0).then(|| Duration::from_secs((pick % 5) as u64 + 1));
                 consumer.set_auto_touch(now, limit);
             }
+            // Below it, answers in a row: RDY planned once, after the last.
+            13 if pick >= 0xd0 && pick % 2 == 0 => consumer.hold_replans(),
+            13 if pick >= 0xd0 => consumer.release_replans(now),
             13 => consumer.set_max_in_flight(now, u32::from(input.byte() % 12)),
             14 => {
                 let ms = u64::from(input.u16()) * 16;

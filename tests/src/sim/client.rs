@@ -147,6 +147,14 @@ pub trait SimConsumer: Machine {
     /// Turns auto-touch on (`Some(limit)`: messages touched before msg_timeout, for up to
     /// `limit` since their delivery, those in flight now too) or off, while the consumer runs.
     fn set_auto_touch(&mut self, now: Instant, limit: Option<Duration>);
+    /// Answers follow in a row (a batch's): RDY is planned once, after the last
+    /// ([`release_replans`](Self::release_replans)), as the client layer's driver does for the
+    /// answers of one wake-up.
+    fn hold_replans(&mut self) {}
+    /// The last answer of a row was given.
+    fn release_replans(&mut self, now: Instant) {
+        let _ = now;
+    }
     /// The in-flight limit in force (below max_in_flight when adaptive), if the consumer
     /// says.
     fn in_flight_limit(&self) -> Option<u32> {

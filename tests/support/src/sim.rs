@@ -207,6 +207,12 @@ impl SimConsumer for SimNsqConsumer {
     fn set_auto_touch(&mut self, now: Instant, limit: Option<Duration>) {
         self.consumer.set_auto_touch(now, limit);
     }
+    fn hold_replans(&mut self) {
+        self.consumer.hold_replans();
+    }
+    fn release_replans(&mut self, now: Instant) {
+        self.consumer.release_replans(now);
+    }
     fn in_flight_limit(&self) -> Option<u32> {
         Some(self.consumer.in_flight_limit())
     }

@@ -530,6 +530,15 @@ impl Logic for ConsumerLogic {
         }
     }
 
+    /// A batch's answers (every answer of a wake-up) plan RDY once, after the last.
+    fn inputs_begin(&mut self) {
+        self.machine.hold_replans();
+    }
+
+    fn inputs_end(&mut self, now: Instant) {
+        self.machine.release_replans(now);
+    }
+
     fn connecting(&mut self, conn: ConnId, addr: &str) {
         self.origins.insert(
             conn,

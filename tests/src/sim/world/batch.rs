@@ -279,6 +279,10 @@ impl World<'_> {
                 .map(|c| c.machine.backoff_level())
         };
         let before = level(self);
+        // One plan after the batch's last answer, as the client layer's driver makes.
+        if let Some(c) = self.consumer.as_mut().filter(|c| c.epoch == epoch) {
+            c.machine.hold_replans();
+        }
         let mut finished = 0;
         for (k, i) in items.iter().enumerate() {
             let how = if fail {
@@ -288,6 +292,10 @@ impl World<'_> {
             };
             let answered = self.answer_held(i.epoch, &i.d, how);
             finished += u64::from(!fail && matches!(answered, Some((_, Ok(())))));
+        }
+        if let Some(c) = self.consumer.as_mut().filter(|c| c.epoch == epoch) {
+            let machine = c.machine.as_mut();
+            timed(&mut self.core, || machine.release_replans(now));
         }
         let after = level(self);
         let Some(b) = self.batches() else { return };
