@@ -48,3 +48,9 @@ fn batches_mix_nsqd() {
     batches::batches_mix_nsqd(&AsyncRunner(on::<AsyncStd>()));
     batches::batches_mix_nsqd(&AsyncRunner(on::<Smol>()));
 }
+
+#[test]
+fn a_stop_takes_in_what_was_received() {
+    batches::a_stop_takes_in_what_was_received(&AsyncRunner(on::<AsyncStd>()));
+    batches::a_stop_takes_in_what_was_received(&AsyncRunner(on::<Smol>()));
+}

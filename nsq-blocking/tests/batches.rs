@@ -37,3 +37,8 @@ fn a_failed_batch_backs_off_once() {
 fn batches_mix_nsqd() {
     batches::batches_mix_nsqd(&BlockingRunner);
 }
+
+#[test]
+fn a_stop_takes_in_what_was_received() {
+    batches::a_stop_takes_in_what_was_received(&BlockingRunner);
+}

@@ -133,3 +133,8 @@ fn recv_batch_and_the_stream() {
 fn batches_mix_nsqd() {
     batches::batches_mix_nsqd(&AsyncRunner(exec::tokio()));
 }
+
+#[test]
+fn a_stop_takes_in_what_was_received() {
+    batches::a_stop_takes_in_what_was_received(&AsyncRunner(exec::tokio()));
+}

@@ -201,6 +201,11 @@ pub(crate) struct BatchShared {
     metrics: BatchMetrics,
     span: tracing::Span,
     events: Arc<EventHub>,
+    /// No message can arrive before the application answers one (the core's `is_full`), as
+    /// of the driver's last round: a batch being gathered waits for no more. Cleared when a
+    /// batch is answered, so the next one does not read the driver's last word from before
+    /// the answers freed room.
+    pub(crate) full: std::sync::atomic::AtomicBool,
 }
 
 impl fmt::Debug for BatchShared {
@@ -227,6 +232,7 @@ impl BatchShared {
             metrics,
             span,
             events,
+            full: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -534,6 +540,8 @@ impl Batch {
             };
             message.answer_as(kind, failure);
         }
+        // Room was made: until the driver says otherwise, more can come.
+        self.shared.full.store(false, Ordering::Release);
         if !failed && requeued_alone > 0 {
             self.shared
                 .messages_requeued
@@ -611,6 +619,7 @@ impl Batch {
         for m in std::mem::take(&mut self.messages) {
             m.answer_as(AnswerKind::DROPPED, false);
         }
+        self.shared.full.store(false, Ordering::Release);
     }
 }
 

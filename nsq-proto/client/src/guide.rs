@@ -273,7 +273,8 @@
 //!   dropped unanswered is requeued, with a warning.
 //! - **Stop.** A stop hands the partial batch to a handler (`BatchEnd::Stop`) and the drain
 //!   waits for its answer (up to `drain_timeout`): nothing gathered is lost or left to time
-//!   out. Messages not yet taken into a batch are requeued at once.
+//!   out. Messages received and not taken into a batch yet join it as far as it has room
+//!   (`max_messages`, `max_bytes`); the rest are requeued at once.
 //! - **Many nsqd.** RDY is spread over the nsqd as without batches; a batch mixes the
 //!   messages of every nsqd, each answered on its own connection. Where `max_in_flight` is
 //!   spread thin (a few RDY per nsqd), a backlog on one nsqd while the others are idle comes

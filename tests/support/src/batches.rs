@@ -468,6 +468,50 @@ pub fn a_stop_hands_over_the_partial_batch(r: &dyn BatchRunner) {
     assert_eq!(c.requeued, 0, "{name}");
 }
 
+/// A stop while the only worker handles a batch (3 of 5 messages, 1 s of work) and the other
+/// 2 wait, received: after it, they make the partial batch ([`BatchEnd::Stop`]) instead of
+/// going back to nsqd; all 5 finished, none requeued.
+pub fn a_stop_takes_in_what_was_received(r: &dyn BatchRunner) {
+    let env = Env::new(|b| b);
+    let topic = env.topic("batch-stop-received");
+    publish(&env, &topic, (0..5).map(|i| format!("r{i}")));
+    let plan = Plan {
+        config: config(10),
+        workers: 1,
+        options: BatchOptions::new()
+            .max_messages(3)
+            .linger(Duration::from_millis(500)),
+        work: Duration::from_millis(1000),
+        answer: finish_all(),
+        // 300 ms into the first batch's handler (the other 2 arrive and wait meanwhile).
+        stop_when: {
+            let first = Mutex::new(None::<Instant>);
+            Arc::new(move |s: &[Seen]| {
+                let mut first = first.lock().unwrap();
+                if s.is_empty() {
+                    return false;
+                }
+                first.get_or_insert_with(Instant::now).elapsed() >= Duration::from_millis(300)
+            })
+        },
+    };
+    let Run {
+        report,
+        seen,
+        stats,
+        ..
+    } = r.run(&[env.tcp_address().to_string()], &topic, &plan);
+    let name = r.name();
+    assert_eq!(report.unanswered, 0, "{name}");
+    assert_eq!(total(&seen), 5, "{name}: {seen:?}");
+    assert_eq!(seen.len(), 2, "{name}: {seen:?}");
+    assert_eq!(seen[1].end, BatchEnd::Stop, "{name}: {seen:?}");
+    assert_eq!(stats.ended_by(BatchEnd::Stop), 1, "{name}: {stats:?}");
+    let c =
+        wait_counts(&env, &topic, |c| c.finished == 5).unwrap_or_else(|c| panic!("{name}: {c:?}"));
+    assert_eq!(c.requeued, 0, "{name}: nothing went back");
+}
+
 /// Odd-numbered messages fail on their first attempt (without backoff, no delay) while the
 /// batch finishes: only they come back, once, and are finished on their second attempt.
 pub fn single_messages_fail_while_the_rest_finish(r: &dyn BatchRunner) {
@@ -663,6 +707,7 @@ pub fn run_all(r: &dyn BatchRunner) {
     the_bound_hands_batches_over(r);
     auto_touch_keeps_a_slow_batch(r);
     a_stop_hands_over_the_partial_batch(r);
+    a_stop_takes_in_what_was_received(r);
     single_messages_fail_while_the_rest_finish(r);
     a_failed_batch_backs_off_once(r);
     batches_mix_nsqd(r);

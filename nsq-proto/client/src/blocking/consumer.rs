@@ -265,8 +265,8 @@ impl Consumer {
     /// The next batch of messages ([`BatchOptions`]: at most `max_messages` and
     /// `max_bytes`, handed over `linger` after its first message at the latest, or as soon as
     /// nothing more can arrive before an answer), waiting as long as it takes; `None` once
-    /// the consumer is stopped. After a stop, the partial batch comes first: answer it, the
-    /// drain waits for it.
+    /// the consumer is stopped. After a stop, the partial batch comes first (with the messages
+    /// received and not taken yet, as far as it has room): answer it, the drain waits for it.
     ///
     /// Answer the batch ([`Batch::finish`], [`Batch::requeue`], [`Batch::answer`]); one
     /// dropped unanswered is requeued. Batches turn the consumer's `auto_touch` on: their
@@ -355,7 +355,8 @@ impl Consumer {
     /// delay, with backoff unless [`HandlerError::without_backoff`]), counted once for
     /// backoff; a panic requeues it with backoff. The handler may also answer the batch
     /// itself ([`Batch::finish`], ...); its result then changes nothing. On stop, the partial
-    /// batch is handed to a handler, and the drain waits for its answer. `max_in_flight`
+    /// batch is handed to a handler (with the messages received and not taken yet, as far
+    /// as it has room), and the drain waits for its answer. `max_in_flight`
     /// bounds what all the batches hold together: below `max_messages x workers`, batches
     /// are handed over as soon as the bound is reached, smaller than `max_messages`.
     pub fn run_batch<H>(mut self, workers: usize, options: BatchOptions, handler: H) -> StopReport

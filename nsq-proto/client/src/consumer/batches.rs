@@ -9,6 +9,7 @@ use crate::handler::Outcome;
 use crate::runtime::{BoxFuture, CallWaiter, Runtime, Timer, wait_for};
 use crate::sync::lock;
 use crate::{HandlerError, Message, StopReport};
+use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -31,6 +32,10 @@ impl MessageReceiver {
             if fill.messages.len() >= fill.options.get_max_messages() {
                 return Poll::Ready(Some(BatchEnd::Full));
             }
+            if self.shared.stopping.load(Ordering::Acquire) {
+                self.gather_leftovers(fill, runtime);
+                return Poll::Ready((!fill.messages.is_empty()).then_some(BatchEnd::Stop));
+            }
             match self.poll_recv(cx) {
                 Poll::Ready(Some(m)) => {
                     if fill.would_overflow(m.body().len()) {
@@ -52,6 +57,29 @@ impl MessageReceiver {
                     }
                     return Poll::Pending;
                 }
+            }
+        }
+    }
+}
+
+impl MessageReceiver {
+    /// The consumer stops: the messages received and not taken yet join the partial batch
+    /// as far as it has room (they are in memory, and the handler writes them with the rest
+    /// instead of nsqd sending them again); the others are requeued at once.
+    fn gather_leftovers(&mut self, fill: &mut Filling, runtime: &dyn Runtime) {
+        let mut leftovers: VecDeque<Message> = self.carried.take().into_iter().collect();
+        leftovers.append(&mut self.local);
+        leftovers.append(&mut self.mailbox.take_all());
+        let room = self.shared.max_in_flight.load(Ordering::Relaxed) as usize;
+        for mut m in leftovers {
+            let fits = fill.messages.len() < fill.options.get_max_messages()
+                && !fill.would_overflow(m.body().len())
+                && fill.bytes < fill.options.get_max_bytes();
+            if fits {
+                m.taken();
+                fill.push(m, runtime.now(), room);
+            } else {
+                m.release();
             }
         }
     }
@@ -105,7 +133,8 @@ impl Consumer {
     /// The next batch of messages ([`BatchOptions`]: at most `max_messages` and
     /// `max_bytes`, handed over `linger` after its first message at the latest, or as soon as
     /// nothing more can arrive before an answer); `None` once the consumer is stopped. After
-    /// a stop, the partial batch comes first: answer it, the drain waits for it.
+    /// a stop, the partial batch comes first (with the messages received and not taken yet,
+    /// as far as it has room): answer it, the drain waits for it.
     ///
     /// Answer the batch ([`Batch::finish`], [`Batch::requeue`], [`Batch::answer`]); one
     /// dropped unanswered is requeued. A call dropped before it returns (a `select!` that
@@ -144,8 +173,9 @@ impl Consumer {
     /// backoff; a panic requeues it with backoff. The handler may also answer the batch
     /// itself ([`Batch::finish`], ...); its result then changes nothing.
     ///
-    /// On stop, the partial batch is handed to a handler, and the drain waits for its
-    /// answer. `max_in_flight` bounds what all the batches hold together: below
+    /// On stop, the partial batch is handed to a handler (with the messages received and not
+    /// taken yet, as far as it has room; the rest are requeued at once), and the drain waits
+    /// for its answer. `max_in_flight` bounds what all the batches hold together: below
     /// `max_messages x workers`, batches are handed over as soon as the bound is reached
     /// ([`BatchEnd::Bound`]), smaller than `max_messages`.
     pub async fn run_batch<H, Fut>(
@@ -369,7 +399,7 @@ impl Drop for Filling {
 
 impl ConsumerHandle {
     /// Tells the driver once that the application gathers batches (auto-touch on, and
-    /// [`Bridge::full`](super::logic::Bridge) published).
+    /// the batches' `full` published).
     pub(crate) fn start_batching(&self) {
         if !self.shared().batching.swap(true, Ordering::AcqRel) {
             let _ = self.control(super::logic::Control::Batching);

@@ -41,7 +41,7 @@ pub(super) enum Control {
     DisconnectLookupd(String, Reply<Result<(), ConsumerError>>),
     SetMaxInFlight(u32),
     /// The application gathers batches: auto-touch on, and the driver publishes
-    /// [`Bridge::full`].
+    /// `full`.
     Batching,
     Stop(Option<Reply<StopReport>>),
     /// Every handle is gone: shut down gracefully.
@@ -71,17 +71,14 @@ pub(super) struct Bridge {
     pub(super) span: tracing::Span,
     /// Someone gathers batches (the driver then keeps `full` up to date).
     pub(super) batching: AtomicBool,
-    /// No message can arrive before the application answers one (the core's
-    /// `is_full`), as of the driver's last round: a batch stops waiting for more.
-    pub(super) full: AtomicBool,
-    /// Batches waiting for `full`, woken when it turns true.
+    /// Batches waiting for `full` (in [`BatchShared`]), woken when it turns true.
     pub(super) full_waiters: Mutex<Vec<std::task::Waker>>,
     /// The batches' counters, metrics and span.
     pub(super) batches: Arc<BatchShared>,
 }
 
 impl Bridge {
-    /// Wakes `waker` when [`full`](Self::full) turns true, and says whether it is true now
+    /// Wakes `waker` when `full` ([`BatchShared`]'s) turns true, and says whether it is true now
     /// (registered first, so no change slips in between).
     pub(super) fn poll_full(&self, waker: &std::task::Waker) -> bool {
         {
@@ -90,12 +87,12 @@ impl Bridge {
                 waiters.push(waker.clone());
             }
         }
-        self.full.load(Ordering::Acquire)
+        self.batches.full.load(Ordering::Acquire)
     }
 
     /// Publishes `full` (the driver's); a change to true wakes the batches waiting.
     fn set_full(&self, full: bool) {
-        if self.full.swap(full, Ordering::AcqRel) != full && full {
+        if self.batches.full.swap(full, Ordering::AcqRel) != full && full {
             let waiters = std::mem::take(&mut *lock(&self.full_waiters));
             waiters.into_iter().for_each(std::task::Waker::wake);
         }
@@ -110,7 +107,6 @@ impl Bridge {
         let events = Arc::new(EventHub::default());
         Bridge {
             batching: AtomicBool::new(false),
-            full: AtomicBool::new(false),
             full_waiters: Mutex::new(Vec::new()),
             batches: Arc::new(BatchShared::new(
                 batch_metrics,
@@ -193,7 +189,7 @@ pub(super) struct ConsumerLogic {
     metrics: ConsumerMetrics,
     /// When the per-nsqd rows of the published stats were last written.
     rows_at: Option<Instant>,
-    /// The application gathers batches: [`Bridge::full`] is kept up to date.
+    /// The application gathers batches: `full` is kept up to date.
     batching: bool,
     /// How long batches keep their messages auto-touched (`auto_touch_limit`).
     auto_touch_limit: Duration,
@@ -364,7 +360,7 @@ impl ConsumerLogic {
         }
     }
 
-    /// Keeps [`Bridge::full`] up to date while the application gathers batches.
+    /// Keeps `full` up to date while the application gathers batches.
     fn publish_full(&self, now: Instant) {
         if self.batching {
             self.shared.set_full(self.machine.is_full(now));
