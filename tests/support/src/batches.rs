@@ -481,7 +481,7 @@ pub fn a_stop_takes_in_what_was_received(r: &dyn BatchRunner) {
         options: BatchOptions::new()
             .max_messages(3)
             .linger(Duration::from_millis(500)),
-        work: Duration::from_millis(1000),
+        work: Duration::from_secs(1),
         answer: finish_all(),
         // 300 ms into the first batch's handler (the other 2 arrive and wait meanwhile).
         stop_when: {
