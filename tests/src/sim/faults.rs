@@ -122,7 +122,7 @@ fn ms(r: &mut Rng, lo: u64, hi: u64) -> Duration {
 const BATCH_KINDS: [u64; 6] = [10, 9, 4, 5, 0, 2];
 
 /// The faults of a run: `config.faults` of them, every kind drawn in turn (in a batch world,
-/// those of [`BATCH_KINDS`]), all healed before the fault phase ends.
+/// those of `BATCH_KINDS`), all healed before the fault phase ends.
 pub fn schedule(config: &SimConfig) -> Vec<Fault> {
     let mut r = Rng::new(config.seed, 1);
     let phase = config.fault_phase.as_millis() as u64;
