@@ -277,6 +277,13 @@ pub(crate) struct Filling {
     pub(crate) options: BatchOptions,
 }
 
+/// Gathered, never handed over (a dropped `recv_batch` call or `Batches`): requeued at once.
+impl Drop for Filling {
+    fn drop(&mut self) {
+        self.messages.drain(..).for_each(Message::release);
+    }
+}
+
 impl Filling {
     /// An empty batch to fill under `options`, with room for what `max_in_flight` lets
     /// arrive (allocated once the first message is in).
@@ -729,9 +736,7 @@ mod tests {
     use crate::delivery::{AnswerSink, Delivery, Origin};
     use crate::message::AnswerChannel;
     use bytes::Bytes;
-    use nsq_proto::consumer::ConsumerConfig;
-    use nsq_proto::driver::ConnId;
-    use nsq_proto::{Channel, MessageId, Topic};
+    use nsq_proto::MessageId;
 
     #[derive(Default)]
     struct Collect(Mutex<Vec<AnswerKind>>);
@@ -739,26 +744,6 @@ mod tests {
     impl AnswerSink for Collect {
         fn send_answer(&self, answer: Answer, _: Bytes) {
             self.0.lock().unwrap().push(answer.kind);
-        }
-    }
-
-    /// A connection id the core made.
-    fn conn() -> ConnId {
-        #[allow(
-            clippy::disallowed_methods,
-            reason = "origin of virtual time in a test"
-        )]
-        let now = Instant::now();
-        let mut c = nsq_proto::Consumer::new(
-            ConsumerConfig::default(),
-            Topic::new("t").unwrap(),
-            Channel::new("c").unwrap(),
-            1,
-        );
-        c.add_nsqd(now, "127.0.0.1:4150").unwrap();
-        match c.poll_action() {
-            Some(nsq_proto::driver::Action::Connect { conn, .. }) => conn,
-            other => panic!("{other:?}"),
         }
     }
 
@@ -771,7 +756,7 @@ mod tests {
             AnswerChannel(sink.clone()),
             metrics.answers(),
         );
-        let conn = conn();
+        let conn = crate::test_conn();
         let mut fill = Filling::new(BatchOptions::new());
         #[allow(clippy::disallowed_methods, reason = "a test's clock")]
         let now = Instant::now();

@@ -123,18 +123,39 @@ pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
         .unwrap_or("a panic without a message")
 }
 
+/// A connection id the core made (for a message the tests deliver on it).
+#[cfg(test)]
+pub(crate) fn test_conn() -> nsq_proto::driver::ConnId {
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "origin of virtual time in a test"
+    )]
+    let now = std::time::Instant::now();
+    let mut c = nsq_proto::Consumer::new(
+        nsq_proto::consumer::ConsumerConfig::default(),
+        nsq_proto::Topic::new("t").unwrap(),
+        nsq_proto::Channel::new("c").unwrap(),
+        1,
+    );
+    c.add_nsqd(now, "127.0.0.1:4150").unwrap();
+    match c.poll_action() {
+        Some(nsq_proto::driver::Action::Connect { conn, .. }) => conn,
+        other => panic!("{other:?}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use nsq_proto::command::CommandError;
     use nsq_proto::config::Config;
 
-    use nsq_proto::consumer::{Consumer, ConsumerConfig, ConsumerError, ConsumerEvent};
+    use nsq_proto::consumer::{Consumer, ConsumerError, ConsumerEvent};
 
     use bytes::Bytes;
     use nsq_proto::producer::{ProducerError, ProducerEvent, PublishFailure};
-    use nsq_proto::{Channel, NameError, Topic};
     use nsq_proto::{Message, MessageId};
+    use nsq_proto::{NameError, Topic};
 
     use std::sync::Arc;
     use std::time::{Duration, Instant};
@@ -370,24 +391,7 @@ mod tests {
             sink.clone(),
             crate::metrics::ConsumerMetrics::new("t", "c", true).answers(),
         );
-        let conn = {
-            #[allow(
-                clippy::disallowed_methods,
-                reason = "origin of virtual time in a test"
-            )]
-            let now = Instant::now();
-            let mut c = Consumer::new(
-                ConsumerConfig::default(),
-                Topic::new("t").unwrap(),
-                Channel::new("c").unwrap(),
-                1,
-            );
-            c.add_nsqd(now, "127.0.0.1:4150").unwrap();
-            match c.poll_action() {
-                Some(nsq_proto::driver::Action::Connect { conn, .. }) => conn,
-                other => panic!("{other:?}"),
-            }
-        };
+        let conn = test_conn();
         let message = |attempts| Message {
             timestamp: 1,
             attempts,

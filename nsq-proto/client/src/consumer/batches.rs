@@ -390,13 +390,6 @@ impl futures_core::Stream for Batches {
     }
 }
 
-impl Drop for Filling {
-    fn drop(&mut self) {
-        // Gathered, never handed over: requeued at once.
-        self.messages.drain(..).for_each(Message::release);
-    }
-}
-
 impl ConsumerHandle {
     /// Tells the driver once that the application gathers batches (auto-touch on, and
     /// the batches' `full` published).
