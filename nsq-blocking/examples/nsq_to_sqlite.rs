@@ -56,7 +56,10 @@ use rusqlite::{Connection, ErrorCode, TransactionBehavior, params};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError, mpsc};
 use std::time::{Duration, Instant};
-use support::{Flags, Usage, fatal, go_duration, init_logging, log, switch, value};
+use support::{
+    CONSUMER_OPT_FLAG, Flags, LOOKUPD_HTTP_ADDRESS_FLAG, NSQD_TCP_ADDRESS_FLAG, Usage, fatal,
+    go_duration, init_logging, log, switch, value,
+};
 
 const PREFIX: &str = "nsq_to_sqlite";
 
@@ -67,16 +70,8 @@ const USAGE: Usage = Usage {
     flags: &[
         value("topic", "TOPIC", "NSQ topic"),
         value("channel", "CHANNEL", "NSQ channel (default: nsq_to_sqlite)"),
-        value(
-            "nsqd-tcp-address",
-            "ADDR",
-            "nsqd TCP address (may be given multiple times)",
-        ),
-        value(
-            "lookupd-http-address",
-            "ADDR",
-            "nsqlookupd HTTP address (may be given multiple times)",
-        ),
+        NSQD_TCP_ADDRESS_FLAG,
+        LOOKUPD_HTTP_ADDRESS_FLAG,
         value("db", "PATH", "SQLite database file (default: nsq.db)"),
         value("table", "NAME", "table of the rows (default: messages)"),
         value(
@@ -133,11 +128,7 @@ const USAGE: Usage = Usage {
             "DURATION",
             "how often to print progress on stderr, 0 for never (default: 5s)",
         ),
-        value(
-            "consumer-opt",
-            "NAME,VALUE",
-            "option to pass through to the consumer (may be given multiple times)",
-        ),
+        CONSUMER_OPT_FLAG,
     ],
 };
 
@@ -724,10 +715,9 @@ fn options(flags: &Flags) -> Result<Options, String> {
         )),
         ..Config::default()
     };
-    for opt in flags.all("consumer-opt") {
-        let (name, value) = opt.split_once(',').unwrap_or((opt.as_str(), "true"));
-        config.set_str(name, value).map_err(|e| e.to_string())?;
-    }
+    support::apply_opts(&flags.all("consumer-opt"), |name, value| {
+        config.set_str(name, value)
+    })?;
     config.max_in_flight = flags.number("max-in-flight", 2500)?;
     let schema = match flags.get("schema") {
         Some(file) => Some(std::fs::read_to_string(file).map_err(|e| format!("{file}: {e}"))?),

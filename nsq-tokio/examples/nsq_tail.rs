@@ -18,7 +18,10 @@ use nsq_tokio::{Config, Consumer};
 use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use support::{Flags, Usage, apply_opts, fatal, init_logging, log, switch, terminated, value};
+use support::{
+    CONSUMER_OPT_FLAG, Flags, LOOKUPD_HTTP_ADDRESS_FLAG, NSQD_TCP_ADDRESS_FLAG, Usage, apply_opts,
+    fatal, init_logging, log, switch, terminated, value,
+};
 
 const PREFIX: &str = "nsq_tail";
 
@@ -26,16 +29,8 @@ const USAGE: Usage = Usage {
     name: "nsq_tail",
     about: "Consumes the given topics and writes every message body to stdout, one per line.",
     flags: &[
-        value(
-            "nsqd-tcp-address",
-            "ADDR",
-            "nsqd TCP address (may be given multiple times)",
-        ),
-        value(
-            "lookupd-http-address",
-            "ADDR",
-            "nsqlookupd HTTP address (may be given multiple times)",
-        ),
+        NSQD_TCP_ADDRESS_FLAG,
+        LOOKUPD_HTTP_ADDRESS_FLAG,
         value("topic", "TOPIC", "NSQ topic (may be given multiple times)"),
         value(
             "channel",
@@ -49,11 +44,7 @@ const USAGE: Usage = Usage {
             "N",
             "max number of messages to allow in flight (default: 200)",
         ),
-        value(
-            "consumer-opt",
-            "NAME,VALUE",
-            "option to pass through to the consumer (may be given multiple times)",
-        ),
+        CONSUMER_OPT_FLAG,
         switch(
             "print-topic",
             "print the topic name where the message was received",

@@ -39,7 +39,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 use support::file_sink::{FileSink, SinkOptions, filename_template, hostname};
-use support::{Flags, Usage, apply_opts, fatal, go_duration, init_logging, log, switch, value};
+use support::{
+    CONSUMER_OPT_FLAG, Flags, LOOKUPD_HTTP_ADDRESS_FLAG, NSQD_TCP_ADDRESS_FLAG, Usage, apply_opts,
+    fatal, go_duration, init_logging, log, switch, value,
+};
 
 const PREFIX: &str = "nsq_to_file";
 
@@ -61,26 +64,14 @@ pub(crate) const USAGE: Usage = Usage {
              (default: 1m)",
         ),
         value("channel", "CHANNEL", "nsq channel (default: nsq_to_file)"),
-        value(
-            "nsqd-tcp-address",
-            "ADDR",
-            "nsqd TCP address (may be given multiple times)",
-        ),
-        value(
-            "lookupd-http-address",
-            "ADDR",
-            "lookupd HTTP address (may be given multiple times)",
-        ),
+        NSQD_TCP_ADDRESS_FLAG,
+        LOOKUPD_HTTP_ADDRESS_FLAG,
         value(
             "max-in-flight",
             "N",
             "max number of messages to allow in flight (default: 200)",
         ),
-        value(
-            "consumer-opt",
-            "NAME,VALUE",
-            "option to pass through to the consumer (may be given multiple times)",
-        ),
+        CONSUMER_OPT_FLAG,
         value(
             "output-dir",
             "DIR",

@@ -18,7 +18,10 @@ mod support;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use nsq_tokio::{Config, Consumer, HISTOGRAM_BUCKETS, Message, Producer};
 use std::time::Duration;
-use support::{Flags, Usage, fatal, init_logging, log, terminated, value};
+use support::{
+    Flags, LOOKUPD_HTTP_ADDRESS_FLAG, NSQD_TCP_ADDRESS_FLAG, Usage, fatal, init_logging, log,
+    terminated, value,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const PREFIX: &str = "prometheus";
@@ -27,16 +30,8 @@ const USAGE: Usage = Usage {
     name: "prometheus",
     about: "Consumes a topic, finishing every message, and serves the client's metrics at /metrics.",
     flags: &[
-        value(
-            "nsqd-tcp-address",
-            "ADDR",
-            "nsqd TCP address (may be given multiple times)",
-        ),
-        value(
-            "lookupd-http-address",
-            "ADDR",
-            "nsqlookupd HTTP address (may be given multiple times)",
-        ),
+        NSQD_TCP_ADDRESS_FLAG,
+        LOOKUPD_HTTP_ADDRESS_FLAG,
         value("topic", "TOPIC", "NSQ topic"),
         value("channel", "CHANNEL", "NSQ channel (default: metrics)"),
         value(

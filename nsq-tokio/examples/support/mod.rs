@@ -11,14 +11,10 @@ pub mod recording;
 
 pub use nsq_example_cli::*;
 
-/// Applies go-nsq style `--consumer-opt` / `--producer-opt` values (`name,value`; a bare
-/// `name` means `true`, like go-nsq's `ConfigFlag`).
+/// Applies go-nsq style `--consumer-opt` / `--producer-opt` values to `config`
+/// ([`nsq_example_cli::apply_opts`]).
 pub fn apply_opts(config: &mut nsq_tokio::Config, opts: &[String]) -> Result<(), String> {
-    for opt in opts {
-        let (name, value) = opt.split_once(',').unwrap_or((opt.as_str(), "true"));
-        config.set_str(name, value).map_err(|e| e.to_string())?;
-    }
-    Ok(())
+    nsq_example_cli::apply_opts(opts, |name, value| config.set_str(name, value))
 }
 
 /// Resolves once SIGINT or SIGTERM arrives.

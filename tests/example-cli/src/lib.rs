@@ -42,6 +42,40 @@ pub const fn switch(name: &'static str, help: &'static str) -> Flag {
     }
 }
 
+/// `--nsqd-tcp-address`, as the official tools have it.
+pub const NSQD_TCP_ADDRESS_FLAG: Flag = value(
+    "nsqd-tcp-address",
+    "ADDR",
+    "nsqd TCP address (may be given multiple times)",
+);
+
+/// `--lookupd-http-address`, as the official tools have it.
+pub const LOOKUPD_HTTP_ADDRESS_FLAG: Flag = value(
+    "lookupd-http-address",
+    "ADDR",
+    "nsqlookupd HTTP address (may be given multiple times)",
+);
+
+/// `--consumer-opt`, as the official tools have it (read with [`apply_opts`]).
+pub const CONSUMER_OPT_FLAG: Flag = value(
+    "consumer-opt",
+    "NAME,VALUE",
+    "option to pass through to the consumer (may be given multiple times)",
+);
+
+/// Applies go-nsq style `--consumer-opt` / `--producer-opt` values (`name,value`; a bare
+/// `name` means `true`, like go-nsq's `ConfigFlag`) through `set` (a `Config`'s `set_str`).
+pub fn apply_opts<E: std::fmt::Display>(
+    opts: &[String],
+    mut set: impl FnMut(&str, &str) -> Result<(), E>,
+) -> Result<(), String> {
+    for opt in opts {
+        let (name, value) = opt.split_once(',').unwrap_or((opt.as_str(), "true"));
+        set(name, value).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
 /// A tool's name, purpose and flags: what `--help` prints and what the parser accepts.
 #[derive(Debug, Clone, Copy)]
 pub struct Usage {
