@@ -271,6 +271,28 @@ pub fn wait_counts(env: &Env, topic: &str, ok: impl Fn(&Counts) -> bool) -> Resu
     }
 }
 
+/// A scenario's server (the local broker, or the real nsqd of `NSQD_TCP_ADDRESS`) and a
+/// fresh topic on it named after `prefix`, with `bodies` published.
+fn setup(prefix: &str, bodies: impl IntoIterator<Item = String>) -> (Env, String) {
+    let env = Env::new(|b| b);
+    let topic = env.topic(prefix);
+    publish(&env, &topic, bodies);
+    (env, topic)
+}
+
+/// `plan` run by `r` on `env`'s nsqd; the stop leaves nothing unanswered.
+fn run_on(r: &dyn BatchRunner, env: &Env, topic: &str, plan: &Plan) -> Run {
+    let run = r.run(&[env.tcp_address().to_string()], topic, plan);
+    assert_eq!(run.report.unanswered, 0, "{}", r.name());
+    run
+}
+
+/// Waits for `topic`/`ch`'s counters to satisfy `ok` (see [`wait_counts`]); fails the
+/// scenario `name` with the last seen otherwise.
+fn finished(env: &Env, topic: &str, name: &str, ok: impl Fn(&Counts) -> bool) -> Counts {
+    wait_counts(env, topic, ok).unwrap_or_else(|c| panic!("{name}: {c:?}"))
+}
+
 fn publish(env: &Env, topic: &str, bodies: impl IntoIterator<Item = String>) {
     let mut raw = env.raw();
     for b in bodies {
@@ -296,9 +318,7 @@ fn finish_all() -> Answer {
 /// 250 messages, batches of at most 50 with max_in_flight 100: every message in exactly one
 /// batch, none larger than 50, all finished once, nothing requeued or timed out.
 pub fn batches_fill_and_finish(r: &dyn BatchRunner) {
-    let env = Env::new(|b| b);
-    let topic = env.topic("batch-fill");
-    publish(&env, &topic, (0..250).map(|i| format!("m{i}")));
+    let (env, topic) = setup("batch-fill", (0..250).map(|i| format!("m{i}")));
     let plan = Plan {
         config: config(100),
         workers: 2,
@@ -309,14 +329,8 @@ pub fn batches_fill_and_finish(r: &dyn BatchRunner) {
         answer: finish_all(),
         stop_when: Arc::new(|s| total(s) >= 250),
     };
-    let Run {
-        report,
-        seen,
-        stats,
-        ..
-    } = r.run(&[env.tcp_address().to_string()], &topic, &plan);
+    let Run { seen, stats, .. } = run_on(r, &env, &topic, &plan);
     let name = r.name();
-    assert_eq!(report.unanswered, 0, "{name}");
     let mut bodies: Vec<String> = seen.iter().flat_map(|s| s.bodies.clone()).collect();
     bodies.sort();
     let mut want: Vec<String> = (0..250).map(|i| format!("m{i}")).collect();
@@ -337,17 +351,16 @@ pub fn batches_fill_and_finish(r: &dyn BatchRunner) {
         "{name}: {stats:?}"
     );
     assert_eq!(stats.failed, 0, "{name}: {stats:?}");
-    let c = wait_counts(&env, &topic, |c| c.finished == 250 && c.in_flight == 0);
-    let c = c.unwrap_or_else(|c| panic!("{name}: {c:?}"));
+    let c = finished(&env, &topic, name, |c| {
+        c.finished == 250 && c.in_flight == 0
+    });
     assert_eq!((c.requeued, c.timed_out), (0, 0), "{name}");
 }
 
 /// max_in_flight 5, batches of up to 100 with a 30 s linger: batches are handed over at the
 /// bound (5 messages, [`BatchEnd::Bound`]) at once, not after the linger.
 pub fn the_bound_hands_batches_over(r: &dyn BatchRunner) {
-    let env = Env::new(|b| b);
-    let topic = env.topic("batch-bound");
-    publish(&env, &topic, (0..20).map(|i| format!("b{i}")));
+    let (env, topic) = setup("batch-bound", (0..20).map(|i| format!("b{i}")));
     let plan = Plan {
         config: config(5),
         workers: 1,
@@ -358,14 +371,8 @@ pub fn the_bound_hands_batches_over(r: &dyn BatchRunner) {
         answer: finish_all(),
         stop_when: Arc::new(|s| total(s) >= 20),
     };
-    let Run {
-        report,
-        seen,
-        stats,
-        ..
-    } = r.run(&[env.tcp_address().to_string()], &topic, &plan);
+    let Run { seen, stats, .. } = run_on(r, &env, &topic, &plan);
     let name = r.name();
-    assert_eq!(report.unanswered, 0, "{name}");
     assert_eq!(total(&seen), 20, "{name}: {seen:?}");
     assert!(seen.iter().all(|s| s.bodies.len() <= 5), "{name}: {seen:?}");
     assert!(
@@ -382,15 +389,13 @@ pub fn the_bound_hands_batches_over(r: &dyn BatchRunner) {
         last < Duration::from_secs(10),
         "{name}: waited for the linger: {seen:?}"
     );
-    wait_counts(&env, &topic, |c| c.finished == 20).unwrap_or_else(|c| panic!("{name}: {c:?}"));
+    finished(&env, &topic, name, |c| c.finished == 20);
 }
 
 /// msg_timeout 1 s; a batch lingers 2 s and its handler works 1.5 s: auto-touch keeps every
 /// message alive (one delivery each, nothing timed out on nsqd).
 pub fn auto_touch_keeps_a_slow_batch(r: &dyn BatchRunner) {
-    let env = Env::new(|b| b);
-    let topic = env.topic("batch-touch");
-    publish(&env, &topic, (0..3).map(|i| format!("t{i}")));
+    let (env, topic) = setup("batch-touch", (0..3).map(|i| format!("t{i}")));
     let plan = Plan {
         config: Config {
             msg_timeout: Duration::from_secs(1),
@@ -404,29 +409,20 @@ pub fn auto_touch_keeps_a_slow_batch(r: &dyn BatchRunner) {
         answer: finish_all(),
         stop_when: Arc::new(|s| total(s) >= 3),
     };
-    let Run {
-        report,
-        seen,
-        stats,
-        ..
-    } = r.run(&[env.tcp_address().to_string()], &topic, &plan);
+    let Run { seen, stats, .. } = run_on(r, &env, &topic, &plan);
     let name = r.name();
-    assert_eq!(report.unanswered, 0, "{name}");
     assert_eq!(seen.len(), 1, "{name}: one batch: {seen:?}");
     assert_eq!(seen[0].end, BatchEnd::Linger, "{name}");
     assert_eq!(stats.ended_by(BatchEnd::Linger), 1, "{name}: {stats:?}");
     assert!(seen[0].attempts.iter().all(|a| *a == 1), "{name}: {seen:?}");
-    let c =
-        wait_counts(&env, &topic, |c| c.finished == 3).unwrap_or_else(|c| panic!("{name}: {c:?}"));
+    let c = finished(&env, &topic, name, |c| c.finished == 3);
     assert_eq!((c.timed_out, c.requeued), (0, 0), "{name}: {c:?}");
 }
 
 /// A stop while a batch fills (3 messages, 60 s linger): the partial batch is handed over
 /// ([`BatchEnd::Stop`]) and finished before the drain ends; nothing is left unanswered.
 pub fn a_stop_hands_over_the_partial_batch(r: &dyn BatchRunner) {
-    let env = Env::new(|b| b);
-    let topic = env.topic("batch-stop");
-    publish(&env, &topic, (0..3).map(|i| format!("s{i}")));
+    let (env, topic) = setup("batch-stop", (0..3).map(|i| format!("s{i}")));
     // Stop 2 s in (the batch holds the 3 messages, waiting for its linger).
     let counted = Arc::new(Mutex::new(None::<Instant>));
     let plan = Plan {
@@ -447,24 +443,17 @@ pub fn a_stop_hands_over_the_partial_batch(r: &dyn BatchRunner) {
         },
     };
     let started = Instant::now();
-    let Run {
-        report,
-        seen,
-        stats,
-        ..
-    } = r.run(&[env.tcp_address().to_string()], &topic, &plan);
+    let Run { seen, stats, .. } = run_on(r, &env, &topic, &plan);
     let name = r.name();
     assert!(
         started.elapsed() < Duration::from_secs(20),
         "{name}: the stop waited for the linger"
     );
-    assert_eq!(report.unanswered, 0, "{name}");
     assert_eq!(seen.len(), 1, "{name}: {seen:?}");
     assert_eq!(seen[0].end, BatchEnd::Stop, "{name}");
     assert_eq!(stats.ended_by(BatchEnd::Stop), 1, "{name}: {stats:?}");
     assert_eq!(seen[0].bodies.len(), 3, "{name}");
-    let c =
-        wait_counts(&env, &topic, |c| c.finished == 3).unwrap_or_else(|c| panic!("{name}: {c:?}"));
+    let c = finished(&env, &topic, name, |c| c.finished == 3);
     assert_eq!(c.requeued, 0, "{name}");
 }
 
@@ -472,9 +461,7 @@ pub fn a_stop_hands_over_the_partial_batch(r: &dyn BatchRunner) {
 /// 2 wait, received: after it, they make the partial batch ([`BatchEnd::Stop`]) instead of
 /// going back to nsqd; all 5 finished, none requeued.
 pub fn a_stop_takes_in_what_was_received(r: &dyn BatchRunner) {
-    let env = Env::new(|b| b);
-    let topic = env.topic("batch-stop-received");
-    publish(&env, &topic, (0..5).map(|i| format!("r{i}")));
+    let (env, topic) = setup("batch-stop-received", (0..5).map(|i| format!("r{i}")));
     let plan = Plan {
         config: config(10),
         workers: 1,
@@ -495,29 +482,20 @@ pub fn a_stop_takes_in_what_was_received(r: &dyn BatchRunner) {
             })
         },
     };
-    let Run {
-        report,
-        seen,
-        stats,
-        ..
-    } = r.run(&[env.tcp_address().to_string()], &topic, &plan);
+    let Run { seen, stats, .. } = run_on(r, &env, &topic, &plan);
     let name = r.name();
-    assert_eq!(report.unanswered, 0, "{name}");
     assert_eq!(total(&seen), 5, "{name}: {seen:?}");
     assert_eq!(seen.len(), 2, "{name}: {seen:?}");
     assert_eq!(seen[1].end, BatchEnd::Stop, "{name}: {seen:?}");
     assert_eq!(stats.ended_by(BatchEnd::Stop), 1, "{name}: {stats:?}");
-    let c =
-        wait_counts(&env, &topic, |c| c.finished == 5).unwrap_or_else(|c| panic!("{name}: {c:?}"));
+    let c = finished(&env, &topic, name, |c| c.finished == 5);
     assert_eq!(c.requeued, 0, "{name}: nothing went back");
 }
 
 /// Odd-numbered messages fail on their first attempt (without backoff, no delay) while the
 /// batch finishes: only they come back, once, and are finished on their second attempt.
 pub fn single_messages_fail_while_the_rest_finish(r: &dyn BatchRunner) {
-    let env = Env::new(|b| b);
-    let topic = env.topic("batch-partial");
-    publish(&env, &topic, (0..10).map(|i| i.to_string()));
+    let (env, topic) = setup("batch-partial", (0..10).map(|i| i.to_string()));
     let plan = Plan {
         config: config(20),
         workers: 1,
@@ -544,13 +522,12 @@ pub fn single_messages_fail_while_the_rest_finish(r: &dyn BatchRunner) {
         stop_when: Arc::new(|s| total(s) >= 15),
     };
     let Run {
-        report,
         seen,
         events,
         stats,
-    } = r.run(&[env.tcp_address().to_string()], &topic, &plan);
+        ..
+    } = run_on(r, &env, &topic, &plan);
     let name = r.name();
-    assert_eq!(report.unanswered, 0, "{name}");
     assert_eq!(
         total(&seen),
         15,
@@ -572,17 +549,14 @@ pub fn single_messages_fail_while_the_rest_finish(r: &dyn BatchRunner) {
         !events.iter().any(|e| matches!(e, Event::Backoff { .. })),
         "{name}: no backoff for messages failed without it"
     );
-    let c =
-        wait_counts(&env, &topic, |c| c.finished == 10).unwrap_or_else(|c| panic!("{name}: {c:?}"));
+    let c = finished(&env, &topic, name, |c| c.finished == 10);
     assert_eq!(c.requeued, 5, "{name}");
 }
 
 /// A batch of 10 fails as a whole once: all 10 are requeued, and the consumer backs off to
 /// level 1 only (once for the batch, not once per message), then recovers.
 pub fn a_failed_batch_backs_off_once(r: &dyn BatchRunner) {
-    let env = Env::new(|b| b);
-    let topic = env.topic("batch-backoff");
-    publish(&env, &topic, (0..10).map(|i| format!("f{i}")));
+    let (env, topic) = setup("batch-backoff", (0..10).map(|i| format!("f{i}")));
     let failed = Arc::new(Mutex::new(false));
     let plan = Plan {
         config: Config {
@@ -609,13 +583,12 @@ pub fn a_failed_batch_backs_off_once(r: &dyn BatchRunner) {
         stop_when: Arc::new(|s| total(s) >= 20),
     };
     let Run {
-        report,
         seen,
         events,
         stats,
-    } = r.run(&[env.tcp_address().to_string()], &topic, &plan);
+        ..
+    } = run_on(r, &env, &topic, &plan);
     let name = r.name();
-    assert_eq!(report.unanswered, 0, "{name}");
     assert_eq!(total(&seen), 20, "{name}: {seen:?}");
     let levels: Vec<u32> = events
         .iter()
@@ -635,8 +608,7 @@ pub fn a_failed_batch_backs_off_once(r: &dyn BatchRunner) {
         "{name}: {failures:?}"
     );
     assert_eq!(stats.failed, 1, "{name}: {stats:?}");
-    let c =
-        wait_counts(&env, &topic, |c| c.finished == 10).unwrap_or_else(|c| panic!("{name}: {c:?}"));
+    let c = finished(&env, &topic, name, |c| c.finished == 10);
     assert_eq!(c.requeued, 10, "{name}");
 }
 
@@ -692,7 +664,7 @@ pub fn batches_mix_nsqd(r: &dyn BatchRunner) {
     {
         assert_eq!(s, prefix, "{name}: a message from the wrong nsqd");
     }
-    wait_counts(&env, &topic, |c| c.finished == 100).unwrap_or_else(|c| panic!("{name}: {c:?}"));
+    finished(&env, &topic, name, |c| c.finished == 100);
     let done = nsq_test_broker::scenarios::eventually(Duration::from_secs(10), || {
         second
             .channel(&topic, "ch")
