@@ -205,7 +205,9 @@ pub(crate) struct BatchShared {
     /// of the driver's last round: a batch being gathered waits for no more. Cleared when a
     /// batch is answered, so the next one does not read the driver's last word from before
     /// the answers freed room.
-    pub(crate) full: std::sync::atomic::AtomicBool,
+    full: std::sync::atomic::AtomicBool,
+    /// Batches waiting for `full`, woken when it turns true.
+    full_waiters: Mutex<Vec<std::task::Waker>>,
 }
 
 impl fmt::Debug for BatchShared {
@@ -233,6 +235,27 @@ impl BatchShared {
             span,
             events,
             full: std::sync::atomic::AtomicBool::new(false),
+            full_waiters: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Wakes `waker` when `full` turns true, and says whether it is true now (registered
+    /// first, so no change slips in between).
+    pub(crate) fn poll_full(&self, waker: &std::task::Waker) -> bool {
+        {
+            let mut waiters = lock(&self.full_waiters);
+            if !waiters.iter().any(|w| w.will_wake(waker)) {
+                waiters.push(waker.clone());
+            }
+        }
+        self.full.load(Ordering::Acquire)
+    }
+
+    /// Publishes `full` (the driver's); a change to true wakes the batches waiting.
+    pub(crate) fn set_full(&self, full: bool) {
+        if self.full.swap(full, Ordering::AcqRel) != full && full {
+            let waiters = std::mem::take(&mut *lock(&self.full_waiters));
+            waiters.into_iter().for_each(std::task::Waker::wake);
         }
     }
 
@@ -306,10 +329,12 @@ impl Filling {
         !self.messages.is_empty() && self.bytes.saturating_add(len) > self.options.max_bytes
     }
 
-    /// Adds `message`, taken at `now`, with room reserved for up to `room` messages the first
-    /// time (capped: nothing is reserved beyond what can arrive).
-    pub(crate) fn push(&mut self, message: Message, now: Instant, room: usize) {
+    /// Adds `message`. The first one asks `first` for the time (the linger starts) and how
+    /// many messages can arrive (room is reserved for that many, capped); later ones read
+    /// neither.
+    pub(crate) fn push(&mut self, message: Message, first: impl FnOnce() -> (Instant, usize)) {
         if self.messages.is_empty() {
+            let (now, room) = first();
             self.first_at = Some(now);
             self.messages
                 .reserve(self.options.max_messages.min(room.max(1)).min(65_536));
@@ -491,6 +516,11 @@ impl Batch {
     pub fn into_messages(mut self) -> Vec<Message> {
         self.runner = None;
         std::mem::take(&mut self.messages)
+    }
+
+    /// What the consumer's batches share (for `run_batch`'s runner, which outlives the batch).
+    pub(crate) fn shared(&self) -> Arc<BatchShared> {
+        self.shared.clone()
     }
 
     /// In `run_batch`: a batch dropped unanswered goes back to `runner`.
@@ -724,11 +754,6 @@ impl Runner {
     }
 }
 
-/// Fills in the `shared` of a batch handed to `run_batch`'s handler.
-pub(crate) fn shared_of(batch: &Batch) -> Arc<BatchShared> {
-    batch.shared.clone()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -768,7 +793,7 @@ mod tests {
                 id: MessageId::from(<[u8; 16]>::try_from(id.as_bytes()).unwrap()),
                 body: Bytes::from_static(b"body"),
             };
-            fill.push(Message(Delivery::new(conn, m, origin.clone())), now, n);
+            fill.push(Message(Delivery::new(conn, m, origin.clone())), || (now, n));
         }
         let shared = Arc::new(BatchShared::new(
             metrics.batches(),

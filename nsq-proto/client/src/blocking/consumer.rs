@@ -2,7 +2,7 @@
 
 use super::{Events, call, call_for, wait_ended};
 use crate::StopReport;
-use crate::batch::{Runner, shared_of};
+use crate::batch::Runner;
 use crate::runtime::{Calls, Runtime};
 use crate::{Batch, BatchOptions, BatchStats};
 use crate::{ConsumerSetup, Error, HandlerError, IntoChannel, IntoTopic, Message, Outcome};
@@ -383,7 +383,7 @@ impl Consumer {
                         while let Some(mut batch) = next() {
                             let runner = Arc::new(Runner::default());
                             batch.run_by(runner.clone());
-                            let batches = shared_of(&batch);
+                            let batches = batch.shared();
                             let run = batches.span().in_scope(|| {
                                 handle.as_handler(|| {
                                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

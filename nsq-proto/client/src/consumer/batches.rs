@@ -4,7 +4,7 @@
 //! answered: [`crate::batch`].
 
 use super::{Consumer, ConsumerHandle, MessageReceiver, as_handler_of};
-use crate::batch::{Batch, BatchEnd, BatchOptions, Filling, Runner, shared_of};
+use crate::batch::{Batch, BatchEnd, BatchOptions, Filling, Runner};
 use crate::handler::Outcome;
 use crate::runtime::{BoxFuture, CallWaiter, Runtime, Timer, wait_for};
 use crate::sync::lock;
@@ -42,8 +42,7 @@ impl MessageReceiver {
                         self.carried = Some(m);
                         return Poll::Ready(Some(BatchEnd::Bytes));
                     }
-                    let room = self.shared.max_in_flight.load(Ordering::Relaxed) as usize;
-                    fill.push(m, runtime.now(), room);
+                    fill.push(m, || (runtime.now(), self.room()));
                     if fill.bytes >= fill.options.get_max_bytes() {
                         return Poll::Ready(Some(BatchEnd::Bytes));
                     }
@@ -52,7 +51,7 @@ impl MessageReceiver {
                     return Poll::Ready((!fill.messages.is_empty()).then_some(BatchEnd::Stop));
                 }
                 Poll::Pending => {
-                    if !fill.messages.is_empty() && self.shared.poll_full(cx.waker()) {
+                    if !fill.messages.is_empty() && self.shared.batches.poll_full(cx.waker()) {
                         return Poll::Ready(Some(BatchEnd::Bound));
                     }
                     return Poll::Pending;
@@ -63,6 +62,11 @@ impl MessageReceiver {
 }
 
 impl MessageReceiver {
+    /// How many messages can arrive at most (the consumer's max_in_flight).
+    fn room(&self) -> usize {
+        self.shared.max_in_flight.load(Ordering::Relaxed) as usize
+    }
+
     /// The consumer stops: the messages received and not taken yet join the partial batch
     /// as far as it has room (they are in memory, and the handler writes them with the rest
     /// instead of nsqd sending them again); the others are requeued at once.
@@ -70,14 +74,13 @@ impl MessageReceiver {
         let mut leftovers: VecDeque<Message> = self.carried.take().into_iter().collect();
         leftovers.append(&mut self.local);
         leftovers.append(&mut self.mailbox.take_all());
-        let room = self.shared.max_in_flight.load(Ordering::Relaxed) as usize;
         for mut m in leftovers {
             let fits = fill.messages.len() < fill.options.get_max_messages()
                 && !fill.would_overflow(m.body().len())
                 && fill.bytes < fill.options.get_max_bytes();
             if fits {
                 m.taken();
-                fill.push(m, runtime.now(), room);
+                fill.push(m, || (runtime.now(), self.room()));
             } else {
                 m.release();
             }
@@ -262,7 +265,7 @@ where
 {
     let runner = Arc::new(Runner::default());
     batch.run_by(runner.clone());
-    let shared = shared_of(&batch);
+    let shared = batch.shared();
     let span = shared.span().clone();
     let made = span.in_scope(|| {
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

@@ -8,7 +8,7 @@ use crate::driver::Logic;
 use crate::events::{Event, EventHub};
 use crate::message::{AnswerChannel, Message};
 use crate::metrics::{BatchMetrics, ConsumerMetrics};
-use crate::sync::{Inbox, Mailbox, ReplyTx, lock};
+use crate::sync::{Inbox, Mailbox, ReplyTx};
 use crate::{
     Answer, AnswerKind, AnswerSink, Delivery, Error, GiveUpHook, Origin, StopReport,
     log_consumer_event, log_max_in_flight,
@@ -71,33 +71,11 @@ pub(super) struct Bridge {
     pub(super) span: tracing::Span,
     /// Someone gathers batches (the driver then keeps `full` up to date).
     pub(super) batching: AtomicBool,
-    /// Batches waiting for `full` (in [`BatchShared`]), woken when it turns true.
-    pub(super) full_waiters: Mutex<Vec<std::task::Waker>>,
     /// The batches' counters, metrics and span.
     pub(super) batches: Arc<BatchShared>,
 }
 
 impl Bridge {
-    /// Wakes `waker` when `full` ([`BatchShared`]'s) turns true, and says whether it is true now
-    /// (registered first, so no change slips in between).
-    pub(super) fn poll_full(&self, waker: &std::task::Waker) -> bool {
-        {
-            let mut waiters = lock(&self.full_waiters);
-            if !waiters.iter().any(|w| w.will_wake(waker)) {
-                waiters.push(waker.clone());
-            }
-        }
-        self.batches.full.load(Ordering::Acquire)
-    }
-
-    /// Publishes `full` (the driver's); a change to true wakes the batches waiting.
-    fn set_full(&self, full: bool) {
-        if self.batches.full.swap(full, Ordering::AcqRel) != full && full {
-            let waiters = std::mem::take(&mut *lock(&self.full_waiters));
-            waiters.into_iter().for_each(std::task::Waker::wake);
-        }
-    }
-
     pub(super) fn new(
         inbox: Arc<Inbox<Input>>,
         max_in_flight: u32,
@@ -107,7 +85,6 @@ impl Bridge {
         let events = Arc::new(EventHub::default());
         Bridge {
             batching: AtomicBool::new(false),
-            full_waiters: Mutex::new(Vec::new()),
             batches: Arc::new(BatchShared::new(
                 batch_metrics,
                 span.clone(),
@@ -189,8 +166,6 @@ pub(super) struct ConsumerLogic {
     metrics: ConsumerMetrics,
     /// When the per-nsqd rows of the published stats were last written.
     rows_at: Option<Instant>,
-    /// The application gathers batches: `full` is kept up to date.
-    batching: bool,
     /// How long batches keep their messages auto-touched (`auto_touch_limit`).
     auto_touch_limit: Duration,
     /// A round changed the counters since then (the rows may be behind).
@@ -246,7 +221,6 @@ impl ConsumerLogic {
             shared,
             mailbox,
             handing_out: true,
-            batching: false,
             auto_touch_limit,
             outgoing: VecDeque::new(),
             origins: BTreeMap::new(),
@@ -362,8 +336,8 @@ impl ConsumerLogic {
 
     /// Keeps `full` up to date while the application gathers batches.
     fn publish_full(&self, now: Instant) {
-        if self.batching {
-            self.shared.set_full(self.machine.is_full(now));
+        if self.shared.batching.load(Ordering::Relaxed) {
+            self.shared.batches.set_full(self.machine.is_full(now));
         }
     }
 
@@ -505,7 +479,6 @@ impl Logic for ConsumerLogic {
                     self.shared.max_in_flight.store(n, Ordering::Relaxed);
                 }
                 Control::Batching => {
-                    self.batching = true;
                     if self.machine.config().connection.auto_touch.is_none() {
                         let limit = self.auto_touch_limit;
                         tracing::debug!(
